@@ -1,0 +1,56 @@
+"""Ditron: compute-communication-overlapped multi-GPU kernels in stock Triton.
+
+Host API (see DESIGN.md): ``launch``, ``init``, ``world``, ``shutdown``, ``empty``,
+``zeros``, ``free``, ``peer``, ``barrier``, ``context``; device primitives live in
+``ditron.language``; operators in ``ditron.ops``.
+"""
+
+from __future__ import annotations
+
+from .runtime import config as _config
+from .runtime import interpret as _interpret
+
+# Must precede every module that defines @triton.jit kernels (see runtime/interpret.py).
+_interpret.arrange(_config.default_backend())
+
+from . import language  # noqa: E402
+from .runtime.barrier import barrier  # noqa: E402
+from .runtime.diagnostics import WaitTimeoutError, check_waits, set_wait_timeout  # noqa: E402
+from .runtime.launch import RankError, launch  # noqa: E402
+from .runtime.signals import SignalPad, signal_pad  # noqa: E402
+from .runtime.symmetric import context, empty, free, is_symmetric, peer, zeros  # noqa: E402
+from .runtime.world import World, init, is_initialized, shutdown, world  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "RankError",
+    "SignalPad",
+    "WaitTimeoutError",
+    "World",
+    "barrier",
+    "check_waits",
+    "context",
+    "empty",
+    "free",
+    "init",
+    "is_initialized",
+    "is_symmetric",
+    "language",
+    "launch",
+    "peer",
+    "set_wait_timeout",
+    "shutdown",
+    "signal_pad",
+    "world",
+    "zeros",
+]
+
+
+def __getattr__(name: str):
+    # ``ditron.ops`` imports kernels and is loaded on first use.
+    if name == "ops":
+        import importlib
+
+        return importlib.import_module(".ops", __name__)
+    raise AttributeError(f"module 'ditron' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""Benchmarks run by ``ditron bench NAME`` (one module per NAME)."""

@@ -1,0 +1,80 @@
+"""The transfer-engine interface: one logical transfer, several physical implementations.
+
+A :class:`Transfer` says "after this, ``dst`` on rank ``dst_rank`` holds ``src`` of rank
+``src_rank`` (or ``dst += src`` when ``reduce``), then ``signal`` is raised on ``dst_rank``".
+``src`` and ``dst`` are tensors as the *issuing* rank sees them: the local side is an
+ordinary tensor, the remote side a view of a symmetric tensor in the issuing rank's own
+heap, which the engine translates to the peer (the one translation rule of the heap).
+A push is issued by ``src_rank``, a pull by ``dst_rank``.
+
+Engines (each one module): ``copy_engine`` (host-issued peer copies on a side stream, no
+SMs; a host thread on CPU), ``sm`` (a Triton load/store kernel on a configurable number of
+programs, can sum while it moves), ``tma`` (Hopper), ``network`` (ranks on other nodes).
+Plans and operators pick engines by name through :func:`get_engine` and never branch on the
+backend.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+
+import torch
+
+from ..runtime.signals import SignalPad
+
+
+@dataclasses.dataclass(frozen=True)
+class Signal:
+    """Signal ``index`` of ``pad`` raised to ``value`` (set, release) when a transfer lands."""
+
+    pad: SignalPad
+    index: int
+    value: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfer:
+    src: torch.Tensor
+    dst: torch.Tensor
+    src_rank: int
+    dst_rank: int
+    signal: Signal | None = None
+    reduce: bool = False
+
+
+class Engine(abc.ABC):
+    """Moves batches of transfers issued by this rank."""
+
+    name: str
+    #: whether the engine can sum into the destination (``Transfer.reduce``)
+    can_reduce: bool = False
+
+    @abc.abstractmethod
+    def issue(self, transfers: list[Transfer]) -> None:
+        """Start the transfers (asynchronously where the engine can)."""
+
+    def drain(self) -> None:
+        """Return once every issued transfer has landed and raised its signal."""
+
+
+_ENGINES: dict[str, type[Engine]] = {}
+
+
+def register_engine(cls: type[Engine]) -> type[Engine]:
+    _ENGINES[cls.name] = cls
+    return cls
+
+
+def get_engine(name: str, **options) -> Engine:
+    """An engine by name (``copy_engine``, ``sm``, ``tma``, ``network``, ...)."""
+    if name not in _ENGINES:
+        import importlib
+
+        try:
+            importlib.import_module(f".{name}", __package__)
+        except ModuleNotFoundError:
+            pass
+    if name not in _ENGINES:
+        raise ValueError(f"unknown transfer engine {name!r}; known: {sorted(_ENGINES)}")
+    return _ENGINES[name](**options)

@@ -1,0 +1,36 @@
+"""Device primitives for plain ``@triton.jit`` kernels.
+
+Every primitive takes the device context ``ctx`` (``ditron.context()`` on the host) last
+among its positional arguments, names the peer rank rather than the own one, and reaches
+remote memory through the single rule :func:`translate`. See ``core`` and ``signal`` for
+memory-ordering semantics.
+"""
+
+from .context import DIAG_WORDS, DeviceContext
+from .core import (
+    atomic_add,
+    atomic_cas,
+    atomic_max,
+    atomic_xchg,
+    load,
+    store,
+    translate,
+)
+from .signal import fence, notify, rank, wait, world_size
+
+__all__ = [
+    "DIAG_WORDS",
+    "DeviceContext",
+    "atomic_add",
+    "atomic_cas",
+    "atomic_max",
+    "atomic_xchg",
+    "fence",
+    "load",
+    "notify",
+    "rank",
+    "store",
+    "translate",
+    "wait",
+    "world_size",
+]

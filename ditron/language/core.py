@@ -1,0 +1,73 @@
+"""Remote memory access: address translation, loads, stores and atomics on a peer's heap.
+
+Every remote access goes through :func:`translate`, the one rule of the symmetric heap:
+a buffer sits at the same offset in every rank's heap, so rank ``peer``'s copy of the
+object at ``ptr`` (a local heap pointer) is at ``heap_bases[peer] + (ptr - heap_bases[rank])``.
+
+Conventions shared by every function here:
+
+* ``ptr`` is always a pointer (or block of pointers) into the *local* symmetric heap;
+  the function translates it to ``peer``'s copy. ``peer == ctx.rank`` is a local access.
+* The peer is named, never the own rank (that comes from ``ctx``); argument order is
+  ``(ptr, [value], peer, ctx, ...)`` for every function.
+* ``sem`` is one of ``"relaxed"``, ``"acquire"``, ``"release"``, ``"acq_rel"`` and ``scope``
+  one of ``"cta"``, ``"gpu"``, ``"sys"`` (Triton's own vocabulary, checked by Triton);
+  defaults are ``"acq_rel"`` and ``"sys"`` because a peer is another device or process.
+* Every lane of the program performs its own element; masked-off lanes do nothing.
+* Peers must be on the same node (their heap is mapped); crossing nodes is the network
+  engines' job.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def translate(ptr, peer, ctx):
+    """Return ``ptr`` (local heap pointer or block of pointers) moved into ``peer``'s heap."""
+    local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
+    peer_base = tl.load(ctx.heap_bases + peer).to(tl.uint64)
+    offset = ptr.to(tl.uint64, bitcast=True) - local_base
+    return (peer_base + offset).to(ptr.dtype, bitcast=True)
+
+
+@triton.jit
+def load(ptr, peer, ctx, mask=None, other=None):
+    """Read ``peer``'s copy of ``ptr`` (plain load: no ordering; pair with ``wait``)."""
+    return tl.load(translate(ptr, peer, ctx), mask=mask, other=other)
+
+
+@triton.jit
+def store(ptr, value, peer, ctx, mask=None):
+    """Write ``value`` into ``peer``'s copy of ``ptr`` (plain store; publish with ``notify``)."""
+    tl.store(translate(ptr, peer, ctx), value, mask=mask)
+
+
+@triton.jit
+def atomic_add(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = "acq_rel",
+               scope: tl.constexpr = "sys"):
+    """Atomically add ``value`` to ``peer``'s copy of ``ptr``; return the old values."""
+    return tl.atomic_add(translate(ptr, peer, ctx), value, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_xchg(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = "acq_rel",
+                scope: tl.constexpr = "sys"):
+    """Atomically replace ``peer``'s copy of ``ptr`` by ``value``; return the old values."""
+    return tl.atomic_xchg(translate(ptr, peer, ctx), value, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_cas(ptr, compare, value, peer, ctx, sem: tl.constexpr = "acq_rel",
+               scope: tl.constexpr = "sys"):
+    """If ``peer``'s copy of ``ptr`` equals ``compare``, set it to ``value``; return the old."""
+    return tl.atomic_cas(translate(ptr, peer, ctx), compare, value, sem=sem, scope=scope)
+
+
+@triton.jit
+def atomic_max(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = "acq_rel",
+               scope: tl.constexpr = "sys"):
+    """Atomically raise ``peer``'s copy of ``ptr`` to at least ``value``; return the old."""
+    return tl.atomic_max(translate(ptr, peer, ctx), value, mask=mask, sem=sem, scope=scope)

@@ -1,0 +1,104 @@
+"""Signals: ``notify`` a peer, ``wait`` for a value, ``fence``.
+
+A signal is an int64 word in the symmetric heap (see ``ditron.SignalPad``). The protocol:
+a producer writes data (plain stores, local or remote), then ``notify``s the consumer's
+signal with release semantics at system scope; the consumer ``wait``s on its local signal
+with acquire semantics and may then read the data. Signals only grow within a job (epochs),
+so a late ``notify`` can never be lost to a reset.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .context import (
+    DIAG_EXPECTED,
+    DIAG_FLAG,
+    DIAG_OFFSET,
+    DIAG_RANK,
+    DIAG_SCRATCH,
+    DIAG_SEEN,
+)
+from .core import translate
+
+# How many polls pass between checks of whether another wait of this rank already failed.
+_ABORT_CHECK_EVERY: tl.constexpr = 64
+
+
+@triton.jit
+def rank(ctx):
+    """This process's rank."""
+    return ctx.rank
+
+
+@triton.jit
+def world_size(ctx):
+    """The number of ranks."""
+    return ctx.world_size
+
+
+@triton.jit
+def notify(sig_ptr, value, peer, ctx, op: tl.constexpr = "set"):
+    """Raise ``peer``'s copy of the signal ``sig_ptr`` (a scalar int64 heap pointer).
+
+    ``op="set"`` stores ``value``; ``op="add"`` adds it (for counters several producers
+    bump). Every earlier store of the calling program, to any rank, happens before the
+    signal change as seen by a ``wait`` that observes it: the program first synchronises
+    its threads, then one thread performs a release atomic at system scope.
+    """
+    tl.debug_barrier()
+    remote = translate(sig_ptr, peer, ctx)
+    if op == "add":
+        tl.atomic_add(remote, value, sem="release", scope="sys")
+    else:
+        tl.atomic_xchg(remote, value, sem="release", scope="sys")
+
+
+@triton.jit
+def _record_timeout(sig_ptr, value, seen, ctx):
+    first = tl.atomic_cas(ctx.diag + DIAG_FLAG, 0, 1, sem="acq_rel", scope="sys")
+    if first == 0:
+        local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
+        offset = (sig_ptr.to(tl.uint64, bitcast=True) - local_base).to(tl.int64)
+        tl.store(ctx.diag + DIAG_RANK, ctx.rank)
+        tl.store(ctx.diag + DIAG_OFFSET, offset)
+        tl.store(ctx.diag + DIAG_EXPECTED, value)
+        tl.store(ctx.diag + DIAG_SEEN, seen)
+
+
+@triton.jit
+def wait(sig_ptr, value, ctx):
+    """Spin until the local signal ``*sig_ptr >= value``; return the value seen.
+
+    Polls with an acquire atomic at system scope, so data published before the matching
+    ``notify`` is visible to the whole program afterwards. With a timeout configured
+    (``ctx.spin_limit > 0``) the wait gives up after that many polls, or as soon as another
+    wait of this rank has given up, and records rank, signal offset, expected and seen values
+    in ``ctx.diag``; the host then raises ``ditron.WaitTimeoutError``. A program may only wait
+    for other ranks or, on the CPU backend, for programs of the same launch with a lower id.
+    """
+    seen = tl.atomic_add(sig_ptr, 0, sem="acquire", scope="sys")
+    limit = ctx.spin_limit
+    polls = 0
+    while (seen < value) & ((limit == 0) | (polls < limit)):
+        seen = tl.atomic_add(sig_ptr, 0, sem="acquire", scope="sys")
+        polls += 1
+        if (limit > 0) & (polls % _ABORT_CHECK_EVERY == 0):
+            if tl.atomic_add(ctx.diag + DIAG_FLAG, 0, sem="relaxed", scope="sys") != 0:
+                polls = limit
+    if seen < value:
+        _record_timeout(sig_ptr, value, seen, ctx)
+    return seen
+
+
+@triton.jit
+def fence(ctx):
+    """Order the program's earlier memory operations before its later ones.
+
+    Synchronises the program's threads, then performs an acquire-release atomic at system
+    scope on a private scratch word. ``notify``/``wait`` already order what they publish;
+    use this only for hand-rolled protocols.
+    """
+    tl.debug_barrier()
+    tl.atomic_add(ctx.diag + DIAG_SCRATCH, 0, sem="acq_rel", scope="sys")

@@ -1,0 +1,31 @@
+"""Public operators: local kernel + chunk plan + tuned choice + plain fallback.
+
+Collectives (``collectives.py``): ``all_gather``, ``reduce_scatter``, ``all_reduce``,
+``all_to_all``, ``send``, ``recv``. Overlapped GEMMs (``tp_gemm.py``): ``ag_gemm``,
+``gemm_rs``, ``gemm_ar``. Every op equals its torch / torch.distributed reference.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_HOME = {
+    "all_gather": "collectives",
+    "reduce_scatter": "collectives",
+    "all_reduce": "collectives",
+    "all_to_all": "collectives",
+    "send": "collectives",
+    "recv": "collectives",
+    "ag_gemm": "tp_gemm",
+    "gemm_rs": "tp_gemm",
+    "gemm_ar": "tp_gemm",
+}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        module = importlib.import_module(f".{_HOME[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module 'ditron.ops' has no attribute {name!r}")

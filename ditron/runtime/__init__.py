@@ -1,0 +1,1 @@
+"""Runtime: bootstrap, launch, symmetric heap, signal pads, barrier, diagnostics."""

@@ -1,0 +1,67 @@
+"""CPU backend: ranks are processes, heaps are POSIX shared memory, kernels are interpreted.
+
+Each rank creates ``/dev/shm/ditron-<job>-<rank>``, every rank of the node maps it, and its
+creator unlinks it as soon as everyone has mapped it, so no segment outlives the job even
+when a process dies. Triton's interpreter uses CPU tensors in place, so a store through a
+translated pointer lands directly in the peer's mapping.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from .base import Backend, HeapMapping, Topology
+
+SHM_DIR = "/dev/shm"
+
+
+def segment_path(job: str, rank: int) -> str:
+    return os.path.join(SHM_DIR, f"ditron-{job}-{rank}")
+
+
+def _map(path: str, nbytes: int) -> torch.Tensor:
+    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    dist_backend = "gloo"
+    polls_per_second = 4000.0
+
+    def device(self, local_rank: int, local_world_size: int) -> torch.device:
+        return torch.device("cpu")
+
+    def prepare_process(self, device: torch.device, local_world_size: int) -> None:
+        from .. import interpret
+
+        if not interpret.active():
+            raise RuntimeError(
+                "ditron cpu backend: Triton's interpreter is not active in this process. "
+                "Import ditron before any module that defines @triton.jit kernels, or set "
+                "TRITON_INTERPRET=1 before starting Python."
+            )
+        # Ranks share the machine's cores; one intra-op thread each avoids oversubscription.
+        torch.set_num_threads(1)
+
+    def map_heap(self, nbytes: int, topo: Topology, group, job: str) -> HeapMapping:
+        own = segment_path(job, topo.rank)
+        fd = os.open(own, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, nbytes)
+        finally:
+            os.close(fd)
+        try:
+            local = _map(own, nbytes)
+            dist.barrier(group)
+            peers: list[torch.Tensor | None] = [None] * topo.world_size
+            for r in topo.node_ranks():
+                peers[r] = local if r == topo.rank else _map(segment_path(job, r), nbytes)
+            dist.barrier(group)
+        finally:
+            if os.path.exists(own):
+                os.unlink(own)
+        bases = [p.data_ptr() if p is not None else 0 for p in peers]
+        return HeapMapping(local=local, peers=peers, bases=bases)

@@ -1,0 +1,52 @@
+"""``ditron.barrier``: a barrier over the node's ranks built on one signal pad.
+
+Each rank sets its slot on every peer of its node to the barrier's epoch, then waits
+until every slot of its own pad has reached it. On CUDA the barrier is ordered in the
+current stream (the host does not block); on the CPU backend launches are synchronous,
+so it is also a host barrier. Ranks on other nodes are joined through the host group.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+from .. import language as dl
+from .diagnostics import check_waits
+from .signals import SignalPad
+from .world import current
+
+
+@triton.jit
+def _barrier_kernel(pad_ptr, epoch, first, count, ctx):
+    for i in range(0, count):
+        dl.notify(pad_ptr + ctx.rank, epoch, first + i, ctx)
+    for i in range(0, count):
+        dl.wait(pad_ptr + first + i, epoch, ctx)
+
+
+def _pad() -> SignalPad:
+    rt = current()
+    pad = rt.cache.get("barrier_pad")
+    if pad is None:
+        pad = SignalPad.allocate(rt.world.world_size, name="signals:barrier")
+        rt.cache["barrier_pad"] = pad
+        if rt.world.world_size > 1:
+            rt.backend.synchronize(rt.world.device)
+            dist.barrier(rt.host_group)
+    return pad
+
+
+def barrier() -> None:
+    """Wait until every rank has reached this call (collective)."""
+    rt = current()
+    pad = _pad()
+    epoch = pad.next_epoch()
+    node = rt.topo.node_ranks()
+    _barrier_kernel[(1,)](pad.signals, epoch, node.start, len(node), rt.context())
+    if rt.wait_timeout > 0 or rt.world.backend == "cpu":
+        check_waits()
+    if rt.topo.num_nodes > 1:
+        rt.backend.synchronize(rt.world.device)
+        dist.barrier(rt.host_group)

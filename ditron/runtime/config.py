@@ -1,0 +1,84 @@
+"""Process-wide settings, read from ``DITRON_*`` environment variables at ``ditron.init``.
+
+| variable | meaning | default |
+|---|---|---|
+| ``DITRON_BACKEND`` | ``cpu`` or ``cuda`` | ``cuda`` when a GPU is visible, else ``cpu`` |
+| ``DITRON_HEAP_SIZE`` | bytes of symmetric heap per rank (``512M``, ``2G`` accepted) | 1G on CPU, 2G on CUDA |
+| ``DITRON_WAIT_TIMEOUT`` | seconds a device ``wait`` may spin before it raises (0: forever) | 120 on CPU, 0 on CUDA |
+| ``DITRON_LOCAL_WORLD_SIZE`` | ranks per node (a smaller value simulates nodes on CPU) | all local ranks |
+| ``DITRON_POISON`` | fill fresh symmetric memory with 0xFF bytes (NaN for floats) | 0 |
+| ``DITRON_LAUNCH_TIMEOUT`` | seconds ``ditron.launch`` waits for its ranks before it reports stuck ranks (0: forever) | 0 |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+BACKENDS = ("cpu", "cuda")
+
+
+def parse_bytes(text: str | int) -> int:
+    """``"512M"`` -> 536870912; plain integers are bytes."""
+    if isinstance(text, int):
+        return text
+    s = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = _UNITS.get(s[-1:], 1)
+    number = s[:-1] if s[-1:] in _UNITS else s
+    try:
+        value = int(float(number) * scale)
+    except ValueError:
+        raise ValueError(f"cannot read a byte count from {text!r} (try '512M' or '2G')") from None
+    if value <= 0:
+        raise ValueError(f"byte count must be positive, got {text!r}")
+    return value
+
+
+def check_backend(name: str) -> str:
+    name = name.lower()
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return name
+
+
+def default_backend() -> str:
+    """The backend used when none is named: ``DITRON_BACKEND``, else by hardware."""
+    env = os.environ.get("DITRON_BACKEND")
+    if env:
+        return check_backend(env)
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Settings fixed for a rank process once ``ditron.init`` has run."""
+
+    backend: str
+    heap_size: int
+    wait_timeout: float
+    local_world_size: int | None = None
+    poison: bool = False
+    launch_timeout: float = 0.0
+
+    @classmethod
+    def from_env(cls, backend: str | None = None, **overrides) -> Settings:
+        backend = check_backend(backend) if backend else default_backend()
+        env = os.environ
+        heap = env.get("DITRON_HEAP_SIZE", "1G" if backend == "cpu" else "2G")
+        timeout = env.get("DITRON_WAIT_TIMEOUT", "120" if backend == "cpu" else "0")
+        lws = env.get("DITRON_LOCAL_WORLD_SIZE")
+        values = dict(
+            backend=backend,
+            heap_size=parse_bytes(heap),
+            wait_timeout=float(timeout),
+            local_world_size=int(lws) if lws else None,
+            poison=env.get("DITRON_POISON", "0") not in ("", "0", "false", "False"),
+            launch_timeout=float(env.get("DITRON_LAUNCH_TIMEOUT", "0")),
+        )
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "heap_size" in overrides and overrides["heap_size"] is not None:
+            values["heap_size"] = parse_bytes(overrides["heap_size"])
+        return cls(**values)

@@ -1,0 +1,48 @@
+"""Turning a device ``wait`` that gave up into a host exception."""
+
+from __future__ import annotations
+
+from ..language.context import DIAG_EXPECTED, DIAG_FLAG, DIAG_OFFSET, DIAG_RANK, DIAG_SEEN
+from .world import current
+
+
+class WaitTimeoutError(RuntimeError):
+    """A device ``wait`` ran out of its poll budget (``DITRON_WAIT_TIMEOUT``)."""
+
+    def __init__(self, rank: int, signal: str, expected: int, seen: int, timeout: float):
+        self.rank, self.signal, self.expected, self.seen = rank, signal, expected, seen
+        super().__init__(
+            f"rank {rank}: wait on signal {signal} timed out after about {timeout:g} s: "
+            f"expected >= {expected}, saw {seen}. A peer never notified it: check that every "
+            f"rank makes the same collective calls in the same order.")
+
+
+def check_waits() -> None:
+    """Raise :class:`WaitTimeoutError` if a ``wait`` of this rank has given up.
+
+    Synchronises the device first. Ditron's own operators call this after each launch
+    when a timeout is configured; call it after your own kernels in debug runs.
+    """
+    rt = current()
+    if rt.wait_timeout <= 0 and rt.world.backend != "cpu":
+        return
+    rt.backend.synchronize(rt.world.device)
+    record = rt.diag.tolist()
+    if record[DIAG_FLAG] == 0:
+        return
+    rt.diag.zero_()
+    raise WaitTimeoutError(
+        rank=int(record[DIAG_RANK]),
+        signal=rt.heap.describe(int(record[DIAG_OFFSET])),
+        expected=int(record[DIAG_EXPECTED]),
+        seen=int(record[DIAG_SEEN]),
+        timeout=rt.wait_timeout,
+    )
+
+
+def set_wait_timeout(seconds: float) -> None:
+    """Set how long device waits spin before giving up (0: forever); takes effect for
+    contexts built afterwards (``ditron.context()``)."""
+    if seconds < 0:
+        raise ValueError(f"wait timeout must be >= 0 seconds, got {seconds}")
+    current().wait_timeout = float(seconds)

@@ -1,0 +1,175 @@
+"""The symmetric heap: the same buffers, at the same offsets, in every rank's memory.
+
+Allocation is collective: every rank of the job calls :meth:`SymmetricHeap.alloc` with the
+same arguments in the same order. The allocator is a deterministic first-fit over a free
+list, so equal call sequences give equal offsets; each allocation's shape, dtype and offset
+are compared across ranks and a mismatch raises before anyone uses the buffer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+from .backends import HeapMapping
+
+ALIGNMENT = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocation:
+    offset: int
+    nbytes: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def normalize_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        dims = tuple(int(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"shape has a negative dimension: {dims}")
+    return dims
+
+
+class SymmetricHeap:
+    """One rank's allocator over its mapped heap and the peers' heaps."""
+
+    def __init__(self, mapping: HeapMapping, rank: int, host_group, poison: bool = False):
+        self.mapping = mapping
+        self.rank = rank
+        self.size = mapping.local.numel()
+        self._group = host_group
+        self._poison = poison
+        self._free: list[tuple[int, int]] = [(0, self.size)]  # sorted (offset, nbytes)
+        self._live: dict[int, Allocation] = {}
+
+    # -- allocation -------------------------------------------------------------------------
+    def alloc(self, shape, dtype: torch.dtype, name: str | None = None) -> torch.Tensor:
+        dims = normalize_shape(shape)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        nbytes = max(math.prod(dims) * itemsize, 1)
+        padded = -(-nbytes // ALIGNMENT) * ALIGNMENT
+        offset = self._take(padded)
+        problem = None if offset is not None else self._exhausted_message(padded)
+        try:
+            self._check_symmetric((dims, str(dtype), offset), problem)
+        except BaseException:
+            if offset is not None:
+                self._give_back(offset, padded)
+            raise
+        name = name or f"buffer@{offset}"
+        self._live[offset] = Allocation(offset, padded, name, dims, dtype)
+        raw = self.mapping.local[offset : offset + nbytes]
+        if self._poison:
+            raw.fill_(0xFF)
+        return raw.view(dtype).view(dims)
+
+    def free(self, tensor: torch.Tensor) -> None:
+        """Return ``tensor``'s block to the heap (every rank must free the same blocks)."""
+        offset = self.offset_of(tensor)
+        alloc = self._live.pop(offset, None)
+        if alloc is None:
+            raise ValueError("ditron.free: tensor is not the start of a live symmetric buffer")
+        self._give_back(offset, alloc.nbytes)
+
+    def _take(self, nbytes: int) -> int | None:
+        for i, (off, size) in enumerate(self._free):
+            if size >= nbytes:
+                if size == nbytes:
+                    del self._free[i]
+                else:
+                    self._free[i] = (off + nbytes, size - nbytes)
+                return off
+        return None
+
+    def _coalesce(self, start: int) -> None:
+        i = start
+        while i + 1 < len(self._free):
+            off, size = self._free[i]
+            nxt, nsize = self._free[i + 1]
+            if off + size == nxt:
+                self._free[i] = (off, size + nsize)
+                del self._free[i + 1]
+            else:
+                i += 1
+
+    def _check_symmetric(self, meta, problem: str | None) -> None:
+        """Compare ``meta`` across ranks; raise on heap exhaustion anywhere or a mismatch."""
+        world = dist.get_world_size(self._group) if self._group is not None else 1
+        if world == 1:
+            if problem:
+                raise RuntimeError(problem)
+            return
+        metas: list = [None] * world
+        dist.all_gather_object(metas, (meta, problem), group=self._group)
+        failed = [(r, p) for r, (_, p) in enumerate(metas) if p]
+        if failed:
+            raise RuntimeError(failed[0][1] + f" (exhausted on ranks {[r for r, _ in failed]})")
+        if any(m != metas[0][0] for m, _ in metas):
+            lines = [f"  rank {r}: shape={m[0]} dtype={m[1]} heap offset={m[2]}"
+                     for r, (m, _) in enumerate(metas)]
+            raise ValueError("ditron.empty: ranks disagree on a symmetric buffer (every rank "
+                             "must allocate the same shapes in the same order)\n"
+                             + "\n".join(lines))
+
+    def _give_back(self, offset: int, nbytes: int) -> None:
+        i = bisect.bisect(self._free, (offset, 0))
+        self._free.insert(i, (offset, nbytes))
+        self._coalesce(max(i - 1, 0))
+
+    def _exhausted_message(self, nbytes: int) -> str:
+        free = sum(s for _, s in self._free)
+        largest = max((s for _, s in self._free), default=0)
+        return (f"ditron.empty: symmetric heap exhausted on rank {self.rank}: requested "
+                f"{nbytes} bytes, used {self.size - free} of {self.size} bytes (free {free}, "
+                f"largest free block {largest}); raise DITRON_HEAP_SIZE or ditron.free buffers")
+
+    # -- lookup -----------------------------------------------------------------------------
+    def contains(self, tensor: torch.Tensor) -> bool:
+        base = self.mapping.bases[self.rank]
+        return tensor.device == self.mapping.local.device and (
+            base <= tensor.data_ptr() < base + self.size)
+
+    def offset_of(self, tensor: torch.Tensor) -> int:
+        if not self.contains(tensor):
+            raise ValueError("tensor is not in the symmetric heap; allocate it with "
+                             "ditron.empty or ditron.zeros")
+        return tensor.data_ptr() - self.mapping.bases[self.rank]
+
+    def describe(self, offset: int) -> str:
+        """Name the buffer and element holding byte ``offset`` (for diagnostics)."""
+        for alloc in self._live.values():
+            if alloc.offset <= offset < alloc.offset + alloc.nbytes:
+                itemsize = torch.empty((), dtype=alloc.dtype).element_size()
+                return f"{alloc.name}[{(offset - alloc.offset) // itemsize}]"
+        return f"heap offset {offset}"
+
+    def peer(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
+        """``tensor`` (a symmetric tensor or a view of one) as it lies in ``rank``'s heap."""
+        if not 0 <= rank < len(self.mapping.peers):
+            raise ValueError(f"ditron.peer: rank {rank} is outside [0, {len(self.mapping.peers)})")
+        offset = self.offset_of(tensor)
+        other = self.mapping.peers[rank]
+        if other is None:
+            raise ValueError(f"ditron.peer: rank {rank} is on another node; its heap is not "
+                             f"mapped on rank {self.rank}")
+        itemsize = tensor.element_size()
+        usable = other[: self.size - self.size % itemsize].view(tensor.dtype)
+        return usable.as_strided(tensor.shape, tensor.stride(), offset // itemsize)
+
+    @property
+    def used_bytes(self) -> int:
+        return self.size - sum(s for _, s in self._free)

@@ -1,0 +1,189 @@
+"""``ditron.launch``: start local rank processes, run a function on each, gather results.
+
+CPU ranks are forked from a fork server that has already imported torch, triton and ditron
+with Triton's interpreter on, so starting a world costs a fork per rank, not an import.
+CUDA ranks are spawned fresh (CUDA cannot be forked). Ranks rendezvous through a file in a
+private temporary directory. If a rank raises, the others are killed and the original
+exception is re-raised in the caller with the rank and the remote traceback attached as a
+note; nothing is left behind: no process, no shared-memory segment, no temporary file.
+"""
+
+from __future__ import annotations
+
+import glob
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import os
+import pickle
+import shutil
+import tempfile
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from .config import Settings, default_backend
+
+
+class RankError(RuntimeError):
+    """A rank failed in a way that has no picklable exception (crash, unpicklable error)."""
+
+    def __init__(self, rank: int, message: str):
+        self.rank = rank
+        super().__init__(f"rank {rank}: {message}")
+
+
+def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str) -> None:
+    os.environ.update(env)
+    from . import world as world_mod
+
+    try:
+        world_mod.init(backend)
+        result = fn(*args, **kw)
+        from .diagnostics import check_waits
+
+        check_waits()
+        world_mod.shutdown()
+        conn.send(("ok", result))
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+        tb = traceback.format_exc()
+        try:
+            payload = pickle.dumps(exc)
+        except Exception:  # noqa: BLE001
+            payload = None
+        conn.send(("err", payload, f"{type(exc).__name__}: {exc}", tb))
+    finally:
+        conn.close()
+
+
+_CPU_CONTEXT = None
+
+
+def _cpu_context():
+    """A fork server with ditron (and so torch and triton) imported, interpreter on."""
+    global _CPU_CONTEXT
+    if _CPU_CONTEXT is None:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["ditron"])
+        saved = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1"
+        try:
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = saved
+        _CPU_CONTEXT = ctx
+    return _CPU_CONTEXT
+
+
+def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None = None,
+           **kw) -> list[Any]:
+    """Run ``fn(*args, **kw)`` on ``world_size`` local ranks; return the results by rank.
+
+    Each rank is a new process in which ``ditron.init(backend)`` has run, so ``fn`` can
+    call ``ditron.world()``, allocate symmetric tensors and launch kernels. ``fn`` and its
+    arguments must be picklable (a module-level function). Results are pickled back.
+
+    Equivalent, without Ditron, to running ``fn`` under ``torchrun --nproc-per-node``.
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"ditron.launch: world_size must be a positive int, got {world_size!r}")
+    if not callable(fn):
+        raise TypeError(f"ditron.launch: fn must be callable, got {fn!r}")
+    backend = backend or default_backend()
+    settings = Settings.from_env(backend)
+    ctx = _cpu_context() if backend == "cpu" else mp.get_context("spawn")
+
+    workdir = tempfile.mkdtemp(prefix="ditron-launch-")
+    job = uuid.uuid4().hex[:12]
+    job_env = {
+        "DITRON_JOB": job,
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "DITRON_INIT_METHOD": f"file://{os.path.join(workdir, 'rendezvous')}",
+        "TRITON_INTERPRET": "1" if backend == "cpu" else os.environ.get("TRITON_INTERPRET", ""),
+    }
+    procs, conns = [], []
+    try:
+        for rank in range(world_size):
+            env = dict(job_env, RANK=str(rank), LOCAL_RANK=str(rank))
+            parent, child = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_rank_main, args=(child, fn, args, kw, env, backend),
+                            name=f"ditron-rank{rank}", daemon=True)
+            p.start()
+            child.close()
+            procs.append(p)
+            conns.append(parent)
+        return _collect(procs, conns, settings.launch_timeout)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            p.join(timeout=10)
+        for c in conns:
+            c.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+        _remove_segments(job)
+
+
+def _collect(procs, conns, timeout: float) -> list[Any]:
+    results: list[Any] = [None] * len(procs)
+    pending = {c: r for r, c in enumerate(conns)}
+    sentinels = {p.sentinel: r for r, p in enumerate(procs)}
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    while pending:
+        left = None if deadline is None else max(deadline - time.monotonic(), 0)
+        ready = mpc.wait(list(pending) + list(sentinels), timeout=left)
+        if not ready:
+            stuck = sorted(pending.values())
+            raise TimeoutError(f"ditron.launch: ranks {stuck} made no progress for "
+                               f"{timeout:g} s (DITRON_LAUNCH_TIMEOUT); they were killed")
+        for obj in ready:
+            if obj in pending:
+                rank = pending.pop(obj)
+                try:
+                    msg = obj.recv()
+                except EOFError:
+                    continue  # the sentinel reports how it died
+                if msg[0] == "ok":
+                    results[rank] = msg[1]
+                else:
+                    _raise_remote(rank, *msg[1:])
+            elif obj in sentinels:
+                rank = sentinels.pop(obj)
+                conn = conns[rank]
+                if conn in pending and not conn.poll():
+                    code = procs[rank].exitcode
+                    raise RankError(rank, f"process exited with code {code} before returning")
+    return results
+
+
+def _raise_remote(rank: int, payload: bytes | None, summary: str, tb: str):
+    exc = None
+    if payload is not None:
+        try:
+            exc = pickle.loads(payload)
+        except Exception:  # noqa: BLE001
+            exc = None
+    if not isinstance(exc, BaseException):
+        raise RankError(rank, f"{summary}\n{tb}")
+    exc.rank = rank
+    exc.add_note(f"[ditron] raised on rank {rank}; remote traceback:\n{tb}")
+    raise exc
+
+
+def _remove_segments(job: str) -> None:
+    """Segments are unlinked right after mapping; this catches a rank killed in between."""
+    from .backends.cpu import segment_path
+
+    for path in glob.glob(segment_path(job, 0)[:-1] + "*"):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,56 @@
+"""Host API of the symmetric heap: ``empty``, ``zeros``, ``free``, ``peer``, ``context``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..language.context import DeviceContext
+from .world import current
+
+
+def empty(shape: int | Sequence[int], dtype: torch.dtype = torch.float32, *,
+          name: str | None = None) -> torch.Tensor:
+    """Allocate an uninitialised symmetric tensor (collective).
+
+    Every rank must call it with the same ``shape`` and ``dtype`` in the same order; the
+    buffer then sits at the same heap offset on every rank, so kernels reach a peer's copy
+    with ``ditron.language`` primitives and the host with :func:`peer`. ``name`` labels the
+    buffer in diagnostics. Raises ``ValueError`` if ranks disagree and ``RuntimeError`` if
+    the heap is exhausted on any rank.
+    """
+    return current().heap.alloc(shape, dtype, name)
+
+
+def zeros(shape: int | Sequence[int], dtype: torch.dtype = torch.float32, *,
+          name: str | None = None) -> torch.Tensor:
+    """Like :func:`empty`, filled with zeros (collective; not a barrier: pair with
+    ``ditron.barrier()`` before peers may write into it)."""
+    t = empty(shape, dtype, name=name)
+    t.zero_()
+    return t
+
+
+def free(tensor: torch.Tensor) -> None:
+    """Return a symmetric tensor's block to the heap (every rank frees the same blocks)."""
+    current().heap.free(tensor)
+
+
+def peer(tensor: torch.Tensor, rank: int) -> torch.Tensor:
+    """Host view of ``rank``'s copy of the symmetric tensor ``tensor`` (same node only).
+
+    Reads and writes through the view touch the peer's memory directly; order them with
+    ``ditron.barrier()``.
+    """
+    return current().heap.peer(tensor, rank)
+
+
+def is_symmetric(tensor: torch.Tensor) -> bool:
+    """True if ``tensor`` lies in this rank's symmetric heap."""
+    return current().heap.contains(tensor)
+
+
+def context() -> DeviceContext:
+    """The device context to pass to kernels that use ``ditron.language`` primitives."""
+    return current().context()

@@ -1,0 +1,166 @@
+"""The world of ranks: ``init``, ``world``, ``shutdown`` and the per-process runtime state."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import uuid
+
+import torch
+import torch.distributed as dist
+
+from ..language.context import DIAG_WORDS, DeviceContext
+from . import interpret
+from .backends import Backend, Topology, get_backend
+from .config import Settings
+from .heap import SymmetricHeap
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    """Where this process stands among the ranks of the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+
+    @property
+    def node(self) -> int:
+        return self.rank // self.local_world_size
+
+    @property
+    def num_nodes(self) -> int:
+        return -(-self.world_size // self.local_world_size)
+
+
+class Runtime:
+    """Everything one rank process holds between ``init`` and ``shutdown``."""
+
+    def __init__(self, world: World, settings: Settings, backend: Backend, topo: Topology,
+                 host_group, heap: SymmetricHeap, owns_process_group: bool):
+        self.world = world
+        self.settings = settings
+        self.backend = backend
+        self.topo = topo
+        self.host_group = host_group
+        self.heap = heap
+        self.owns_process_group = owns_process_group
+        self.heap_bases = torch.tensor(heap.mapping.bases, dtype=torch.int64, device=world.device)
+        self.diag = torch.zeros(DIAG_WORDS, dtype=torch.int64, device=world.device)
+        self.wait_timeout = settings.wait_timeout
+        self.cache: dict = {}  # per-process workspaces keyed by their users (signal pads, ...)
+
+    def context(self) -> DeviceContext:
+        limit = 0
+        if self.wait_timeout > 0:
+            limit = int(min(self.wait_timeout * self.backend.polls_per_second, 2**31 - 1))
+            limit = max(limit, 1)
+        return DeviceContext(self.heap_bases, self.world.rank, self.world.world_size,
+                             self.diag, limit)
+
+
+_RUNTIME: Runtime | None = None
+
+
+def current() -> Runtime:
+    if _RUNTIME is None:
+        raise RuntimeError("ditron is not initialised in this process: call ditron.init() "
+                           "(or start the ranks with ditron.launch)")
+    return _RUNTIME
+
+
+def is_initialized() -> bool:
+    return _RUNTIME is not None
+
+
+def world() -> World:
+    """This process's :class:`World` (after ``ditron.init``)."""
+    return current().world
+
+
+def _env_int(*names: str, default: int | None = None) -> int | None:
+    for name in names:
+        if name in os.environ:
+            return int(os.environ[name])
+    return default
+
+
+def init(backend: str | None = None, *, heap_size: int | str | None = None,
+         wait_timeout: float | None = None, local_world_size: int | None = None) -> World:
+    """Join the job and map the symmetric heap (collective over all ranks).
+
+    Reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` as set by ``torchrun``
+    or ``ditron.launch`` (a lone process is rank 0 of 1). Uses an existing default process
+    group if there is one; otherwise creates it (gloo on CPU or when ranks share a GPU,
+    NCCL otherwise). ``backend`` is ``"cpu"`` or ``"cuda"``, by default chosen by hardware.
+    Keyword arguments override the ``DITRON_*`` settings of :class:`Settings`.
+    """
+    global _RUNTIME
+    if _RUNTIME is not None:
+        raise RuntimeError("ditron.init: already initialised in this process "
+                           "(call ditron.shutdown() first)")
+    settings = Settings.from_env(backend, heap_size=heap_size, wait_timeout=wait_timeout,
+                                 local_world_size=local_world_size)
+    interpret.arrange(settings.backend)
+    impl = get_backend(settings.backend)
+
+    rank = _env_int("RANK", default=0)
+    world_size = _env_int("WORLD_SIZE", default=1)
+    lws = settings.local_world_size or _env_int("LOCAL_WORLD_SIZE", default=world_size)
+    if not 1 <= lws <= world_size:
+        raise ValueError(f"ditron.init: local world size {lws} must be in [1, {world_size}]")
+    topo = Topology(rank, world_size, lws)
+    device = impl.device(topo.local_rank, lws)
+    impl.prepare_process(device, lws)
+
+    owns_pg = not dist.is_initialized()
+    if owns_pg:
+        pg_backend = "gloo" if impl.shares_devices(lws) else impl.dist_backend
+        init_method = os.environ.get("DITRON_INIT_METHOD", "env://")
+        if init_method == "env://" and world_size == 1:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        kwargs = {"device_id": device} if pg_backend == "nccl" else {}
+        dist.init_process_group(pg_backend, init_method=init_method, rank=rank,
+                                world_size=world_size, timeout=datetime.timedelta(minutes=30),
+                                **kwargs)
+    if dist.get_backend() == "gloo":
+        host_group = dist.group.WORLD
+    else:
+        host_group = dist.new_group(backend="gloo")
+
+    job = [os.environ.get("DITRON_JOB") or (uuid.uuid4().hex[:12] if rank == 0 else None)]
+    dist.broadcast_object_list(job, src=0, group=host_group)
+    mapping = impl.map_heap(settings.heap_size, topo, host_group, job[0])
+    heap = SymmetricHeap(mapping, rank, host_group, poison=settings.poison)
+    w = World(rank, world_size, topo.local_rank, lws, device, settings.backend)
+    _RUNTIME = Runtime(w, settings, impl, topo, host_group, heap, owns_pg)
+    return w
+
+
+def shutdown() -> None:
+    """Release the heap and, if ``init`` created it, the process group (idempotent)."""
+    global _RUNTIME
+    rt, _RUNTIME = _RUNTIME, None
+    if rt is None:
+        return
+    try:
+        rt.backend.synchronize(rt.world.device)
+        if rt.world.world_size > 1:
+            dist.barrier(rt.host_group)
+    finally:
+        rt.backend.unmap_heap(rt.heap.mapping)
+        if rt.owns_process_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
