@@ -23,6 +23,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# Defaults of constexpr string parameters must be constexpr objects: Triton's compiler does
+# not wrap a plain ``str`` default of a called @jit function.
+ACQ_REL = tl.constexpr("acq_rel")
+SYS = tl.constexpr("sys")
+
 
 @triton.jit
 def translate(ptr, peer, ctx):
@@ -46,28 +51,28 @@ def store(ptr, value, peer, ctx, mask=None):
 
 
 @triton.jit
-def atomic_add(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = "acq_rel",
-               scope: tl.constexpr = "sys"):
+def atomic_add(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = ACQ_REL,
+               scope: tl.constexpr = SYS):
     """Atomically add ``value`` to ``peer``'s copy of ``ptr``; return the old values."""
     return tl.atomic_add(translate(ptr, peer, ctx), value, mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
-def atomic_xchg(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = "acq_rel",
-                scope: tl.constexpr = "sys"):
+def atomic_xchg(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = ACQ_REL,
+                scope: tl.constexpr = SYS):
     """Atomically replace ``peer``'s copy of ``ptr`` by ``value``; return the old values."""
     return tl.atomic_xchg(translate(ptr, peer, ctx), value, mask=mask, sem=sem, scope=scope)
 
 
 @triton.jit
-def atomic_cas(ptr, compare, value, peer, ctx, sem: tl.constexpr = "acq_rel",
-               scope: tl.constexpr = "sys"):
+def atomic_cas(ptr, compare, value, peer, ctx, sem: tl.constexpr = ACQ_REL,
+               scope: tl.constexpr = SYS):
     """If ``peer``'s copy of ``ptr`` equals ``compare``, set it to ``value``; return the old."""
     return tl.atomic_cas(translate(ptr, peer, ctx), compare, value, sem=sem, scope=scope)
 
 
 @triton.jit
-def atomic_max(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = "acq_rel",
-               scope: tl.constexpr = "sys"):
+def atomic_max(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = ACQ_REL,
+               scope: tl.constexpr = SYS):
     """Atomically raise ``peer``'s copy of ``ptr`` to at least ``value``; return the old."""
     return tl.atomic_max(translate(ptr, peer, ctx), value, mask=mask, sem=sem, scope=scope)

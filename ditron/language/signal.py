@@ -22,6 +22,8 @@ from .context import (
 )
 from .core import translate
 
+SET = tl.constexpr("set")  # see core.ACQ_REL for why defaults are constexpr objects
+
 # How many polls pass between checks of whether another wait of this rank already failed.
 _ABORT_CHECK_EVERY: tl.constexpr = 64
 
@@ -39,7 +41,7 @@ def world_size(ctx):
 
 
 @triton.jit
-def notify(sig_ptr, value, peer, ctx, op: tl.constexpr = "set"):
+def notify(sig_ptr, value, peer, ctx, op: tl.constexpr = SET):
     """Raise ``peer``'s copy of the signal ``sig_ptr`` (a scalar int64 heap pointer).
 
     ``op="set"`` stores ``value``; ``op="add"`` adds it (for counters several producers

@@ -14,6 +14,7 @@ _HOME = {
     "reduce_scatter": "collectives",
     "all_reduce": "collectives",
     "all_to_all": "collectives",
+    "all_to_all_device": "collectives",
     "send": "collectives",
     "recv": "collectives",
     "ag_gemm": "tp_gemm",

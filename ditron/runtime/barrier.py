@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import torch.distributed as dist
 import triton
-import triton.language as tl
 
 from .. import language as dl
 from .diagnostics import check_waits

@@ -1,13 +1,13 @@
 """Process-wide settings, read from ``DITRON_*`` environment variables at ``ditron.init``.
 
-| variable | meaning | default |
-|---|---|---|
-| ``DITRON_BACKEND`` | ``cpu`` or ``cuda`` | ``cuda`` when a GPU is visible, else ``cpu`` |
-| ``DITRON_HEAP_SIZE`` | bytes of symmetric heap per rank (``512M``, ``2G`` accepted) | 1G on CPU, 2G on CUDA |
-| ``DITRON_WAIT_TIMEOUT`` | seconds a device ``wait`` may spin before it raises (0: forever) | 120 on CPU, 0 on CUDA |
-| ``DITRON_LOCAL_WORLD_SIZE`` | ranks per node (a smaller value simulates nodes on CPU) | all local ranks |
-| ``DITRON_POISON`` | fill fresh symmetric memory with 0xFF bytes (NaN for floats) | 0 |
-| ``DITRON_LAUNCH_TIMEOUT`` | seconds ``ditron.launch`` waits for its ranks before it reports stuck ranks (0: forever) | 0 |
+- ``DITRON_BACKEND``: ``cpu`` or ``cuda``; default ``cuda`` when a GPU is visible.
+- ``DITRON_HEAP_SIZE``: symmetric heap bytes per rank (``512M``, ``2G``); 1G on CPU, 2G on CUDA.
+- ``DITRON_WAIT_TIMEOUT``: seconds a device ``wait`` spins before it raises (0: forever);
+  120 on CPU, 0 on CUDA.
+- ``DITRON_LOCAL_WORLD_SIZE``: ranks per node; a smaller value simulates nodes on CPU.
+- ``DITRON_POISON``: fill fresh symmetric memory with 0xFF bytes (NaN for floats); off.
+- ``DITRON_LAUNCH_TIMEOUT``: seconds ``ditron.launch`` waits for its ranks before it names the
+  stuck ones and kills them (0: forever).
 """
 
 from __future__ import annotations

@@ -11,10 +11,14 @@ class WaitTimeoutError(RuntimeError):
 
     def __init__(self, rank: int, signal: str, expected: int, seen: int, timeout: float):
         self.rank, self.signal, self.expected, self.seen = rank, signal, expected, seen
+        self.timeout = timeout
         super().__init__(
             f"rank {rank}: wait on signal {signal} timed out after about {timeout:g} s: "
             f"expected >= {expected}, saw {seen}. A peer never notified it: check that every "
             f"rank makes the same collective calls in the same order.")
+
+    def __reduce__(self):
+        return type(self), (self.rank, self.signal, self.expected, self.seen, self.timeout)
 
 
 def check_waits() -> None:

@@ -60,8 +60,8 @@ class SymmetricHeap:
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
         itemsize = torch.empty((), dtype=dtype).element_size()
-        nbytes = max(math.prod(dims) * itemsize, 1)
-        padded = -(-nbytes // ALIGNMENT) * ALIGNMENT
+        nbytes = math.prod(dims) * itemsize
+        padded = max(-(-nbytes // ALIGNMENT), 1) * ALIGNMENT
         offset = self._take(padded)
         problem = None if offset is not None else self._exhausted_message(padded)
         try:

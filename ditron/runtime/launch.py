@@ -10,6 +10,7 @@ note; nothing is left behind: no process, no shared-memory segment, no temporary
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import multiprocessing as mp
 import multiprocessing.connection as mpc
@@ -35,6 +36,8 @@ class RankError(RuntimeError):
 
 
 def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str) -> None:
+    # A fork-server child starts with the server's environment: take the caller's instead.
+    os.environ.clear()
     os.environ.update(env)
     from . import world as world_mod
 
@@ -44,8 +47,8 @@ def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str) -> None:
         from .diagnostics import check_waits
 
         check_waits()
-        world_mod.shutdown()
         conn.send(("ok", result))
+        world_mod.shutdown()
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
         tb = traceback.format_exc()
         try:
@@ -109,9 +112,10 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
         "TRITON_INTERPRET": "1" if backend == "cpu" else os.environ.get("TRITON_INTERPRET", ""),
     }
     procs, conns = [], []
+    failed = True
     try:
         for rank in range(world_size):
-            env = dict(job_env, RANK=str(rank), LOCAL_RANK=str(rank))
+            env = dict(os.environ, **job_env, RANK=str(rank), LOCAL_RANK=str(rank))
             parent, child = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_rank_main, args=(child, fn, args, kw, env, backend),
                             name=f"ditron-rank{rank}", daemon=True)
@@ -119,62 +123,108 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
             child.close()
             procs.append(p)
             conns.append(parent)
-        return _collect(procs, conns, settings.launch_timeout)
+        results = _collect(procs, conns, settings.launch_timeout)
+        failed = False
+        return results
+    except BaseException:
+        failed = True
+        raise
     finally:
+        for p in procs:  # ranks that returned are shutting down; give them a moment
+            p.join(timeout=_SHUTDOWN_SECONDS if p.exitcode is None and not failed else 0)
         for p in procs:
             if p.is_alive():
                 p.kill()
-        for p in procs:
-            p.join(timeout=10)
+                p.join(timeout=10)
         for c in conns:
             c.close()
         shutil.rmtree(workdir, ignore_errors=True)
         _remove_segments(job)
 
 
+@dataclasses.dataclass
+class _Failure:
+    rank: int
+    payload: bytes | None = None
+    summary: str = ""
+    traceback: str = ""
+    exitcode: int | None = None
+
+    @property
+    def secondary(self) -> bool:
+        """A communication error that a peer's failure causes (a reset connection)."""
+        return "torch/distributed" in self.traceback and self.exitcode is None
+
+
+_GRACE_SECONDS = 2.0  # after a first failure, how long to look for its root cause
+_SHUTDOWN_SECONDS = 30.0  # how long ranks that returned may take to shut down
+
+
 def _collect(procs, conns, timeout: float) -> list[Any]:
     results: list[Any] = [None] * len(procs)
     pending = {c: r for r, c in enumerate(conns)}
     sentinels = {p.sentinel: r for r, p in enumerate(procs)}
+    failures: list[_Failure] = []
+    first_failure = 0.0
     deadline = time.monotonic() + timeout if timeout > 0 else None
     while pending:
-        left = None if deadline is None else max(deadline - time.monotonic(), 0)
+        if failures:
+            grace_end = first_failure + _GRACE_SECONDS
+            left = max(grace_end - time.monotonic(), 0)
+        else:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0)
         ready = mpc.wait(list(pending) + list(sentinels), timeout=left)
         if not ready:
+            if failures:
+                break
             stuck = sorted(pending.values())
             raise TimeoutError(f"ditron.launch: ranks {stuck} made no progress for "
                                f"{timeout:g} s (DITRON_LAUNCH_TIMEOUT); they were killed")
         for obj in ready:
-            if obj in pending:
-                rank = pending.pop(obj)
-                try:
-                    msg = obj.recv()
-                except EOFError:
-                    continue  # the sentinel reports how it died
-                if msg[0] == "ok":
-                    results[rank] = msg[1]
-                else:
-                    _raise_remote(rank, *msg[1:])
-            elif obj in sentinels:
-                rank = sentinels.pop(obj)
-                conn = conns[rank]
-                if conn in pending and not conn.poll():
-                    code = procs[rank].exitcode
-                    raise RankError(rank, f"process exited with code {code} before returning")
+            if obj in sentinels:
+                conn = conns[sentinels.pop(obj)]
+                if conn in pending:
+                    _receive(conn, pending, procs, results, failures)
+            elif obj in pending:
+                _receive(obj, pending, procs, results, failures)
+        if failures and not first_failure:
+            first_failure = time.monotonic()
+        if failures and not any(f.secondary for f in failures):
+            break
+    if failures:
+        _raise_failure(min(failures, key=lambda f: (f.secondary, f.exitcode is not None)))
     return results
 
 
-def _raise_remote(rank: int, payload: bytes | None, summary: str, tb: str):
+def _receive(conn, pending, procs, results, failures) -> None:
+    rank = pending.pop(conn)
+    try:
+        msg = conn.recv()
+    except EOFError:  # the process ended without a word
+        procs[rank].join(timeout=5)
+        failures.append(_Failure(rank, exitcode=procs[rank].exitcode))
+        return
+    if msg[0] == "ok":
+        results[rank] = msg[1]
+    else:
+        failures.append(_Failure(rank, *msg[1:]))
+
+
+def _raise_failure(failure: _Failure):
+    if failure.exitcode is not None:
+        raise RankError(failure.rank,
+                        f"process exited with code {failure.exitcode} before returning")
     exc = None
-    if payload is not None:
+    if failure.payload is not None:
         try:
-            exc = pickle.loads(payload)
+            exc = pickle.loads(failure.payload)
         except Exception:  # noqa: BLE001
             exc = None
     if not isinstance(exc, BaseException):
-        raise RankError(rank, f"{summary}\n{tb}")
-    exc.rank = rank
-    exc.add_note(f"[ditron] raised on rank {rank}; remote traceback:\n{tb}")
+        raise RankError(failure.rank, f"{failure.summary}\n{failure.traceback}")
+    exc.rank = failure.rank
+    exc.add_note(f"[ditron] raised on rank {failure.rank}; remote traceback:\n"
+                 f"{failure.traceback}")
     raise exc
 
 

@@ -126,7 +126,8 @@ def init(backend: str | None = None, *, heap_size: int | str | None = None,
             os.environ.setdefault("MASTER_PORT", str(_free_port()))
         kwargs = {"device_id": device} if pg_backend == "nccl" else {}
         dist.init_process_group(pg_backend, init_method=init_method, rank=rank,
-                                world_size=world_size, timeout=datetime.timedelta(minutes=30),
+                                world_size=world_size,
+                                timeout=datetime.timedelta(seconds=_host_timeout(settings)),
                                 **kwargs)
     if dist.get_backend() == "gloo":
         host_group = dist.group.WORLD
@@ -156,6 +157,11 @@ def shutdown() -> None:
         rt.backend.unmap_heap(rt.heap.mapping)
         if rt.owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _host_timeout(settings: Settings) -> float:
+    """Host collectives give up too when device waits have a timeout (never below 10 min)."""
+    return max(settings.wait_timeout, 600.0) if settings.wait_timeout > 0 else 1800.0
 
 
 def _free_port() -> int:

@@ -57,7 +57,7 @@ class CudaBackend(Backend):
 
         import torch.distributed._symmetric_memory as symm_mem
 
-        symm_mem.set_backend("CUDA")
+        _prefer_cuda_backend(symm_mem)
         node_group = _node_group(topo, group)
         local = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
         handle = symm_mem.rendezvous(local, node_group)
@@ -82,3 +82,12 @@ def _node_group(topo: Topology, group):
         if node == topo.node:
             mine = g
     return mine
+
+
+def _prefer_cuda_backend(symm_mem) -> None:
+    """Use torch's CUDA symmetric-memory allocator where it can be chosen: its NVSHMEM one
+    refuses several processes on one GPU. Builds that cannot switch keep their default."""
+    try:
+        symm_mem.set_backend("CUDA")
+    except RuntimeError:
+        pass

@@ -1,0 +1,233 @@
+"""``ditron bench collectives``: every collective and engine against torch.distributed.
+
+Sizes are the full tensor of each op (all-gather output, reduce-scatter / all-reduce /
+all-to-all input), as nccl-tests counts them; ``algbw = size / time`` and ``busbw`` scales
+it by ``(W-1)/W`` (``2(W-1)/W`` for all-reduce). Every rank runs the same fixed number of
+warm-up and timed iterations (never ``do_bench``: its adaptive loop deadlocks collectives),
+timed by CUDA events on GPU (wall clock on CPU), medians over iterations, with the ranks
+aligned by a host barrier before each measurement. Ditron ops run eagerly: their signal
+epochs live on the host, so a captured CUDA graph would replay stale epochs (not measured
+under graphs yet). The torch.distributed baseline is NCCL when every rank has its own GPU,
+gloo on CPU, and skipped (with a note) when ranks share a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+_SMALL = ["4K", "64K"]
+_DEFAULT_GPU = ["4K", "8K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G"]
+_OPS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="ditron bench collectives", description=__doc__)
+    p.add_argument("--world-size", type=int, default=None,
+                   help="ranks to launch (default: number of GPUs, or 2 on CPU)")
+    p.add_argument("--backend", choices=("cpu", "cuda"), default=None)
+    p.add_argument("--sizes", default=None,
+                   help="'small', or comma list like 4K,1M,1G (default: 4K..1G on GPU, small "
+                        "on CPU)")
+    p.add_argument("--ops", default=",".join(_OPS))
+    p.add_argument("--engines", default="copy_engine,sm")
+    p.add_argument("--dtype", choices=sorted(_DTYPES), default="bf16")
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--iters", type=int, default=None)
+    p.add_argument("--out", default="bench/results/collectives")
+    return p.parse_args(argv)
+
+
+def _sizes(spec: str | None, backend: str) -> list[int]:
+    from ..runtime.config import parse_bytes
+
+    if spec is None:
+        spec = ",".join(_DEFAULT_GPU if backend == "cuda" else _SMALL)
+    if spec == "small":
+        spec = ",".join(_SMALL)
+    return [parse_bytes(s) for s in spec.split(",") if s]
+
+
+def main(argv: list[str]) -> int:
+    import ditron
+
+    from ..runtime.config import default_backend
+
+    args = _parse(argv)
+    backend = args.backend or default_backend()
+    sizes = _sizes(args.sizes, backend)
+    if ditron.is_initialized():
+        _run(args, sizes)
+        return 0
+    world = args.world_size or (max(torch.cuda.device_count(), 1) if backend == "cuda" else 2)
+    if "DITRON_HEAP_SIZE" not in os.environ:
+        need = 3 * world * max(sizes) + (1 << 30)
+        os.environ["DITRON_HEAP_SIZE"] = str(need if backend == "cuda" else
+                                             max(need, 256 << 20))
+    ditron.launch(_run, world, args, sizes, backend=backend)
+    return 0
+
+
+def _baseline_ok() -> tuple[bool, str]:
+    from ..runtime.world import current
+
+    rt = current()
+    if rt.world.backend == "cpu":
+        return True, "torch.distributed (gloo)"
+    if dist.get_backend() == "nccl":
+        return True, "torch.distributed (nccl)"
+    return False, "no torch.distributed baseline: ranks share a GPU (NCCL refuses it)"
+
+
+def _ops_for(name: str, size: int, dtype: torch.dtype, engines: list[str], base_ok: bool):
+    """(impl label, callable) pairs for op ``name`` on a ``size``-byte tensor."""
+    import ditron
+
+    from ..runtime.world import current
+
+    rt = current()
+    w, dev = rt.world.world_size, rt.world.device
+    item = torch.empty((), dtype=dtype).element_size()
+    numel = max(size // item // w, 1) * w
+    full = torch.randn(numel, device=dev).to(dtype)
+    part = full[: numel // w].clone()
+    ops = ditron.ops
+    group = None if dev.type == "cuda" else rt.host_group
+    out = []
+    for eng in engines:
+        if name == "all_gather":
+            out.append((eng, lambda e=eng: ops.all_gather(part, engine=e)))
+        elif name == "reduce_scatter":
+            out.append((eng, lambda e=eng: ops.reduce_scatter(full, engine=e)))
+        elif name == "all_reduce":
+            for m in ("one_shot", "two_shot"):
+                if m == "one_shot" and size > (64 << 20):
+                    continue
+                out.append((f"{eng}/{m}", lambda e=eng, m=m: ops.all_reduce(full, m, engine=e)))
+        elif name == "all_to_all":
+            out.append((eng, lambda e=eng: ops.all_to_all(full, engine=e)))
+    if base_ok:
+        if name == "all_gather":
+            dst = torch.empty_like(full)
+            out.append(("torch", lambda: dist.all_gather_into_tensor(dst, part, group=group)))
+        elif name == "reduce_scatter":
+            dst = torch.empty_like(part)
+            out.append(("torch", lambda: dist.reduce_scatter_tensor(dst, full, group=group)))
+        elif name == "all_reduce":
+            buf = full.clone()
+            out.append(("torch", lambda: dist.all_reduce(buf, group=group)))
+        elif name == "all_to_all":
+            dst = torch.empty_like(full)
+            out.append(("torch", lambda: dist.all_to_all_single(dst, full, group=group)))
+    return numel * item, out
+
+
+def _time(fn, warmup: int, iters: int) -> float:
+    """Median seconds per call; every rank runs exactly ``warmup + iters`` calls."""
+    from ..runtime.world import current
+
+    rt = current()
+    cuda = rt.world.device.type == "cuda"
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier(group=rt.host_group)
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _run(args: argparse.Namespace, sizes: list[int]) -> None:
+    from ..ops.exchange import release_workspaces
+    from ..runtime.world import current
+
+    rt = current()
+    w = rt.world.world_size
+    cuda = rt.world.device.type == "cuda"
+    warmup = args.warmup if args.warmup is not None else (5 if cuda else 1)
+    iters = args.iters if args.iters is not None else (20 if cuda else 3)
+    dtype = _DTYPES[args.dtype]
+    engines = [e for e in args.engines.split(",") if e]
+    base_ok, base_note = _baseline_ok()
+    records = []
+    for name in [o for o in args.ops.split(",") if o]:
+        for size in sizes:
+            nbytes, impls = _ops_for(name, size, dtype, engines, base_ok)
+            for label, fn in impls:
+                t = _time(fn, warmup, iters)
+                factor = (2 if name == "all_reduce" else 1) * (w - 1) / max(w, 1)
+                records.append(dict(op=name, impl=label, bytes=nbytes, us=t * 1e6,
+                                    algbw_GBps=nbytes / t / 1e9,
+                                    busbw_GBps=nbytes / t / 1e9 * factor))
+            release_workspaces()
+            if cuda:
+                torch.cuda.empty_cache()
+    if rt.world.rank == 0:
+        meta = dict(world_size=w, backend=rt.world.backend, dtype=args.dtype, warmup=warmup,
+                    iters=iters, baseline=base_note, cuda_graphs=False,
+                    device=torch.cuda.get_device_name() if cuda else "cpu")
+        _report(records, meta, args.out)
+
+
+def _report(records: list[dict], meta: dict, out: str) -> None:
+    os.makedirs(out, exist_ok=True)
+    print(f"# collectives: {meta}")
+    print(f"{'op':<15}{'impl':<24}{'bytes':>12}{'time us':>12}{'algbw GB/s':>12}"
+          f"{'busbw GB/s':>12}")
+    for r in records:
+        print(f"{r['op']:<15}{r['impl']:<24}{r['bytes']:>12}{r['us']:>12.1f}"
+              f"{r['algbw_GBps']:>12.2f}{r['busbw_GBps']:>12.2f}")
+    with open(os.path.join(out, "collectives.json"), "w") as f:
+        json.dump(dict(meta=meta, records=records), f, indent=1)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot written (pip install matplotlib)")
+        return
+    ops = sorted({r["op"] for r in records})
+    fig, axes = plt.subplots(2, len(ops), figsize=(5 * len(ops), 8), squeeze=False)
+    for j, op in enumerate(ops):
+        for impl in sorted({r["impl"] for r in records if r["op"] == op}):
+            rs = [r for r in records if r["op"] == op and r["impl"] == impl]
+            xs = [r["bytes"] for r in rs]
+            axes[0][j].plot(xs, [r["busbw_GBps"] for r in rs], marker="o", label=impl)
+            axes[1][j].plot(xs, [r["us"] for r in rs], marker="o", label=impl)
+        axes[0][j].set_title(op)
+        axes[0][j].set_ylabel("bus bandwidth (GB/s)")
+        axes[1][j].set_ylabel("latency (us)")
+        for ax in (axes[0][j], axes[1][j]):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("bytes")
+            ax.legend(fontsize=7)
+        axes[1][j].set_yscale("log")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "collectives.png"), dpi=120)
+    print(f"wrote {out}/collectives.json and collectives.png")
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

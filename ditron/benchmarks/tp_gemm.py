@@ -1,0 +1,205 @@
+"""``ditron bench tp-gemm``: overlapped TP GEMMs vs torch.matmul + torch.distributed.
+
+Shapes: REFERENCES.md (M = 8192 global tokens; AG-GEMM ``C[M, N/W] = AG(A[M/W, K]) @
+B[K, N/W]``, GEMM-RS ``C[M/W, N] = RS(A[M, K/W] @ B[K/W, N])``), multiplied by ``--scale``
+(rounded to multiples of 64) for fewer GPUs or less memory; ``--smoke`` uses tiny shapes
+(CPU). Per shape, in the same run and with the same fixed warm-up / timed call counts on
+every rank (CUDA events on GPU, host clock on CPU; the slowest rank's median):
+
+* ``T_gemm``: the rank's local GEMM with ``torch.matmul``; ``T_comm``: the collective alone;
+* ``baseline``: ``method="fallback"`` (torch.matmul + NCCL, not overlapped);
+* ``ditron``: ``method="overlap"``; ``auto``: what users get by default;
+* ``torch_fused``: ``torch.ops.symm_mem.fused_all_gather_matmul`` /
+  ``fused_matmul_reduce_scatter`` when available (CUDA only).
+
+Reported: speedup = baseline / ditron, and overlap efficiency = max(T_gemm, T_comm) / T_op
+(1.0 = the ideal overlap bound). Writes a table to stdout and ``tp_gemm.json`` / ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
+             (49152, 12288)]
+RS_SHAPES = [(4096, 11008), (4096, 14336), (3584, 14336), (4608, 36864), (8192, 28672),
+             (8192, 29568)]
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _round(x: float, q: int = 64) -> int:
+    return max(q, int(round(x / q)) * q)
+
+
+def shapes(ops: list[str], scale: float, smoke: bool, W: int) -> list[tuple[str, int, int, int]]:
+    """(op, M global, N global, K global) rows."""
+    if smoke:
+        rows = []
+        if "ag" in ops:
+            rows.append(("ag_gemm", 16 * W + 8 * W, 48 * W, 40))
+        if "rs" in ops:
+            rows.append(("gemm_rs", 24 * W, 40, 24 * W))
+        return rows
+    out = []
+    M = _round(8192 * scale, 64 * W)
+    if "ag" in ops:
+        out += [("ag_gemm", M, _round(n * scale, 64 * W), _round(k * scale)) for n, k in AG_SHAPES]
+    if "rs" in ops:
+        out += [("gemm_rs", M, _round(n * scale), _round(k * scale, 64 * W)) for n, k in RS_SHAPES]
+    return out
+
+
+def _fused(op: str, a, b):
+    """PyTorch's fused op as a callable, or None where unavailable."""
+    if a.device.type != "cuda":
+        return None
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        group = dist.group.WORLD
+        symm_mem.enable_symm_mem_for_group(group.group_name)
+        if op == "ag_gemm":
+            return lambda: torch.ops.symm_mem.fused_all_gather_matmul(
+                a, [b], gather_dim=0, group_name=group.group_name)
+        return lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(
+            a, b, "sum", scatter_dim=0, group_name=group.group_name)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _measure(rows, dtype, warmup: int, iters: int) -> list[dict]:
+    return [_measure_one(op, M, N, K, dtype, warmup, iters) for op, M, N, K in rows]
+
+
+def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int) -> dict:
+    import ditron
+    from ditron.runtime.world import current
+    from ditron.tune.tuner import agreed_median, time_calls
+
+    w = ditron.world()
+    W, dev = w.world_size, w.device
+    torch.manual_seed(w.rank)
+    if op == "ag_gemm":
+        a = torch.randn(M // W, K, device=dev).to(dtype)
+        b = torch.randn(N // W, K, device=dev).to(dtype).t()  # a transposed weight
+        full_a = torch.empty(M, K, device=dev, dtype=dtype)
+        gemm = lambda: torch.matmul(full_a, b)  # noqa: E731
+        comm = lambda: dist.all_gather_into_tensor(full_a, a)  # noqa: E731
+    else:
+        a = torch.randn(M, K // W, device=dev).to(dtype)
+        b = torch.randn(N, K // W, device=dev).to(dtype).t()
+        part = torch.matmul(a, b)
+        out = torch.empty(M // W, N, device=dev, dtype=dtype)
+        gemm = lambda: torch.matmul(a, b)  # noqa: E731
+        comm = lambda: dist.reduce_scatter_tensor(out, part)  # noqa: E731
+    fn = getattr(ditron.ops, op)
+    row = {"op": op, "M": M, "N": N, "K": K, "world_size": W, "dtype": str(dtype)}
+    cands = {"t_gemm": gemm, "t_comm": comm,
+             "baseline": lambda: fn(a, b, method="fallback"),
+             "ditron": lambda: fn(a, b, method="overlap"),
+             "auto": lambda: fn(a, b, method="auto")}
+    fused = _fused(op, a, b.contiguous() if op == "ag_gemm" else b)
+    ok = torch.tensor([1.0 if fused is not None else 0.0])
+    if W > 1:
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=current().host_group)
+    if ok.item() > 0:
+        cands["torch_fused"] = fused
+    for name, f in cands.items():
+        try:
+            times = time_calls(f, warmup, iters, dev)
+        except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
+            times = [float("inf")]
+            row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
+        t = agreed_median(times)  # every rank joins, failed or not
+        row[name] = t if t != float("inf") else None
+    bound = max(row["t_gemm"] or 0.0, row["t_comm"] or 0.0)
+    for name in ("baseline", "ditron", "auto", "torch_fused"):
+        if row.get(name):
+            row[f"eff_{name}"] = bound / row[name]
+    if row.get("ditron") and row.get("baseline"):
+        row["speedup"] = row["baseline"] / row["ditron"]
+    return row
+
+
+def _table(results: list[dict]) -> str:
+    head = (f"{'op':8} {'M':>6} {'N':>6} {'K':>6} {'T_gemm':>9} {'T_comm':>9} {'base':>9} "
+            f"{'ditron':>9} {'fused':>9} {'speedup':>7} {'eff':>5} {'eff_base':>8}")
+    lines = [head, "-" * len(head)]
+    f = lambda v: f"{v:9.1f}" if isinstance(v, float) else f"{'-':>9}"  # noqa: E731
+    for r in results:
+        lines.append(f"{r['op']:8} {r['M']:6} {r['N']:6} {r['K']:6} {f(r['t_gemm'])} "
+                     f"{f(r['t_comm'])} {f(r.get('baseline'))} {f(r.get('ditron'))} "
+                     f"{f(r.get('torch_fused'))} {r.get('speedup', 0):7.3f} "
+                     f"{r.get('eff_ditron', 0):5.2f} {r.get('eff_baseline', 0):8.2f}")
+    lines.append("times in us (median, slowest rank); eff = max(T_gemm, T_comm) / T_op")
+    return "\n".join(lines)
+
+
+def _plot(results: list[dict], path: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    labels = [f"{r['op']}\n{r['N']}x{r['K']}" for r in results]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(results)), 4))
+    x = range(len(results))
+    for i, key in enumerate(("eff_baseline", "eff_ditron", "eff_torch_fused")):
+        ax.bar([v + 0.27 * (i - 1) for v in x], [r.get(key) or 0 for r in results], 0.27,
+               label=key.removeprefix("eff_"))
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(list(x), labels, fontsize=7)
+    ax.set_ylabel("max(T_gemm, T_comm) / T_op")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ditron bench tp-gemm", description=__doc__.split("\n")[0])
+    p.add_argument("--world-size", type=int, default=None)
+    p.add_argument("--scale", type=float, default=None,
+                   help="multiply the REFERENCES.md shapes (default 1/W*2 fits one H200 each)")
+    p.add_argument("--ops", default="ag,rs")
+    p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--smoke", action="store_true", help="tiny shapes (CPU backend)")
+    p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
+    args = p.parse_args(argv)
+    import ditron
+    from ditron.runtime.config import default_backend
+
+    backend = args.backend or default_backend()
+    W = args.world_size or (torch.cuda.device_count() if backend == "cuda" else 2)
+    smoke = args.smoke or backend == "cpu"
+    scale = args.scale if args.scale is not None else 1.0
+    rows = shapes(args.ops.split(","), scale, smoke, W)
+    dtype = DTYPES[args.dtype]
+    if smoke:
+        args.warmup, args.iters = min(args.warmup, 1), min(args.iters, 3)
+    if ditron.is_initialized():
+        results = _measure(rows, dtype, args.warmup, args.iters)
+        if ditron.world().rank != 0:
+            return 0
+    else:
+        results = ditron.launch(_measure, W, rows, dtype, args.warmup, args.iters,
+                                backend=backend)[0]
+    print(_table(results))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "tp_gemm.json"), "w") as f:
+        json.dump({"results": results, "argv": argv or sys.argv[1:]}, f, indent=1)
+    _plot(results, os.path.join(args.out, "tp_gemm.png"))
+    print(f"wrote {args.out}/tp_gemm.json", file=sys.stderr)
+    return 0

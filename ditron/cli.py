@@ -1,0 +1,80 @@
+"""``ditron`` command line: ``info``, ``demo``, ``bench NAME``, ``trace``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+
+def _info(args: argparse.Namespace) -> int:
+    import torch
+    import triton
+
+    import ditron
+    from ditron.runtime.config import Settings
+
+    settings = Settings.from_env(args.backend)
+    print(f"ditron   {ditron.__version__}")
+    print(f"torch    {torch.__version__}")
+    print(f"triton   {triton.__version__}")
+    print(f"backend  {settings.backend}" + (" (Triton interpreter)"
+                                            if settings.backend == "cpu" else ""))
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            print(f"device   cuda:{i} {torch.cuda.get_device_name(i)}")
+    else:
+        print("device   cpu (no CUDA device visible)")
+    print(f"heap     {settings.heap_size / 2**20:.0f} MiB per rank (DITRON_HEAP_SIZE)")
+    timeout = f"{settings.wait_timeout:g} s" if settings.wait_timeout > 0 else "off"
+    print(f"timeout  {timeout} (DITRON_WAIT_TIMEOUT)")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ditron import demo
+
+    ok = demo.run(args.world_size, n=args.n, repeats=args.repeats, backend=args.backend)
+    return 0 if ok else 1
+
+
+def _bench(args: argparse.Namespace, rest: list[str]) -> int:
+    name = args.name.replace("-", "_")
+    try:
+        module = importlib.import_module(f"ditron.benchmarks.{name}")
+    except ModuleNotFoundError:
+        print(f"ditron bench: unknown benchmark {args.name!r}", file=sys.stderr)
+        return 2
+    return module.main(rest)
+
+
+def _trace(args: argparse.Namespace, rest: list[str]) -> int:
+    module = importlib.import_module("ditron.trace")
+    return module.main(rest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ditron", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("info", help="versions, backend, devices, heap size")
+    p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
+    p = sub.add_parser("demo", help="ring exchange and all-gather with the primitives")
+    p.add_argument("--world-size", type=int, default=None)
+    p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--n", type=int, default=200, help="elements per rank")
+    p.add_argument("--repeats", type=int, default=3)
+    p = sub.add_parser("bench", help="benchmarks: collectives, tp-gemm")
+    p.add_argument("name")
+    sub.add_parser("trace", help="overlap trace of an operator (Chrome trace + PNG)")
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        return _bench(args, rest)
+    if args.command == "trace":
+        return _trace(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return {"info": _info, "demo": _demo}[args.command](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

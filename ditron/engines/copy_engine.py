@@ -1,0 +1,130 @@
+"""Copy engine: host-issued peer copies that use no compute programs.
+
+CUDA: each batch runs on a side stream that first waits for the issuing stream; every
+transfer is a ``copy_`` (or ``add_`` for ``reduce``) between a local tensor and a peer view
+(``ditron.peer``), followed in the side stream's order by a one-program kernel that
+``notify``s the signal (release, system scope). :meth:`drain` makes the current stream wait
+for the side stream (the host does not block).
+
+CPU: a single worker thread per process performs the copies with ``memcpy`` and then stores
+the signal into the peer's pad (an aligned 8-byte store; the copy's stores come first in
+program order, and x86 keeps stores in order). It never launches Triton (the interpreter is
+not thread-safe); :meth:`drain` joins the outstanding batches.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+
+import torch
+
+from ..runtime.world import current
+from .base import Engine, Transfer, register_engine
+
+_EXECUTOR: cf.ThreadPoolExecutor | None = None
+_SIDE_STREAMS: dict = {}
+
+
+def _executor() -> cf.ThreadPoolExecutor:
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        _EXECUTOR = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ditron-copy")
+    return _EXECUTOR
+
+
+def _side_stream(device: torch.device):
+    stream = _SIDE_STREAMS.get(device)
+    if stream is None:
+        stream = torch.cuda.Stream(device=device)
+        _SIDE_STREAMS[device] = stream
+    return stream
+
+
+def _endpoints(t: Transfer, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The transfer's tensors as this process can touch them (peer views for remote sides)."""
+    if t.src.numel() == 0:
+        return t.src, t.src  # nothing to move; only the signal matters
+    heap = current().heap
+    src = t.src if t.src_rank == rank else heap.peer(t.src, t.src_rank)
+    dst = t.dst if t.dst_rank == rank else heap.peer(t.dst, t.dst_rank)
+    return src, dst
+
+
+def _check(transfers: list[Transfer], rank: int) -> None:
+    for t in transfers:
+        if rank not in (t.src_rank, t.dst_rank):
+            raise ValueError(f"copy_engine: rank {rank} issues a transfer from rank "
+                             f"{t.src_rank} to rank {t.dst_rank}; one side must be local")
+        if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
+            raise ValueError(f"copy_engine: src {tuple(t.src.shape)} {t.src.dtype} and dst "
+                             f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
+
+
+@register_engine
+class CopyEngine(Engine):
+    """Peer copies issued from the host (DMA engines on GPU, a worker thread on CPU)."""
+
+    name = "copy_engine"
+    can_reduce = True
+
+    def __init__(self) -> None:
+        self._pending: list[cf.Future] = []
+        self._stream = None
+
+    def issue(self, transfers: list[Transfer]) -> None:
+        rt = current()
+        rank = rt.world.rank
+        _check(transfers, rank)
+        if rt.world.backend == "cpu":
+            jobs = []
+            for t in transfers:
+                src, dst = _endpoints(t, rank)
+                sig = None
+                if t.signal is not None:
+                    sig = rt.heap.peer(t.signal.pad.signals, t.dst_rank)[t.signal.index:
+                                                                         t.signal.index + 1]
+                jobs.append((src, dst, t.reduce, sig, t.signal.value if t.signal else 0))
+            self._pending.append(_executor().submit(_run_host, jobs))
+            return
+        self._issue_cuda(transfers, rank)
+
+    def _issue_cuda(self, transfers: list[Transfer], rank: int) -> None:
+        from .sync import _notify_range
+
+        rt = current()
+        side = _side_stream(rt.world.device)
+        side.wait_stream(torch.cuda.current_stream(rt.world.device))
+        with torch.cuda.stream(side):
+            for t in transfers:
+                src, dst = _endpoints(t, rank)
+                for local in (t.src, t.dst) if src.numel() else ():
+                    if not rt.heap.contains(local):
+                        local.record_stream(side)
+                if src.numel():
+                    if t.reduce:
+                        dst.add_(src)
+                    else:
+                        dst.copy_(src, non_blocking=True)
+                if t.signal is not None:
+                    _notify_range[(1,)](t.signal.pad.signals, t.signal.index, t.signal.value,
+                                        t.dst_rank, 1, -1, rt.context())
+        self._stream = side
+
+    def drain(self) -> None:
+        if self._stream is not None:
+            torch.cuda.current_stream(self._stream.device).wait_stream(self._stream)
+            self._stream = None
+        pending, self._pending = self._pending, []
+        for fut in pending:
+            fut.result()
+
+
+def _run_host(jobs) -> None:
+    for src, dst, reduce, sig, value in jobs:
+        if src.numel():
+            if reduce:
+                dst.add_(src)
+            else:
+                dst.copy_(src)
+        if sig is not None:
+            sig.fill_(value)

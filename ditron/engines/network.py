@@ -1,0 +1,83 @@
+"""Network engine: transfers between ranks whose heaps are not mapped (other nodes).
+
+Two-sided: **both** ends issue the same :class:`~ditron.engines.base.Transfer`. The sender
+(``src_rank``) posts a send of ``src``; the receiver (``dst_rank``) posts a receive into
+``dst`` (the other side's tensor is ignored by each end, so pass any tensor of the same
+shape). :meth:`drain` completes the posted operations and then raises, on the receiver, the
+transfer's signal in its local pad. Ops go through ``torch.distributed``: NCCL on GPUs when
+the default group is NCCL, otherwise the gloo host group (CUDA tensors are staged through
+host memory then). This is the engine that carries a plan past one node; it also works
+between ranks of one node, which is how it is tested on a single machine.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ..runtime.world import current
+from .base import Engine, Transfer, register_engine
+
+
+@register_engine
+class NetworkEngine(Engine):
+    """Point-to-point sends and receives over torch.distributed."""
+
+    name = "network"
+    can_reduce = True
+
+    def __init__(self) -> None:
+        self._works: list = []
+        self._landing: list[tuple[torch.Tensor, torch.Tensor, bool]] = []
+        self._signals: list = []
+
+    def _group(self, tensor: torch.Tensor):
+        rt = current()
+        if tensor.is_cuda and dist.get_backend() == "nccl":
+            return None, False
+        return rt.host_group, tensor.is_cuda
+
+    def issue(self, transfers: list[Transfer]) -> None:
+        rank = current().world.rank
+        ops = []
+        for t in transfers:
+            if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
+                raise ValueError(f"network engine: src {tuple(t.src.shape)} {t.src.dtype} "
+                                 f"and dst {tuple(t.dst.shape)} {t.dst.dtype} differ")
+            if t.src_rank == t.dst_rank:
+                raise ValueError("network engine: a transfer must cross ranks")
+            if rank == t.src_rank and t.src.numel():
+                group, staged = self._group(t.src)
+                buf = t.src.contiguous()
+                buf = buf.cpu() if staged else buf
+                ops.append(dist.P2POp(dist.isend, buf, t.dst_rank, group=group))
+            elif rank == t.dst_rank:
+                if t.dst.numel():
+                    group, staged = self._group(t.dst)
+                    direct = t.dst.is_contiguous() and not staged and not t.reduce
+                    buf = t.dst if direct else torch.empty(
+                        t.dst.shape, dtype=t.dst.dtype, device="cpu" if staged else t.dst.device)
+                    ops.append(dist.P2POp(dist.irecv, buf, t.src_rank, group=group))
+                    if not direct:
+                        self._landing.append((buf, t.dst, t.reduce))
+                if t.signal is not None:
+                    self._signals.append(t.signal)
+            elif rank != t.src_rank:
+                raise ValueError(f"network engine: rank {rank} is neither end of a transfer "
+                                 f"from {t.src_rank} to {t.dst_rank}")
+        if ops:
+            self._works.extend(dist.batch_isend_irecv(ops))
+
+    def drain(self) -> None:
+        works, self._works = self._works, []
+        for w in works:
+            w.wait()
+        landing, self._landing = self._landing, []
+        for buf, dst, reduce in landing:
+            if reduce:
+                dst.add_(buf.to(dst.device))
+            else:
+                dst.copy_(buf)
+        signals, self._signals = self._signals, []
+        for s in signals:
+            s.pad.signals[s.index].fill_(s.value)

@@ -1,0 +1,136 @@
+"""SM engine: a Triton load/store kernel on a configurable number of programs.
+
+One launch moves a batch of transfers: program ``(p, t)`` copies blocks ``p, p + P, ...``
+of transfer ``t`` (``P`` = ``programs``), reading and writing through
+``ditron.language.translate`` so either side may be a peer's heap. With ``reduce`` it adds
+the source into the destination (accumulating in fp32) instead of overwriting. The last
+program to finish a transfer (a per-transfer counter, reset by that program) raises the
+transfer's signal with ``notify`` (release, system scope), so the consumer sees every block.
+
+Transfers of one batch are grouped by (dtype, reduce, signal value); tensors must be
+contiguous. Descriptor tables are cached by their contents, so repeated calls on the same
+buffers launch without host-to-device copies.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import language as dl
+from ..runtime.world import current
+from .base import Engine, Transfer, register_engine
+
+# Descriptor row: src address, dst address, numel, src rank, dst rank, signal address
+# (0: none), signal rank.
+_FIELDS = 7
+_CACHE_LIMIT = 256
+
+
+@triton.jit
+def _as_ptr(addr, like):
+    return addr.to(tl.uint64, bitcast=True).to(like.dtype, bitcast=True)
+
+
+@triton.jit
+def _move_kernel(desc, typed, sig_typed, counters, value, ctx, BLOCK: tl.constexpr,
+                 REDUCE: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    t = tl.program_id(1)
+    row = desc + t * 7
+    src = dl.translate(_as_ptr(tl.load(row + 0), typed), tl.load(row + 3), ctx)
+    dst = dl.translate(_as_ptr(tl.load(row + 1), typed), tl.load(row + 4), ctx)
+    n = tl.load(row + 2)
+    nblocks = tl.cdiv(n, BLOCK)
+    block = pid
+    while block < nblocks:
+        offs = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        v = tl.load(src + offs, mask=mask)
+        if REDUCE:
+            v = (v.to(tl.float32) + tl.load(dst + offs, mask=mask).to(tl.float32)).to(v.dtype)
+        tl.store(dst + offs, v, mask=mask)
+        block += nprog
+    sig = tl.load(row + 5)
+    if sig != 0:
+        tl.debug_barrier()
+        done = tl.atomic_add(counters + t, 1, sem="acq_rel", scope="sys")
+        if done == nprog - 1:
+            tl.atomic_xchg(counters + t, 0, sem="relaxed", scope="sys")
+            dl.notify(_as_ptr(sig, sig_typed), value, tl.load(row + 6), ctx)
+
+
+def _default_programs() -> int:
+    return 1 if current().world.backend == "cpu" else 16
+
+
+@register_engine
+class SmEngine(Engine):
+    """Load/store (optionally sum) kernel on ``programs`` programs per transfer."""
+
+    name = "sm"
+    can_reduce = True
+
+    def __init__(self, programs: int | None = None, block: int | None = None) -> None:
+        if programs is not None and programs < 1:
+            raise ValueError(f"sm engine: programs must be >= 1, got {programs}")
+        self.programs = programs or _default_programs()
+        cpu = current().world.backend == "cpu"
+        self.block = block or (4096 if cpu else 2048)
+        self._tables: OrderedDict = OrderedDict()
+
+    def issue(self, transfers: list[Transfer]) -> None:
+        rt = current()
+        groups: dict[tuple, list[Transfer]] = {}
+        for t in transfers:
+            _check(t, rt.world.rank)
+            value = t.signal.value if t.signal is not None else 0
+            groups.setdefault((t.src.dtype, t.reduce, value), []).append(t)
+        ctx = rt.context()
+        for (_, reduce, value), batch in groups.items():
+            desc, counters, sig_typed = self._table(batch)
+            grid = (self.programs, len(batch))
+            _move_kernel[grid](desc, batch[0].src, sig_typed, counters, value, ctx,
+                               BLOCK=self.block, REDUCE=reduce, num_warps=8)
+
+    def _table(self, batch: list[Transfer]):
+        rows = []
+        sig_typed = None
+        for t in batch:
+            sig_addr, sig_rank = 0, 0
+            if t.signal is not None:
+                sig_typed = t.signal.pad.signals
+                sig_addr = sig_typed.data_ptr() + 8 * t.signal.index
+                sig_rank = t.dst_rank
+            rows.append((t.src.data_ptr(), t.dst.data_ptr(), t.src.numel(), t.src_rank,
+                         t.dst_rank, sig_addr, sig_rank))
+        key = tuple(rows)
+        entry = self._tables.get(key)
+        if entry is None:
+            device = current().world.device
+            desc = torch.tensor([v for r in rows for v in r], dtype=torch.int64, device=device)
+            counters = torch.zeros(len(rows), dtype=torch.int64, device=device)
+            entry = (desc, counters)
+            self._tables[key] = entry
+            if len(self._tables) > _CACHE_LIMIT:
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(key)
+        return entry[0], entry[1], sig_typed if sig_typed is not None else entry[1]
+
+
+def _check(t: Transfer, rank: int) -> None:
+    if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
+        raise ValueError(f"sm engine: src {tuple(t.src.shape)} {t.src.dtype} and dst "
+                         f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
+    if not (t.src.is_contiguous() and t.dst.is_contiguous()):
+        raise ValueError("sm engine: src and dst must be contiguous")
+    if t.dst_rank != rank and t.src_rank != rank:
+        raise ValueError(f"sm engine: rank {rank} issues a transfer from rank {t.src_rank} "
+                         f"to rank {t.dst_rank}; one side must be local")
+    if t.reduce and not t.src.dtype.is_floating_point:
+        raise ValueError(f"sm engine: reduce needs a floating dtype, got {t.src.dtype}")

@@ -1,0 +1,360 @@
+"""One persistent Triton GEMM, written once, used by every TP GEMM operator.
+
+``C = A @ B`` with fp32 accumulation. ``P`` programs loop over the tile ids of a tile-order
+table (the distributed swizzle, ``kernels/swizzle.py``): program ``p`` takes ``order[p]``,
+``order[p + P]``, ... with a ``while`` loop (a ``range`` starting at ``program_id`` fails in
+Triton's interpreter). Row blocks are laid out per *segment* of ``seg_rows`` rows (one
+rank's rows), so a tile never crosses a segment when ``seg_rows < M``; with ``seg_rows == M``
+the tiling is the plain one and a tile may straddle two ranks' chunks.
+
+Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for them:
+
+* ``A_REMOTE`` (colocated pull, AG-GEMM): row ``r`` of A is row ``r % a_rows`` of shard
+  ``q = r // a_rows``, held in the symmetric buffer ``a_ptr`` of rank
+  ``node_base + q % a_local`` at row ``(q // a_local) * a_rows + r % a_rows``; the program
+  loads it from that rank's heap. ``STORE_A`` additionally writes the A rows it loads (in
+  column-block 0 tiles) to ``ga_ptr``: the gathered A, for free.
+* ``WAIT`` (consumer prologue): before a tile of row block ``mb`` the program waits until the
+  chunk signals ``wait_lo[mb] .. wait_hi[mb]`` reach ``wait_target`` (acquire, system scope).
+* ``EPILOGUE`` 0: store the tile in ``c``. 1 (reduce-scatter): the tile's segment is its
+  destination rank ``d``; for ``d != rank`` the tile is stored into ``d``'s ``recv[rank]``
+  and ``d``'s signal ``rank * tiles_per_seg + local_tile`` is set to ``epoch`` (release);
+  for ``d == rank`` the program waits for every peer's signal of that tile, adds their
+  partials and stores the sum in ``c`` (``[seg_rows, N]``). 2 (all-reduce): as 1, and the
+  reduced own tile is stored in ``c`` (``[M, N]``) and pushed into every peer's ``bc`` with
+  signal ``bc_sig[tile] = epoch``; after its tiles each program waits for the peers' reduced
+  tiles and copies them from ``bc`` to ``c``.
+
+CPU backend: operands are upcast to fp32 before ``tl.dot`` (the interpreter's 16-bit dot is
+wrong in triton 3.6); the interpreter runs programs one after another, so the host launches one
+program there (the tile order is then followed exactly) and every wait is for other ranks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import language as dl
+
+EPI_STORE = 0
+EPI_REDUCE_SCATTER = 1
+EPI_ALL_REDUCE = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmConfig:
+    """Tile configuration (a tuning knob). ``programs == 0``: one per SM on GPU, 1 on CPU."""
+
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 64
+    group_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+    programs: int = 0
+
+    def label(self) -> str:
+        return f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}s{self.num_stages}"
+
+
+CPU_CONFIG = GemmConfig(block_m=16, block_n=32, block_k=16, group_m=4, num_warps=1,
+                        num_stages=1, programs=1)
+GPU_CONFIG = GemmConfig()
+
+
+def default_config(device: torch.device) -> GemmConfig:
+    """The tile configuration used when the tuner has not chosen one.
+
+    ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the block sizes (e.g. ``16x16x16``)."""
+    cfg = GPU_CONFIG if device.type == "cuda" else CPU_CONFIG
+    env = os.environ.get("DITRON_GEMM_BLOCKS")
+    if env:
+        bm, bn, bk = (int(x) for x in env.lower().split("x"))
+        cfg = dataclasses.replace(cfg, block_m=bm, block_n=bn, block_k=bk)
+    return cfg
+
+
+def num_programs(cfg: GemmConfig, device: torch.device, num_tiles: int) -> int:
+    if device.type != "cuda":
+        return 1  # sequential programs: one program follows the tile order exactly
+    if cfg.programs > 0:
+        return max(1, min(cfg.programs, num_tiles))
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(sms, num_tiles))
+
+
+@triton.jit
+def _tile_rows(mb, seg_rows, blocks_per_seg, M, BLOCK_M: tl.constexpr):
+    seg = mb // blocks_per_seg
+    seg_start = seg * seg_rows
+    row0 = seg_start + (mb % blocks_per_seg) * BLOCK_M
+    row_end = tl.minimum(tl.minimum(row0 + BLOCK_M, seg_start + seg_rows), M)
+    return seg, seg_start, row0, row_end
+
+
+@triton.jit
+def _clock(trace_ptr, GPU_TIMER: tl.constexpr):
+    """A timestamp for the overlap trace: the GPU's global timer in ns, or on the CPU
+    backend (no inline asm) a logical clock: the next value of the counter ``trace_ptr[0]``."""
+    if GPU_TIMER:
+        t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
+                                      is_pure=False, pack=1)
+    else:
+        t = tl.atomic_add(trace_ptr, 1, sem="relaxed")
+    return t
+
+
+@triton.jit
+def persistent_gemm(
+    a_ptr, b_ptr, c_ptr, M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    order_ptr, num_tiles, n_blocks, seg_rows, blocks_per_seg,
+    a_rows, a_local, node_base,
+    wait_lo_ptr, wait_hi_ptr, wait_sig_ptr, wait_target,
+    ga_ptr, stride_gm, stride_gk,
+    recv_ptr, stride_rs, stride_rm, stride_rn,
+    rs_sig_ptr, bc_ptr, bc_sig_ptr, epoch,
+    trace_ptr,
+    ctx,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    A_REMOTE: tl.constexpr, STORE_A: tl.constexpr, WAIT: tl.constexpr,
+    EPILOGUE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    tiles_per_seg = blocks_per_seg * n_blocks
+    i = pid
+    while i < num_tiles:
+        tile = tl.load(order_ptr + i)
+        mb = tile // n_blocks
+        nb = tile % n_blocks
+        seg, seg_start, row0, row_end = _tile_rows(mb, seg_rows, blocks_per_seg, M, BLOCK_M)
+        waited = False
+        if TRACE:
+            t_start = _clock(trace_ptr, GPU_TIMER)
+            tl.store(trace_ptr + 1 + i * 4, tile.to(tl.int64))
+            tl.store(trace_ptr + 2 + i * 4, t_start)
+        if WAIT:
+            c = tl.load(wait_lo_ptr + mb)
+            hi = tl.load(wait_hi_ptr + mb)
+            waited = c <= hi
+            while c <= hi:
+                dl.wait(wait_sig_ptr + c, wait_target, ctx)
+                c += 1
+        if TRACE:
+            if waited:
+                tl.store(trace_ptr + 3 + i * 4, _clock(trace_ptr, GPU_TIMER))
+            else:
+                tl.store(trace_ptr + 3 + i * 4, t_start)
+        rm = row0 + offs_m
+        rn = nb * BLOCK_N + offs_n
+        m_mask = rm < row_end
+        n_mask = rn < N
+        if A_REMOTE:
+            q = tl.where(m_mask, rm // a_rows, 0)
+            owner = node_base + q % a_local
+            local_row = (q // a_local) * a_rows + rm % a_rows
+            a_ptrs = a_ptr + local_row[:, None] * stride_am + offs_k[None, :] * stride_ak
+            a_ptrs = dl.translate(a_ptrs, owner[:, None], ctx)
+        else:
+            a_ptrs = a_ptr + rm[:, None] * stride_am + offs_k[None, :] * stride_ak
+        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + rn[None, :] * stride_bn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k_mask = (k0 + offs_k) < K
+            a = tl.load(a_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+            if STORE_A:
+                if nb == 0:
+                    g_ptrs = (ga_ptr + rm[:, None] * stride_gm
+                              + (k0 + offs_k)[None, :] * stride_gk)
+                    tl.store(g_ptrs, a, mask=m_mask[:, None] & k_mask[None, :])
+            if UPCAST:
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc,
+                             input_precision=DOT_PRECISION)
+            else:
+                acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+        out_dtype = c_ptr.dtype.element_ty
+        tile_mask = m_mask[:, None] & n_mask[None, :]
+        if EPILOGUE == 0:
+            c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+            tl.store(c_ptrs, acc.to(out_dtype), mask=tile_mask)
+        else:
+            local_rows = rm - seg_start
+            local_tile = (mb % blocks_per_seg) * n_blocks + nb
+            if seg != ctx.rank:
+                r_ptrs = (recv_ptr + ctx.rank * stride_rs + local_rows[:, None] * stride_rm
+                          + rn[None, :] * stride_rn)
+                dl.store(r_ptrs, acc.to(out_dtype), seg, ctx, mask=tile_mask)
+                dl.notify(rs_sig_ptr + ctx.rank * tiles_per_seg + local_tile, epoch, seg, ctx)
+            else:
+                s = 0
+                while s < ctx.world_size:
+                    if s != ctx.rank:
+                        dl.wait(rs_sig_ptr + s * tiles_per_seg + local_tile, epoch, ctx)
+                        r_ptrs = (recv_ptr + s * stride_rs + local_rows[:, None] * stride_rm
+                                  + rn[None, :] * stride_rn)
+                        part = tl.load(r_ptrs, mask=tile_mask, other=0.0)
+                        acc += part.to(tl.float32)
+                    s += 1
+                result = acc.to(out_dtype)
+                if EPILOGUE == 1:
+                    c_ptrs = c_ptr + local_rows[:, None] * stride_cm + rn[None, :] * stride_cn
+                    tl.store(c_ptrs, result, mask=tile_mask)
+                else:
+                    c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+                    tl.store(c_ptrs, result, mask=tile_mask)
+                    bc_ptrs = bc_ptr + rm[:, None] * N + rn[None, :]
+                    p = 0
+                    while p < ctx.world_size:
+                        if p != ctx.rank:
+                            dl.store(bc_ptrs, result, p, ctx, mask=tile_mask)
+                            dl.notify(bc_sig_ptr + tile, epoch, p, ctx)
+                        p += 1
+        if TRACE:
+            tl.store(trace_ptr + 4 + i * 4, _clock(trace_ptr, GPU_TIMER))
+        i += nprog
+    if EPILOGUE == 2:
+        # all-gather phase: the reduced tiles of the other ranks' rows land in ``bc``
+        j = pid
+        while j < num_tiles:
+            tile = tl.load(order_ptr + j)
+            mb = tile // n_blocks
+            nb = tile % n_blocks
+            seg, seg_start, row0, row_end = _tile_rows(mb, seg_rows, blocks_per_seg, M,
+                                                       BLOCK_M)
+            if seg != ctx.rank:
+                dl.wait(bc_sig_ptr + tile, epoch, ctx)
+                rm = row0 + offs_m
+                rn = nb * BLOCK_N + offs_n
+                tile_mask = (rm < row_end)[:, None] & (rn < N)[None, :]
+                vals = tl.load(bc_ptr + rm[:, None] * N + rn[None, :], mask=tile_mask)
+                tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, vals,
+                         mask=tile_mask)
+            j += nprog
+
+
+@dataclasses.dataclass
+class GemmHooks:
+    """Optional hook arguments of :func:`persistent_gemm` (see the module docstring)."""
+
+    a_remote: bool = False
+    a_rows: int = 1
+    a_local: int = 1
+    node_base: int = 0
+    gathered: torch.Tensor | None = None
+    wait_lo: torch.Tensor | None = None
+    wait_hi: torch.Tensor | None = None
+    wait_sig: torch.Tensor | None = None
+    wait_target: int = 0
+    epilogue: int = EPI_STORE
+    recv: torch.Tensor | None = None  # [W, seg_rows, N] symmetric
+    rs_sig: torch.Tensor | None = None
+    bc: torch.Tensor | None = None  # [M, N] symmetric, contiguous
+    bc_sig: torch.Tensor | None = None
+    epoch: int = 0
+    trace: torch.Tensor | None = None  # int64 [1 + 4 * num_tiles]: counter, then per tile
+    # (tile id, start, chunks ready, end)
+
+
+def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
+                order: torch.Tensor, seg_rows: int, cfg: GemmConfig,
+                hooks: GemmHooks | None = None, ctx=None) -> None:
+    """Run the persistent GEMM: ``c[rows] = a[rows] @ b`` over ``M`` rows with the hooks.
+
+    ``a``: ``[M, K]`` (or the local symmetric shard buffer when ``hooks.a_remote``), ``b``:
+    ``[K, N]`` with any strides, ``c``: output (``[M, N]``, or ``[seg_rows, N]`` for the
+    reduce-scatter epilogue). ``order``: int32 tile ids on ``c``'s device.
+    """
+    hooks = hooks or GemmHooks()
+    K, N = b.shape
+    n_blocks = triton.cdiv(N, cfg.block_n)
+    blocks_per_seg = triton.cdiv(max(seg_rows, 1), cfg.block_m)
+    num_tiles = order.numel()
+    if num_tiles == 0:
+        return
+    dummy = order  # any tensor: unused pointer arguments
+    if ctx is None:
+        from ..runtime.symmetric import context
+
+        ctx = context() if (hooks.a_remote or hooks.wait_sig is not None
+                            or hooks.epilogue != EPI_STORE) else _local_context(c.device)
+    ga = hooks.gathered
+    recv = hooks.recv
+    grid = (num_programs(cfg, c.device, num_tiles),)
+    precision = "ieee" if a.dtype == torch.float32 else "tf32"
+    persistent_gemm[grid](
+        a, b, c, M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        order, num_tiles, n_blocks, max(seg_rows, 1), blocks_per_seg,
+        hooks.a_rows, hooks.a_local, hooks.node_base,
+        hooks.wait_lo if hooks.wait_lo is not None else dummy,
+        hooks.wait_hi if hooks.wait_hi is not None else dummy,
+        hooks.wait_sig if hooks.wait_sig is not None else dummy,
+        hooks.wait_target,
+        ga if ga is not None else c, ga.stride(0) if ga is not None else 0,
+        ga.stride(1) if ga is not None else 0,
+        recv if recv is not None else c,
+        recv.stride(0) if recv is not None else 0,
+        recv.stride(1) if recv is not None else 0,
+        recv.stride(2) if recv is not None else 0,
+        hooks.rs_sig if hooks.rs_sig is not None else dummy,
+        hooks.bc if hooks.bc is not None else c,
+        hooks.bc_sig if hooks.bc_sig is not None else dummy,
+        hooks.epoch,
+        hooks.trace if hooks.trace is not None else dummy,
+        ctx,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        A_REMOTE=hooks.a_remote, STORE_A=ga is not None, WAIT=hooks.wait_sig is not None,
+        EPILOGUE=hooks.epilogue, DOT_PRECISION=precision, UPCAST=_interpreted(),
+        TRACE=hooks.trace is not None, GPU_TIMER=c.device.type == "cuda",
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+
+
+def _interpreted() -> bool:
+    # Triton 3.6's interpreter computes 16-bit float dots wrongly (no NumPy bf16); the
+    # CPU backend upcasts the operands to fp32 first (exact: products of 16-bit floats).
+    from ..runtime import interpret
+
+    return interpret.active()
+
+
+def _local_context(device: torch.device):
+    """A context for GEMMs that touch no peer (usable without ``ditron.init``)."""
+    from ..language.context import DIAG_WORDS, DeviceContext
+
+    bases = torch.zeros(1, dtype=torch.int64, device=device)
+    diag = torch.zeros(DIAG_WORDS, dtype=torch.int64, device=device)
+    return DeviceContext(bases, 0, 1, diag, 0)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig | None = None,
+           order: torch.Tensor | None = None) -> torch.Tensor:
+    """Local ``a @ b`` with the persistent GEMM (``torch.matmul`` equivalent, fp32 accum)."""
+    from .swizzle import linear_order
+
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul: cannot multiply {tuple(a.shape)} by {tuple(b.shape)}")
+    cfg = cfg or default_config(a.device)
+    M = a.shape[0]
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    if M == 0 or N == 0:
+        return c
+    if order is None:
+        order = linear_order(triton.cdiv(M, cfg.block_m), triton.cdiv(N, cfg.block_n),
+                             cfg.group_m).to(a.device)
+    launch_gemm(a, b, c, M, order=order, seg_rows=M, cfg=cfg)
+    return c

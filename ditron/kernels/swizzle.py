@@ -1,0 +1,82 @@
+"""Distributed swizzle: the order in which a persistent GEMM visits its output tiles.
+
+A tile is ``(mb, nb)``: row block ``mb`` and column block ``nb``; its id is
+``mb * n_blocks + nb``. Row blocks belong to *segments* (the rows of one rank: a shard of
+the gathered A in AG-GEMM, the rows destined to one rank in GEMM-RS). The functions here
+return an int32 tensor of tile ids, the order the kernel follows; programs take the ids
+``order[pid], order[pid + P], ...`` so the global order is kept across programs.
+
+* ``gather_order`` (AG-GEMM): start with the row blocks of the own rank (their rows need no
+  transfer), then follow the arrival order of the remote chunks (``rank+1, rank+2, ...`` or
+  a plan's order).
+* ``scatter_order`` (GEMM-RS / GEMM-AR): tiles destined to the next rank first, then the
+  one after, own rows last, so the partials travel while the rest is computed and the own
+  tiles (which reduce what arrived) come when the peers' partials are in.
+
+Inside each segment, tiles follow a grouped order (``group_m`` row blocks per column sweep)
+for L2 reuse, as a plain single-GPU GEMM would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def grouped(mbs: Sequence[int], n_blocks: int, group_m: int) -> list[int]:
+    """Tile ids of the row blocks ``mbs`` (in this order) in grouped order.
+
+    Equivalent to visiting ``group_m`` consecutive row blocks for every column block before
+    moving to the next group of row blocks.
+    """
+    out: list[int] = []
+    group_m = max(1, group_m)
+    for g in range(0, len(mbs), group_m):
+        rows = mbs[g : g + group_m]
+        for nb in range(n_blocks):
+            out.extend(mb * n_blocks + nb for mb in rows)
+    return out
+
+
+def linear_order(m_blocks: int, n_blocks: int, group_m: int = 8) -> torch.Tensor:
+    """The plain single-GPU order (grouped), as an int32 tensor."""
+    return torch.tensor(grouped(range(m_blocks), n_blocks, group_m), dtype=torch.int32)
+
+
+def _segment_blocks(seg_of_block: Sequence[int], segments: Sequence[int]) -> list[int]:
+    """Row blocks in the order of ``segments``; a block belongs to the segment it starts in."""
+    order: list[int] = []
+    for s in segments:
+        order.extend(mb for mb, seg in enumerate(seg_of_block) if seg == s)
+    return order
+
+
+def gather_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_size: int,
+                 arrival: Sequence[int] | None = None, group_m: int = 8) -> torch.Tensor:
+    """AG-GEMM order: own segment first, then segments in ``arrival`` order.
+
+    ``seg_of_block[mb]`` is the last segment whose rows row block ``mb`` reads (a block that
+    straddles two shards is placed with the later one, since it waits for both).
+    ``arrival`` defaults to ``rank+1, rank+2, ...`` (mod ``world_size``).
+    """
+    if arrival is None:
+        arrival = [(rank + i) % world_size for i in range(1, world_size)]
+    segs = [rank] + [s for s in arrival if s != rank]
+    mbs = _segment_blocks(seg_of_block, segs)
+    return torch.tensor(grouped(mbs, n_blocks, group_m), dtype=torch.int32)
+
+
+def scatter_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_size: int,
+                  group_m: int = 8) -> torch.Tensor:
+    """GEMM-RS order: tiles for ``rank+1`` first, then ``rank+2``, ..., own tiles last."""
+    segs = [(rank + i) % world_size for i in range(1, world_size)] + [rank]
+    mbs = _segment_blocks(seg_of_block, segs)
+    return torch.tensor(grouped(mbs, n_blocks, group_m), dtype=torch.int32)
+
+
+def allreduce_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_size: int,
+                    group_m: int = 8) -> torch.Tensor:
+    """GEMM-AR order: the scatter order (reduce-scatter phase, then the own tiles, whose
+    reduced results are broadcast as soon as each is done)."""
+    return scatter_order(seg_of_block, n_blocks, rank, world_size, group_m)

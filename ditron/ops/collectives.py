@@ -1,0 +1,383 @@
+"""Collectives on ordinary tensors, built on the inbox exchange (``exchange.py``).
+
+Every op equals its torch.distributed counterpart (sum reduction) and returns a new tensor;
+inputs are never modified. Each takes ``engine=`` (``"copy_engine"``, ``"sm"``,
+``"network"``, ``"tma"``; default ``"auto"``); ``DITRON_<OP>_ENGINE`` or ``DITRON_ENGINE``
+override the default. Peers on other nodes always go through the network engine.
+
+Checks run before any kernel: tensor type, device, dtype, divisibility, and agreement of
+shapes across ranks (a host gather over the gloo group, once per new shape signature and
+cached; ``all_to_all`` gathers its split sizes on every call).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+from ..runtime.world import current
+from .exchange import Part, exchange, release_workspaces
+
+__all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "recv",
+           "reduce_scatter", "release_workspaces", "send"]
+
+ENGINES = ("copy_engine", "sm", "network", "tma")
+METHODS = ("auto", "one_shot", "two_shot")
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+#: all_reduce "auto" uses one-shot up to this many bytes, two-shot above
+ONE_SHOT_MAX_BYTES = 256 << 10
+#: "auto" on GPU uses the SM engine below this many bytes per peer, the copy engine above
+SM_MAX_BYTES = 1 << 20
+_AGREED = "collectives:agreed"
+
+
+# -- checks -------------------------------------------------------------------------------------
+def _check_tensor(op: str, x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"ditron.ops.{op}: expected a torch.Tensor, got {type(x).__name__}")
+    device = current().world.device
+    if x.device != device:
+        raise ValueError(f"ditron.ops.{op}: tensor is on {x.device}, this rank computes on "
+                         f"{device}")
+    if x.dtype not in DTYPES:
+        raise ValueError(f"ditron.ops.{op}: dtype {x.dtype} is not supported; use one of "
+                         f"{', '.join(str(d) for d in DTYPES)}")
+
+
+def _dim(op: str, x: torch.Tensor, dim: int) -> int:
+    if x.dim() == 0:
+        raise ValueError(f"ditron.ops.{op}: needs a tensor with at least one dimension")
+    if not -x.dim() <= dim < x.dim():
+        raise ValueError(f"ditron.ops.{op}: dim {dim} is out of range for shape "
+                         f"{tuple(x.shape)}")
+    return dim % x.dim()
+
+
+def _engine(op: str, engine: str | None, nbytes_per_peer: int) -> str:
+    name = _engine_name(op, engine, nbytes_per_peer)
+    from .exchange import engine_instance
+
+    engine_instance(name)  # an engine that cannot run here raises now, before any kernel
+    return name
+
+
+def _engine_name(op: str, engine: str | None, nbytes_per_peer: int) -> str:
+    name = (engine or os.environ.get(f"DITRON_{op.upper()}_ENGINE")
+            or os.environ.get("DITRON_ENGINE") or "auto")
+    if name == "auto":
+        if current().world.backend == "cpu":
+            return "copy_engine"
+        return "sm" if nbytes_per_peer < SM_MAX_BYTES else "copy_engine"
+    if name not in ENGINES:
+        raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}; choose 'auto' or one of "
+                         f"{', '.join(ENGINES)}")
+    return name
+
+
+def _gather_objects(obj) -> list:
+    rt = current()
+    if rt.world.world_size == 1:
+        return [obj]
+    out: list = [None] * rt.world.world_size
+    dist.all_gather_object(out, obj, group=rt.host_group)
+    return out
+
+
+def _agree(op: str, signature: tuple) -> None:
+    """Raise ValueError unless every rank calls ``op`` with the same signature.
+
+    One host gather per new signature; later calls with a known signature cost nothing.
+    """
+    agreed = current().cache.setdefault(_AGREED, set())
+    if (op, signature) in agreed:
+        return
+    sigs = _gather_objects(signature)
+    if any(s != sigs[0] for s in sigs):
+        lines = "\n".join(f"  rank {r}: {s}" for r, s in enumerate(sigs))
+        raise ValueError(f"ditron.ops.{op}: ranks disagree on the call (every rank must pass "
+                         f"the same shape, dtype, dim and method):\n{lines}")
+    if len(agreed) > 4096:
+        agreed.clear()
+    agreed.add((op, signature))
+
+
+def _copy_out(view: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(view.shape, dtype=view.dtype, device=view.device)
+    out.copy_(view)
+    return out
+
+
+def _sum_slots(slots: torch.Tensor) -> torch.Tensor:
+    """Sum over dim 0 accumulating in fp32, result in the slots' dtype (a new tensor)."""
+    total = slots.sum(0, dtype=torch.float32)
+    return total.to(slots.dtype) if slots.dtype != torch.float32 else total
+
+
+# -- flat building blocks -------------------------------------------------------------------------
+def _gather_flat(key: str, flat: torch.Tensor, engine: str) -> tuple[torch.Tensor, object]:
+    """Every rank's ``flat`` ([n], contiguous) stacked: ``[W, n]`` view of the inbox."""
+    rt = current()
+    w, me, n = rt.world.world_size, rt.world.rank, flat.numel()
+    parts = [Part(q, flat, me * n) for q in range(w)]
+    call = exchange(key, flat.dtype, w * n, parts, {q: (q * n, n) for q in range(w)}, engine)
+    return call.inbox.view(w, n), call
+
+
+def _reduce_scatter_flat(key: str, chunks: torch.Tensor, engine: str) -> torch.Tensor:
+    """``chunks`` [W, c] (contiguous): return the sum over ranks of their row ``me``."""
+    rt = current()
+    w, me = rt.world.world_size, rt.world.rank
+    c = chunks.shape[1]
+    parts = [Part(q, chunks[q], me * c) for q in range(w)]
+    call = exchange(key, chunks.dtype, w * c, parts, {q: (q * c, c) for q in range(w)}, engine)
+    out = _sum_slots(call.inbox.view(w, c))
+    call.finish()
+    return out
+
+
+# -- public ops ---------------------------------------------------------------------------------
+def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) -> torch.Tensor:
+    """Concatenate every rank's ``x`` along ``dim`` (rank order).
+
+    Equivalent: ``torch.cat(parts, dim)`` after ``dist.all_gather(parts, x)``.
+    """
+    _check_tensor("all_gather", x)
+    d = _dim("all_gather", x, dim)
+    rt = current()
+    w = rt.world.world_size
+    eng = _engine("all_gather", engine, x.numel() * x.element_size())
+    _agree("all_gather", (tuple(x.shape), str(x.dtype), d, eng == "network"))
+    if w == 1:
+        return _copy_out(x)
+    xm = x.movedim(d, 0).contiguous()
+    stacked, call = _gather_flat("all_gather", xm.view(-1), eng)
+    out = _copy_out(stacked.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d))
+    call.finish()
+    return out
+
+
+def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) -> torch.Tensor:
+    """Sum ``x`` over ranks and keep this rank's ``1/W`` slice along ``dim``.
+
+    Equivalent: ``dist.all_reduce(y := x.clone()); y.chunk(W, dim)[rank]`` (what
+    ``dist.reduce_scatter_tensor`` computes for ``dim=0``).
+    """
+    _check_tensor("reduce_scatter", x)
+    d = _dim("reduce_scatter", x, dim)
+    rt = current()
+    w = rt.world.world_size
+    if x.shape[d] % w:
+        raise ValueError(f"ditron.ops.reduce_scatter: size {x.shape[d]} of dim {d} does not "
+                         f"divide into {w} ranks")
+    eng = _engine("reduce_scatter", engine, x.numel() * x.element_size() // w)
+    _agree("reduce_scatter", (tuple(x.shape), str(x.dtype), d, eng == "network"))
+    if w == 1:
+        return _copy_out(x)
+    xm = x.movedim(d, 0).contiguous()
+    rows = xm.shape[0] // w
+    mine = _reduce_scatter_flat("reduce_scatter", xm.view(w, -1), eng)
+    return _copy_out(mine.view(rows, *xm.shape[1:]).movedim(0, d))
+
+
+def all_reduce(x: torch.Tensor, method: str = "auto", *,
+               engine: str | None = None) -> torch.Tensor:
+    """Sum ``x`` over ranks; returns a new tensor (``x`` is unchanged).
+
+    ``method``: ``"one_shot"`` (every rank gathers every input and sums; best for small
+    tensors), ``"two_shot"`` (reduce-scatter then all-gather; best for large ones) or
+    ``"auto"`` (one-shot up to ``ONE_SHOT_MAX_BYTES``). Equivalent:
+    ``y = x.clone(); dist.all_reduce(y)``.
+    """
+    _check_tensor("all_reduce", x)
+    if method not in METHODS:
+        raise ValueError(f"ditron.ops.all_reduce: unknown method {method!r}; choose one of "
+                         f"{', '.join(METHODS)}")
+    rt = current()
+    w = rt.world.world_size
+    nbytes = x.numel() * x.element_size()
+    if method == "auto":
+        method = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES else "two_shot"
+    eng = _engine("all_reduce", engine, nbytes if method == "one_shot" else nbytes // w)
+    _agree("all_reduce", (tuple(x.shape), str(x.dtype), method, eng == "network"))
+    if w == 1:
+        return _copy_out(x)
+    flat = x.contiguous().view(-1)
+    n = flat.numel()
+    if method == "one_shot":
+        stacked, call = _gather_flat("all_reduce.one_shot", flat, eng)
+        out = _sum_slots(stacked)
+        call.finish()
+        return out.view(x.shape)
+    c = -(-n // w)
+    if c * w != n:
+        padded = torch.zeros(c * w, dtype=x.dtype, device=x.device)
+        padded[:n].copy_(flat)
+        flat = padded
+    mine = _reduce_scatter_flat("all_reduce.two_shot.rs", flat.view(w, c), eng)
+    stacked, call = _gather_flat("all_reduce.two_shot.ag", mine, eng)
+    out = _copy_out(stacked.reshape(-1)[:n])
+    call.finish()
+    return out.view(x.shape)
+
+
+def _splits(op: str, splits: Sequence[int] | None, total: int, w: int, what: str) -> list[int]:
+    if splits is None:
+        if total % w:
+            raise ValueError(f"ditron.ops.{op}: {total} rows do not divide into {w} ranks; "
+                             f"pass {what}")
+        return [total // w] * w
+    out = [int(s) for s in splits]
+    if len(out) != w or any(s < 0 for s in out):
+        raise ValueError(f"ditron.ops.{op}: {what} must be {w} non-negative sizes, got {out}")
+    return out
+
+
+def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
+               out_splits: Sequence[int] | None = None, *,
+               engine: str | None = None) -> torch.Tensor:
+    """Rows ``in_splits[q]`` of ``x`` (dim 0, in order) go to rank ``q``; the result holds
+    the rows received from ranks ``0..W-1`` in order (``out_splits[q]`` from rank ``q``).
+
+    Sizes may differ per rank and be 0; ``None`` splits evenly. Equivalent:
+    ``dist.all_to_all_single(out, x, out_splits, in_splits)``. Split sizes are gathered on
+    the host each call; for sizes computed on the device use :func:`all_to_all_device`.
+    """
+    op = "all_to_all"
+    _check_tensor(op, x)
+    _dim(op, x, 0)
+    rt = current()
+    w, me = rt.world.world_size, rt.world.rank
+    ins = _splits(op, in_splits, x.shape[0], w, "in_splits")
+    if sum(ins) != x.shape[0]:
+        raise ValueError(f"{op}: in_splits {ins} sum to {sum(ins)}, but x has {x.shape[0]} rows")
+    row = math.prod(x.shape[1:])
+    eng = _engine(op, engine, x.numel() * x.element_size() // w)
+    sig = (tuple(x.shape[1:]), str(x.dtype), eng == "network")
+    everyone = _gather_objects((sig, ins, None if out_splits is None else list(out_splits)))
+    if any(s != sig for s, _, _ in everyone):
+        lines = "\n".join(f"  rank {r}: row shape, dtype, network = {s}"
+                          for r, (s, _, _) in enumerate(everyone))
+        raise ValueError(f"ditron.ops.{op}: ranks disagree on the rows:\n{lines}")
+    matrix = [s for _, s, _ in everyone]
+    outs = [matrix[r][me] for r in range(w)]
+    if out_splits is not None and [int(s) for s in out_splits] != outs:
+        raise ValueError(f"ditron.ops.{op}: out_splits {list(out_splits)} on rank {me} do not "
+                         f"match what the peers send ({outs})")
+    for r, (_, _, o) in enumerate(everyone):
+        if o is not None and [int(s) for s in o] != [matrix[p][r] for p in range(w)]:
+            raise ValueError(f"ditron.ops.{op}: out_splits of rank {r} do not match what its "
+                             f"peers send")
+    if w == 1:
+        return _copy_out(x)
+    xc = x.contiguous().view(x.shape[0], row)
+    capacity = max(sum(matrix[p][q] for p in range(w)) for q in range(w)) * row
+    parts, start = [], 0
+    for q in range(w):
+        dst = sum(matrix[r][q] for r in range(me)) * row
+        parts.append(Part(q, xc[start: start + ins[q]].view(-1), dst))
+        start += ins[q]
+    recvs, start = {}, 0
+    for q in range(w):
+        recvs[q] = (start * row, outs[q] * row)
+        start += outs[q]
+    call = exchange(op, x.dtype, capacity, parts, recvs, eng)
+    out = _copy_out(call.inbox[: start * row].view(start, *x.shape[1:]))
+    call.finish()
+    return out
+
+
+# -- point to point ------------------------------------------------------------------------------
+_DTYPE_CODES = {d: i for i, d in enumerate(DTYPES)}
+_HEADER = 10
+
+
+def _p2p_engine(op: str, engine: str | None) -> None:
+    name = engine or os.environ.get("DITRON_P2P_ENGINE") or "auto"
+    if name in ("auto", "network"):
+        return
+    if name in ENGINES:
+        raise NotImplementedError(
+            f"ditron.ops.{op}: engine {name!r} needs a symmetric channel allocated by both "
+            f"ranks; point-to-point currently goes through the network engine only")
+    raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}")
+
+
+def _peer(op: str, peer: int) -> None:
+    rt = current()
+    if not 0 <= peer < rt.world.world_size or peer == rt.world.rank:
+        raise ValueError(f"ditron.ops.{op}: peer {peer} must be another rank in "
+                         f"[0, {rt.world.world_size})")
+
+
+def _header(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    if len(shape) > _HEADER - 2:
+        raise ValueError(f"point-to-point supports at most {_HEADER - 2} dimensions")
+    h = torch.full((_HEADER,), -1, dtype=torch.int64)
+    h[0], h[1] = len(shape), _DTYPE_CODES[dtype]
+    h[2: 2 + len(shape)] = torch.tensor(list(shape), dtype=torch.int64)
+    return h
+
+
+def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
+    """Send ``x`` to rank ``dst`` (which calls :func:`recv`). Equivalent: ``dist.send(x, dst)``.
+
+    A small header (shape, dtype) goes first over the host group so that the receiver can
+    report a mismatch instead of receiving garbage.
+    """
+    _check_tensor("send", x)
+    _peer("send", dst)
+    _p2p_engine("send", engine)
+    from ..engines.base import Transfer
+    from .exchange import engine_instance
+
+    dist.send(_header(x.shape, x.dtype), dst, group=current().host_group)
+    net = engine_instance("network")
+    flat = x.contiguous()
+    net.issue([Transfer(flat, flat, current().world.rank, dst)])
+    net.drain()
+
+
+def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
+         dtype: torch.dtype = torch.float32, engine: str | None = None) -> torch.Tensor:
+    """Receive from rank ``src`` into ``x_or_shape`` (a tensor, filled and returned) or a new
+    tensor of that shape and ``dtype``. Equivalent: ``dist.recv(out, src); out``.
+    """
+    rt = current()
+    if isinstance(x_or_shape, torch.Tensor):
+        out = x_or_shape
+    else:
+        out = torch.empty(tuple(int(s) for s in x_or_shape), dtype=dtype,
+                          device=rt.world.device)
+    _check_tensor("recv", out)
+    _peer("recv", src)
+    _p2p_engine("recv", engine)
+    from ..engines.base import Transfer
+    from .exchange import engine_instance
+
+    header = torch.empty(_HEADER, dtype=torch.int64)
+    dist.recv(header, src, group=rt.host_group)
+    if not torch.equal(header, _header(out.shape, out.dtype)):
+        nd, code = int(header[0]), int(header[1])
+        sent = torch.empty(tuple(header[2: 2 + nd].tolist()), dtype=DTYPES[code],
+                           device=out.device)
+        net = engine_instance("network")
+        net.issue([Transfer(sent, sent, src, rt.world.rank)])  # keep the channel in step
+        net.drain()
+        raise ValueError(f"ditron.ops.recv: rank {src} sent shape "
+                         f"{tuple(header[2: 2 + nd].tolist())} {DTYPES[code]}, but this rank "
+                         f"receives {tuple(out.shape)} {out.dtype}")
+    net = engine_instance("network")
+    net.issue([Transfer(out, out, src, rt.world.rank)])
+    net.drain()
+    return out
+
+
+def all_to_all_device(*args, **kw):
+    """See :func:`ditron.ops.all_to_all_device.all_to_all_device`."""
+    from .a2a_device import all_to_all_device as impl
+
+    return impl(*args, **kw)

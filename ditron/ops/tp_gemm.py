@@ -1,0 +1,320 @@
+"""Overlapped tensor-parallel GEMMs: ``ag_gemm``, ``gemm_rs``, ``gemm_ar``.
+
+Each op = the persistent GEMM (``kernels/gemm.py``) + a chunk plan (``plan/``) + the
+distributed swizzle (``kernels/swizzle.py``) + a decision (tuned or cost model) with a plain
+fallback (``torch.matmul`` + ``torch.distributed`` on the default group).
+
+Workspaces live in the symmetric heap, cached per shape in ``current().cache``; every
+buffer peers touch is **double-buffered by call parity** and every signal is *set* to the
+call's epoch (``docs/developing.md``), so no barrier and no reset is needed between calls:
+a rank writes buffer ``e % 2`` in call ``e`` only after its call ``e - 1`` waited on every
+peer's call-``e - 1`` signals, i.e. after every peer has finished call ``e - 2``, the last
+one that used that buffer. (This needs every peer to signal this rank in every call, which
+holds for non-empty shards; empty shapes take the fallback.)
+
+Shapes are checked across ranks (through the host gloo group) the first time each shape
+signature is seen on a rank; a rank whose shapes change later without the others would
+then hang in its waits until ``DITRON_WAIT_TIMEOUT`` raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.distributed as dist
+import triton
+
+from ..kernels import swizzle
+from ..kernels.gemm import (
+    EPI_ALL_REDUCE,
+    EPI_REDUCE_SCATTER,
+    GemmConfig,
+    GemmHooks,
+    default_config,
+    launch_gemm,
+)
+from ..plan import deps as plan_deps
+from ..plan import lowering, templates
+from ..runtime.diagnostics import check_waits
+from ..runtime.signals import signal_pad
+from ..runtime.symmetric import context
+from ..runtime.world import current
+
+METHODS = ("auto", "overlap", "fallback")
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+# -- validation ------------------------------------------------------------------------------
+def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
+    rt = current()
+    if method not in METHODS:
+        raise ValueError(f"{op}: method must be one of {METHODS}, got {method!r}")
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 2:
+            raise ValueError(f"{op}: {name} must be 2-D, got shape {tuple(t.shape)}")
+        if t.dtype not in DTYPES:
+            raise ValueError(f"{op}: {name} has dtype {t.dtype}; use float16, bfloat16 or "
+                             f"float32")
+        if t.device != rt.world.device:
+            raise ValueError(f"{op}: {name} is on {t.device}, this rank computes on "
+                             f"{rt.world.device}")
+    if a.dtype != b.dtype:
+        raise ValueError(f"{op}: dtype mismatch: a is {a.dtype}, b is {b.dtype}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"{op}: a {tuple(a.shape)} and b {tuple(b.shape)} do not multiply "
+                         f"(a.shape[1] != b.shape[0])")
+    W = rt.world.world_size
+    if op == "gemm_rs" and a.shape[0] % W != 0:
+        raise ValueError(f"{op}: M = {a.shape[0]} rows is not divisible by the world size "
+                         f"{W} (reduce_scatter splits rows evenly)")
+    sig = (op, tuple(a.shape), tuple(b.shape), str(a.dtype), method)
+    checked = rt.cache.setdefault("tp_gemm_checked", set())
+    if sig in checked:
+        return
+    if W > 1:
+        sigs: list = [None] * W
+        dist.all_gather_object(sigs, sig, group=rt.host_group)
+        if any(s != sigs[0] for s in sigs):
+            lines = "\n".join(f"  rank {r}: {s}" for r, s in enumerate(sigs))
+            raise ValueError(f"{op}: ranks disagree on the call (shapes/dtype/method):\n"
+                             f"{lines}")
+    checked.add(sig)
+
+
+# -- decisions -------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    overlap: bool
+    config: GemmConfig
+
+
+def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
+            config: GemmConfig | None) -> Choice:
+    rt = current()
+    W = rt.world.world_size
+    cfg = config or default_config(rt.world.device)
+    if method == "fallback" or W == 1 or M == 0 or N == 0:
+        return Choice(False, cfg)
+    if method == "overlap":
+        return Choice(True, cfg)
+    from ..tune import tuner
+
+    tuned = tuner.lookup(op, M, N, K, dtype, W)
+    if tuned is not None:
+        return Choice(tuned.method == "overlap", config or tuned.gemm_config())
+    from ..tune.cost_model import overlap_pays
+
+    name = torch.cuda.get_device_name(rt.world.device) if rt.world.device.type == "cuda" else ""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return Choice(overlap_pays(op, M, N, K, W, itemsize, rt.world.backend, name), cfg)
+
+
+def _after_launch() -> None:
+    rt = current()
+    if rt.wait_timeout > 0 or rt.world.backend == "cpu":
+        check_waits()
+
+
+def _traced_launch(op: str, a, b, c, M: int, *, order, seg_rows: int, cfg: GemmConfig,
+                   hooks: GemmHooks, n_blocks: int, ctx=None) -> None:
+    """``launch_gemm``, recording the overlap trace when ``ditron.trace`` is on."""
+    from .. import trace
+
+    if not trace.enabled():
+        launch_gemm(a, b, c, M, order=order, seg_rows=seg_rows, cfg=cfg, hooks=hooks, ctx=ctx)
+        return
+    hooks.trace = torch.zeros(1 + 4 * order.numel(), dtype=torch.int64, device=c.device)
+    t0 = trace.host_clock()
+    launch_gemm(a, b, c, M, order=order, seg_rows=seg_rows, cfg=cfg, hooks=hooks, ctx=ctx)
+    current().backend.synchronize(c.device)
+    trace.record(op, hooks.trace.cpu(), n_blocks, t0, trace.host_clock())
+
+
+# -- AG-GEMM ---------------------------------------------------------------------------------
+def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
+            method: str = "auto", config: GemmConfig | None = None):
+    """``all_gather(a, dim=0) @ b``, overlapped.
+
+    ``a``: ``[m, K]`` on every rank (same ``m``), ``b``: ``[K, N]`` with any strides (e.g.
+    ``weight.t()``). Returns ``c`` (``[W*m, N]``), or ``(c, gathered_a)`` with
+    ``return_gathered``. Torch equivalent::
+
+        g = torch.empty(W * m, K); dist.all_gather_into_tensor(g, a); c = g @ b
+
+    Overlapped path (colocated pull): each rank copies ``a`` into its symmetric shard buffer
+    (after the network stage of a hierarchical plan when ranks span nodes) and publishes
+    the chunk signals on the ranks of its node; the GEMM starts on its own rows, then visits
+    the other shards in the plan's arrival order, waiting per tile for the chunks its rows
+    read and loading them from the owner's heap.
+    """
+    _validate("ag_gemm", a, b, method)
+    rt = current()
+    W = rt.world.world_size
+    m, K = a.shape
+    N = b.shape[1]
+    M = W * m
+    choice = _choose("ag_gemm", method, M, N, K, a.dtype, config)
+    if choice.overlap and W % rt.world.local_world_size != 0:
+        choice = dataclasses.replace(choice, overlap=False)
+    if not choice.overlap:
+        gathered = torch.empty((M, K), dtype=a.dtype, device=a.device)
+        if W > 1:
+            lowering.network_all_gather(gathered, a, None)
+        else:
+            gathered.copy_(a)
+        c = torch.matmul(gathered, b)
+        return (c, gathered) if return_gathered else c
+    return _ag_overlap(a, b, choice.config, return_gathered)
+
+
+def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
+    rt = current()
+    W, rank = rt.world.world_size, rt.world.rank
+    L = rt.world.local_world_size
+    nodes = W // L
+    node = rank // L
+    m, K = a.shape
+    N = b.shape[1]
+    M = W * m
+    key = ("ag_gemm", m, K, N, a.dtype, cfg)
+    ws = rt.cache.get(key)
+    if ws is None:
+        shards = rt.heap.alloc((2, nodes * m, K), a.dtype, "ag_gemm:shards")
+        plan = (templates.all_gather(m, W) if nodes == 1
+                else templates.all_gather_2d(m, W, L))
+        mapping = plan_deps.TileMapping(M, cfg.block_m)
+        waits = plan_deps.consumer_waits(plan, mapping, rank)
+        n_blocks = triton.cdiv(N, cfg.block_n)
+        order = swizzle.gather_order(waits.owner, n_blocks, rank, W,
+                                     arrival=plan.arrival_order(rank), group_m=cfg.group_m)
+        held = torch.tensor([q for q in range(W) if q % L == rank % L], dtype=torch.int32)
+        ws = dict(shards=shards, plan=plan, waits=waits.to(a.device), order=order.to(a.device),
+                  held=held.to(a.device), n_blocks=n_blocks)
+        rt.cache[key] = ws
+    pad = signal_pad("ag_gemm", W)
+    epoch = pad.next_epoch()
+    buf = ws["shards"][epoch % 2]
+    if nodes > 1:
+        lowering.network_all_gather(buf, a, lowering.local_index_group(rt))
+    else:
+        buf.copy_(a)
+    ctx = context()
+    lowering.publish(pad.signals, ws["held"], epoch, rt.topo.node_ranks(), ctx)
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    gathered = torch.empty((M, K), dtype=a.dtype, device=a.device) if return_gathered else None
+    hooks = GemmHooks(a_remote=True, a_rows=m, a_local=L, node_base=node * L,
+                      gathered=gathered, wait_lo=ws["waits"].lo, wait_hi=ws["waits"].hi,
+                      wait_sig=pad.signals, wait_target=epoch)
+    _traced_launch("ag_gemm", buf, b, c, M, order=ws["order"], seg_rows=M, cfg=cfg,
+                   hooks=hooks, n_blocks=ws["n_blocks"], ctx=ctx)
+    _after_launch()
+    return (c, gathered) if return_gathered else c
+
+
+# -- GEMM-RS / GEMM-AR ----------------------------------------------------------------------
+def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
+            config: GemmConfig | None = None) -> torch.Tensor:
+    """``reduce_scatter(a @ b, dim=0)``, overlapped.
+
+    ``a``: ``[M, k]``, ``b``: ``[k, N]`` (the rank's slice of the K dimension, any strides);
+    ``M`` must be divisible by the world size ``W``. Returns ``[M / W, N]``: rank ``r`` gets
+    the sum over ranks of rows ``[r*M/W, (r+1)*M/W)``. Torch equivalent::
+
+        out = torch.empty(M // W, N); dist.reduce_scatter_tensor(out, a @ b)
+
+    Overlapped path (scatter swizzle, push): tiles destined to rank ``r+1`` first, own rows
+    last; a finished tile for rank ``d`` is stored into ``d``'s receive buffer and ``d``'s
+    per-tile signal is set; the own tiles wait for the peers' partials and add them in the
+    epilogue (partials travel in the input dtype, the sum is accumulated in fp32).
+    """
+    _validate("gemm_rs", a, b, method)
+    rt = current()
+    W = rt.world.world_size
+    M, k = a.shape
+    N = b.shape[1]
+    choice = _choose("gemm_rs", method, M, N, k, a.dtype, config)
+    if choice.overlap and rt.topo.num_nodes > 1:
+        choice = dataclasses.replace(choice, overlap=False)  # no inter-node push path yet
+    if not choice.overlap:
+        partial = torch.matmul(a, b)
+        if W == 1:
+            return partial
+        out = torch.empty((M // W, N), dtype=a.dtype, device=a.device)
+        fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        fn(out, partial.contiguous())
+        return out
+    return _scatter_overlap("gemm_rs", a, b, choice.config)
+
+
+def gemm_ar(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
+            config: GemmConfig | None = None) -> torch.Tensor:
+    """``all_reduce(a @ b)``, overlapped. ``a``: ``[M, k]``, ``b``: ``[k, N]`` (any strides);
+    returns ``[M, N]``, the sum over ranks, on every rank. Torch equivalent::
+
+        c = a @ b; dist.all_reduce(c)
+
+    Overlapped path (two-shot inside the GEMM): rows are split into ``W`` segments of
+    ``ceil(M / W)`` rows (the last ones shorter or empty); the reduce-scatter of
+    :func:`gemm_rs`, then each reduced own tile is pushed to every peer at once, and each
+    program finally waits for and copies the peers' reduced tiles.
+    """
+    _validate("gemm_ar", a, b, method)
+    rt = current()
+    M, k = a.shape
+    N = b.shape[1]
+    choice = _choose("gemm_ar", method, M, N, k, a.dtype, config)
+    if choice.overlap and rt.topo.num_nodes > 1:
+        choice = dataclasses.replace(choice, overlap=False)
+    if not choice.overlap:
+        c = torch.matmul(a, b)
+        if rt.world.world_size > 1:
+            dist.all_reduce(c)
+        return c
+    return _scatter_overlap("gemm_ar", a, b, choice.config)
+
+
+def _scatter_overlap(op: str, a, b, cfg: GemmConfig):
+    rt = current()
+    W, rank = rt.world.world_size, rt.world.rank
+    M, k = a.shape
+    N = b.shape[1]
+    seg = -(-M // W)
+    key = (op, M, k, N, a.dtype, cfg)
+    ws = rt.cache.get(key)
+    if ws is None:
+        recv = rt.heap.alloc((2, W, seg, N), a.dtype, f"{op}:recv")
+        bc = rt.heap.alloc((2, M, N), a.dtype, f"{op}:bcast") if op == "gemm_ar" else None
+        mapping = plan_deps.TileMapping(M, cfg.block_m, seg)
+        n_blocks = triton.cdiv(N, cfg.block_n)
+        plan = (templates.reduce_scatter if op == "gemm_rs" else templates.all_reduce)(
+            [max(0, min(seg, M - r * seg)) for r in range(W)], W)
+        producers = plan_deps.consumer_waits(plan, mapping)
+        live = [o if mapping.rows(mb)[1] > mapping.rows(mb)[0] else -1
+                for mb, o in enumerate(producers.owner)]
+        order = (swizzle.scatter_order if op == "gemm_rs" else swizzle.allreduce_order)(
+            live, n_blocks, rank, W, group_m=cfg.group_m)
+        tiles_per_seg = mapping.blocks_per_seg * n_blocks
+        ws = dict(recv=recv, bc=bc, order=order.to(a.device), n_blocks=n_blocks,
+                  tiles_per_seg=tiles_per_seg, total_tiles=mapping.m_blocks * n_blocks)
+        rt.cache[key] = ws
+    n_rs = W * ws["tiles_per_seg"]
+    n_sig = n_rs + (ws["total_tiles"] if op == "gemm_ar" else 0)
+    pad = signal_pad(op, n_sig)
+    epoch = pad.next_epoch()
+    parity = epoch % 2
+    if op == "gemm_rs":
+        c = torch.empty((seg, N), dtype=a.dtype, device=a.device)
+        hooks = GemmHooks(epilogue=EPI_REDUCE_SCATTER, recv=ws["recv"][parity],
+                          rs_sig=pad.signals, epoch=epoch)
+    else:
+        c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+        hooks = GemmHooks(epilogue=EPI_ALL_REDUCE, recv=ws["recv"][parity],
+                          rs_sig=pad.signals, bc=ws["bc"][parity],
+                          bc_sig=pad.signals[n_rs:], epoch=epoch)
+    _traced_launch(op, a, b, c, M, order=ws["order"], seg_rows=seg, cfg=cfg, hooks=hooks,
+                   n_blocks=ws["n_blocks"])
+    _after_launch()
+    return c

@@ -1,0 +1,96 @@
+"""Chunk-to-tile dependencies: which chunk signals a GEMM tile waits for or completes.
+
+The GEMM's row tiling is a :class:`TileMapping`: row block ``mb`` covers rows
+``[row0, row_end)``; blocks restart at every segment of ``seg_rows`` rows (``seg_rows == M``:
+plain tiling, where a block may straddle two chunks). A tile reads (consumer) or writes
+(producer) the rows of its row block, whatever its column block, so dependencies are per
+row block: two int32 tensors ``lo[mb]``, ``hi[mb]`` giving the inclusive range of chunk ids
+(chunks are numbered in row order) it touches; ``lo > hi`` means no chunk (no wait).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .ir import Plan, chunks_covering
+
+
+@dataclasses.dataclass(frozen=True)
+class TileMapping:
+    M: int
+    block_m: int
+    seg_rows: int = 0  # 0: one segment of M rows
+
+    @property
+    def segment(self) -> int:
+        return self.seg_rows if self.seg_rows > 0 else max(self.M, 1)
+
+    @property
+    def blocks_per_seg(self) -> int:
+        return -(-self.segment // self.block_m)
+
+    @property
+    def num_segments(self) -> int:
+        return -(-self.M // self.segment) if self.M > 0 else 0
+
+    @property
+    def m_blocks(self) -> int:
+        return self.num_segments * self.blocks_per_seg
+
+    def rows(self, mb: int) -> tuple[int, int]:
+        """Rows ``[row0, row_end)`` of row block ``mb`` (empty past the end of M)."""
+        seg, blk = divmod(mb, self.blocks_per_seg)
+        seg_start = seg * self.segment
+        row0 = seg_start + blk * self.block_m
+        row_end = min(row0 + self.block_m, seg_start + self.segment, self.M)
+        return row0, max(row0, row_end)
+
+
+@dataclasses.dataclass(frozen=True)
+class TileDeps:
+    """Per row block: the chunk range ``[lo, hi]`` and the segment (owner) it belongs to."""
+
+    lo: torch.Tensor
+    hi: torch.Tensor
+    owner: list[int]
+
+    def to(self, device) -> TileDeps:
+        return TileDeps(self.lo.to(device), self.hi.to(device), self.owner)
+
+    def waits(self, mb: int) -> list[int]:
+        return list(range(int(self.lo[mb]), int(self.hi[mb]) + 1))
+
+
+def consumer_waits(plan: Plan, mapping: TileMapping, rank: int | None = None) -> TileDeps:
+    """Chunks each row block reads. With ``rank``, chunks already on ``rank`` (owned by it)
+    at the ends of the range are dropped: those tiles need no wait for them. ``owner[mb]``
+    is the owner of the last chunk the block reads (its place in the gather order)."""
+    lo, hi, owner = [], [], []
+    for mb in range(mapping.m_blocks):
+        start, stop = mapping.rows(mb)
+        ids = [c.id for c in chunks_covering(plan, start, stop)]
+        last_owner = plan.chunks[ids[-1]].owner if ids else -1
+        if rank is not None:
+            while ids and plan.chunks[ids[0]].owner == rank:
+                ids.pop(0)
+            while ids and plan.chunks[ids[-1]].owner == rank:
+                ids.pop()
+        lo.append(ids[0] if ids else 0)
+        hi.append(ids[-1] if ids else -1)
+        owner.append(last_owner)
+    return TileDeps(torch.tensor(lo, dtype=torch.int32), torch.tensor(hi, dtype=torch.int32),
+                    owner)
+
+
+def producer_chunks(plan: Plan, mapping: TileMapping) -> tuple[TileDeps, torch.Tensor]:
+    """Chunks each row block writes, and for every chunk the number of row blocks writing
+    it (a counter signal of chunk ``c`` is complete at ``epoch * count[c] * column_blocks``
+    when each tile adds 1)."""
+    deps = consumer_waits(plan, mapping)
+    count = torch.zeros(plan.num_chunks, dtype=torch.int32)
+    for mb in range(mapping.m_blocks):
+        for c in range(int(deps.lo[mb]), int(deps.hi[mb]) + 1):
+            count[c] += 1
+    return deps, count

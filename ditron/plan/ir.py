@@ -1,0 +1,173 @@
+"""The chunk plan IR: which rows of a tensor move from which rank to which, after what.
+
+A :class:`Chunk` is a row range ``[start, stop)`` of a logical tensor (the gathered A of
+AG-GEMM, the output C of GEMM-RS), whose data belongs to ``owner`` (the rank that has it
+first in a gather, the rank that receives its sum in a scatter). Chunk ids are signal slots:
+the chunk's signal on the receiving rank reaches the call's epoch when the chunk has landed.
+
+A :class:`Transfer` moves one chunk from ``src`` to ``dst``: ``push`` (issued by ``src``) or
+``pull`` (issued by ``dst``), ``p2p`` or part of a ``collective`` (the network engine moves
+it with its peers), optionally summing into the destination (``reduce``), on the ``intra``
+node or ``inter`` node level, and only after the transfers listed in ``after`` have landed.
+The order of a rank's transfers in :attr:`Plan.transfers` is its issue order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+MODES = ("push", "pull")
+KINDS = ("p2p", "collective")
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    id: int
+    start: int
+    stop: int
+    owner: int
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfer:
+    id: int
+    chunk: int
+    src: int
+    dst: int
+    mode: str = "pull"
+    kind: str = "p2p"
+    reduce: bool = False
+    after: tuple[int, ...] = ()
+    level: str = "intra"
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"transfer mode must be one of {MODES}, got {self.mode!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"transfer kind must be one of {KINDS}, got {self.kind!r}")
+
+    @property
+    def issuer(self) -> int:
+        return self.src if self.mode == "push" else self.dst
+
+
+@dataclasses.dataclass
+class Plan:
+    """A chunk plan over ``world_size`` ranks for a logical tensor of ``rows`` rows."""
+
+    name: str
+    tensor: str
+    rows: int
+    world_size: int
+    chunks: list[Chunk]
+    transfers: list[Transfer]
+    local_world_size: int = 0
+
+    def __post_init__(self):
+        if not self.local_world_size:
+            self.local_world_size = self.world_size
+        ids = [c.id for c in self.chunks]
+        if ids != list(range(len(ids))):
+            raise ValueError("plan chunks must be numbered 0.. in order")
+        for t in self.transfers:
+            if not 0 <= t.chunk < len(self.chunks):
+                raise ValueError(f"transfer {t.id} names unknown chunk {t.chunk}")
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunks)
+
+    def issued_by(self, rank: int) -> list[Transfer]:
+        """The transfers ``rank`` issues, in issue order."""
+        return [t for t in self.transfers if t.issuer == rank]
+
+    def incoming(self, rank: int) -> list[Transfer]:
+        """The transfers that land on ``rank``, in plan order."""
+        return [t for t in self.transfers if t.dst == rank]
+
+    def arrival_order(self, rank: int) -> list[int]:
+        """Owners of the chunks landing on ``rank`` in plan order, each once."""
+        seen: list[int] = []
+        for t in self.incoming(rank):
+            owner = self.chunks[t.chunk].owner
+            if owner not in seen and owner != rank:
+                seen.append(owner)
+        return seen
+
+    def chunks_of(self, owner: int) -> list[Chunk]:
+        return [c for c in self.chunks if c.owner == owner]
+
+    def __str__(self) -> str:
+        lines = [f"plan {self.name}: {self.tensor}[{self.rows} rows] over {self.world_size} "
+                 f"ranks ({self.local_world_size} per node), {self.num_chunks} chunks, "
+                 f"{len(self.transfers)} transfers"]
+        for c in self.chunks:
+            lines.append(f"  chunk {c.id}: rows [{c.start}, {c.stop}) of rank {c.owner}")
+        for t in self.transfers:
+            arrow = "+=" if t.reduce else "->"
+            dep = f" after {list(t.after)}" if t.after else ""
+            lines.append(f"  t{t.id}: chunk {t.chunk} {t.src} {arrow} {t.dst} "
+                         f"({t.mode} by {t.issuer}, {t.kind}, {t.level}){dep}")
+        return "\n".join(lines)
+
+
+def _pieces(chunk: Chunk, chunk_rows: int) -> list[tuple[int, int]]:
+    if chunk.rows <= 0:
+        return [(chunk.start, chunk.stop)]
+    return [(s, min(s + chunk_rows, chunk.stop)) for s in range(chunk.start, chunk.stop,
+                                                                  chunk_rows)]
+
+
+def split(plan: Plan, chunk_rows: int) -> Plan:
+    """Refine every chunk into pieces of at most ``chunk_rows`` rows.
+
+    Each transfer becomes one transfer per piece. A dependency on a transfer of the same
+    chunk becomes a dependency on the same piece (pipelining); a dependency on another chunk
+    becomes a dependency on all of its pieces.
+    """
+    if chunk_rows <= 0:
+        raise ValueError(f"split: chunk_rows must be positive, got {chunk_rows}")
+    new_chunks: list[Chunk] = []
+    pieces_of: dict[int, list[int]] = {}
+    for c in sorted(plan.chunks, key=lambda c: (c.start, c.id)):
+        ids = []
+        for start, stop in _pieces(c, chunk_rows):
+            ids.append(len(new_chunks))
+            new_chunks.append(Chunk(len(new_chunks), start, stop, c.owner))
+        pieces_of[c.id] = ids
+    # renumbering above follows row order; map old ids in the original order
+    new_transfers: list[Transfer] = []
+    tid_of: dict[tuple[int, int], int] = {}
+    for t in plan.transfers:
+        for i, piece in enumerate(pieces_of[t.chunk]):
+            tid_of[(t.id, i)] = len(new_transfers)
+            after: list[int] = []
+            for dep in t.after:
+                dep_t = plan.transfers[dep]
+                n = len(pieces_of[dep_t.chunk])
+                if dep_t.chunk == t.chunk and i < n:
+                    after.append(tid_of[(dep, i)])
+                else:
+                    after.extend(tid_of[(dep, j)] for j in range(n))
+            new_transfers.append(dataclasses.replace(t, id=len(new_transfers), chunk=piece,
+                                                     after=tuple(after)))
+    return Plan(f"{plan.name}/split{chunk_rows}", plan.tensor, plan.rows, plan.world_size,
+                new_chunks, new_transfers, plan.local_world_size)
+
+
+def check(plan: Plan) -> None:
+    """Raise ``ValueError`` if a dependency points forward or at a missing transfer."""
+    for t in plan.transfers:
+        for dep in t.after:
+            if not 0 <= dep < t.id:
+                raise ValueError(f"transfer {t.id} depends on {dep}, which is not earlier")
+
+
+def chunks_covering(plan: Plan, start: int, stop: int) -> Iterable[Chunk]:
+    """Chunks whose rows intersect ``[start, stop)``."""
+    return (c for c in plan.chunks if c.start < stop and start < c.stop and c.rows > 0)

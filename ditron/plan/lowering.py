@@ -1,0 +1,109 @@
+"""Lowering a chunk plan to transfers that actually move data, with the one signal protocol.
+
+Three targets, one plan:
+
+* **engines** (``copy_engine``, ``sm``, ``tma``): :func:`engine_transfers` turns the intra-node
+  transfers a rank issues into ``engines.base.Transfer`` objects (tensor views of the chunk
+  rows, a :class:`~ditron.engines.base.Signal` = the chunk's slot raised to the epoch on the
+  destination) and :func:`issue` hands them to ``get_engine(name)``.
+* **colocated** (inside the compute kernel): the consumer GEMM loads the chunk rows straight
+  from the owner's heap after waiting on the chunk signal; the owner only has to
+  :func:`publish` its chunks (set their signals on every rank of its node to the epoch, with
+  release semantics, after the data is in its symmetric buffer).
+* **network** (``inter`` transfers between nodes): the collective stage of a hierarchical plan
+  runs through ``torch.distributed`` on the group of ranks that share a local index
+  (:func:`network_all_gather`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+from .. import language as dl
+from .ir import Chunk, Plan
+
+
+@triton.jit
+def _publish_kernel(sig_ptr, chunk_ptr, n_chunks, epoch, first_peer, n_peers, ctx):
+    p = 0
+    while p < n_peers:
+        j = 0
+        while j < n_chunks:
+            c = tl.load(chunk_ptr + j)
+            dl.notify(sig_ptr + c, epoch, first_peer + p, ctx)
+            j += 1
+        p += 1
+
+
+def publish(signals: torch.Tensor, chunk_ids: torch.Tensor, epoch: int, peers: range,
+            ctx) -> None:
+    """Set ``signals[c] = epoch`` for every ``c`` in ``chunk_ids`` on every rank of ``peers``
+    (a contiguous range, the own rank included), ordered after this rank's earlier writes
+    on the same stream (release at system scope)."""
+    if chunk_ids.numel() == 0 or len(peers) == 0:
+        return
+    _publish_kernel[(1,)](signals, chunk_ids, chunk_ids.numel(), epoch, peers.start,
+                          len(peers), ctx)
+
+
+def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], torch.Tensor],
+                     dst_view: Callable[[Chunk, int], torch.Tensor], pad, epoch: int):
+    """The intra-node transfers ``rank`` issues, as engine transfers.
+
+    ``src_view(chunk, src_rank)`` / ``dst_view(chunk, dst_rank)`` return the chunk's rows as
+    the issuing rank sees them (a local tensor or a view of a symmetric tensor). Each
+    transfer raises the chunk's slot of ``pad`` to ``epoch`` on its destination. A
+    transfer's ``after`` must already be satisfied when it is issued (plans lowered here are
+    issued stage by stage).
+    """
+    from ..engines.base import Signal
+    from ..engines.base import Transfer as EngineTransfer
+
+    out = []
+    for t in plan.issued_by(rank):
+        if t.level != "intra":
+            continue
+        chunk = plan.chunks[t.chunk]
+        if chunk.rows == 0:
+            continue
+        out.append(EngineTransfer(src=src_view(chunk, t.src), dst=dst_view(chunk, t.dst),
+                                  src_rank=t.src, dst_rank=t.dst,
+                                  signal=Signal(pad, chunk.id, epoch), reduce=t.reduce))
+    return out
+
+
+def issue(engine_name: str, transfers: Sequence, **options):
+    """Start ``transfers`` on the named engine; return the engine (call ``drain()``)."""
+    from ..engines.base import get_engine
+
+    engine = get_engine(engine_name, **options)
+    engine.issue(list(transfers))
+    return engine
+
+
+_GROUPS: dict = {}
+
+
+def local_index_group(rt):
+    """The process group of the ranks with this rank's local index, one per node
+    (created collectively on first use, for every local index, in the same order)."""
+    key = (rt.world.world_size, rt.world.local_world_size)
+    if key not in rt.cache:
+        L = rt.world.local_world_size
+        groups = [dist.new_group(list(range(i, rt.world.world_size, L)))
+                  for i in range(L)]
+        rt.cache[("local_index_groups", key)] = groups
+        rt.cache[key] = groups[rt.world.local_rank]
+    return rt.cache[key]
+
+
+def network_all_gather(out: torch.Tensor, shard: torch.Tensor, group) -> None:
+    """``out`` (``[nodes * rows, ...]``) = the shards of the ranks of ``group`` in rank
+    order (the ``inter`` stage of ``templates.all_gather_2d``)."""
+    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    fn(out, shard.contiguous(), group=group)

@@ -1,0 +1,157 @@
+"""Opt-in overlap trace: when each GEMM tile starts, when its chunks are in, when it ends.
+
+Turn it on with ``DITRON_TRACE=1`` or :func:`enable`. The ops then give the persistent GEMM a
+trace buffer; per tile it records (tile id, start, chunks ready = after its waits, end).
+
+Clocks, honestly: on GPU the device's ``%globaltimer`` (ns; inline PTX, CUDA backend only).
+On the CPU backend there is no device timer (no inline asm in the interpreter), so the
+kernel records a *logical* clock, the index of each event in the rank's event sequence, and
+the host spreads those indices uniformly between its own clock readings before and after
+the launch. CPU traces therefore show true order and the host-measured launch span, not
+true durations of individual tiles. "chunks ready" is the moment the tile's waits returned
+(the arrival of its last chunk as seen by that tile, or the tile's start when it had none).
+
+``ditron trace --op ag_gemm --world-size 2`` runs an op on local ranks and writes
+``<out>.json`` (Chrome / Perfetto: chrome://tracing, ui.perfetto.dev) and ``<out>.png``
+(when matplotlib is installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+_ENABLED: bool | None = None
+_EVENTS: list[dict] = []
+
+
+def enabled() -> bool:
+    if _ENABLED is not None:
+        return _ENABLED
+    return os.environ.get("DITRON_TRACE", "0") not in ("", "0", "false", "False")
+
+
+def enable(on: bool = True) -> None:
+    global _ENABLED
+    _ENABLED = on
+
+
+def host_clock() -> int:
+    return time.perf_counter_ns()
+
+
+def record(op: str, buf: torch.Tensor, n_blocks: int, t0: int, t1: int) -> None:
+    """Turn one launch's trace buffer into events (microseconds, host time base)."""
+    from .runtime.world import current
+
+    rt = current()
+    rank = rt.world.rank
+    rows = buf[1:].view(-1, 4).tolist()
+    gpu = rt.world.device.type == "cuda"
+    if gpu:
+        base = min(r[1] for r in rows)
+        def conv(v):
+            return (t0 + (v - base)) / 1e3
+    else:
+        n = max(int(buf[0]), 1)
+        def conv(v):
+            return (t0 + (t1 - t0) * (v + 0.5) / n) / 1e3
+    call = sum(1 for e in _EVENTS if e.get("name") == f"{op} call" and e["pid"] == rank)
+    _EVENTS.append({"name": f"{op} call", "ph": "X", "pid": rank, "tid": 0,
+                    "ts": t0 / 1e3, "dur": (t1 - t0) / 1e3, "args": {"call": call}})
+    for tile, start, ready, end in rows:
+        mb, nb = divmod(tile, n_blocks)
+        if ready > start:
+            _EVENTS.append({"name": "wait", "ph": "X", "pid": rank, "tid": 1,
+                            "ts": conv(start), "dur": max(conv(ready) - conv(start), 0.001),
+                            "args": {"tile": tile}})
+            _EVENTS.append({"name": f"chunks of row block {mb} in", "ph": "i", "s": "t",
+                            "pid": rank, "tid": 1, "ts": conv(ready)})
+        _EVENTS.append({"name": f"tile {mb},{nb}", "ph": "X", "pid": rank, "tid": 2,
+                        "ts": conv(ready), "dur": max(conv(end) - conv(ready), 0.001),
+                        "args": {"tile": tile, "row_block": mb, "col_block": nb}})
+
+
+def events() -> list[dict]:
+    return list(_EVENTS)
+
+
+def clear() -> None:
+    _EVENTS.clear()
+
+
+def write(all_events: list[dict], prefix: str) -> list[str]:
+    """Write ``prefix.json`` (Chrome trace) and ``prefix.png`` (if matplotlib); return paths."""
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    meta = []
+    for pid in sorted({e["pid"] for e in all_events}):
+        meta.append({"name": "process_name", "ph": "M", "pid": pid,
+                     "args": {"name": f"rank {pid}"}})
+        for tid, name in ((0, "op"), (1, "waits / chunk arrivals"), (2, "tiles")):
+            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                         "args": {"name": name}})
+    paths = [prefix + ".json"]
+    with open(paths[0], "w") as f:
+        json.dump({"traceEvents": meta + all_events, "displayTimeUnit": "ns"}, f)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return paths
+    ranks = sorted({e["pid"] for e in all_events})
+    t_min = min(e["ts"] for e in all_events)
+    fig, ax = plt.subplots(figsize=(10, 1 + 0.8 * len(ranks)))
+    for i, r in enumerate(ranks):
+        for e in all_events:
+            if e["pid"] != r or e["ph"] != "X" or e["tid"] == 0:
+                continue
+            color = "tab:red" if e["name"] == "wait" else "tab:blue"
+            ax.barh(i, e["dur"], left=e["ts"] - t_min, color=color, height=0.6)
+    ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
+    ax.set_xlabel("us (blue: tiles, red: waiting for chunks)")
+    fig.tight_layout()
+    fig.savefig(prefix + ".png")
+    plt.close(fig)
+    return paths + [prefix + ".png"]
+
+
+def _run_traced(op: str, M: int, N: int, K: int, calls: int) -> list[dict]:
+    import ditron
+
+    w = ditron.world()
+    enable(True)
+    torch.manual_seed(w.rank)
+    fn = getattr(ditron.ops, op)
+    rows = M // w.world_size if op == "ag_gemm" else M
+    a = torch.randn(rows, K, device=w.device)
+    b = torch.randn(K, N, device=w.device)
+    for _ in range(calls):
+        fn(a, b, method="overlap")
+    return events()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ditron trace", description=__doc__.split("\n")[0])
+    p.add_argument("--op", default="ag_gemm", choices=["ag_gemm", "gemm_rs", "gemm_ar"])
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--m", type=int, default=64, help="global rows")
+    p.add_argument("--n", type=int, default=64)
+    p.add_argument("--k", type=int, default=32)
+    p.add_argument("--calls", type=int, default=2)
+    p.add_argument("--out", default="ditron-trace")
+    p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
+    args = p.parse_args(argv)
+    import ditron
+
+    per_rank = ditron.launch(_run_traced, args.world_size, args.op, args.m, args.n, args.k,
+                             args.calls, backend=args.backend)
+    paths = write([e for evs in per_rank for e in evs], args.out)
+    print("wrote " + ", ".join(paths), file=sys.stderr)
+    return 0

@@ -1,0 +1,162 @@
+"""The one tuner: enumerate candidates, measure each on every rank, agree, cache.
+
+A candidate is (method, engine, tile config). Every rank runs the same fixed number of
+warm-up and timed calls per candidate (CUDA events on GPU, the host clock on CPU; never
+``triton.testing.do_bench``, whose adaptive counts differ across ranks and would deadlock a
+collective), takes the median, the ranks agree on the slowest rank's median (all-reduce max
+over the host group), and rank 0's choice is broadcast. The decision is cached on disk
+(``tune/cache.py``) and read by the ops' ``method="auto"`` through :func:`lookup`.
+
+Engines: the overlapped ops currently lower to the colocated engine (pulls and pushes
+inside the GEMM), so the engine, chunk size and communication-SM knobs have one value
+each; the tile configuration and overlap-vs-fallback are enumerated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from ..kernels.gemm import CPU_CONFIG, GemmConfig
+from . import cache
+
+GPU_CANDIDATES = [
+    GemmConfig(128, 256, 64, 8, 8, 3),
+    GemmConfig(128, 128, 64, 8, 4, 4),
+    GemmConfig(256, 128, 64, 8, 8, 3),
+]
+CPU_CANDIDATES = [CPU_CONFIG, dataclasses.replace(CPU_CONFIG, block_m=32, block_n=32)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    method: str  # "overlap" | "fallback"
+    engine: str = "colocated"
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 64
+    group_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+    time_us: float = 0.0
+
+    def gemm_config(self) -> GemmConfig:
+        return GemmConfig(self.block_m, self.block_n, self.block_k, self.group_m,
+                          self.num_warps, self.num_stages)
+
+    @classmethod
+    def of(cls, method: str, cfg: GemmConfig, time_us: float = 0.0) -> Decision:
+        return cls(method, "colocated", cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m,
+                   cfg.num_warps, cfg.num_stages, time_us)
+
+
+def _device_name() -> str:
+    from ..runtime.world import current
+
+    dev = current().world.device
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+
+
+def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int) -> str:
+    return cache.make_key(op, (M, N, K), str(dtype).replace("torch.", ""), world_size,
+                          _device_name())
+
+
+def lookup(op: str, M: int, N: int, K: int, dtype: torch.dtype,
+           world_size: int) -> Decision | None:
+    """The cached decision for this op and shape on this device, if tuned."""
+    entry = cache.get(key_for(op, M, N, K, dtype, world_size))
+    if entry is None:
+        return None
+    try:
+        return Decision(**entry)
+    except TypeError:
+        return None
+
+
+def time_calls(fn, warmup: int, iters: int, device: torch.device) -> list[float]:
+    """Per-call times in microseconds, fixed counts (identical on every rank)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    if device.type == "cuda":
+        for _ in range(iters):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3)
+    else:
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
+def agreed_median(times: list[float]) -> float:
+    """The slowest rank's median (all ranks get the same number)."""
+    from ..runtime.world import current
+
+    rt = current()
+    med = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    if rt.world.world_size > 1:
+        dist.all_reduce(med, op=dist.ReduceOp.MAX, group=rt.host_group)
+    return float(med.item())
+
+
+def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
+         warmup: int = 3, iters: int = 10, candidates: list[GemmConfig] | None = None,
+         progress: bool = True, save: bool = True) -> Decision:
+    """Measure fallback and every overlapped tile config for ``op`` (collective).
+
+    Shapes as the op sees them on one rank: ``ag_gemm``: a ``[M / W, K]``, b ``[K, N]``;
+    ``gemm_rs`` / ``gemm_ar``: a ``[M, K]``, b ``[K, N]``. Returns the agreed decision.
+    """
+    from .. import ops
+    from ..runtime.world import current
+
+    rt = current()
+    W, dev = rt.world.world_size, rt.world.device
+    fn_op = getattr(ops, op)
+    rows = M // W if op == "ag_gemm" else M
+    g = torch.Generator(device="cpu").manual_seed(rt.world.rank)
+    a = torch.randn(rows, K, generator=g).to(dtype=dtype, device=dev)
+    b = torch.randn(K, N, generator=g).to(dtype=dtype, device=dev)
+    if candidates is None:
+        candidates = GPU_CANDIDATES if dev.type == "cuda" else CPU_CANDIDATES
+    trials = [("fallback", candidates[0])] + [("overlap", c) for c in candidates]
+    results: list[float] = []
+    for i, (method, cfg) in enumerate(trials):
+        if progress and rt.world.rank == 0:
+            print(f"\r[ditron tune] {op} M={M} N={N} K={K}: {i + 1}/{len(trials)} "
+                  f"{method} {cfg.label()}   ", end="", file=sys.stderr, flush=True)
+        try:
+            times = time_calls(lambda m=method, c=cfg: fn_op(a, b, method=m, config=c),
+                               warmup, iters, dev)
+            ok = 1.0
+        except Exception:  # noqa: BLE001 - a config that does not compile loses
+            times, ok = [float("inf")], 0.0
+        flag = torch.tensor([ok])
+        if W > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=rt.host_group)
+        results.append(agreed_median(times) if flag.item() > 0 else float("inf"))
+    if progress and rt.world.rank == 0:
+        print(file=sys.stderr)
+    best = [min(range(len(trials)), key=lambda j: results[j])]
+    if W > 1:
+        dist.broadcast_object_list(best, src=0, group=rt.host_group)
+    method, cfg = trials[best[0]]
+    decision = Decision.of(method, cfg, results[best[0]])
+    if save and rt.world.rank == 0:
+        cache.put(key_for(op, M, N, K, dtype, W), dataclasses.asdict(decision))
+    if W > 1:
+        dist.barrier(group=rt.host_group)
+    return decision

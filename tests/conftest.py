@@ -1,0 +1,52 @@
+"""Test configuration: the backend under test and the GPU marker.
+
+``pytest`` runs on the CPU backend. ``pytest --ditron-backend cuda`` reruns the same
+multi-rank tests on GPUs (ranks share GPUs round-robin when there are more ranks than GPUs).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+
+def pytest_addoption(parser):
+    parser.addoption("--ditron-backend", default=os.environ.get("DITRON_TEST_BACKEND", "cpu"),
+                     choices=["cpu", "cuda"], help="backend the multi-rank tests run on")
+
+
+def pytest_configure(config):
+    # A test whose ranks stop making progress fails with their names instead of hanging.
+    os.environ.setdefault("DITRON_LAUNCH_TIMEOUT", "300")
+    os.environ["DITRON_TEST_BACKEND"] = config.getoption("--ditron-backend")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def backend(request) -> str:
+    name = request.config.getoption("--ditron-backend")
+    if name == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return name
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks():
+    """Every test must leave no rank process and no shared-memory segment behind."""
+    import multiprocessing
+
+    yield
+    leftover = [p for p in multiprocessing.active_children() if p.name.startswith("ditron-rank")]
+    segments = [f for f in os.listdir("/dev/shm") if f.startswith("ditron-")]
+    assert not leftover, f"rank processes left running: {leftover}"
+    assert not segments, f"shared-memory segments left behind: {segments}"

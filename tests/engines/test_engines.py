@@ -1,0 +1,165 @@
+"""Transfer engines moved directly: push, pull, sum-while-moving, signals, repeated use."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ditron
+from ditron.engines import Signal, Transfer, get_engine
+from ditron.engines.sync import wait_slots
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _data(rank: int, it: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rank ``rank``'s fresh random payload of iteration ``it`` (any rank can recompute it)."""
+    g = torch.Generator().manual_seed(1000 * it + rank)
+    return torch.randn(n, generator=g).to(dtype)
+
+
+def check_engine(name: str, options: dict, n: int, calls: int = 3) -> int:
+    """Push to every node peer, pull from every node peer, and ring-reduce, ``calls`` times."""
+    w = ditron.world()
+    me, size = w.rank, w.world_size
+    dev = w.device
+    engine = get_engine(name, **options)
+    node = range(me // w.local_world_size * w.local_world_size,
+                 min((me // w.local_world_size + 1) * w.local_world_size, size))
+    pad = ditron.signal_pad(f"test_engine:{name}", 3 * size)
+    checks = 0
+    for it in range(calls):
+        dtype = DTYPES[it % 3]
+        inbox = ditron.empty((size, n), dtype)
+        inbox.fill_(float("nan"))
+        ditron.barrier()
+        mine = _data(me, it, n, dtype).to(dev)
+        # push: my payload into every node peer's inbox row ``me``, raising its slot ``me``
+        epoch = pad.next_epoch()
+        pushes = [Transfer(mine, inbox[me], me, q, Signal(pad, me, epoch)) for q in node
+                  if q != me or name == "sm"]
+        engine.issue(pushes)
+        wait_slots(pad, 0, node, epoch, skip=-1 if name == "sm" else me)
+        engine.drain()
+        for q in node:
+            if q != me or name == "sm":
+                torch.testing.assert_close(inbox[q].cpu(), _data(q, it, n, dtype))
+                checks += 1
+        inbox[me].copy_(mine)
+        ditron.barrier()
+        # pull: every node peer's row of its own inbox into a local tensor, signal myself
+        epoch = pad.next_epoch()
+        outs = {q: torch.full((n,), float("nan"), dtype=dtype, device=dev) for q in node}
+        pulls = [Transfer(inbox[q], outs[q], q, me, Signal(pad, size + me, epoch))
+                 for q in node if q != me]
+        engine.issue(pulls)
+        engine.drain()
+        if pulls:
+            wait_slots(pad, size, range(me, me + 1), epoch)
+        for q in node:
+            if q != me:
+                torch.testing.assert_close(outs[q].cpu(), _data(q, it, n, dtype))
+                checks += 1
+        ditron.barrier()
+        # reduce: add my payload into my right neighbour's row 0 (one writer per row)
+        nxt = node[(me - node.start + 1) % len(node)]
+        prv = node[(me - node.start - 1) % len(node)]
+        base = _data(me + 50, it, n, dtype).to(dev)
+        inbox[0].copy_(base)
+        ditron.barrier()
+        epoch = pad.next_epoch()
+        if engine.can_reduce and nxt != me:
+            engine.issue([Transfer(mine, inbox[0], me, nxt, Signal(pad, 2 * size, epoch),
+                                   reduce=True)])
+            wait_slots(pad, 2 * size, range(0, 1), epoch)
+            engine.drain()
+            expected = (base.float().cpu() + _data(prv, it, n, dtype).float()).to(dtype)
+            tol = 1e-5 if dtype == torch.float32 else 1e-2
+            torch.testing.assert_close(inbox[0].cpu(), expected, rtol=tol, atol=tol)
+            checks += 1
+        ditron.barrier()
+        ditron.free(inbox)
+    return checks
+
+
+def check_network(n: int, calls: int = 3) -> int:
+    """Two-sided transfers between every pair, including ranks on other (simulated) nodes."""
+    w = ditron.world()
+    me, size = w.rank, w.world_size
+    engine = get_engine("network")
+    pad = ditron.signal_pad("test_network", size)
+    checks = 0
+    for it in range(calls):
+        dtype = DTYPES[it % 3]
+        epoch = pad.next_epoch()
+        mine = _data(me, it, n, dtype)
+        boxes = {q: torch.full((n,), float("nan"), dtype=dtype) for q in range(size)}
+        transfers = []
+        for q in range(size):
+            if q != me:
+                transfers.append(Transfer(mine, mine, me, q))  # my send to q
+                transfers.append(Transfer(boxes[q], boxes[q], q, me, Signal(pad, q, epoch)))
+        engine.issue(transfers)
+        engine.drain()
+        wait_slots(pad, 0, range(size), epoch, skip=me)
+        for q in range(size):
+            if q != me:
+                torch.testing.assert_close(boxes[q], _data(q, it, n, dtype))
+                checks += 1
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("name,options", [("copy_engine", {}),
+                                          ("sm", {}),
+                                          ("sm", {"programs": 3, "block": 64})])
+def test_engine_moves_and_sums(world_size, name, options):
+    n = 1000  # several blocks of 64 with 3 programs; not a multiple of the block
+    counts = ditron.launch(check_engine, world_size, name, options, n, backend="cpu")
+    per_call = world_size + (world_size - 1) + 1 - (name != "sm")
+    assert all(c == 3 * per_call for c in counts)
+
+
+def test_engines_in_simulated_two_nodes(monkeypatch):
+    """Shared-memory engines stay inside a node; the network engine crosses nodes."""
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
+    counts = ditron.launch(check_engine, 4, "copy_engine", {}, 33, backend="cpu")
+    assert all(c == 3 * 3 for c in counts)
+    counts = ditron.launch(check_network, 4, 33, backend="cpu")
+    assert all(c == 3 * 3 for c in counts)
+
+
+def check_engine_errors() -> int:
+    me = ditron.world().rank
+    x = torch.randn(4, 4)
+    sm = get_engine("sm")
+    buf = ditron.empty((4, 4))
+    with pytest.raises(ValueError, match="contiguous"):
+        sm.issue([Transfer(x.t(), buf, me, 1 - me)])
+    with pytest.raises(ValueError, match="differ"):
+        sm.issue([Transfer(x[:2], buf, me, 1 - me)])
+    with pytest.raises(ValueError, match="differ"):
+        get_engine("copy_engine").issue([Transfer(x, buf.half(), me, 1 - me)])
+    with pytest.raises(ValueError, match="cross ranks"):
+        get_engine("network").issue([Transfer(x, x, me, me)])
+    with pytest.raises(ValueError, match="programs"):
+        get_engine("sm", programs=0)
+    return 5
+
+
+def test_engine_errors():
+    assert ditron.launch(check_engine_errors, 2, backend="cpu") == [5, 5]
+    with pytest.raises(NotImplementedError, match="tma"):
+        get_engine("tma")
+    with pytest.raises(ValueError, match="unknown transfer engine"):
+        get_engine("pigeon")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name,options", [("copy_engine", {}), ("sm", {}),
+                                          ("sm", {"programs": 4, "block": 256})])
+def test_engine_cuda_two_ranks(name, options):
+    counts = ditron.launch(check_engine, 2, name, options, 100_003, backend="cuda")
+    per_call = 2 + 1 + 1 - (name != "sm")
+    assert all(c == 3 * per_call for c in counts)

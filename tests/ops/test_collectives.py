@@ -1,0 +1,270 @@
+"""ditron.ops collectives against torch.distributed on fresh random data (CPU backend).
+
+Each rank function checks many cases in one launch (launches cost more than checks);
+assertion errors travel back through ``ditron.launch`` with the failing rank attached.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ditron
+from ditron.runtime.world import current
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (1e-2, 1e-2), torch.float16: (1e-2, 1e-2)}
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    rtol, atol = TOL[expected.dtype]
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert not torch.isnan(actual).any(), f"{what}: unwritten (NaN) elements"
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, msg=what)
+
+
+def _gen(*key: int) -> torch.Generator:
+    return torch.Generator().manual_seed(hash(key) % (2**31))
+
+
+def _host() -> dist.ProcessGroup:
+    return current().host_group  # gloo on every backend: references run on the host
+
+
+def _gather_fp32(x: torch.Tensor) -> list[torch.Tensor]:
+    parts = [torch.empty(x.shape, dtype=torch.float32) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, x.float().contiguous(), group=_host())
+    return parts
+
+
+def _a2a_ref(x: torch.Tensor, ins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(received counts, received rows in fp32) by ``dist.all_to_all_single``."""
+    outs = torch.empty(ins.shape, dtype=torch.int64)
+    dist.all_to_all_single(outs, ins.clone(), group=_host())
+    ref = torch.empty(int(outs.sum()), *x.shape[1:])
+    dist.all_to_all_single(ref, x.float(), outs.tolist(), ins.tolist(), group=_host())
+    return outs, ref
+
+
+def _sum_ref(x: torch.Tensor) -> torch.Tensor:
+    """The exact sum over ranks (fp32 accumulation of the gathered inputs), in x's dtype."""
+    return torch.stack(_gather_fp32(x)).sum(0).to(x.dtype)
+
+
+def check_ops(engines: tuple[str | None, ...], calls: int = 3, scale: int = 1) -> int:
+    """Every collective, each engine, ``calls`` repeated calls rotating through the dtypes.
+
+    Inputs are made on the host and moved to the rank's device; ``scale`` widens them.
+    """
+    w, me = ditron.world().world_size, ditron.world().rank
+    dev = ditron.world().device
+    ops = _OnDevice(dev)
+    checks = 0
+    for engine in engines:
+        for it in range(calls):
+            dtype = DTYPES[it % len(DTYPES)]
+            g = _gen(me, it, len(str(engine)))
+            # all_gather, dim 0 and a non-contiguous input gathered along dim 1
+            x = torch.randn(3, 5 * scale, generator=g).to(dtype)
+            ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)], 0)
+            _close(ops.all_gather(x, 0, engine=engine), ref, f"all_gather {engine} {dtype}")
+            xt = torch.randn(4, 2 + it, generator=g).to(dtype).t()
+            ref = torch.cat([p.to(dtype) for p in _gather_fp32(xt)], 1)
+            _close(ops.all_gather(xt, -1, engine=engine), ref, f"all_gather dim1 {engine}")
+            # reduce_scatter along dim 0 and (non-contiguous) dim 1
+            x = torch.randn(2 * w, 3 * scale, generator=g).to(dtype)
+            _close(ops.reduce_scatter(x, 0, engine=engine), _sum_ref(x).chunk(w, 0)[me],
+                   f"reduce_scatter {engine} {dtype}")
+            xt = torch.randn(3 * w, 4, generator=g).to(dtype).t()
+            _close(ops.reduce_scatter(xt, 1, engine=engine), _sum_ref(xt).chunk(w, 1)[me],
+                   f"reduce_scatter dim1 {engine} {dtype}")
+            # all_reduce: both methods, a size that does not divide by w, and auto
+            x = torch.randn(7, 3 * scale, generator=g).to(dtype)
+            ref = _sum_ref(x)
+            for method in ("one_shot", "two_shot", "auto"):
+                _close(ops.all_reduce(x, method, engine=engine), ref,
+                       f"all_reduce {method} {engine} {dtype}")
+            # all_to_all with uneven and zero splits, against all_to_all_single
+            ins = torch.randint(0, 4, (w,), generator=g)
+            ins[(me + it) % w] = 0
+            x = torch.randn(int(ins.sum()), 2, 3 * scale, generator=g)
+            outs, ref = _a2a_ref(x, ins)
+            got = ops.all_to_all(x.to(dtype), ins.tolist(), outs.tolist(), engine=engine)
+            _close(got, ref.to(dtype), f"all_to_all {engine} {dtype}")
+            checks += 8
+    return checks
+
+
+class _OnDevice:
+    """``ditron.ops`` with tensor arguments moved to ``device`` and results moved back."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __getattr__(self, name: str):
+        op = getattr(ditron.ops, name)
+
+        def call(*args, **kw):
+            args = [a.to(self.device) if isinstance(a, torch.Tensor) else a for a in args]
+            return op(*args, **kw).cpu()
+
+        return call
+
+
+def check_all_to_all_device(calls: int = 3) -> int:
+    w, me = ditron.world().world_size, ditron.world().rank
+    checks = 0
+    for it in range(calls):
+        g = _gen(me, it, 7)
+        ins = torch.randint(0, 4, (w,), generator=g)
+        ins[(me + it) % w] = 0
+        x = torch.randn(int(ins.sum()), 5, generator=g).to(DTYPES[it % 3])
+        outs, ref = _a2a_ref(x, ins)
+        dev = ditron.world().device
+        splits = ins.to(dev) * 2 // 2  # a device tensor computed at run time
+        out, out_splits = ditron.ops.all_to_all_device(x.to(dev), splits, 4 * w)
+        out, out_splits = out.cpu(), out_splits.cpu()
+        assert out.shape == (4 * w, 5)
+        assert torch.equal(out_splits, outs), (out_splits, outs)
+        _close(out[: int(outs.sum())], ref.to(x.dtype), "all_to_all_device")
+        checks += 1
+    return checks
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    monkeypatch.setenv("DITRON_POISON", "1")  # fresh workspaces read as NaN
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
+def test_collectives_match_torch(world_size):
+    engines = ("copy_engine", "sm")
+    counts = ditron.launch(check_ops, world_size, engines, backend="cpu")
+    assert all(c == 8 * 3 * len(engines) for c in counts)
+
+
+def test_network_engine_forced():
+    counts = ditron.launch(check_ops, 3, ("network",), backend="cpu")
+    assert all(c == 24 for c in counts)
+
+
+@pytest.mark.parametrize("engine", ["copy_engine", "sm"])
+def test_two_simulated_nodes(monkeypatch, engine):
+    """Two nodes of two ranks: node peers use ``engine``, the others the network engine."""
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
+    counts = ditron.launch(check_ops, 4, (engine,), backend="cpu")
+    assert all(c == 24 for c in counts)
+
+
+def check_engine_choice() -> tuple[str, str, str]:
+    from ditron.ops import collectives
+
+    return (collectives._engine("all_gather", None, 64),
+            collectives._engine("all_reduce", None, 64),
+            collectives._engine("all_reduce", "copy_engine", 64))
+
+
+def test_env_override_selects_engine(monkeypatch):
+    monkeypatch.setenv("DITRON_ENGINE", "sm")
+    monkeypatch.setenv("DITRON_ALL_GATHER_ENGINE", "network")
+    chosen = ditron.launch(check_engine_choice, 1, backend="cpu")
+    assert chosen == [("network", "sm", "copy_engine")]
+    counts = ditron.launch(check_ops, 2, (None,), 3, backend="cpu")
+    assert all(c == 24 for c in counts)
+
+
+@pytest.mark.parametrize("world_size", [1, 3, 4])
+def test_all_to_all_device_splits(world_size):
+    counts = ditron.launch(check_all_to_all_device, world_size, backend="cpu")
+    assert all(c == 3 for c in counts)
+
+
+def check_send_recv(calls: int = 3) -> int:
+    w, me = ditron.world().world_size, ditron.world().rank
+    nxt, prv = (me + 1) % w, (me - 1) % w
+    checks = 0
+    for it in range(calls):
+        dtype = DTYPES[it % 3]
+        mine = torch.randn(4, 3, generator=_gen(me, it, 3)).to(dtype).t()  # non-contiguous
+        expected = torch.randn(4, 3, generator=_gen(prv, it, 3)).to(dtype).t()
+        box = torch.full((3, 4), float("nan"), dtype=dtype)
+        if me % 2 == 0:
+            ditron.ops.send(mine, nxt)
+            got = ditron.ops.recv(box, prv)
+        else:
+            got = ditron.ops.recv(box, prv)
+            ditron.ops.send(mine, nxt)
+        assert got is box
+        _close(got, expected, "recv into a tensor")
+        if me % 2 == 0:
+            ditron.ops.send(mine, nxt, engine="network")
+            fresh = ditron.ops.recv((3, 4), prv, dtype=dtype)
+        else:
+            fresh = ditron.ops.recv((3, 4), prv, dtype=dtype)
+            ditron.ops.send(mine, nxt, engine="network")
+        _close(fresh, expected, "recv by shape")
+        checks += 2
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_send_recv_ring(world_size):
+    counts = ditron.launch(check_send_recv, world_size, backend="cpu")
+    assert all(c == 6 for c in counts)
+
+
+def check_bad_inputs() -> int:
+    me = ditron.world().rank
+    ops = ditron.ops
+    x = torch.randn(4, 3)
+    cases = [
+        (ValueError, "does not divide", lambda: ops.reduce_scatter(torch.randn(3, 2))),
+        (ValueError, "out of range", lambda: ops.all_gather(x, 2)),
+        (ValueError, "dtype", lambda: ops.all_gather(x.to(torch.int32))),
+        (ValueError, "meta", lambda: ops.all_reduce(torch.empty(4, device="meta"))),
+        (ValueError, "method", lambda: ops.all_reduce(x, "three_shot")),
+        (ValueError, "engine", lambda: ops.all_gather(x, engine="pigeon")),
+        (NotImplementedError, "tma", lambda: ops.all_gather(x, engine="tma")),
+        (ValueError, "disagree", lambda: ops.all_gather(torch.randn(2 + me, 3))),
+        (ValueError, "disagree", lambda: ops.all_reduce(x.to(DTYPES[me]))),
+        (ValueError, "in_splits", lambda: ops.all_to_all(x, [1, 1])),
+        (ValueError, "out_splits", lambda: ops.all_to_all(x, [1, 3], [3, 1] if me else [1, 1])),
+        (ValueError, "peer", lambda: ops.send(x, me)),
+        (TypeError, "Tensor", lambda: ops.all_gather([1.0, 2.0])),
+    ]
+    for exc, words, fn in cases:
+        with pytest.raises(exc, match=words):
+            fn()
+    # a receiver that expects another shape gets a clear error instead of garbage
+    if me == 0:
+        ops.send(x, 1)
+    else:
+        with pytest.raises(ValueError, match="sent shape"):
+            ops.recv((3, 4), 0)
+    # failed calls left no stale state: the ops still work afterwards
+    _close(ops.all_gather(x), torch.cat([p for p in _gather_fp32(x)]), "after errors")
+    _close(ops.all_reduce(x), _sum_ref(x), "after errors")
+    return len(cases) + 3
+
+
+def test_bad_inputs_raise_before_kernels():
+    counts = ditron.launch(check_bad_inputs, 2, backend="cpu")
+    assert all(c == 16 for c in counts)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("engine", ["copy_engine", "sm", "network", "auto"])
+def test_collectives_cuda_two_ranks(engine):
+    """Run on 2 GPUs (one process each) or on 1 GPU shared by 2 processes."""
+    counts = ditron.launch(check_ops, 2, (engine,), 3, 300, backend="cuda")
+    assert all(c == 24 for c in counts)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_all_to_all_device_cuda_two_ranks():
+    counts = ditron.launch(check_all_to_all_device, 2, backend="cuda")
+    assert all(c == 3 for c in counts)

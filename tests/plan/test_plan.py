@@ -1,0 +1,141 @@
+"""Chunk plans: templates, split, printing and chunk-to-tile dependency derivation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ditron.kernels import swizzle
+from ditron.plan import deps, ir, templates
+
+
+def _owners_landing(plan: ir.Plan, rank: int) -> set[int]:
+    return {plan.chunks[t.chunk].owner for t in plan.incoming(rank)}
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_all_gather_orders(world_size):
+    for order in ("rank", "swizzled"):
+        plan = templates.all_gather(5, world_size, order=order)
+        assert plan.rows == 5 * world_size
+        for r in range(world_size):
+            assert _owners_landing(plan, r) == set(range(world_size)) - {r}
+            assert all(t.issuer == r for t in plan.issued_by(r))  # pulls: issued by dst
+    swz = templates.all_gather(5, 4, order="swizzled")
+    assert swz.arrival_order(1) == [2, 3, 0]
+    assert templates.all_gather(5, 4, order="rank").arrival_order(1) == [0, 2, 3]
+
+
+def test_all_gather_2d_reaches_everyone_and_orders_stages():
+    plan = templates.all_gather_2d(3, 4, 2)
+    for r in range(4):
+        assert _owners_landing(plan, r) == set(range(4)) - {r}
+    for t in plan.transfers:
+        if t.level == "inter":
+            assert t.kind == "collective" and t.src // 2 != t.dst // 2
+        else:  # intra-node pulls, after the inter stage brought the shard to the holder
+            assert t.src // 2 == t.dst // 2
+            if plan.chunks[t.chunk].owner // 2 != t.src // 2:
+                (dep,) = t.after
+                assert plan.transfers[dep].dst == t.src
+                assert plan.transfers[dep].chunk == t.chunk
+
+
+def test_reduce_scatter_all_reduce_ring():
+    rs = templates.reduce_scatter(4, 3)
+    assert all(t.reduce and t.mode == "push" and t.chunk == t.dst for t in rs.transfers)
+    assert [t.dst for t in rs.issued_by(1)] == [2, 0]  # scatter order: next rank first
+    ar = templates.all_reduce(4, 3)
+    bcast = [t for t in ar.transfers if not t.reduce]
+    assert len(bcast) == 6
+    for t in bcast:  # an owner broadcasts its shard only after every partial landed
+        assert {ar.transfers[d].src for d in t.after} == {0, 1, 2} - {t.src}
+    ring = templates.ring_all_gather(2, 4)
+    ir.check(ring)
+    for r in range(4):
+        assert _owners_landing(ring, r) == set(range(4)) - {r}
+        assert all(t.dst == (t.src + 1) % 4 for t in ring.transfers)
+
+
+def test_split_refines_chunks_and_dependencies():
+    ring = templates.ring_all_gather([5, 3, 0], 3)
+    fine = ir.split(ring, 2)
+    ir.check(fine)
+    assert [(c.start, c.stop, c.owner) for c in fine.chunks] == [
+        (0, 2, 0), (2, 4, 0), (4, 5, 0), (5, 7, 1), (7, 8, 1), (8, 8, 2)]
+    assert [c.id for c in fine.chunks] == list(range(6))
+    # a forwarded piece depends on the same piece's earlier hop
+    for t in fine.transfers:
+        for d in t.after:
+            assert fine.transfers[d].chunk == t.chunk
+            assert fine.transfers[d].dst == t.src
+    assert len(fine.transfers) == sum(
+        len(ir._pieces(ring.chunks[t.chunk], 2)) for t in ring.transfers)
+    with pytest.raises(ValueError):
+        ir.split(ring, 0)
+
+
+def test_plan_prints_readably():
+    text = str(templates.all_gather_2d(2, 4, 2))
+    assert text.startswith("plan all_gather_2d: A[8 rows] over 4 ranks (2 per node)")
+    assert "chunk 3: rows [6, 8) of rank 3" in text
+    assert "collective, inter" in text and "after [" in text
+
+
+def test_consumer_waits_straddling_tiles():
+    # 3 ranks x 5 rows, BLOCK_M = 4: blocks [0,4) [4,8) [8,12) [12,15)
+    plan = templates.all_gather(5, 3)
+    waits = deps.consumer_waits(plan, deps.TileMapping(15, 4))
+    assert [waits.waits(mb) for mb in range(4)] == [[0], [0, 1], [1, 2], [2]]
+    assert waits.owner == [0, 1, 2, 2]
+    # rank 1 needs no wait for its own chunk: dropped at the ends of the range
+    mine = deps.consumer_waits(plan, deps.TileMapping(15, 4), rank=1)
+    assert [mine.waits(mb) for mb in range(4)] == [[0], [0], [2], [2]]
+    assert mine.lo.dtype == torch.int32 and mine.hi.dtype == torch.int32
+    # finer chunks: a block reads several chunks
+    fine = ir.split(plan, 2)
+    w2 = deps.consumer_waits(fine, deps.TileMapping(15, 4))
+    assert [w2.waits(mb) for mb in range(4)] == [[0, 1], [2, 3, 4], [4, 5, 6], [7, 8]]
+
+
+def test_segmented_mapping_and_producers():
+    # reduce-scatter tiling: blocks restart at each rank's segment of 5 rows
+    m = deps.TileMapping(15, 4, seg_rows=5)
+    assert [m.rows(mb) for mb in range(m.m_blocks)] == [
+        (0, 4), (4, 5), (5, 9), (9, 10), (10, 14), (14, 15)]
+    plan = templates.reduce_scatter(5, 3)
+    prod, count = deps.producer_chunks(plan, m)
+    assert [prod.waits(mb) for mb in range(6)] == [[0], [0], [1], [1], [2], [2]]
+    assert count.tolist() == [2, 2, 2]
+    # uneven all-reduce segments with an empty last rank: its blocks are empty
+    m2 = deps.TileMapping(5, 4, seg_rows=2)
+    assert [m2.rows(mb) for mb in range(m2.m_blocks)] == [(0, 2), (2, 4), (4, 5)]
+
+
+def test_swizzle_orders():
+    owner = [0, 0, 1, 1, 2]  # row block -> rank
+    g = swizzle.gather_order(owner, 2, rank=1, world_size=3, group_m=1).tolist()
+    assert [t // 2 for t in g] == [2, 2, 3, 3, 4, 4, 0, 0, 1, 1]
+    s = swizzle.scatter_order(owner, 2, rank=1, world_size=3, group_m=1).tolist()
+    assert [t // 2 for t in s] == [4, 4, 0, 0, 1, 1, 2, 2, 3, 3]
+    assert sorted(s) == list(range(10)) and sorted(g) == list(range(10))
+    grouped = swizzle.linear_order(4, 3, group_m=2).tolist()
+    assert grouped[:4] == [0, 3, 1, 4]
+
+
+def test_cost_model_and_tune_cache(tmp_path, monkeypatch):
+    from ditron.tune import cache, cost_model
+
+    monkeypatch.setenv("DITRON_CACHE_DIR", str(tmp_path))
+    key = cache.make_key("ag_gemm", (8, 4, 2), "bfloat16", 2, "cpu")
+    assert cache.get(key) is None
+    cache.put(key, {"method": "overlap", "block_m": 16})
+    assert cache.get(key) == {"method": "overlap", "block_m": 16}
+    assert (tmp_path / cache.FILE).exists()
+    # large AG-GEMM with comparable compute and communication: overlap pays on an H200;
+    # the small GEMM-RS regression shape of REFERENCES.md (per rank at W=8) does not
+    spec = cost_model.H200
+    big = cost_model.estimate("ag_gemm", 8192, 14336 // 8, 4096, 8, 2, spec)
+    assert big.pays and big.t_overlap < big.t_serial
+    assert not cost_model.overlap_pays("gemm_rs", 64, 64, 64, 8, 2, "cuda", "NVIDIA H200")
+    assert not cost_model.overlap_pays("ag_gemm", 8192, 8192, 8192, 1, 2, "cuda", "H200")

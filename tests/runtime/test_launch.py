@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+import ditron
+
+
+def _whoami(tag: str) -> tuple:
+    w = ditron.world()
+    return (tag, w.rank, w.world_size, w.local_rank, w.local_world_size, w.backend)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_results_come_back_by_rank(backend, world_size):
+    results = ditron.launch(_whoami, world_size, "x", backend=backend)
+    assert results == [("x", r, world_size, r, world_size, backend) for r in range(world_size)]
+
+
+def _fail_on(rank: int) -> int:
+    w = ditron.world()
+    if w.rank == rank:
+        raise ValueError(f"deliberate failure on rank {w.rank}")
+    ditron.barrier()  # the other ranks block here until they are killed
+    return w.rank
+
+
+def test_error_is_raised_with_rank_and_traceback(backend):
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="deliberate failure on rank 2") as info:
+        ditron.launch(_fail_on, 4, 2, backend=backend)
+    assert info.value.rank == 2
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "raised on rank 2" in notes and "_fail_on" in notes
+    assert time.monotonic() - start < 60  # blocked ranks were stopped, not waited for
+
+
+def _crash() -> None:
+    if ditron.world().rank == 1:
+        os._exit(7)
+    ditron.barrier()
+
+
+def test_crashed_rank_is_reported(backend):
+    with pytest.raises(ditron.RankError, match="rank 1: process exited with code 7"):
+        ditron.launch(_crash, 2, backend=backend)
+
+
+def _sleep_on_rank1() -> None:
+    if ditron.world().rank == 1:
+        time.sleep(60)
+
+
+def test_launch_timeout_names_stuck_ranks(backend, monkeypatch):
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "3")
+    with pytest.raises(TimeoutError, match=r"ranks \[1\] made no progress"):
+        ditron.launch(_sleep_on_rank1, 2, backend=backend)
+
+
+def test_bad_world_size():
+    with pytest.raises(ValueError, match="world_size must be a positive int"):
+        ditron.launch(_whoami, 0, "x")
+
+
+def _kwargs(a, *, b):
+    return a + b + ditron.world().rank
+
+
+def test_args_and_kwargs_reach_every_rank(backend):
+    assert ditron.launch(_kwargs, 3, 10, b=5, backend=backend) == [15, 16, 17]
+
+
+def _device_of_rank():
+    w = ditron.world()
+    t = torch.ones(2, device=w.device)
+    return str(t.device)
+
+
+def test_rank_device(backend):
+    devices = ditron.launch(_device_of_rank, 2, backend=backend)
+    assert all(d.startswith(backend) for d in devices)

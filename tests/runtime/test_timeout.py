@@ -1,0 +1,62 @@
+"""No silent hangs: a wait that cannot complete raises with rank, signal, expected, seen."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ditron
+
+from ..language.kernels import wait_forever
+
+
+def _never_notified():
+    pad = ditron.signal_pad("test.lonely", 2)
+    w = ditron.world()
+    if w.rank == 1:
+        wait_forever[(1,)](pad.signals, 5, ditron.context())
+        ditron.check_waits()
+
+
+def test_wait_timeout_names_rank_signal_and_values(backend, monkeypatch):
+    monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "0.5")
+    start = time.monotonic()
+    with pytest.raises(ditron.WaitTimeoutError,
+                       match=r"rank 1: wait on signal signals:test.lonely\[1\] timed out .*"
+                             r"expected >= 5, saw 0") as info:
+        ditron.launch(_never_notified, 2, backend=backend)
+    assert (info.value.rank, info.value.expected, info.value.seen) == (1, 5, 0)
+    assert time.monotonic() - start < 60
+
+
+def _skip_barrier():
+    ditron.barrier()
+    if ditron.world().rank == 0:
+        ditron.barrier()  # rank 1 never arrives
+
+
+def test_barrier_with_missing_rank_times_out(backend, monkeypatch):
+    monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "0.5")
+    with pytest.raises(ditron.WaitTimeoutError, match=r"rank 0: wait on signal "
+                                                      r"signals:barrier\[1\].*expected >= 2, saw 1"):
+        ditron.launch(_skip_barrier, 2, backend=backend)
+
+
+def _set_timeout_api():
+    ditron.set_wait_timeout(0.2)
+    pad = ditron.signal_pad("test.api", 2)
+    with pytest.raises(ditron.WaitTimeoutError):
+        wait_forever[(1,)](pad.signals, 1, ditron.context())
+        ditron.check_waits()
+    with pytest.raises(ValueError):
+        ditron.set_wait_timeout(-1)
+    # After the error the diagnostic record is clear again: a satisfiable wait passes.
+    pad.signals[1] = 3
+    wait_forever[(1,)](pad.signals, 3, ditron.context())
+    ditron.check_waits()
+    return True
+
+
+def test_timeout_api(backend):
+    assert ditron.launch(_set_timeout_api, 1, backend=backend) == [True]
+

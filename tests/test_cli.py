@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ditron", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_info_reports_versions_and_backend():
+    out = _run("info", "--backend", "cpu")
+    assert out.returncode == 0, out.stderr
+    assert "triton   3." in out.stdout and "backend  cpu" in out.stdout
+
+
+def test_demo_verifies_against_torch():
+    out = _run("demo", "--world-size", "3", "--n", "70", "--repeats", "2", "--backend", "cpu")
+    assert out.returncode == 0, out.stderr
+    assert "all results match torch" in out.stdout
+    assert out.stdout.count(" ok ") >= 3
+
+
+def test_unknown_benchmark_is_an_error():
+    out = _run("bench", "no-such-bench")
+    assert out.returncode == 2 and "unknown benchmark" in out.stderr
