@@ -12,20 +12,21 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .context import (
-    DIAG_EXPECTED,
-    DIAG_FLAG,
-    DIAG_OFFSET,
-    DIAG_RANK,
-    DIAG_SCRATCH,
-    DIAG_SEEN,
-)
+from . import context as _slots
 from .core import translate
+
+# Diagnostic-record slots as constexprs (kernels may only read constexpr globals).
+DIAG_FLAG = tl.constexpr(_slots.DIAG_FLAG)
+DIAG_RANK = tl.constexpr(_slots.DIAG_RANK)
+DIAG_OFFSET = tl.constexpr(_slots.DIAG_OFFSET)
+DIAG_EXPECTED = tl.constexpr(_slots.DIAG_EXPECTED)
+DIAG_SEEN = tl.constexpr(_slots.DIAG_SEEN)
+DIAG_SCRATCH = tl.constexpr(_slots.DIAG_SCRATCH)
 
 SET = tl.constexpr("set")  # see core.ACQ_REL for why defaults are constexpr objects
 
 # How many polls pass between checks of whether another wait of this rank already failed.
-_ABORT_CHECK_EVERY: tl.constexpr = 64
+_ABORT_CHECK_EVERY = tl.constexpr(64)
 
 
 @triton.jit
@@ -59,7 +60,8 @@ def notify(sig_ptr, value, peer, ctx, op: tl.constexpr = SET):
 
 @triton.jit
 def _record_timeout(sig_ptr, value, seen, ctx):
-    first = tl.atomic_cas(ctx.diag + DIAG_FLAG, 0, 1, sem="acq_rel", scope="sys")
+    zero = tl.full((), 0, tl.int64)
+    first = tl.atomic_cas(ctx.diag + DIAG_FLAG, zero, zero + 1, sem="acq_rel", scope="sys")
     if first == 0:
         local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
         offset = (sig_ptr.to(tl.uint64, bitcast=True) - local_base).to(tl.int64)

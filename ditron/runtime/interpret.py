@@ -17,6 +17,10 @@ def arrange(backend: str) -> None:
     if backend == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
         _patch_scalar_index()
+        if os.environ.get("DITRON_RECORD_LAUNCHES"):
+            from .launch_record import install
+
+            install(os.environ["DITRON_RECORD_LAUNCHES"])
 
 
 def active() -> bool:

@@ -1,0 +1,122 @@
+"""Compile every kernel launch recorded on the CPU backend with Triton's CUDA compiler.
+
+No GPU needed: a stand-in driver reports an sm_90 (Hopper) target, and each distinct launch
+recorded with ``DITRON_RECORD_LAUNCHES=DIR`` is compiled through ``JITFunction.warmup``
+(front end, TTGIR, LLVM, PTX and ptxas), which catches what the interpreter lets through:
+mismatched atomic types, non-constexpr globals, str defaults of constexpr parameters.
+
+    DITRON_RECORD_LAUNCHES=/tmp/launches python -m pytest -q
+    python tools/cuda_compile_check.py /tmp/launches
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import json
+import os
+import sys
+
+os.environ["DITRON_BACKEND"] = "cuda"
+os.environ.pop("TRITON_INTERPRET", None)
+
+import torch  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.backends.nvidia.driver import CudaDriver  # noqa: E402
+from triton.runtime import driver  # noqa: E402
+
+
+class _Hopper(CudaDriver):
+    """Enough of a CUDA driver for ``warmup`` to compile for sm_90 without a device."""
+
+    def __init__(self):  # no libcuda here
+        pass
+
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    @classmethod
+    def is_active(cls):
+        return True
+
+
+def _resolve(qualified: str):
+    module, _, name = qualified.partition(":")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _build(desc):
+    if "tensor" in desc:
+        return torch.empty(64, dtype=getattr(torch, desc["tensor"]))
+    if "namedtuple" in desc:
+        return _resolve(desc["namedtuple"])(*[_build(d) for d in desc["items"]])
+    if "tuple" in desc:
+        return tuple(_build(d) for d in desc["tuple"])
+    if "value" in desc:
+        return desc["value"]
+    raise ValueError(f"cannot rebuild argument {desc}")
+
+
+def _specialized(value):
+    """The class of a runtime int that Triton specializes on (1, multiple of 16, other)."""
+    if isinstance(value, dict) and isinstance(value.get("value"), int) and not isinstance(
+            value["value"], bool):
+        v = value["value"]
+        return {"value": 1 if v == 1 else 16 if v % 16 == 0 else 3}
+    if isinstance(value, dict) and "items" in value:
+        return dict(value, items=[_specialized(d) for d in value["items"]])
+    return value
+
+
+def _key(kernel, rec) -> str:
+    """Launches that compile to the same binary share a key (runtime ints by class)."""
+    args = [d if p.is_constexpr else _specialized(d) for p, d in zip(kernel.params, rec["args"])]
+    return json.dumps([rec["kernel"], args, rec["kwargs"]], sort_keys=True)
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{exc}"
+    errors = [ln for ln in text.splitlines() if "error" in ln.lower()]
+    return "\n    ".join(errors[:6] or text.splitlines()[-6:])
+
+
+def main(directory: str) -> int:
+    driver.set_active(_Hopper())
+    done: set[str] = set()
+    failures = 0
+    for path in sorted(glob.glob(os.path.join(directory, "launches-*.jsonl"))):
+        with open(path) as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec["kernel"].startswith(("tests.", "test_")):
+                    continue  # the tests' own tiny kernels are not the library's concern
+                kernel = _resolve(rec["kernel"])
+                key = _key(kernel, rec)
+                if key in done:
+                    continue
+                done.add(key)
+                args = [_build(d) for d in rec["args"]]
+                kwargs = {k: _build(d) for k, d in rec["kwargs"].items()}
+                try:
+                    kernel.warmup(*args, grid=(1,), **kwargs)
+                except Exception as exc:  # noqa: BLE001 - report every failing kernel
+                    failures += 1
+                    print(f"FAIL {rec['kernel']}:\n    {_short(exc)}\n"
+                          f"    caused by: {_short(exc.__cause__ or exc)}")
+    kernels = {json.loads(k)[0] for k in done}
+    print(f"cuda compile check (sm_90): {len(done)} distinct launches of {len(kernels)} "
+          f"kernels, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/ditron-launches"))
