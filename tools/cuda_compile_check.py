@@ -79,7 +79,8 @@ def _specialized(value):
 
 def _key(kernel, rec) -> str:
     """Launches that compile to the same binary share a key (runtime ints by class)."""
-    args = [d if p.is_constexpr else _specialized(d) for p, d in zip(kernel.params, rec["args"])]
+    pairs = zip(kernel.params, rec["args"], strict=False)
+    args = [d if p.is_constexpr else _specialized(d) for p, d in pairs]
     return json.dumps([rec["kernel"], args, rec["kwargs"]], sort_keys=True)
 
 

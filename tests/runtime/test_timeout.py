@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 import ditron
 
 from ..language.kernels import wait_forever
@@ -37,8 +38,8 @@ def _skip_barrier():
 
 def test_barrier_with_missing_rank_times_out(backend, monkeypatch):
     monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "0.5")
-    with pytest.raises(ditron.WaitTimeoutError, match=r"rank 0: wait on signal "
-                                                      r"signals:barrier\[1\].*expected >= 2, saw 1"):
+    expected = r"rank 0: wait on signal signals:barrier\[1\].*expected >= 2, saw 1"
+    with pytest.raises(ditron.WaitTimeoutError, match=expected):
         ditron.launch(_skip_barrier, 2, backend=backend)
 
 
