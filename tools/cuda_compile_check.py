@@ -91,6 +91,7 @@ def _short(exc: BaseException) -> str:
 
 
 def main(directory: str) -> int:
+    sys.path.insert(0, os.getcwd())  # kernels recorded from the tests import as tests.*
     driver.set_active(_Hopper())
     done: set[str] = set()
     failures = 0
@@ -98,8 +99,6 @@ def main(directory: str) -> int:
         with open(path) as f:
             for line in f:
                 rec = json.loads(line)
-                if rec["kernel"].startswith(("tests.", "test_")):
-                    continue  # the tests' own tiny kernels are not the library's concern
                 kernel = _resolve(rec["kernel"])
                 key = _key(kernel, rec)
                 if key in done:

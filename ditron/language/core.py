@@ -67,8 +67,13 @@ def atomic_xchg(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = ACQ_REL,
 @triton.jit
 def atomic_cas(ptr, compare, value, peer, ctx, sem: tl.constexpr = ACQ_REL,
                scope: tl.constexpr = SYS):
-    """If ``peer``'s copy of ``ptr`` equals ``compare``, set it to ``value``; return the old."""
-    return tl.atomic_cas(translate(ptr, peer, ctx), compare, value, sem=sem, scope=scope)
+    """If ``peer``'s copy of ``ptr`` equals ``compare``, set it to ``value``; return the old.
+
+    ``compare`` and ``value`` are converted to the pointee type first (CUDA's compare-and-swap
+    needs all three to agree; plain Python ints would otherwise be int32)."""
+    dtype = ptr.dtype.element_ty
+    return tl.atomic_cas(translate(ptr, peer, ctx), tl.cast(compare, dtype),
+                         tl.cast(value, dtype), sem=sem, scope=scope)
 
 
 @triton.jit
