@@ -25,6 +25,14 @@ Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for
   signal ``bc_sig[tile] = epoch``; after its tiles each program waits for the peers' reduced
   tiles and copies them from ``bc`` to ``c``.
 
+Load paths (``USE_TMA``): by default A and B tiles are loaded through pointers (masked). With
+``USE_TMA`` (CUDA capability >= 9 when A is local and the operands meet the TMA rules, or
+``DITRON_GEMM_TMA=1`` on the CPU backend, whose interpreter emulates descriptors) ``a_ptr``
+and ``b_ptr`` are host-side tensor descriptors (``triton.tools.tensor_descriptor``): A's on
+``[rows, K]``, B's on ``[K, N]`` or, with ``B_NK``, on the contiguous ``[N, K]`` weight whose
+loaded tile is transposed. Out-of-bounds elements load as zeros; rows past ``row_end`` (a
+segment end) are loaded but masked at the store, as on the pointer path.
+
 CPU backend: operands are upcast to fp32 before ``tl.dot`` (the interpreter's 16-bit dot is
 wrong in triton 3.6); the interpreter runs programs one after another, so the host launches one
 program there (the tile order is then followed exactly) and every wait is for other ranks.
@@ -125,6 +133,7 @@ def persistent_gemm(
     A_REMOTE: tl.constexpr, STORE_A: tl.constexpr, WAIT: tl.constexpr,
     EPILOGUE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
+    USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -150,6 +159,10 @@ def persistent_gemm(
             while c <= hi:
                 dl.wait(wait_sig_ptr + c, wait_target, ctx)
                 c += 1
+            if USE_TMA and GPU_TIMER:
+                # TMA loads go through the async proxy: order them after the acquire
+                tl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r",
+                                          [], dtype=tl.int32, is_pure=False, pack=1)
         if TRACE:
             if waited:
                 tl.store(trace_ptr + 3 + i * 4, _clock(trace_ptr, GPU_TIMER))
@@ -159,20 +172,28 @@ def persistent_gemm(
         rn = nb * BLOCK_N + offs_n
         m_mask = rm < row_end
         n_mask = rn < N
-        if A_REMOTE:
-            q = tl.where(m_mask, rm // a_rows, 0)
-            owner = node_base + q % a_local
-            local_row = (q // a_local) * a_rows + rm % a_rows
-            a_ptrs = a_ptr + local_row[:, None] * stride_am + offs_k[None, :] * stride_ak
-            a_ptrs = dl.translate(a_ptrs, owner[:, None], ctx)
-        else:
-            a_ptrs = a_ptr + rm[:, None] * stride_am + offs_k[None, :] * stride_ak
-        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + rn[None, :] * stride_bn
+        if not USE_TMA:
+            if A_REMOTE:
+                q = tl.where(m_mask, rm // a_rows, 0)
+                owner = node_base + q % a_local
+                local_row = (q // a_local) * a_rows + rm % a_rows
+                a_ptrs = a_ptr + local_row[:, None] * stride_am + offs_k[None, :] * stride_ak
+                a_ptrs = dl.translate(a_ptrs, owner[:, None], ctx)
+            else:
+                a_ptrs = a_ptr + rm[:, None] * stride_am + offs_k[None, :] * stride_ak
+            b_ptrs = b_ptr + offs_k[:, None] * stride_bk + rn[None, :] * stride_bn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             k_mask = (k0 + offs_k) < K
-            a = tl.load(a_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+            if USE_TMA:
+                a = a_ptr.load([row0, k0])
+                if B_NK:
+                    b = b_ptr.load([nb * BLOCK_N, k0]).T
+                else:
+                    b = b_ptr.load([k0, nb * BLOCK_N])
+            else:
+                a = tl.load(a_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+                b = tl.load(b_ptrs, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
             if STORE_A:
                 if nb == 0:
                     g_ptrs = (ga_ptr + rm[:, None] * stride_gm
@@ -183,8 +204,9 @@ def persistent_gemm(
                              input_precision=DOT_PRECISION)
             else:
                 acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
+            if not USE_TMA:
+                a_ptrs += BLOCK_K * stride_ak
+                b_ptrs += BLOCK_K * stride_bk
         out_dtype = c_ptr.dtype.element_ty
         tile_mask = m_mask[:, None] & n_mask[None, :]
         if EPILOGUE == 0:
@@ -268,14 +290,77 @@ class GemmHooks:
     # (tile id, start, chunks ready, end)
 
 
+_TMA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_CAPABILITY: dict[int, tuple[int, int]] = {}
+
+
+def tma_wanted(device: torch.device, use_tma: bool | None = None) -> bool:
+    """Whether the TMA load path is requested on ``device`` (operand rules aside).
+
+    ``use_tma`` forces it on or off; otherwise ``DITRON_GEMM_TMA=0|1`` does (``1`` also turns
+    it on for the CPU backend's interpreter); otherwise it is on for CUDA capability >= 9."""
+    if use_tma is None:
+        env = os.environ.get("DITRON_GEMM_TMA", "")
+        if env in ("0", "1"):
+            use_tma = env == "1"
+    if use_tma is not None:
+        return use_tma and (device.type != "cuda" or _capability(device)[0] >= 9)
+    return device.type == "cuda" and _capability(device)[0] >= 9
+
+
+def _capability(device: torch.device) -> tuple[int, int]:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    cap = _CAPABILITY.get(index)
+    if cap is None:
+        cap = _CAPABILITY[index] = torch.cuda.get_device_capability(index)
+    return cap
+
+
+def _tma_ok(t: torch.Tensor, block_inner: int, cuda: bool) -> bool:
+    """TMA rules for a 2-D row-major view ``t``: last dim contiguous, 16-byte aligned base
+    and row stride, non-empty; on CUDA the box's inner extent must span >= 16 bytes."""
+    es = t.element_size()
+    return (t.dtype in _TMA_DTYPES and t.dim() == 2 and t.shape[0] > 0 and t.shape[1] > 0
+            and t.stride(1) == 1 and (t.stride(0) * es) % 16 == 0 and t.data_ptr() % 16 == 0
+            and (not cuda or block_inner * es >= 16))
+
+
+def tma_operands(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig):
+    """``(a_desc, b_desc, b_nk)`` for the TMA load path, or ``None`` when the operands
+    break the TMA rules. B is described on ``[K, N]`` when row-major, else on the
+    contiguous ``[N, K]`` of ``b.t()`` (``b_nk``: the kernel transposes the loaded tile)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    cuda = a.device.type == "cuda"
+    if a.dtype != b.dtype or max(cfg.block_m, cfg.block_n, cfg.block_k) > 256:
+        return None
+    if not _tma_ok(a, cfg.block_k, cuda):
+        return None
+    K, N = b.shape
+    if _tma_ok(b, cfg.block_n, cuda):
+        b_desc = TensorDescriptor(b, [K, N], [b.stride(0), 1], [cfg.block_k, cfg.block_n])
+        b_nk = False
+    elif _tma_ok(b.t(), cfg.block_k, cuda):
+        w = b.t()
+        b_desc = TensorDescriptor(w, [N, K], [w.stride(0), 1], [cfg.block_n, cfg.block_k])
+        b_nk = True
+    else:
+        return None
+    a_desc = TensorDescriptor(a, [a.shape[0], a.shape[1]], [a.stride(0), 1],
+                              [cfg.block_m, cfg.block_k])
+    return a_desc, b_desc, b_nk
+
+
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
                 order: torch.Tensor, seg_rows: int, cfg: GemmConfig,
-                hooks: GemmHooks | None = None, ctx=None) -> None:
+                hooks: GemmHooks | None = None, ctx=None, use_tma: bool | None = None) -> None:
     """Run the persistent GEMM: ``c[rows] = a[rows] @ b`` over ``M`` rows with the hooks.
 
     ``a``: ``[M, K]`` (or the local symmetric shard buffer when ``hooks.a_remote``), ``b``:
     ``[K, N]`` with any strides, ``c``: output (``[M, N]``, or ``[seg_rows, N]`` for the
-    reduce-scatter epilogue). ``order``: int32 tile ids on ``c``'s device.
+    reduce-scatter epilogue). ``order``: int32 tile ids on ``c``'s device. ``use_tma``: see
+    :func:`tma_wanted`; the TMA path is taken only for a local A whose operands meet the TMA
+    rules (:func:`tma_operands`), else the pointer path.
     """
     hooks = hooks or GemmHooks()
     K, N = b.shape
@@ -294,8 +379,12 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
     recv = hooks.recv
     grid = (num_programs(cfg, c.device, num_tiles),)
     precision = "ieee" if a.dtype == torch.float32 else "tf32"
+    tma = None
+    if not hooks.a_remote and K > 0 and tma_wanted(c.device, use_tma):
+        tma = tma_operands(a, b, cfg)
+    a_arg, b_arg, b_nk = tma if tma is not None else (a, b, False)
     persistent_gemm[grid](
-        a, b, c, M, N, K,
+        a_arg, b_arg, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         order, num_tiles, n_blocks, max(seg_rows, 1), blocks_per_seg,
         hooks.a_rows, hooks.a_local, hooks.node_base,
@@ -319,6 +408,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
         A_REMOTE=hooks.a_remote, STORE_A=ga is not None, WAIT=hooks.wait_sig is not None,
         EPILOGUE=hooks.epilogue, DOT_PRECISION=precision, UPCAST=_interpreted(),
         TRACE=hooks.trace is not None, GPU_TIMER=c.device.type == "cuda",
+        USE_TMA=tma is not None, B_NK=b_nk,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
 
@@ -331,20 +421,40 @@ def _interpreted() -> bool:
     return interpret.active()
 
 
+_LOCAL_CONTEXTS: dict = {}
+_ORDERS: dict = {}
+
+
 def _local_context(device: torch.device):
-    """A context for GEMMs that touch no peer (usable without ``ditron.init``)."""
+    """A context for GEMMs that touch no peer (usable without ``ditron.init``); cached per
+    device (the kernel never writes it: no waits without a runtime context)."""
     from ..language.context import DIAG_WORDS, DeviceContext
 
-    bases = torch.zeros(1, dtype=torch.int64, device=device)
-    diag = torch.zeros(DIAG_WORDS, dtype=torch.int64, device=device)
-    return DeviceContext(bases, 0, 1, diag, 0)
+    ctx = _LOCAL_CONTEXTS.get(device)
+    if ctx is None:
+        bases = torch.zeros(1, dtype=torch.int64, device=device)
+        diag = torch.zeros(DIAG_WORDS, dtype=torch.int64, device=device)
+        ctx = _LOCAL_CONTEXTS[device] = DeviceContext(bases, 0, 1, diag, 0)
+    return ctx
+
+
+def cached_linear_order(M: int, N: int, cfg: GemmConfig, device: torch.device) -> torch.Tensor:
+    """The grouped tile order of a plain ``M x N`` GEMM on ``device``, built once per
+    (shape, blocks, group, device)."""
+    from .swizzle import linear_order
+
+    key = (triton.cdiv(M, cfg.block_m), triton.cdiv(N, cfg.block_n), cfg.group_m, device)
+    order = _ORDERS.get(key)
+    if order is None:
+        if len(_ORDERS) >= 256:
+            _ORDERS.clear()
+        order = _ORDERS[key] = linear_order(key[0], key[1], cfg.group_m).to(device)
+    return order
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig | None = None,
-           order: torch.Tensor | None = None) -> torch.Tensor:
+           order: torch.Tensor | None = None, use_tma: bool | None = None) -> torch.Tensor:
     """Local ``a @ b`` with the persistent GEMM (``torch.matmul`` equivalent, fp32 accum)."""
-    from .swizzle import linear_order
-
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: cannot multiply {tuple(a.shape)} by {tuple(b.shape)}")
     cfg = cfg or default_config(a.device)
@@ -354,7 +464,6 @@ def matmul(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig | None = None,
     if M == 0 or N == 0:
         return c
     if order is None:
-        order = linear_order(triton.cdiv(M, cfg.block_m), triton.cdiv(N, cfg.block_n),
-                             cfg.group_m).to(a.device)
-    launch_gemm(a, b, c, M, order=order, seg_rows=M, cfg=cfg)
+        order = cached_linear_order(M, N, cfg, a.device)
+    launch_gemm(a, b, c, M, order=order, seg_rows=M, cfg=cfg, use_tma=use_tma)
     return c
