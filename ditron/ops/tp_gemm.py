@@ -20,6 +20,7 @@ then hang in its waits until ``DITRON_WAIT_TIMEOUT`` raises.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 import torch.distributed as dist
@@ -42,6 +43,7 @@ from ..runtime.symmetric import context
 from ..runtime.world import current
 
 METHODS = ("auto", "overlap", "fallback")
+AG_ENGINES = ("copy_engine", "colocated")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -135,7 +137,8 @@ def _traced_launch(op: str, a, b, c, M: int, *, order, seg_rows: int, cfg: GemmC
 
 # -- AG-GEMM ---------------------------------------------------------------------------------
 def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
-            method: str = "auto", config: GemmConfig | None = None):
+            method: str = "auto", config: GemmConfig | None = None,
+            engine: str | None = None):
     """``all_gather(a, dim=0) @ b``, overlapped.
 
     ``a``: ``[m, K]`` on every rank (same ``m``), ``b``: ``[K, N]`` with any strides (e.g.
@@ -149,8 +152,17 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     the chunk signals on the ranks of its node; the GEMM starts on its own rows, then visits
     the other shards in the plan's arrival order, waiting per tile for the chunks its rows
     read and loading them from the owner's heap.
+
+    ``engine`` picks how remote rows arrive on a single node: ``"copy_engine"`` (default;
+    ``DITRON_AG_ENGINE`` overrides) pushes each shard into every peer's local gathered
+    buffer with host-issued peer copies (DMA on GPU, no SMs taken from the GEMM), raising
+    one chunk signal per shard, and the GEMM reads A locally; ``"colocated"`` is the pull
+    path above. Across nodes the colocated hierarchical path is used.
     """
     _validate("ag_gemm", a, b, method)
+    engine = engine or os.environ.get("DITRON_AG_ENGINE", "copy_engine")
+    if engine not in AG_ENGINES:
+        raise ValueError(f"ag_gemm: engine must be one of {AG_ENGINES}, got {engine!r}")
     rt = current()
     W = rt.world.world_size
     m, K = a.shape
@@ -167,7 +179,72 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
             gathered.copy_(a)
         c = torch.matmul(gathered, b)
         return (c, gathered) if return_gathered else c
+    if engine == "copy_engine" and rt.topo.num_nodes == 1:
+        return _ag_pushed(a, b, choice.config, return_gathered)
     return _ag_overlap(a, b, choice.config, return_gathered)
+
+
+def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str) -> dict:
+    """Per-shape AG-GEMM workspace: a double-buffered symmetric A of ``rows`` rows, the
+    per-row-block chunk waits derived from the plan, and the gather-mode tile order."""
+    rt = current()
+    W, rank, L = rt.world.world_size, rt.world.rank, rt.world.local_world_size
+    m, K = a.shape
+    N = b.shape[1]
+    key = ("ag_gemm", tag, m, K, N, a.dtype, cfg)
+    ws = rt.cache.get(key)
+    if ws is None:
+        shards = rt.heap.alloc((2, rows, K), a.dtype, f"ag_gemm:{tag}")
+        plan = (templates.all_gather(m, W) if nodes == 1
+                else templates.all_gather_2d(m, W, L))
+        waits = plan_deps.consumer_waits(plan, plan_deps.TileMapping(W * m, cfg.block_m), rank)
+        n_blocks = triton.cdiv(N, cfg.block_n)
+        order = swizzle.gather_order(waits.owner, n_blocks, rank, W,
+                                     arrival=plan.arrival_order(rank), group_m=cfg.group_m)
+        held = torch.tensor([q for q in range(W) if q % L == rank % L], dtype=torch.int32)
+        ws = dict(shards=shards, plan=plan, waits=waits.to(a.device), order=order.to(a.device),
+                  held=held.to(a.device), n_blocks=n_blocks)
+        rt.cache[key] = ws
+    return ws
+
+
+def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool):
+    """AG-GEMM on one node with the copy engine: every rank pushes its shard into rows
+    ``[rank*m, (rank+1)*m)`` of each peer's gathered buffer ``e % 2`` and raises the peer's
+    chunk signal ``rank`` to ``e``; the GEMM waits per tile for the chunks its rows read.
+
+    Reuse: the engine's side stream first waits for this rank's stream, so the push of call
+    ``e`` starts after this rank's GEMM of call ``e - 1``, which waited for every peer's
+    call-``e - 1`` chunks, which those peers pushed only after their GEMM of call ``e - 2``
+    (the last reader of buffer ``e % 2``) had finished.
+    """
+    from ..engines.base import Signal, Transfer
+    from .exchange import engine_instance
+
+    rt = current()
+    W, rank = rt.world.world_size, rt.world.rank
+    m, K = a.shape
+    N = b.shape[1]
+    M = W * m
+    ws = _ag_workspace(a, b, cfg, 1, M, "pushed")
+    pad = signal_pad("ag_gemm", W)
+    epoch = pad.next_epoch()
+    buf = ws["shards"][epoch % 2]
+    mine = buf[rank * m:(rank + 1) * m]
+    mine.copy_(a)
+    pad.signals[rank:rank + 1].fill_(epoch)
+    engine = engine_instance("copy_engine")
+    engine.issue([Transfer(src=mine, dst=mine, src_rank=rank, dst_rank=p,
+                           signal=Signal(pad, rank, epoch))
+                  for p in range(W) if p != rank])
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    hooks = GemmHooks(wait_lo=ws["waits"].lo, wait_hi=ws["waits"].hi, wait_sig=pad.signals,
+                      wait_target=epoch)
+    _traced_launch("ag_gemm", buf, b, c, M, order=ws["order"], seg_rows=M, cfg=cfg,
+                   hooks=hooks, n_blocks=ws["n_blocks"])
+    engine.drain()
+    _after_launch()
+    return (c, buf.clone()) if return_gathered else c
 
 
 def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
@@ -179,21 +256,7 @@ def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
     m, K = a.shape
     N = b.shape[1]
     M = W * m
-    key = ("ag_gemm", m, K, N, a.dtype, cfg)
-    ws = rt.cache.get(key)
-    if ws is None:
-        shards = rt.heap.alloc((2, nodes * m, K), a.dtype, "ag_gemm:shards")
-        plan = (templates.all_gather(m, W) if nodes == 1
-                else templates.all_gather_2d(m, W, L))
-        mapping = plan_deps.TileMapping(M, cfg.block_m)
-        waits = plan_deps.consumer_waits(plan, mapping, rank)
-        n_blocks = triton.cdiv(N, cfg.block_n)
-        order = swizzle.gather_order(waits.owner, n_blocks, rank, W,
-                                     arrival=plan.arrival_order(rank), group_m=cfg.group_m)
-        held = torch.tensor([q for q in range(W) if q % L == rank % L], dtype=torch.int32)
-        ws = dict(shards=shards, plan=plan, waits=waits.to(a.device), order=order.to(a.device),
-                  held=held.to(a.device), n_blocks=n_blocks)
-        rt.cache[key] = ws
+    ws = _ag_workspace(a, b, cfg, nodes, nodes * m, "shards")
     pad = signal_pad("ag_gemm", W)
     epoch = pad.next_epoch()
     buf = ws["shards"][epoch % 2]

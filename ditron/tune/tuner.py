@@ -35,24 +35,24 @@ CPU_CANDIDATES = [CPU_CONFIG, dataclasses.replace(CPU_CONFIG, block_m=32, block_
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
+    """What the tuner chose for one (op, shape, dtype, world size, device)."""
+
     method: str  # "overlap" | "fallback"
+    config: GemmConfig = GemmConfig()
     engine: str = "colocated"
-    block_m: int = 128
-    block_n: int = 256
-    block_k: int = 64
-    group_m: int = 8
-    num_warps: int = 8
-    num_stages: int = 3
     time_us: float = 0.0
 
     def gemm_config(self) -> GemmConfig:
-        return GemmConfig(self.block_m, self.block_n, self.block_k, self.group_m,
-                          self.num_warps, self.num_stages)
+        return self.config
 
     @classmethod
     def of(cls, method: str, cfg: GemmConfig, time_us: float = 0.0) -> Decision:
-        return cls(method, "colocated", cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m,
-                   cfg.num_warps, cfg.num_stages, time_us)
+        return cls(method, cfg, "colocated", time_us)
+
+    @classmethod
+    def from_json(cls, entry: dict) -> Decision:
+        return cls(entry["method"], GemmConfig(**entry["config"]), entry["engine"],
+                   entry["time_us"])
 
 
 def _device_name() -> str:
@@ -74,8 +74,8 @@ def lookup(op: str, M: int, N: int, K: int, dtype: torch.dtype,
     if entry is None:
         return None
     try:
-        return Decision(**entry)
-    except TypeError:
+        return Decision.from_json(entry)
+    except (KeyError, TypeError):  # an entry written by an older version: tune again
         return None
 
 
