@@ -46,6 +46,11 @@ class _Hopper(CudaDriver):
         return True
 
 
+# constexpr switches the CPU backend records with its own values; compile what a GPU runs
+# (the global timer instead of a logical clock, 16-bit dots without the fp32 upcast)
+_ON_GPU = {"GPU_TIMER": True, "UPCAST": False}
+
+
 def _resolve(qualified: str):
     module, _, name = qualified.partition(":")
     obj = importlib.import_module(module)
@@ -55,6 +60,14 @@ def _resolve(qualified: str):
 
 
 def _build(desc):
+    if "tensordesc" in desc:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        d = desc["tensordesc"]
+        numel = 1 + sum((n - 1) * s for n, s in zip(d["shape"], d["strides"], strict=True))
+        base = torch.empty(numel, dtype=getattr(torch, d["dtype"]))
+        return TensorDescriptor(base, d["shape"], d["strides"], d["block_shape"],
+                                d.get("padding", "zero"))
     if "tensor" in desc:
         return torch.empty(64, dtype=getattr(torch, desc["tensor"]))
     if "namedtuple" in desc:
@@ -72,6 +85,10 @@ def _specialized(value):
             value["value"], bool):
         v = value["value"]
         return {"value": 1 if v == 1 else 16 if v % 16 == 0 else 3}
+    if isinstance(value, dict) and "tensordesc" in value:  # shape/strides: as runtime ints
+        d = value["tensordesc"]
+        cls = [1 if v == 1 else 16 if v % 16 == 0 else 3 for v in d["shape"] + d["strides"]]
+        return {"tensordesc": dict(d, shape=cls[:len(d["shape"])], strides=cls[len(d["shape"]):])}
     if isinstance(value, dict) and "items" in value:
         return dict(value, items=[_specialized(d) for d in value["items"]])
     return value
@@ -81,7 +98,8 @@ def _key(kernel, rec) -> str:
     """Launches that compile to the same binary share a key (runtime ints by class)."""
     pairs = zip(kernel.params, rec["args"], strict=False)
     args = [d if p.is_constexpr else _specialized(d) for p, d in pairs]
-    return json.dumps([rec["kernel"], args, rec["kwargs"]], sort_keys=True)
+    kwargs = {k: ({"value": _ON_GPU[k]} if k in _ON_GPU else d) for k, d in rec["kwargs"].items()}
+    return json.dumps([rec["kernel"], args, kwargs], sort_keys=True)
 
 
 def _short(exc: BaseException) -> str:
@@ -106,6 +124,7 @@ def main(directory: str) -> int:
                 done.add(key)
                 args = [_build(d) for d in rec["args"]]
                 kwargs = {k: _build(d) for k, d in rec["kwargs"].items()}
+                kwargs.update({k: v for k, v in _ON_GPU.items() if k in kwargs})
                 try:
                     kernel.warmup(*args, grid=(1,), **kwargs)
                 except Exception as exc:  # noqa: BLE001 - report every failing kernel

@@ -17,6 +17,7 @@ def arrange(backend: str) -> None:
     if backend == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
         _patch_scalar_index()
+        _interpret_loaded_stdlib()
         if os.environ.get("DITRON_RECORD_LAUNCHES"):
             from .launch_record import install
 
@@ -49,3 +50,23 @@ def _patch_scalar_index() -> None:
 
     interpreter._patch_lang_tensor = patch_lang_tensor
     _PATCHED = True
+
+
+def _interpret_loaded_stdlib() -> None:
+    """Make Triton's own @jit helpers (``tl.cdiv``, ``tl.sum``...) interpretable when
+    ``triton`` was imported before the interpreter was switched on.
+
+    Those helpers were decorated at import time as compiled functions, which an interpreted
+    kernel cannot call; each is replaced by an interpreted twin of the same Python function.
+    """
+    import sys
+
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("triton.language"):
+            continue
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, JITFunction) and not isinstance(value, InterpretedFunction):
+                setattr(module, attr, InterpretedFunction(value.fn))

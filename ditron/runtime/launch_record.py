@@ -2,7 +2,8 @@
 
 With ``DITRON_RECORD_LAUNCHES=DIR`` every interpreted launch appends one line to
 ``DIR/launches-<pid>.jsonl``: the kernel (module and name) and a description of its
-arguments (tensor dtypes, integer values, named tuples, keyword options). The tool
+arguments (tensor dtypes, tensor descriptors, integer values, named tuples, keyword
+options). The tool
 ``tools/cuda_compile_check.py`` replays each distinct launch through Triton's CUDA compiler
 for sm_90 without a GPU, which finds compile-only errors (types, globals, constexpr defaults)
 before anyone spends GPU time.
@@ -19,6 +20,14 @@ _INSTALLED = False
 
 
 def describe(value):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    if isinstance(value, TensorDescriptor):  # host-side TMA descriptor
+        return {"tensordesc": {"dtype": str(value.base.dtype).removeprefix("torch."),
+                               "shape": [int(s) for s in value.shape],
+                               "strides": [int(s) for s in value.strides],
+                               "block_shape": [int(s) for s in value.block_shape],
+                               "padding": value.padding}}
     if isinstance(value, torch.Tensor):
         return {"tensor": str(value.dtype).removeprefix("torch.")}
     if isinstance(value, tuple):

@@ -1,0 +1,30 @@
+"""The CPU backend arranges Triton's interpreter itself, whatever the import order."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+SCRIPT = """
+import torch, triton, triton.language as tl   # triton first: its stdlib is already compiled
+import ditron
+
+@triton.jit
+def k(x, n):
+    for i in range(0, n):                      # runtime bound (NumPy >= 2.4 scalar patch)
+        tl.store(x + i, tl.cdiv(i + n, 4))     # a Triton stdlib @jit helper
+
+x = torch.zeros(6, dtype=torch.int32)
+k[(1,)](x, 6)
+print(x.tolist())
+"""
+
+
+def test_triton_imported_before_ditron():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["DITRON_BACKEND"] = "cpu"
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str([-(-(i + 6) // 4) for i in range(6)])
