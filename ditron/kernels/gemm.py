@@ -75,11 +75,15 @@ CPU_CONFIG = GemmConfig(block_m=16, block_n=32, block_k=16, group_m=4, num_warps
 GPU_CONFIG = GemmConfig()
 
 
-def default_config(device: torch.device) -> GemmConfig:
+def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> GemmConfig:
     """The tile configuration used when the tuner has not chosen one.
 
-    ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the block sizes (e.g. ``16x16x16``)."""
+    On GPU, 4-byte operands take half the K block (128x256x64 fp32 tiles in 3 stages need
+    262 KB of shared memory; an H100/H200 has 227 KB). ``DITRON_GEMM_BLOCKS=BMxBNxBK``
+    overrides the block sizes (e.g. ``16x16x16``)."""
     cfg = GPU_CONFIG if device.type == "cuda" else CPU_CONFIG
+    if device.type == "cuda" and torch.empty((), dtype=dtype).element_size() > 2:
+        cfg = dataclasses.replace(cfg, block_k=cfg.block_k // 2)
     env = os.environ.get("DITRON_GEMM_BLOCKS")
     if env:
         bm, bn, bk = (int(x) for x in env.lower().split("x"))
@@ -457,7 +461,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig | None = None,
     """Local ``a @ b`` with the persistent GEMM (``torch.matmul`` equivalent, fp32 accum)."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: cannot multiply {tuple(a.shape)} by {tuple(b.shape)}")
-    cfg = cfg or default_config(a.device)
+    cfg = cfg or default_config(a.device, a.dtype)
     M = a.shape[0]
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)

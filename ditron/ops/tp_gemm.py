@@ -97,7 +97,7 @@ def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
             config: GemmConfig | None) -> Choice:
     rt = current()
     W = rt.world.world_size
-    cfg = config or default_config(rt.world.device)
+    cfg = config or default_config(rt.world.device, dtype)
     if method == "fallback" or W == 1 or M == 0 or N == 0:
         return Choice(False, cfg)
     if method == "overlap":
