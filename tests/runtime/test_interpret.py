@@ -22,7 +22,8 @@ print(x.tolist())
 
 
 def test_triton_imported_before_ditron():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TRITON_INTERPRET", "DITRON_RECORD_LAUNCHES")}
     env["DITRON_BACKEND"] = "cpu"
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
                          env=env, timeout=120)
