@@ -126,9 +126,6 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
         results = _collect(procs, conns, settings.launch_timeout)
         failed = False
         return results
-    except BaseException:
-        failed = True
-        raise
     finally:
         for p in procs:  # ranks that returned are shutting down; give them a moment
             p.join(timeout=_SHUTDOWN_SECONDS if p.exitcode is None and not failed else 0)
