@@ -20,12 +20,7 @@ import ditron.language as dl
 def ring_exchange_kernel(send, recv, sig, epoch, n, BLOCK: tl.constexpr, ctx):
     """Push ``send`` into the right neighbour's ``recv``; wait for the left one's push."""
     right = (ctx.rank + 1) % ctx.world_size
-    start = 0
-    while start < n:
-        offs = start + tl.arange(0, BLOCK)
-        mask = offs < n
-        dl.store(recv + offs, tl.load(send + offs, mask=mask), right, ctx, mask=mask)
-        start += BLOCK
+    dl.put(recv, send, n, right, ctx, BLOCK)
     dl.notify(sig, epoch, right, ctx)
     dl.wait(sig, epoch, ctx)
 
@@ -35,13 +30,7 @@ def all_gather_kernel(chunk, out, sig, epoch, n, BLOCK: tl.constexpr, ctx):
     """Push the local ``chunk`` (n elements) to slot ``rank`` of every rank's ``out``."""
     peer = 0
     while peer < ctx.world_size:
-        start = 0
-        while start < n:
-            offs = start + tl.arange(0, BLOCK)
-            mask = offs < n
-            value = tl.load(chunk + offs, mask=mask)
-            dl.store(out + ctx.rank * n + offs, value, peer, ctx, mask=mask)
-            start += BLOCK
+        dl.put(out + ctx.rank * n, chunk, n, peer, ctx, BLOCK)
         dl.notify(sig + ctx.rank, epoch, peer, ctx)
         peer += 1
     src = 0

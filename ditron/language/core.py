@@ -81,3 +81,31 @@ def atomic_max(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = ACQ_REL,
                scope: tl.constexpr = SYS):
     """Atomically raise ``peer``'s copy of ``ptr`` to at least ``value``; return the old."""
     return tl.atomic_max(translate(ptr, peer, ctx), value, mask=mask, sem=sem, scope=scope)
+
+
+@triton.jit
+def put(dst, src, n, peer, ctx, BLOCK: tl.constexpr):
+    """Copy ``n`` contiguous elements from local ``src`` into ``peer``'s copy of ``dst``.
+
+    The calling program moves all ``n`` elements, ``BLOCK`` at a time (plain stores: publish
+    with ``notify``). ``dst`` is a local heap pointer, translated to ``peer``."""
+    start = 0
+    while start < n:
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n
+        store(dst + offs, tl.load(src + offs, mask=mask), peer, ctx, mask=mask)
+        start += BLOCK
+
+
+@triton.jit
+def get(dst, src, n, peer, ctx, BLOCK: tl.constexpr):
+    """Copy ``n`` contiguous elements of ``peer``'s copy of ``src`` into local ``dst``.
+
+    ``src`` is a local heap pointer, translated to ``peer``; plain loads (``wait`` on the
+    producer's signal first)."""
+    start = 0
+    while start < n:
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(dst + offs, load(src + offs, peer, ctx, mask=mask), mask=mask)
+        start += BLOCK

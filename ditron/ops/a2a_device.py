@@ -51,15 +51,7 @@ def _data_kernel(x, x_rows, inbox, mat, pad, epoch, row, cap_rows, ctx, BLOCK: t
     rows = tl.sum(tl.where(offs == q, line, 0))
     rows = tl.minimum(rows, tl.maximum(cap_rows - dst_rows, 0))
     rows = tl.minimum(rows, tl.maximum(x_rows - src_rows, 0))
-    n = rows * row
-    src = x + src_rows * row
-    dst = inbox + dst_rows * row
-    start = 0
-    while start < n:
-        idx = start + tl.arange(0, BLOCK)
-        m = idx < n
-        dl.store(dst + idx, tl.load(src + idx, mask=m), q, ctx, mask=m)
-        start += BLOCK
+    dl.put(inbox + dst_rows * row, x + src_rows * row, rows * row, q, ctx, BLOCK)
     dl.notify(pad + w + me, epoch, q, ctx)
 
 

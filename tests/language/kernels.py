@@ -77,3 +77,10 @@ def self_translate(x, out, ctx):
 @triton.jit
 def wait_forever(sig, target, ctx):
     dl.wait(sig + 1, target, ctx)
+
+
+@triton.jit
+def get_from_left(src, dst, n, BLOCK: tl.constexpr, ctx):
+    """Bulk-copy the left neighbour's ``src`` into local ``dst`` (published by a barrier)."""
+    left = (ctx.rank + ctx.world_size - 1) % ctx.world_size
+    dl.get(dst, src, n, left, ctx, BLOCK)

@@ -11,6 +11,7 @@ from .kernels import (
     all_to_all_tiles,
     count_up,
     exchange_ops,
+    get_from_left,
     pull_ring,
     push_ring,
     self_translate,
@@ -135,3 +136,23 @@ def _translate() -> list[int]:
 def test_self_translation_is_identity(backend, world_size):
     results = ditron.launch(_translate, world_size, backend=backend)
     assert results == [[1, r, world_size] for r in range(world_size)]
+
+
+def _bulk_get(n: int, block: int) -> bool:
+    w = ditron.world()
+    src = ditron.empty((n,), torch.float32)
+    data = _same_draw(w.world_size, n, seed=300)
+    src.copy_(data[w.rank].to(w.device))
+    dst = torch.full((n + 1,), float("nan"), device=w.device)
+    ditron.barrier()
+    get_from_left[(1,)](src, dst, n, BLOCK=block, ctx=ditron.context())
+    left = (w.rank - 1) % w.world_size
+    assert torch.equal(dst[:n].cpu(), data[left]) and torch.isnan(dst[n]).item()
+    ditron.barrier()
+    return True
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_bulk_get(backend, world_size):
+    # 100 elements in blocks of 32: the last block is partial; dst[n] must stay untouched.
+    assert all(ditron.launch(_bulk_get, world_size, 100, 32, backend=backend))
