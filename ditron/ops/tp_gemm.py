@@ -91,6 +91,7 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
 class Choice:
     overlap: bool
     config: GemmConfig
+    engine: str | None = None  # a tuned transfer engine, if any
 
 
 def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
@@ -102,11 +103,26 @@ def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
         return Choice(False, cfg)
     if method == "overlap":
         return Choice(True, cfg)
+    key = ("tp_gemm_choice", op, M, N, K, dtype, config)
+    choice = rt.cache.get(key)
+    if choice is None:
+        # Ranks must take the same path (their caches on disk may differ): rank 0 decides.
+        decided = [_auto_choice(op, M, N, K, dtype, config, cfg) if rt.world.rank == 0 else None]
+        dist.broadcast_object_list(decided, src=0, group=rt.host_group)
+        choice = rt.cache[key] = decided[0]
+    return choice
+
+
+def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
+                 config: GemmConfig | None, cfg: GemmConfig) -> Choice:
+    """The tuned decision if one is cached for this device, else the cost model's."""
     from ..tune import tuner
 
+    rt = current()
+    W = rt.world.world_size
     tuned = tuner.lookup(op, M, N, K, dtype, W)
     if tuned is not None:
-        return Choice(tuned.method == "overlap", config or tuned.gemm_config())
+        return Choice(tuned.method == "overlap", config or tuned.gemm_config(), tuned.engine)
     from ..tune.cost_model import overlap_pays
 
     name = torch.cuda.get_device_name(rt.world.device) if rt.world.device.type == "cuda" else ""
@@ -153,16 +169,17 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     the other shards in the plan's arrival order, waiting per tile for the chunks its rows
     read and loading them from the owner's heap.
 
-    ``engine`` picks how remote rows arrive on a single node: ``"copy_engine"`` (default;
-    ``DITRON_AG_ENGINE`` overrides) pushes each shard into every peer's local gathered
-    buffer with host-issued peer copies (DMA on GPU, no SMs taken from the GEMM), raising
-    one chunk signal per shard, and the GEMM reads A locally; ``"colocated"`` is the pull
-    path above. Across nodes the colocated hierarchical path is used.
+    ``engine`` picks how remote rows arrive on a single node (the argument, else
+    ``DITRON_AG_ENGINE``, else the tuned choice, else ``"copy_engine"``): ``"copy_engine"``
+    pushes each shard into every peer's local gathered buffer with host-issued peer copies
+    (DMA on GPU, no SMs taken from the GEMM), raising one chunk signal per shard, and the
+    GEMM reads A locally; ``"colocated"`` is the pull path above. Across nodes the
+    colocated hierarchical path is used.
     """
     _validate("ag_gemm", a, b, method)
-    engine = engine or os.environ.get("DITRON_AG_ENGINE", "copy_engine")
-    if engine not in AG_ENGINES:
-        raise ValueError(f"ag_gemm: engine must be one of {AG_ENGINES}, got {engine!r}")
+    forced = engine or os.environ.get("DITRON_AG_ENGINE")
+    if forced is not None and forced not in AG_ENGINES:
+        raise ValueError(f"ag_gemm: engine must be one of {AG_ENGINES}, got {forced!r}")
     rt = current()
     W = rt.world.world_size
     m, K = a.shape
@@ -179,6 +196,7 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
             gathered.copy_(a)
         c = torch.matmul(gathered, b)
         return (c, gathered) if return_gathered else c
+    engine = forced or (choice.engine if choice.engine in AG_ENGINES else "copy_engine")
     if engine == "copy_engine" and rt.topo.num_nodes == 1:
         return _ag_pushed(a, b, choice.config, return_gathered)
     return _ag_overlap(a, b, choice.config, return_gathered)

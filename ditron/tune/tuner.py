@@ -33,6 +33,10 @@ GPU_CANDIDATES = [
 CPU_CANDIDATES = [CPU_CONFIG, dataclasses.replace(CPU_CONFIG, block_m=32, block_n=32)]
 
 
+#: transfer engines the tuner tries per op (ops not listed move data one way only)
+ENGINES = {"ag_gemm": ("copy_engine", "colocated")}
+
+
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """What the tuner chose for one (op, shape, dtype, world size, device)."""
@@ -115,7 +119,9 @@ def agreed_median(times: list[float]) -> float:
 def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
          warmup: int = 3, iters: int = 10, candidates: list[GemmConfig] | None = None,
          progress: bool = True, save: bool = True) -> Decision:
-    """Measure fallback and every overlapped tile config for ``op`` (collective).
+    """Measure the fallback and every (tile config, engine) of ``op``'s overlapped path
+    with fixed warm-up and iteration counts on every rank; the slowest rank's median
+    decides, rank 0 broadcasts the winner and caches it (collective).
 
     Shapes as the op sees them on one rank: ``ag_gemm``: a ``[M / W, K]``, b ``[K, N]``;
     ``gemm_rs`` / ``gemm_ar``: a ``[M, K]``, b ``[K, N]``. Returns the agreed decision.
@@ -132,14 +138,18 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     b = torch.randn(K, N, generator=g).to(dtype=dtype, device=dev)
     if candidates is None:
         candidates = GPU_CANDIDATES if dev.type == "cuda" else CPU_CANDIDATES
-    trials = [("fallback", candidates[0])] + [("overlap", c) for c in candidates]
+    engines = ENGINES.get(op, ("colocated",))
+    trials = [("fallback", candidates[0], engines[0])] + [
+        ("overlap", c, e) for c in candidates for e in engines]
     results: list[float] = []
-    for i, (method, cfg) in enumerate(trials):
+    for i, (method, cfg, engine) in enumerate(trials):
         if progress and rt.world.rank == 0:
             print(f"\r[ditron tune] {op} M={M} N={N} K={K}: {i + 1}/{len(trials)} "
-                  f"{method} {cfg.label()}   ", end="", file=sys.stderr, flush=True)
+                  f"{method} {engine} {cfg.label()}   ", end="", file=sys.stderr, flush=True)
+        extra = {"engine": engine} if op in ENGINES else {}
         try:
-            times = time_calls(lambda m=method, c=cfg: fn_op(a, b, method=m, config=c),
+            times = time_calls(lambda m=method, c=cfg, x=extra: fn_op(a, b, method=m, config=c,
+                                                                      **x),
                                warmup, iters, dev)
             ok = 1.0
         except Exception:  # noqa: BLE001 - a config that does not compile loses
@@ -153,10 +163,12 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     best = [min(range(len(trials)), key=lambda j: results[j])]
     if W > 1:
         dist.broadcast_object_list(best, src=0, group=rt.host_group)
-    method, cfg = trials[best[0]]
-    decision = Decision.of(method, cfg, results[best[0]])
+    method, cfg, engine = trials[best[0]]
+    decision = Decision(method, cfg, engine, results[best[0]])
     if save and rt.world.rank == 0:
         cache.put(key_for(op, M, N, K, dtype, W), dataclasses.asdict(decision))
+    for key in [k for k in rt.cache if isinstance(k, tuple) and k[0] == "tp_gemm_choice"]:
+        del rt.cache[key]  # "auto" decides again, now from the new decision
     if W > 1:
         dist.barrier(group=rt.host_group)
     return decision

@@ -166,6 +166,15 @@ def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int]:
     d = tuner.tune("gemm_rs", 32, 24, 20, torch.float32, warmup=1, iters=2,
                    candidates=[CPU_CONFIG], progress=False)
     assert tuner.lookup("gemm_rs", 32, 24, 20, torch.float32, 2) == d
+    # ag_gemm tries both transfer engines; "auto" then follows the cached decision
+    d_ag = tuner.tune("ag_gemm", 32, 24, 20, torch.float32, warmup=1, iters=2,
+                      candidates=[CPU_CONFIG], progress=False)
+    assert d_ag.engine in ("copy_engine", "colocated")
+    assert tuner.lookup("ag_gemm", 32, 24, 20, torch.float32, 2) == d_ag
+    a16 = torch.randn(16, 20)
+    b16 = torch.randn(20, 24)
+    auto = ditron.ops.ag_gemm(a16, b16)
+    assert torch.allclose(auto, _gather(a16) @ b16, rtol=1e-4, atol=1e-4)
     trace.enable(True)
     a = torch.randn(16, 20)
     b = torch.randn(20, 24)
