@@ -91,6 +91,21 @@ def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16) ->
     return cfg
 
 
+def pipeline_bytes(cfg: GemmConfig, itemsize: int) -> int:
+    """Shared memory the K-loop pipeline needs: A and B tiles for every stage."""
+    return (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize * max(cfg.num_stages, 1)
+
+
+def fits(cfg: GemmConfig, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``cfg``'s pipeline fits the device's shared memory (always on the CPU)."""
+    if device.type != "cuda":
+        return True
+    props = torch.cuda.get_device_properties(device)
+    limit = getattr(props, "shared_memory_per_block_optin", 0) or 227 * 1024
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return pipeline_bytes(cfg, itemsize) <= limit
+
+
 def num_programs(cfg: GemmConfig, device: torch.device, num_tiles: int) -> int:
     if device.type != "cuda":
         return 1  # sequential programs: one program follows the tile order exactly

@@ -22,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..kernels.gemm import CPU_CONFIG, GemmConfig
+from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits
 from . import cache
 
 GPU_CANDIDATES = [
@@ -138,6 +138,11 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     b = torch.randn(K, N, generator=g).to(dtype=dtype, device=dev)
     if candidates is None:
         candidates = GPU_CANDIDATES if dev.type == "cuda" else CPU_CANDIDATES
+    # A config that cannot load fails on some ranks while their peers already wait in the
+    # kernel; drop what does not fit before any launch.
+    candidates = [c for c in candidates if fits(c, dev, dtype)]
+    if not candidates:
+        raise ValueError(f"tune: no candidate tile config fits shared memory for {dtype}")
     engines = ENGINES.get(op, ("colocated",))
     trials = [("fallback", candidates[0], engines[0])] + [
         ("overlap", c, e) for c in candidates for e in engines]
