@@ -25,3 +25,17 @@ def test_demo_verifies_against_torch():
 def test_unknown_benchmark_is_an_error():
     out = _run("bench", "no-such-bench")
     assert out.returncode == 2 and "unknown benchmark" in out.stderr
+
+
+def test_bench_collectives_smoke(tmp_path):
+    out = _run("bench", "collectives", "--backend", "cpu", "--world-size", "2",
+               "--sizes", "4K", "--ops", "all_gather,all_reduce", "--warmup", "1",
+               "--iters", "2", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "all_gather" in out.stdout and (tmp_path / "collectives.json").exists()
+
+
+def test_bench_tp_gemm_smoke(tmp_path):
+    out = _run("bench", "tp-gemm", "--smoke", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert list(tmp_path.glob("*.json")), "no JSON written"
