@@ -90,7 +90,9 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
 
     Each rank is a new process in which ``ditron.init(backend)`` has run, so ``fn`` can
     call ``ditron.world()``, allocate symmetric tensors and launch kernels. ``fn`` and its
-    arguments must be picklable (a module-level function). Results are pickled back.
+    arguments must be picklable (a module-level function). Results are pickled back. As
+    with ``multiprocessing``, a script that calls ``launch`` guards it with
+    ``if __name__ == "__main__":`` (CUDA ranks are spawned and re-import the script).
 
     Equivalent, without Ditron, to running ``fn`` under ``torchrun --nproc-per-node``.
     """
@@ -98,6 +100,11 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
         raise ValueError(f"ditron.launch: world_size must be a positive int, got {world_size!r}")
     if not callable(fn):
         raise TypeError(f"ditron.launch: fn must be callable, got {fn!r}")
+    try:
+        pickle.dumps((fn, args, kw))
+    except Exception as exc:  # noqa: BLE001 - any pickling failure means the same thing
+        raise TypeError(f"ditron.launch: fn and its arguments must be picklable (define fn at "
+                        f"module level): {exc}") from exc
     backend = backend or default_backend()
     settings = Settings.from_env(backend)
     ctx = _cpu_context() if backend == "cpu" else mp.get_context("spawn")

@@ -82,3 +82,8 @@ def _device_of_rank():
 def test_rank_device(backend):
     devices = ditron.launch(_device_of_rank, 2, backend=backend)
     assert all(d.startswith(backend) for d in devices)
+
+
+def test_unpicklable_fn_is_a_clear_error():
+    with pytest.raises(TypeError, match="must be picklable"):
+        ditron.launch(lambda: 1, 2)
