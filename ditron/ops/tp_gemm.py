@@ -213,7 +213,8 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str) -> dic
     ws = rt.cache.get(key)
     if ws is None:
         shards = rt.heap.alloc((2, rows, K), a.dtype, f"ag_gemm:{tag}")
-        plan = (templates.all_gather(m, W) if nodes == 1
+        mode = "push" if tag == "pushed" else "pull"
+        plan = (templates.all_gather(m, W, mode=mode) if nodes == 1
                 else templates.all_gather_2d(m, W, L))
         waits = plan_deps.consumer_waits(plan, plan_deps.TileMapping(W * m, cfg.block_m), rank)
         n_blocks = triton.cdiv(N, cfg.block_n)
@@ -227,16 +228,16 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str) -> dic
 
 
 def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool):
-    """AG-GEMM on one node with the copy engine: every rank pushes its shard into rows
-    ``[rank*m, (rank+1)*m)`` of each peer's gathered buffer ``e % 2`` and raises the peer's
-    chunk signal ``rank`` to ``e``; the GEMM waits per tile for the chunks its rows read.
+    """AG-GEMM on one node with the copy engine: the push all-gather plan, lowered to engine
+    transfers, has every rank push its shard into rows ``[rank*m, (rank+1)*m)`` of each
+    peer's gathered buffer ``e % 2`` and raise the peer's chunk signal ``rank`` to ``e``; the
+    GEMM waits per tile for the chunks its rows read (waits derived from the same plan).
 
     Reuse: the engine's side stream first waits for this rank's stream, so the push of call
     ``e`` starts after this rank's GEMM of call ``e - 1``, which waited for every peer's
     call-``e - 1`` chunks, which those peers pushed only after their GEMM of call ``e - 2``
     (the last reader of buffer ``e % 2``) had finished.
     """
-    from ..engines.base import Signal, Transfer
     from .exchange import engine_instance
 
     rt = current()
@@ -252,9 +253,8 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool):
     mine.copy_(a)
     pad.signals[rank:rank + 1].fill_(epoch)
     engine = engine_instance("copy_engine")
-    engine.issue([Transfer(src=mine, dst=mine, src_rank=rank, dst_rank=p,
-                           signal=Signal(pad, rank, epoch))
-                  for p in range(W) if p != rank])
+    rows = lambda chunk, _rank: buf[chunk.start:chunk.stop]  # same rows on both sides
+    engine.issue(lowering.engine_transfers(ws["plan"], rank, rows, rows, pad, epoch))
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     hooks = GemmHooks(wait_lo=ws["waits"].lo, wait_hi=ws["waits"].hi, wait_sig=pad.signals,
                       wait_target=epoch)
