@@ -36,6 +36,7 @@ from ..kernels.gemm import (
     launch_gemm,
 )
 from ..plan import deps as plan_deps
+from ..plan import ir as plan_ir
 from ..plan import lowering, templates
 from ..runtime.diagnostics import check_waits
 from ..runtime.signals import signal_pad
@@ -92,6 +93,7 @@ class Choice:
     overlap: bool
     config: GemmConfig
     engine: str | None = None  # a tuned transfer engine, if any
+    chunk_rows: int | None = None  # a tuned chunk size, if any
 
 
 def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
@@ -122,7 +124,8 @@ def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
     W = rt.world.world_size
     tuned = tuner.lookup(op, M, N, K, dtype, W)
     if tuned is not None:
-        return Choice(tuned.method == "overlap", config or tuned.gemm_config(), tuned.engine)
+        return Choice(tuned.method == "overlap", config or tuned.gemm_config(), tuned.engine,
+                      tuned.chunk_rows)
     from ..tune.cost_model import overlap_pays
 
     name = torch.cuda.get_device_name(rt.world.device) if rt.world.device.type == "cuda" else ""
@@ -154,7 +157,7 @@ def _traced_launch(op: str, a, b, c, M: int, *, order, seg_rows: int, cfg: GemmC
 # -- AG-GEMM ---------------------------------------------------------------------------------
 def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
             method: str = "auto", config: GemmConfig | None = None,
-            engine: str | None = None):
+            engine: str | None = None, chunk_rows: int | None = None):
     """``all_gather(a, dim=0) @ b``, overlapped.
 
     ``a``: ``[m, K]`` on every rank (same ``m``), ``b``: ``[K, N]`` with any strides (e.g.
@@ -174,12 +177,16 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     pushes each shard into every peer's local gathered buffer with host-issued peer copies
     (DMA on GPU, no SMs taken from the GEMM), raising one chunk signal per shard, and the
     GEMM reads A locally; ``"colocated"`` is the pull path above. Across nodes the
-    colocated hierarchical path is used.
+    colocated hierarchical path is used. ``chunk_rows`` (copy engine only; default: the
+    tuned value, else one chunk per shard) splits each shard into chunks of that many rows,
+    each with its own signal, so tiles can start before a whole shard has landed.
     """
     _validate("ag_gemm", a, b, method)
     forced = engine or os.environ.get("DITRON_AG_ENGINE")
     if forced is not None and forced not in AG_ENGINES:
         raise ValueError(f"ag_gemm: engine must be one of {AG_ENGINES}, got {forced!r}")
+    if chunk_rows is not None and (not isinstance(chunk_rows, int) or chunk_rows <= 0):
+        raise ValueError(f"ag_gemm: chunk_rows must be a positive int, got {chunk_rows!r}")
     rt = current()
     W = rt.world.world_size
     m, K = a.shape
@@ -198,36 +205,42 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
         return (c, gathered) if return_gathered else c
     engine = forced or (choice.engine if choice.engine in AG_ENGINES else "copy_engine")
     if engine == "copy_engine" and rt.topo.num_nodes == 1:
-        return _ag_pushed(a, b, choice.config, return_gathered)
+        return _ag_pushed(a, b, choice.config, return_gathered,
+                          chunk_rows if chunk_rows is not None else choice.chunk_rows)
     return _ag_overlap(a, b, choice.config, return_gathered)
 
 
-def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str) -> dict:
+def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
+                  chunk_rows: int | None = None) -> dict:
     """Per-shape AG-GEMM workspace: a double-buffered symmetric A of ``rows`` rows, the
-    per-row-block chunk waits derived from the plan, and the gather-mode tile order."""
+    plan (split into chunks of ``chunk_rows`` rows when given), the per-row-block chunk
+    waits derived from it, the gather-mode tile order and this rank's own chunk ids."""
     rt = current()
     W, rank, L = rt.world.world_size, rt.world.rank, rt.world.local_world_size
     m, K = a.shape
     N = b.shape[1]
-    key = ("ag_gemm", tag, m, K, N, a.dtype, cfg)
+    key = ("ag_gemm", tag, m, K, N, a.dtype, cfg, chunk_rows)
     ws = rt.cache.get(key)
     if ws is None:
         shards = rt.heap.alloc((2, rows, K), a.dtype, f"ag_gemm:{tag}")
         mode = "push" if tag == "pushed" else "pull"
         plan = (templates.all_gather(m, W, mode=mode) if nodes == 1
                 else templates.all_gather_2d(m, W, L))
+        if chunk_rows is not None and 0 < chunk_rows < m:
+            plan = plan_ir.split(plan, chunk_rows)
+        own = torch.tensor([c.id for c in plan.chunks if c.owner == rank], dtype=torch.int64)
         waits = plan_deps.consumer_waits(plan, plan_deps.TileMapping(W * m, cfg.block_m), rank)
         n_blocks = triton.cdiv(N, cfg.block_n)
         order = swizzle.gather_order(waits.owner, n_blocks, rank, W,
                                      arrival=plan.arrival_order(rank), group_m=cfg.group_m)
         held = torch.tensor([q for q in range(W) if q % L == rank % L], dtype=torch.int32)
         ws = dict(shards=shards, plan=plan, waits=waits.to(a.device), order=order.to(a.device),
-                  held=held.to(a.device), n_blocks=n_blocks)
+                  held=held.to(a.device), n_blocks=n_blocks, own=own.to(a.device))
         rt.cache[key] = ws
     return ws
 
 
-def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool):
+def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | None):
     """AG-GEMM on one node with the copy engine: the push all-gather plan, lowered to engine
     transfers, has every rank push its shard into rows ``[rank*m, (rank+1)*m)`` of each
     peer's gathered buffer ``e % 2`` and raise the peer's chunk signal ``rank`` to ``e``; the
@@ -245,13 +258,12 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool):
     m, K = a.shape
     N = b.shape[1]
     M = W * m
-    ws = _ag_workspace(a, b, cfg, 1, M, "pushed")
-    pad = signal_pad("ag_gemm", W)
+    ws = _ag_workspace(a, b, cfg, 1, M, "pushed", chunk_rows)
+    pad = signal_pad("ag_gemm:pushed", ws["plan"].num_chunks)
     epoch = pad.next_epoch()
     buf = ws["shards"][epoch % 2]
-    mine = buf[rank * m:(rank + 1) * m]
-    mine.copy_(a)
-    pad.signals[rank:rank + 1].fill_(epoch)
+    buf[rank * m:(rank + 1) * m].copy_(a)
+    pad.signals.index_fill_(0, ws["own"], epoch)
     engine = engine_instance("copy_engine")
     rows = lambda chunk, _rank: buf[chunk.start:chunk.stop]  # same rows on both sides
     engine.issue(lowering.engine_transfers(ws["plan"], rank, rows, rows, pad, epoch))

@@ -45,6 +45,7 @@ class Decision:
     config: GemmConfig = GemmConfig()
     engine: str = "colocated"
     time_us: float = 0.0
+    chunk_rows: int | None = None  # rows per chunk (None: one chunk per shard)
 
     def gemm_config(self) -> GemmConfig:
         return self.config
@@ -56,7 +57,7 @@ class Decision:
     @classmethod
     def from_json(cls, entry: dict) -> Decision:
         return cls(entry["method"], GemmConfig(**entry["config"]), entry["engine"],
-                   entry["time_us"])
+                   entry["time_us"], entry.get("chunk_rows"))
 
 
 def _device_name() -> str:
@@ -144,14 +145,18 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     if not candidates:
         raise ValueError(f"tune: no candidate tile config fits shared memory for {dtype}")
     engines = ENGINES.get(op, ("colocated",))
-    trials = [("fallback", candidates[0], engines[0])] + [
-        ("overlap", c, e) for c in candidates for e in engines]
+    # chunk sizes matter where the copy engine moves whole chunks: a shard, a half, a quarter
+    chunkings = [None] + sorted({-(-rows // d) for d in (2, 4)} - {rows}, reverse=True)
+    trials = [("fallback", candidates[0], engines[0], None)] + [
+        ("overlap", c, e, ch) for c in candidates for e in engines
+        for ch in (chunkings if e == "copy_engine" else [None])]
     results: list[float] = []
-    for i, (method, cfg, engine) in enumerate(trials):
+    for i, (method, cfg, engine, chunk) in enumerate(trials):
         if progress and rt.world.rank == 0:
             print(f"\r[ditron tune] {op} M={M} N={N} K={K}: {i + 1}/{len(trials)} "
-                  f"{method} {engine} {cfg.label()}   ", end="", file=sys.stderr, flush=True)
-        extra = {"engine": engine} if op in ENGINES else {}
+                  f"{method} {engine} chunk={chunk} {cfg.label()}   ", end="", file=sys.stderr,
+                  flush=True)
+        extra = {"engine": engine, "chunk_rows": chunk} if op in ENGINES else {}
         try:
             times = time_calls(lambda m=method, c=cfg, x=extra: fn_op(a, b, method=m, config=c,
                                                                       **x),
@@ -168,8 +173,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     best = [min(range(len(trials)), key=lambda j: results[j])]
     if W > 1:
         dist.broadcast_object_list(best, src=0, group=rt.host_group)
-    method, cfg, engine = trials[best[0]]
-    decision = Decision(method, cfg, engine, results[best[0]])
+    method, cfg, engine, chunk = trials[best[0]]
+    decision = Decision(method, cfg, engine, results[best[0]], chunk)
     if save and rt.world.rank == 0:
         cache.put(key_for(op, M, N, K, dtype, W), dataclasses.asdict(decision))
     for key in [k for k in rt.cache if isinstance(k, tuple) and k[0] == "tp_gemm_choice"]:

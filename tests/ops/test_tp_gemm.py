@@ -202,19 +202,24 @@ def _ag_engines_case(m: int, K: int, N: int, reps: int) -> int:
     _poison_empty()
     w = ditron.world()
     checks = 0
+    # the copy engine with whole shards, with 4-row chunks (13 = 4+4+4+1), and colocated pulls
+    variants = [("copy_engine", None), ("copy_engine", 4), ("colocated", None)]
     for it in range(reps):
-        for engine in ("copy_engine", "colocated"):
+        for engine, chunk_rows in variants:
             torch.manual_seed(100 * it + w.rank)
             a = torch.randn(m, K, device=w.device)
             b = torch.randn(K, N, device=w.device)
             ref = _gather(a).double() @ b.double()
             c, ga = ditron.ops.ag_gemm(a, b, return_gathered=True, method="overlap",
-                                       engine=engine)
-            _close(f"ag_gemm[{engine}]", c, ref, torch.float32)
-            assert torch.equal(ga, _gather(a)), f"ag_gemm[{engine}] gathered A differs"
+                                       engine=engine, chunk_rows=chunk_rows)
+            name = f"ag_gemm[{engine}, chunk_rows={chunk_rows}]"
+            _close(name, c, ref, torch.float32)
+            assert torch.equal(ga, _gather(a)), f"{name}: gathered A differs"
             checks += 1
     with pytest.raises(ValueError, match="engine must be one of"):
         ditron.ops.ag_gemm(a, b, engine="pigeon")
+    with pytest.raises(ValueError, match="chunk_rows must be a positive int"):
+        ditron.ops.ag_gemm(a, b, chunk_rows=0)
     return checks
 
 
@@ -222,4 +227,4 @@ def _ag_engines_case(m: int, K: int, N: int, reps: int) -> int:
 def test_ag_gemm_engines_agree_with_torch(backend, world_size):
     # 13 rows per rank: tiles straddle chunks; calls alternate engines on shared signals.
     assert ditron.launch(_ag_engines_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [6] * world_size
+                         backend=backend) == [9] * world_size
