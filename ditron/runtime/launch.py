@@ -44,9 +44,10 @@ def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str) -> None:
     try:
         world_mod.init(backend)
         result = fn(*args, **kw)
-        from .diagnostics import check_waits
+        if world_mod.is_initialized():  # fn may have shut down itself
+            from .diagnostics import check_waits
 
-        check_waits()
+            check_waits()
         conn.send(("ok", result))
         world_mod.shutdown()
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller

@@ -97,12 +97,17 @@ def init(backend: str | None = None, *, heap_size: int | str | None = None,
     or ``ditron.launch`` (a lone process is rank 0 of 1). Uses an existing default process
     group if there is one; otherwise creates it (gloo on CPU or when ranks share a GPU,
     NCCL otherwise). ``backend`` is ``"cpu"`` or ``"cuda"``, by default chosen by hardware.
-    Keyword arguments override the ``DITRON_*`` settings of :class:`Settings`.
+    Keyword arguments override the ``DITRON_*`` settings of :class:`Settings`. Calling it
+    again in an initialised process (e.g. inside ``ditron.launch``) returns the same world.
     """
     global _RUNTIME
     if _RUNTIME is not None:
-        raise RuntimeError("ditron.init: already initialised in this process "
-                           "(call ditron.shutdown() first)")
+        # Ranks started by ditron.launch are initialised already; calling init again is fine.
+        if backend is not None and backend != _RUNTIME.world.backend:
+            raise RuntimeError(f"ditron.init: already initialised with backend "
+                               f"{_RUNTIME.world.backend!r}, not {backend!r} (call "
+                               f"ditron.shutdown() first)")
+        return _RUNTIME.world
     settings = Settings.from_env(backend, heap_size=heap_size, wait_timeout=wait_timeout,
                                  local_world_size=local_world_size)
     interpret.arrange(settings.backend)

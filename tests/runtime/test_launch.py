@@ -87,3 +87,26 @@ def test_rank_device(backend):
 def test_unpicklable_fn_is_a_clear_error():
     with pytest.raises(TypeError, match="must be picklable"):
         ditron.launch(lambda: 1, 2)
+
+
+def _init_again() -> bool:
+    w = ditron.world()
+    again = ditron.init()
+    with pytest.raises(RuntimeError, match="already initialised with backend"):
+        ditron.init("cuda" if w.backend == "cpu" else "cpu")
+    return again is w
+
+
+def test_init_inside_launched_ranks_returns_the_same_world(backend):
+    assert ditron.launch(_init_again, 2, backend=backend) == [True, True]
+
+
+def _shutdown_itself() -> int:
+    rank = ditron.world().rank
+    ditron.shutdown()
+    ditron.shutdown()  # idempotent
+    return rank
+
+
+def test_fn_may_shut_down_itself(backend):
+    assert ditron.launch(_shutdown_itself, 2, backend=backend) == [0, 1]
