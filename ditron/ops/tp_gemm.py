@@ -118,11 +118,11 @@ def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
 def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
                  config: GemmConfig | None, cfg: GemmConfig) -> Choice:
     """The tuned decision if one is cached for this device, else the cost model's."""
-    from ..tune import tuner
+    from ..tune.decisions import lookup
 
     rt = current()
     W = rt.world.world_size
-    tuned = tuner.lookup(op, M, N, K, dtype, W)
+    tuned = lookup(op, M, N, K, dtype, W)
     if tuned is not None:
         return Choice(tuned.method == "overlap", config or tuned.gemm_config(), tuned.engine,
                       tuned.chunk_rows)

@@ -5,11 +5,11 @@ warm-up and timed calls per candidate (CUDA events on GPU, the host clock on CPU
 ``triton.testing.do_bench``, whose adaptive counts differ across ranks and would deadlock a
 collective), takes the median, the ranks agree on the slowest rank's median (all-reduce max
 over the host group), and rank 0's choice is broadcast. The decision is cached on disk
-(``tune/cache.py``) and read by the ops' ``method="auto"`` through :func:`lookup`.
+(``tune/cache.py``) and read by the ops' ``method="auto"`` through
+``decisions.lookup`` (which sits below the ops; this module sits above them).
 
-Engines: the overlapped ops currently lower to the colocated engine (pulls and pushes
-inside the GEMM), so the engine, chunk size and communication-SM knobs have one value
-each; the tile configuration and overlap-vs-fallback are enumerated.
+Knobs: overlap vs fallback, the tile configuration, and for ``ag_gemm`` the transfer engine
+and the chunk size; the number of communication SMs is not a knob yet.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ import torch.distributed as dist
 
 from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits
 from . import cache
+from .decisions import Decision, key_for, lookup
+
+__all__ = ["Decision", "key_for", "lookup", "time_calls", "agreed_median", "tune"]
 
 GPU_CANDIDATES = [
     GemmConfig(128, 256, 64, 8, 8, 3),
@@ -35,53 +38,6 @@ CPU_CANDIDATES = [CPU_CONFIG, dataclasses.replace(CPU_CONFIG, block_m=32, block_
 
 #: transfer engines the tuner tries per op (ops not listed move data one way only)
 ENGINES = {"ag_gemm": ("copy_engine", "colocated")}
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """What the tuner chose for one (op, shape, dtype, world size, device)."""
-
-    method: str  # "overlap" | "fallback"
-    config: GemmConfig = GemmConfig()
-    engine: str = "colocated"
-    time_us: float = 0.0
-    chunk_rows: int | None = None  # rows per chunk (None: one chunk per shard)
-
-    def gemm_config(self) -> GemmConfig:
-        return self.config
-
-    @classmethod
-    def of(cls, method: str, cfg: GemmConfig, time_us: float = 0.0) -> Decision:
-        return cls(method, cfg, "colocated", time_us)
-
-    @classmethod
-    def from_json(cls, entry: dict) -> Decision:
-        return cls(entry["method"], GemmConfig(**entry["config"]), entry["engine"],
-                   entry["time_us"], entry.get("chunk_rows"))
-
-
-def _device_name() -> str:
-    from ..runtime.world import current
-
-    dev = current().world.device
-    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-
-
-def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int) -> str:
-    return cache.make_key(op, (M, N, K), str(dtype).replace("torch.", ""), world_size,
-                          _device_name())
-
-
-def lookup(op: str, M: int, N: int, K: int, dtype: torch.dtype,
-           world_size: int) -> Decision | None:
-    """The cached decision for this op and shape on this device, if tuned."""
-    entry = cache.get(key_for(op, M, N, K, dtype, world_size))
-    if entry is None:
-        return None
-    try:
-        return Decision.from_json(entry)
-    except (KeyError, TypeError):  # an entry written by an older version: tune again
-        return None
 
 
 def time_calls(fn, warmup: int, iters: int, device: torch.device) -> list[float]:

@@ -1,0 +1,56 @@
+"""Tuned decisions: what the tuner chose, keyed by op, shape, dtype, world size and device.
+
+The ops read decisions here (``method="auto"``); ``tuner.py`` measures and writes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..kernels.gemm import GemmConfig
+from . import cache
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What the tuner chose for one (op, shape, dtype, world size, device)."""
+
+    method: str  # "overlap" | "fallback"
+    config: GemmConfig = GemmConfig()
+    engine: str = "colocated"
+    time_us: float = 0.0
+    chunk_rows: int | None = None  # rows per chunk (None: one chunk per shard)
+
+    def gemm_config(self) -> GemmConfig:
+        return self.config
+
+    @classmethod
+    def from_json(cls, entry: dict) -> Decision:
+        return cls(entry["method"], GemmConfig(**entry["config"]), entry["engine"],
+                   entry["time_us"], entry.get("chunk_rows"))
+
+
+def _device_name() -> str:
+    from ..runtime.world import current
+
+    dev = current().world.device
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+
+
+def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int) -> str:
+    return cache.make_key(op, (M, N, K), str(dtype).replace("torch.", ""), world_size,
+                          _device_name())
+
+
+def lookup(op: str, M: int, N: int, K: int, dtype: torch.dtype,
+           world_size: int) -> Decision | None:
+    """The cached decision for this op and shape on this device, if tuned."""
+    entry = cache.get(key_for(op, M, N, K, dtype, world_size))
+    if entry is None:
+        return None
+    try:
+        return Decision.from_json(entry)
+    except (KeyError, TypeError):  # an entry written by an older version: tune again
+        return None
