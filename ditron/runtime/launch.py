@@ -228,8 +228,11 @@ def _raise_failure(failure: _Failure):
     if not isinstance(exc, BaseException):
         raise RankError(failure.rank, f"{failure.summary}\n{failure.traceback}")
     exc.rank = failure.rank
-    exc.add_note(f"[ditron] raised on rank {failure.rank}; remote traceback:\n"
-                 f"{failure.traceback}")
+    note = f"[ditron] raised on rank {failure.rank}; remote traceback:\n{failure.traceback}"
+    if hasattr(exc, "add_note"):  # Python >= 3.11
+        exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]
     raise exc
 
 
