@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
 
 import ditron
 
@@ -33,7 +34,7 @@ def _push_and_pull(n: int, repeats: int) -> bool:
     pulled = torch.empty(n, device=w.device)
     pad = ditron.signal_pad("test.push", 1)
     left = (w.rank - 1) % w.world_size
-    block = triton_next_pow2(n)
+    block = triton.next_power_of_2(n)
     for it in range(repeats):
         data = _same_draw(w.world_size, n, seed=100 + it)
         src.copy_(data[w.rank].to(w.device))
@@ -48,10 +49,6 @@ def _push_and_pull(n: int, repeats: int) -> bool:
         assert torch.equal(pulled.cpu(), data[left]), f"pull, iteration {it}"
         ditron.barrier()
     return True
-
-
-def triton_next_pow2(n: int) -> int:
-    return 1 << max(n - 1, 1).bit_length()
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
