@@ -56,7 +56,11 @@ EPI_ALL_REDUCE = 2
 
 @dataclasses.dataclass(frozen=True)
 class GemmConfig:
-    """Tile configuration (a tuning knob). ``programs == 0``: one per SM on GPU, 1 on CPU."""
+    """Tile configuration (a tuning knob). ``programs == 0``: one per SM on GPU, 1 on CPU.
+    ``flatten``: fuse the tile loop and the K loop into one software-pipelined loop (the
+    next tile's loads overlap this tile's epilogue; plain-store epilogue only).
+    ``tma_store``: store ``C`` tiles through a TMA descriptor (TMA load path, plain-store
+    epilogue, aligned ``C`` only)."""
 
     block_m: int = 128
     block_n: int = 256
@@ -65,25 +69,30 @@ class GemmConfig:
     num_warps: int = 8
     num_stages: int = 3
     programs: int = 0
+    flatten: bool = False
+    tma_store: bool = False
 
     def label(self) -> str:
-        return f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}s{self.num_stages}"
+        extra = ("/flat" if self.flatten else "") + ("/tstore" if self.tma_store else "")
+        return (f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}"
+                f"s{self.num_stages}{extra}")
 
 
 CPU_CONFIG = GemmConfig(block_m=16, block_n=32, block_k=16, group_m=4, num_warps=1,
-                        num_stages=1, programs=1)
-GPU_CONFIG = GemmConfig()
+                        num_stages=1, programs=1, flatten=True, tma_store=True)
+GPU_CONFIG = GemmConfig(flatten=True, tma_store=True)
 
 
 def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> GemmConfig:
     """The tile configuration used when the tuner has not chosen one.
 
-    On GPU, 4-byte operands take half the K block (128x256x64 fp32 tiles in 3 stages need
-    262 KB of shared memory; an H100/H200 has 227 KB). ``DITRON_GEMM_BLOCKS=BMxBNxBK``
-    overrides the block sizes (e.g. ``16x16x16``)."""
+    On GPU, 4-byte operands take half the K block and store through registers (128x256x64
+    fp32 tiles in 3 stages need 262 KB of shared memory, a TMA-stored fp32 tile another
+    128 KB; an H100/H200 has 227 KB). ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the block
+    sizes (e.g. ``16x16x16``)."""
     cfg = GPU_CONFIG if device.type == "cuda" else CPU_CONFIG
     if device.type == "cuda" and torch.empty((), dtype=dtype).element_size() > 2:
-        cfg = dataclasses.replace(cfg, block_k=cfg.block_k // 2)
+        cfg = dataclasses.replace(cfg, block_k=cfg.block_k // 2, tma_store=False)
     env = os.environ.get("DITRON_GEMM_BLOCKS")
     if env:
         bm, bn, bk = (int(x) for x in env.lower().split("x"))
@@ -91,9 +100,13 @@ def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16) ->
     return cfg
 
 
-def pipeline_bytes(cfg: GemmConfig, itemsize: int) -> int:
-    """Shared memory the K-loop pipeline needs: A and B tiles for every stage."""
-    return (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize * max(cfg.num_stages, 1)
+def smem_bytes(cfg: GemmConfig, itemsize: int) -> int:
+    """Shared memory ``cfg`` needs (as Triton 3.6 lays it out on Hopper): A and B tiles for
+    every stage, plus the C tile staged for a TMA store (or half of it for the layout
+    conversion of a flattened loop's store)."""
+    pipeline = (cfg.block_m + cfg.block_n) * cfg.block_k * itemsize * max(cfg.num_stages, 1)
+    tile = cfg.block_m * cfg.block_n * itemsize
+    return pipeline + (tile if cfg.tma_store else tile // 2 if cfg.flatten else 0)
 
 
 def fits(cfg: GemmConfig, device: torch.device, dtype: torch.dtype) -> bool:
@@ -103,7 +116,7 @@ def fits(cfg: GemmConfig, device: torch.device, dtype: torch.dtype) -> bool:
     props = torch.cuda.get_device_properties(device)
     limit = getattr(props, "shared_memory_per_block_optin", 0) or 227 * 1024
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return pipeline_bytes(cfg, itemsize) <= limit
+    return smem_bytes(cfg, itemsize) <= limit
 
 
 def num_programs(cfg: GemmConfig, device: torch.device, num_tiles: int) -> int:
@@ -152,7 +165,8 @@ def persistent_gemm(
     A_REMOTE: tl.constexpr, STORE_A: tl.constexpr, WAIT: tl.constexpr,
     EPILOGUE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
-    USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False,
+    USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False, C_TMA: tl.constexpr = False,
+    FLATTEN: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -160,8 +174,7 @@ def persistent_gemm(
     offs_n = tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     tiles_per_seg = blocks_per_seg * n_blocks
-    i = pid
-    while i < num_tiles:
+    for i in tl.range(pid, num_tiles, nprog, flatten=FLATTEN):
         tile = tl.load(order_ptr + i)
         mb = tile // n_blocks
         nb = tile % n_blocks
@@ -226,12 +239,15 @@ def persistent_gemm(
             if not USE_TMA:
                 a_ptrs += BLOCK_K * stride_ak
                 b_ptrs += BLOCK_K * stride_bk
-        out_dtype = c_ptr.dtype.element_ty
         tile_mask = m_mask[:, None] & n_mask[None, :]
-        if EPILOGUE == 0:
+        if C_TMA:
+            c_ptr.store([row0, nb * BLOCK_N], acc.to(c_ptr.dtype))
+        elif EPILOGUE == 0:
+            out_dtype = c_ptr.dtype.element_ty
             c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
             tl.store(c_ptrs, acc.to(out_dtype), mask=tile_mask)
         else:
+            out_dtype = c_ptr.dtype.element_ty
             local_rows = rm - seg_start
             local_tile = (mb % blocks_per_seg) * n_blocks + nb
             if seg != ctx.rank:
@@ -265,7 +281,6 @@ def persistent_gemm(
                         p += 1
         if TRACE:
             tl.store(trace_ptr + 4 + i * 4, _clock(trace_ptr, GPU_TIMER))
-        i += nprog
     if EPILOGUE == 2:
         # all-gather phase: the reduced tiles of the other ranks' rows land in ``bc``
         j = pid
@@ -374,6 +389,19 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
                 order: torch.Tensor, seg_rows: int, cfg: GemmConfig,
                 hooks: GemmHooks | None = None, ctx=None, use_tma: bool | None = None) -> None:
     """Run the persistent GEMM: ``c[rows] = a[rows] @ b`` over ``M`` rows with the hooks.
+    Arguments as :func:`gemm_launch`."""
+    launch = gemm_launch(a, b, c, M, order=order, seg_rows=seg_rows, cfg=cfg, hooks=hooks,
+                         ctx=ctx, use_tma=use_tma)
+    if launch is not None:
+        grid, args, kwargs = launch
+        persistent_gemm[grid](*args, **kwargs)
+
+
+def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
+                order: torch.Tensor, seg_rows: int, cfg: GemmConfig,
+                hooks: GemmHooks | None = None, ctx=None, use_tma: bool | None = None):
+    """``(grid, args, kwargs)`` of :func:`persistent_gemm` for ``c[rows] = a[rows] @ b``
+    over ``M`` rows, or ``None`` when there is no tile.
 
     ``a``: ``[M, K]`` (or the local symmetric shard buffer when ``hooks.a_remote``), ``b``:
     ``[K, N]`` with any strides, ``c``: output (``[M, N]``, or ``[seg_rows, N]`` for the
@@ -381,13 +409,11 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
     :func:`tma_wanted`; the TMA path is taken only for a local A whose operands meet the TMA
     rules (:func:`tma_operands`), else the pointer path.
     """
-    hooks = hooks or GemmHooks()
+    hooks = hooks or _NO_HOOKS
     K, N = b.shape
-    n_blocks = triton.cdiv(N, cfg.block_n)
-    blocks_per_seg = triton.cdiv(max(seg_rows, 1), cfg.block_m)
     num_tiles = order.numel()
     if num_tiles == 0:
-        return
+        return None
     dummy = order  # any tensor: unused pointer arguments
     if ctx is None:
         from ..runtime.symmetric import context
@@ -396,14 +422,23 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
                             or hooks.epilogue != EPI_STORE) else _local_context(c.device)
     ga = hooks.gathered
     recv = hooks.recv
-    grid = (num_programs(cfg, c.device, num_tiles),)
-    precision = "ieee" if a.dtype == torch.float32 else "tf32"
-    tma = None
-    if not hooks.a_remote and K > 0 and tma_wanted(c.device, use_tma):
-        tma = tma_operands(a, b, cfg)
-    a_arg, b_arg, b_nk = tma if tma is not None else (a, b, False)
-    persistent_gemm[grid](
-        a_arg, b_arg, c, M, N, K,
+    static = _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma)
+    grid, n_blocks, blocks_per_seg, tma_b, c_tma, kwargs = static
+    a_arg, b_arg, c_arg = a, b, c
+    if tma_b is not None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        a_arg = TensorDescriptor(a, [a.shape[0], K], [a.stride(0), 1],
+                                 [cfg.block_m, cfg.block_k])
+        if tma_b == "nk":
+            w = b.t()
+            b_arg = TensorDescriptor(w, [N, K], [w.stride(0), 1], [cfg.block_n, cfg.block_k])
+        else:
+            b_arg = TensorDescriptor(b, [K, N], [b.stride(0), 1], [cfg.block_k, cfg.block_n])
+        if c_tma:
+            c_arg = TensorDescriptor(c, [M, N], [c.stride(0), 1], [cfg.block_m, cfg.block_n])
+    args = (
+        a_arg, b_arg, c_arg, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         order, num_tiles, n_blocks, max(seg_rows, 1), blocks_per_seg,
         hooks.a_rows, hooks.a_local, hooks.node_base,
@@ -423,13 +458,57 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
         hooks.epoch,
         hooks.trace if hooks.trace is not None else dummy,
         ctx,
+    )
+    return grid, args, kwargs
+
+
+_NO_HOOKS = GemmHooks()
+_STATIC: dict = {}
+
+
+def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
+    """What a launch derives from shapes, strides, dtypes, alignment and switches alone
+    (grid, block counts, TMA decisions, constexprs), computed once per distinct key."""
+    key = (a.shape, a.stride(), a.dtype, a.data_ptr() % 16, b.shape, b.stride(), b.dtype,
+           b.data_ptr() % 16, c.shape, c.stride(), c.dtype, c.data_ptr() % 16, c.device, M,
+           seg_rows, num_tiles, cfg, hooks.a_remote, hooks.gathered is not None,
+           hooks.wait_sig is not None, hooks.epilogue, hooks.trace is not None, use_tma,
+           os.environ.get("DITRON_GEMM_TMA", ""))
+    static = _STATIC.get(key)
+    if static is not None:
+        return static
+    K, N = b.shape
+    tma_b = None
+    c_tma = False
+    if not hooks.a_remote and K > 0 and tma_wanted(c.device, use_tma):
+        tma = tma_operands(a, b, cfg)
+        if tma is not None:
+            tma_b = "nk" if tma[2] else "kn"
+            c_tma = (cfg.tma_store and hooks.epilogue == EPI_STORE
+                     and (seg_rows >= M or seg_rows % cfg.block_m == 0)
+                     and _tma_ok(c, cfg.block_n, c.device.type == "cuda"))
+    kwargs = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        A_REMOTE=hooks.a_remote, STORE_A=ga is not None, WAIT=hooks.wait_sig is not None,
-        EPILOGUE=hooks.epilogue, DOT_PRECISION=precision, UPCAST=_interpreted(),
+        A_REMOTE=hooks.a_remote, STORE_A=hooks.gathered is not None,
+        WAIT=hooks.wait_sig is not None, EPILOGUE=hooks.epilogue,
+        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", UPCAST=_interpreted(),
         TRACE=hooks.trace is not None, GPU_TIMER=c.device.type == "cuda",
-        USE_TMA=tma is not None, B_NK=b_nk,
+        USE_TMA=tma_b is not None, B_NK=tma_b == "nk", C_TMA=c_tma,
+        # triton 3.6 cannot fuse the loops around the reduce-scatter/all-reduce epilogues
+        # (TritonGPUFuseNestedLoops fails), so those run unflattened
+        FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
+    static = (
+        (num_programs(cfg, c.device, num_tiles),),
+        triton.cdiv(N, cfg.block_n),
+        triton.cdiv(max(seg_rows, 1), cfg.block_m),
+        tma_b, c_tma, kwargs,
+    )
+    if len(_STATIC) >= 1024:
+        _STATIC.clear()
+    _STATIC[key] = static
+    return static
 
 
 def _interpreted() -> bool:

@@ -205,6 +205,9 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
     _agree("all_reduce", (tuple(x.shape), str(x.dtype), method, eng == "network"))
     if w == 1:
         return _copy_out(x)
+    if eng == "sm" and rt.topo.num_nodes == 1:
+        return _all_reduce_fused(x, method == "two_shot")
+    _not_capturing("all_reduce", eng)
     flat = x.contiguous().view(-1)
     n = flat.numel()
     if method == "one_shot":
@@ -221,6 +224,71 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
     stacked, call = _gather_flat("all_reduce.two_shot.ag", mine, eng)
     out = _copy_out(stacked.reshape(-1)[:n])
     call.finish()
+    return out.view(x.shape)
+
+
+#: largest piece (elements) one fused all-reduce launch handles; larger inputs loop
+FUSED_MAX_ELEMENTS = 1 << 24
+
+
+def _not_capturing(op: str, engine: str) -> None:
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"ditron.ops.{op}: engine {engine!r} keeps per-call state on the "
+                           f"host and cannot be captured in a CUDA graph; use "
+                           f"all_reduce(..., engine='sm')")
+
+
+def _fused_workspace(dtype: torch.dtype, two_shot: bool, n: int):
+    """The cached fused all-reduce workspace for ``n`` elements (collective when new)."""
+    from ..kernels import all_reduce as kar
+    from ..runtime.signals import signal_pad
+
+    rt = current()
+    w = rt.world.world_size
+    cap = kar.bucket(n, FUSED_MAX_ELEMENTS)
+    key = ("all_reduce.fused", dtype, two_shot, cap)
+    ws = rt.cache.get(key)
+    if ws is not None:
+        return ws
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"ditron.ops.all_reduce: no workspace yet for {n} {dtype} elements; "
+                           f"call all_reduce once with this size and dtype before capturing "
+                           f"a CUDA graph (workspaces are allocated collectively)")
+    block = 1024
+    if rt.world.backend == "cpu":
+        programs = 2
+    else:
+        programs = max(1, min(64, cap // (4 * block)))
+    half, red_offset = kar.workspace_shape(cap, w, two_shot)
+    buf = rt.heap.alloc((2, half), dtype, name=f"all_reduce.fused:{dtype}:{cap}")
+    label = f"all_reduce.fused:{str(dtype).removeprefix('torch.')}:{int(two_shot)}:{cap}"
+    pad = signal_pad(label, 2 * programs * w).signals
+    epochs = torch.zeros(programs, dtype=torch.int64, device=rt.world.device)
+    ws = rt.cache[key] = kar.Workspace(buf, pad, epochs, cap, programs, red_offset)
+    return ws
+
+
+def _all_reduce_fused(x: torch.Tensor, two_shot: bool) -> torch.Tensor:
+    """All-reduce by the fused kernel (``kernels/all_reduce.py``): one launch per piece of
+    at most ``FUSED_MAX_ELEMENTS``, no host state per call (CUDA-graph safe)."""
+    from ..kernels import all_reduce as kar
+
+    rt = current()
+    flat = x.contiguous().view(-1)
+    out = torch.empty_like(flat)
+    n = flat.numel()
+    ws = _fused_workspace(x.dtype, two_shot, n)
+    ctx = rt.context()
+    cpu = rt.world.backend == "cpu"
+    for start in range(0, n, ws.cap):
+        piece = slice(start, min(n, start + ws.cap))
+        kar.launch(flat[piece], out[piece], ws, two_shot, ctx, block=1024,
+                   num_warps=1 if cpu else 4)
+    capturing = not cpu and torch.cuda.is_current_stream_capturing()
+    if (rt.wait_timeout > 0 or cpu) and not capturing:
+        from ..runtime.diagnostics import check_waits
+
+        check_waits()
     return out.view(x.shape)
 
 

@@ -6,8 +6,9 @@
   120 on CPU, 0 on CUDA.
 - ``DITRON_LOCAL_WORLD_SIZE``: ranks per node; a smaller value simulates nodes on CPU.
 - ``DITRON_POISON``: fill fresh symmetric memory with 0xFF bytes (NaN for floats); off.
-- ``DITRON_LAUNCH_TIMEOUT``: seconds ``ditron.launch`` waits for its ranks before it names the
-  stuck ones and kills them (0: forever).
+- ``DITRON_LAUNCH_TIMEOUT``: seconds ``ditron.launch`` waits, once every rank has started,
+  for ranks to return before it names the stuck ones and kills them (0: forever). Start-up
+  (spawn, CUDA context, rendezvous) is bounded separately by ``max(timeout, 300 s)``.
 """
 
 from __future__ import annotations

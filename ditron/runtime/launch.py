@@ -43,6 +43,7 @@ def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str) -> None:
 
     try:
         world_mod.init(backend)
+        conn.send(("ready",))
         result = fn(*args, **kw)
         if world_mod.is_initialized():  # fn may have shut down itself
             from .diagnostics import check_waits
@@ -163,35 +164,49 @@ class _Failure:
 
 _GRACE_SECONDS = 2.0  # after a first failure, how long to look for its root cause
 _SHUTDOWN_SECONDS = 30.0  # how long ranks that returned may take to shut down
+_STARTUP_SECONDS = 300.0  # least time ranks get to start (spawn, CUDA init, rendezvous)
 
 
 def _collect(procs, conns, timeout: float) -> list[Any]:
+    """Results by rank. ``timeout`` (> 0) bounds how long ranks may run ``fn`` once every
+    rank has initialized; start-up (spawn, CUDA context, rendezvous) gets its own bound of
+    at least ``_STARTUP_SECONDS``."""
     results: list[Any] = [None] * len(procs)
     pending = {c: r for r, c in enumerate(conns)}
     sentinels = {p.sentinel: r for r, p in enumerate(procs)}
+    started: set[int] = set()
     failures: list[_Failure] = []
     first_failure = 0.0
-    deadline = time.monotonic() + timeout if timeout > 0 else None
+    start_deadline = time.monotonic() + max(timeout, _STARTUP_SECONDS)
+    deadline = None
     while pending:
         if failures:
-            grace_end = first_failure + _GRACE_SECONDS
-            left = max(grace_end - time.monotonic(), 0)
+            left = max(first_failure + _GRACE_SECONDS - time.monotonic(), 0)
+        elif len(started) < len(procs) and timeout > 0:
+            left = max(start_deadline - time.monotonic(), 0)
         else:
             left = None if deadline is None else max(deadline - time.monotonic(), 0)
         ready = mpc.wait(list(pending) + list(sentinels), timeout=left)
         if not ready:
             if failures:
                 break
+            if len(started) < len(procs):
+                late = sorted(set(range(len(procs))) - started)
+                raise TimeoutError(f"ditron.launch: ranks {late} did not finish starting "
+                                   f"within {max(timeout, _STARTUP_SECONDS):g} s; they were "
+                                   f"killed")
             stuck = sorted(pending.values())
             raise TimeoutError(f"ditron.launch: ranks {stuck} made no progress for "
                                f"{timeout:g} s (DITRON_LAUNCH_TIMEOUT); they were killed")
         for obj in ready:
             if obj in sentinels:
                 conn = conns[sentinels.pop(obj)]
-                if conn in pending:
-                    _receive(conn, pending, procs, results, failures)
+                while conn in pending:  # drain: "ready" may precede the result
+                    _receive(conn, pending, procs, results, failures, started)
             elif obj in pending:
-                _receive(obj, pending, procs, results, failures)
+                _receive(obj, pending, procs, results, failures, started)
+        if deadline is None and timeout > 0 and len(started) == len(procs):
+            deadline = time.monotonic() + timeout
         if failures and not first_failure:
             first_failure = time.monotonic()
         if failures and not any(f.secondary for f in failures):
@@ -201,14 +216,19 @@ def _collect(procs, conns, timeout: float) -> list[Any]:
     return results
 
 
-def _receive(conn, pending, procs, results, failures) -> None:
-    rank = pending.pop(conn)
+def _receive(conn, pending, procs, results, failures, started) -> None:
+    rank = pending[conn]
     try:
         msg = conn.recv()
     except EOFError:  # the process ended without a word
+        del pending[conn]
         procs[rank].join(timeout=5)
         failures.append(_Failure(rank, exitcode=procs[rank].exitcode))
         return
+    if msg[0] == "ready":
+        started.add(rank)
+        return
+    del pending[conn]
     if msg[0] == "ok":
         results[rank] = msg[1]
     else:

@@ -28,10 +28,12 @@ from .decisions import Decision, key_for, lookup
 
 __all__ = ["Decision", "key_for", "lookup", "time_calls", "agreed_median", "tune"]
 
+# measured on one H200 (docs/perf.md, bench/gemm_lab.py): the first is the default; the
+# others win on some shapes; 256x128 never did
 GPU_CANDIDATES = [
+    GemmConfig(128, 256, 64, 8, 8, 3, flatten=True, tma_store=True),
     GemmConfig(128, 256, 64, 8, 8, 3),
-    GemmConfig(128, 128, 64, 8, 4, 4),
-    GemmConfig(256, 128, 64, 8, 8, 3),
+    GemmConfig(128, 128, 64, 8, 4, 4, flatten=True, tma_store=True),
 ]
 CPU_CANDIDATES = [CPU_CONFIG, dataclasses.replace(CPU_CONFIG, block_m=32, block_n=32)]
 

@@ -1,12 +1,19 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
-from ditron.kernels.gemm import default_config, pipeline_bytes
+from ditron.kernels.gemm import GemmConfig, default_config, smem_bytes
 from ditron.tune.tuner import GPU_CANDIDATES
 
 H100_SMEM = 227 * 1024  # shared memory per block (opt-in) on H100/H200
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -14,10 +21,67 @@ def test_gpu_default_config_fits_hopper_shared_memory(dtype):
     # Regression: fp32 with 128x256x64 tiles in 3 stages needed 262 KB and failed to load.
     cfg = default_config(torch.device("cuda"), dtype)
     itemsize = torch.empty((), dtype=dtype).element_size()
-    assert pipeline_bytes(cfg, itemsize) <= H100_SMEM
+    assert smem_bytes(cfg, itemsize) <= H100_SMEM
 
 
-def test_pipeline_bytes_counts_every_stage():
-    cfg = GPU_CANDIDATES[0]
+def test_smem_bytes_counts_every_stage():
+    cfg = GemmConfig(flatten=False, tma_store=False)
     one = (cfg.block_m + cfg.block_n) * cfg.block_k * 2
-    assert pipeline_bytes(cfg, 2) == one * cfg.num_stages
+    assert smem_bytes(cfg, 2) == one * cfg.num_stages
+
+
+_COMPILE = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, os.path.join(sys.argv[1], "tools"))
+    import cuda_compile_check as check  # switches the backend off the interpreter
+    from triton.runtime import driver
+    driver.set_active(check._Hopper())
+    import torch
+    from ditron.kernels import gemm
+    out = []
+    for spec in json.loads(sys.argv[2]):
+        cfg = gemm.GemmConfig(**spec["cfg"])
+        dtype = getattr(torch, spec["dtype"])
+        M, N, K = 1024, 1024, 1024
+        a = torch.empty(M, K, dtype=dtype)
+        b = torch.empty(N, K, dtype=dtype).t()
+        c = torch.empty(M, N, dtype=dtype)
+        order = torch.zeros(64, dtype=torch.int32)
+        grid, args, kw = gemm.gemm_launch(a, b, c, M, order=order, seg_rows=M, cfg=cfg,
+                                          use_tma=True)
+        kw["GPU_TIMER"], kw["UPCAST"] = True, False
+        kernel = gemm.persistent_gemm.warmup(*args, grid=(1,), **kw)
+        out.append(kernel.metadata.shared)
+    print(json.dumps(out))
+""")
+
+
+def test_smem_estimate_bounds_what_the_compiler_allocates():
+    """``smem_bytes`` (used to drop tile configs that cannot load) against Triton's own
+    allocation for sm_90, compiled without a GPU: never below it, and for 16-bit operands
+    (tensor-core pipeline) at most 5% above (fp32 with IEEE precision takes another path that
+    stages less)."""
+    specs = [
+        (GemmConfig(), "bfloat16"),
+        (GemmConfig(flatten=True), "bfloat16"),
+        (GemmConfig(flatten=True, tma_store=True), "bfloat16"),
+        (GemmConfig(128, 128, 64, 8, 4, 4, flatten=True, tma_store=True), "float16"),
+        (default_config(torch.device("cuda"), torch.float32), "float32"),
+    ]
+    payload = json.dumps([{"cfg": vars(c), "dtype": d} for c, d in specs])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["DITRON_BACKEND"] = "cuda"
+    proc = subprocess.run([sys.executable, "-c", _COMPILE, ROOT, payload], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shared = json.loads(proc.stdout.strip().splitlines()[-1])
+    for (cfg, dtype), got in zip(specs, shared, strict=True):
+        est = smem_bytes(cfg, torch.empty((), dtype=getattr(torch, dtype)).element_size())
+        assert got <= est + 1024, f"{cfg.label()} {dtype}: compiler {got} B > estimate {est} B"
+        if dtype != "float32":
+            assert est <= got * 1.05, f"{cfg.label()} {dtype}: estimate {est} B >> {got} B"
+
+
+@pytest.mark.parametrize("cfg", GPU_CANDIDATES, ids=lambda c: c.label())
+def test_tuner_candidates_fit_for_16_bit_operands(cfg):
+    assert smem_bytes(cfg, 2) <= H100_SMEM
