@@ -5,10 +5,17 @@ all-to-all input), as nccl-tests counts them; ``algbw = size / time`` and ``busb
 it by ``(W-1)/W`` (``2(W-1)/W`` for all-reduce). Every rank runs the same fixed number of
 warm-up and timed iterations (never ``do_bench``: its adaptive loop deadlocks collectives),
 timed by CUDA events on GPU (wall clock on CPU), medians over iterations, with the ranks
-aligned by a host barrier before each measurement. Ditron ops run eagerly: their signal
-epochs live on the host, so a captured CUDA graph would replay stale epochs (not measured
-under graphs yet). The torch.distributed baseline is NCCL when every rank has its own GPU,
-gloo on CPU, and skipped (with a note) when ranks share a GPU.
+aligned by a host barrier before each measurement. The torch.distributed baseline is NCCL
+when every rank has its own GPU, gloo on CPU, and skipped (with a note) when ranks share a
+GPU.
+
+With ``--graphs`` (GPU), all-reduces up to ``--graph-max`` bytes are also timed under CUDA
+graphs, as the issue's targets are stated: ``--graph-calls`` calls captured in one graph, the
+graph replayed a fixed number of times, time per call = replay time / calls. Captured are
+Ditron's fused all-reduce (``engine="sm"``, the graph-safe path: epochs on the device), NCCL
+(when every rank has its own GPU) and PyTorch's symmetric-memory kernels
+(``torch.ops.symm_mem.one_shot_all_reduce`` / ``two_shot_all_reduce_``). Other Ditron ops keep
+per-call state on the host and run eagerly only.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--dtype", choices=sorted(_DTYPES), default="bf16")
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--iters", type=int, default=None)
+    p.add_argument("--graphs", action="store_true",
+                   help="also time all-reduce under CUDA graphs (GPU only)")
+    p.add_argument("--graph-max", default="4M", help="largest all-reduce timed under graphs")
+    p.add_argument("--graph-calls", type=int, default=50, help="calls captured per graph")
     p.add_argument("--out", default="bench/results/collectives")
     return p.parse_args(argv)
 
@@ -156,6 +167,60 @@ def _time(fn, warmup: int, iters: int) -> float:
     return statistics.median(times)
 
 
+def _graph_all_reduce(size: int, dtype: torch.dtype, base_ok: bool, calls: int, warmup: int,
+                      iters: int) -> list[tuple[str, float]]:
+    """Seconds per all-reduce call under CUDA graphs, per implementation (collective)."""
+    import ditron
+
+    from ..runtime.world import current
+
+    rt = current()
+    w, dev = rt.world.world_size, rt.world.device
+    item = torch.empty((), dtype=dtype).element_size()
+    numel = max(size // item // w, 1) * w
+    x = torch.randn(numel, device=dev).to(dtype)
+    impls = [(f"sm/{m} graph", lambda m=m: ditron.ops.all_reduce(x, m, engine="sm"))
+             for m in ("one_shot", "two_shot")]
+    if base_ok:
+        buf = x.clone()
+        impls.append(("nccl graph", lambda: dist.all_reduce(buf)))
+    symm = _symm_mem_input(x)
+    if symm is not None:
+        t, group_name = symm
+        impls.append(("symm_mem one_shot graph",
+                      lambda: torch.ops.symm_mem.one_shot_all_reduce(t, "sum", group_name)))
+        impls.append(("symm_mem two_shot graph",
+                      lambda: torch.ops.symm_mem.two_shot_all_reduce_(t, "sum", group_name)))
+    out = []
+    for label, fn in impls:
+        fn()  # eager warm-up: workspaces, compilation, communicators
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        per_replay = _time(graph.replay, max(warmup // 2, 1), iters)
+        out.append((label, per_replay / calls))
+        del graph
+    return out
+
+
+def _symm_mem_input(x: torch.Tensor):
+    """``x`` copied into a PyTorch symmetric-memory buffer, with the group name its ops
+    take; ``None`` when torch's symmetric memory is unavailable here."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        group = dist.group.WORLD
+        t = symm_mem.empty(x.numel(), dtype=x.dtype, device=x.device)
+        symm_mem.rendezvous(t, group.group_name)
+        t.copy_(x)
+        return t, group.group_name
+    except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
+        print(f"[bench] no symm_mem baseline: {type(exc).__name__}: {exc}")
+        return None
+
+
 def _run(args: argparse.Namespace, sizes: list[int]) -> None:
     from ..ops.exchange import release_workspaces
     from ..runtime.world import current
@@ -168,6 +233,12 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
     dtype = _DTYPES[args.dtype]
     engines = [e for e in args.engines.split(",") if e]
     base_ok, base_note = _baseline_ok()
+    graphs = args.graphs and cuda
+    if args.graphs and not cuda and rt.world.rank == 0:
+        print("--graphs: CUDA graphs need the cuda backend; timing eagerly only")
+    from ..runtime.config import parse_bytes
+
+    graph_max = parse_bytes(args.graph_max)
     records = []
     for name in [o for o in args.ops.split(",") if o]:
         for size in sizes:
@@ -178,12 +249,20 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
                 records.append(dict(op=name, impl=label, bytes=nbytes, us=t * 1e6,
                                     algbw_GBps=nbytes / t / 1e9,
                                     busbw_GBps=nbytes / t / 1e9 * factor))
+            if name == "all_reduce" and graphs and size <= graph_max:
+                for label, t in _graph_all_reduce(size, dtype, base_ok, args.graph_calls,
+                                                  warmup, iters):
+                    factor = 2 * (w - 1) / max(w, 1)
+                    records.append(dict(op=name, impl=label, bytes=nbytes, us=t * 1e6,
+                                        algbw_GBps=nbytes / t / 1e9,
+                                        busbw_GBps=nbytes / t / 1e9 * factor))
             release_workspaces()
             if cuda:
                 torch.cuda.empty_cache()
     if rt.world.rank == 0:
         meta = dict(world_size=w, backend=rt.world.backend, dtype=args.dtype, warmup=warmup,
-                    iters=iters, baseline=base_note, cuda_graphs=False,
+                    iters=iters, baseline=base_note, cuda_graphs=graphs,
+                    graph_calls=args.graph_calls if graphs else 0,
                     device=torch.cuda.get_device_name() if cuda else "cpu")
         _report(records, meta, args.out)
 

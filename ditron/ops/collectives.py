@@ -1,4 +1,7 @@
-"""Collectives on ordinary tensors, built on the inbox exchange (``exchange.py``).
+"""Collectives on ordinary tensors, built on the inbox exchange (``exchange.py``), except
+``all_reduce`` with ``engine="sm"`` on one node: one fused kernel (``kernels/all_reduce.py``)
+whose epochs live on the device, so it can be captured in a CUDA graph (``"auto"`` picks it
+while a graph is being captured; the other paths refuse capture with a clear error).
 
 Every op equals its torch.distributed counterpart (sum reduction) and returns a new tensor;
 inputs are never modified. Each takes ``engine=`` (``"copy_engine"``, ``"sm"``,
@@ -20,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from ..runtime.world import current
-from .exchange import Part, exchange, release_workspaces
+from .exchange import Part, exchange, refuse_capture, release_workspaces
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "recv",
            "reduce_scatter", "release_workspaces", "send"]
@@ -71,6 +74,8 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int) -> str:
     if name == "auto":
         if current().world.backend == "cpu":
             return "copy_engine"
+        if op == "all_reduce" and torch.cuda.is_current_stream_capturing():
+            return "sm"  # the graph-safe path
         return "sm" if nbytes_per_peer < SM_MAX_BYTES else "copy_engine"
     if name not in ENGINES:
         raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}; choose 'auto' or one of "
@@ -207,7 +212,7 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
         return _copy_out(x)
     if eng == "sm" and rt.topo.num_nodes == 1:
         return _all_reduce_fused(x, method == "two_shot")
-    _not_capturing("all_reduce", eng)
+    refuse_capture(f"all_reduce with engine {eng!r}")
     flat = x.contiguous().view(-1)
     n = flat.numel()
     if method == "one_shot":
@@ -229,13 +234,6 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
 
 #: largest piece (elements) one fused all-reduce launch handles; larger inputs loop
 FUSED_MAX_ELEMENTS = 1 << 24
-
-
-def _not_capturing(op: str, engine: str) -> None:
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError(f"ditron.ops.{op}: engine {engine!r} keeps per-call state on the "
-                           f"host and cannot be captured in a CUDA graph; use "
-                           f"all_reduce(..., engine='sm')")
 
 
 def _fused_workspace(dtype: torch.dtype, two_shot: bool, n: int):

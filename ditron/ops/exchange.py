@@ -99,6 +99,15 @@ class Call:
             check_waits()
 
 
+def refuse_capture(what: str) -> None:
+    """Raise if a CUDA graph is being captured: the exchange keeps its epochs on the host,
+    so a replayed graph would wait for stale signals and read stale inboxes."""
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"ditron: {what} keeps per-call state on the host and cannot be "
+                           f"captured in a CUDA graph (graph-safe: all_reduce(..., "
+                           f"engine='sm'))")
+
+
 def exchange(key: str, dtype: torch.dtype, inbox_numel: int, parts: list[Part],
              recvs: dict[int, tuple[int, int]], engine: str) -> Call:
     """Move ``parts`` into the peers' inboxes and wait for mine to fill.
@@ -107,6 +116,7 @@ def exchange(key: str, dtype: torch.dtype, inbox_numel: int, parts: list[Part],
     peers reached through the network engine). ``engine`` names the engine for node peers;
     ``"network"`` sends every part through the network engine.
     """
+    refuse_capture(key)
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
     topo = rt.topo

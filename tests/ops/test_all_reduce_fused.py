@@ -113,14 +113,14 @@ def _rank_graph() -> int:
     """CUDA graph: capture one all-reduce, replay it with new inputs (GPU only)."""
     me = ditron.world().rank
     checks = 0
-    for method in ("one_shot", "two_shot"):
+    for method, engine in (("one_shot", "sm"), ("two_shot", "sm"), ("auto", None)):
         x = torch.empty(5000, dtype=torch.bfloat16, device="cuda")
         x.normal_()
         ditron.ops.all_reduce(x, method, engine="sm")  # warm-up: workspace, compile
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            y = ditron.ops.all_reduce(x, method, engine="sm")
+        with torch.cuda.graph(graph):  # "auto" while capturing takes the graph-safe path
+            y = ditron.ops.all_reduce(x, method, engine=engine)
         for it in range(5):
             g = torch.Generator().manual_seed(10 * me + it)
             x.copy_(torch.randn(x.numel(), generator=g).to(x.dtype))
@@ -129,9 +129,16 @@ def _rank_graph() -> int:
             torch.cuda.synchronize()
             _check(y, x, f"graph replay {it} {method}")
             checks += 1
-    return checks
+    # ops that keep per-call state on the host refuse capture instead of replaying stale state
+    x = torch.randn(64, device="cuda")
+    ditron.ops.all_gather(x)
+    torch.cuda.synchronize()
+    with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            ditron.ops.all_gather(x)
+    return checks + 1
 
 
 @pytest.mark.gpu
 def test_fused_all_reduce_in_cuda_graph():
-    assert ditron.launch(_rank_graph, 2, backend="cuda") == [10, 10]
+    assert ditron.launch(_rank_graph, 2, backend="cuda") == [16, 16]
