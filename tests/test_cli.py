@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -36,7 +37,10 @@ def test_bench_collectives_smoke(tmp_path):
     assert "CUDA graphs need the cuda backend" in out.stdout
 
 
-def test_bench_tp_gemm_smoke(tmp_path):
-    out = _run("bench", "tp-gemm", "--smoke", "--out", str(tmp_path))
+def test_bench_tp_gemm_smoke(tmp_path, monkeypatch):
+    monkeypatch.setenv("DITRON_CACHE_DIR", str(tmp_path / "cache"))
+    out = _run("bench", "tp-gemm", "--smoke", "--tune", "--ops", "ag", "--out", str(tmp_path))
     assert out.returncode == 0, out.stderr
-    assert list(tmp_path.glob("*.json")), "no JSON written"
+    results = json.loads((tmp_path / "tp_gemm.json").read_text())["results"]
+    assert results and all(r["tuned_method"] in ("overlap", "fallback") for r in results)
+    assert list((tmp_path / "cache").iterdir()), "the tuner cached no decision"

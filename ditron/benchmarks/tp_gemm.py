@@ -12,6 +12,9 @@ every rank (CUDA events on GPU, host clock on CPU; the slowest rank's median):
 * ``torch_fused``: ``torch.ops.symm_mem.fused_all_gather_matmul`` /
   ``fused_matmul_reduce_scatter`` when available (CUDA only).
 
+With ``--tune`` the tuner runs per shape first (its decision, cached on disk, is what
+``auto`` takes; the decision is reported in the JSON).
+
 Reported: speedup = baseline / ditron, and overlap efficiency = max(T_gemm, T_comm) / T_op
 (1.0 = the ideal overlap bound). Writes a table to stdout and ``tp_gemm.json`` / ``.png``.
 """
@@ -73,11 +76,27 @@ def _fused(op: str, a, b):
         return None
 
 
-def _measure(rows, dtype, warmup: int, iters: int) -> list[dict]:
-    return [_measure_one(op, M, N, K, dtype, warmup, iters) for op, M, N, K in rows]
+def _measure(rows, dtype, warmup: int, iters: int, tune: bool = False) -> list[dict]:
+    return [_measure_one(op, M, N, K, dtype, warmup, iters, tune) for op, M, N, K in rows]
 
 
-def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int) -> dict:
+def _tune(op: str, M: int, N: int, K: int, dtype) -> dict:
+    """Run the tuner for this shape (shapes as one rank's op sees them); its decision is
+    what ``method="auto"`` then takes."""
+    import ditron
+    from ditron.tune.tuner import tune
+
+    W = ditron.world().world_size
+    if op == "ag_gemm":
+        decision = tune(op, M, N // W, K, dtype, progress=ditron.world().rank == 0)
+    else:
+        decision = tune(op, M, N, K // W, dtype, progress=ditron.world().rank == 0)
+    return {"tuned_method": decision.method, "tuned_config": decision.config.label(),
+            "tuned_engine": decision.engine, "tuned_chunk_rows": decision.chunk_rows}
+
+
+def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int,
+                 tune: bool = False) -> dict:
     import ditron
     from ditron.runtime.world import current
     from ditron.tune.tuner import agreed_median, time_calls
@@ -100,6 +119,8 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         comm = lambda: dist.reduce_scatter_tensor(out, part)  # noqa: E731
     fn = getattr(ditron.ops, op)
     row = {"op": op, "M": M, "N": N, "K": K, "world_size": W, "dtype": str(dtype)}
+    if tune:
+        row.update(_tune(op, M, N, K, dtype))
     cands = {"t_gemm": gemm, "t_comm": comm,
              "baseline": lambda: fn(a, b, method="fallback"),
              "ditron": lambda: fn(a, b, method="overlap"),
@@ -136,7 +157,8 @@ def _table(results: list[dict]) -> str:
         lines.append(f"{r['op']:8} {r['M']:6} {r['N']:6} {r['K']:6} {f(r['t_gemm'])} "
                      f"{f(r['t_comm'])} {f(r.get('baseline'))} {f(r.get('ditron'))} "
                      f"{f(r.get('torch_fused'))} {r.get('speedup', 0):7.3f} "
-                     f"{r.get('eff_ditron', 0):5.2f} {r.get('eff_baseline', 0):8.2f}")
+                     f"{r.get('eff_ditron', 0):5.2f} {r.get('eff_baseline', 0):8.2f}"
+                     + (f"  auto={r['tuned_method']}" if "tuned_method" in r else ""))
     lines.append("times in us (median, slowest rank); eff = max(T_gemm, T_comm) / T_op")
     return "\n".join(lines)
 
@@ -177,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny shapes (CPU backend)")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--tune", action="store_true",
+                   help="run the tuner per shape first (cached on disk; 'auto' then uses it)")
     args = p.parse_args(argv)
     import ditron
     from ditron.runtime.config import default_backend
@@ -190,11 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     if smoke:
         args.warmup, args.iters = min(args.warmup, 1), min(args.iters, 3)
     if ditron.is_initialized():
-        results = _measure(rows, dtype, args.warmup, args.iters)
+        results = _measure(rows, dtype, args.warmup, args.iters, args.tune)
         if ditron.world().rank != 0:
             return 0
     else:
-        results = ditron.launch(_measure, W, rows, dtype, args.warmup, args.iters,
+        results = ditron.launch(_measure, W, rows, dtype, args.warmup, args.iters, args.tune,
                                 backend=backend)[0]
     print(_table(results))
     os.makedirs(args.out, exist_ok=True)

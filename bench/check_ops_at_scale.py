@@ -1,0 +1,51 @@
+"""Correctness of every op at one world size on the cuda backend, with the CPU tests' checks.
+
+Runs, at ``--world-size`` ranks (default: one per GPU, at least 2; ranks share GPUs when
+there are fewer): the collectives against torch.distributed (every engine and ``auto``,
+3 dtypes, uneven and zero all-to-all splits, repeated calls), ``all_to_all_device``, the
+fused all-reduce (sizes that do not divide, repeated calls), and the TP GEMMs (tiles that
+straddle chunks; ``overlap``, plus ``fallback`` when every rank has its own GPU). Prints one
+line per family and exits non-zero on the first failure.
+
+    python bench/check_ops_at_scale.py [--world-size W] [--backend cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+import ditron
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--world-size", type=int, default=None)
+    p.add_argument("--backend", choices=("cuda", "cpu"), default="cuda")
+    args = p.parse_args()
+    backend = args.backend
+    W = args.world_size or max(2, torch.cuda.device_count())
+    shared = backend == "cpu" or W > torch.cuda.device_count()
+    from tests.ops import test_all_reduce_fused as fused
+    from tests.ops import test_collectives as coll
+    from tests.ops import test_tp_gemm as tp
+
+    engines = ("copy_engine", "sm", None) + (() if shared else ("network",))
+    checks = ditron.launch(coll.check_ops, W, engines, backend=backend)
+    print(f"collectives W={W} engines={engines}: {checks[0]} checks per rank, all passed")
+    checks = ditron.launch(coll.check_all_to_all_device, W, backend=backend)
+    print(f"all_to_all_device W={W}: {checks[0]} checks per rank, all passed")
+    checks = ditron.launch(fused._rank_sizes_and_repeats, W, backend=backend)
+    print(f"fused all_reduce W={W}: {checks[0]} checks per rank, all passed")
+    methods = ["overlap"] if shared else ["overlap", "fallback"]
+    specs = [(torch.bfloat16, 3, methods), (torch.float32, 2, ["overlap"])]
+    checks = ditron.launch(tp._ops_case, W, 300, 256, 384, specs, backend=backend)
+    print(f"ag_gemm / gemm_rs / gemm_ar W={W} methods={methods}: {checks[0]} checks per "
+          f"rank, all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Issue 5: the full-node measurement run, for any number of GPUs on one host. One call:
+#   OUT=bench/results/<date>-<machine> bash bench/gpu_node_run.sh
+# (1) topology and copy-engine ceilings, (2) `ditron bench collectives` over the sweep, every
+# engine, eager and under CUDA graphs, against NCCL (its rows are the NCCL bus-bandwidth
+# sweep), (3) `ditron bench tp-gemm --tune` at world size NGPU, 4 and 2, against cuBLAS +
+# NCCL and PyTorch's fused ops, (4) correctness of every op at the full world size.
+# With one GPU (the rehearsal): 2 processes share it (no NCCL baseline there), the sweep
+# stops at 4M and tp-gemm runs one process at a quarter of the shapes. QUICK=1 shortens all.
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export DITRON_LAUNCH_TIMEOUT=${DITRON_LAUNCH_TIMEOUT:-300}
+OUT=${OUT:-bench/results/node}
+mkdir -p "$OUT"
+export DITRON_CACHE_DIR=${DITRON_CACHE_DIR:-$OUT/cache}
+NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
+status=0
+if [ "$NGPU" -ge 2 ]; then
+  W=$NGPU; SIZES=4K,8K,64K,256K,1M,4M,16M,64M,256M,1G; TP_WORLDS="$NGPU 4 2"; TP_SCALE=1
+else
+  W=2; SIZES=8K,64K,1M,4M; TP_WORLDS=1; TP_SCALE=0.25
+fi
+if [ "${QUICK:-0}" = 1 ]; then SIZES=8K,1M; TP_SCALE=0.125; fi
+echo "machine: $NGPU GPU(s); collectives at W=$W; tp-gemm at W in ($TP_WORLDS)" | tee "$OUT/run.txt"
+date -u | tee -a "$OUT/run.txt"
+
+echo "== (1) topology and copy-engine ceilings"
+nvidia-smi topo -m > "$OUT/topo.txt" 2>&1; head -12 "$OUT/topo.txt"
+timeout 120 python3 bench/peer_bandwidth.py --out "$OUT" || status=1
+
+echo "== (2) collectives: every engine, eager and CUDA graphs, against NCCL"
+timeout 900 python3 -m ditron bench collectives --world-size "$W" --sizes "$SIZES" \
+  --engines copy_engine,sm --graphs --out "$OUT/collectives" > "$OUT/collectives.txt" 2>&1 \
+  || status=1
+tail -n 40 "$OUT/collectives.txt"
+
+echo "== (3) TP GEMMs after the tuner, against cuBLAS + NCCL and PyTorch's fused ops"
+for TW in $TP_WORLDS; do
+  [ "$TW" -le "$NGPU" ] || continue
+  timeout 1200 python3 -m ditron bench tp-gemm --world-size "$TW" --scale "$TP_SCALE" --tune \
+    --out "$OUT/tp_gemm_w$TW" > "$OUT/tp_gemm_w$TW.txt" 2>&1 || status=1
+  tail -n 16 "$OUT/tp_gemm_w$TW.txt"
+done
+
+echo "== (4) correctness of every op at W=$W"
+timeout 900 python3 bench/check_ops_at_scale.py --world-size "$W" 2>&1 | tee "$OUT/check_ops.txt" \
+  | tail -n 6 || status=1
+echo "status $status" | tee -a "$OUT/run.txt"
+exit $status
