@@ -2,10 +2,11 @@
 
 ``C = A @ B`` with fp32 accumulation. ``P`` programs loop over the tile ids of a tile-order
 table (the distributed swizzle, ``kernels/swizzle.py``): program ``p`` takes ``order[p]``,
-``order[p + P]``, ... with a ``while`` loop (a ``range`` starting at ``program_id`` fails in
-Triton's interpreter). Row blocks are laid out per *segment* of ``seg_rows`` rows (one
-rank's rows), so a tile never crosses a segment when ``seg_rows < M``; with ``seg_rows == M``
-the tiling is the plain one and a tile may straddle two ranks' chunks.
+``order[p + P]``, ... (``tl.range``; with ``GemmConfig.flatten`` the tile loop and the K loop
+are fused into one software pipeline, so the next tile's loads overlap this tile's store).
+Row blocks are laid out per *segment* of ``seg_rows`` rows (one rank's rows), so a tile never
+crosses a segment when ``seg_rows < M``; with ``seg_rows == M`` the tiling is the plain one
+and a tile may straddle two ranks' chunks.
 
 Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for them:
 
@@ -24,6 +25,9 @@ Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for
   reduced own tile is stored in ``c`` (``[M, N]``) and pushed into every peer's ``bc`` with
   signal ``bc_sig[tile] = epoch``; after its tiles each program waits for the peers' reduced
   tiles and copies them from ``bc`` to ``c``.
+
+Store path (``C_TMA``, with ``GemmConfig.tma_store``): plain-store tiles of a TMA-loaded GEMM
+are stored through a descriptor on ``C`` when tiles never cross a segment end.
 
 Load paths (``USE_TMA``): by default A and B tiles are loaded through pointers (masked). With
 ``USE_TMA`` (CUDA capability >= 9 when A is local and the operands meet the TMA rules, or
