@@ -11,8 +11,8 @@ mkdir -p "$OUT"
 timeout 330 python3 -m pytest -q -p no:cacheprovider -m gpu tests/ > "$OUT/gpu_marked_tests.txt" 2>&1
 tail -4 "$OUT/gpu_marked_tests.txt"
 timeout 200 python3 -m pytest -q -p no:cacheprovider --ditron-backend cuda \
-  "tests/ops/test_all_reduce_fused.py::test_fused_all_reduce_matches_torch[2]" \
-  "tests/ops/test_all_reduce_fused.py::test_fused_all_reduce_survives_replayed_launches[3]" \
+  "tests/ops/test_fused_collectives.py::test_fused_collectives_match_torch[2]" \
+  "tests/ops/test_fused_collectives.py::test_fused_collectives_survive_replayed_launches[3]" \
   "tests/runtime/test_launch.py::test_launch_timeout_names_stuck_ranks" \
   > "$OUT/cuda_backend_tests.txt" 2>&1
 tail -4 "$OUT/cuda_backend_tests.txt"

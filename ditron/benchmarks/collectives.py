@@ -9,13 +9,13 @@ aligned by a host barrier before each measurement. The torch.distributed baselin
 when every rank has its own GPU, gloo on CPU, and skipped (with a note) when ranks share a
 GPU.
 
-With ``--graphs`` (GPU), all-reduces up to ``--graph-max`` bytes are also timed under CUDA
-graphs, as the issue's targets are stated: ``--graph-calls`` calls captured in one graph, the
-graph replayed a fixed number of times, time per call = replay time / calls. Captured are
-Ditron's fused all-reduce (``engine="sm"``, the graph-safe path: epochs on the device), NCCL
-(when every rank has its own GPU) and PyTorch's symmetric-memory kernels
-(``torch.ops.symm_mem.one_shot_all_reduce`` / ``two_shot_all_reduce_``). Other Ditron ops keep
-per-call state on the host and run eagerly only.
+With ``--graphs`` (GPU), all-reduce, all-gather and reduce-scatter up to ``--graph-max``
+bytes are also timed under CUDA graphs, as the issue's targets are stated: ``--graph-calls``
+calls captured in one graph, the graph replayed a fixed number of times, time per call =
+replay time / calls. Captured are Ditron's fused kernels (``engine="sm"``, the graph-safe
+path: epochs on the device), NCCL (when every rank has its own GPU) and, for all-reduce,
+PyTorch's symmetric-memory kernels (``torch.ops.symm_mem.one_shot_all_reduce`` /
+``two_shot_all_reduce_``). All-to-all keeps per-call state on the host and runs eagerly only.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--iters", type=int, default=None)
     p.add_argument("--graphs", action="store_true",
-                   help="also time all-reduce under CUDA graphs (GPU only)")
+                   help="also time all-reduce / all-gather / reduce-scatter under CUDA graphs "
+                        "(GPU only)")
     p.add_argument("--graph-max", default="4M", help="largest all-reduce timed under graphs")
     p.add_argument("--graph-calls", type=int, default=50, help="calls captured per graph")
     p.add_argument("--out", default="bench/results/collectives")
@@ -167,9 +168,13 @@ def _time(fn, warmup: int, iters: int) -> float:
     return statistics.median(times)
 
 
-def _graph_all_reduce(size: int, dtype: torch.dtype, base_ok: bool, calls: int, warmup: int,
-                      iters: int) -> list[tuple[str, float]]:
-    """Seconds per all-reduce call under CUDA graphs, per implementation (collective)."""
+_GRAPH_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls: int,
+                 warmup: int, iters: int) -> list[tuple[str, float]]:
+    """Seconds per call of op ``name`` under CUDA graphs, per implementation (collective):
+    Ditron's fused kernels, NCCL, and (all-reduce) PyTorch's symmetric-memory kernels."""
     import ditron
 
     from ..runtime.world import current
@@ -179,7 +184,21 @@ def _graph_all_reduce(size: int, dtype: torch.dtype, base_ok: bool, calls: int, 
     item = torch.empty((), dtype=dtype).element_size()
     numel = max(size // item // w, 1) * w
     x = torch.randn(numel, device=dev).to(dtype)
-    impls = [(f"sm/{m} graph", lambda m=m: ditron.ops.all_reduce(x, m, engine="sm"))
+    ops = ditron.ops
+    if name == "all_gather":
+        part = x[: numel // w].clone()
+        impls = [("sm graph", lambda: ops.all_gather(part, engine="sm"))]
+        if base_ok:
+            dst = torch.empty_like(x)
+            impls.append(("nccl graph", lambda: dist.all_gather_into_tensor(dst, part)))
+        return _replay_each(impls, calls, warmup, iters)
+    if name == "reduce_scatter":
+        impls = [("sm graph", lambda: ops.reduce_scatter(x, engine="sm"))]
+        if base_ok:
+            dst = torch.empty(numel // w, dtype=dtype, device=dev)
+            impls.append(("nccl graph", lambda: dist.reduce_scatter_tensor(dst, x)))
+        return _replay_each(impls, calls, warmup, iters)
+    impls = [(f"sm/{m} graph", lambda m=m: ops.all_reduce(x, m, engine="sm"))
              for m in ("one_shot", "two_shot")]
     if base_ok:
         buf = x.clone()
@@ -191,6 +210,11 @@ def _graph_all_reduce(size: int, dtype: torch.dtype, base_ok: bool, calls: int, 
                       lambda: torch.ops.symm_mem.one_shot_all_reduce(t, "sum", group_name)))
         impls.append(("symm_mem two_shot graph",
                       lambda: torch.ops.symm_mem.two_shot_all_reduce_(t, "sum", group_name)))
+    return _replay_each(impls, calls, warmup, iters)
+
+
+def _replay_each(impls, calls: int, warmup: int, iters: int) -> list[tuple[str, float]]:
+    """Capture ``calls`` calls of each implementation in a graph; seconds per call."""
     out = []
     for label, fn in impls:
         fn()  # eager warm-up: workspaces, compilation, communicators
@@ -249,10 +273,10 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
                 records.append(dict(op=name, impl=label, bytes=nbytes, us=t * 1e6,
                                     algbw_GBps=nbytes / t / 1e9,
                                     busbw_GBps=nbytes / t / 1e9 * factor))
-            if name == "all_reduce" and graphs and size <= graph_max:
-                for label, t in _graph_all_reduce(size, dtype, base_ok, args.graph_calls,
-                                                  warmup, iters):
-                    factor = 2 * (w - 1) / max(w, 1)
+            if name in _GRAPH_OPS and graphs and size <= graph_max:
+                for label, t in _graph_impls(name, size, dtype, base_ok, args.graph_calls,
+                                             warmup, iters):
+                    factor = (2 if name == "all_reduce" else 1) * (w - 1) / max(w, 1)
                     records.append(dict(op=name, impl=label, bytes=nbytes, us=t * 1e6,
                                         algbw_GBps=nbytes / t / 1e9,
                                         busbw_GBps=nbytes / t / 1e9 * factor))

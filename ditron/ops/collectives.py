@@ -1,7 +1,8 @@
 """Collectives on ordinary tensors, built on the inbox exchange (``exchange.py``), except
-``all_reduce`` with ``engine="sm"`` on one node: one fused kernel (``kernels/all_reduce.py``)
-whose epochs live on the device, so it can be captured in a CUDA graph (``"auto"`` picks it
-while a graph is being captured; the other paths refuse capture with a clear error).
+``all_reduce``, ``all_gather`` and ``reduce_scatter`` with ``engine="sm"`` on one node: one
+fused kernel each (``kernels/fused_collective.py``) whose epochs live on the device, so they
+can be captured in a CUDA graph (``"auto"`` picks them while a graph is being captured; the
+other paths refuse capture with a clear error).
 
 Every op equals its torch.distributed counterpart (sum reduction) and returns a new tensor;
 inputs are never modified. Each takes ``engine=`` (``"copy_engine"``, ``"sm"``,
@@ -36,6 +37,8 @@ ONE_SHOT_MAX_BYTES = 256 << 10
 #: "auto" on GPU uses the SM engine below this many bytes per peer, the copy engine above
 SM_MAX_BYTES = 1 << 20
 _AGREED = "collectives:agreed"
+#: ops with a fused, CUDA-graph-safe path (``engine="sm"``, one node)
+_GRAPH_SAFE = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 # -- checks -------------------------------------------------------------------------------------
@@ -74,7 +77,7 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int) -> str:
     if name == "auto":
         if current().world.backend == "cpu":
             return "copy_engine"
-        if op == "all_reduce" and torch.cuda.is_current_stream_capturing():
+        if op in _GRAPH_SAFE and torch.cuda.is_current_stream_capturing():
             return "sm"  # the graph-safe path
         return "sm" if nbytes_per_peer < SM_MAX_BYTES else "copy_engine"
     if name not in ENGINES:
@@ -159,6 +162,13 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) -> t
     if w == 1:
         return _copy_out(x)
     xm = x.movedim(d, 0).contiguous()
+    if _fused_ok(eng, xm.numel(), "all_gather"):
+        from ..kernels.fused_collective import ALL_GATHER
+
+        flat = _fused(xm.view(-1), ALL_GATHER,
+                      torch.empty(w * xm.numel(), dtype=x.dtype, device=x.device))
+        out = flat.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
+        return out if d == 0 else out.contiguous()
     stacked, call = _gather_flat("all_gather", xm.view(-1), eng)
     out = _copy_out(stacked.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d))
     call.finish()
@@ -184,6 +194,13 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) 
         return _copy_out(x)
     xm = x.movedim(d, 0).contiguous()
     rows = xm.shape[0] // w
+    if _fused_ok(eng, xm.numel(), "reduce_scatter"):
+        from ..kernels.fused_collective import REDUCE_SCATTER
+
+        mine = _fused(xm.view(-1), REDUCE_SCATTER,
+                      torch.empty(xm.numel() // w, dtype=x.dtype, device=x.device))
+        out = mine.view(rows, *xm.shape[1:]).movedim(0, d)
+        return out if d == 0 else out.contiguous()
     mine = _reduce_scatter_flat("reduce_scatter", xm.view(w, -1), eng)
     return _copy_out(mine.view(rows, *xm.shape[1:]).movedim(0, d))
 
@@ -210,8 +227,11 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
     _agree("all_reduce", (tuple(x.shape), str(x.dtype), method, eng == "network"))
     if w == 1:
         return _copy_out(x)
-    if eng == "sm" and rt.topo.num_nodes == 1:
-        return _all_reduce_fused(x, method == "two_shot")
+    if _fused_ok(eng, x.numel(), "all_reduce"):
+        from ..kernels.fused_collective import MODES
+
+        flat = x.contiguous().view(-1)
+        return _fused(flat, MODES[method], torch.empty_like(flat)).view(x.shape)
     refuse_capture(f"all_reduce with engine {eng!r}")
     flat = x.contiguous().view(-1)
     n = flat.numel()
@@ -232,62 +252,73 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
     return out.view(x.shape)
 
 
-#: largest piece (elements) one fused all-reduce launch handles; larger inputs loop
+#: largest input (elements) one fused launch handles: all-reduce loops over pieces of this
+#: size; all-gather / reduce-scatter inputs above it take the exchange path
 FUSED_MAX_ELEMENTS = 1 << 24
 
 
-def _fused_workspace(dtype: torch.dtype, two_shot: bool, n: int):
-    """The cached fused all-reduce workspace for ``n`` elements (collective when new)."""
-    from ..kernels import all_reduce as kar
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _fused_ok(engine: str, n: int, op: str) -> bool:
+    """Whether ``op`` runs as one fused kernel (``kernels/fused_collective.py``): the SM
+    engine, one node, and (all-gather / reduce-scatter) an input that fits one launch."""
+    rt = current()
+    return (engine == "sm" and rt.topo.num_nodes == 1
+            and (op == "all_reduce" or n <= FUSED_MAX_ELEMENTS))
+
+
+def _fused_workspace(dtype: torch.dtype, mode: int, n: int):
+    """The cached fused-collective workspace for ``n`` input elements (collective when new)."""
+    from ..kernels import fused_collective as kfc
     from ..runtime.signals import signal_pad
 
     rt = current()
     w = rt.world.world_size
-    cap = kar.bucket(n, FUSED_MAX_ELEMENTS)
-    key = ("all_reduce.fused", dtype, two_shot, cap)
+    cap = kfc.bucket(n, FUSED_MAX_ELEMENTS)
+    key = ("fused_collective", dtype, mode, cap)
     ws = rt.cache.get(key)
     if ws is not None:
         return ws
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError(f"ditron.ops.all_reduce: no workspace yet for {n} {dtype} elements; "
-                           f"call all_reduce once with this size and dtype before capturing "
-                           f"a CUDA graph (workspaces are allocated collectively)")
+    if _capturing():
+        raise RuntimeError(f"ditron.ops: no fused-collective workspace yet for {n} {dtype} "
+                           f"elements; call the op once with this size and dtype before "
+                           f"capturing a CUDA graph (workspaces are allocated collectively)")
     block = 1024
-    if rt.world.backend == "cpu":
-        programs = 2
-    else:
-        programs = max(1, min(64, cap // (4 * block)))
-    half, red_offset = kar.workspace_shape(cap, w, two_shot)
-    buf = rt.heap.alloc((2, half), dtype, name=f"all_reduce.fused:{dtype}:{cap}")
-    label = f"all_reduce.fused:{str(dtype).removeprefix('torch.')}:{int(two_shot)}:{cap}"
-    pad = signal_pad(label, 2 * programs * w).signals
+    programs = 2 if rt.world.backend == "cpu" else max(1, min(64, cap // (4 * block)))
+    half, red_offset = kfc.workspace_shape(cap, w, mode)
+    name = f"fused:{str(dtype).removeprefix('torch.')}:{mode}:{cap}"
+    buf = rt.heap.alloc((2, half), dtype, name=name)
+    pad = signal_pad(name, 2 * programs * w).signals
     epochs = torch.zeros(programs, dtype=torch.int64, device=rt.world.device)
-    ws = rt.cache[key] = kar.Workspace(buf, pad, epochs, cap, programs, red_offset)
+    ws = rt.cache[key] = kfc.Workspace(buf, pad, epochs, cap, programs, red_offset)
     return ws
 
 
-def _all_reduce_fused(x: torch.Tensor, two_shot: bool) -> torch.Tensor:
-    """All-reduce by the fused kernel (``kernels/all_reduce.py``): one launch per piece of
-    at most ``FUSED_MAX_ELEMENTS``, no host state per call (CUDA-graph safe)."""
-    from ..kernels import all_reduce as kar
+def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
+    """Run the fused collective ``mode`` on ``flat`` into ``out`` (see
+    ``kernels/fused_collective.py``); all-reduce loops over pieces of at most
+    ``FUSED_MAX_ELEMENTS``. No host state per call: CUDA-graph safe."""
+    from ..kernels import fused_collective as kfc
 
     rt = current()
-    flat = x.contiguous().view(-1)
-    out = torch.empty_like(flat)
     n = flat.numel()
-    ws = _fused_workspace(x.dtype, two_shot, n)
+    ws = _fused_workspace(flat.dtype, mode, n)
     ctx = rt.context()
     cpu = rt.world.backend == "cpu"
-    for start in range(0, n, ws.cap):
-        piece = slice(start, min(n, start + ws.cap))
-        kar.launch(flat[piece], out[piece], ws, two_shot, ctx, block=1024,
-                   num_warps=1 if cpu else 4)
-    capturing = not cpu and torch.cuda.is_current_stream_capturing()
-    if (rt.wait_timeout > 0 or cpu) and not capturing:
+    warps = 1 if cpu else 4
+    if mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT):
+        for start in range(0, n, ws.cap):
+            piece = slice(start, min(n, start + ws.cap))
+            kfc.launch(flat[piece], out[piece], ws, mode, ctx, block=1024, num_warps=warps)
+    elif n:
+        kfc.launch(flat, out, ws, mode, ctx, block=1024, num_warps=warps)
+    if (rt.wait_timeout > 0 or cpu) and not _capturing():
         from ..runtime.diagnostics import check_waits
 
         check_waits()
-    return out.view(x.shape)
+    return out
 
 
 def _splits(op: str, splits: Sequence[int] | None, total: int, w: int, what: str) -> list[int]:

@@ -1,9 +1,9 @@
-"""The fused all-reduce (``engine="sm"``): one kernel, epochs on the device.
+"""The fused collectives (``engine="sm"``, one node): one kernel, epochs on the device.
 
-Against a torch.distributed reference (gloo, fp32 sums of the gathered inputs) on fresh
+Against torch.distributed references (gloo; fp32 sums of the gathered inputs) on fresh
 random data: sizes that do not divide into blocks, slices or ranks, several sizes sharing one
-workspace, inputs larger than one launch, repeated calls, and identical launches replayed on
-the same buffers (what a CUDA graph replay does) with new input values each time.
+workspace, all-reduce inputs larger than one launch, repeated calls, and identical launches
+replayed on the same buffers (what a CUDA graph replay does) with new input values each time.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
-from ditron.kernels import all_reduce as kar
+from ditron.kernels import fused_collective as kfc
 from ditron.ops import collectives
 from ditron.runtime.world import current
 
@@ -32,17 +32,29 @@ def _same_on_every_rank(y: torch.Tensor) -> bool:
     return all(torch.equal(p, parts[0]) for p in parts)
 
 
-def _check(got: torch.Tensor, x: torch.Tensor, what: str) -> None:
-    ref = _reference(x)
-    assert got.shape == x.shape and got.dtype == x.dtype, what
+def _gathered(x: torch.Tensor) -> torch.Tensor:
+    parts = [torch.empty(x.shape) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, x.float().cpu(), group=current().host_group)
+    return torch.cat(parts).to(x.dtype)
+
+
+def _check(got: torch.Tensor, x: torch.Tensor, what: str, mode: int = kfc.ALL_REDUCE) -> None:
+    if mode == kfc.ALL_GATHER:
+        ref = _gathered(x)
+    elif mode == kfc.REDUCE_SCATTER:
+        ref = _reference(x).chunk(dist.get_world_size())[ditron.world().rank]
+    else:
+        ref = _reference(x)
     assert not torch.isnan(got.float()).any(), f"{what}: unwritten elements"
+    assert got.shape == ref.shape and got.dtype == x.dtype, what
     tol = 1e-5 if x.dtype == torch.float32 else 1e-2
     torch.testing.assert_close(got.cpu(), ref, rtol=tol, atol=tol, msg=what)
-    assert _same_on_every_rank(got), f"{what}: ranks got different bits"
+    if mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT):
+        assert _same_on_every_rank(got), f"{what}: ranks got different bits"
 
 
 def _rank_sizes_and_repeats() -> int:
-    me = ditron.world().rank
+    me, w = ditron.world().rank, ditron.world().world_size
     dev = ditron.world().device
     checks = 0
     # 1000/1023/1500 share the 2048-element workspace with different slicings
@@ -56,6 +68,12 @@ def _rank_sizes_and_repeats() -> int:
                 got = ditron.ops.all_reduce(x, method, engine="sm")
                 _check(got, x, f"n={n} {dtype} {method} call {it}")
                 checks += 1
+            got = ditron.ops.all_gather(x, engine="sm")
+            _check(got, x, f"all_gather n={n} {dtype} call {it}", kfc.ALL_GATHER)
+            xr = torch.randn(n * w, generator=g).to(dtype).to(dev)
+            got = ditron.ops.reduce_scatter(xr, engine="sm")
+            _check(got, xr, f"reduce_scatter n={n} {dtype} call {it}", kfc.REDUCE_SCATTER)
+            checks += 2
     # a 2-D input and one larger than a launch (pieces of FUSED_MAX_ELEMENTS)
     collectives.FUSED_MAX_ELEMENTS = 2048
     try:
@@ -74,29 +92,32 @@ def _rank_replay() -> int:
     me = ditron.world().rank
     dev = ditron.world().device
     checks = 0
-    for two_shot in (False, True):
-        x = torch.empty(3001, dtype=torch.bfloat16, device=dev)
-        out = torch.empty_like(x)
-        ws = collectives._fused_workspace(x.dtype, two_shot, x.numel())
+    w = ditron.world().world_size
+    for mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT, kfc.REDUCE_SCATTER, kfc.ALL_GATHER):
+        n = 3001 * w if mode == kfc.REDUCE_SCATTER else 3001
+        x = torch.empty(n, dtype=torch.bfloat16, device=dev)
+        out_n = {kfc.REDUCE_SCATTER: n // w, kfc.ALL_GATHER: n * w}.get(mode, n)
+        out = torch.empty(out_n, dtype=x.dtype, device=dev)
+        ws = collectives._fused_workspace(x.dtype, mode, n)
         ctx = current().context()
         for it in range(4):
             g = torch.Generator().manual_seed(100 * me + it)
             x.copy_(torch.randn(x.numel(), generator=g).to(x.dtype))
             out.fill_(float("nan"))
-            kar.launch(x, out, ws, two_shot, ctx, block=1024, num_warps=1)
-            _check(out, x, f"replay {it} two_shot={two_shot}")
+            kfc.launch(x, out, ws, mode, ctx, block=1024, num_warps=1)
+            _check(out, x, f"replay {it} mode={mode}", mode)
             checks += 1
     return checks
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_fused_all_reduce_matches_torch(world_size):
-    assert ditron.launch(_rank_sizes_and_repeats, world_size) == [26] * world_size
+def test_fused_collectives_match_torch(world_size):
+    assert ditron.launch(_rank_sizes_and_repeats, world_size) == [50] * world_size
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_fused_all_reduce_survives_replayed_launches(world_size):
-    assert ditron.launch(_rank_replay, world_size) == [8] * world_size
+def test_fused_collectives_survive_replayed_launches(world_size):
+    assert ditron.launch(_rank_replay, world_size) == [16] * world_size
 
 
 def _one_rank() -> bool:
@@ -129,16 +150,33 @@ def _rank_graph() -> int:
             torch.cuda.synchronize()
             _check(y, x, f"graph replay {it} {method}")
             checks += 1
+    w = ditron.world().world_size
+    for name, mode in (("all_gather", kfc.ALL_GATHER), ("reduce_scatter", kfc.REDUCE_SCATTER)):
+        x = torch.empty(6 * w, 333, dtype=torch.bfloat16, device="cuda")
+        op = getattr(ditron.ops, name)
+        op(x.normal_(), engine="sm")  # warm-up
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = op(x)  # "auto" while capturing: the fused path
+        for it in range(3):
+            g = torch.Generator().manual_seed(20 * me + it)
+            x.copy_(torch.randn(x.shape, generator=g).to(x.dtype))
+            y.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            _check(y.reshape(-1), x.reshape(-1), f"graph replay {it} {name}", mode)
+            checks += 1
     # ops that keep per-call state on the host refuse capture instead of replaying stale state
     x = torch.randn(64, device="cuda")
-    ditron.ops.all_gather(x)
+    ditron.ops.all_to_all(x)
     torch.cuda.synchronize()
     with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
         with torch.cuda.graph(torch.cuda.CUDAGraph()):
-            ditron.ops.all_gather(x)
+            ditron.ops.all_to_all(x)
     return checks + 1
 
 
 @pytest.mark.gpu
-def test_fused_all_reduce_in_cuda_graph():
-    assert ditron.launch(_rank_graph, 2, backend="cuda") == [16, 16]
+def test_fused_collectives_in_cuda_graph():
+    assert ditron.launch(_rank_graph, 2, backend="cuda") == [22, 22]
