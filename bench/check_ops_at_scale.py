@@ -28,17 +28,18 @@ def main() -> int:
     backend = args.backend
     W = args.world_size or max(2, torch.cuda.device_count())
     shared = backend == "cpu" or W > torch.cuda.device_count()
-    from tests.ops import test_fused_collectives as fused
     from tests.ops import test_collectives as coll
+    from tests.ops import test_fused_collectives as fused
     from tests.ops import test_tp_gemm as tp
 
     engines = ("copy_engine", "sm", None) + (() if shared else ("network",))
     checks = ditron.launch(coll.check_ops, W, engines, backend=backend)
     print(f"collectives W={W} engines={engines}: {checks[0]} checks per rank, all passed")
-    checks = ditron.launch(coll.check_all_to_all_device, W, backend=backend)
+    checks = ditron.launch(coll.check_all_to_all_device, W, 7, backend=backend)
     print(f"all_to_all_device W={W}: {checks[0]} checks per rank, all passed")
     checks = ditron.launch(fused._rank_sizes_and_repeats, W, backend=backend)
-    print(f"fused all_reduce, all_gather, reduce_scatter W={W}: {checks[0]} checks per rank, all passed")
+    print(f"fused all_reduce, all_gather, reduce_scatter W={W}: {checks[0]} checks per "
+          f"rank, all passed")
     methods = ["overlap"] if shared else ["overlap", "fallback"]
     specs = [(torch.bfloat16, 3, methods), (torch.float32, 2, ["overlap"])]
     checks = ditron.launch(tp._ops_case, W, 300, 256, 384, specs, backend=backend)

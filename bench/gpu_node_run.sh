@@ -5,8 +5,10 @@
 # engine, eager and under CUDA graphs, against NCCL (its rows are the NCCL bus-bandwidth
 # sweep), (3) `ditron bench tp-gemm --tune` at world size NGPU, 4 and 2, against cuBLAS +
 # NCCL and PyTorch's fused ops, (4) correctness of every op at the full world size.
-# With one GPU (the rehearsal): 2 processes share it (no NCCL baseline there), the sweep
-# stops at 4M and tp-gemm runs one process at a quarter of the shapes. QUICK=1 shortens all.
+# With two or more GPUs it first runs the foundation tests and every GPU-marked test (0;
+# FOUNDATION=0 skips them). With one GPU (the rehearsal): 2 processes share it (no NCCL
+# baseline there), the sweep stops at 4M and tp-gemm runs one process at a quarter of the
+# shapes. QUICK=1 shortens all.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -18,13 +20,24 @@ export DITRON_CACHE_DIR=${DITRON_CACHE_DIR:-$OUT/cache}
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
 status=0
 if [ "$NGPU" -ge 2 ]; then
-  W=$NGPU; SIZES=4K,8K,64K,256K,1M,4M,16M,64M,256M,1G; TP_WORLDS="$NGPU 4 2"; TP_SCALE=1
+  W=$NGPU; SIZES=4K,8K,64K,256K,1M,4M,16M,64M,256M,1G; TP_SCALE=1
+  TP_WORLDS=$(printf '%s\n' "$NGPU" 4 2 | awk -v n="$NGPU" '$1 <= n && !seen[$1]++' | xargs)
 else
   W=2; SIZES=8K,64K,1M,4M; TP_WORLDS=1; TP_SCALE=0.25
 fi
 if [ "${QUICK:-0}" = 1 ]; then SIZES=8K,1M; TP_SCALE=0.125; fi
 echo "machine: $NGPU GPU(s); collectives at W=$W; tp-gemm at W in ($TP_WORLDS)" | tee "$OUT/run.txt"
 date -u | tee -a "$OUT/run.txt"
+
+if [ "$NGPU" -ge 2 ] && [ "${FOUNDATION:-1}" = 1 ]; then
+  echo "== (0) foundation tests on the cuda backend, one rank per GPU (ranks 1-4 share GPUs)"
+  timeout 600 python3 -m pytest -q -p no:cacheprovider --ditron-backend cuda tests/language \
+    tests/runtime > "$OUT/foundation_tests_cuda.txt" 2>&1 || status=1
+  tail -n 3 "$OUT/foundation_tests_cuda.txt"
+  timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/ \
+    > "$OUT/gpu_marked_tests.txt" 2>&1 || status=1
+  tail -n 3 "$OUT/gpu_marked_tests.txt"
+fi
 
 echo "== (1) topology and copy-engine ceilings"
 nvidia-smi topo -m > "$OUT/topo.txt" 2>&1; head -12 "$OUT/topo.txt"

@@ -1,13 +1,27 @@
 """Device-level all-to-all: split sizes live in a device tensor computed at run time (MoE).
 
-No host synchronisation: the split sizes are exchanged by a kernel, every rank derives its
-offsets on the device, and the data moves with remote stores (the SM engine's way). The
-output has a fixed capacity of ``max_out_rows`` rows; the true counts come back as a device
-tensor. Same epoch/ack protocol as ``exchange.py`` (two halves, ack after reading).
+No host synchronisation and no host state per call: the split sizes are exchanged by a
+kernel, every rank derives its offsets on the device, the data moves with remote stores (the
+SM engine's way), and the call's epoch is counted on the device, so the op can be captured in
+a CUDA graph and replayed. The output has a fixed capacity of ``max_out_rows`` rows; the true
+counts come back as a device tensor.
+
+Protocol (four stream-ordered launches; ``e`` = the workspace's device epoch, ``h = e % 2``):
+
+1. ``_splits_kernel`` (one program) bumps the epoch to ``e``; once every peer acked call
+   ``e - 2`` (slot ``ack[q] >= e - 2``: they finished reading half ``h``), writes its split
+   row into every peer's split matrix ``mat[h]`` and raises ``splits[me]`` there; waits for
+   every peer's row;
+2. ``_data_kernel`` (program ``q`` per destination) stores its rows for ``q`` at the offset
+   the matrix gives into ``q``'s ``inbox[h]`` and raises ``data[me]`` there;
+3. ``_finish_kernel`` waits for every peer's ``data`` slot and copies ``inbox[h]`` and this
+   rank's column of ``mat[h]`` out;
+4. ``_ack_kernel`` raises ``ack[me]`` on every peer.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -15,15 +29,17 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
-from ..engines.sync import notify_peers, wait_slots
 from ..runtime.signals import signal_pad
 from ..runtime.world import current
 
 
 @triton.jit
-def _splits_kernel(splits, mat, pad, epoch, first, count, ctx, WB: tl.constexpr):
+def _splits_kernel(splits, mat, pad, epoch_ptr, first, count, ctx, WB: tl.constexpr):
     me = ctx.rank
     w = ctx.world_size
+    epoch = tl.load(epoch_ptr) + 1
+    tl.store(epoch_ptr, epoch)
+    mat_h = mat + (epoch % 2) * w * w
     offs = tl.arange(0, WB)
     if epoch > 2:
         for i in range(0, count):
@@ -31,42 +47,89 @@ def _splits_kernel(splits, mat, pad, epoch, first, count, ctx, WB: tl.constexpr)
                 dl.wait(pad + 2 * w + first + i, epoch - 2, ctx)
     mine = tl.load(splits + offs, mask=offs < w, other=0)
     for i in range(0, count):
-        dl.store(mat + me * w + offs, mine, first + i, ctx, mask=offs < w)
+        dl.store(mat_h + me * w + offs, mine, first + i, ctx, mask=offs < w)
         dl.notify(pad + me, epoch, first + i, ctx)
     for i in range(0, count):
         dl.wait(pad + first + i, epoch, ctx)
 
 
 @triton.jit
-def _data_kernel(x, x_rows, inbox, mat, pad, epoch, row, cap_rows, ctx, BLOCK: tl.constexpr,
-                 WB: tl.constexpr):
+def _data_kernel(x, x_rows, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_rows, ctx,
+                 BLOCK: tl.constexpr, WB: tl.constexpr):
     q = tl.program_id(0)
     me = ctx.rank
     w = ctx.world_size
+    epoch = tl.load(epoch_ptr)
+    mat_h = mat + (epoch % 2) * w * w
+    inbox_h = inbox + (epoch % 2) * inbox_stride
     offs = tl.arange(0, WB)
-    col = tl.load(mat + offs * w + q, mask=offs < w, other=0)
+    col = tl.load(mat_h + offs * w + q, mask=offs < w, other=0)
     dst_rows = tl.sum(tl.where(offs < me, col, 0))
-    line = tl.load(mat + me * w + offs, mask=offs < w, other=0)
+    line = tl.load(mat_h + me * w + offs, mask=offs < w, other=0)
     src_rows = tl.sum(tl.where(offs < q, line, 0))
     rows = tl.sum(tl.where(offs == q, line, 0))
     rows = tl.minimum(rows, tl.maximum(cap_rows - dst_rows, 0))
     rows = tl.minimum(rows, tl.maximum(x_rows - src_rows, 0))
-    dl.put(inbox + dst_rows * row, x + src_rows * row, rows * row, q, ctx, BLOCK)
+    dl.put(inbox_h + dst_rows * row, x + src_rows * row, rows * row, q, ctx, BLOCK)
     dl.notify(pad + w + me, epoch, q, ctx)
 
 
-def _workspace(dtype: torch.dtype, row: int, cap_rows: int):
+@triton.jit
+def _finish_kernel(out, out_splits, inbox, inbox_stride, mat, pad, epoch_ptr, numel, first,
+                   count, ctx, BLOCK: tl.constexpr, WB: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    me = ctx.rank
+    w = ctx.world_size
+    epoch = tl.load(epoch_ptr)
+    for i in range(0, count):
+        if first + i != me:
+            dl.wait(pad + w + first + i, epoch, ctx)
+    inbox_h = inbox + (epoch % 2) * inbox_stride
+    for start in range(pid * BLOCK, numel, nprog * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        tl.store(out + offs, tl.load(inbox_h + offs, mask=offs < numel), mask=offs < numel)
+    if pid == 0:
+        offs = tl.arange(0, WB)
+        col = tl.load(mat + (epoch % 2) * w * w + offs * w + me, mask=offs < w)
+        tl.store(out_splits + offs, col, mask=offs < w)
+
+
+@triton.jit
+def _ack_kernel(pad, epoch_ptr, first, count, ctx):
+    me = ctx.rank
+    w = ctx.world_size
+    epoch = tl.load(epoch_ptr)
+    for i in range(0, count):
+        if first + i != me:
+            dl.notify(pad + 2 * w + me, epoch, first + i, ctx)
+
+
+@dataclasses.dataclass
+class _Workspace:
+    mat: torch.Tensor  # symmetric int64 [2, W, W]: split rows, by epoch parity
+    inbox: torch.Tensor  # symmetric [2, cap_rows * row]
+    pad: torch.Tensor  # symmetric int64 [3 W]: splits ready, data ready, ack
+    epoch: torch.Tensor  # local int64 [1]: the device epoch
+
+
+def _workspace(dtype: torch.dtype, row: int, cap_rows: int) -> _Workspace:
     rt = current()
     w = rt.world.world_size
     key = ("all_to_all_device", dtype, row, cap_rows)
     ws = rt.cache.get(key)
     if ws is None:
-        mat = rt.heap.alloc((2, w, w), torch.int64, name="a2a_device:splits")
-        inbox = rt.heap.alloc((2, max(cap_rows * row, 1)), dtype, name="a2a_device:inbox")
-        ws = rt.cache[key] = (mat, inbox)
-        from ..runtime.barrier import barrier
-
-        barrier()  # every rank has initialised its workspace before a peer writes into it
+        if rt.world.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("all_to_all_device: no workspace yet for this row shape, dtype "
+                               "and max_out_rows; call it once before capturing a CUDA graph "
+                               "(workspaces are allocated collectively)")
+        tag = f"a2a_device:{str(dtype).removeprefix('torch.')}:{row}:{cap_rows}"
+        mat = rt.heap.alloc((2, w, w), torch.int64, name=f"{tag}:splits")
+        mat.zero_()
+        inbox = rt.heap.alloc((2, max(cap_rows * row, 1)), dtype, name=f"{tag}:inbox")
+        pad = signal_pad(tag, 3 * w).signals  # zeroed, then a barrier: peers see it ready
+        epoch = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
+        ws = rt.cache[key] = _Workspace(mat, inbox, pad, epoch)
     return ws
 
 
@@ -82,7 +145,7 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
     rank must pass the same ``max_out_rows`` and row shape. Ranks must share a node.
     """
     rt = current()
-    w, me = rt.world.world_size, rt.world.rank
+    w = rt.world.world_size
     if rt.topo.num_nodes > 1:
         raise NotImplementedError("all_to_all_device: ranks on several nodes are not "
                                   "supported yet; use ditron.ops.all_to_all")
@@ -98,24 +161,27 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
 
     _check_tensor("all_to_all_device", x)
     _agree("all_to_all_device", (tuple(x.shape[1:]), str(x.dtype), int(max_out_rows)))
-    mat, inbox = _workspace(x.dtype, row, max_out_rows)
-    pad = signal_pad("all_to_all_device", 3 * w)
-    epoch = pad.next_epoch()
-    half = epoch % 2
+    ws = _workspace(x.dtype, row, max_out_rows)
     ctx = rt.context()
     wb = triton.next_power_of_2(w)
     node = rt.topo.node_ranks()
     xc = x.contiguous()
-    _splits_kernel[(1,)](splits.to(torch.int64).contiguous(), mat[half], pad.signals, epoch,
+    cpu = rt.world.backend == "cpu"
+    block = 4096 if cpu else 2048
+    _splits_kernel[(1,)](splits.to(torch.int64).contiguous(), ws.mat, ws.pad, ws.epoch,
                          node.start, len(node), ctx, WB=wb)
-    block = 4096 if rt.world.backend == "cpu" else 2048
-    _data_kernel[(w,)](xc, x.shape[0], inbox[half], mat[half], pad.signals, epoch, row,
-                       max_out_rows, ctx, BLOCK=block, WB=wb)
-    wait_slots(pad, w, node, epoch)
-    out_splits = mat[half][:, me].clone()
-    out = inbox[half][: max_out_rows * row].view(max_out_rows, *x.shape[1:]).clone()
-    notify_peers(pad, 2 * w + me, epoch, node, skip=me)
-    if rt.wait_timeout > 0 or rt.world.backend == "cpu":
+    _data_kernel[(w,)](xc, x.shape[0], ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch,
+                       row, max_out_rows, ctx, BLOCK=block, WB=wb)
+    out = torch.empty((max_out_rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
+    out_splits = torch.empty(w, dtype=torch.int64, device=x.device)
+    numel = max_out_rows * row
+    programs = 1 if cpu else max(1, min(32, triton.cdiv(numel, block)))
+    _finish_kernel[(programs,)](out, out_splits, ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad,
+                                ws.epoch, numel, node.start, len(node), ctx, BLOCK=block,
+                                WB=wb)
+    _ack_kernel[(1,)](ws.pad, ws.epoch, node.start, len(node), ctx)
+    capturing = not cpu and torch.cuda.is_current_stream_capturing()
+    if (rt.wait_timeout > 0 or cpu) and not capturing:
         from ..runtime.diagnostics import check_waits
 
         check_waits()

@@ -114,21 +114,27 @@ class _OnDevice:
 
 
 def check_all_to_all_device(calls: int = 3) -> int:
+    """``calls`` calls: the 3 dtypes, then fp32 again (its workspace's two halves are then
+    reused), and last a capacity too small for what arrives (rows beyond it are dropped,
+    the counts stay true)."""
     w, me = ditron.world().world_size, ditron.world().rank
     checks = 0
     for it in range(calls):
         g = _gen(me, it, 7)
         ins = torch.randint(0, 4, (w,), generator=g)
         ins[(me + it) % w] = 0
-        x = torch.randn(int(ins.sum()), 5, generator=g).to(DTYPES[it % 3])
+        x = torch.randn(int(ins.sum()), 5, generator=g).to(DTYPES[it % 3] if it < 3
+                                                             else torch.float32)
         outs, ref = _a2a_ref(x, ins)
         dev = ditron.world().device
         splits = ins.to(dev) * 2 // 2  # a device tensor computed at run time
-        out, out_splits = ditron.ops.all_to_all_device(x.to(dev), splits, 4 * w)
+        cap = 2 if it == calls - 1 and calls > 3 else 4 * w
+        out, out_splits = ditron.ops.all_to_all_device(x.to(dev), splits, cap)
         out, out_splits = out.cpu(), out_splits.cpu()
-        assert out.shape == (4 * w, 5)
+        assert out.shape == (cap, 5)
         assert torch.equal(out_splits, outs), (out_splits, outs)
-        _close(out[: int(outs.sum())], ref.to(x.dtype), "all_to_all_device")
+        kept = min(int(outs.sum()), cap)
+        _close(out[:kept], ref[:kept].to(x.dtype), "all_to_all_device")
         checks += 1
     return checks
 
@@ -177,8 +183,9 @@ def test_env_override_selects_engine(monkeypatch):
 
 @pytest.mark.parametrize("world_size", [1, 3, 4])
 def test_all_to_all_device_splits(world_size):
-    counts = ditron.launch(check_all_to_all_device, world_size, backend="cpu")
-    assert all(c == 3 for c in counts)
+    # the fp32 workspace serves 4 calls (both halves of its device-epoch double buffer twice)
+    counts = ditron.launch(check_all_to_all_device, world_size, 7, backend="cpu")
+    assert all(c == 7 for c in counts)
 
 
 def check_send_recv(calls: int = 3) -> int:
@@ -266,5 +273,40 @@ def test_collectives_cuda_two_ranks(engine):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_all_to_all_device_cuda_two_ranks():
-    counts = ditron.launch(check_all_to_all_device, 2, backend="cuda")
-    assert all(c == 3 for c in counts)
+    counts = ditron.launch(check_all_to_all_device, 2, 7, backend="cuda")
+    assert all(c == 7 for c in counts)
+
+
+def _a2a_device_graph() -> int:
+    """Capture one all_to_all_device, replay it with new rows and new device splits."""
+    w, me = ditron.world().world_size, ditron.world().rank
+    x = torch.zeros(3 * w, 5, device="cuda")
+    splits = torch.zeros(w, dtype=torch.int64, device="cuda")
+    splits.fill_(3)
+    ditron.ops.all_to_all_device(x, splits, 4 * w)  # warm-up: workspace, compilation
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, out_splits = ditron.ops.all_to_all_device(x, splits, 4 * w)
+    checks = 0
+    for it in range(4):
+        g = _gen(me, it, 11)
+        ins = torch.randint(0, 4, (w,), generator=g)
+        rows = torch.randn(int(ins.sum()), 5, generator=g)
+        outs, ref = _a2a_ref(rows, ins)
+        x.zero_()
+        x[: rows.shape[0]].copy_(rows)
+        splits.copy_(ins)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out_splits.cpu(), outs)
+        _close(out[: int(outs.sum())].cpu(), ref, f"all_to_all_device graph replay {it}")
+        checks += 1
+    return checks
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_all_to_all_device_in_cuda_graph():
+    assert ditron.launch(_a2a_device_graph, 2, backend="cuda") == [4, 4]
