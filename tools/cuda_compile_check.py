@@ -47,8 +47,9 @@ class _Hopper(CudaDriver):
 
 
 # constexpr switches the CPU backend records with its own values; compile what a GPU runs
-# (the global timer instead of a logical clock, 16-bit dots without the fp32 upcast)
-_ON_GPU = {"GPU_TIMER": True, "UPCAST": False}
+# (the global timer instead of a logical clock, 16-bit dots without the fp32 upcast, the
+# GPU-only fences of the TMA engine)
+_ON_GPU = {"GPU_TIMER": True, "UPCAST": False, "GPU": True}
 
 
 def _resolve(qualified: str):

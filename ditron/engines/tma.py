@@ -1,23 +1,147 @@
-"""TMA engine (Hopper bulk copies on dedicated programs): not implemented yet.
+"""TMA engine: bulk tensor copies (Hopper's Tensor Memory Accelerator) on a few programs.
 
-Selecting ``engine="tma"`` raises :class:`NotImplementedError` on every backend rather than
-silently running another engine; use ``"sm"`` (load/store programs) or ``"copy_engine"``.
+One launch per transfer. The transfer's ``n`` elements are viewed as ``rows = n // C`` rows
+of ``C`` elements (512 bytes) plus a tail of ``n - rows * C`` elements. The rows move as
+``[BLOCK_R, C]`` boxes through two host-side tensor descriptors (source and destination,
+either of them a peer's heap seen through ``ditron.peer``: one address space), program ``p``
+taking boxes ``p, p + P, ...``; program 0 also copies the tail with plain loads and stores.
+The last program to finish raises the transfer's signal with ``notify`` (release, system
+scope), as the SM engine does; on the GPU each program first waits for its bulk stores to
+complete and fences the async proxy, so the data is visible before the signal. A transfer
+whose addresses break the TMA rules (16-byte aligned base) moves with plain loads and stores
+in the same kernel.
+
+The CPU backend runs it under Triton's interpreter, which emulates descriptors; that checks
+the indexing and the protocol, not the speed. Whether TMA pays over the ``sm`` engine's
+load/store programs on a given GPU is for ``ditron bench collectives --engines tma,sm``.
 """
 
 from __future__ import annotations
 
+import torch
+import triton
+import triton.language as tl
+
+from .. import language as dl
+from ..runtime.world import current
 from .base import Engine, Transfer, register_engine
+
+_BOX_BYTES = 512  # one box row: C elements
+
+
+def _row_elems(t: torch.Tensor) -> int:
+    return _BOX_BYTES // t.element_size()
+
+
+@triton.jit
+def _tma_copy_kernel(src_desc, dst_desc, src, dst, rows, n, counter, sig_ptr, value, sig_rank,
+                     ctx, C: tl.constexpr, BLOCK_R: tl.constexpr, TAIL_BLOCK: tl.constexpr,
+                     USE_TMA: tl.constexpr, SIGNAL: tl.constexpr, GPU: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    if USE_TMA:
+        for box in tl.range(pid, tl.cdiv(rows, BLOCK_R), nprog):
+            tile = src_desc.load([box * BLOCK_R, 0])
+            dst_desc.store([box * BLOCK_R, 0], tile)
+        if pid == 0:  # the tail
+            for off in range(rows * C, n, TAIL_BLOCK):
+                offs = off + tl.arange(0, TAIL_BLOCK)
+                tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+    else:
+        for off in range(pid * TAIL_BLOCK, n, nprog * TAIL_BLOCK):
+            offs = off + tl.arange(0, TAIL_BLOCK)
+            tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+    if SIGNAL:
+        if GPU and USE_TMA:
+            # the bulk stores must have landed, and be ordered (async proxy -> generic proxy)
+            # before the release below publishes them
+            tl.inline_asm_elementwise(
+                "cp.async.bulk.wait_group 0; fence.proxy.async.global; mov.u32 $0, 0;",
+                "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+        tl.debug_barrier()
+        done = tl.atomic_add(counter, 1, sem="acq_rel", scope="sys")
+        if done == nprog - 1:
+            tl.atomic_xchg(counter, 0, sem="relaxed", scope="sys")
+            dl.notify(sig_ptr, value, sig_rank, ctx)
 
 
 @register_engine
 class TmaEngine(Engine):
+    """Bulk tensor copies on ``programs`` programs per transfer (``block_rows`` x 512-byte
+    boxes)."""
+
     name = "tma"
     can_reduce = False
 
-    def __init__(self, **options) -> None:
-        raise NotImplementedError(
-            "the 'tma' transfer engine is not implemented yet (it needs Hopper TMA "
-            "descriptors; the CPU backend has none); use engine='sm' or 'copy_engine'")
+    def __init__(self, programs: int | None = None, block_rows: int = 32) -> None:
+        rt = current()
+        if programs is not None and programs < 1:
+            raise ValueError(f"tma engine: programs must be >= 1, got {programs}")
+        if block_rows < 1 or block_rows > 256 or block_rows & (block_rows - 1):
+            raise ValueError(f"tma engine: block_rows must be a power of two in [1, 256], "
+                             f"got {block_rows}")
+        cpu = rt.world.backend == "cpu"
+        if not cpu and torch.cuda.get_device_capability(rt.world.device)[0] < 9:
+            raise NotImplementedError("the 'tma' engine needs a Hopper (sm_90) or newer GPU; "
+                                      "use engine='sm' or 'copy_engine'")
+        self.programs = programs or (1 if cpu else 8)
+        self.block_rows = block_rows
+        # programs count themselves out here; the last one resets it, and launches of one
+        # process are stream-ordered, so one counter serves every transfer
+        self._counter = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
 
-    def issue(self, transfers: list[Transfer]) -> None:  # pragma: no cover - never built
-        raise NotImplementedError
+    def issue(self, transfers: list[Transfer]) -> None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        from ..runtime.symmetric import peer
+
+        rt = current()
+        me = rt.world.rank
+        ctx = rt.context()
+        gpu = rt.world.device.type == "cuda"
+        for t in transfers:
+            _check(t, me)
+            n = t.src.numel()
+            if n == 0 and t.signal is None:
+                continue
+            # the remote side as this rank sees it: a view of the peer's heap (an empty
+            # transfer only raises its signal; any valid pointer stands in for its tensors)
+            if n == 0:
+                src = dst = t.src.new_empty(1)
+            else:
+                src = t.src if t.src_rank == me else peer(t.src, t.src_rank)
+                dst = t.dst if t.dst_rank == me else peer(t.dst, t.dst_rank)
+            C = _row_elems(src)
+            rows = n // C
+            use_tma = rows > 0 and src.data_ptr() % 16 == 0 and dst.data_ptr() % 16 == 0
+            if use_tma:
+                box = [min(self.block_rows, triton.next_power_of_2(rows)), C]
+                src_desc = TensorDescriptor(src.view(-1)[: rows * C].view(rows, C), [rows, C],
+                                            [C, 1], box)
+                dst_desc = TensorDescriptor(dst.view(-1)[: rows * C].view(rows, C), [rows, C],
+                                            [C, 1], box)
+                block_r = box[0]
+            else:
+                src_desc, dst_desc, block_r = src, dst, 1
+            counter = self._counter
+            sig_ptr, value, sig_rank = counter, 0, me
+            if t.signal is not None:
+                sig_ptr = t.signal.pad.signals[t.signal.index:]
+                value, sig_rank = t.signal.value, t.dst_rank
+            _tma_copy_kernel[(self.programs,)](
+                src_desc, dst_desc, src, dst, rows, n, counter, sig_ptr, value, sig_rank, ctx,
+                C=C, BLOCK_R=block_r, TAIL_BLOCK=1024, USE_TMA=use_tma,
+                SIGNAL=t.signal is not None, GPU=gpu, num_warps=4)
+
+
+def _check(t: Transfer, rank: int) -> None:
+    if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
+        raise ValueError(f"tma engine: src {tuple(t.src.shape)} {t.src.dtype} and dst "
+                         f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
+    if not (t.src.is_contiguous() and t.dst.is_contiguous()):
+        raise ValueError("tma engine: src and dst must be contiguous")
+    if t.dst_rank != rank and t.src_rank != rank:
+        raise ValueError(f"tma engine: rank {rank} issues a transfer from rank {t.src_rank} "
+                         f"to rank {t.dst_rank}; one side must be local")
+    if t.reduce:
+        raise ValueError("tma engine: cannot reduce; use the sm engine for reducing transfers")

@@ -24,6 +24,7 @@ def check_engine(name: str, options: dict, n: int, calls: int = 3) -> int:
     me, size = w.rank, w.world_size
     dev = w.device
     engine = get_engine(name, **options)
+    self_ok = name in ("sm", "tma")  # engines that also copy rank-local transfers
     node = range(me // w.local_world_size * w.local_world_size,
                  min((me // w.local_world_size + 1) * w.local_world_size, size))
     pad = ditron.signal_pad(f"test_engine:{name}", 3 * size)
@@ -37,12 +38,12 @@ def check_engine(name: str, options: dict, n: int, calls: int = 3) -> int:
         # push: my payload into every node peer's inbox row ``me``, raising its slot ``me``
         epoch = pad.next_epoch()
         pushes = [Transfer(mine, inbox[me], me, q, Signal(pad, me, epoch)) for q in node
-                  if q != me or name == "sm"]
+                  if q != me or self_ok]
         engine.issue(pushes)
-        wait_slots(pad, 0, node, epoch, skip=-1 if name == "sm" else me)
+        wait_slots(pad, 0, node, epoch, skip=-1 if self_ok else me)
         engine.drain()
         for q in node:
-            if q != me or name == "sm":
+            if q != me or self_ok:
                 torch.testing.assert_close(inbox[q].cpu(), _data(q, it, n, dtype))
                 checks += 1
         inbox[me].copy_(mine)
@@ -112,12 +113,24 @@ def check_network(n: int, calls: int = 3) -> int:
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("name,options", [("copy_engine", {}),
                                           ("sm", {}),
-                                          ("sm", {"programs": 3, "block": 64})])
+                                          ("sm", {"programs": 3, "block": 64}),
+                                          ("tma", {}),
+                                          ("tma", {"programs": 3, "block_rows": 2})])
 def test_engine_moves_and_sums(world_size, name, options):
-    n = 1000  # several blocks of 64 with 3 programs; not a multiple of the block
+    # n = 1000: several blocks of 64 with 3 programs, not a multiple of the block; for tma,
+    # 3 (16-bit) or 7 (fp32) rows of 512-byte boxes plus a tail
+    n = 1000
     counts = ditron.launch(check_engine, world_size, name, options, n, backend="cpu")
-    per_call = world_size + (world_size - 1) + 1 - (name != "sm")
+    self_ok = name in ("sm", "tma")
+    per_call = (world_size - 1 + self_ok) + (world_size - 1) + (name != "tma")
     assert all(c == 3 * per_call for c in counts)
+
+
+def test_tma_engine_falls_back_on_unaligned_rows():
+    # n = 1001 16-bit elements: inbox rows start at odd multiples of 2 bytes, so most
+    # transfers break TMA's 16-byte alignment and move with plain loads/stores instead
+    counts = ditron.launch(check_engine, 2, "tma", {}, 1001, backend="cpu")
+    assert all(c == 3 * (2 + 1) for c in counts)
 
 
 def test_engines_in_simulated_two_nodes(monkeypatch):
@@ -144,13 +157,17 @@ def check_engine_errors() -> int:
         get_engine("network").issue([Transfer(x, x, me, me)])
     with pytest.raises(ValueError, match="programs"):
         get_engine("sm", programs=0)
-    return 5
+    with pytest.raises(ValueError, match="programs"):
+        get_engine("tma", programs=0)
+    with pytest.raises(ValueError, match="block_rows"):
+        get_engine("tma", block_rows=3)
+    with pytest.raises(ValueError, match="cannot reduce"):
+        get_engine("tma").issue([Transfer(x, buf, me, 1 - me, reduce=True)])
+    return 8
 
 
 def test_engine_errors():
-    assert ditron.launch(check_engine_errors, 2, backend="cpu") == [5, 5]
-    with pytest.raises(NotImplementedError, match="tma"):
-        get_engine("tma")
+    assert ditron.launch(check_engine_errors, 2, backend="cpu") == [8, 8]
     with pytest.raises(ValueError, match="unknown transfer engine"):
         get_engine("pigeon")
 
@@ -158,8 +175,10 @@ def test_engine_errors():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name,options", [("copy_engine", {}), ("sm", {}),
-                                          ("sm", {"programs": 4, "block": 256})])
+                                          ("sm", {"programs": 4, "block": 256}),
+                                          ("tma", {})])
 def test_engine_cuda_two_ranks(name, options):
     counts = ditron.launch(check_engine, 2, name, options, 100_003, backend="cuda")
-    per_call = 2 + 1 + 1 - (name != "sm")
+    self_ok = name in ("sm", "tma")
+    per_call = (1 + self_ok) + 1 + (name != "tma")
     assert all(c == 3 * per_call for c in counts)

@@ -146,7 +146,7 @@ def _poison(monkeypatch):
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
 def test_collectives_match_torch(world_size):
-    engines = ("copy_engine", "sm")
+    engines = ("copy_engine", "sm") + (("tma",) if world_size in (2, 3) else ())
     counts = ditron.launch(check_ops, world_size, engines, backend="cpu")
     assert all(c == 8 * 3 * len(engines) for c in counts)
 
@@ -233,7 +233,6 @@ def check_bad_inputs() -> int:
         (ValueError, "meta", lambda: ops.all_reduce(torch.empty(4, device="meta"))),
         (ValueError, "method", lambda: ops.all_reduce(x, "three_shot")),
         (ValueError, "engine", lambda: ops.all_gather(x, engine="pigeon")),
-        (NotImplementedError, "tma", lambda: ops.all_gather(x, engine="tma")),
         (ValueError, "disagree", lambda: ops.all_gather(torch.randn(2 + me, 3))),
         (ValueError, "disagree", lambda: ops.all_reduce(x.to(DTYPES[me]))),
         (ValueError, "in_splits", lambda: ops.all_to_all(x, [1, 1])),
@@ -258,7 +257,7 @@ def check_bad_inputs() -> int:
 
 def test_bad_inputs_raise_before_kernels():
     counts = ditron.launch(check_bad_inputs, 2, backend="cpu")
-    assert all(c == 16 for c in counts)
+    assert all(c == 15 for c in counts)
 
 
 @pytest.mark.gpu
