@@ -43,6 +43,20 @@ class Transfer:
     reduce: bool = False
 
 
+def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = False) -> None:
+    """Raise ``ValueError`` for a transfer ``engine`` cannot move from ``rank``: ``src`` and
+    ``dst`` differ in shape or dtype, neither side is ``rank``'s, or (``contiguous``) a side
+    is not contiguous."""
+    if rank not in (t.src_rank, t.dst_rank):
+        raise ValueError(f"{engine}: rank {rank} issues a transfer from rank {t.src_rank} to "
+                         f"rank {t.dst_rank}; one side must be local")
+    if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
+        raise ValueError(f"{engine}: src {tuple(t.src.shape)} {t.src.dtype} and dst "
+                         f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
+    if contiguous and not (t.src.is_contiguous() and t.dst.is_contiguous()):
+        raise ValueError(f"{engine}: src and dst must be contiguous")
+
+
 class Engine(abc.ABC):
     """Moves batches of transfers issued by this rank."""
 

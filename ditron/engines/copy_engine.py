@@ -19,7 +19,7 @@ import concurrent.futures as cf
 import torch
 
 from ..runtime.world import current
-from .base import Engine, Transfer, register_engine
+from .base import Engine, Transfer, check_transfer, register_engine
 
 _EXECUTOR: cf.ThreadPoolExecutor | None = None
 _SIDE_STREAMS: dict = {}
@@ -50,16 +50,6 @@ def _endpoints(t: Transfer, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     return src, dst
 
 
-def _check(transfers: list[Transfer], rank: int) -> None:
-    for t in transfers:
-        if rank not in (t.src_rank, t.dst_rank):
-            raise ValueError(f"copy_engine: rank {rank} issues a transfer from rank "
-                             f"{t.src_rank} to rank {t.dst_rank}; one side must be local")
-        if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
-            raise ValueError(f"copy_engine: src {tuple(t.src.shape)} {t.src.dtype} and dst "
-                             f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
-
-
 @register_engine
 class CopyEngine(Engine):
     """Peer copies issued from the host (DMA engines on GPU, a worker thread on CPU)."""
@@ -74,7 +64,8 @@ class CopyEngine(Engine):
     def issue(self, transfers: list[Transfer]) -> None:
         rt = current()
         rank = rt.world.rank
-        _check(transfers, rank)
+        for t in transfers:
+            check_transfer(t, rank, "copy_engine")
         if rt.world.backend == "cpu":
             jobs = []
             for t in transfers:
@@ -89,7 +80,7 @@ class CopyEngine(Engine):
         self._issue_cuda(transfers, rank)
 
     def _issue_cuda(self, transfers: list[Transfer], rank: int) -> None:
-        from .sync import _notify_range
+        from .sync import notify_range
 
         rt = current()
         side = _side_stream(rt.world.device)
@@ -106,7 +97,7 @@ class CopyEngine(Engine):
                     else:
                         dst.copy_(src, non_blocking=True)
                 if t.signal is not None:
-                    _notify_range[(1,)](t.signal.pad.signals, t.signal.index, t.signal.value,
+                    notify_range[(1,)](t.signal.pad.signals, t.signal.index, t.signal.value,
                                         t.dst_rank, 1, -1, rt.context())
         self._stream = side
 

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from .. import language as dl
 from ..runtime.world import current
-from .base import Engine, Transfer, register_engine
+from .base import Engine, Transfer, check_transfer, register_engine
 
 # Descriptor row: src address, dst address, numel, src rank, dst rank, signal address
 # (0: none), signal rank.
@@ -124,13 +124,6 @@ class SmEngine(Engine):
 
 
 def _check(t: Transfer, rank: int) -> None:
-    if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
-        raise ValueError(f"sm engine: src {tuple(t.src.shape)} {t.src.dtype} and dst "
-                         f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
-    if not (t.src.is_contiguous() and t.dst.is_contiguous()):
-        raise ValueError("sm engine: src and dst must be contiguous")
-    if t.dst_rank != rank and t.src_rank != rank:
-        raise ValueError(f"sm engine: rank {rank} issues a transfer from rank {t.src_rank} "
-                         f"to rank {t.dst_rank}; one side must be local")
+    check_transfer(t, rank, "sm engine", contiguous=True)
     if t.reduce and not t.src.dtype.is_floating_point:
         raise ValueError(f"sm engine: reduce needs a floating dtype, got {t.src.dtype}")

@@ -9,6 +9,7 @@ never blocks; on the CPU backend they run synchronously.
 from __future__ import annotations
 
 import triton
+import triton.language as tl  # noqa: F401 - the interpreter patches kernels through it
 
 from .. import language as dl
 from ..runtime.signals import SignalPad
@@ -16,14 +17,18 @@ from ..runtime.world import current
 
 
 @triton.jit
-def _notify_range(sig_ptr, slot, value, first, count, skip, ctx):
+def notify_range(sig_ptr, slot, value, first, count, skip, ctx):
+    """Raise slot ``slot`` to ``value`` on ranks ``first .. first + count - 1`` but ``skip``
+    (callable from kernels: device-side values)."""
     for i in range(0, count):
         if first + i != skip:
             dl.notify(sig_ptr + slot, value, first + i, ctx)
 
 
 @triton.jit
-def _wait_range(sig_ptr, base, first, count, skip, value, ctx):
+def wait_range(sig_ptr, base, first, count, skip, value, ctx):
+    """Wait until local slots ``base + r`` (``r`` in ``first .. first + count - 1``, ``r !=
+    skip``) reach ``value`` (callable from kernels)."""
     for i in range(0, count):
         if first + i != skip:
             dl.wait(sig_ptr + base + first + i, value, ctx)
@@ -33,7 +38,7 @@ def notify_peers(pad: SignalPad, slot: int, value: int, peers: range, skip: int 
     """Set slot ``slot`` of ``pad`` to ``value`` on every rank in ``peers`` except ``skip``."""
     if len(peers) == 0 or (len(peers) == 1 and peers[0] == skip):
         return
-    _notify_range[(1,)](pad.signals, slot, value, peers.start, len(peers), skip,
+    notify_range[(1,)](pad.signals, slot, value, peers.start, len(peers), skip,
                         current().context())
 
 
@@ -41,5 +46,5 @@ def wait_slots(pad: SignalPad, base: int, ranks: range, value: int, skip: int = 
     """Wait until local slots ``base + r`` (``r`` in ``ranks``, ``r != skip``) are >= ``value``."""
     if len(ranks) == 0 or (len(ranks) == 1 and ranks[0] == skip):
         return
-    _wait_range[(1,)](pad.signals, base, ranks.start, len(ranks), skip, value,
+    wait_range[(1,)](pad.signals, base, ranks.start, len(ranks), skip, value,
                       current().context())

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from .. import language as dl
 from ..runtime.world import current
-from .base import Engine, Transfer, register_engine
+from .base import Engine, Transfer, check_transfer, register_engine
 
 _BOX_BYTES = 512  # one box row: C elements
 
@@ -135,13 +135,6 @@ class TmaEngine(Engine):
 
 
 def _check(t: Transfer, rank: int) -> None:
-    if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
-        raise ValueError(f"tma engine: src {tuple(t.src.shape)} {t.src.dtype} and dst "
-                         f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
-    if not (t.src.is_contiguous() and t.dst.is_contiguous()):
-        raise ValueError("tma engine: src and dst must be contiguous")
-    if t.dst_rank != rank and t.src_rank != rank:
-        raise ValueError(f"tma engine: rank {rank} issues a transfer from rank {t.src_rank} "
-                         f"to rank {t.dst_rank}; one side must be local")
+    check_transfer(t, rank, "tma engine", contiguous=True)
     if t.reduce:
         raise ValueError("tma engine: cannot reduce; use the sm engine for reducing transfers")

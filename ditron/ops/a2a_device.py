@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..engines.sync import notify_range, wait_range
 from ..runtime.signals import signal_pad
 from ..runtime.world import current
 
@@ -41,16 +42,13 @@ def _splits_kernel(splits, mat, pad, epoch_ptr, first, count, ctx, WB: tl.conste
     tl.store(epoch_ptr, epoch)
     mat_h = mat + (epoch % 2) * w * w
     offs = tl.arange(0, WB)
-    if epoch > 2:
-        for i in range(0, count):
-            if first + i != me:
-                dl.wait(pad + 2 * w + first + i, epoch - 2, ctx)
+    if epoch > 2:  # every peer has read what it got from me into half ``h`` two calls ago
+        wait_range(pad, 2 * w, first, count, me, epoch - 2, ctx)
     mine = tl.load(splits + offs, mask=offs < w, other=0)
     for i in range(0, count):
         dl.store(mat_h + me * w + offs, mine, first + i, ctx, mask=offs < w)
         dl.notify(pad + me, epoch, first + i, ctx)
-    for i in range(0, count):
-        dl.wait(pad + first + i, epoch, ctx)
+    wait_range(pad, 0, first, count, -1, epoch, ctx)
 
 
 @triton.jit
@@ -82,9 +80,7 @@ def _finish_kernel(out, out_splits, inbox, inbox_stride, mat, pad, epoch_ptr, nu
     me = ctx.rank
     w = ctx.world_size
     epoch = tl.load(epoch_ptr)
-    for i in range(0, count):
-        if first + i != me:
-            dl.wait(pad + w + first + i, epoch, ctx)
+    wait_range(pad, w, first, count, me, epoch, ctx)
     inbox_h = inbox + (epoch % 2) * inbox_stride
     for start in range(pid * BLOCK, numel, nprog * BLOCK):
         offs = start + tl.arange(0, BLOCK)
@@ -97,12 +93,8 @@ def _finish_kernel(out, out_splits, inbox, inbox_stride, mat, pad, epoch_ptr, nu
 
 @triton.jit
 def _ack_kernel(pad, epoch_ptr, first, count, ctx):
-    me = ctx.rank
-    w = ctx.world_size
-    epoch = tl.load(epoch_ptr)
-    for i in range(0, count):
-        if first + i != me:
-            dl.notify(pad + 2 * w + me, epoch, first + i, ctx)
+    notify_range(pad, 2 * ctx.world_size + ctx.rank, tl.load(epoch_ptr), first, count,
+                 ctx.rank, ctx)
 
 
 @dataclasses.dataclass
