@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Issue 5: the full-node measurement run, for any number of GPUs on one host. One call:
+# Issue 5: the full-node measurement run, for any number of GPUs on one host. Usage:
 #   OUT=bench/results/<date>-<machine> bash bench/gpu_node_run.sh
 # (1) topology and copy-engine ceilings, (2) `ditron bench collectives` over the sweep, every
 # engine, eager and under CUDA graphs, against NCCL (its rows are the NCCL bus-bandwidth
 # sweep), (3) `ditron bench tp-gemm --tune` at world size NGPU, 4 and 2, against cuBLAS +
 # NCCL and PyTorch's fused ops, (4) correctness of every op at the full world size.
-# With two or more GPUs it first runs the foundation tests and every GPU-marked test (0;
-# FOUNDATION=0 skips them). With one GPU (the rehearsal): 2 processes share it (no NCCL
+# With two or more GPUs it first runs the foundation tests (0; FOUNDATION=0 skips them) and
+# every GPU-marked test (5). With one GPU (the rehearsal): 2 processes share it (no NCCL
 # baseline there), the sweep stops at 4M and tp-gemm runs one process at a quarter of the
-# shapes. QUICK=1 shortens all.
+# shapes. QUICK=1 shortens all. STEPS picks steps (default "0 5 1 2 3 4"): a device call is
+# limited to 10 minutes, so on a multi-GPU machine run one or two steps per call (STEPS=0,
+# STEPS=5, STEPS="1 2", STEPS=3, STEPS=4); ENGINES=copy_engine,sm,tma adds the TMA engine to
+# the sweep.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -19,6 +22,8 @@ mkdir -p "$OUT"
 export DITRON_CACHE_DIR=${DITRON_CACHE_DIR:-$OUT/cache}
 NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
 status=0
+STEPS=" ${STEPS:-0 5 1 2 3 4} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
 if [ "$NGPU" -ge 2 ]; then
   W=$NGPU; SIZES=4K,8K,64K,256K,1M,4M,16M,64M,256M,1G; TP_SCALE=1
   TP_WORLDS=$(printf '%s\n' "$NGPU" 4 2 | awk -v n="$NGPU" '$1 <= n && !seen[$1]++' | xargs)
@@ -26,39 +31,51 @@ else
   W=2; SIZES=8K,64K,1M,4M; TP_WORLDS=1; TP_SCALE=0.25
 fi
 if [ "${QUICK:-0}" = 1 ]; then SIZES=8K,1M; TP_SCALE=0.125; fi
-echo "machine: $NGPU GPU(s); collectives at W=$W; tp-gemm at W in ($TP_WORLDS)" | tee "$OUT/run.txt"
+echo "machine: $NGPU GPU(s); collectives at W=$W; tp-gemm at W in ($TP_WORLDS); steps$STEPS" \
+  | tee -a "$OUT/run.txt"
 date -u | tee -a "$OUT/run.txt"
 
-if [ "$NGPU" -ge 2 ] && [ "${FOUNDATION:-1}" = 1 ]; then
+if want 0 && [ "$NGPU" -ge 2 ] && [ "${FOUNDATION:-1}" = 1 ]; then
   echo "== (0) foundation tests on the cuda backend, one rank per GPU (ranks 1-4 share GPUs)"
-  timeout 600 python3 -m pytest -q -p no:cacheprovider --ditron-backend cuda tests/language \
+  timeout 560 python3 -m pytest -q -p no:cacheprovider --ditron-backend cuda tests/language \
     tests/runtime > "$OUT/foundation_tests_cuda.txt" 2>&1 || status=1
   tail -n 3 "$OUT/foundation_tests_cuda.txt"
-  timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/ \
+fi
+if want 5; then
+  echo "== (5) every GPU-marked test"
+  timeout 560 python3 -m pytest -q -p no:cacheprovider -m gpu tests/ \
     > "$OUT/gpu_marked_tests.txt" 2>&1 || status=1
   tail -n 3 "$OUT/gpu_marked_tests.txt"
 fi
 
-echo "== (1) topology and copy-engine ceilings"
-nvidia-smi topo -m > "$OUT/topo.txt" 2>&1; head -12 "$OUT/topo.txt"
-timeout 120 python3 bench/peer_bandwidth.py --out "$OUT" || status=1
+if want 1; then
+  echo "== (1) topology and copy-engine ceilings"
+  nvidia-smi topo -m > "$OUT/topo.txt" 2>&1; head -12 "$OUT/topo.txt"
+  timeout 120 python3 bench/peer_bandwidth.py --out "$OUT" || status=1
+fi
 
-echo "== (2) collectives: every engine, eager and CUDA graphs, against NCCL"
-timeout 900 python3 -m ditron bench collectives --world-size "$W" --sizes "$SIZES" \
-  --engines copy_engine,sm --graphs --out "$OUT/collectives" > "$OUT/collectives.txt" 2>&1 \
-  || status=1
-tail -n 40 "$OUT/collectives.txt"
+if want 2; then
+  echo "== (2) collectives: every engine, eager and CUDA graphs, against NCCL"
+  timeout 560 python3 -m ditron bench collectives --world-size "$W" --sizes "$SIZES" \
+    --engines "${ENGINES:-copy_engine,sm}" --graphs --out "$OUT/collectives" \
+    > "$OUT/collectives.txt" 2>&1 || status=1
+  tail -n 40 "$OUT/collectives.txt"
+fi
 
-echo "== (3) TP GEMMs after the tuner, against cuBLAS + NCCL and PyTorch's fused ops"
-for TW in $TP_WORLDS; do
-  [ "$TW" -le "$NGPU" ] || continue
-  timeout 1200 python3 -m ditron bench tp-gemm --world-size "$TW" --scale "$TP_SCALE" --tune \
-    --out "$OUT/tp_gemm_w$TW" > "$OUT/tp_gemm_w$TW.txt" 2>&1 || status=1
-  tail -n 16 "$OUT/tp_gemm_w$TW.txt"
-done
+if want 3; then
+  echo "== (3) TP GEMMs after the tuner, against cuBLAS + NCCL and PyTorch's fused ops"
+  for TW in $TP_WORLDS; do
+    [ "$TW" -le "$NGPU" ] || continue
+    timeout 560 python3 -m ditron bench tp-gemm --world-size "$TW" --scale "$TP_SCALE" \
+      --tune --out "$OUT/tp_gemm_w$TW" > "$OUT/tp_gemm_w$TW.txt" 2>&1 || status=1
+    tail -n 16 "$OUT/tp_gemm_w$TW.txt"
+  done
+fi
 
-echo "== (4) correctness of every op at W=$W"
-timeout 900 python3 bench/check_ops_at_scale.py --world-size "$W" 2>&1 | tee "$OUT/check_ops.txt" \
-  | tail -n 6 || status=1
+if want 4; then
+  echo "== (4) correctness of every op at W=$W"
+  timeout 560 python3 bench/check_ops_at_scale.py --world-size "$W" 2>&1 \
+    | tee "$OUT/check_ops.txt" | tail -n 6 || status=1
+fi
 echo "status $status" | tee -a "$OUT/run.txt"
 exit $status
