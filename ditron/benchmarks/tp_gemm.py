@@ -4,7 +4,8 @@ Shapes: REFERENCES.md (M = 8192 global tokens; AG-GEMM ``C[M, N/W] = AG(A[M/W, K
 B[K, N/W]``, GEMM-RS ``C[M/W, N] = RS(A[M, K/W] @ B[K/W, N])``), multiplied by ``--scale``
 (rounded to multiples of 64) for fewer GPUs or less memory; ``--smoke`` uses tiny shapes
 (CPU). Per shape, in the same run and with the same fixed warm-up / timed call counts on
-every rank (CUDA events on GPU, host clock on CPU; the slowest rank's median):
+every rank (CUDA events on GPU, host clock on CPU; each sample times ``--batch`` calls back
+to back, as a busy stream runs them; the slowest rank's median):
 
 * ``T_gemm``: the rank's local GEMM with ``torch.matmul``; ``T_comm``: the collective alone;
 * ``baseline``: ``method="fallback"`` (torch.matmul + NCCL, not overlapped);
@@ -76,8 +77,10 @@ def _fused(op: str, a, b):
         return None
 
 
-def _measure(rows, dtype, warmup: int, iters: int, tune: bool = False) -> list[dict]:
-    return [_measure_one(op, M, N, K, dtype, warmup, iters, tune) for op, M, N, K in rows]
+def _measure(rows, dtype, warmup: int, iters: int, tune: bool = False,
+             batch: int = 1) -> list[dict]:
+    return [_measure_one(op, M, N, K, dtype, warmup, iters, tune, batch)
+            for op, M, N, K in rows]
 
 
 def _tune(op: str, M: int, N: int, K: int, dtype) -> dict:
@@ -96,7 +99,7 @@ def _tune(op: str, M: int, N: int, K: int, dtype) -> dict:
 
 
 def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int,
-                 tune: bool = False) -> dict:
+                 tune: bool = False, batch: int = 1) -> dict:
     import ditron
     from ditron.runtime.world import current
     from ditron.tune.tuner import agreed_median, time_calls
@@ -133,7 +136,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         cands["torch_fused"] = fused
     for name, f in cands.items():
         try:
-            times = time_calls(f, warmup, iters, dev)
+            times = time_calls(f, warmup, iters, dev, batch)
         except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
             times = [float("inf")]
             row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
@@ -195,10 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ops", default="ag,rs")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=int, default=10)
     p.add_argument("--smoke", action="store_true", help="tiny shapes (CPU backend)")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--batch", type=int, default=None,
+                   help="calls timed back to back per sample (default 5 on GPU, 1 on CPU): "
+                        "launch cost then shows only where it exceeds the GPU time")
     p.add_argument("--tune", action="store_true",
                    help="run the tuner per shape first (cached on disk; 'auto' then uses it)")
     args = p.parse_args(argv)
@@ -213,13 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     dtype = DTYPES[args.dtype]
     if smoke:
         args.warmup, args.iters = min(args.warmup, 1), min(args.iters, 3)
+    batch = args.batch or (5 if backend == "cuda" else 1)
     if ditron.is_initialized():
-        results = _measure(rows, dtype, args.warmup, args.iters, args.tune)
+        results = _measure(rows, dtype, args.warmup, args.iters, args.tune, batch)
         if ditron.world().rank != 0:
             return 0
     else:
         results = ditron.launch(_measure, W, rows, dtype, args.warmup, args.iters, args.tune,
-                                backend=backend)[0]
+                                batch, backend=backend)[0]
     print(_table(results))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "tp_gemm.json"), "w") as f:

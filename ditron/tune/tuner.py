@@ -42,8 +42,12 @@ CPU_CANDIDATES = [CPU_CONFIG, dataclasses.replace(CPU_CONFIG, block_m=32, block_
 ENGINES = {"ag_gemm": ("copy_engine", "colocated")}
 
 
-def time_calls(fn, warmup: int, iters: int, device: torch.device) -> list[float]:
-    """Per-call times in microseconds, fixed counts (identical on every rank)."""
+def time_calls(fn, warmup: int, iters: int, device: torch.device,
+               batch: int = 1) -> list[float]:
+    """Per-call times in microseconds: ``iters`` samples, each ``batch`` calls back to back
+    divided by ``batch`` (fixed counts, identical on every rank). ``batch > 1`` times the
+    calls as a busy stream runs them: the host issues the next call while the GPU still
+    works on the last, so launch cost shows only where it exceeds the GPU time."""
     for _ in range(warmup):
         fn()
     times = []
@@ -52,15 +56,17 @@ def time_calls(fn, warmup: int, iters: int, device: torch.device) -> list[float]
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(batch):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3)
+            times.append(start.elapsed_time(end) * 1e3 / batch)
     else:
         for _ in range(iters):
             t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e6)
+            for _ in range(batch):
+                fn()
+            times.append((time.perf_counter() - t0) * 1e6 / batch)
     return times
 
 
@@ -76,11 +82,13 @@ def agreed_median(times: list[float]) -> float:
 
 
 def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
-         warmup: int = 3, iters: int = 10, candidates: list[GemmConfig] | None = None,
-         progress: bool = True, save: bool = True) -> Decision:
+         warmup: int = 3, iters: int = 5, batch: int | None = None,
+         candidates: list[GemmConfig] | None = None, progress: bool = True,
+         save: bool = True) -> Decision:
     """Measure the fallback and every (tile config, engine) of ``op``'s overlapped path
-    with fixed warm-up and iteration counts on every rank; the slowest rank's median
-    decides, rank 0 broadcasts the winner and caches it (collective).
+    with fixed warm-up and iteration counts on every rank (``iters`` samples of ``batch``
+    back-to-back calls; default 4 on GPU, 1 on CPU); the slowest rank's median decides, rank
+    0 broadcasts the winner and caches it (collective).
 
     Shapes as the op sees them on one rank: ``ag_gemm``: a ``[M / W, K]``, b ``[K, N]``;
     ``gemm_rs`` / ``gemm_ar``: a ``[M, K]``, b ``[K, N]``. Returns the agreed decision.
@@ -97,6 +105,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     b = torch.randn(K, N, generator=g).to(dtype=dtype, device=dev)
     if candidates is None:
         candidates = GPU_CANDIDATES if dev.type == "cuda" else CPU_CANDIDATES
+    if batch is None:
+        batch = 4 if dev.type == "cuda" else 1
     # A config that cannot load fails on some ranks while their peers already wait in the
     # kernel; drop what does not fit before any launch.
     candidates = [c for c in candidates if fits(c, dev, dtype)]
@@ -118,7 +128,7 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
         try:
             times = time_calls(lambda m=method, c=cfg, x=extra: fn_op(a, b, method=m, config=c,
                                                                       **x),
-                               warmup, iters, dev)
+                               warmup, iters, dev, batch)
             ok = 1.0
         except Exception:  # noqa: BLE001 - a config that does not compile loses
             times, ok = [float("inf")], 0.0
