@@ -155,6 +155,11 @@ class Workspace:
     cap: int
     programs: int
     red_offset: int
+    pad_key: str  # the signal pad's name (``runtime.signals.signal_pad``)
+
+    def release(self, heap) -> None:
+        """Free the heap buffers (collective; the caller drops the signal pad)."""
+        heap.free(self.buf)
 
 
 def workspace_shape(cap: int, world_size: int, mode: int) -> tuple[int, int]:

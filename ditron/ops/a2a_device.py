@@ -103,12 +103,18 @@ class _Workspace:
     inbox: torch.Tensor  # symmetric [2, cap_rows * row]
     pad: torch.Tensor  # symmetric int64 [3 W]: splits ready, data ready, ack
     epoch: torch.Tensor  # local int64 [1]: the device epoch
+    pad_key: str  # the signal pad's name
+
+    def release(self, heap) -> None:
+        """Free the heap buffers (collective; the caller drops the signal pad)."""
+        heap.free(self.mat)
+        heap.free(self.inbox)
 
 
 def _workspace(dtype: torch.dtype, row: int, cap_rows: int) -> _Workspace:
     rt = current()
     w = rt.world.world_size
-    key = ("all_to_all_device", dtype, row, cap_rows)
+    key = ("workspace", "all_to_all_device", dtype, row, cap_rows)
     ws = rt.cache.get(key)
     if ws is None:
         if rt.world.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -121,7 +127,7 @@ def _workspace(dtype: torch.dtype, row: int, cap_rows: int) -> _Workspace:
         inbox = rt.heap.alloc((2, max(cap_rows * row, 1)), dtype, name=f"{tag}:inbox")
         pad = signal_pad(tag, 3 * w).signals  # zeroed, then a barrier: peers see it ready
         epoch = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
-        ws = rt.cache[key] = _Workspace(mat, inbox, pad, epoch)
+        ws = rt.cache[key] = _Workspace(mat, inbox, pad, epoch, tag)
     return ws
 
 

@@ -277,7 +277,7 @@ def _fused_workspace(dtype: torch.dtype, mode: int, n: int):
     rt = current()
     w = rt.world.world_size
     cap = kfc.bucket(n, FUSED_MAX_ELEMENTS)
-    key = ("fused_collective", dtype, mode, cap)
+    key = ("workspace", "fused_collective", dtype, mode, cap)
     ws = rt.cache.get(key)
     if ws is not None:
         return ws
@@ -292,7 +292,7 @@ def _fused_workspace(dtype: torch.dtype, mode: int, n: int):
     buf = rt.heap.alloc((2, half), dtype, name=name)
     pad = signal_pad(name, 2 * programs * w).signals
     epochs = torch.zeros(programs, dtype=torch.int64, device=rt.world.device)
-    ws = rt.cache[key] = kfc.Workspace(buf, pad, epochs, cap, programs, red_offset)
+    ws = rt.cache[key] = kfc.Workspace(buf, pad, epochs, cap, programs, red_offset, name)
     return ws
 
 

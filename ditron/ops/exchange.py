@@ -59,13 +59,21 @@ def engine_instance(name: str) -> Engine:
 
 
 def release_workspaces() -> None:
-    """Free every cached inbox (collective: a barrier first, so no peer still writes)."""
+    """Free every cached collective workspace: the exchange's inboxes, and the fused
+    collectives' and ``all_to_all_device``'s buffers with their signal pads (collective: a
+    barrier first, so no peer still writes; the next call allocates afresh, its device
+    epochs restarting with fresh pads)."""
     from ..runtime.barrier import barrier
+    from ..runtime.signals import drop_signal_pad
 
     rt = current()
     barrier()
     for buf in rt.cache.pop(_INBOX, {}).values():
         rt.heap.free(buf)
+    for key in [k for k in rt.cache if isinstance(k, tuple) and k[0] == "workspace"]:
+        ws = rt.cache.pop(key)
+        ws.release(rt.heap)
+        drop_signal_pad(ws.pad_key)
 
 
 @dataclasses.dataclass

@@ -53,3 +53,13 @@ def signal_pad(key: str, slots: int) -> SignalPad:
 
         barrier()  # peers must see the zeroed pad before anyone notifies into it
     return pad
+
+
+def drop_signal_pad(key: str) -> None:
+    """Free the pad named ``key`` (collective; nobody may still signal into it). A later
+    ``signal_pad(key, ...)`` makes a fresh zeroed pad, so its users must restart their
+    epochs too."""
+    rt = current()
+    pad = rt.cache.pop(("signal_pad", key), None)
+    if pad is not None:
+        rt.heap.free(pad.signals)

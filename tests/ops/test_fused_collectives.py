@@ -120,6 +120,39 @@ def test_fused_collectives_survive_replayed_launches(world_size):
     assert ditron.launch(_rank_replay, world_size) == [16] * world_size
 
 
+def _rank_release() -> int:
+    """``release_workspaces`` frees the fused workspaces and their pads; calls after it
+    allocate afresh (device epochs restart with fresh pads) and stay correct."""
+    me, w = ditron.world().rank, ditron.world().world_size
+    dev = ditron.world().device
+    heap = current().heap
+    checks = 0
+    for round_ in range(2):
+        for it in range(3):
+            g = torch.Generator().manual_seed(10 * me + it + 100 * round_)
+            x = torch.randn(3000, generator=g).to(dev)
+            _check(ditron.ops.all_reduce(x, "two_shot", engine="sm"), x, f"ar {round_} {it}")
+            _check(ditron.ops.all_gather(x, engine="sm"), x, f"ag {round_} {it}",
+                   kfc.ALL_GATHER)
+            rows = x[: 4 * w].view(2 * w, 2)  # 2 rows for every rank
+            splits = torch.full((w,), 2, dtype=torch.int64, device=dev)
+            out, counts = ditron.ops.all_to_all_device(rows, splits, 2 * w)
+            everyone = _gathered(rows.reshape(-1)).view(w, 2 * w, 2)
+            expected = everyone[:, 2 * me: 2 * me + 2].reshape(2 * w, 2)
+            assert counts.tolist() == [2] * w
+            torch.testing.assert_close(out.cpu(), expected, msg=f"a2a {round_} {it}")
+            checks += 3
+        used = heap.used_bytes
+        collectives.release_workspaces()
+        assert heap.used_bytes < used, (heap.used_bytes, used)
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_release_workspaces_frees_and_calls_still_work(world_size):
+    assert ditron.launch(_rank_release, world_size) == [18] * world_size
+
+
 def _one_rank() -> bool:
     x = torch.randn(17, device=ditron.world().device)
     y = ditron.ops.all_reduce(x, engine="sm")
