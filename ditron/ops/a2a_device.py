@@ -32,6 +32,7 @@ from .. import language as dl
 from ..engines.sync import notify_range, wait_range
 from ..runtime.signals import signal_pad
 from ..runtime.world import current
+from .exchange import capturing
 
 
 @triton.jit
@@ -117,7 +118,7 @@ def _workspace(dtype: torch.dtype, row: int, cap_rows: int) -> _Workspace:
     key = ("workspace", "all_to_all_device", dtype, row, cap_rows)
     ws = rt.cache.get(key)
     if ws is None:
-        if rt.world.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if capturing():
             raise RuntimeError("all_to_all_device: no workspace yet for this row shape, dtype "
                                "and max_out_rows; call it once before capturing a CUDA graph "
                                "(workspaces are allocated collectively)")
@@ -178,8 +179,7 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
                                 ws.epoch, numel, node.start, len(node), ctx, BLOCK=block,
                                 WB=wb)
     _ack_kernel[(1,)](ws.pad, ws.epoch, node.start, len(node), ctx)
-    capturing = not cpu and torch.cuda.is_current_stream_capturing()
-    if (rt.wait_timeout > 0 or cpu) and not capturing:
+    if (rt.wait_timeout > 0 or cpu) and not capturing():
         from ..runtime.diagnostics import check_waits
 
         check_waits()

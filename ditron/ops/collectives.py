@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from ..runtime.world import current
-from .exchange import Part, exchange, refuse_capture, release_workspaces
+from .exchange import Part, capturing, exchange, refuse_capture, release_workspaces
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "recv",
            "reduce_scatter", "release_workspaces", "send"]
@@ -77,7 +77,7 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int) -> str:
     if name == "auto":
         if current().world.backend == "cpu":
             return "copy_engine"
-        if op in _GRAPH_SAFE and torch.cuda.is_current_stream_capturing():
+        if op in _GRAPH_SAFE and capturing():
             return "sm"  # the graph-safe path
         return "sm" if nbytes_per_peer < SM_MAX_BYTES else "copy_engine"
     if name not in ENGINES:
@@ -257,10 +257,6 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
 FUSED_MAX_ELEMENTS = 1 << 24
 
 
-def _capturing() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-
-
 def _fused_ok(engine: str, n: int, op: str) -> bool:
     """Whether ``op`` runs as one fused kernel (``kernels/fused_collective.py``): the SM
     engine, one node, and (all-gather / reduce-scatter) an input that fits one launch."""
@@ -281,7 +277,7 @@ def _fused_workspace(dtype: torch.dtype, mode: int, n: int):
     ws = rt.cache.get(key)
     if ws is not None:
         return ws
-    if _capturing():
+    if capturing():
         raise RuntimeError(f"ditron.ops: no fused-collective workspace yet for {n} {dtype} "
                            f"elements; call the op once with this size and dtype before "
                            f"capturing a CUDA graph (workspaces are allocated collectively)")
@@ -314,7 +310,7 @@ def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
             kfc.launch(flat[piece], out[piece], ws, mode, ctx, block=1024, num_warps=warps)
     elif n:
         kfc.launch(flat, out, ws, mode, ctx, block=1024, num_warps=warps)
-    if (rt.wait_timeout > 0 or cpu) and not _capturing():
+    if (rt.wait_timeout > 0 or cpu) and not capturing():
         from ..runtime.diagnostics import check_waits
 
         check_waits()

@@ -107,10 +107,15 @@ class Call:
             check_waits()
 
 
+def capturing() -> bool:
+    """Whether this thread's current CUDA stream is capturing a graph."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def refuse_capture(what: str) -> None:
     """Raise if a CUDA graph is being captured: the exchange keeps its epochs on the host,
     so a replayed graph would wait for stale signals and read stale inboxes."""
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+    if capturing():
         raise RuntimeError(f"ditron: {what} keeps per-call state on the host and cannot be "
                            f"captured in a CUDA graph (graph-safe: all_reduce(..., "
                            f"engine='sm'))")

@@ -42,7 +42,7 @@ from ..runtime.diagnostics import check_waits
 from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
 from ..runtime.world import current
-from .exchange import refuse_capture
+from .exchange import capturing, refuse_capture
 
 METHODS = ("auto", "overlap", "fallback")
 AG_ENGINES = ("copy_engine", "colocated")
@@ -105,12 +105,10 @@ def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
     if method == "fallback" or W == 1 or M == 0 or N == 0:
         return Choice(False, cfg)
     # the overlapped kernels keep their signal epochs on the host: never inside a CUDA graph
-    capturing = rt.world.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     if method == "overlap":
-        if capturing:
-            refuse_capture(f"{op}(method='overlap')")
+        refuse_capture(f"{op}(method='overlap')")
         return Choice(True, cfg)
-    if capturing:
+    if capturing():
         return Choice(False, cfg)  # "auto" while capturing: the fallback is graph-safe
     key = ("tp_gemm_choice", op, M, N, K, dtype, config)
     choice = rt.cache.get(key)

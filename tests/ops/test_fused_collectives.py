@@ -213,3 +213,36 @@ def _rank_graph() -> int:
 @pytest.mark.gpu
 def test_fused_collectives_in_cuda_graph():
     assert ditron.launch(_rank_graph, 2, backend="cuda") == [22, 22]
+
+
+def _rank_refuses_capture() -> int:
+    """With a capture pretended in progress, the host-epoch paths raise before any kernel
+    and the fused path still runs (the CPU backend cannot capture for real)."""
+    import torch.cuda
+
+    w = ditron.world().world_size
+    x = torch.randn(6 * w, 4)
+    ditron.ops.all_reduce(x, engine="sm")  # workspaces exist before the "capture"
+    real = (torch.cuda.is_available, torch.cuda.is_current_stream_capturing)
+    torch.cuda.is_available = lambda: True
+    torch.cuda.is_current_stream_capturing = lambda: True
+    try:
+        checks = 0
+        for call in (lambda: ditron.ops.all_gather(x, engine="copy_engine"),
+                     lambda: ditron.ops.all_reduce(x, engine="copy_engine"),
+                     lambda: ditron.ops.all_to_all(x),
+                     lambda: ditron.ops.ag_gemm(x, torch.randn(4, 8), method="overlap")):
+            with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
+                call()
+            checks += 1
+        with pytest.raises(RuntimeError, match="before capturing a CUDA graph"):
+            ditron.ops.all_reduce(torch.randn(5000), engine="sm")  # no workspace yet
+        got = ditron.ops.all_reduce(x, engine="sm")
+    finally:
+        torch.cuda.is_available, torch.cuda.is_current_stream_capturing = real
+    _check(got, x, "fused all_reduce during a (pretended) capture")
+    return checks + 2
+
+
+def test_host_state_paths_refuse_capture():
+    assert ditron.launch(_rank_refuses_capture, 2) == [6, 6]
