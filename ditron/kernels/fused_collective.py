@@ -62,7 +62,7 @@ _ALL_GATHER = tl.constexpr(ALL_GATHER)
 @triton.jit
 def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg, slice_len,
                             half_stride, red_offset, ctx, BLOCK: tl.constexpr,
-                            MODE: tl.constexpr):
+                            MODE: tl.constexpr, WORLD: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     me = ctx.rank
@@ -85,14 +85,12 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
         s += 1
     _barrier(sig_ptr, pid, epoch, me, W, ctx)
     if MODE == _ALL_GATHER:
-        q = 0
-        while q < W:
-            for off in range(lo, hi, BLOCK):
-                local = off + tl.arange(0, BLOCK)
-                mask = local < hi
+        for off in range(lo, hi, BLOCK):
+            local = off + tl.arange(0, BLOCK)
+            mask = local < hi
+            for q in tl.static_range(WORLD):  # unrolled: the W remote loads overlap
                 tl.store(out_ptr + q * n + local, dl.load(half + local, q, ctx, mask=mask),
                          mask=mask)
-            q += 1
     else:
         # 2. reduce my slice of segment ``me`` (one-shot: of the whole input)
         start = me * seg if segmented else 0
@@ -101,10 +99,8 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
             idx = start + local
             mask = (idx < n) & (local < hi)
             acc = tl.zeros((BLOCK,), dtype=tl.float32)
-            q = 0
-            while q < W:
+            for q in tl.static_range(WORLD):  # unrolled: the W remote loads overlap
                 acc += dl.load(half + idx, q, ctx, mask=mask, other=0.0).to(tl.float32)
-                q += 1
             val = acc.to(out_ptr.dtype.element_ty)
             if MODE == _REDUCE_SCATTER:
                 tl.store(out_ptr + local, val, mask=mask)
@@ -181,7 +177,7 @@ def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, bl
     slice_len = triton.cdiv(triton.cdiv(seg, ws.programs), block) * block
     fused_collective_kernel[(ws.programs,)](
         x, out, ws.buf, ws.pad, ws.epochs, n, seg, slice_len, ws.buf.shape[1], ws.red_offset,
-        ctx, BLOCK=block, MODE=mode, num_warps=num_warps)
+        ctx, BLOCK=block, MODE=mode, WORLD=w, num_warps=num_warps)
 
 
 def bucket(n: int, max_cap: int) -> int:
