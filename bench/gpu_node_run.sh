@@ -10,7 +10,7 @@
 # baseline there), the sweep stops at 4M and tp-gemm runs one process at a quarter of the
 # shapes. QUICK=1 shortens all. STEPS picks steps (default "0 5 1 2 3 4"): a device call is
 # limited to 10 minutes, so on a multi-GPU machine run one or two steps per call (STEPS=0,
-# STEPS=5, STEPS="1 2", STEPS=3, STEPS=4); ENGINES=copy_engine,sm,tma adds the TMA engine to
+# STEPS=5, STEPS="1 2", STEPS=3, STEPS=4; BUDGET bounds the call); ENGINES=copy_engine,sm,tma adds the TMA engine to
 # the sweep.
 set -u
 cd "$(dirname "$0")/.."
@@ -24,6 +24,9 @@ NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
 status=0
 STEPS=" ${STEPS:-0 5 1 2 3 4} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
+# BUDGET (seconds, default 560) bounds the whole call; each step gets what is left of it.
+START=$SECONDS
+left() { local l=$(( ${BUDGET:-560} - (SECONDS - START) )); echo $(( l > 10 ? l : 10 )); }
 if [ "$NGPU" -ge 2 ]; then
   W=$NGPU; SIZES=4K,8K,64K,256K,1M,4M,16M,64M,256M,1G; TP_SCALE=1
   TP_WORLDS=$(printf '%s\n' "$NGPU" 4 2 | awk -v n="$NGPU" '$1 <= n && !seen[$1]++' | xargs)
@@ -37,13 +40,13 @@ date -u | tee -a "$OUT/run.txt"
 
 if want 0 && [ "$NGPU" -ge 2 ] && [ "${FOUNDATION:-1}" = 1 ]; then
   echo "== (0) foundation tests on the cuda backend, one rank per GPU (ranks 1-4 share GPUs)"
-  timeout 560 python3 -m pytest -q -p no:cacheprovider --ditron-backend cuda tests/language \
+  timeout $(left) python3 -m pytest -q -p no:cacheprovider --ditron-backend cuda tests/language \
     tests/runtime > "$OUT/foundation_tests_cuda.txt" 2>&1 || status=1
   tail -n 3 "$OUT/foundation_tests_cuda.txt"
 fi
 if want 5; then
   echo "== (5) every GPU-marked test"
-  timeout 560 python3 -m pytest -q -p no:cacheprovider -m gpu tests/ \
+  timeout $(left) python3 -m pytest -q -p no:cacheprovider -m gpu tests/ \
     > "$OUT/gpu_marked_tests.txt" 2>&1 || status=1
   tail -n 3 "$OUT/gpu_marked_tests.txt"
 fi
@@ -51,12 +54,12 @@ fi
 if want 1; then
   echo "== (1) topology and copy-engine ceilings"
   nvidia-smi topo -m > "$OUT/topo.txt" 2>&1; head -12 "$OUT/topo.txt"
-  timeout 120 python3 bench/peer_bandwidth.py --out "$OUT" || status=1
+  timeout $(( $(left) < 120 ? $(left) : 120 )) python3 bench/peer_bandwidth.py --out "$OUT" || status=1
 fi
 
 if want 2; then
   echo "== (2) collectives: every engine, eager and CUDA graphs, against NCCL"
-  timeout 560 python3 -m ditron bench collectives --world-size "$W" --sizes "$SIZES" \
+  timeout $(left) python3 -m ditron bench collectives --world-size "$W" --sizes "$SIZES" \
     --engines "${ENGINES:-copy_engine,sm}" --graphs --out "$OUT/collectives" \
     > "$OUT/collectives.txt" 2>&1 || status=1
   tail -n 40 "$OUT/collectives.txt"
@@ -66,7 +69,7 @@ if want 3; then
   echo "== (3) TP GEMMs after the tuner, against cuBLAS + NCCL and PyTorch's fused ops"
   for TW in $TP_WORLDS; do
     [ "$TW" -le "$NGPU" ] || continue
-    timeout 560 python3 -m ditron bench tp-gemm --world-size "$TW" --scale "$TP_SCALE" \
+    timeout $(left) python3 -m ditron bench tp-gemm --world-size "$TW" --scale "$TP_SCALE" \
       --tune --out "$OUT/tp_gemm_w$TW" > "$OUT/tp_gemm_w$TW.txt" 2>&1 || status=1
     tail -n 16 "$OUT/tp_gemm_w$TW.txt"
   done
@@ -74,7 +77,7 @@ fi
 
 if want 4; then
   echo "== (4) correctness of every op at W=$W"
-  timeout 560 python3 bench/check_ops_at_scale.py --world-size "$W" 2>&1 \
+  timeout $(left) python3 bench/check_ops_at_scale.py --world-size "$W" 2>&1 \
     | tee "$OUT/check_ops.txt" | tail -n 6 || status=1
 fi
 echo "status $status" | tee -a "$OUT/run.txt"

@@ -245,6 +245,19 @@ def _symm_mem_input(x: torch.Tensor):
         return None
 
 
+def _record(op: str, impl: str, nbytes: int, seconds: float, w: int) -> dict:
+    """One measurement; rank 0 also prints it at once, so a run cut short keeps its rows."""
+    from ..runtime.world import current
+
+    factor = (2 if op == "all_reduce" else 1) * (w - 1) / max(w, 1)
+    r = dict(op=op, impl=impl, bytes=nbytes, us=seconds * 1e6,
+             algbw_GBps=nbytes / seconds / 1e9, busbw_GBps=nbytes / seconds / 1e9 * factor)
+    if current().world.rank == 0:
+        print(f"[bench] {op} {impl} {nbytes} B: {r['us']:.1f} us, "
+              f"busbw {r['busbw_GBps']:.2f} GB/s", flush=True)
+    return r
+
+
 def _run(args: argparse.Namespace, sizes: list[int]) -> None:
     from ..ops.exchange import release_workspaces
     from ..runtime.world import current
@@ -268,18 +281,11 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
         for size in sizes:
             nbytes, impls = _ops_for(name, size, dtype, engines, base_ok)
             for label, fn in impls:
-                t = _time(fn, warmup, iters)
-                factor = (2 if name == "all_reduce" else 1) * (w - 1) / max(w, 1)
-                records.append(dict(op=name, impl=label, bytes=nbytes, us=t * 1e6,
-                                    algbw_GBps=nbytes / t / 1e9,
-                                    busbw_GBps=nbytes / t / 1e9 * factor))
+                records.append(_record(name, label, nbytes, _time(fn, warmup, iters), w))
             if name in _GRAPH_OPS and graphs and size <= graph_max:
                 for label, t in _graph_impls(name, size, dtype, base_ok, args.graph_calls,
                                              warmup, iters):
-                    factor = (2 if name == "all_reduce" else 1) * (w - 1) / max(w, 1)
-                    records.append(dict(op=name, impl=label, bytes=nbytes, us=t * 1e6,
-                                        algbw_GBps=nbytes / t / 1e9,
-                                        busbw_GBps=nbytes / t / 1e9 * factor))
+                    records.append(_record(name, label, nbytes, t, w))
             release_workspaces()
             if cuda:
                 torch.cuda.empty_cache()
