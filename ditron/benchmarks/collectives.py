@@ -259,7 +259,7 @@ def _record(op: str, impl: str, nbytes: int, seconds: float, w: int) -> dict:
 
 
 def _run(args: argparse.Namespace, sizes: list[int]) -> None:
-    from ..ops.exchange import release_workspaces
+    from ..ops.workspaces import release_workspaces
     from ..runtime.world import current
 
     rt = current()

@@ -33,6 +33,7 @@ from ..engines.sync import notify_range, wait_range
 from ..runtime.signals import signal_pad
 from ..runtime.world import current
 from .exchange import capturing
+from .workspaces import alloc_buffers, cached
 
 
 @triton.jit
@@ -115,21 +116,31 @@ class _Workspace:
 def _workspace(dtype: torch.dtype, row: int, cap_rows: int) -> _Workspace:
     rt = current()
     w = rt.world.world_size
-    key = ("workspace", "all_to_all_device", dtype, row, cap_rows)
-    ws = rt.cache.get(key)
+    key = ("all_to_all_device", dtype, row, cap_rows)
+    ws = rt.cache.get(("workspace", *key))
     if ws is None:
         if capturing():
             raise RuntimeError("all_to_all_device: no workspace yet for this row shape, dtype "
                                "and max_out_rows; call it once before capturing a CUDA graph "
                                "(workspaces are allocated collectively)")
-        tag = f"a2a_device:{str(dtype).removeprefix('torch.')}:{row}:{cap_rows}"
-        mat = rt.heap.alloc((2, w, w), torch.int64, name=f"{tag}:splits")
-        mat.zero_()
-        inbox = rt.heap.alloc((2, max(cap_rows * row, 1)), dtype, name=f"{tag}:inbox")
-        pad = signal_pad(tag, 3 * w).signals  # zeroed, then a barrier: peers see it ready
-        epoch = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
-        ws = rt.cache[key] = _Workspace(mat, inbox, pad, epoch, tag)
+        ws = cached(key, lambda: _new_workspace(dtype, row, cap_rows, w))
     return ws
+
+
+def _new_workspace(dtype: torch.dtype, row: int, cap_rows: int, w: int) -> _Workspace:
+    rt = current()
+    tag = f"a2a_device:{str(dtype).removeprefix('torch.')}:{row}:{cap_rows}"
+    bufs = alloc_buffers([((2, w, w), torch.int64, f"{tag}:splits"),
+                          ((2, max(cap_rows * row, 1)), dtype, f"{tag}:inbox")])
+    mat, inbox = bufs.tensors
+    mat.zero_()
+    try:
+        pad = signal_pad(tag, 3 * w).signals  # zeroed, then a barrier: peers see it ready
+    except BaseException:
+        bufs.release(rt.heap)
+        raise
+    epoch = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
+    return _Workspace(mat, inbox, pad, epoch, tag)
 
 
 def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,

@@ -24,7 +24,8 @@ import torch
 import torch.distributed as dist
 
 from ..runtime.world import current
-from .exchange import Part, capturing, exchange, refuse_capture, release_workspaces
+from .exchange import Part, capturing, exchange, refuse_capture
+from .workspaces import cached, release_workspaces
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "recv",
            "reduce_scatter", "release_workspaces", "send"]
@@ -268,19 +269,26 @@ def _fused_ok(engine: str, n: int, op: str) -> bool:
 def _fused_workspace(dtype: torch.dtype, mode: int, n: int):
     """The cached fused-collective workspace for ``n`` input elements (collective when new)."""
     from ..kernels import fused_collective as kfc
-    from ..runtime.signals import signal_pad
 
     rt = current()
     w = rt.world.world_size
     cap = kfc.bucket(n, FUSED_MAX_ELEMENTS)
-    key = ("workspace", "fused_collective", dtype, mode, cap)
-    ws = rt.cache.get(key)
+    key = ("fused_collective", dtype, mode, cap)
+    ws = rt.cache.get(("workspace", *key))
     if ws is not None:
         return ws
     if capturing():
         raise RuntimeError(f"ditron.ops: no fused-collective workspace yet for {n} {dtype} "
                            f"elements; call the op once with this size and dtype before "
                            f"capturing a CUDA graph (workspaces are allocated collectively)")
+    return cached(key, lambda: _new_fused_workspace(dtype, mode, cap, w))
+
+
+def _new_fused_workspace(dtype: torch.dtype, mode: int, cap: int, w: int):
+    from ..kernels import fused_collective as kfc
+    from ..runtime.signals import signal_pad
+
+    rt = current()
     block = 1024
     # GPU: one block per program up to 128 programs (latency-bound small sizes finish in one
     # step per program); the CPU interpreter runs programs one by one: two suffice to test
@@ -288,10 +296,13 @@ def _fused_workspace(dtype: torch.dtype, mode: int, n: int):
     half, red_offset = kfc.workspace_shape(cap, w, mode)
     name = f"fused:{str(dtype).removeprefix('torch.')}:{mode}:{cap}"
     buf = rt.heap.alloc((2, half), dtype, name=name)
-    pad = signal_pad(name, 2 * programs * w).signals
+    try:
+        pad = signal_pad(name, 2 * programs * w).signals
+    except BaseException:
+        rt.heap.free(buf)
+        raise
     epochs = torch.zeros(programs, dtype=torch.int64, device=rt.world.device)
-    ws = rt.cache[key] = kfc.Workspace(buf, pad, epochs, cap, programs, red_offset, name)
-    return ws
+    return kfc.Workspace(buf, pad, epochs, cap, programs, red_offset, name)
 
 
 def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:

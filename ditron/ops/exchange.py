@@ -28,26 +28,25 @@ from ..engines.sync import notify_peers, wait_slots
 from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import SignalPad, signal_pad
 from ..runtime.world import current
-
-_INBOX = "collectives:inbox"
+from .workspaces import alloc_buffers, cached, drop
 
 
 def _inbox(key: str, nbytes: int) -> torch.Tensor:
     """The op's symmetric inbox ``[2, >= nbytes]`` (uint8), grown in powers of two."""
     rt = current()
     half = max(ALIGNMENT, -(-nbytes // ALIGNMENT) * ALIGNMENT)
-    inboxes = rt.cache.setdefault(_INBOX, {})
-    buf = inboxes.get(key)
-    if buf is None or buf.shape[1] < half:
-        if buf is not None:
-            rt.heap.free(buf)
+    ws = rt.cache.get(("workspace", "inbox", key))
+    if ws is not None and ws.tensors[0].shape[1] < half:
+        drop(("inbox", key))
+        ws = None
+    if ws is None:
         cap = 1 << (half - 1).bit_length()
-        buf = rt.heap.alloc((2, cap), torch.uint8, name=f"inbox:{key}")
-        inboxes[key] = buf
+        ws = cached(("inbox", key),
+                    lambda: alloc_buffers([((2, cap), torch.uint8, f"inbox:{key}")]))
         from ..runtime.barrier import barrier
 
         barrier()  # every rank has initialised its inbox before a peer writes into it
-    return buf
+    return ws.tensors[0]
 
 
 def engine_instance(name: str) -> Engine:
@@ -56,24 +55,6 @@ def engine_instance(name: str) -> Engine:
     if name not in engines:
         engines[name] = get_engine(name)
     return engines[name]
-
-
-def release_workspaces() -> None:
-    """Free every cached collective workspace: the exchange's inboxes, and the fused
-    collectives' and ``all_to_all_device``'s buffers with their signal pads (collective: a
-    barrier first, so no peer still writes; the next call allocates afresh, its device
-    epochs restarting with fresh pads)."""
-    from ..runtime.barrier import barrier
-    from ..runtime.signals import drop_signal_pad
-
-    rt = current()
-    barrier()
-    for buf in rt.cache.pop(_INBOX, {}).values():
-        rt.heap.free(buf)
-    for key in [k for k in rt.cache if isinstance(k, tuple) and k[0] == "workspace"]:
-        ws = rt.cache.pop(key)
-        ws.release(rt.heap)
-        drop_signal_pad(ws.pad_key)
 
 
 @dataclasses.dataclass

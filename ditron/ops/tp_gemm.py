@@ -4,7 +4,8 @@ Each op = the persistent GEMM (``kernels/gemm.py``) + a chunk plan (``plan/``) +
 distributed swizzle (``kernels/swizzle.py``) + a decision (tuned or cost model) with a plain
 fallback (``torch.matmul`` + ``torch.distributed`` on the default group).
 
-Workspaces live in the symmetric heap, cached per shape in ``current().cache``; every
+Heap buffers are cached workspaces (``ops/workspaces.py``: per shape, freed and rebuilt
+when the heap runs full), host metadata is cached per shape and tile config; every
 buffer peers touch is **double-buffered by call parity** and every signal is *set* to the
 call's epoch (``docs/developing.md``), so no barrier and no reset is needed between calls:
 a rank writes buffer ``e % 2`` in call ``e`` only after its call ``e - 1`` waited on every
@@ -43,6 +44,7 @@ from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
 from ..runtime.world import current
 from .exchange import capturing, refuse_capture
+from .workspaces import alloc_buffers, cached
 
 METHODS = ("auto", "overlap", "fallback")
 AG_ENGINES = ("copy_engine", "colocated")
@@ -217,9 +219,10 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
 
 def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
                   chunk_rows: int | None = None) -> dict:
-    """Per-shape AG-GEMM workspace: a double-buffered symmetric A of ``rows`` rows, the
-    plan (split into chunks of ``chunk_rows`` rows when given), the per-row-block chunk
-    waits derived from it, the gather-mode tile order and this rank's own chunk ids."""
+    """Per-shape AG-GEMM workspace: a double-buffered symmetric A of ``rows`` rows (a cached
+    workspace, ``ops/workspaces.py``), the plan (split into chunks of ``chunk_rows`` rows when
+    given), the per-row-block chunk waits derived from it, the gather-mode tile order and
+    this rank's own chunk ids."""
     rt = current()
     W, rank, L = rt.world.world_size, rt.world.rank, rt.world.local_world_size
     m, K = a.shape
@@ -227,7 +230,6 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
     key = ("ag_gemm", tag, m, K, N, a.dtype, cfg, chunk_rows)
     ws = rt.cache.get(key)
     if ws is None:
-        shards = rt.heap.alloc((2, rows, K), a.dtype, f"ag_gemm:{tag}")
         mode = "push" if tag == "pushed" else "pull"
         plan = (templates.all_gather(m, W, mode=mode) if nodes == 1
                 else templates.all_gather_2d(m, W, L))
@@ -239,10 +241,13 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
         order = swizzle.gather_order(waits.owner, n_blocks, rank, W,
                                      arrival=plan.arrival_order(rank), group_m=cfg.group_m)
         held = torch.tensor([q for q in range(W) if q % L == rank % L], dtype=torch.int32)
-        ws = dict(shards=shards, plan=plan, waits=waits.to(a.device), order=order.to(a.device),
+        ws = dict(plan=plan, waits=waits.to(a.device), order=order.to(a.device),
                   held=held.to(a.device), n_blocks=n_blocks, own=own.to(a.device))
         rt.cache[key] = ws
-    return ws
+    # the heap buffer depends on the shape only (tile configs and chunkings share it)
+    bufs = cached(("ag_gemm", tag, rows, K, a.dtype),
+                  lambda: alloc_buffers([((2, rows, K), a.dtype, f"ag_gemm:{tag}")]))
+    return dict(ws, shards=bufs.tensors[0])
 
 
 def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | None):
@@ -383,8 +388,6 @@ def _scatter_overlap(op: str, a, b, cfg: GemmConfig):
     key = (op, M, k, N, a.dtype, cfg)
     ws = rt.cache.get(key)
     if ws is None:
-        recv = rt.heap.alloc((2, W, seg, N), a.dtype, f"{op}:recv")
-        bc = rt.heap.alloc((2, M, N), a.dtype, f"{op}:bcast") if op == "gemm_ar" else None
         mapping = plan_deps.TileMapping(M, cfg.block_m, seg)
         n_blocks = triton.cdiv(N, cfg.block_n)
         plan = (templates.reduce_scatter if op == "gemm_rs" else templates.all_reduce)(
@@ -395,9 +398,15 @@ def _scatter_overlap(op: str, a, b, cfg: GemmConfig):
         order = (swizzle.scatter_order if op == "gemm_rs" else swizzle.allreduce_order)(
             live, n_blocks, rank, W, group_m=cfg.group_m)
         tiles_per_seg = mapping.blocks_per_seg * n_blocks
-        ws = dict(recv=recv, bc=bc, order=order.to(a.device), n_blocks=n_blocks,
+        ws = dict(order=order.to(a.device), n_blocks=n_blocks,
                   tiles_per_seg=tiles_per_seg, total_tiles=mapping.m_blocks * n_blocks)
         rt.cache[key] = ws
+    # heap buffers depend on the shape only (tile configs share them)
+    specs = [((2, W, seg, N), a.dtype, f"{op}:recv")]
+    if op == "gemm_ar":
+        specs.append(((2, M, N), a.dtype, f"{op}:bcast"))
+    bufs = cached((op, M, N, a.dtype), lambda: alloc_buffers(specs)).tensors
+    ws = dict(ws, recv=bufs[0], bc=bufs[1] if op == "gemm_ar" else None)
     n_rs = W * ws["tiles_per_seg"]
     n_sig = n_rs + (ws["total_tiles"] if op == "gemm_ar" else 0)
     pad = signal_pad(op, n_sig)

@@ -21,6 +21,12 @@ from .backends import HeapMapping
 ALIGNMENT = 256
 
 
+class HeapExhausted(RuntimeError):
+    """No free block is large enough on some rank. Raised on every rank of the allocation
+    (the check is collective), so callers may react collectively, e.g. free cached
+    workspaces and try again."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Allocation:
     offset: int
@@ -111,13 +117,13 @@ class SymmetricHeap:
         world = dist.get_world_size(self._group) if self._group is not None else 1
         if world == 1:
             if problem:
-                raise RuntimeError(problem)
+                raise HeapExhausted(problem)
             return
         metas: list = [None] * world
         dist.all_gather_object(metas, (meta, problem), group=self._group)
         failed = [(r, p) for r, (_, p) in enumerate(metas) if p]
         if failed:
-            raise RuntimeError(failed[0][1] + f" (exhausted on ranks {[r for r, _ in failed]})")
+            raise HeapExhausted(failed[0][1] + f" (exhausted on ranks {[r for r, _ in failed]})")
         if any(m != metas[0][0] for m, _ in metas):
             lines = [f"  rank {r}: shape={m[0]} dtype={m[1]} heap offset={m[2]}"
                      for r, (m, _) in enumerate(metas)]

@@ -119,6 +119,7 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
         ("overlap", c, e, ch) for c in candidates for e in engines
         for ch in (chunkings if e == "copy_engine" else [None])]
     results: list[float] = []
+    errors: dict[int, str] = {}
     for i, (method, cfg, engine, chunk) in enumerate(trials):
         if progress and rt.world.rank == 0:
             print(f"\r[ditron tune] {op} M={M} N={N} K={K}: {i + 1}/{len(trials)} "
@@ -130,14 +131,19 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
                                                                       **x),
                                warmup, iters, dev, batch)
             ok = 1.0
-        except Exception:  # noqa: BLE001 - a config that does not compile loses
+        except Exception as exc:  # noqa: BLE001 - a config that does not compile loses
             times, ok = [float("inf")], 0.0
+            errors[i] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
         flag = torch.tensor([ok])
         if W > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=rt.host_group)
         results.append(agreed_median(times) if flag.item() > 0 else float("inf"))
     if progress and rt.world.rank == 0:
         print(file=sys.stderr)
+        for i, ((method, cfg, engine, chunk), t) in enumerate(zip(trials, results, strict=True)):
+            shown = f"{t * 1e6:10.1f} us" if t != float("inf") else "    failed   "
+            print(f"[ditron tune]   {shown}  {method} {engine} chunk={chunk} {cfg.label()}"
+                  + (f"  ({errors[i]})" if i in errors else ""), file=sys.stderr)
     best = [min(range(len(trials)), key=lambda j: results[j])]
     if W > 1:
         dist.broadcast_object_list(best, src=0, group=rt.host_group)

@@ -1,0 +1,119 @@
+"""The ops' symmetric workspaces: one cache, one release, eviction when the heap is full.
+
+Every op keeps the symmetric buffers it reuses across calls in ``current().cache`` under a
+``("workspace", ...)`` key, through :func:`cached`. A workspace is any object with
+``release(heap)`` (frees its buffers) and ``pad_key`` (the name of a signal pad to drop with
+it, or ``None``); :class:`Buffers` is the plain one. Host-side metadata (plans, tile orders)
+is cached elsewhere and never holds heap tensors, so it outlives an eviction.
+
+Allocation is collective and every rank allocates the same buffers in the same order, so a
+heap that is full is full on every rank at the same call (:class:`HeapExhausted` is raised on
+all of them). :func:`allocate` then frees every cached workspace (collective:
+:func:`release_workspaces`) and tries once more, so a long run over many shapes (a
+benchmark, a tuner) keeps working with a bounded heap; only the op that needs more than the
+whole heap fails, with the heap's message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+from ..runtime.heap import HeapExhausted
+from ..runtime.world import current
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class Buffers:
+    """Symmetric tensors freed together."""
+
+    tensors: tuple[torch.Tensor, ...]
+    pad_key: str | None = None
+
+    def release(self, heap) -> None:
+        for t in self.tensors:
+            heap.free(t)
+
+
+def _is_workspace(key) -> bool:
+    return isinstance(key, tuple) and len(key) > 0 and key[0] == "workspace"
+
+
+def release_workspaces() -> None:
+    """Free every cached workspace and drop its signal pad (collective: a barrier first, so
+    no peer still uses them; the next call of an op allocates afresh, its device epochs
+    restarting with fresh pads)."""
+    from ..runtime.barrier import barrier
+    from ..runtime.signals import drop_signal_pad
+
+    rt = current()
+    barrier()
+    for key in [k for k in rt.cache if _is_workspace(k)]:
+        ws = rt.cache.pop(key)
+        ws.release(rt.heap)
+        if ws.pad_key is not None:
+            drop_signal_pad(ws.pad_key)
+
+
+def allocate(build: Callable[[], T]) -> T:
+    """``build()`` (collective heap allocations); if the heap is exhausted, free every cached
+    workspace and build once more (collective either way)."""
+    try:
+        return build()
+    except HeapExhausted:
+        if not any(_is_workspace(k) for k in current().cache):
+            raise
+        release_workspaces()
+        rt = current()
+        rt.cache["workspaces:evictions"] = evictions() + 1
+        return build()
+
+
+def evictions() -> int:
+    """How many times this process freed every workspace to make room (a heap that is too
+    small for the working set shows here as a count that keeps growing)."""
+    return current().cache.get("workspaces:evictions", 0)
+
+
+def cached(key: tuple, build: Callable[[], T]) -> T:
+    """The workspace cached under ``("workspace", *key)``, built (collectively) when missing."""
+    rt = current()
+    full = ("workspace", *key)
+    ws = rt.cache.get(full)
+    if ws is None:
+        ws = allocate(build)
+        rt.cache[full] = ws
+    return ws
+
+
+def drop(key: tuple) -> None:
+    """Free the workspace cached under ``("workspace", *key)``, if any (collective)."""
+    rt = current()
+    ws = rt.cache.pop(("workspace", *key), None)
+    if ws is not None:
+        ws.release(rt.heap)
+
+
+def alloc_buffers(specs: list[tuple[tuple[int, ...], torch.dtype, str]],
+                  pad_key: str | None = None) -> Buffers:
+    """Allocate ``(shape, dtype, name)`` symmetric buffers in order; if one fails, those
+    already made are freed before the error propagates."""
+    heap = current().heap
+    made: list[torch.Tensor] = []
+    try:
+        for shape, dtype, name in specs:
+            made.append(heap.alloc(shape, dtype, name))
+    except BaseException:
+        for t in made:
+            heap.free(t)
+        raise
+    return Buffers(tuple(made), pad_key)
+
+
+__all__ = ["Buffers", "alloc_buffers", "allocate", "cached", "drop", "evictions",
+           "release_workspaces"]
