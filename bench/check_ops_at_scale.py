@@ -13,6 +13,7 @@ line per family and exits non-zero on the first failure.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
@@ -37,9 +38,15 @@ def main() -> int:
     print(f"collectives W={W} engines={engines}: {checks[0]} checks per rank, all passed")
     checks = ditron.launch(coll.check_all_to_all_device, W, 7, backend=backend)
     print(f"all_to_all_device W={W}: {checks[0]} checks per rank, all passed")
-    checks = ditron.launch(fused._rank_sizes_and_repeats, W, backend=backend)
-    print(f"fused all_reduce, all_gather, reduce_scatter W={W}: {checks[0]} checks per "
-          f"rank, all passed")
+    for push, block in (("0", ""), ("1", ""), ("1", "4096"), ("0", "4096")):
+        os.environ["DITRON_FUSED_PUSH"], os.environ["DITRON_FUSED_BLOCK"] = push, block
+        checks = ditron.launch(fused._rank_sizes_and_repeats, W, backend=backend)
+        print(f"fused all_reduce, all_gather, reduce_scatter W={W} push={push} "
+              f"block={block or 'auto'}: {checks[0]} checks per rank, all passed")
+    del os.environ["DITRON_FUSED_PUSH"], os.environ["DITRON_FUSED_BLOCK"]
+    checks = ditron.launch(fused._rank_large, W, backend=backend)
+    print(f"fused collectives, 1-40 MB inputs, default variants W={W}: {checks[0]} checks "
+          f"per rank, all passed")
     methods = ["overlap"] if shared else ["overlap", "fallback"]
     specs = [(torch.bfloat16, 3, methods), (torch.float32, 2, ["overlap"])]
     checks = ditron.launch(tp._ops_case, W, 300, 256, 384, specs, backend=backend)

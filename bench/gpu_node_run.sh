@@ -10,7 +10,8 @@
 # baseline there), the sweep stops at 4M and tp-gemm runs one process at a quarter of the
 # shapes. QUICK=1 shortens all. STEPS picks steps (default "0 5 1 2 3 4"): a device call is
 # limited to 10 minutes, so on a multi-GPU machine run one or two steps per call (STEPS=0,
-# STEPS=5, STEPS="1 2", STEPS=3, STEPS=4; BUDGET bounds the call); ENGINES=copy_engine,sm,tma adds the TMA engine to
+# STEPS=5, STEPS="1 2", STEPS=3, STEPS=4; BUDGET bounds the call; 6: fused-collective
+# variants, 7: overlap traces); ENGINES=copy_engine,sm,tma adds the TMA engine to
 # the sweep.
 set -u
 cd "$(dirname "$0")/.."
@@ -79,6 +80,22 @@ if want 4; then
   echo "== (4) correctness of every op at W=$W"
   timeout $(left) python3 bench/check_ops_at_scale.py --world-size "$W" 2>&1 \
     | tee "$OUT/check_ops.txt" | tail -n 6 || status=1
+fi
+if want 6; then
+  echo "== (6) fused-collective variants under CUDA graphs (bench/fused_lab.py)"
+  timeout $(left) python3 bench/fused_lab.py --world-size "$W" --out "$OUT/fused_lab" \
+    > "$OUT/fused_lab.txt" 2>&1 || status=1
+  tail -n 100 "$OUT/fused_lab.txt"
+fi
+
+if want 7; then
+  echo "== (7) overlap traces of the first AG-GEMM and GEMM-RS shapes at W=$W"
+  for spec in "ag_gemm 11008 4096" "gemm_rs 4096 11008"; do
+    set -- $spec
+    timeout $(left) python3 -m ditron trace --op "$1" --world-size "$W" --m 8192 --n "$2" \
+      --k "$3" --calls 3 --out "$OUT/trace_$1" > "$OUT/trace_$1.txt" 2>&1 || status=1
+    grep "call 2" "$OUT/trace_$1.txt"
+  done
 fi
 echo "status $status" | tee -a "$OUT/run.txt"
 exit $status

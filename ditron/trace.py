@@ -62,8 +62,15 @@ def record(op: str, buf: torch.Tensor, n_blocks: int, t0: int, t1: int) -> None:
         def conv(v):
             return (t0 + (t1 - t0) * (v + 0.5) / n) / 1e3
     call = sum(1 for e in _EVENTS if e.get("name") == f"{op} call" and e["pid"] == rank)
+    args = {"call": call, "tiles": len(rows),
+            "tiles_waited": sum(1 for r in rows if r[2] > r[1])}
+    if gpu and rows:  # device-clock figures (the CPU clock is logical, see above)
+        args.update(
+            device_span_us=(max(r[3] for r in rows) - base) / 1e3,
+            wait_us_total=sum(r[2] - r[1] for r in rows) / 1e3,
+            tile_us_mean=sum(r[3] - r[2] for r in rows) / len(rows) / 1e3)
     _EVENTS.append({"name": f"{op} call", "ph": "X", "pid": rank, "tid": 0,
-                    "ts": t0 / 1e3, "dur": (t1 - t0) / 1e3, "args": {"call": call}})
+                    "ts": t0 / 1e3, "dur": (t1 - t0) / 1e3, "args": args})
     for tile, start, ready, end in rows:
         mb, nb = divmod(tile, n_blocks)
         if ready > start:
@@ -122,7 +129,8 @@ def write(all_events: list[dict], prefix: str) -> list[str]:
     return paths + [prefix + ".png"]
 
 
-def _run_traced(op: str, M: int, N: int, K: int, calls: int) -> list[dict]:
+def _run_traced(op: str, M: int, N: int, K: int, calls: int,
+                dtype: torch.dtype = torch.float32) -> list[dict]:
     import ditron
 
     w = ditron.world()
@@ -130,8 +138,8 @@ def _run_traced(op: str, M: int, N: int, K: int, calls: int) -> list[dict]:
     torch.manual_seed(w.rank)
     fn = getattr(ditron.ops, op)
     rows = M // w.world_size if op == "ag_gemm" else M
-    a = torch.randn(rows, K, device=w.device)
-    b = torch.randn(K, N, device=w.device)
+    a = torch.randn(rows, K, device=w.device).to(dtype)
+    b = torch.randn(K, N, device=w.device).to(dtype)
     for _ in range(calls):
         fn(a, b, method="overlap")
     return events()
@@ -147,11 +155,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=2)
     p.add_argument("--out", default="ditron-trace")
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     args = p.parse_args(argv)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     import ditron
 
     per_rank = ditron.launch(_run_traced, args.world_size, args.op, args.m, args.n, args.k,
-                             args.calls, backend=args.backend)
+                             args.calls, dtype, backend=args.backend)
+    for evs in per_rank:
+        for e in evs:
+            if e.get("tid") == 0 and e["name"].endswith(" call"):
+                figures = ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                                    for k, v in e["args"].items())
+                print(f"rank {e['pid']} {e['name']}: {figures}")
     paths = write([e for evs in per_rank for e in evs], args.out)
     print("wrote " + ", ".join(paths), file=sys.stderr)
     return 0

@@ -199,7 +199,7 @@ def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls:
             impls.append(("nccl graph", lambda: dist.reduce_scatter_tensor(dst, x)))
         return _replay_each(impls, calls, warmup, iters)
     impls = [(f"sm/{m} graph", lambda m=m: ops.all_reduce(x, m, engine="sm"))
-             for m in ("one_shot", "two_shot")]
+             for m in ("one_shot", "two_shot", "auto")]
     if base_ok:
         buf = x.clone()
         impls.append(("nccl graph", lambda: dist.all_reduce(buf)))

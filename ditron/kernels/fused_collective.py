@@ -32,6 +32,13 @@ only grow; ``wait`` for ``>= epoch``), with the epoch counted on the device by e
   one (kernels of a stream do not overlap). Sums run in rank order, so every rank gets the
   same bits.
 
+Two variants, one protocol (``PUSH``, fixed per workspace): *pull* (above) publishes into
+the rank's own buffer and reads the peers' remotely after the barrier; *push* stores each
+slice straight into slot ``r`` of the ranks that read it (all ranks, or rank ``s`` for
+segment ``s``; the reduced two-shot segment to every rank's ``red`` slot ``r``) and reads
+only local memory after the barrier. Remote stores need no round trip, so push keeps more
+bytes in flight on large inputs; its buffers hold ``W`` slots per half instead of one.
+
 Segments: ``n`` input elements form ``W`` segments of ``seg`` elements for two-shot and
 reduce-scatter (``seg = ceil(n / W)``, exact for reduce-scatter), one segment otherwise. Each
 segment is cut into ``P`` slices of whole ``BLOCK``s.
@@ -61,8 +68,8 @@ _ALL_GATHER = tl.constexpr(ALL_GATHER)
 
 @triton.jit
 def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg, slice_len,
-                            half_stride, red_offset, ctx, BLOCK: tl.constexpr,
-                            MODE: tl.constexpr, WORLD: tl.constexpr):
+                            half_stride, red_offset, slot_len, ctx, BLOCK: tl.constexpr,
+                            MODE: tl.constexpr, WORLD: tl.constexpr, PUSH: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     me = ctx.rank
@@ -74,23 +81,35 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
     hi = tl.minimum(lo + slice_len, seg)
     segmented = (MODE == _TWO_SHOT) or (MODE == _REDUCE_SCATTER)
     n_seg = W if segmented else 1
-    # 1. publish my slice of every segment
+    # 1. publish my slice of every segment: pull: into my own buffer; push: into slot ``me``
+    #    of the ranks that read it (segmented: rank ``s`` for segment ``s``; else all)
     s = 0
     while s < n_seg:
         for off in range(lo, hi, BLOCK):
             local = off + tl.arange(0, BLOCK)
             idx = s * seg + local
             mask = (idx < n) & (local < hi)
-            tl.store(half + idx, tl.load(x_ptr + idx, mask=mask), mask=mask)
+            v = tl.load(x_ptr + idx, mask=mask)
+            if PUSH:
+                if segmented:
+                    dl.store(half + me * slot_len + local, v, s, ctx, mask=mask)
+                else:
+                    for q in tl.static_range(WORLD):  # unrolled: the W stores overlap
+                        dl.store(half + me * slot_len + local, v, q, ctx, mask=mask)
+            else:
+                tl.store(half + idx, v, mask=mask)
         s += 1
     _barrier(sig_ptr, pid, epoch, me, W, ctx)
     if MODE == _ALL_GATHER:
         for off in range(lo, hi, BLOCK):
             local = off + tl.arange(0, BLOCK)
             mask = local < hi
-            for q in tl.static_range(WORLD):  # unrolled: the W remote loads overlap
-                tl.store(out_ptr + q * n + local, dl.load(half + local, q, ctx, mask=mask),
-                         mask=mask)
+            for q in tl.static_range(WORLD):  # unrolled: the W loads overlap
+                if PUSH:
+                    v = tl.load(half + q * slot_len + local, mask=mask)
+                else:
+                    v = dl.load(half + local, q, ctx, mask=mask)
+                tl.store(out_ptr + q * n + local, v, mask=mask)
     else:
         # 2. reduce my slice of segment ``me`` (one-shot: of the whole input)
         start = me * seg if segmented else 0
@@ -99,15 +118,23 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
             idx = start + local
             mask = (idx < n) & (local < hi)
             acc = tl.zeros((BLOCK,), dtype=tl.float32)
-            for q in tl.static_range(WORLD):  # unrolled: the W remote loads overlap
-                acc += dl.load(half + idx, q, ctx, mask=mask, other=0.0).to(tl.float32)
+            for q in tl.static_range(WORLD):  # unrolled: the W loads overlap
+                if PUSH:
+                    v = tl.load(half + q * slot_len + local, mask=mask, other=0.0)
+                else:
+                    v = dl.load(half + idx, q, ctx, mask=mask, other=0.0)
+                acc += v.to(tl.float32)
             val = acc.to(out_ptr.dtype.element_ty)
             if MODE == _REDUCE_SCATTER:
                 tl.store(out_ptr + local, val, mask=mask)
             else:
                 tl.store(out_ptr + idx, val, mask=mask)
             if MODE == _TWO_SHOT:
-                tl.store(red + local, val, mask=mask)
+                if PUSH:
+                    for q in tl.static_range(WORLD):
+                        dl.store(red + me * slot_len + local, val, q, ctx, mask=mask)
+                else:
+                    tl.store(red + local, val, mask=mask)
         if MODE == _TWO_SHOT:
             # 3. gather the other ranks' reduced slices
             _barrier(sig_ptr + nprog * W, pid, epoch, me, W, ctx)
@@ -118,8 +145,11 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
                         local = off + tl.arange(0, BLOCK)
                         idx = s * seg + local
                         mask = (idx < n) & (local < hi)
-                        tl.store(out_ptr + idx, dl.load(red + local, s, ctx, mask=mask),
-                                 mask=mask)
+                        if PUSH:
+                            v = tl.load(red + s * slot_len + local, mask=mask)
+                        else:
+                            v = dl.load(red + local, s, ctx, mask=mask)
+                        tl.store(out_ptr + idx, v, mask=mask)
                 s += 1
     tl.store(epoch_ptr + pid, epoch)
 
@@ -143,7 +173,7 @@ def _barrier(sig_ptr, pid, epoch, me, W, ctx):
 
 @dataclasses.dataclass
 class Workspace:
-    """Buffers of one (mode, dtype, size bucket); see the module docstring."""
+    """Buffers of one (mode, variant, dtype, size bucket); see the module docstring."""
 
     buf: torch.Tensor  # symmetric [2, half_stride]
     pad: torch.Tensor  # symmetric int64 [2 * programs * W]
@@ -152,18 +182,28 @@ class Workspace:
     programs: int
     red_offset: int
     pad_key: str  # the signal pad's name (``runtime.signals.signal_pad``)
+    push: bool = False
+    slot_len: int = 0
 
     def release(self, heap) -> None:
         """Free the heap buffers (collective; the caller drops the signal pad)."""
         heap.free(self.buf)
 
 
-def workspace_shape(cap: int, world_size: int, mode: int) -> tuple[int, int]:
-    """``(half_stride, red_offset)`` in elements for inputs of up to ``cap`` elements."""
-    red = triton.cdiv(cap, world_size) if mode == TWO_SHOT else 0
+def workspace_shape(cap: int, world_size: int, mode: int,
+                    push: bool = False) -> tuple[int, int, int]:
+    """``(half_stride, red_offset, slot_len)`` in elements for inputs of up to ``cap``
+    elements (``slot_len``: one rank's slot in the push layout, 0 for pull)."""
     align = 64  # keep each region 128-byte aligned for 16-bit types
-    red_offset = triton.cdiv(cap, align) * align
-    return red_offset + triton.cdiv(red, align) * align, red_offset
+    up = lambda v: triton.cdiv(v, align) * align  # noqa: E731
+    segmented = mode in (TWO_SHOT, REDUCE_SCATTER)
+    if not push:
+        red = triton.cdiv(cap, world_size) if mode == TWO_SHOT else 0
+        return up(cap) + up(red), up(cap), 0
+    slot = up(triton.cdiv(cap, world_size)) if segmented else up(cap)
+    slots = world_size * slot
+    red = slots if mode == TWO_SHOT else 0
+    return slots + red, slots, slot
 
 
 def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, block: int,
@@ -177,7 +217,7 @@ def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, bl
     slice_len = triton.cdiv(triton.cdiv(seg, ws.programs), block) * block
     fused_collective_kernel[(ws.programs,)](
         x, out, ws.buf, ws.pad, ws.epochs, n, seg, slice_len, ws.buf.shape[1], ws.red_offset,
-        ctx, BLOCK=block, MODE=mode, WORLD=w, num_warps=num_warps)
+        ws.slot_len, ctx, BLOCK=block, MODE=mode, WORLD=w, PUSH=ws.push, num_warps=num_warps)
 
 
 def bucket(n: int, max_cap: int) -> int:

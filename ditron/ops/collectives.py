@@ -16,6 +16,7 @@ cached; ``all_to_all`` gathers its split sizes on every call).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Sequence
@@ -266,14 +267,41 @@ def _fused_ok(engine: str, n: int, op: str) -> bool:
             and (op == "all_reduce" or n <= FUSED_MAX_ELEMENTS))
 
 
-def _fused_workspace(dtype: torch.dtype, mode: int, n: int):
+#: fused collectives at or above this many input bytes use the push variant
+PUSH_MIN_BYTES = 512 << 10
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedVariant:
+    """How one fused launch runs: ``push`` or pull, ``block`` elements per program step."""
+
+    push: bool
+    block: int
+    num_warps: int
+
+
+def fused_variant(nbytes: int, backend: str) -> FusedVariant:
+    """The variant for an input of ``nbytes`` (env ``DITRON_FUSED_PUSH=0/1`` forces pull /
+    push; ``DITRON_FUSED_BLOCK`` the block)."""
+    env = os.environ
+    if backend == "cpu":  # the interpreter: pull and one block size unless forced
+        return FusedVariant(env.get("DITRON_FUSED_PUSH", "0") == "1",
+                            int(env.get("DITRON_FUSED_BLOCK", "0")) or 1024, 1)
+    forced = env.get("DITRON_FUSED_PUSH", "")
+    push = nbytes >= PUSH_MIN_BYTES if forced == "" else forced == "1"
+    block = int(env.get("DITRON_FUSED_BLOCK", "0")) or (
+        4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20) else 1024)
+    return FusedVariant(push, block, 4 if block <= 1024 else 8)
+
+
+def _fused_workspace(dtype: torch.dtype, mode: int, n: int, variant: FusedVariant):
     """The cached fused-collective workspace for ``n`` input elements (collective when new)."""
     from ..kernels import fused_collective as kfc
 
     rt = current()
     w = rt.world.world_size
     cap = kfc.bucket(n, FUSED_MAX_ELEMENTS)
-    key = ("fused_collective", dtype, mode, cap)
+    key = ("fused_collective", dtype, mode, cap, variant.push, variant.block)
     ws = rt.cache.get(("workspace", *key))
     if ws is not None:
         return ws
@@ -281,20 +309,21 @@ def _fused_workspace(dtype: torch.dtype, mode: int, n: int):
         raise RuntimeError(f"ditron.ops: no fused-collective workspace yet for {n} {dtype} "
                            f"elements; call the op once with this size and dtype before "
                            f"capturing a CUDA graph (workspaces are allocated collectively)")
-    return cached(key, lambda: _new_fused_workspace(dtype, mode, cap, w))
+    return cached(key, lambda: _new_fused_workspace(dtype, mode, cap, w, variant))
 
 
-def _new_fused_workspace(dtype: torch.dtype, mode: int, cap: int, w: int):
+def _new_fused_workspace(dtype: torch.dtype, mode: int, cap: int, w: int,
+                         variant: FusedVariant):
     from ..kernels import fused_collective as kfc
     from ..runtime.signals import signal_pad
 
     rt = current()
-    block = 1024
     # GPU: one block per program up to 128 programs (latency-bound small sizes finish in one
     # step per program); the CPU interpreter runs programs one by one: two suffice to test
-    programs = 2 if rt.world.backend == "cpu" else max(1, min(128, cap // block))
-    half, red_offset = kfc.workspace_shape(cap, w, mode)
-    name = f"fused:{str(dtype).removeprefix('torch.')}:{mode}:{cap}"
+    programs = 2 if rt.world.backend == "cpu" else max(1, min(128, cap // variant.block))
+    half, red_offset, slot_len = kfc.workspace_shape(cap, w, mode, variant.push)
+    name = (f"fused:{str(dtype).removeprefix('torch.')}:{mode}:{cap}:"
+            f"{'push' if variant.push else 'pull'}:{variant.block}")
     buf = rt.heap.alloc((2, half), dtype, name=name)
     try:
         pad = signal_pad(name, 2 * programs * w).signals
@@ -302,7 +331,8 @@ def _new_fused_workspace(dtype: torch.dtype, mode: int, cap: int, w: int):
         rt.heap.free(buf)
         raise
     epochs = torch.zeros(programs, dtype=torch.int64, device=rt.world.device)
-    return kfc.Workspace(buf, pad, epochs, cap, programs, red_offset, name)
+    return kfc.Workspace(buf, pad, epochs, cap, programs, red_offset, name, variant.push,
+                         slot_len)
 
 
 def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
@@ -313,16 +343,17 @@ def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
 
     rt = current()
     n = flat.numel()
-    ws = _fused_workspace(flat.dtype, mode, n)
-    ctx = rt.context()
     cpu = rt.world.backend == "cpu"
-    warps = 1 if cpu else 4
+    piece = min(n, FUSED_MAX_ELEMENTS)
+    variant = fused_variant(piece * flat.element_size(), rt.world.backend)
+    ws = _fused_workspace(flat.dtype, mode, n, variant)
+    ctx = rt.context()
     if mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT):
         for start in range(0, n, ws.cap):
-            piece = slice(start, min(n, start + ws.cap))
-            kfc.launch(flat[piece], out[piece], ws, mode, ctx, block=1024, num_warps=warps)
+            part = slice(start, min(n, start + ws.cap))
+            kfc.launch(flat[part], out[part], ws, mode, ctx, variant.block, variant.num_warps)
     elif n:
-        kfc.launch(flat, out, ws, mode, ctx, block=1024, num_warps=warps)
+        kfc.launch(flat, out, ws, mode, ctx, variant.block, variant.num_warps)
     if (rt.wait_timeout > 0 or cpu) and not capturing():
         from ..runtime.diagnostics import check_waits
 

@@ -8,6 +8,8 @@ replayed on the same buffers (what a CUDA graph replay does) with new input valu
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -87,6 +89,28 @@ def _rank_sizes_and_repeats() -> int:
     return checks
 
 
+def _rank_large(sizes: tuple[int, ...] = (600_001, 2_500_003, 20_000_001)) -> int:
+    """Inputs of 1-40 MB with the default variant of each size (the GPU picks push and
+    larger blocks there): all-reduce both methods, all-gather, reduce-scatter, twice each."""
+    me, w = ditron.world().rank, ditron.world().world_size
+    dev = ditron.world().device
+    checks = 0
+    for it in range(2):
+        for n in sizes:
+            g = torch.Generator().manual_seed(1000 * me + n % 97 + it)
+            x = torch.randn(n, generator=g).to(torch.bfloat16).to(dev)
+            for method in ("one_shot", "two_shot"):
+                _check(ditron.ops.all_reduce(x, method, engine="sm"), x, f"{n} {method}")
+                checks += 1
+            part = x[: n // 4]
+            _check(ditron.ops.all_gather(part, engine="sm"), part, f"ag {n}", kfc.ALL_GATHER)
+            xr = x[: (n // 4 // w) * w]
+            _check(ditron.ops.reduce_scatter(xr, engine="sm"), xr, f"rs {n}",
+                   kfc.REDUCE_SCATTER)
+            checks += 2
+    return checks
+
+
 def _rank_replay() -> int:
     """The same launch (same tensors, same arguments) four times with new input values."""
     me = ditron.world().rank
@@ -98,7 +122,9 @@ def _rank_replay() -> int:
         x = torch.empty(n, dtype=torch.bfloat16, device=dev)
         out_n = {kfc.REDUCE_SCATTER: n // w, kfc.ALL_GATHER: n * w}.get(mode, n)
         out = torch.empty(out_n, dtype=x.dtype, device=dev)
-        ws = collectives._fused_workspace(x.dtype, mode, n)
+        variant = collectives.fused_variant(x.numel() * x.element_size(), "cpu")
+        ws = collectives._fused_workspace(x.dtype, mode, n, variant)
+        assert ws.push == (os.environ.get("DITRON_FUSED_PUSH") == "1")
         ctx = current().context()
         for it in range(4):
             g = torch.Generator().manual_seed(100 * me + it)
@@ -110,13 +136,22 @@ def _rank_replay() -> int:
     return checks
 
 
-@pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_fused_collectives_match_torch(world_size):
+@pytest.mark.parametrize("world_size,variant",
+                         [(2, "pull"), (3, "pull"), (4, "pull"), (2, "push"), (3, "push"),
+                          (4, "push")])
+def test_fused_collectives_match_torch(world_size, variant, monkeypatch):
+    """Both variants of the kernel (pull: remote loads; push: remote stores, here also with
+    a larger block)."""
+    monkeypatch.setenv("DITRON_FUSED_PUSH", "1" if variant == "push" else "0")
+    if variant == "push":
+        monkeypatch.setenv("DITRON_FUSED_BLOCK", "2048")
     assert ditron.launch(_rank_sizes_and_repeats, world_size) == [50] * world_size
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_fused_collectives_survive_replayed_launches(world_size):
+@pytest.mark.parametrize("variant", ["pull", "push"])
+def test_fused_collectives_survive_replayed_launches(world_size, variant, monkeypatch):
+    monkeypatch.setenv("DITRON_FUSED_PUSH", "1" if variant == "push" else "0")
     assert ditron.launch(_rank_replay, world_size) == [16] * world_size
 
 

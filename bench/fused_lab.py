@@ -1,0 +1,109 @@
+"""Variants of the fused collectives under CUDA graphs, against NCCL and PyTorch's
+symmetric-memory all-reduce, in one run (the method of ``ditron bench collectives --graphs``:
+``--calls`` calls captured per graph, fixed replay counts on every rank, CUDA-event medians).
+
+Variants: pull / push (``DITRON_FUSED_PUSH``) x block (``DITRON_FUSED_BLOCK``); "default" is
+what the ops pick by themselves. One table row per op, size and implementation.
+
+    python bench/fused_lab.py [--world-size 2] [--sizes 256K,1M,4M,16M] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+import ditron
+
+VARIANTS = [("default", "", ""), ("pull", "0", "1024"), ("pull", "0", "4096"),
+            ("push", "1", "1024"), ("push", "1", "2048"), ("push", "1", "4096")]
+
+
+def _impls(op: str, x: torch.Tensor, part: torch.Tensor) -> list:
+    """(label, callable) per implementation of ``op`` on ``x`` (all-gather: on ``part``)."""
+    import torch.distributed as dist
+
+    from ditron.benchmarks.collectives import _symm_mem_input
+
+    def variant(push: str, block: str):
+        def call():
+            os.environ["DITRON_FUSED_PUSH"], os.environ["DITRON_FUSED_BLOCK"] = push, block
+            if op == "all_gather":
+                return ditron.ops.all_gather(part, engine="sm")
+            if op == "reduce_scatter":
+                return ditron.ops.reduce_scatter(x, engine="sm")
+            return ditron.ops.all_reduce(x, op.removeprefix("all_reduce/"), engine="sm")
+        return call
+
+    impls = [(f"{label}/{block or 'auto'}", variant(push, block))
+             for label, push, block in VARIANTS]
+    if dist.get_backend() == "nccl":
+        if op == "all_gather":
+            dst = torch.empty_like(x)
+            impls.append(("nccl", lambda: dist.all_gather_into_tensor(dst, part)))
+        elif op == "reduce_scatter":
+            out = torch.empty_like(part)
+            impls.append(("nccl", lambda: dist.reduce_scatter_tensor(out, x)))
+        elif op == "all_reduce/one_shot":
+            buf = x.clone()
+            impls.append(("nccl", lambda: dist.all_reduce(buf)))
+    symm = _symm_mem_input(x) if op.startswith("all_reduce") else None
+    if symm is not None:
+        t, name = symm
+        if op.endswith("one_shot"):
+            impls.append(("symm_mem one_shot",
+                          lambda: torch.ops.symm_mem.one_shot_all_reduce(t, "sum", name)))
+        else:
+            impls.append(("symm_mem two_shot",
+                          lambda: torch.ops.symm_mem.two_shot_all_reduce_(t, "sum", name)))
+    return impls
+
+
+def _run(sizes: list[int], ops: list[str], calls: int) -> list[dict]:
+    from ditron.benchmarks.collectives import _replay_each
+    from ditron.ops.workspaces import release_workspaces
+
+    w = ditron.world()
+    rows = []
+    for op in ops:
+        for size in sizes:
+            numel = max(size // 2 // w.world_size, 1) * w.world_size
+            x = torch.randn(numel, device=w.device).to(torch.bfloat16)
+            part = x[: numel // w.world_size].clone()
+            for label, t in _replay_each(_impls(op, x, part), calls, 4, 20):
+                rows.append(dict(op=op, bytes=numel * 2, impl=label, us=t * 1e6))
+                if w.rank == 0:
+                    print(f"{op:<20}{numel * 2:>12}  {label:<20}{t * 1e6:9.1f} us", flush=True)
+            os.environ.pop("DITRON_FUSED_PUSH", None)
+            os.environ.pop("DITRON_FUSED_BLOCK", None)
+            release_workspaces()
+    return rows
+
+
+def main() -> int:
+    from ditron.runtime.config import parse_bytes
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--world-size", type=int, default=None)
+    p.add_argument("--sizes", default="256K,1M,4M,16M")
+    p.add_argument("--ops", default="all_reduce/one_shot,all_reduce/two_shot,all_gather,"
+                                    "reduce_scatter")
+    p.add_argument("--calls", type=int, default=50)
+    p.add_argument("--out", default="bench/results/fused_lab")
+    args = p.parse_args()
+    W = args.world_size or max(2, torch.cuda.device_count())
+    sizes = [parse_bytes(s) for s in args.sizes.split(",")]
+    rows = ditron.launch(_run, W, sizes, args.ops.split(","), args.calls, backend="cuda")[0]
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "fused_lab.json"), "w") as f:
+        json.dump(dict(world_size=W, device=torch.cuda.get_device_name(), calls=args.calls,
+                       rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
