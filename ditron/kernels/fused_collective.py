@@ -41,7 +41,9 @@ bytes in flight on large inputs; its buffers hold ``W`` slots per half instead o
 
 Segments: ``n`` input elements form ``W`` segments of ``seg`` elements for two-shot and
 reduce-scatter (``seg = ceil(n / W)``, exact for reduce-scatter), one segment otherwise. Each
-segment is cut into ``P`` slices of whole ``BLOCK``s.
+segment is cut into ``P`` slices of whole ``BLOCK``s. Inputs larger than a workspace run as
+pieces (:func:`launch`'s ``stride``): contiguous pieces for all-reduce and all-gather, the
+same columns of every segment for reduce-scatter.
 """
 
 from __future__ import annotations
@@ -67,8 +69,9 @@ _ALL_GATHER = tl.constexpr(ALL_GATHER)
 
 
 @triton.jit
-def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg, slice_len,
-                            half_stride, red_offset, slot_len, ctx, BLOCK: tl.constexpr,
+def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg, stride,
+                            slice_len, half_stride, red_offset, slot_len, ctx,
+                            BLOCK: tl.constexpr,
                             MODE: tl.constexpr, WORLD: tl.constexpr, PUSH: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -87,9 +90,10 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
     while s < n_seg:
         for off in range(lo, hi, BLOCK):
             local = off + tl.arange(0, BLOCK)
-            idx = s * seg + local
-            mask = (idx < n) & (local < hi)
-            v = tl.load(x_ptr + idx, mask=mask)
+            idx = s * seg + local  # in the buffer
+            xi = s * stride + local  # in the input
+            mask = (xi < n) & (local < hi)
+            v = tl.load(x_ptr + xi, mask=mask)
             if PUSH:
                 if segmented:
                     dl.store(half + me * slot_len + local, v, s, ctx, mask=mask)
@@ -109,14 +113,16 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
                     v = tl.load(half + q * slot_len + local, mask=mask)
                 else:
                     v = dl.load(half + local, q, ctx, mask=mask)
-                tl.store(out_ptr + q * n + local, v, mask=mask)
+                tl.store(out_ptr + q * stride + local, v, mask=mask)
     else:
         # 2. reduce my slice of segment ``me`` (one-shot: of the whole input)
         start = me * seg if segmented else 0
+        x_start = me * stride if segmented else 0
         for off in range(lo, hi, BLOCK):
             local = off + tl.arange(0, BLOCK)
             idx = start + local
-            mask = (idx < n) & (local < hi)
+            xi = x_start + local
+            mask = (xi < n) & (local < hi)
             acc = tl.zeros((BLOCK,), dtype=tl.float32)
             for q in tl.static_range(WORLD):  # unrolled: the W loads overlap
                 if PUSH:
@@ -128,7 +134,7 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
             if MODE == _REDUCE_SCATTER:
                 tl.store(out_ptr + local, val, mask=mask)
             else:
-                tl.store(out_ptr + idx, val, mask=mask)
+                tl.store(out_ptr + xi, val, mask=mask)
             if MODE == _TWO_SHOT:
                 if PUSH:
                     for q in tl.static_range(WORLD):
@@ -143,13 +149,13 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
                 if s != me:
                     for off in range(lo, hi, BLOCK):
                         local = off + tl.arange(0, BLOCK)
-                        idx = s * seg + local
-                        mask = (idx < n) & (local < hi)
+                        xi = s * stride + local
+                        mask = (xi < n) & (local < hi)
                         if PUSH:
                             v = tl.load(red + s * slot_len + local, mask=mask)
                         else:
                             v = dl.load(red + local, s, ctx, mask=mask)
-                        tl.store(out_ptr + idx, v, mask=mask)
+                        tl.store(out_ptr + xi, v, mask=mask)
                 s += 1
     tl.store(epoch_ptr + pid, epoch)
 
@@ -207,17 +213,26 @@ def workspace_shape(cap: int, world_size: int, mode: int,
 
 
 def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, block: int,
-           num_warps: int) -> None:
-    """One fused collective on flat contiguous ``x`` (``numel <= ws.cap``) into ``out``:
-    all-reduce: ``out[n]``; reduce-scatter: ``out[n / W]`` (``n`` divisible by ``W``);
-    all-gather: ``out[W * n]`` in rank order."""
-    n = x.numel()
+           num_warps: int, *, n: int | None = None, seg: int | None = None,
+           stride: int | None = None) -> None:
+    """One fused collective on flat contiguous ``x`` into ``out``: all-reduce:
+    ``out[n]``; reduce-scatter: ``out[n / W]`` (``n`` divisible by ``W``); all-gather:
+    ``out[W * n]`` in rank order. The input must fit the workspace (``W * seg <= ws.cap``
+    for reduce-scatter, ``n <= ws.cap`` otherwise).
+
+    Pieces of a larger op: ``stride`` is the distance between the ``W`` segments of ``x``
+    (reduce-scatter, two-shot) or between the rank blocks of ``out`` (all-gather), ``seg`` the
+    segment length of this piece and ``n`` the bound on input indices (default: ``x``'s)."""
+    n = x.numel() if n is None else n
     w = ctx.world_size
-    seg = triton.cdiv(n, w) if mode in (TWO_SHOT, REDUCE_SCATTER) else n
+    if seg is None:
+        seg = triton.cdiv(n, w) if mode in (TWO_SHOT, REDUCE_SCATTER) else n
+    stride = seg if stride is None else stride
     slice_len = triton.cdiv(triton.cdiv(seg, ws.programs), block) * block
     fused_collective_kernel[(ws.programs,)](
-        x, out, ws.buf, ws.pad, ws.epochs, n, seg, slice_len, ws.buf.shape[1], ws.red_offset,
-        ws.slot_len, ctx, BLOCK=block, MODE=mode, WORLD=w, PUSH=ws.push, num_warps=num_warps)
+        x, out, ws.buf, ws.pad, ws.epochs, n, seg, stride, slice_len, ws.buf.shape[1],
+        ws.red_offset, ws.slot_len, ctx, BLOCK=block, MODE=mode, WORLD=w, PUSH=ws.push,
+        num_warps=num_warps)
 
 
 def bucket(n: int, max_cap: int) -> int:

@@ -254,17 +254,14 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
     return out.view(x.shape)
 
 
-#: largest input (elements) one fused launch handles: all-reduce loops over pieces of this
-#: size; all-gather / reduce-scatter inputs above it take the exchange path
+#: largest input (elements) one fused launch handles; larger inputs run as pieces of it
 FUSED_MAX_ELEMENTS = 1 << 24
 
 
 def _fused_ok(engine: str, n: int, op: str) -> bool:
-    """Whether ``op`` runs as one fused kernel (``kernels/fused_collective.py``): the SM
-    engine, one node, and (all-gather / reduce-scatter) an input that fits one launch."""
-    rt = current()
-    return (engine == "sm" and rt.topo.num_nodes == 1
-            and (op == "all_reduce" or n <= FUSED_MAX_ELEMENTS))
+    """Whether ``op`` runs as fused kernels (``kernels/fused_collective.py``): the SM
+    engine on one node."""
+    return engine == "sm" and current().topo.num_nodes == 1
 
 
 #: fused collectives at or above this many input bytes use the push variant
@@ -337,8 +334,8 @@ def _new_fused_workspace(dtype: torch.dtype, mode: int, cap: int, w: int,
 
 def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
     """Run the fused collective ``mode`` on ``flat`` into ``out`` (see
-    ``kernels/fused_collective.py``); all-reduce loops over pieces of at most
-    ``FUSED_MAX_ELEMENTS``. No host state per call: CUDA-graph safe."""
+    ``kernels/fused_collective.py``), in pieces of at most ``FUSED_MAX_ELEMENTS`` input
+    elements. No host state per call: CUDA-graph safe."""
     from ..kernels import fused_collective as kfc
 
     rt = current()
@@ -348,12 +345,22 @@ def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
     variant = fused_variant(piece * flat.element_size(), rt.world.backend)
     ws = _fused_workspace(flat.dtype, mode, n, variant)
     ctx = rt.context()
+    block, warps = variant.block, variant.num_warps
     if mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT):
         for start in range(0, n, ws.cap):
             part = slice(start, min(n, start + ws.cap))
-            kfc.launch(flat[part], out[part], ws, mode, ctx, variant.block, variant.num_warps)
-    elif n:
-        kfc.launch(flat, out, ws, mode, ctx, variant.block, variant.num_warps)
+            kfc.launch(flat[part], out[part], ws, mode, ctx, block, warps)
+    elif mode == kfc.ALL_GATHER:  # pieces of x; rank blocks of out stay n apart
+        for start in range(0, n, ws.cap):
+            kfc.launch(flat[start:min(n, start + ws.cap)], out[start:], ws, mode, ctx, block,
+                       warps, stride=n)
+    else:  # reduce-scatter: the same columns of every rank's segment per piece
+        w = rt.world.world_size
+        seg, step = n // w, max(ws.cap // w, 1)
+        for start in range(0, seg, step):
+            cols = min(step, seg - start)
+            kfc.launch(flat[start:], out[start:start + cols], ws, mode, ctx, block, warps,
+                       n=n - start, seg=cols, stride=seg)
     if (rt.wait_timeout > 0 or cpu) and not capturing():
         from ..runtime.diagnostics import check_waits
 

@@ -84,6 +84,12 @@ def _rank_sizes_and_repeats() -> int:
         for method in ("one_shot", "two_shot"):
             _check(ditron.ops.all_reduce(x, method, engine="sm"), x, f"pieces {method}")
             checks += 1
+        part = x[:5].reshape(-1)  # 3500 elements: two pieces
+        _check(ditron.ops.all_gather(part, engine="sm"), part, "pieces ag", kfc.ALL_GATHER)
+        xr = torch.randn(w * 1700 + 2 * w, generator=g).to(dev)  # segments in 2 pieces
+        _check(ditron.ops.reduce_scatter(xr, engine="sm"), xr, "pieces rs",
+               kfc.REDUCE_SCATTER)
+        checks += 2
     finally:
         collectives.FUSED_MAX_ELEMENTS = 1 << 24
     return checks
@@ -145,7 +151,7 @@ def test_fused_collectives_match_torch(world_size, variant, monkeypatch):
     monkeypatch.setenv("DITRON_FUSED_PUSH", "1" if variant == "push" else "0")
     if variant == "push":
         monkeypatch.setenv("DITRON_FUSED_BLOCK", "2048")
-    assert ditron.launch(_rank_sizes_and_repeats, world_size) == [50] * world_size
+    assert ditron.launch(_rank_sizes_and_repeats, world_size) == [52] * world_size
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
