@@ -83,7 +83,7 @@ if want 4; then
 fi
 if want 6; then
   echo "== (6) fused-collective variants under CUDA graphs (bench/fused_lab.py)"
-  timeout $(left) python3 bench/fused_lab.py --world-size "$W" --out "$OUT/fused_lab" \
+  timeout $(left) python3 bench/fused_lab.py --world-size "$W" --sizes "${LAB_SIZES:-256K,1M,4M,16M}" --out "$OUT/fused_lab" \
     > "$OUT/fused_lab.txt" 2>&1 || status=1
   tail -n 100 "$OUT/fused_lab.txt"
 fi
