@@ -37,7 +37,12 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: all_reduce "auto" uses one-shot up to this many bytes, two-shot above
 ONE_SHOT_MAX_BYTES = 256 << 10
 #: "auto" on GPU uses the SM engine below this many bytes per peer, the copy engine above
+#: (ops without a fused path: all_to_all)
 SM_MAX_BYTES = 1 << 20
+#: "auto" on GPU, one node: the fused SM kernels for all_reduce and reduce_scatter at every
+#: size and for all_gather below this many bytes per rank (measured on 2 H200s: fused all-gather
+#: 0.98x the copy engine at 128 MB per rank, 0.90x at 512 MB; docs/perf.md)
+FUSED_AG_MAX_BYTES = 256 << 20
 _AGREED = "collectives:agreed"
 #: ops with a fused, CUDA-graph-safe path (``engine="sm"``, one node)
 _GRAPH_SAFE = ("all_reduce", "all_gather", "reduce_scatter")
@@ -81,6 +86,9 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int) -> str:
             return "copy_engine"
         if op in _GRAPH_SAFE and capturing():
             return "sm"  # the graph-safe path
+        if op in _GRAPH_SAFE and current().topo.num_nodes == 1:
+            fused = op != "all_gather" or nbytes_per_peer < FUSED_AG_MAX_BYTES
+            return "sm" if fused else "copy_engine"
         return "sm" if nbytes_per_peer < SM_MAX_BYTES else "copy_engine"
     if name not in ENGINES:
         raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}; choose 'auto' or one of "
@@ -224,7 +232,7 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
     w = rt.world.world_size
     nbytes = x.numel() * x.element_size()
     if method == "auto":
-        method = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES else "two_shot"
+        method = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or w <= 2 else "two_shot"
     eng = _engine("all_reduce", engine, nbytes if method == "one_shot" else nbytes // w)
     _agree("all_reduce", (tuple(x.shape), str(x.dtype), method, eng == "network"))
     if w == 1:
@@ -283,10 +291,10 @@ def fused_variant(nbytes: int, backend: str) -> FusedVariant:
     env = os.environ
     if backend == "cpu":  # the interpreter: pull and one block size unless forced
         return FusedVariant(env.get("DITRON_FUSED_PUSH", "0") == "1",
-                            int(env.get("DITRON_FUSED_BLOCK", "0")) or 1024, 1)
+                            int(env.get("DITRON_FUSED_BLOCK") or 0) or 1024, 1)
     forced = env.get("DITRON_FUSED_PUSH", "")
     push = nbytes >= PUSH_MIN_BYTES if forced == "" else forced == "1"
-    block = int(env.get("DITRON_FUSED_BLOCK", "0")) or (
+    block = int(env.get("DITRON_FUSED_BLOCK") or 0) or (
         4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20) else 1024)
     return FusedVariant(push, block, 4 if block <= 1024 else 8)
 
@@ -387,8 +395,9 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     the rows received from ranks ``0..W-1`` in order (``out_splits[q]`` from rank ``q``).
 
     Sizes may differ per rank and be 0; ``None`` splits evenly. Equivalent:
-    ``dist.all_to_all_single(out, x, out_splits, in_splits)``. Split sizes are gathered on
-    the host each call; for sizes computed on the device use :func:`all_to_all_device`.
+    ``dist.all_to_all_single(out, x, out_splits, in_splits)``. Explicit split sizes are
+    gathered on the host each call (even splits only once per shape); for sizes computed on
+    the device use :func:`all_to_all_device`.
     """
     op = "all_to_all"
     _check_tensor(op, x)
@@ -401,7 +410,14 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     row = math.prod(x.shape[1:])
     eng = _engine(op, engine, x.numel() * x.element_size() // w)
     sig = (tuple(x.shape[1:]), str(x.dtype), eng == "network")
-    everyone = _gather_objects((sig, ins, None if out_splits is None else list(out_splits)))
+    if in_splits is None and out_splits is None:
+        # even splits: the matrix is known once the ranks agree on the shape (checked once
+        # per shape, no host round trip on later calls)
+        _agree(op, (tuple(x.shape), str(x.dtype), eng == "network", "even"))
+        everyone = [(sig, ins, None)] * w
+    else:
+        everyone = _gather_objects((sig, ins, None if out_splits is None
+                                    else list(out_splits)))
     if any(s != sig for s, _, _ in everyone):
         lines = "\n".join(f"  rank {r}: row shape, dtype, network = {s}"
                           for r, (s, _, _) in enumerate(everyone))

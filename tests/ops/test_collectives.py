@@ -93,7 +93,12 @@ def check_ops(engines: tuple[str | None, ...], calls: int = 3, scale: int = 1) -
             outs, ref = _a2a_ref(x, ins)
             got = ops.all_to_all(x.to(dtype), ins.tolist(), outs.tolist(), engine=engine)
             _close(got, ref.to(dtype), f"all_to_all {engine} {dtype}")
-            checks += 8
+            # all_to_all with even splits (no split lists: no host exchange of sizes)
+            x = torch.randn(2 * w, 3, generator=g)
+            outs, ref = _a2a_ref(x, torch.full((w,), 2))
+            _close(ops.all_to_all(x.to(dtype), engine=engine), ref.to(dtype),
+                   f"all_to_all even {engine} {dtype}")
+            checks += 9
     return checks
 
 
@@ -148,12 +153,12 @@ def _poison(monkeypatch):
 def test_collectives_match_torch(world_size):
     engines = ("copy_engine", "sm") + (("tma",) if world_size in (2, 3) else ())
     counts = ditron.launch(check_ops, world_size, engines, backend="cpu")
-    assert all(c == 8 * 3 * len(engines) for c in counts)
+    assert all(c == 9 * 3 * len(engines) for c in counts)
 
 
 def test_network_engine_forced():
     counts = ditron.launch(check_ops, 3, ("network",), backend="cpu")
-    assert all(c == 24 for c in counts)
+    assert all(c == 27 for c in counts)
 
 
 @pytest.mark.parametrize("engine", ["copy_engine", "sm"])
@@ -161,7 +166,7 @@ def test_two_simulated_nodes(monkeypatch, engine):
     """Two nodes of two ranks: node peers use ``engine``, the others the network engine."""
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
     counts = ditron.launch(check_ops, 4, (engine,), backend="cpu")
-    assert all(c == 24 for c in counts)
+    assert all(c == 27 for c in counts)
 
 
 def check_engine_choice() -> tuple[str, str, str]:
@@ -178,7 +183,7 @@ def test_env_override_selects_engine(monkeypatch):
     chosen = ditron.launch(check_engine_choice, 1, backend="cpu")
     assert chosen == [("network", "sm", "copy_engine")]
     counts = ditron.launch(check_ops, 2, (None,), 3, backend="cpu")
-    assert all(c == 24 for c in counts)
+    assert all(c == 27 for c in counts)
 
 
 @pytest.mark.parametrize("world_size", [1, 3, 4])
@@ -237,6 +242,7 @@ def check_bad_inputs() -> int:
         (ValueError, "disagree", lambda: ops.all_reduce(x.to(DTYPES[me]))),
         (ValueError, "in_splits", lambda: ops.all_to_all(x, [1, 1])),
         (ValueError, "out_splits", lambda: ops.all_to_all(x, [1, 3], [3, 1] if me else [1, 1])),
+        (ValueError, "disagree", lambda: ops.all_to_all(torch.randn(2 * (1 + me), 3))),
         (ValueError, "peer", lambda: ops.send(x, me)),
         (TypeError, "Tensor", lambda: ops.all_gather([1.0, 2.0])),
     ]
@@ -257,7 +263,7 @@ def check_bad_inputs() -> int:
 
 def test_bad_inputs_raise_before_kernels():
     counts = ditron.launch(check_bad_inputs, 2, backend="cpu")
-    assert all(c == 15 for c in counts)
+    assert all(c == 16 for c in counts)
 
 
 @pytest.mark.gpu
@@ -266,7 +272,7 @@ def test_bad_inputs_raise_before_kernels():
 def test_collectives_cuda_two_ranks(engine):
     """Run on 2 GPUs (one process each) or on 1 GPU shared by 2 processes."""
     counts = ditron.launch(check_ops, 2, (engine,), 3, 300, backend="cuda")
-    assert all(c == 24 for c in counts)
+    assert all(c == 27 for c in counts)
 
 
 @pytest.mark.gpu
