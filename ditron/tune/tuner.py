@@ -141,7 +141,7 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     if progress and rt.world.rank == 0:
         print(file=sys.stderr)
         for i, ((method, cfg, engine, chunk), t) in enumerate(zip(trials, results, strict=True)):
-            shown = f"{t * 1e6:10.1f} us" if t != float("inf") else "    failed   "
+            shown = f"{t:10.1f} us" if t != float("inf") else "    failed   "
             print(f"[ditron tune]   {shown}  {method} {engine} chunk={chunk} {cfg.label()}"
                   + (f"  ({errors[i]})" if i in errors else ""), file=sys.stderr)
     best = [min(range(len(trials)), key=lambda j: results[j])]
