@@ -66,28 +66,6 @@ class Part:
     offset: int
 
 
-@dataclasses.dataclass
-class Call:
-    """One exchange in flight: ``inbox`` (flat, the call's half) is valid until ``finish``."""
-
-    pad: SignalPad
-    epoch: int
-    inbox: torch.Tensor
-    node: range
-    engines: list[Engine]
-
-    def finish(self) -> None:
-        rt = current()
-        me = rt.world.rank
-        notify_peers(self.pad, rt.world.world_size + me, self.epoch, self.node, skip=me)
-        for engine in self.engines:
-            engine.drain()
-        if rt.wait_timeout > 0 or rt.world.backend == "cpu":
-            from ..runtime.diagnostics import check_waits
-
-            check_waits()
-
-
 def capturing() -> bool:
     """Whether this thread's current CUDA stream is capturing a graph."""
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
@@ -102,55 +80,104 @@ def refuse_capture(what: str) -> None:
                            f"engine='sm'))")
 
 
-def exchange(key: str, dtype: torch.dtype, inbox_numel: int, parts: list[Part],
-             recvs: dict[int, tuple[int, int]], engine: str) -> Call:
-    """Move ``parts`` into the peers' inboxes and wait for mine to fill.
+@dataclasses.dataclass
+class Call:
+    """One exchange in flight (see :func:`open_exchange`): ``inbox`` (flat, the call's half)
+    is valid from :meth:`wait` until :meth:`finish`."""
+
+    pad: SignalPad
+    epoch: int
+    inbox: torch.Tensor
+    node: range
+    engine: str
+    recvs: dict[int, tuple[int, int]]
+    engines: list[Engine] = dataclasses.field(default_factory=list)
+    net_transfers: list[Transfer] = dataclasses.field(default_factory=list)
+
+    def _remote(self, q: int) -> bool:
+        return self.engine == "network" or not current().topo.same_node(q)
+
+    def push(self, parts: list[Part]) -> None:
+        """Start moving ``parts`` (node peers: now, with the call's engine, each raising
+        ``ready[me]`` on its receiver in the engine's order after the data; own part: a local
+        copy; peers on other nodes: collected for :meth:`wait`). The engine's stream starts
+        after the work already queued on the current stream, so a part may be a tensor the
+        current stream is still computing."""
+        me = current().world.rank
+        local = []
+        for part in parts:
+            region = self.inbox[part.offset: part.offset + part.data.numel()]
+            if part.peer == me:
+                region.copy_(part.data.reshape(-1))
+            elif self._remote(part.peer):
+                self.net_transfers.append(Transfer(part.data.reshape(-1), region, me,
+                                                   part.peer))
+            else:
+                local.append(Transfer(part.data.reshape(-1), region, me, part.peer,
+                                      Signal(self.pad, me, self.epoch)))
+        if local:
+            eng = engine_instance(self.engine)
+            eng.issue(local)
+            if eng not in self.engines:
+                self.engines.append(eng)
+
+    def wait(self) -> None:
+        """Exchange with peers on other nodes, then wait (stream-ordered) until every node
+        peer's part has landed in my inbox."""
+        me = current().world.rank
+        for q, (offset, numel) in self.recvs.items():
+            if q != me and self._remote(q):
+                region = self.inbox[offset: offset + numel]
+                self.net_transfers.append(Transfer(region, region, q, me))
+        if self.net_transfers:
+            net = engine_instance("network")
+            net.issue(self.net_transfers)
+            net.drain()
+            self.net_transfers = []
+        wait_slots(self.pad, 0, self.node, self.epoch, skip=me)
+
+    def finish(self) -> None:
+        rt = current()
+        me = rt.world.rank
+        notify_peers(self.pad, rt.world.world_size + me, self.epoch, self.node, skip=me)
+        for engine in self.engines:
+            engine.drain()
+        if rt.wait_timeout > 0 or rt.world.backend == "cpu":
+            from ..runtime.diagnostics import check_waits
+
+            check_waits()
+
+
+def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
+                  recvs: dict[int, tuple[int, int]], engine: str) -> Call:
+    """Start an exchange whose parts are pushed later, one :meth:`Call.push` at a time (to
+    overlap them with the computation of the next part); then :meth:`Call.wait`, read
+    ``call.inbox``, :meth:`Call.finish`. Waits (stream-ordered) until the inbox half this call
+    writes on each node peer is free.
 
     ``recvs[q] = (offset, numel)``: where rank ``q``'s part lands in my inbox (needed for
     peers reached through the network engine). ``engine`` names the engine for node peers;
-    ``"network"`` sends every part through the network engine.
+    ``"network"`` sends every part through it.
     """
     refuse_capture(key)
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
-    topo = rt.topo
     pad = signal_pad(key, 2 * w)
     epoch = pad.next_epoch()
     itemsize = torch.empty((), dtype=dtype).element_size()
     raw = _inbox(key, inbox_numel * itemsize)
     inbox = raw[epoch % 2, : inbox_numel * itemsize].view(dtype)
-    node = topo.node_ranks()
-    remote = (lambda q: True) if engine == "network" else (lambda q: not topo.same_node(q))
-    shm = range(0, 0) if engine == "network" else node
-
+    shm = range(0, 0) if engine == "network" else rt.topo.node_ranks()
     if epoch > 2:
         wait_slots(pad, w, shm, epoch - 2, skip=me)
-    engines: list[Engine] = []
-    net_transfers = []
-    local_transfers = []
-    for part in parts:
-        region = inbox[part.offset: part.offset + part.data.numel()]
-        if part.peer == me:
-            region.copy_(part.data.reshape(-1))
-        elif remote(part.peer):
-            net_transfers.append(Transfer(part.data.reshape(-1), region, me, part.peer))
-        else:
-            local_transfers.append(Transfer(part.data.reshape(-1), region, me, part.peer,
-                                            Signal(pad, me, epoch)))
-    for q, (offset, numel) in recvs.items():
-        if q != me and remote(q):
-            region = inbox[offset: offset + numel]
-            net_transfers.append(Transfer(region, region, q, me))
-    if net_transfers:
-        net = engine_instance("network")
-        net.issue(net_transfers)
-        engines.append(net)
-    if local_transfers:
-        eng = engine_instance(engine)
-        eng.issue(local_transfers)
-        engines.append(eng)
-    wait_slots(pad, 0, shm, epoch, skip=me)
-    for eng in engines:
-        if eng.name == "network":
-            eng.drain()
-    return Call(pad, epoch, inbox, shm, [e for e in engines if e.name != "network"])
+    return Call(pad, epoch, inbox, shm, engine, recvs)
+
+
+def exchange(key: str, dtype: torch.dtype, inbox_numel: int, parts: list[Part],
+             recvs: dict[int, tuple[int, int]], engine: str) -> Call:
+    """Move ``parts`` into the peers' inboxes and wait for mine to fill (all parts at once:
+    :func:`open_exchange`, :meth:`Call.push`, :meth:`Call.wait`)."""
+    call = open_exchange(key, dtype, inbox_numel, recvs, engine)
+    call.push(parts)
+    call.wait()
+    return call

@@ -48,6 +48,7 @@ from .workspaces import alloc_buffers, cached
 
 METHODS = ("auto", "overlap", "fallback")
 AG_ENGINES = ("copy_engine", "colocated")
+RS_ENGINES = ("colocated", "copy_engine")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -319,7 +320,7 @@ def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
 
 # -- GEMM-RS / GEMM-AR ----------------------------------------------------------------------
 def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
-            config: GemmConfig | None = None) -> torch.Tensor:
+            config: GemmConfig | None = None, engine: str | None = None) -> torch.Tensor:
     """``reduce_scatter(a @ b, dim=0)``, overlapped.
 
     ``a``: ``[M, k]``, ``b``: ``[k, N]`` (the rank's slice of the K dimension, any strides);
@@ -328,12 +329,24 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
 
         out = torch.empty(M // W, N); dist.reduce_scatter_tensor(out, a @ b)
 
-    Overlapped path (scatter swizzle, push): tiles destined to rank ``r+1`` first, own rows
-    last; a finished tile for rank ``d`` is stored into ``d``'s receive buffer and ``d``'s
-    per-tile signal is set; the own tiles wait for the peers' partials and add them in the
-    epilogue (partials travel in the input dtype, the sum is accumulated in fp32).
+    Overlapped paths, chosen by ``engine`` (the argument, else ``DITRON_RS_ENGINE``, else the
+    tuned choice, else ``"colocated"``):
+
+    * ``"colocated"`` (scatter swizzle, push from the GEMM): tiles destined to rank ``r+1``
+      first, own rows last; a finished tile for rank ``d`` is stored into ``d``'s receive
+      buffer and ``d``'s per-tile signal is set; the own tiles wait for the peers' partials
+      and add them in the epilogue.
+    * ``"copy_engine"`` (by segments): the partial product of rank ``d``'s rows is computed
+      (``torch.matmul``) for ``d = r+1, r+2, ...``, own rows last, and each is pushed to
+      ``d`` by the copy engine while the next one is computed; then the ``W`` partials of
+      the own rows are summed.
+
+    Partials travel in the input dtype; sums accumulate in fp32, in rank order.
     """
     _validate("gemm_rs", a, b, method)
+    forced = engine or os.environ.get("DITRON_RS_ENGINE")
+    if forced is not None and forced not in RS_ENGINES:
+        raise ValueError(f"gemm_rs: engine must be one of {RS_ENGINES}, got {forced!r}")
     rt = current()
     W = rt.world.world_size
     M, k = a.shape
@@ -349,7 +362,36 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         fn(out, partial.contiguous())
         return out
+    if (forced or choice.engine) == "copy_engine":
+        return _rs_by_segments(a, b)
     return _scatter_overlap("gemm_rs", a, b, choice.config)
+
+
+def _rs_by_segments(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """GEMM-RS on one node with the copy engine: the partial of each destination's rows is
+    computed, then pushed into that rank's inbox (slot ``me``) by the copy engine, whose
+    stream starts after the partial's GEMM and runs beside the next one (the exchange of
+    ``ops/exchange.py``: double-buffered inbox, ready / ack epochs)."""
+    from .collectives import _sum_slots
+    from .exchange import Part, open_exchange
+
+    rt = current()
+    W, me = rt.world.world_size, rt.world.rank
+    M, N = a.shape[0], b.shape[1]
+    seg = M // W
+    call = open_exchange("gemm_rs:copy_engine", a.dtype, W * seg * N,
+                         {q: (q * seg * N, seg * N) for q in range(W)}, "copy_engine")
+    for i in range(1, W + 1):
+        d = (me + i) % W
+        rows = a[d * seg:(d + 1) * seg]
+        if d == me:  # own partial straight into its inbox slot
+            torch.matmul(rows, b, out=call.inbox[me * seg * N:(me + 1) * seg * N].view(seg, N))
+        else:
+            call.push([Part(d, torch.matmul(rows, b).view(-1), me * seg * N)])
+    call.wait()
+    out = _sum_slots(call.inbox.view(W, seg, N))
+    call.finish()
+    return out
 
 
 def gemm_ar(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",

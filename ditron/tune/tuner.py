@@ -8,8 +8,9 @@ over the host group), and rank 0's choice is broadcast. The decision is cached o
 (``tune/cache.py``) and read by the ops' ``method="auto"`` through
 ``decisions.lookup`` (which sits below the ops; this module sits above them).
 
-Knobs: overlap vs fallback, the tile configuration, and for ``ag_gemm`` the transfer engine
-and the chunk size; the number of communication SMs is not a knob yet.
+Knobs: overlap vs fallback, the tile configuration, for ``ag_gemm`` the transfer engine and
+the chunk size, for ``gemm_rs`` the engine (colocated stores from the GEMM, or the copy engine
+by segments); the number of communication SMs is not a knob yet.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ CPU_CANDIDATES = [CPU_CONFIG, dataclasses.replace(CPU_CONFIG, block_m=32, block_
 
 
 #: transfer engines the tuner tries per op (ops not listed move data one way only)
-ENGINES = {"ag_gemm": ("copy_engine", "colocated")}
+ENGINES = {"ag_gemm": ("copy_engine", "colocated"), "gemm_rs": ("colocated", "copy_engine")}
 
 
 def time_calls(fn, warmup: int, iters: int, device: torch.device,
@@ -115,9 +116,16 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     engines = ENGINES.get(op, ("colocated",))
     # chunk sizes matter where the copy engine moves whole chunks: a shard, a half, a quarter
     chunkings = [None] + sorted({-(-rows // d) for d in (2, 4)} - {rows}, reverse=True)
-    trials = [("fallback", candidates[0], engines[0], None)] + [
-        ("overlap", c, e, ch) for c in candidates for e in engines
-        for ch in (chunkings if e == "copy_engine" else [None])]
+    trials = [("fallback", candidates[0], engines[0], None)]
+    for c in candidates:
+        for e in engines:
+            if op == "gemm_rs" and e == "copy_engine":
+                if c is candidates[0]:  # cuBLAS per segment: no tile config to vary
+                    trials.append(("overlap", c, e, None))
+                continue
+            trials += [("overlap", c, e, ch)
+                       for ch in (chunkings if op == "ag_gemm" and e == "copy_engine"
+                                  else [None])]
     results: list[float] = []
     errors: dict[int, str] = {}
     for i, (method, cfg, engine, chunk) in enumerate(trials):
@@ -125,7 +133,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
             print(f"\r[ditron tune] {op} M={M} N={N} K={K}: {i + 1}/{len(trials)} "
                   f"{method} {engine} chunk={chunk} {cfg.label()}   ", end="", file=sys.stderr,
                   flush=True)
-        extra = {"engine": engine, "chunk_rows": chunk} if op in ENGINES else {}
+        extra = ({"engine": engine, "chunk_rows": chunk} if op == "ag_gemm"
+                 else {"engine": engine} if op in ENGINES else {})
         try:
             times = time_calls(lambda m=method, c=cfg, x=extra: fn_op(a, b, method=m, config=c,
                                                                       **x),

@@ -71,6 +71,10 @@ def _ops_case(m: int, K: int, N: int, specs) -> int:
                 full = _sum(a2.double() @ b.double())
                 rs = ditron.ops.gemm_rs(a2, b, method=method)
                 _close(f"gemm_rs[{method}]", rs, full[rank * m:(rank + 1) * m], dtype)
+                if method == "overlap":  # the other engine: segments pushed by the copy engine
+                    rs = ditron.ops.gemm_rs(a2, b, method=method, engine="copy_engine")
+                    _close("gemm_rs[copy_engine]", rs, full[rank * m:(rank + 1) * m], dtype)
+                    checks += 1
 
                 a3 = torch.randn(W * m + 1, K, dtype=torch.float32).to(dev, dtype)[:, :]
                 ar = ditron.ops.gemm_ar(a3, b, method=method)
@@ -91,7 +95,9 @@ def test_ops_match_torch(world_size, backend):
     m, N = (21, 40) if world_size <= 2 else (9, 24)
     specs = SPECS if backend == "cpu" else GPU_SPECS  # see test_ops_two_ranks_gpu
     res = ditron.launch(_ops_case, world_size, m, 20, N, specs, backend=backend)
-    assert res == [sum(reps * len(methods) for _, reps, methods in specs) * 4] * world_size
+    expected = sum(reps * (4 * len(methods) + ("overlap" in methods))
+                   for _, reps, methods in specs)
+    assert res == [expected] * world_size
 
 
 def test_two_simulated_nodes(backend, monkeypatch):
@@ -100,7 +106,7 @@ def test_two_simulated_nodes(backend, monkeypatch):
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
     res = ditron.launch(_ops_case, 4, 11, 20, 24, [(torch.float32, 3, ["overlap", "auto"])],
                         backend=backend)
-    assert res == [3 * 2 * 4] * 4
+    assert res == [3 * (2 * 4 + 1)] * 4
 
 
 def _bad_inputs_case() -> list[str]:
@@ -152,7 +158,7 @@ def test_ops_two_ranks_gpu():
     # fallback's CUDA collectives do not run on.
     specs = [(torch.bfloat16, 3, ["overlap"]), (torch.float32, 3, ["overlap"])]
     res = ditron.launch(_ops_case, world, 300, 256, 384, specs, backend="cuda")
-    assert res == [(3 + 3) * 4] * world, n
+    assert res == [(3 + 3) * (4 + 1)] * world, n
 
 
 def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int]:
@@ -166,6 +172,11 @@ def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int]:
     d = tuner.tune("gemm_rs", 32, 24, 20, torch.float32, warmup=1, iters=2,
                    candidates=[CPU_CONFIG], progress=False)
     assert tuner.lookup("gemm_rs", 32, 24, 20, torch.float32, 2) == d
+    assert d.engine in ("colocated", "copy_engine")  # both engines were candidates
+    a_rs, b_rs = torch.randn(32, 20), torch.randn(20, 24)
+    me = ditron.world().rank
+    assert torch.allclose(ditron.ops.gemm_rs(a_rs, b_rs), _sum(a_rs @ b_rs)[16 * me:16 * me + 16],
+                          rtol=1e-4, atol=1e-4)  # "auto" follows the decision
     # ag_gemm tries both transfer engines; "auto" then follows the cached decision
     d_ag = tuner.tune("ag_gemm", 32, 24, 20, torch.float32, warmup=1, iters=2,
                       candidates=[CPU_CONFIG], progress=False)
@@ -218,6 +229,8 @@ def _ag_engines_case(m: int, K: int, N: int, reps: int) -> int:
             checks += 1
     with pytest.raises(ValueError, match="engine must be one of"):
         ditron.ops.ag_gemm(a, b, engine="pigeon")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        ditron.ops.gemm_rs(torch.cat([a] * w.world_size), b, engine="pigeon")
     with pytest.raises(ValueError, match="chunk_rows must be a positive int"):
         ditron.ops.ag_gemm(a, b, chunk_rows=0)
     return checks
