@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ..runtime.world import current
-from .exchange import Part, capturing, exchange, refuse_capture
+from .exchange import Part, capturing, exchange, pull_gather, refuse_capture
 from .workspaces import cached, release_workspaces
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "recv",
@@ -178,6 +178,12 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) -> t
         flat = _fused(xm.view(-1), ALL_GATHER,
                       torch.empty(w * xm.numel(), dtype=x.dtype, device=x.device))
         out = flat.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
+        return out if d == 0 else out.contiguous()
+    if eng == "copy_engine" and rt.topo.num_nodes == 1:
+        # pulls straight into the result: no copy out of an inbox
+        rows = torch.empty((w, xm.numel()), dtype=x.dtype, device=x.device)
+        pull_gather("all_gather.pull", xm.view(-1), rows, eng)
+        out = rows.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
         return out if d == 0 else out.contiguous()
     stacked, call = _gather_flat("all_gather", xm.view(-1), eng)
     out = _copy_out(stacked.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d))

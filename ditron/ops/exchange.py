@@ -15,6 +15,8 @@ parity). One call, with ``e = pad.next_epoch()`` and half ``e % 2``:
 
 No barrier per call; values only grow (the foundation's epoch protocol). Every rank takes
 part in every call (zero-sized parts still signal), so the epochs of all ranks agree.
+:func:`open_exchange` exposes the steps so that parts can be pushed one at a time;
+:func:`pull_gather` is the same protocol with pulls (each rank publishes, peers read).
 """
 
 from __future__ import annotations
@@ -181,3 +183,40 @@ def exchange(key: str, dtype: torch.dtype, inbox_numel: int, parts: list[Part],
     call.push(parts)
     call.wait()
     return call
+
+
+def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str) -> None:
+    """All-gather on one node by pulls: ``out[q]`` (``out``: ``[W, n]``) receives rank
+    ``q``'s ``flat`` (``[n]``, contiguous), copied straight from ``q``'s inbox by ``engine``
+    issued on this rank (no copy out of an inbox afterwards).
+
+    Call ``e``, half ``h = e % 2`` of each rank's inbox, all stream-ordered:
+    wait ``ack[q] >= e - 2`` (every peer finished pulling my half ``h`` two calls ago);
+    publish ``flat`` in my half ``h``; raise ``ready[me]`` to ``e`` on the peers; copy my own
+    row; wait ``ready[q] >= e``; pull every peer's half ``h`` into ``out[q]``; once the pulls
+    have landed, raise ``ack[me]`` to ``e`` on the peers.
+    """
+    refuse_capture(key)
+    rt = current()
+    w, me = rt.world.world_size, rt.world.rank
+    node = rt.topo.node_ranks()
+    if len(node) != w:
+        raise ValueError(f"{key}: pull_gather needs every rank on one node")
+    pad = signal_pad(key, 2 * w)
+    epoch = pad.next_epoch()
+    raw = _inbox(key, flat.numel() * flat.element_size())
+    mine = raw[epoch % 2, : flat.numel() * flat.element_size()].view(flat.dtype)
+    if epoch > 2:
+        wait_slots(pad, w, node, epoch - 2, skip=me)
+    mine.copy_(flat)
+    notify_peers(pad, me, epoch, node, skip=me)
+    out[me].copy_(flat)
+    wait_slots(pad, 0, node, epoch, skip=me)
+    eng = engine_instance(engine)
+    eng.issue([Transfer(mine, out[q], q, me) for q in node if q != me])
+    eng.drain()
+    notify_peers(pad, w + me, epoch, node, skip=me)
+    if rt.wait_timeout > 0 or rt.world.backend == "cpu":
+        from ..runtime.diagnostics import check_waits
+
+        check_waits()
