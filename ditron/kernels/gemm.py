@@ -214,7 +214,7 @@ def persistent_gemm(
                 owner = node_base + q % a_local
                 local_row = (q // a_local) * a_rows + rm % a_rows
                 a_ptrs = a_ptr + local_row[:, None] * stride_am + offs_k[None, :] * stride_ak
-                a_ptrs = dl.translate(a_ptrs, owner[:, None], ctx)
+                a_ptrs = dl.translate_each(a_ptrs, owner[:, None], ctx)
             else:
                 a_ptrs = a_ptr + rm[:, None] * stride_am + offs_k[None, :] * stride_ak
             b_ptrs = b_ptr + offs_k[:, None] * stride_bk + rn[None, :] * stride_bn

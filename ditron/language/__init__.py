@@ -17,6 +17,7 @@ from .core import (
     put,
     store,
     translate,
+    translate_each,
 )
 from .signal import fence, notify, rank, wait, world_size
 
@@ -35,6 +36,7 @@ __all__ = [
     "rank",
     "store",
     "translate",
+    "translate_each",
     "wait",
     "world_size",
 ]

@@ -29,11 +29,30 @@ ACQ_REL = tl.constexpr("acq_rel")
 SYS = tl.constexpr("sys")
 
 
+#: heap bases are multiples of this many bytes (checked when the heap is mapped)
+HEAP_BASE_ALIGN = 4096
+
+
 @triton.jit
 def translate(ptr, peer, ctx):
-    """Return ``ptr`` (local heap pointer or block of pointers) moved into ``peer``'s heap."""
+    """Return ``ptr`` (local heap pointer or block of pointers) moved into ``peer``'s heap;
+    ``peer`` is one rank (a scalar).
+
+    Pointer arithmetic by a whole number of elements whose alignment the compiler is told
+    (heap bases are ``HEAP_BASE_ALIGN``-aligned), so a contiguous, aligned block keeps its
+    contiguity and alignment and its remote loads and stores vectorize like local ones (a
+    round trip through integers would leave them element by element)."""
+    elem: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
+    delta = tl.load(ctx.heap_bases + peer) - tl.load(ctx.heap_bases + ctx.rank)
+    return ptr + tl.multiple_of(delta // elem, 16)
+
+
+@triton.jit
+def translate_each(ptr, peers, ctx):
+    """:func:`translate` with one rank per pointer (``peers`` broadcasts against ``ptr``),
+    e.g. rows of a tile owned by different ranks. Element-wise addresses: no vectorization."""
     local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
-    peer_base = tl.load(ctx.heap_bases + peer).to(tl.uint64)
+    peer_base = tl.load(ctx.heap_bases + peers).to(tl.uint64)
     offset = ptr.to(tl.uint64, bitcast=True) - local_base
     return (peer_base + offset).to(ptr.dtype, bitcast=True)
 

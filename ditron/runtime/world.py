@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ..language.context import DIAG_WORDS, DeviceContext
+from ..language.core import HEAP_BASE_ALIGN
 from . import interpret
 from .backends import Backend, Topology, get_backend
 from .config import Settings
@@ -49,6 +50,10 @@ class Runtime:
         self.host_group = host_group
         self.heap = heap
         self.owns_process_group = owns_process_group
+        misaligned = [b for b in heap.mapping.bases if b % HEAP_BASE_ALIGN]
+        if misaligned:  # kernels are compiled assuming aligned bases (language.core)
+            raise RuntimeError(f"ditron: symmetric heap bases {misaligned} are not "
+                               f"{HEAP_BASE_ALIGN}-byte aligned")
         self.heap_bases = torch.tensor(heap.mapping.bases, dtype=torch.int64, device=world.device)
         self.diag = torch.zeros(DIAG_WORDS, dtype=torch.int64, device=world.device)
         self.wait_timeout = settings.wait_timeout
