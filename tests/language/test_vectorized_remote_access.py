@@ -5,7 +5,7 @@ contiguous bf16 block read from or written to a peer through ``ditron.language``
 16-byte accesses. A translation that goes through integers loses the compiler's contiguity
 and alignment facts and falls back to 2-byte accesses, which over NVLink cost an order of
 magnitude in bandwidth; that is what this test keeps out. The fused collectives and the
-GEMM-RS epilogue are checked the same way.
+GEMM-RS epilogue and the SM engine (with 16-byte aligned transfers) are checked the same way.
 """
 
 from __future__ import annotations
@@ -64,6 +64,11 @@ _COMPILE = textwrap.dedent("""
                                       seg_rows=M // 2, cfg=cfg, hooks=hooks, ctx=ctx, use_tma=True)
     kw["GPU_TIMER"], kw["UPCAST"] = True, False
     out["gemm_rs_epilogue"] = widths(gemm.persistent_gemm.warmup(*args, grid=(1,), **kw))
+    from ditron.engines import sm
+    desc, cnt = torch.zeros(14, dtype=torch.int64), torch.zeros(2, dtype=torch.int64)
+    out["sm_engine"] = widths(sm._move_kernel.warmup(desc, x, cnt, cnt, 1, ctx, BLOCK=2048,
+                                                     REDUCE=False, VEC=8, grid=(1, 1),
+                                                     num_warps=8))
     print(json.dumps(out))
 """)
 
