@@ -35,16 +35,21 @@ HEAP_BASE_ALIGN = 4096
 
 @triton.jit
 def translate(ptr, peer, ctx):
-    """Return ``ptr`` (local heap pointer or block of pointers) moved into ``peer``'s heap;
-    ``peer`` is one rank (a scalar).
+    """Return ``ptr`` (local heap pointer or block of pointers) moved into ``peer``'s heap
+    (``peer``: one rank, or a block of ranks broadcasting against ``ptr``).
 
     Pointer arithmetic by a whole number of elements whose alignment the compiler is told
     (heap bases are ``HEAP_BASE_ALIGN``-aligned), so a contiguous, aligned block keeps its
     contiguity and alignment and its remote loads and stores vectorize like local ones (a
-    round trip through integers would leave them element by element)."""
+    round trip through integers would leave them element by element). A block of peers
+    keeps the contiguity but not the alignment fact."""
     elem: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
-    delta = tl.load(ctx.heap_bases + peer) - tl.load(ctx.heap_bases + ctx.rank)
-    return ptr + tl.multiple_of(delta // elem, 16)
+    delta = (tl.load(ctx.heap_bases + peer) - tl.load(ctx.heap_bases + ctx.rank)) // elem
+    if delta.type.is_block():  # a block of peers works too, without the alignment fact
+        offset = delta
+    else:
+        offset = tl.multiple_of(delta, 16)
+    return ptr + offset
 
 
 @triton.jit

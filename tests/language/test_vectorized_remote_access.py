@@ -34,6 +34,14 @@ _COMPILE = textwrap.dedent("""
         offs = tl.arange(0, BLOCK)
         dl.store(y + offs, dl.load(x + offs, peer, ctx), peer, ctx)
 
+    @triton.jit
+    def block_peers(x, y, ctx, BLOCK: tl.constexpr):
+        r = tl.arange(0, 2)
+        c = tl.arange(0, BLOCK)
+        peers = (ctx.rank + 1 + r) % ctx.world_size
+        v = dl.load(x + r[:, None] * BLOCK + c[None, :], peers[:, None], ctx)
+        tl.store(y + r[:, None] * BLOCK + c[None, :], v)
+
     def widths(kernel):
         ptx = kernel.asm["ptx"]
         return dict(collections.Counter(re.findall(r"(?:ld|st)\\.global\\.(?:v\\d\\.)?b\\d+", ptx)))
@@ -69,6 +77,7 @@ _COMPILE = textwrap.dedent("""
     out["sm_engine"] = widths(sm._move_kernel.warmup(desc, x, cnt, cnt, 1, ctx, BLOCK=2048,
                                                      REDUCE=False, VEC=8, grid=(1, 1),
                                                      num_warps=8))
+    block_peers.warmup(x, y, ctx, BLOCK=1024, grid=(1,))  # a block of peers compiles too
     print(json.dumps(out))
 """)
 
