@@ -12,10 +12,11 @@ Protocol (four stream-ordered launches; ``e`` = the workspace's device epoch, ``
    ``e - 2`` (slot ``ack[q] >= e - 2``: they finished reading half ``h``), writes its split
    row into every peer's split matrix ``mat[h]`` and raises ``splits[me]`` there; waits for
    every peer's row;
-2. ``_data_kernel`` (program ``q`` per destination) stores its rows for ``q`` at the offset
-   the matrix gives into ``q``'s ``inbox[h]`` and raises ``data[me]`` there;
-3. ``_finish_kernel`` waits for every peer's ``data`` slot and copies ``inbox[h]`` and this
-   rank's column of ``mat[h]`` out;
+2. ``_data_kernel`` (``P`` programs per destination ``q``, each a slice of the rows)
+   stores its rows for ``q`` at the offset the matrix gives into ``q``'s ``inbox[h]``; each
+   program adds 1 to ``data[me]`` there (a counter: ``e * P`` once call ``e`` is complete);
+3. ``_finish_kernel`` waits until every peer's ``data`` slot reaches ``e * P`` and copies
+   ``inbox[h]`` and this rank's column of ``mat[h]`` out;
 4. ``_ack_kernel`` raises ``ack[me]`` on every peer.
 """
 
@@ -34,6 +35,10 @@ from ..runtime.signals import signal_pad
 from ..runtime.world import current
 from .exchange import capturing
 from .workspaces import alloc_buffers, cached
+
+#: programs per destination in ``_data_kernel`` (fixed: the counters' targets depend on it)
+SENDERS_GPU = 16
+SENDERS_CPU = 2
 
 
 @triton.jit
@@ -70,19 +75,26 @@ def _data_kernel(x, x_rows, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_r
     rows = tl.sum(tl.where(offs == q, line, 0))
     rows = tl.minimum(rows, tl.maximum(cap_rows - dst_rows, 0))
     rows = tl.minimum(rows, tl.maximum(x_rows - src_rows, 0))
-    dl.put(inbox_h + dst_rows * row, x + src_rows * row, rows * row, q, ctx, BLOCK)
-    dl.notify(pad + w + me, epoch, q, ctx)
+    # program (q, p) moves slice p of the elements for q; every program adds 1 to q's
+    # "data ready" counter, which reaches epoch * P once all P programs of this call are done
+    total = rows * row
+    p = tl.program_id(1)
+    chunk = tl.cdiv(tl.cdiv(total, tl.num_programs(1)), BLOCK) * BLOCK
+    lo = p * chunk
+    n = tl.maximum(tl.minimum(chunk, total - lo), 0)
+    dl.put(inbox_h + dst_rows * row + lo, x + src_rows * row + lo, n, q, ctx, BLOCK)
+    dl.notify(pad + w + me, 1, q, ctx, op="add")
 
 
 @triton.jit
 def _finish_kernel(out, out_splits, inbox, inbox_stride, mat, pad, epoch_ptr, numel, first,
-                   count, ctx, BLOCK: tl.constexpr, WB: tl.constexpr):
+                   count, senders, ctx, BLOCK: tl.constexpr, WB: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     me = ctx.rank
     w = ctx.world_size
     epoch = tl.load(epoch_ptr)
-    wait_range(pad, w, first, count, me, epoch, ctx)
+    wait_range(pad, w, first, count, me, epoch * senders, ctx)
     inbox_h = inbox + (epoch % 2) * inbox_stride
     for start in range(pid * BLOCK, numel, nprog * BLOCK):
         offs = start + tl.arange(0, BLOCK)
@@ -180,15 +192,16 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
     block = 4096 if cpu else 2048
     _splits_kernel[(1,)](splits.to(torch.int64).contiguous(), ws.mat, ws.pad, ws.epoch,
                          node.start, len(node), ctx, WB=wb)
-    _data_kernel[(w,)](xc, x.shape[0], ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch,
-                       row, max_out_rows, ctx, BLOCK=block, WB=wb)
+    senders = SENDERS_CPU if cpu else SENDERS_GPU
+    _data_kernel[(w, senders)](xc, x.shape[0], ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad,
+                               ws.epoch, row, max_out_rows, ctx, BLOCK=block, WB=wb)
     out = torch.empty((max_out_rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
     out_splits = torch.empty(w, dtype=torch.int64, device=x.device)
     numel = max_out_rows * row
     programs = 1 if cpu else max(1, min(32, triton.cdiv(numel, block)))
     _finish_kernel[(programs,)](out, out_splits, ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad,
-                                ws.epoch, numel, node.start, len(node), ctx, BLOCK=block,
-                                WB=wb)
+                                ws.epoch, numel, node.start, len(node), senders, ctx,
+                                BLOCK=block, WB=wb)
     _ack_kernel[(1,)](ws.pad, ws.epoch, node.start, len(node), ctx)
     if (rt.wait_timeout > 0 or cpu) and not capturing():
         from ..runtime.diagnostics import check_waits
