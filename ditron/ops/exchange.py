@@ -190,33 +190,22 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str) ->
     ``q``'s ``flat`` (``[n]``, contiguous), copied straight from ``q``'s inbox by ``engine``
     issued on this rank (no copy out of an inbox afterwards).
 
-    Call ``e``, half ``h = e % 2`` of each rank's inbox, all stream-ordered:
-    wait ``ack[q] >= e - 2`` (every peer finished pulling my half ``h`` two calls ago);
-    publish ``flat`` in my half ``h``; raise ``ready[me]`` to ``e`` on the peers; copy my own
-    row; wait ``ready[q] >= e``; pull every peer's half ``h`` into ``out[q]``; once the pulls
-    have landed, raise ``ack[me]`` to ``e`` on the peers.
+    The exchange's protocol with the roles of the halves swapped: after the ``ack`` wait of
+    :func:`open_exchange`, publish ``flat`` in my own half; raise ``ready[me]`` on the peers;
+    copy my own row; wait ``ready[q]``; pull every peer's half into ``out[q]``; once the pulls
+    have landed, ``ack`` (:meth:`Call.finish`) tells the peers I am done with their half.
     """
-    refuse_capture(key)
     rt = current()
-    w, me = rt.world.world_size, rt.world.rank
-    node = rt.topo.node_ranks()
-    if len(node) != w:
+    me = rt.world.rank
+    if rt.topo.num_nodes != 1:
         raise ValueError(f"{key}: pull_gather needs every rank on one node")
-    pad = signal_pad(key, 2 * w)
-    epoch = pad.next_epoch()
-    raw = _inbox(key, flat.numel() * flat.element_size())
-    mine = raw[epoch % 2, : flat.numel() * flat.element_size()].view(flat.dtype)
-    if epoch > 2:
-        wait_slots(pad, w, node, epoch - 2, skip=me)
+    call = open_exchange(key, flat.dtype, flat.numel(), {}, engine)
+    mine = call.inbox[: flat.numel()]
     mine.copy_(flat)
-    notify_peers(pad, me, epoch, node, skip=me)
+    notify_peers(call.pad, me, call.epoch, call.node, skip=me)
     out[me].copy_(flat)
-    wait_slots(pad, 0, node, epoch, skip=me)
+    call.wait()
     eng = engine_instance(engine)
-    eng.issue([Transfer(mine, out[q], q, me) for q in node if q != me])
-    eng.drain()
-    notify_peers(pad, w + me, epoch, node, skip=me)
-    if rt.wait_timeout > 0 or rt.world.backend == "cpu":
-        from ..runtime.diagnostics import check_waits
-
-        check_waits()
+    eng.issue([Transfer(mine, out[q], q, me) for q in call.node if q != me])
+    eng.drain()  # the pulls have landed before the ack
+    call.finish()
