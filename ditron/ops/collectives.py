@@ -34,7 +34,8 @@ __all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "recv"
 ENGINES = ("copy_engine", "sm", "network", "tma")
 METHODS = ("auto", "one_shot", "two_shot")
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-#: all_reduce "auto" uses one-shot up to this many bytes, two-shot above
+#: all_reduce "auto" uses one-shot up to this many bytes, two-shot above (one-shot at every
+#: size with two ranks: the same bytes move, with one barrier less)
 ONE_SHOT_MAX_BYTES = 256 << 10
 #: "auto" on GPU uses the SM engine below this many bytes per peer, the copy engine above
 #: (ops without a fused path: all_to_all)
@@ -227,7 +228,8 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
 
     ``method``: ``"one_shot"`` (every rank gathers every input and sums; best for small
     tensors), ``"two_shot"`` (reduce-scatter then all-gather; best for large ones) or
-    ``"auto"`` (one-shot up to ``ONE_SHOT_MAX_BYTES``). Equivalent:
+    ``"auto"`` (one-shot up to ``ONE_SHOT_MAX_BYTES``, or at any size with two ranks).
+    Equivalent:
     ``y = x.clone(); dist.all_reduce(y)``.
     """
     _check_tensor("all_reduce", x)
