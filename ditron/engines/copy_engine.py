@@ -2,8 +2,9 @@
 
 CUDA: each batch runs on a side stream that first waits for the issuing stream; every
 transfer is a ``copy_`` (or ``add_`` for ``reduce``) between a local tensor and a peer view
-(``ditron.peer``), followed in the side stream's order by a one-program kernel that
-``notify``s the signal (release, system scope). :meth:`drain` makes the current stream wait
+(``ditron.peer``), followed in the side stream's order by the signal's release store (a
+stream memory operation, or a one-program ``notify`` kernel when a wait timeout is set; see
+``sync.py``). :meth:`drain` makes the current stream wait
 for the side stream (the host does not block).
 
 CPU: a single worker thread per process performs the copies with ``memcpy`` and then stores
@@ -80,7 +81,7 @@ class CopyEngine(Engine):
         self._issue_cuda(transfers, rank)
 
     def _issue_cuda(self, transfers: list[Transfer], rank: int) -> None:
-        from .sync import notify_range
+        from .sync import notify_one
 
         rt = current()
         side = _side_stream(rt.world.device)
@@ -97,8 +98,7 @@ class CopyEngine(Engine):
                     else:
                         dst.copy_(src, non_blocking=True)
                 if t.signal is not None:
-                    notify_range[(1,)](t.signal.pad.signals, t.signal.index, t.signal.value,
-                                        t.dst_rank, 1, -1, rt.context())
+                    notify_one(t.signal.pad, t.signal.index, t.signal.value, t.dst_rank)
         self._stream = side
 
     def drain(self) -> None:

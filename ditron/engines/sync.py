@@ -2,16 +2,20 @@
 
 ``notify_peers`` raises one slot of a pad on a range of peers (release, system scope);
 ``wait_slots`` waits until a range of the local pad's slots reach a value (acquire). Both
-are tiny Triton launches, so on CUDA they are ordered in the current stream and the host
-never blocks; on the CPU backend they run synchronously.
+are ordered in the current stream and the host never blocks. On CUDA they are stream memory
+operations (``runtime/stream_memops.py``: no launch, no compute unit) unless a wait timeout
+is set, in which case they are the tiny Triton kernels below, whose waits can raise; on the
+CPU backend the kernels run synchronously.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl  # noqa: F401 - the interpreter patches kernels through it
 
 from .. import language as dl
+from ..runtime import stream_memops
 from ..runtime.signals import SignalPad
 from ..runtime.world import current
 
@@ -34,9 +38,36 @@ def wait_range(sig_ptr, base, first, count, skip, value, ctx):
             dl.wait(sig_ptr + base + first + i, value, ctx)
 
 
+def use_stream_memops() -> bool:
+    """Whether host-issued signals are stream memory operations here (CUDA, no timeout)."""
+    rt = current()
+    return rt.world.backend == "cuda" and rt.wait_timeout <= 0 and stream_memops.available()
+
+
+def _slot_address(pad: SignalPad, slot: int, rank: int) -> int:
+    """Device address of ``pad``'s ``slot`` in ``rank``'s heap, as this process maps it."""
+    rt = current()
+    return rt.heap.mapping.bases[rank] + rt.heap.offset_of(pad.signals) + 8 * slot
+
+
+def notify_one(pad: SignalPad, slot: int, value: int, rank: int) -> None:
+    """Set slot ``slot`` of ``pad`` on ``rank`` to ``value`` after the current stream's work."""
+    if use_stream_memops():
+        stream = torch.cuda.current_stream().cuda_stream
+        stream_memops.write_value(stream, _slot_address(pad, slot, rank), value)
+        return
+    notify_range[(1,)](pad.signals, slot, value, rank, 1, -1, current().context())
+
+
 def notify_peers(pad: SignalPad, slot: int, value: int, peers: range, skip: int = -1) -> None:
     """Set slot ``slot`` of ``pad`` to ``value`` on every rank in ``peers`` except ``skip``."""
     if len(peers) == 0 or (len(peers) == 1 and peers[0] == skip):
+        return
+    if use_stream_memops():
+        stream = torch.cuda.current_stream().cuda_stream
+        for q in peers:
+            if q != skip:
+                stream_memops.write_value(stream, _slot_address(pad, slot, q), value)
         return
     notify_range[(1,)](pad.signals, slot, value, peers.start, len(peers), skip,
                         current().context())
@@ -45,6 +76,13 @@ def notify_peers(pad: SignalPad, slot: int, value: int, peers: range, skip: int 
 def wait_slots(pad: SignalPad, base: int, ranks: range, value: int, skip: int = -1) -> None:
     """Wait until local slots ``base + r`` (``r`` in ``ranks``, ``r != skip``) are >= ``value``."""
     if len(ranks) == 0 or (len(ranks) == 1 and ranks[0] == skip):
+        return
+    if use_stream_memops():
+        stream = torch.cuda.current_stream().cuda_stream
+        me = current().world.rank
+        for r in ranks:
+            if r != skip:
+                stream_memops.wait_value(stream, _slot_address(pad, base + r, me), value)
         return
     wait_range[(1,)](pad.signals, base, ranks.start, len(ranks), skip, value,
                       current().context())

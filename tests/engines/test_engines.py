@@ -182,3 +182,39 @@ def test_engine_cuda_two_ranks(name, options):
     self_ok = name in ("sm", "tma")
     per_call = (1 + self_ok) + 1 + (name != "tma")
     assert all(c == 3 * per_call for c in counts)
+
+
+def check_stream_signals(n: int, rounds: int = 3) -> list[bool]:
+    """Rank 0 writes rank 1's buffer after a long device sleep, then raises rank 1's slot
+    with the host-issued notify; rank 1's stream-ordered wait must hold its read until then.
+    Returns, per round on rank 1, whether the read saw the round's data."""
+    from ditron.engines.sync import notify_one, use_stream_memops
+    from ditron.runtime.world import current
+
+    rt = current()
+    assert use_stream_memops(), "the cuda backend without a timeout should use stream memops"
+    me = rt.world.rank
+    pad = ditron.signal_pad("test_stream_signals", 1)
+    buf = ditron.zeros((n,), torch.float32)
+    ditron.barrier()
+    torch.cuda.synchronize()
+    seen = []
+    for rnd in range(1, rounds + 1):
+        epoch = pad.next_epoch()
+        if me == 0:
+            torch.cuda._sleep(200_000_000)  # ~0.1 s of device time before the data moves
+            rt.heap.peer(buf, 1).copy_(torch.full((n,), float(rnd), device=rt.world.device))
+            notify_one(pad, 0, epoch, 1)
+        else:
+            wait_slots(pad, 0, range(0, 1), epoch)
+            seen.append(bool((buf.clone() == rnd).all()))
+        torch.cuda.synchronize()
+        torch.distributed.barrier(group=rt.host_group)
+    return seen
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_stream_memop_signals_cuda():
+    seen = ditron.launch(check_stream_signals, 2, 1 << 20, backend="cuda")
+    assert seen[1] == [True, True, True]

@@ -1,0 +1,78 @@
+"""CUDA stream memory operations: write or wait on a 64-bit signal in stream order, without a
+kernel launch (the driver's ``cuStreamWriteValue64`` / ``cuStreamWaitValue64``).
+
+They implement the same semantics as the ``notify`` / ``wait`` kernels of the signal protocol
+and are what the host-issued paths (copy engine, exchange) use on CUDA when no wait timeout
+is set: a write is preceded by a system-scope memory fence of the stream's earlier work
+(release), and work queued after a wait starts only once the value is ``>=`` the target
+(acquire), all without occupying a compute unit and for ~1 us of host time instead of a
+Triton launch. A stream wait cannot time out, so with ``DITRON_WAIT_TIMEOUT`` set the
+kernels (which raise with the rank, signal and values seen) are used instead.
+``DITRON_STREAM_MEMOPS=0`` turns them off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+_WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ
+_WRITE_DEFAULT = 0x0  # CU_STREAM_WRITE_VALUE_DEFAULT: a memory fence precedes the write
+_ATTR_64_BIT = 122  # CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS (CUDA >= 12)
+
+_driver: tuple | None = None
+_checked = False
+
+
+def _load() -> tuple | None:
+    global _driver, _checked
+    if _checked:
+        return _driver
+    _checked = True
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    fns = []
+    for name in ("cuStreamWriteValue64_v2", "cuStreamWaitValue64_v2"):
+        fn = getattr(lib, name, None)
+        if fn is None:
+            return None
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint]
+        fns.append(fn)
+    import torch
+
+    value = ctypes.c_int()
+    get_attr = lib.cuDeviceGetAttribute
+    if get_attr(ctypes.byref(value), _ATTR_64_BIT, torch.cuda.current_device()) != 0 \
+            or value.value == 0:
+        return None
+    _driver = tuple(fns)
+    return _driver
+
+
+def available() -> bool:
+    """Whether this process can use stream memory operations on its current device."""
+    if os.environ.get("DITRON_STREAM_MEMOPS", "1") == "0":
+        return False
+    return _load() is not None
+
+
+def _check(code: int, what: str, addr: int, value: int) -> None:
+    if code != 0:
+        raise RuntimeError(f"ditron: {what}(addr=0x{addr:x}, value={value}) failed with "
+                           f"CUresult {code}")
+
+
+def write_value(stream: int, addr: int, value: int) -> None:
+    """After the earlier work of ``stream`` (raw ``cudaStream_t``), store the 64-bit
+    ``value`` at device address ``addr`` (local or a peer's mapped address), fenced."""
+    write, _ = _load()
+    _check(write(stream, addr, value, _WRITE_DEFAULT), "cuStreamWriteValue64", addr, value)
+
+
+def wait_value(stream: int, addr: int, value: int) -> None:
+    """Make later work of ``stream`` wait until the 64-bit signal at ``addr`` is >= ``value``."""
+    _, wait = _load()
+    _check(wait(stream, addr, value, _WAIT_GEQ), "cuStreamWaitValue64", addr, value)
