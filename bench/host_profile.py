@@ -73,7 +73,8 @@ def _tp_impls(m: int, n: int, k: int):
             ("gemm_rs/baseline", base_rs)]
 
 
-def _measure(fn, calls: int = 20) -> tuple[float, float, float]:
+def _measure(fn, calls: int = 20) -> tuple[float, float, float, float]:
+    """(host, pipelined median, pipelined max, isolated) seconds per call."""
     from ditron.runtime.world import current
 
     group = current().host_group
@@ -81,15 +82,15 @@ def _measure(fn, calls: int = 20) -> tuple[float, float, float]:
         fn()
     torch.cuda.synchronize()
     dist.barrier(group=group)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(calls + 1)]
     t0 = time.perf_counter()
-    start.record()
-    for _ in range(calls):
+    events[0].record()
+    for i in range(calls):
         fn()
+        events[i + 1].record()
     host = (time.perf_counter() - t0) / calls
-    end.record()
-    end.synchronize()
-    pipelined = start.elapsed_time(end) / 1e3 / calls
+    events[-1].synchronize()
+    each = [a.elapsed_time(b) / 1e3 for a, b in zip(events, events[1:], strict=False)]
     single = []
     for _ in range(calls):
         torch.cuda.synchronize()
@@ -100,10 +101,31 @@ def _measure(fn, calls: int = 20) -> tuple[float, float, float]:
         e.record()
         e.synchronize()
         single.append(s.elapsed_time(e) / 1e3)
-    return host, pipelined, statistics.median(single)
+    return host, statistics.median(each), max(each), statistics.median(single)
 
 
-def _run(sizes: list[int], tp: tuple[int, int, int] | None, out: str) -> None:
+def _cprofile(fn, rank: int, calls: int = 50) -> None:
+    """The Python cost of ``calls`` calls on rank 0, by function (every rank calls)."""
+    import cProfile
+    import io
+    import pstats
+
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    if rank == 0:
+        prof.enable()
+    for _ in range(calls):
+        fn()
+    if rank == 0:
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+        print(text.getvalue(), flush=True)
+    torch.cuda.synchronize()
+
+
+def _run(sizes: list[int], tp: tuple[int, int, int] | None, out: str,
+         cprofile: tuple[str, ...] = ()) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from ditron.ops.workspaces import release_workspaces
@@ -113,10 +135,13 @@ def _run(sizes: list[int], tp: tuple[int, int, int] | None, out: str) -> None:
     if tp:
         jobs += [(tp[0], impl) for impl in _tp_impls(*tp)]
     for size, (label, fn) in jobs:
-        host, piped, single = _measure(fn)
+        host, piped, worst, single = _measure(fn)
         if rank == 0:
             print(f"{label:<24}{size:>12} B  host {host * 1e6:8.1f} us  pipelined "
-                  f"{piped * 1e6:8.1f} us  isolated {single * 1e6:8.1f} us", flush=True)
+                  f"{piped * 1e6:8.1f} us (max {worst * 1e6:8.1f})  isolated "
+                  f"{single * 1e6:8.1f} us", flush=True)
+        if label in cprofile:
+            _cprofile(fn, rank)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
@@ -137,13 +162,14 @@ def main() -> int:
     p.add_argument("--world-size", type=int, default=None)
     p.add_argument("--sizes", default="64M")
     p.add_argument("--tp", default="8192,11008,4096", help="M,N,K of the TP GEMMs ('' skips)")
+    p.add_argument("--cprofile", default="", help="labels to profile with cProfile (comma)")
     p.add_argument("--out", default="bench/results/host_profile")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     w = args.world_size or max(2, torch.cuda.device_count())
     tp = tuple(int(v) for v in args.tp.split(",")) if args.tp else None
     sizes = [parse_bytes(s) for s in args.sizes.split(",") if s]
-    ditron.launch(_run, w, sizes, tp, args.out,
+    ditron.launch(_run, w, sizes, tp, args.out, tuple(args.cprofile.split(",")),
                   backend="cuda")
     return 0
 

@@ -16,7 +16,7 @@ import ditron
 import ditron.language as dl
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["epoch"])
 def ring_exchange_kernel(send, recv, sig, epoch, n, BLOCK: tl.constexpr, ctx):
     """Push ``send`` into the right neighbour's ``recv``; wait for the left one's push."""
     right = (ctx.rank + 1) % ctx.world_size
@@ -25,7 +25,7 @@ def ring_exchange_kernel(send, recv, sig, epoch, n, BLOCK: tl.constexpr, ctx):
     dl.wait(sig, epoch, ctx)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["epoch"])
 def all_gather_kernel(chunk, out, sig, epoch, n, BLOCK: tl.constexpr, ctx):
     """Push the local ``chunk`` (n elements) to slot ``rank`` of every rank's ``out``."""
     peer = 0

@@ -35,7 +35,7 @@ def _as_ptr(addr, like):
     return addr.to(tl.uint64, bitcast=True).to(like.dtype, bitcast=True)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["value"])
 def _move_kernel(desc, typed, sig_typed, counters, value, ctx, BLOCK: tl.constexpr,
                  REDUCE: tl.constexpr, VEC: tl.constexpr):
     pid = tl.program_id(0)

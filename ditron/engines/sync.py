@@ -20,7 +20,7 @@ from ..runtime.signals import SignalPad
 from ..runtime.world import current
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["value"])
 def notify_range(sig_ptr, slot, value, first, count, skip, ctx):
     """Raise slot ``slot`` to ``value`` on ranks ``first .. first + count - 1`` but ``skip``
     (callable from kernels: device-side values)."""
@@ -29,7 +29,7 @@ def notify_range(sig_ptr, slot, value, first, count, skip, ctx):
             dl.notify(sig_ptr + slot, value, first + i, ctx)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["value"])
 def wait_range(sig_ptr, base, first, count, skip, value, ctx):
     """Wait until local slots ``base + r`` (``r`` in ``first .. first + count - 1``, ``r !=
     skip``) reach ``value`` (callable from kernels)."""

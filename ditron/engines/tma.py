@@ -33,7 +33,7 @@ def _row_elems(t: torch.Tensor) -> int:
     return _BOX_BYTES // t.element_size()
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["value"])
 def _tma_copy_kernel(src_desc, dst_desc, src, dst, rows, n, counter, sig_ptr, value, sig_rank,
                      ctx, C: tl.constexpr, BLOCK_R: tl.constexpr, TAIL_BLOCK: tl.constexpr,
                      USE_TMA: tl.constexpr, SIGNAL: tl.constexpr, GPU: tl.constexpr):

@@ -153,7 +153,7 @@ def _clock(trace_ptr, GPU_TIMER: tl.constexpr):
     return t
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["wait_target", "epoch"])
 def persistent_gemm(
     a_ptr, b_ptr, c_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,

@@ -28,7 +28,7 @@ from .. import language as dl
 from .ir import Chunk, Plan
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["epoch"])
 def _publish_kernel(sig_ptr, chunk_ptr, n_chunks, epoch, first_peer, n_peers, ctx):
     p = 0
     while p < n_peers:

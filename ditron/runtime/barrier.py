@@ -17,7 +17,7 @@ from .signals import SignalPad
 from .world import current
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["epoch"])
 def _barrier_kernel(pad_ptr, epoch, first, count, ctx):
     for i in range(0, count):
         dl.notify(pad_ptr + ctx.rank, epoch, first + i, ctx)
