@@ -1,7 +1,9 @@
 """The transfer-engine interface: one logical transfer, several physical implementations.
 
 A :class:`Transfer` says "after this, ``dst`` on rank ``dst_rank`` holds ``src`` of rank
-``src_rank`` (or ``dst += src`` when ``reduce``), then ``signal`` is raised on ``dst_rank``".
+``src_rank`` (or ``dst += src`` when ``reduce``), then ``signal`` is raised on ``dst_rank``";
+with ``after``, the move starts only once that signal of the issuing rank has reached its
+value (engines with ``can_wait``: how a pull waits for the owner to publish a chunk).
 ``src`` and ``dst`` are tensors as the *issuing* rank sees them: the local side is an
 ordinary tensor, the remote side a view of a symmetric tensor in the issuing rank's own
 heap, which the engine translates to the peer (the one translation rule of the heap).
@@ -41,12 +43,15 @@ class Transfer:
     dst_rank: int
     signal: Signal | None = None
     reduce: bool = False
+    #: start only once the issuing rank's signal ``after.index`` is >= ``after.value``
+    after: Signal | None = None
 
 
-def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = False) -> None:
+def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = False,
+                   can_wait: bool = False) -> None:
     """Raise ``ValueError`` for a transfer ``engine`` cannot move from ``rank``: ``src`` and
-    ``dst`` differ in shape or dtype, neither side is ``rank``'s, or (``contiguous``) a side
-    is not contiguous."""
+    ``dst`` differ in shape or dtype, neither side is ``rank``'s, (``contiguous``) a side
+    is not contiguous, or it has ``after`` and the engine cannot wait (``can_wait``)."""
     if rank not in (t.src_rank, t.dst_rank):
         raise ValueError(f"{engine}: rank {rank} issues a transfer from rank {t.src_rank} to "
                          f"rank {t.dst_rank}; one side must be local")
@@ -55,6 +60,9 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
                          f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
     if contiguous and not (t.src.is_contiguous() and t.dst.is_contiguous()):
         raise ValueError(f"{engine}: src and dst must be contiguous")
+    if t.after is not None and not can_wait:
+        raise ValueError(f"{engine}: cannot wait for a signal before a transfer (after=); "
+                         f"use an engine with can_wait, e.g. copy_engine")
 
 
 class Engine(abc.ABC):
@@ -63,6 +71,8 @@ class Engine(abc.ABC):
     name: str
     #: whether the engine can sum into the destination (``Transfer.reduce``)
     can_reduce: bool = False
+    #: whether the engine honours ``Transfer.after``
+    can_wait: bool = False
 
     @abc.abstractmethod
     def issue(self, transfers: list[Transfer]) -> None:

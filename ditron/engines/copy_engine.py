@@ -2,20 +2,22 @@
 
 CUDA: each batch runs on a side stream that first waits for the issuing stream; every
 transfer is a ``copy_`` (or ``add_`` for ``reduce``) between a local tensor and a peer view
-(``ditron.peer``), followed in the side stream's order by the signal's release store (a
-stream memory operation, or a one-program ``notify`` kernel when a wait timeout is set; see
-``sync.py``). :meth:`drain` makes the current stream wait
-for the side stream (the host does not block).
+(``ditron.peer``), preceded by a stream-ordered wait for ``after`` when given and followed
+in the side stream's order by the signal's release store (stream memory operations, or
+one-program kernels when a wait timeout is set; see ``sync.py``). :meth:`drain` makes the
+current stream wait for the side stream (the host does not block).
 
-CPU: a single worker thread per process performs the copies with ``memcpy`` and then stores
-the signal into the peer's pad (an aligned 8-byte store; the copy's stores come first in
-program order, and x86 keeps stores in order). It never launches Triton (the interpreter is
-not thread-safe); :meth:`drain` joins the outstanding batches.
+CPU: a single worker thread per process performs the copies with ``memcpy`` (after polling
+the ``after`` signal, if any) and then stores the signal into the peer's pad (an aligned
+8-byte store; the copy's stores come first in program order, and x86 keeps stores in
+order). It never launches Triton (the interpreter is not thread-safe); :meth:`drain` joins
+the outstanding batches.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import time
 
 import torch
 
@@ -57,6 +59,7 @@ class CopyEngine(Engine):
 
     name = "copy_engine"
     can_reduce = True
+    can_wait = True
 
     def __init__(self) -> None:
         self._pending: list[cf.Future] = []
@@ -66,7 +69,7 @@ class CopyEngine(Engine):
         rt = current()
         rank = rt.world.rank
         for t in transfers:
-            check_transfer(t, rank, "copy_engine")
+            check_transfer(t, rank, "copy_engine", can_wait=True)
         if rt.world.backend == "cpu":
             jobs = []
             for t in transfers:
@@ -75,13 +78,18 @@ class CopyEngine(Engine):
                 if t.signal is not None:
                     sig = rt.heap.peer(t.signal.pad.signals, t.dst_rank)[t.signal.index:
                                                                          t.signal.index + 1]
-                jobs.append((src, dst, t.reduce, sig, t.signal.value if t.signal else 0))
+                after = None
+                if t.after is not None:
+                    after = (t.after.pad.signals[t.after.index: t.after.index + 1],
+                             t.after.value, rt.heap.describe(rt.heap.offset_of(
+                                 t.after.pad.signals) + 8 * t.after.index), rt.wait_timeout)
+                jobs.append((src, dst, t.reduce, sig, t.signal.value if t.signal else 0, after))
             self._pending.append(_executor().submit(_run_host, jobs))
             return
         self._issue_cuda(transfers, rank)
 
     def _issue_cuda(self, transfers: list[Transfer], rank: int) -> None:
-        from .sync import notify_one
+        from .sync import notify_one, wait_one
 
         rt = current()
         side = _side_stream(rt.world.device)
@@ -89,6 +97,8 @@ class CopyEngine(Engine):
         with torch.cuda.stream(side):
             for t in transfers:
                 src, dst = _endpoints(t, rank)
+                if t.after is not None:
+                    wait_one(t.after.pad, t.after.index, t.after.value)
                 for local in (t.src, t.dst) if src.numel() else ():
                     if not rt.heap.contains(local):
                         local.record_stream(side)
@@ -111,7 +121,9 @@ class CopyEngine(Engine):
 
 
 def _run_host(jobs) -> None:
-    for src, dst, reduce, sig, value in jobs:
+    for src, dst, reduce, sig, value, after in jobs:
+        if after is not None:
+            _spin(*after)
         if src.numel():
             if reduce:
                 dst.add_(src)
@@ -119,3 +131,20 @@ def _run_host(jobs) -> None:
                 dst.copy_(src)
         if sig is not None:
             sig.fill_(value)
+
+
+def _spin(sig: torch.Tensor, value: int, name: str, timeout: float) -> None:
+    """Wait (host thread, CPU backend) until the local signal ``sig`` is >= ``value``."""
+    from ..runtime.diagnostics import WaitTimeoutError
+
+    deadline = time.monotonic() + timeout if timeout > 0 else None
+    delay = 1e-6
+    while True:
+        seen = int(sig.item())
+        if seen >= value:
+            return
+        if deadline is not None and time.monotonic() > deadline:
+            raise WaitTimeoutError(rank=current().world.rank, signal=name, expected=value,
+                                   seen=seen, timeout=timeout)
+        time.sleep(delay)
+        delay = min(delay * 2, 1e-3)

@@ -46,6 +46,9 @@ class NetworkEngine(Engine):
                                  f"and dst {tuple(t.dst.shape)} {t.dst.dtype} differ")
             if t.src_rank == t.dst_rank:
                 raise ValueError("network engine: a transfer must cross ranks")
+            if t.after is not None:
+                raise ValueError("network engine: cannot wait for a signal before a transfer "
+                                 "(after=)")
             if rank == t.src_rank and t.src.numel():
                 group, staged = self._group(t.src)
                 buf = t.src.contiguous()

@@ -59,6 +59,15 @@ def notify_one(pad: SignalPad, slot: int, value: int, rank: int) -> None:
     notify_range[(1,)](pad.signals, slot, value, rank, 1, -1, current().context())
 
 
+def wait_one(pad: SignalPad, slot: int, value: int) -> None:
+    """Make the current stream wait until local slot ``slot`` of ``pad`` is >= ``value``."""
+    if use_stream_memops():
+        stream = torch.cuda.current_stream().cuda_stream
+        stream_memops.wait_value(stream, _slot_address(pad, slot, current().world.rank), value)
+        return
+    wait_range[(1,)](pad.signals, slot, 0, 1, -1, value, current().context())
+
+
 def notify_peers(pad: SignalPad, slot: int, value: int, peers: range, skip: int = -1) -> None:
     """Set slot ``slot`` of ``pad`` to ``value`` on every rank in ``peers`` except ``skip``."""
     if len(peers) == 0 or (len(peers) == 1 and peers[0] == skip):

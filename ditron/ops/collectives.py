@@ -41,9 +41,10 @@ ONE_SHOT_MAX_BYTES = 256 << 10
 #: (ops without a fused path: all_to_all)
 SM_MAX_BYTES = 1 << 20
 #: "auto" on GPU, one node: the fused SM kernels for all_reduce and reduce_scatter at every
-#: size and for all_gather below this many bytes per rank (measured on 2 H200s: fused all-gather
-#: 0.98x the copy engine at 128 MB per rank, 0.90x at 512 MB; docs/perf.md)
-FUSED_AG_MAX_BYTES = 256 << 20
+#: size and for all_gather below this many bytes per rank, the copy engine's chunked pulls
+#: above (2 H200s, eager: fused 396 vs 544 us at 32 MB per rank, 859 vs 792 us at 128 MB;
+#: docs/perf.md, session 4)
+FUSED_AG_MAX_BYTES = 64 << 20
 _AGREED = "collectives:agreed"
 #: ops with a fused, CUDA-graph-safe path (``engine="sm"``, one node)
 _GRAPH_SAFE = ("all_reduce", "all_gather", "reduce_scatter")

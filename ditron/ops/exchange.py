@@ -22,6 +22,7 @@ part in every call (zero-sized parts still signal), so the epochs of all ranks a
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 
@@ -185,27 +186,54 @@ def exchange(key: str, dtype: torch.dtype, inbox_numel: int, parts: list[Part],
     return call
 
 
+#: pull_gather cuts each rank's part into chunks of about this many bytes (at most
+#: ``PULL_MAX_CHUNKS``; env ``DITRON_PULL_CHUNK_BYTES``), so that peers pull chunk ``i`` while
+#: its owner still publishes chunk ``i + 1``
+PULL_CHUNK_BYTES = 64 << 20
+PULL_MAX_CHUNKS = 8
+#: ready values of call ``e`` are ``e * _CHUNK_SLOTS + i + 1`` for chunk ``i``
+_CHUNK_SLOTS = 64
+
+
+def pull_chunks(nbytes: int) -> int:
+    """How many chunks :func:`pull_gather` cuts a part of ``nbytes`` bytes into."""
+    size = int(os.environ.get("DITRON_PULL_CHUNK_BYTES") or 0) or PULL_CHUNK_BYTES
+    return max(1, min(PULL_MAX_CHUNKS, nbytes // size))
+
+
 def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str) -> None:
     """All-gather on one node by pulls: ``out[q]`` (``out``: ``[W, n]``) receives rank
     ``q``'s ``flat`` (``[n]``, contiguous), copied straight from ``q``'s inbox by ``engine``
     issued on this rank (no copy out of an inbox afterwards).
 
-    The exchange's protocol with the roles of the halves swapped: after the ``ack`` wait of
-    :func:`open_exchange`, publish ``flat`` in my own half; raise ``ready[me]`` on the peers;
-    copy my own row; wait ``ready[q]``; pull every peer's half into ``out[q]``; once the pulls
-    have landed, ``ack`` (:meth:`Call.finish`) tells the peers I am done with their half.
+    The exchange's protocol with the roles of the halves swapped, per chunk (``C`` chunks,
+    :func:`pull_chunks`): the pulls are issued first, chunk ``i`` of peer ``q`` waiting
+    (stream-ordered, on the engine's stream) for ``ready[q] >= e * 64 + i + 1``; after the
+    ``ack`` wait of :func:`open_exchange`, I publish my chunks into my own half one by one,
+    raising ``ready[me]`` on the peers after each, and copy my own row; once the pulls have
+    landed, ``ack`` (:meth:`Call.finish`) tells the peers I am done with their half. So a
+    peer pulls chunk ``i`` while I still publish chunk ``i + 1``.
     """
     rt = current()
     me = rt.world.rank
     if rt.topo.num_nodes != 1:
         raise ValueError(f"{key}: pull_gather needs every rank on one node")
-    call = open_exchange(key, flat.dtype, flat.numel(), {}, engine)
-    mine = call.inbox[: flat.numel()]
-    mine.copy_(flat)
-    notify_peers(call.pad, me, call.epoch, call.node, skip=me)
-    out[me].copy_(flat)
-    call.wait()
     eng = engine_instance(engine)
-    eng.issue([Transfer(mine, out[q], q, me) for q in call.node if q != me])
+    if not eng.can_wait:
+        raise ValueError(f"{key}: pull_gather needs an engine that can wait (copy_engine), "
+                         f"got {engine!r}")
+    n = flat.numel()
+    chunks = pull_chunks(n * flat.element_size())
+    bounds = [(n * i // chunks, n * (i + 1) // chunks) for i in range(chunks)]
+    call = open_exchange(key, flat.dtype, n, {}, engine)
+    base = call.epoch * _CHUNK_SLOTS
+    mine = call.inbox[:n]
+    eng.issue([Transfer(mine[lo:hi], out[q, lo:hi], q, me,
+                        after=Signal(call.pad, q, base + i + 1))
+               for q in call.node if q != me for i, (lo, hi) in enumerate(bounds)])
+    for i, (lo, hi) in enumerate(bounds):
+        mine[lo:hi].copy_(flat[lo:hi])
+        notify_peers(call.pad, me, base + i + 1, call.node, skip=me)
+    out[me].copy_(flat)
     eng.drain()  # the pulls have landed before the ack
     call.finish()

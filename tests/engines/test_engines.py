@@ -218,3 +218,41 @@ def check_stream_signals(n: int, rounds: int = 3) -> list[bool]:
 def test_stream_memop_signals_cuda():
     seen = ditron.launch(check_stream_signals, 2, 1 << 20, backend="cuda")
     assert seen[1] == [True, True, True]
+
+
+def check_after_signal() -> tuple[bool, str]:
+    """A pull that waits for a signal (``Transfer.after``): it lands once the owner raises
+    the signal; one whose signal never comes raises WaitTimeoutError at ``drain``; engines
+    that cannot wait refuse ``after`` before moving anything."""
+    from ditron.engines.sync import notify_peers
+
+    w = ditron.world()
+    me, peer = w.rank, 1 - w.rank
+    pad = ditron.signal_pad("test_after", 2)
+    box = ditron.zeros((64,), torch.float32)
+    engine = get_engine("copy_engine")
+    out = torch.full((64,), float("nan"))
+    engine.issue([Transfer(box, out, peer, me, after=Signal(pad, peer, 1))])
+    box.fill_(float(me + 1))  # publish, then raise the peer's slot ``me``
+    notify_peers(pad, me, 1, range(2), skip=me)
+    engine.drain()
+    landed = bool((out == peer + 1).all())
+    ditron.barrier()
+    try:
+        get_engine("sm").issue([Transfer(box, out, peer, me, after=Signal(pad, peer, 1))])
+    except ValueError as exc:
+        assert "after" in str(exc)
+    else:
+        raise AssertionError("the sm engine accepted after=")
+    ditron.set_wait_timeout(0.3)
+    engine.issue([Transfer(box, out, peer, me, after=Signal(pad, peer, 99))])
+    try:
+        engine.drain()
+    except ditron.WaitTimeoutError as exc:
+        return landed, f"{exc.rank} {exc.expected} {exc.seen} {exc.signal}"
+    return landed, "no timeout"
+
+
+def test_transfer_after_signal():
+    got = ditron.launch(check_after_signal, 2, backend="cpu")
+    assert got == [(True, "0 99 1 signals:test_after[1]"), (True, "1 99 1 signals:test_after[0]")]

@@ -169,6 +169,35 @@ def test_two_simulated_nodes(monkeypatch, engine):
     assert all(c == 27 for c in counts)
 
 
+def check_chunked_pull_gather(calls: int = 5) -> int:
+    """The copy engine's all-gather in 1-8 chunks per part (tiny chunks forced by the env),
+    sizes and so chunk counts changing from call to call, uneven chunk bounds."""
+    from ditron.ops.exchange import pull_chunks
+
+    me = ditron.world().rank
+    ops = _OnDevice(ditron.world().device)
+    checks = 0
+    for it in range(calls):
+        dtype = DTYPES[it % len(DTYPES)]
+        g = _gen(me, it, 77)
+        x = torch.randn(3 + it, 7 + 5 * it, generator=g).to(dtype)
+        assert pull_chunks(x.numel() * x.element_size()) > 1
+        ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)], 0)
+        _close(ops.all_gather(x, 0, engine="copy_engine"), ref, f"chunked all_gather {it}")
+        checks += 1
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_chunked_pull_gather(monkeypatch, world_size):
+    from ditron.ops.exchange import pull_chunks
+
+    monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")
+    assert [pull_chunks(b) for b in (10, 48, 100, 4096)] == [1, 2, 4, 8]
+    counts = ditron.launch(check_chunked_pull_gather, world_size, backend="cpu")
+    assert counts == [5] * world_size
+
+
 def check_engine_choice() -> tuple[str, str, str]:
     from ditron.ops import collectives
 
