@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ..runtime.world import current
-from .exchange import Part, capturing, exchange, pull_gather, refuse_capture
+from .exchange import Part, capturing, exchange, pull_gather, push_reduce_scatter, refuse_capture
 from .workspaces import cached, release_workspaces
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "recv",
@@ -150,6 +150,8 @@ def _gather_flat(key: str, flat: torch.Tensor, engine: str) -> tuple[torch.Tenso
 def _reduce_scatter_flat(key: str, chunks: torch.Tensor, engine: str) -> torch.Tensor:
     """``chunks`` [W, c] (contiguous): return the sum over ranks of their row ``me``."""
     rt = current()
+    if rt.topo.num_nodes == 1 and engine != "network":
+        return push_reduce_scatter(key + ".chunked", chunks, engine)
     w, me = rt.world.world_size, rt.world.rank
     c = chunks.shape[1]
     parts = [Part(q, chunks[q], me * c) for q in range(w)]
@@ -220,7 +222,8 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) 
         out = mine.view(rows, *xm.shape[1:]).movedim(0, d)
         return out if d == 0 else out.contiguous()
     mine = _reduce_scatter_flat("reduce_scatter", xm.view(w, -1), eng)
-    return _copy_out(mine.view(rows, *xm.shape[1:]).movedim(0, d))
+    out = mine.view(rows, *xm.shape[1:]).movedim(0, d)
+    return out if d == 0 else out.contiguous()
 
 
 def all_reduce(x: torch.Tensor, method: str = "auto", *,

@@ -237,3 +237,36 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str) ->
     out[me].copy_(flat)
     eng.drain()  # the pulls have landed before the ack
     call.finish()
+
+
+def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str) -> torch.Tensor:
+    """Reduce-scatter on one node by pushes: returns the sum over ranks of their row ``me``
+    of ``parts`` (``[W, c]``, contiguous), accumulated in fp32, in ``parts``' dtype.
+
+    The exchange's protocol per chunk (``C`` chunks, :func:`pull_chunks` of a row's bytes):
+    after the ``ack`` wait of :func:`open_exchange`, chunk ``i`` of row ``q`` goes from
+    ``parts`` straight into ``q``'s inbox (slot ``me``) with ``engine``, raising ``ready[me]``
+    on ``q`` to ``e * 64 + i + 1``; I sum chunk ``i`` once every node peer's ``ready`` has
+    reached that value, so sums of early chunks overlap the transfer of later ones;
+    :meth:`Call.finish` acks after the last read.
+    """
+    rt = current()
+    w, me = rt.world.world_size, rt.world.rank
+    c = parts.shape[1]
+    chunks = pull_chunks(c * parts.element_size())
+    bounds = [(c * i // chunks, c * (i + 1) // chunks) for i in range(chunks)]
+    call = open_exchange(key, parts.dtype, w * c, {}, engine)
+    base = call.epoch * _CHUNK_SLOTS
+    slots = call.inbox.view(w, c)
+    eng = engine_instance(engine)
+    eng.issue([Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
+                        Signal(call.pad, me, base + i + 1))
+               for i, (lo, hi) in enumerate(bounds) for q in call.node if q != me])
+    slots[me].copy_(parts[me])
+    out = torch.empty(c, dtype=parts.dtype, device=parts.device)
+    for i, (lo, hi) in enumerate(bounds):
+        wait_slots(call.pad, 0, call.node, base + i + 1, skip=me)
+        total = slots[:, lo:hi].sum(0, dtype=torch.float32)
+        out[lo:hi].copy_(total)
+    call.finish()
+    return out

@@ -169,12 +169,13 @@ def test_two_simulated_nodes(monkeypatch, engine):
     assert all(c == 27 for c in counts)
 
 
-def check_chunked_pull_gather(calls: int = 5) -> int:
-    """The copy engine's all-gather in 1-8 chunks per part (tiny chunks forced by the env),
-    sizes and so chunk counts changing from call to call, uneven chunk bounds."""
+def check_chunked_exchanges(calls: int = 5) -> int:
+    """The copy engine's all-gather (pulls) and reduce-scatter / two-shot all-reduce (pushes)
+    in 1-8 chunks per part (tiny chunks forced by the env), sizes and so chunk counts
+    changing from call to call, uneven chunk bounds."""
     from ditron.ops.exchange import pull_chunks
 
-    me = ditron.world().rank
+    w, me = ditron.world().world_size, ditron.world().rank
     ops = _OnDevice(ditron.world().device)
     checks = 0
     for it in range(calls):
@@ -184,18 +185,25 @@ def check_chunked_pull_gather(calls: int = 5) -> int:
         assert pull_chunks(x.numel() * x.element_size()) > 1
         ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)], 0)
         _close(ops.all_gather(x, 0, engine="copy_engine"), ref, f"chunked all_gather {it}")
-        checks += 1
+        x = torch.randn(2 * w, 9 + 4 * it, generator=g).to(dtype)
+        assert pull_chunks(x.numel() // w * x.element_size()) > 1
+        _close(ops.reduce_scatter(x, 0, engine="copy_engine"), _sum_ref(x).chunk(w, 0)[me],
+               f"chunked reduce_scatter {it}")
+        x = torch.randn(5, 11 + it, generator=g).to(dtype)
+        _close(ops.all_reduce(x, "two_shot", engine="copy_engine"), _sum_ref(x),
+               f"chunked all_reduce {it}")
+        checks += 3
     return checks
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
-def test_chunked_pull_gather(monkeypatch, world_size):
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_chunked_exchanges(monkeypatch, world_size):
     from ditron.ops.exchange import pull_chunks
 
     monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")
     assert [pull_chunks(b) for b in (10, 48, 100, 4096)] == [1, 2, 4, 8]
-    counts = ditron.launch(check_chunked_pull_gather, world_size, backend="cpu")
-    assert counts == [5] * world_size
+    counts = ditron.launch(check_chunked_exchanges, world_size, backend="cpu")
+    assert counts == [15] * world_size
 
 
 def check_engine_choice() -> tuple[str, str, str]:
