@@ -31,10 +31,14 @@ def test_unknown_benchmark_is_an_error():
 def test_bench_collectives_smoke(tmp_path):
     out = _run("bench", "collectives", "--backend", "cpu", "--world-size", "2",
                "--sizes", "4K", "--ops", "all_gather,all_reduce", "--warmup", "1",
-               "--iters", "2", "--graphs", "--out", str(tmp_path))
+               "--iters", "2", "--graphs", "--busy", "--out", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "all_gather" in out.stdout and (tmp_path / "collectives.json").exists()
     assert "CUDA graphs need the cuda backend" in out.stdout
+    records = json.loads((tmp_path / "collectives.json").read_text())["records"]
+    impls = {r["impl"] for r in records if r["op"] == "all_gather"}
+    assert {"copy_engine", "copy_engine busy", "sm busy"} <= impls
+    assert all(r["us"] > 0 for r in records)
 
 
 def test_bench_tp_gemm_smoke(tmp_path, monkeypatch):

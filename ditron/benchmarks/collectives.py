@@ -5,9 +5,12 @@ all-to-all input), as nccl-tests counts them; ``algbw = size / time`` and ``busb
 it by ``(W-1)/W`` (``2(W-1)/W`` for all-reduce). Every rank runs the same fixed number of
 warm-up and timed iterations (never ``do_bench``: its adaptive loop deadlocks collectives),
 timed by CUDA events on GPU (wall clock on CPU), medians over iterations, with the ranks
-aligned by a host barrier before each measurement. The torch.distributed baseline is NCCL
-when every rank has its own GPU, gloo on CPU, and skipped (with a note) when ranks share a
-GPU.
+aligned by a host barrier before each measurement: an *isolated* call, whose time includes
+its host cost. ``--busy`` adds rows ``"<impl> busy"``: the same calls issued back to back
+after one barrier, each timed by events between consecutive calls (median), as nccl-tests
+and a training step run them: host cost shows only where it exceeds the device time. The
+torch.distributed baseline is NCCL when every rank has its own GPU, gloo on CPU, and skipped
+(with a note) when ranks share a GPU.
 
 With ``--graphs`` (GPU), all-reduce, all-gather and reduce-scatter up to ``--graph-max``
 bytes are also timed under CUDA graphs, as the issue's targets are stated: ``--graph-calls``
@@ -51,6 +54,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--graphs", action="store_true",
                    help="also time all-reduce / all-gather / reduce-scatter under CUDA graphs "
                         "(GPU only)")
+    p.add_argument("--busy", action="store_true",
+                   help="also time calls issued back to back (rows '<impl> busy')")
     p.add_argument("--graph-max", default="4M", help="largest all-reduce timed under graphs")
     p.add_argument("--graph-calls", type=int, default=50, help="calls captured per graph")
     p.add_argument("--out", default="bench/results/collectives")
@@ -168,6 +173,32 @@ def _time(fn, warmup: int, iters: int) -> float:
     return statistics.median(times)
 
 
+def _time_busy(fn, warmup: int, iters: int) -> float:
+    """Median seconds per call of ``iters`` calls issued back to back (events between
+    consecutive calls on GPU; the mean of the batch on CPU), after one host barrier."""
+    from ..runtime.world import current
+
+    rt = current()
+    for _ in range(warmup):
+        fn()
+    if rt.world.device.type != "cuda":
+        dist.barrier(group=rt.host_group)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) / iters
+    torch.cuda.synchronize()
+    dist.barrier(group=rt.host_group)
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    events[0].record()
+    for i in range(iters):
+        fn()
+        events[i + 1].record()
+    events[-1].synchronize()
+    return statistics.median(a.elapsed_time(b) / 1e3
+                             for a, b in zip(events, events[1:], strict=False))
+
+
 _GRAPH_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
@@ -282,6 +313,9 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
             nbytes, impls = _ops_for(name, size, dtype, engines, base_ok)
             for label, fn in impls:
                 records.append(_record(name, label, nbytes, _time(fn, warmup, iters), w))
+                if args.busy:
+                    records.append(_record(name, f"{label} busy", nbytes,
+                                           _time_busy(fn, warmup, iters), w))
             if name in _GRAPH_OPS and graphs and size <= graph_max:
                 for label, t in _graph_impls(name, size, dtype, base_ok, args.graph_calls,
                                              warmup, iters):
@@ -291,7 +325,7 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
                 torch.cuda.empty_cache()
     if rt.world.rank == 0:
         meta = dict(world_size=w, backend=rt.world.backend, dtype=args.dtype, warmup=warmup,
-                    iters=iters, baseline=base_note, cuda_graphs=graphs,
+                    iters=iters, baseline=base_note, cuda_graphs=graphs, busy=args.busy,
                     graph_calls=args.graph_calls if graphs else 0,
                     device=torch.cuda.get_device_name() if cuda else "cpu")
         _report(records, meta, args.out)

@@ -44,6 +44,11 @@ def use_stream_memops() -> bool:
     return rt.world.backend == "cuda" and rt.wait_timeout <= 0 and stream_memops.available()
 
 
+def _raw_stream() -> int:
+    """This thread's current CUDA stream on the rank's device, as a raw ``cudaStream_t``."""
+    return torch._C._cuda_getCurrentRawStream(current().world.device.index)
+
+
 def _slot_address(pad: SignalPad, slot: int, rank: int) -> int:
     """Device address of ``pad``'s ``slot`` in ``rank``'s heap, as this process maps it."""
     rt = current()
@@ -53,7 +58,7 @@ def _slot_address(pad: SignalPad, slot: int, rank: int) -> int:
 def notify_one(pad: SignalPad, slot: int, value: int, rank: int) -> None:
     """Set slot ``slot`` of ``pad`` on ``rank`` to ``value`` after the current stream's work."""
     if use_stream_memops():
-        stream = torch.cuda.current_stream().cuda_stream
+        stream = _raw_stream()
         stream_memops.write_value(stream, _slot_address(pad, slot, rank), value)
         return
     notify_range[(1,)](pad.signals, slot, value, rank, 1, -1, current().context())
@@ -62,8 +67,8 @@ def notify_one(pad: SignalPad, slot: int, value: int, rank: int) -> None:
 def wait_one(pad: SignalPad, slot: int, value: int) -> None:
     """Make the current stream wait until local slot ``slot`` of ``pad`` is >= ``value``."""
     if use_stream_memops():
-        stream = torch.cuda.current_stream().cuda_stream
-        stream_memops.wait_value(stream, _slot_address(pad, slot, current().world.rank), value)
+        me = current().world.rank
+        stream_memops.wait_value(_raw_stream(), _slot_address(pad, slot, me), value)
         return
     wait_range[(1,)](pad.signals, slot, 0, 1, -1, value, current().context())
 
@@ -73,7 +78,7 @@ def notify_peers(pad: SignalPad, slot: int, value: int, peers: range, skip: int 
     if len(peers) == 0 or (len(peers) == 1 and peers[0] == skip):
         return
     if use_stream_memops():
-        stream = torch.cuda.current_stream().cuda_stream
+        stream = _raw_stream()
         for q in peers:
             if q != skip:
                 stream_memops.write_value(stream, _slot_address(pad, slot, q), value)
@@ -87,7 +92,7 @@ def wait_slots(pad: SignalPad, base: int, ranks: range, value: int, skip: int = 
     if len(ranks) == 0 or (len(ranks) == 1 and ranks[0] == skip):
         return
     if use_stream_memops():
-        stream = torch.cuda.current_stream().cuda_stream
+        stream = _raw_stream()
         me = current().world.rank
         for r in ranks:
             if r != skip:
