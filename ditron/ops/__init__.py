@@ -28,5 +28,6 @@ __all__ = sorted(_HOME)
 def __getattr__(name: str):
     if name in _HOME:
         module = importlib.import_module(f".{_HOME[name]}", __name__)
-        return getattr(module, name)
+        value = globals()[name] = getattr(module, name)  # later lookups skip this hook
+        return value
     raise AttributeError(f"module 'ditron.ops' has no attribute {name!r}")

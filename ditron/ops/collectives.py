@@ -24,8 +24,18 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from ..kernels import fused_collective as kfc
+from ..runtime.diagnostics import check_waits
 from ..runtime.world import current
-from .exchange import Part, capturing, exchange, pull_gather, push_reduce_scatter, refuse_capture
+from .exchange import (
+    Part,
+    capturing,
+    engine_instance,
+    exchange,
+    pull_gather,
+    push_reduce_scatter,
+    refuse_capture,
+)
 from .workspaces import cached, release_workspaces
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "recv",
@@ -40,11 +50,14 @@ ONE_SHOT_MAX_BYTES = 256 << 10
 #: "auto" on GPU uses the SM engine below this many bytes per peer, the copy engine above
 #: (ops without a fused path: all_to_all)
 SM_MAX_BYTES = 1 << 20
-#: "auto" on GPU, one node: the fused SM kernels for all_reduce and reduce_scatter at every
-#: size and for all_gather below this many bytes per rank, the copy engine's chunked pulls
-#: above (2 H200s, eager: fused 396 vs 544 us at 32 MB per rank, 859 vs 792 us at 128 MB;
-#: docs/perf.md, session 4)
+#: "auto" on GPU, one node: the fused SM kernels for all_reduce at every size and for
+#: all_gather below this many bytes per rank, the copy engine's chunked pulls above (2 H200s,
+#: eager: fused 396 vs 544 us at 32 MB per rank, 859 vs 792 us at 128 MB; docs/perf.md,
+#: session 4)
 FUSED_AG_MAX_BYTES = 64 << 20
+#: the same switch for reduce_scatter, in bytes per peer (fused 2728 vs 2559 us with 512 MB
+#: per peer, 775 vs 829 us with 128 MB)
+FUSED_RS_MAX_BYTES = 256 << 20
 _AGREED = "collectives:agreed"
 #: ops with a fused, CUDA-graph-safe path (``engine="sm"``, one node)
 _GRAPH_SAFE = ("all_reduce", "all_gather", "reduce_scatter")
@@ -74,8 +87,6 @@ def _dim(op: str, x: torch.Tensor, dim: int) -> int:
 
 def _engine(op: str, engine: str | None, nbytes_per_peer: int) -> str:
     name = _engine_name(op, engine, nbytes_per_peer)
-    from .exchange import engine_instance
-
     engine_instance(name)  # an engine that cannot run here raises now, before any kernel
     return name
 
@@ -89,7 +100,9 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int) -> str:
         if op in _GRAPH_SAFE and capturing():
             return "sm"  # the graph-safe path
         if op in _GRAPH_SAFE and current().topo.num_nodes == 1:
-            fused = op != "all_gather" or nbytes_per_peer < FUSED_AG_MAX_BYTES
+            limit = {"all_gather": FUSED_AG_MAX_BYTES,
+                     "reduce_scatter": FUSED_RS_MAX_BYTES}.get(op)
+            fused = limit is None or nbytes_per_peer < limit
             return "sm" if fused else "copy_engine"
         return "sm" if nbytes_per_peer < SM_MAX_BYTES else "copy_engine"
     if name not in ENGINES:
@@ -177,9 +190,7 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) -> t
         return _copy_out(x)
     xm = x.movedim(d, 0).contiguous()
     if _fused_ok(eng, xm.numel(), "all_gather"):
-        from ..kernels.fused_collective import ALL_GATHER
-
-        flat = _fused(xm.view(-1), ALL_GATHER,
+        flat = _fused(xm.view(-1), kfc.ALL_GATHER,
                       torch.empty(w * xm.numel(), dtype=x.dtype, device=x.device))
         out = flat.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
         return out if d == 0 else out.contiguous()
@@ -215,9 +226,7 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) 
     xm = x.movedim(d, 0).contiguous()
     rows = xm.shape[0] // w
     if _fused_ok(eng, xm.numel(), "reduce_scatter"):
-        from ..kernels.fused_collective import REDUCE_SCATTER
-
-        mine = _fused(xm.view(-1), REDUCE_SCATTER,
+        mine = _fused(xm.view(-1), kfc.REDUCE_SCATTER,
                       torch.empty(xm.numel() // w, dtype=x.dtype, device=x.device))
         out = mine.view(rows, *xm.shape[1:]).movedim(0, d)
         return out if d == 0 else out.contiguous()
@@ -250,10 +259,8 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
     if w == 1:
         return _copy_out(x)
     if _fused_ok(eng, x.numel(), "all_reduce"):
-        from ..kernels.fused_collective import MODES
-
         flat = x.contiguous().view(-1)
-        return _fused(flat, MODES[method], torch.empty_like(flat)).view(x.shape)
+        return _fused(flat, kfc.MODES[method], torch.empty_like(flat)).view(x.shape)
     refuse_capture(f"all_reduce with engine {eng!r}")
     flat = x.contiguous().view(-1)
     n = flat.numel()
@@ -313,8 +320,6 @@ def fused_variant(nbytes: int, backend: str) -> FusedVariant:
 
 def _fused_workspace(dtype: torch.dtype, mode: int, n: int, variant: FusedVariant):
     """The cached fused-collective workspace for ``n`` input elements (collective when new)."""
-    from ..kernels import fused_collective as kfc
-
     rt = current()
     w = rt.world.world_size
     cap = kfc.bucket(n, FUSED_MAX_ELEMENTS)
@@ -331,7 +336,6 @@ def _fused_workspace(dtype: torch.dtype, mode: int, n: int, variant: FusedVarian
 
 def _new_fused_workspace(dtype: torch.dtype, mode: int, cap: int, w: int,
                          variant: FusedVariant):
-    from ..kernels import fused_collective as kfc
     from ..runtime.signals import signal_pad
 
     rt = current()
@@ -356,8 +360,6 @@ def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
     """Run the fused collective ``mode`` on ``flat`` into ``out`` (see
     ``kernels/fused_collective.py``), in pieces of at most ``FUSED_MAX_ELEMENTS`` input
     elements. No host state per call: CUDA-graph safe."""
-    from ..kernels import fused_collective as kfc
-
     rt = current()
     n = flat.numel()
     cpu = rt.world.backend == "cpu"
@@ -382,8 +384,6 @@ def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
             kfc.launch(flat[start:], out[start:start + cols], ws, mode, ctx, block, warps,
                        n=n - start, seg=cols, stride=seg)
     if (rt.wait_timeout > 0 or cpu) and not capturing():
-        from ..runtime.diagnostics import check_waits
-
         check_waits()
     return out
 
@@ -504,7 +504,6 @@ def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     _peer("send", dst)
     _p2p_engine("send", engine)
     from ..engines.base import Transfer
-    from .exchange import engine_instance
 
     dist.send(_header(x.shape, x.dtype), dst, group=current().host_group)
     net = engine_instance("network")
@@ -528,7 +527,6 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
     _peer("recv", src)
     _p2p_engine("recv", engine)
     from ..engines.base import Transfer
-    from .exchange import engine_instance
 
     header = torch.empty(_HEADER, dtype=torch.int64)
     dist.recv(header, src, group=rt.host_group)
