@@ -2,7 +2,7 @@
 # Issue 5: the full-node measurement run, for any number of GPUs on one host. Usage:
 #   OUT=bench/results/<date>-<machine> bash bench/gpu_node_run.sh
 # (1) topology and copy-engine ceilings, (2) `ditron bench collectives` over the sweep, every
-# engine, eager and under CUDA graphs, against NCCL (its rows are the NCCL bus-bandwidth
+# engine, eager (isolated and back to back) and under CUDA graphs, against NCCL (its rows are the NCCL bus-bandwidth
 # sweep), (3) `ditron bench tp-gemm --tune` at world size NGPU, 4 and 2, against cuBLAS +
 # NCCL and PyTorch's fused ops, (4) correctness of every op at the full world size.
 # With two or more GPUs it first runs the foundation tests (0; FOUNDATION=0 skips them) and
@@ -61,7 +61,7 @@ fi
 if want 2; then
   echo "== (2) collectives: every engine, eager and CUDA graphs, against NCCL"
   timeout $(left) python3 -m ditron bench collectives --world-size "$W" --sizes "$SIZES" \
-    --engines "${ENGINES:-copy_engine,sm}" --graphs --out "$OUT/collectives" \
+    --engines "${ENGINES:-copy_engine,sm}" --graphs --busy --out "$OUT/collectives" \
     > "$OUT/collectives.txt" 2>&1 || status=1
   tail -n 40 "$OUT/collectives.txt"
 fi
