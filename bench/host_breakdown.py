@@ -1,0 +1,123 @@
+"""Where an op's host time goes, by function: each listed function is wrapped with a host
+timer (inclusive: nested wrapped calls count in both), the op is called back to back
+``--calls`` times on every rank after a warm-up, and rank 0 prints microseconds per op call
+for each function and for the whole call. No device synchronisation inside the timed loop.
+
+    python bench/host_breakdown.py [--world-size 2] [--calls 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import importlib
+import sys
+import time
+
+import torch
+
+import ditron
+
+#: (module, attribute) pairs to time; "Class.method" names a method
+WRAPPED = [
+    ("ditron.ops.tp_gemm", "_validate"), ("ditron.ops.tp_gemm", "_choose"),
+    ("ditron.ops.tp_gemm", "_ag_workspace"), ("ditron.ops.tp_gemm", "signal_pad"),
+    ("ditron.ops.tp_gemm", "_traced_launch"), ("ditron.ops.tp_gemm", "launch_gemm"),
+    ("ditron.ops.tp_gemm", "_after_launch"), ("ditron.kernels.gemm", "gemm_launch"),
+    ("ditron.plan.lowering", "engine_transfers"),
+    ("ditron.engines.copy_engine", "CopyEngine.issue"),
+    ("ditron.engines.copy_engine", "CopyEngine.drain"),
+    ("ditron.engines.copy_engine", "_endpoints"),
+    ("ditron.engines.sync", "notify_one"), ("ditron.engines.sync", "wait_one"),
+    ("ditron.ops.exchange", "notify_peers"), ("ditron.ops.exchange", "wait_slots"),
+    ("ditron.ops.exchange", "open_exchange"), ("ditron.ops.exchange", "Call.push"),
+    ("ditron.ops.exchange", "Call.wait"), ("ditron.ops.exchange", "Call.finish"),
+    ("ditron.ops.collectives", "_sum_slots"), ("ditron.ops.collectives", "_fused"),
+    ("ditron.ops.collectives", "_engine"), ("ditron.ops.collectives", "_agree"),
+    ("ditron.kernels.fused_collective", "launch"),
+]
+_TOTALS: collections.Counter = collections.Counter()
+
+
+def _timed(name: str, fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _TOTALS[name] += time.perf_counter() - t0
+    return wrapper
+
+
+def _wrap_all() -> None:
+    for module_name, attr in WRAPPED:
+        module = importlib.import_module(module_name)
+        owner, _, name = attr.rpartition(".")
+        target = getattr(module, owner) if owner else module
+        setattr(target, name, _timed(attr, getattr(target, name)))
+
+
+def _ops(m: int, n: int, k: int):
+    w = ditron.world()
+    W, dev, dt = w.world_size, w.device, torch.bfloat16
+    a = torch.randn(m // W, k, device=dev, dtype=dt)
+    b = torch.randn(n // W, k, device=dev, dtype=dt).t()
+    a_rs = torch.randn(m, k // W, device=dev, dtype=dt)
+    b_rs = torch.randn(n, k // W, device=dev, dtype=dt).t()
+    x = torch.randn(2048, device=dev, dtype=dt)
+    ops = ditron.ops
+    return [("ag_gemm overlap", lambda: ops.ag_gemm(a, b, method="overlap")),
+            ("gemm_rs copy_engine",
+             lambda: ops.gemm_rs(a_rs, b_rs, method="overlap", engine="copy_engine")),
+            ("gemm_rs colocated",
+             lambda: ops.gemm_rs(a_rs, b_rs, method="overlap", engine="colocated")),
+            ("all_gather sm 4K", lambda: ops.all_gather(x, engine="sm")),
+            ("all_gather copy_engine 4K", lambda: ops.all_gather(x, engine="copy_engine"))]
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        _sync()
+
+
+def _run(calls: int, shape: tuple[int, int, int]) -> None:
+    import torch.distributed as dist
+
+    from ditron.runtime.world import current
+
+    _wrap_all()
+    rank = ditron.world().rank
+    for label, fn in _ops(*shape):
+        for _ in range(3):
+            fn()
+        _sync()
+        dist.barrier(group=current().host_group)
+        _TOTALS.clear()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        total = time.perf_counter() - t0
+        _sync()
+        if rank == 0:
+            print(f"== {label}: {total / calls * 1e6:.1f} us host per call", flush=True)
+            for name, t in _TOTALS.most_common():
+                print(f"   {name:<28}{t / calls * 1e6:9.1f} us", flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--world-size", type=int, default=None)
+    p.add_argument("--calls", type=int, default=100)
+    p.add_argument("--backend", default="cuda")
+    p.add_argument("--shape", default="8192,11008,4096", help="M,N,K of the TP GEMMs")
+    args = p.parse_args()
+    w = args.world_size or max(2, torch.cuda.device_count())
+    shape = tuple(int(v) for v in args.shape.split(","))
+    ditron.launch(_run, w, args.calls, shape, backend=args.backend)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
