@@ -33,7 +33,7 @@ WRAPPED = [
     ("ditron.ops.exchange", "notify_peers"), ("ditron.ops.exchange", "wait_slots"),
     ("ditron.ops.exchange", "open_exchange"), ("ditron.ops.exchange", "Call.push"),
     ("ditron.ops.exchange", "Call.wait"), ("ditron.ops.exchange", "Call.finish"),
-    ("ditron.ops.collectives", "_sum_slots"), ("ditron.ops.collectives", "_fused"),
+    ("ditron.ops.exchange", "sum_slots"), ("ditron.ops.collectives", "_fused"),
     ("ditron.ops.collectives", "_engine"), ("ditron.ops.collectives", "_agree"),
     ("ditron.kernels.fused_collective", "launch"),
 ]
@@ -79,7 +79,7 @@ def _ops(m: int, n: int, k: int):
 
 def _sync() -> None:
     if torch.cuda.is_available():
-        _sync()
+        torch.cuda.synchronize()
 
 
 def _run(calls: int, shape: tuple[int, int, int]) -> None:

@@ -93,7 +93,7 @@ class CopyEngine(Engine):
 
         rt = current()
         side = _side_stream(rt.world.device)
-        side.wait_stream(torch.cuda.current_stream(rt.world.device))
+        side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for t in transfers:
                 src, dst = _endpoints(t, rank)

@@ -94,10 +94,21 @@ def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16) ->
     fp32 tiles in 3 stages need 262 KB of shared memory, a TMA-stored fp32 tile another
     128 KB; an H100/H200 has 227 KB). ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the block
     sizes (e.g. ``16x16x16``)."""
-    cfg = GPU_CONFIG if device.type == "cuda" else CPU_CONFIG
-    if device.type == "cuda" and torch.empty((), dtype=dtype).element_size() > 2:
-        cfg = dataclasses.replace(cfg, block_k=cfg.block_k // 2, tma_store=False)
     env = os.environ.get("DITRON_GEMM_BLOCKS")
+    key = (device.type, dtype, env)
+    cfg = _DEFAULT_CONFIGS.get(key)
+    if cfg is None:
+        cfg = _DEFAULT_CONFIGS[key] = _default_config(device, dtype, env)
+    return cfg
+
+
+_DEFAULT_CONFIGS: dict = {}
+
+
+def _default_config(device: torch.device, dtype: torch.dtype, env: str | None) -> GemmConfig:
+    cfg = GPU_CONFIG if device.type == "cuda" else CPU_CONFIG
+    if device.type == "cuda" and dtype.itemsize > 2:
+        cfg = dataclasses.replace(cfg, block_k=cfg.block_k // 2, tma_store=False)
     if env:
         bm, bn, bk = (int(x) for x in env.lower().split("x"))
         cfg = dataclasses.replace(cfg, block_m=bm, block_n=bn, block_k=bk)

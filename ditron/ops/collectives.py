@@ -35,6 +35,7 @@ from .exchange import (
     pull_gather,
     push_reduce_scatter,
     refuse_capture,
+    sum_slots,
 )
 from .workspaces import cached, release_workspaces
 
@@ -144,12 +145,6 @@ def _copy_out(view: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _sum_slots(slots: torch.Tensor) -> torch.Tensor:
-    """Sum over dim 0 accumulating in fp32, result in the slots' dtype (a new tensor)."""
-    total = slots.sum(0, dtype=torch.float32)
-    return total.to(slots.dtype) if slots.dtype != torch.float32 else total
-
-
 # -- flat building blocks -------------------------------------------------------------------------
 def _gather_flat(key: str, flat: torch.Tensor, engine: str) -> tuple[torch.Tensor, object]:
     """Every rank's ``flat`` ([n], contiguous) stacked: ``[W, n]`` view of the inbox."""
@@ -169,7 +164,7 @@ def _reduce_scatter_flat(key: str, chunks: torch.Tensor, engine: str) -> torch.T
     c = chunks.shape[1]
     parts = [Part(q, chunks[q], me * c) for q in range(w)]
     call = exchange(key, chunks.dtype, w * c, parts, {q: (q * c, c) for q in range(w)}, engine)
-    out = _sum_slots(call.inbox.view(w, c))
+    out = sum_slots(call.inbox.view(w, c))
     call.finish()
     return out
 
@@ -266,7 +261,7 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
     n = flat.numel()
     if method == "one_shot":
         stacked, call = _gather_flat("all_reduce.one_shot", flat, eng)
-        out = _sum_slots(stacked)
+        out = sum_slots(stacked)
         call.finish()
         return out.view(x.shape)
     c = -(-n // w)

@@ -266,7 +266,18 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str) -> torch.Ten
     out = torch.empty(c, dtype=parts.dtype, device=parts.device)
     for i, (lo, hi) in enumerate(bounds):
         wait_slots(call.pad, 0, call.node, base + i + 1, skip=me)
-        total = slots[:, lo:hi].sum(0, dtype=torch.float32)
-        out[lo:hi].copy_(total)
+        sum_slots(slots[:, lo:hi], out[lo:hi])
     call.finish()
     return out
+
+
+def sum_slots(slots: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Sum ``slots`` over dim 0, accumulating in fp32, into ``out`` (new if ``None``) in the
+    slots' dtype. Two slots take one ``add``: its fp32 op-math rounds once, as the fp32 sum
+    would."""
+    if slots.shape[0] == 2:
+        return torch.add(slots[0], slots[1], out=out)
+    total = slots.sum(0, dtype=torch.float32)
+    if out is None:
+        return total.to(slots.dtype) if slots.dtype != torch.float32 else total
+    return out.copy_(total)

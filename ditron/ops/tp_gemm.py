@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 import triton
 
+from ..engines.sync import notify_one, use_stream_memops
 from ..kernels import swizzle
 from ..kernels.gemm import (
     EPI_ALL_REDUCE,
@@ -236,14 +237,16 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
                 else templates.all_gather_2d(m, W, L))
         if chunk_rows is not None and 0 < chunk_rows < m:
             plan = plan_ir.split(plan, chunk_rows)
-        own = torch.tensor([c.id for c in plan.chunks if c.owner == rank], dtype=torch.int64)
+        own_ids = [c.id for c in plan.chunks if c.owner == rank]
+        own = torch.tensor(own_ids, dtype=torch.int64)
         waits = plan_deps.consumer_waits(plan, plan_deps.TileMapping(W * m, cfg.block_m), rank)
         n_blocks = triton.cdiv(N, cfg.block_n)
         order = swizzle.gather_order(waits.owner, n_blocks, rank, W,
                                      arrival=plan.arrival_order(rank), group_m=cfg.group_m)
         held = torch.tensor([q for q in range(W) if q % L == rank % L], dtype=torch.int32)
         ws = dict(plan=plan, waits=waits.to(a.device), order=order.to(a.device),
-                  held=held.to(a.device), n_blocks=n_blocks, own=own.to(a.device))
+                  held=held.to(a.device), n_blocks=n_blocks, own=own.to(a.device),
+                  own_ids=own_ids)
         rt.cache[key] = ws
     # the heap buffer depends on the shape only (tile configs and chunkings share it)
     bufs = cached(("ag_gemm", tag, rows, K, a.dtype),
@@ -274,7 +277,11 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     epoch = pad.next_epoch()
     buf = ws["shards"][epoch % 2]
     buf[rank * m:(rank + 1) * m].copy_(a)
-    pad.signals.index_fill_(0, ws["own"], epoch)
+    if use_stream_memops() and len(ws["own_ids"]) <= 4:
+        for chunk in ws["own_ids"]:  # my own chunks are ready once copied
+            notify_one(pad, chunk, epoch, rank)
+    else:
+        pad.signals.index_fill_(0, ws["own"], epoch)
     engine = engine_instance("copy_engine")
     rows = lambda chunk, _rank: buf[chunk.start:chunk.stop]  # same rows on both sides
     engine.issue(lowering.engine_transfers(ws["plan"], rank, rows, rows, pad, epoch))
@@ -372,8 +379,7 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     computed, then pushed into that rank's inbox (slot ``me``) by the copy engine, whose
     stream starts after the partial's GEMM and runs beside the next one (the exchange of
     ``ops/exchange.py``: double-buffered inbox, ready / ack epochs)."""
-    from .collectives import _sum_slots
-    from .exchange import Part, open_exchange
+    from .exchange import Part, open_exchange, sum_slots
 
     rt = current()
     W, me = rt.world.world_size, rt.world.rank
@@ -389,7 +395,7 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         else:
             call.push([Part(d, torch.matmul(rows, b).view(-1), me * seg * N)])
     call.wait()
-    out = _sum_slots(call.inbox.view(W, seg, N))
+    out = sum_slots(call.inbox.view(W, seg, N))
     call.finish()
     return out
 

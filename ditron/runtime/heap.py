@@ -59,6 +59,7 @@ class SymmetricHeap:
         self._poison = poison
         self._free: list[tuple[int, int]] = [(0, self.size)]  # sorted (offset, nbytes)
         self._live: dict[int, Allocation] = {}
+        self._views: dict[tuple, torch.Tensor] = {}  # peer() results: the mapping never moves
 
     # -- allocation -------------------------------------------------------------------------
     def alloc(self, shape, dtype: torch.dtype, name: str | None = None) -> torch.Tensor:
@@ -165,6 +166,18 @@ class SymmetricHeap:
 
     def peer(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
         """``tensor`` (a symmetric tensor or a view of one) as it lies in ``rank``'s heap."""
+        key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device,
+               rank)
+        view = self._views.get(key)
+        if view is not None:
+            return view
+        view = self._peer_view(tensor, rank)
+        if len(self._views) >= 4096:
+            self._views.clear()
+        self._views[key] = view
+        return view
+
+    def _peer_view(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
         if not 0 <= rank < len(self.mapping.peers):
             raise ValueError(f"ditron.peer: rank {rank} is outside [0, {len(self.mapping.peers)})")
         offset = self.offset_of(tensor)
