@@ -52,13 +52,12 @@ ONE_SHOT_MAX_BYTES = 256 << 10
 #: (ops without a fused path: all_to_all)
 SM_MAX_BYTES = 1 << 20
 #: "auto" on GPU, one node: the fused SM kernels for all_reduce at every size and for
-#: all_gather below this many bytes per rank, the copy engine's chunked pulls above (2 H200s,
-#: eager: fused 396 vs 544 us at 32 MB per rank, 859 vs 792 us at 128 MB; docs/perf.md,
-#: session 4)
+#: all_gather / reduce_scatter below this many bytes per peer, the copy engine's chunked
+#: exchanges from there (2 H200s, back-to-back calls: fused all-gather 158 vs 321 us at
+#: 32 MB per rank, 594 vs 463 us at 128 MB; reduce-scatter 229 vs 372 us at 32 MB per
+#: peer, 711 vs 493 us at 128 MB; docs/perf.md, session 4)
 FUSED_AG_MAX_BYTES = 64 << 20
-#: the same switch for reduce_scatter, in bytes per peer (fused 2728 vs 2559 us with 512 MB
-#: per peer, 775 vs 829 us with 128 MB)
-FUSED_RS_MAX_BYTES = 256 << 20
+FUSED_RS_MAX_BYTES = 64 << 20
 _AGREED = "collectives:agreed"
 #: ops with a fused, CUDA-graph-safe path (``engine="sm"``, one node)
 _GRAPH_SAFE = ("all_reduce", "all_gather", "reduce_scatter")
