@@ -8,6 +8,14 @@ over the host group), and rank 0's choice is broadcast. The decision is cached o
 (``tune/cache.py``) and read by the ops' ``method="auto"`` through
 ``decisions.lookup`` (which sits below the ops; this module sits above them).
 
+The decision against the fallback is confirmed: the fastest overlapped candidate and the
+fallback are measured again, alternating, for ``CONFIRM_ROUNDS`` rounds, and overlap is
+chosen only if its median over those rounds beats the fallback's by ``MARGIN`` (2%, env
+``DITRON_TUNE_MARGIN``). A single pass can rank two candidates wrongly when they differ by
+less than the run-to-run noise (up to 10% measured for GEMM-RS on 2 H200s); alternating
+rounds see the same drifts, and the margin keeps ``auto`` from trading a sure baseline for a
+gain inside the noise.
+
 Knobs: overlap vs fallback, the tile configuration, for ``ag_gemm`` the transfer engine and
 the chunk size, for ``gemm_rs`` the engine (colocated stores from the GEMM, or the copy engine
 by segments); the number of communication SMs is not a knob yet.
@@ -16,6 +24,7 @@ by segments); the number of communication SMs is not a knob yet.
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import sys
 import time
@@ -37,6 +46,14 @@ GPU_CANDIDATES = [
     GemmConfig(128, 128, 64, 8, 4, 4, flatten=True, tma_store=True),
 ]
 CPU_CANDIDATES = [CPU_CONFIG, dataclasses.replace(CPU_CONFIG, block_m=32, block_n=32)]
+#: overlap must beat the fallback by this fraction in the confirmation rounds
+MARGIN = 0.02
+CONFIRM_ROUNDS = 3
+
+
+def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN) -> bool:
+    """Whether the overlapped path wins: faster than the fallback by at least ``margin``."""
+    return overlap_us <= fallback_us * (1.0 - margin)
 
 
 #: transfer engines the tuner tries per op (ops not listed move data one way only)
@@ -133,12 +150,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
             print(f"\r[ditron tune] {op} M={M} N={N} K={K}: {i + 1}/{len(trials)} "
                   f"{method} {engine} chunk={chunk} {cfg.label()}   ", end="", file=sys.stderr,
                   flush=True)
-        extra = ({"engine": engine, "chunk_rows": chunk} if op == "ag_gemm"
-                 else {"engine": engine} if op in ENGINES else {})
         try:
-            times = time_calls(lambda m=method, c=cfg, x=extra: fn_op(a, b, method=m, config=c,
-                                                                      **x),
-                               warmup, iters, dev, batch)
+            times = time_calls(_call(fn_op, a, b, op, method, cfg, engine, chunk), warmup,
+                               iters, dev, batch)
             ok = 1.0
         except Exception as exc:  # noqa: BLE001 - a config that does not compile loses
             times, ok = [float("inf")], 0.0
@@ -154,8 +168,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
             print(f"[ditron tune]   {shown}  {method} {engine} chunk={chunk} {cfg.label()}"
                   + (f"  ({errors[i]})" if i in errors else ""), file=sys.stderr)
     best = [min(range(len(trials)), key=lambda j: results[j])]
-    if W > 1:
-        dist.broadcast_object_list(best, src=0, group=rt.host_group)
+    if trials[best[0]][0] == "overlap" and results[0] != float("inf"):
+        best[0] = _confirm(trials, best[0], fn_op, a, b, op, warmup, iters, dev, batch,
+                           progress and rt.world.rank == 0)
     method, cfg, engine, chunk = trials[best[0]]
     decision = Decision(method, cfg, engine, results[best[0]], chunk)
     if save and rt.world.rank == 0:
@@ -165,3 +180,30 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     if W > 1:
         dist.barrier(group=rt.host_group)
     return decision
+
+
+def _call(fn_op, a, b, op: str, method: str, cfg: GemmConfig, engine: str, chunk):
+    """One call of ``op`` as trial (method, cfg, engine, chunk) runs it."""
+    extra = ({"engine": engine, "chunk_rows": chunk} if op == "ag_gemm"
+             else {"engine": engine} if op in ENGINES else {})
+    return lambda: fn_op(a, b, method=method, config=cfg, **extra)
+
+
+def _confirm(trials: list, best: int, fn_op, a, b, op: str, warmup: int, iters: int,
+             dev: torch.device, batch: int, show: bool) -> int:
+    """Re-measure the fallback (trial 0) and the overlapped trial ``best`` alternately for
+    ``CONFIRM_ROUNDS`` rounds; return ``best`` if it wins by ``MARGIN``, else 0 (collective:
+    every rank makes the same calls and gets the same agreed medians)."""
+    margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
+    samples: dict[int, list[float]] = {0: [], best: []}
+    for _ in range(CONFIRM_ROUNDS):
+        for j in (0, best):
+            samples[j] += time_calls(_call(fn_op, a, b, op, *trials[j]), warmup, iters, dev,
+                                     batch)
+    fallback_us, overlap_us = agreed_median(samples[0]), agreed_median(samples[best])
+    wins = prefer_overlap(fallback_us, overlap_us, margin)
+    if show:
+        print(f"[ditron tune]   confirmed over {CONFIRM_ROUNDS} alternating rounds: fallback "
+              f"{fallback_us:.1f} us, overlap {overlap_us:.1f} us -> "
+              f"{'overlap' if wins else 'fallback'} (margin {margin:.0%})", file=sys.stderr)
+    return best if wins else 0

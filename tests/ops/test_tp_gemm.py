@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -207,6 +209,36 @@ def test_tuner_agrees_and_trace_records_tiles(backend, tmp_path):
     paths = trace.write([{"name": "tile 0,0", "ph": "X", "pid": 0, "tid": 2, "ts": 1.0,
                           "dur": 2.0}], str(tmp_path / "t"))
     assert paths[0].endswith(".json") and (tmp_path / "t.json").exists()
+
+
+def _confirm_case(margin: float) -> int:
+    """The tuner's confirmation rounds on a fake op: overlap takes 1.6 ms, fallback 2 ms."""
+    import time
+
+    from ditron.kernels.gemm import CPU_CONFIG
+    from ditron.tune import tuner
+
+    calls = {"overlap": 0, "fallback": 0}
+
+    def fake(a, b, *, method, config, **extra):
+        calls[method] += 1
+        time.sleep(1.6e-3 if method == "overlap" else 2e-3)
+
+    trials = [("fallback", CPU_CONFIG, "colocated", None),
+              ("overlap", CPU_CONFIG, "colocated", None)]
+    os.environ["DITRON_TUNE_MARGIN"] = str(margin)
+    chosen = tuner._confirm(trials, 1, fake, None, None, "gemm_ar", 1, 3, torch.device("cpu"),
+                            1, False)
+    assert calls == {m: tuner.CONFIRM_ROUNDS * 4 for m in calls}  # alternated, same counts
+    return chosen
+
+
+def test_tuner_confirms_overlap_against_the_fallback():
+    from ditron.tune.tuner import prefer_overlap
+
+    assert prefer_overlap(100.0, 97.0) and not prefer_overlap(100.0, 99.0)
+    assert ditron.launch(_confirm_case, 2, 0.05, backend="cpu") == [1, 1]  # 20% faster: wins
+    assert ditron.launch(_confirm_case, 2, 0.5, backend="cpu") == [0, 0]  # needs 50%: falls back
 
 
 def _ag_engines_case(m: int, K: int, N: int, reps: int) -> int:
