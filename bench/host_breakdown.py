@@ -60,21 +60,14 @@ def _wrap_all() -> None:
 
 
 def _ops(m: int, n: int, k: int):
+    from host_profile import _tp_impls  # bench/ is the script's folder
+
     w = ditron.world()
-    W, dev, dt = w.world_size, w.device, torch.bfloat16
-    a = torch.randn(m // W, k, device=dev, dtype=dt)
-    b = torch.randn(n // W, k, device=dev, dtype=dt).t()
-    a_rs = torch.randn(m, k // W, device=dev, dtype=dt)
-    b_rs = torch.randn(n, k // W, device=dev, dtype=dt).t()
-    x = torch.randn(2048, device=dev, dtype=dt)
-    ops = ditron.ops
-    return [("ag_gemm overlap", lambda: ops.ag_gemm(a, b, method="overlap")),
-            ("gemm_rs copy_engine",
-             lambda: ops.gemm_rs(a_rs, b_rs, method="overlap", engine="copy_engine")),
-            ("gemm_rs colocated",
-             lambda: ops.gemm_rs(a_rs, b_rs, method="overlap", engine="colocated")),
-            ("all_gather sm 4K", lambda: ops.all_gather(x, engine="sm")),
-            ("all_gather copy_engine 4K", lambda: ops.all_gather(x, engine="copy_engine"))]
+    x = torch.randn(2048, device=w.device, dtype=torch.bfloat16)
+    wanted = ("ag_gemm/overlap", "gemm_rs/copy_engine", "gemm_rs/colocated")
+    return [impl for impl in _tp_impls(m, n, k) if impl[0] in wanted] + [
+        ("all_gather/sm 4K", lambda: ditron.ops.all_gather(x, engine="sm")),
+        ("all_gather/copy_engine 4K", lambda: ditron.ops.all_gather(x, engine="copy_engine"))]
 
 
 def _sync() -> None:

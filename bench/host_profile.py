@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
+from ditron.benchmarks.collectives import _time
 
 
 def _impls(size: int):
@@ -70,6 +71,8 @@ def _tp_impls(m: int, n: int, k: int):
             ("ag_gemm/baseline", base_ag), ("gemm_rs/auto", lambda: ops.gemm_rs(a_rs, b_rs)),
             ("gemm_rs/copy_engine",
              lambda: ops.gemm_rs(a_rs, b_rs, method="overlap", engine="copy_engine")),
+            ("gemm_rs/colocated",
+             lambda: ops.gemm_rs(a_rs, b_rs, method="overlap", engine="colocated")),
             ("gemm_rs/baseline", base_rs)]
 
 
@@ -91,17 +94,8 @@ def _measure(fn, calls: int = 20) -> tuple[float, float, float, float]:
     host = (time.perf_counter() - t0) / calls
     events[-1].synchronize()
     each = [a.elapsed_time(b) / 1e3 for a, b in zip(events, events[1:], strict=False)]
-    single = []
-    for _ in range(calls):
-        torch.cuda.synchronize()
-        dist.barrier(group=group)
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        single.append(s.elapsed_time(e) / 1e3)
-    return host, statistics.median(each), max(each), statistics.median(single)
+    single = _time(fn, 0, calls)  # the harness's isolated calls
+    return host, statistics.median(each), max(each), single
 
 
 def _cprofile(fn, rank: int, calls: int = 50) -> None:
