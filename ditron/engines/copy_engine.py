@@ -22,7 +22,7 @@ import time
 import torch
 
 from ..runtime.world import current
-from .base import Engine, Transfer, check_transfer, register_engine
+from .base import Engine, Signal, Transfer, check_transfer, register_engine
 
 _EXECUTOR: cf.ThreadPoolExecutor | None = None
 _SIDE_STREAMS: dict = {}
@@ -78,11 +78,7 @@ class CopyEngine(Engine):
                 if t.signal is not None:
                     sig = rt.heap.peer(t.signal.pad.signals, t.dst_rank)[t.signal.index:
                                                                          t.signal.index + 1]
-                after = None
-                if t.after is not None:
-                    after = (t.after.pad.signals[t.after.index: t.after.index + 1],
-                             t.after.value, rt.heap.describe(rt.heap.offset_of(
-                                 t.after.pad.signals) + 8 * t.after.index), rt.wait_timeout)
+                after = _poll_args(t.after) if t.after is not None else None
                 jobs.append((src, dst, t.reduce, sig, t.signal.value if t.signal else 0, after))
             self._pending.append(_executor().submit(_run_host, jobs))
             return
@@ -131,6 +127,15 @@ def _run_host(jobs) -> None:
                 dst.copy_(src)
         if sig is not None:
             sig.fill_(value)
+
+
+def _poll_args(after: Signal) -> tuple[torch.Tensor, int, str, float]:
+    """What the worker thread needs to poll ``after``: the local slot, the value, the slot's
+    name for a timeout error, and the timeout."""
+    rt = current()
+    slot = after.pad.signals[after.index: after.index + 1]
+    name = rt.heap.describe(rt.heap.offset_of(after.pad.signals) + 8 * after.index)
+    return slot, after.value, name, rt.wait_timeout
 
 
 def _spin(sig: torch.Tensor, value: int, name: str, timeout: float) -> None:

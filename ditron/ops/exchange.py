@@ -16,7 +16,10 @@ parity). One call, with ``e = pad.next_epoch()`` and half ``e % 2``:
 No barrier per call; values only grow (the foundation's epoch protocol). Every rank takes
 part in every call (zero-sized parts still signal), so the epochs of all ranks agree.
 :func:`open_exchange` exposes the steps so that parts can be pushed one at a time;
-:func:`pull_gather` is the same protocol with pulls (each rank publishes, peers read).
+:func:`pull_gather` is the same protocol with pulls (each rank publishes, peers read) and
+:func:`push_reduce_scatter` a reduce-scatter on it; both move large parts in chunks, with
+``ready`` counting chunks (``e * 64 + i + 1`` once chunk ``i`` of call ``e`` is there), so
+that the transfer of one chunk overlaps the publishing or summing of another.
 """
 
 from __future__ import annotations
