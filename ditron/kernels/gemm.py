@@ -17,6 +17,8 @@ Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for
   column-block 0 tiles) to ``ga_ptr``: the gathered A, for free.
 * ``WAIT`` (consumer prologue): before a tile of row block ``mb`` the program waits until the
   chunk signals ``wait_lo[mb] .. wait_hi[mb]`` reach ``wait_target`` (acquire, system scope).
+  Each program polls a chunk (ids below 64) once: after its acquire has seen the chunk,
+  later tiles on those rows are ordered behind it and skip the poll.
 * ``EPILOGUE`` 0: store the tile in ``c``. 1 (reduce-scatter): the tile's segment is its
   destination rank ``d``; for ``d != rank`` the tile is stored into ``d``'s ``recv[rank]``
   and ``d``'s signal ``rank * tiles_per_seg + local_tile`` is set to ``epoch`` (release);
@@ -189,6 +191,9 @@ def persistent_gemm(
     offs_n = tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     tiles_per_seg = blocks_per_seg * n_blocks
+    # chunks 0..63 this program has already seen arrive: its earlier acquire still orders
+    # its later loads, so later tiles on those rows skip the poll
+    seen = tl.full((), 0, tl.int64)
     for i in tl.range(pid, num_tiles, nprog, flatten=FLATTEN):
         tile = tl.load(order_ptr + i)
         mb = tile // n_blocks
@@ -204,7 +209,11 @@ def persistent_gemm(
             hi = tl.load(wait_hi_ptr + mb)
             waited = c <= hi
             while c <= hi:
-                dl.wait(wait_sig_ptr + c, wait_target, ctx)
+                bit = tl.full((), 1, tl.int64) << (c % 64).to(tl.int64)
+                if (c >= 64) | ((seen & bit) == 0):
+                    dl.wait(wait_sig_ptr + c, wait_target, ctx)
+                    if c < 64:
+                        seen = seen | bit
                 c += 1
             if USE_TMA and GPU_TIMER:
                 # TMA loads go through the async proxy: order them after the acquire
