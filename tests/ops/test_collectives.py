@@ -280,6 +280,10 @@ def check_bad_inputs() -> int:
         (ValueError, "in_splits", lambda: ops.all_to_all(x, [1, 1])),
         (ValueError, "out_splits", lambda: ops.all_to_all(x, [1, 3], [3, 1] if me else [1, 1])),
         (ValueError, "disagree", lambda: ops.all_to_all(torch.randn(2 * (1 + me), 3))),
+        (ValueError, "disagree", lambda: ops.all_to_all(torch.randn(4, 3 + me), [2, 2], [2, 2])),
+        # rank 0's out_splits are wrong: rank 0 and its peer (whose own are right) both raise
+        (ValueError, "out_splits .*rank 0",
+         lambda: ops.all_to_all(x, [2, 2], [2, 2] if me else [2, 1])),
         (ValueError, "peer", lambda: ops.send(x, me)),
         (TypeError, "Tensor", lambda: ops.all_gather([1.0, 2.0])),
     ]
@@ -300,7 +304,7 @@ def check_bad_inputs() -> int:
 
 def test_bad_inputs_raise_before_kernels():
     counts = ditron.launch(check_bad_inputs, 2, backend="cpu")
-    assert all(c == 16 for c in counts)
+    assert all(c == 18 for c in counts)
 
 
 @pytest.mark.gpu
