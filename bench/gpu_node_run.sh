@@ -2,8 +2,8 @@
 # Issue 5: the full-node measurement run, for any number of GPUs on one host. Usage:
 #   OUT=bench/results/<date>-<machine> bash bench/gpu_node_run.sh
 # (1) topology and copy-engine ceilings, (2) `ditron bench collectives` over the sweep, every
-# engine, eager (isolated and back to back) and under CUDA graphs, against NCCL (its rows are the NCCL bus-bandwidth
-# sweep), (3) `ditron bench tp-gemm --tune` at world size NGPU, 4 and 2, against cuBLAS +
+# engine, eager (isolated and back to back) and under CUDA graphs, against NCCL (its rows are
+# the NCCL bus-bandwidth sweep), (3) `ditron bench tp-gemm --tune` at world size NGPU, 4 and 2, against cuBLAS +
 # NCCL and PyTorch's fused ops, (4) correctness of every op at the full world size.
 # With two or more GPUs it first runs the foundation tests (0; FOUNDATION=0 skips them) and
 # every GPU-marked test (5). With one GPU (the rehearsal): 2 processes share it (no NCCL
@@ -11,8 +11,8 @@
 # shapes. QUICK=1 shortens all. STEPS picks steps (default "0 5 1 2 3 4"): a device call is
 # limited to 10 minutes, so on a multi-GPU machine run one or two steps per call (STEPS=0,
 # STEPS=5, STEPS="1 2", STEPS=3, STEPS=4; BUDGET bounds the call; 6: fused-collective
-# variants, 7: overlap traces); ENGINES=copy_engine,sm,tma adds the TMA engine to
-# the sweep.
+# variants, 7: overlap traces, 8: host time per function of the overlapped ops);
+# ENGINES=copy_engine,sm,tma adds the TMA engine to the sweep.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -96,6 +96,12 @@ if want 7; then
       --k "$3" --calls 3 --out "$OUT/trace_$1" > "$OUT/trace_$1.txt" 2>&1 || status=1
     grep "call 2" "$OUT/trace_$1.txt"
   done
+fi
+if want 8; then
+  echo "== (8) host time per function of one call (bench/host_breakdown.py)"
+  timeout $(( $(left) < 120 ? $(left) : 120 )) python3 bench/host_breakdown.py --world-size "$W" \
+    > "$OUT/host_breakdown.txt" 2>&1 || status=1
+  grep "==" "$OUT/host_breakdown.txt"
 fi
 echo "status $status" | tee -a "$OUT/run.txt"
 exit $status
