@@ -13,6 +13,8 @@ import torch.distributed as dist
 import ditron
 from ditron.runtime.world import current
 
+from .poison import poison_empty
+
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (1e-2, 1e-2), torch.float16: (1e-2, 1e-2)}
 
@@ -57,7 +59,9 @@ def check_ops(engines: tuple[str | None, ...], calls: int = 3, scale: int = 1) -
     """Every collective, each engine, ``calls`` repeated calls rotating through the dtypes.
 
     Inputs are made on the host and moved to the rank's device; ``scale`` widens them.
+    Fresh outputs are NaN-filled, so an element an op never writes fails.
     """
+    poison_empty()
     w, me = ditron.world().world_size, ditron.world().rank
     dev = ditron.world().device
     ops = _OnDevice(dev)
@@ -175,6 +179,7 @@ def check_chunked_exchanges(calls: int = 5) -> int:
     changing from call to call, uneven chunk bounds."""
     from ditron.ops.exchange import pull_chunks
 
+    poison_empty()
     w, me = ditron.world().world_size, ditron.world().rank
     ops = _OnDevice(ditron.world().device)
     checks = 0

@@ -11,6 +11,8 @@ import torch.distributed as dist
 import ditron
 from ditron.kernels.gemm import matmul
 
+from .poison import poison_empty
+
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
 
@@ -22,12 +24,6 @@ def _close(name: str, got: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) 
     err = (got - ref).abs().max().item() if ref.numel() else 0.0
     scale = ref.abs().max().item() if ref.numel() else 1.0
     assert err <= TOL[dtype] * max(scale, 1e-6), f"{name}: max error {err} vs scale {scale}"
-
-
-def _poison_empty() -> None:
-    # torch.empty returns NaN-filled memory: an output element the op never writes fails.
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
 
 
 def _host_group():
@@ -52,7 +48,7 @@ def _sum(x: torch.Tensor) -> torch.Tensor:
 
 def _ops_case(m: int, K: int, N: int, specs) -> int:
     """``specs``: (dtype, repeated calls, methods) triples; returns the number of checks."""
-    _poison_empty()
+    poison_empty()
     w = ditron.world()
     W, rank, dev = w.world_size, w.rank, w.device
     checks = 0
@@ -242,7 +238,7 @@ def test_tuner_confirms_overlap_against_the_fallback():
 
 
 def _ag_engines_case(m: int, K: int, N: int, reps: int) -> int:
-    _poison_empty()
+    poison_empty()
     w = ditron.world()
     checks = 0
     # the copy engine with whole shards, with 4-row chunks (13 = 4+4+4+1), and colocated pulls
