@@ -19,6 +19,8 @@ from ditron.kernels import fused_collective as kfc
 from ditron.ops import collectives
 from ditron.runtime.world import current
 
+from .poison import poison_empty
+
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -56,6 +58,7 @@ def _check(got: torch.Tensor, x: torch.Tensor, what: str, mode: int = kfc.ALL_RE
 
 
 def _rank_sizes_and_repeats() -> int:
+    poison_empty()  # the ops' fresh outputs are NaN until written
     me, w = ditron.world().rank, ditron.world().world_size
     dev = ditron.world().device
     checks = 0
@@ -98,6 +101,7 @@ def _rank_sizes_and_repeats() -> int:
 def _rank_large(sizes: tuple[int, ...] = (600_001, 2_500_003, 20_000_001)) -> int:
     """Inputs of 1-40 MB with the default variant of each size (the GPU picks push and
     larger blocks there): all-reduce both methods, all-gather, reduce-scatter, twice each."""
+    poison_empty()
     me, w = ditron.world().rank, ditron.world().world_size
     dev = ditron.world().device
     checks = 0
