@@ -12,13 +12,13 @@ and a training step run them: host cost shows only where it exceeds the device t
 torch.distributed baseline is NCCL when every rank has its own GPU, gloo on CPU, and skipped
 (with a note) when ranks share a GPU.
 
-With ``--graphs`` (GPU), all-reduce, all-gather and reduce-scatter up to ``--graph-max``
-bytes are also timed under CUDA graphs, as the issue's targets are stated: ``--graph-calls``
-calls captured in one graph, the graph replayed a fixed number of times, time per call =
-replay time / calls. Captured are Ditron's fused kernels (``engine="sm"``, the graph-safe
-path: epochs on the device), NCCL (when every rank has its own GPU) and, for all-reduce,
-PyTorch's symmetric-memory kernels (``torch.ops.symm_mem.one_shot_all_reduce`` /
-``two_shot_all_reduce_``). All-to-all keeps per-call state on the host and runs eagerly only.
+With ``--graphs`` (GPU), all-reduce, all-gather, reduce-scatter and all-to-all (even
+splits) up to ``--graph-max`` bytes are also timed under CUDA graphs, as the issue's
+targets are stated: ``--graph-calls`` calls captured in one graph, the graph replayed a
+fixed number of times, time per call = replay time / calls. Captured are Ditron's fused
+kernels (``engine="sm"``, the graph-safe path: epochs on the device), NCCL (when every
+rank has its own GPU) and, for all-reduce, PyTorch's symmetric-memory kernels
+(``torch.ops.symm_mem.one_shot_all_reduce`` / ``two_shot_all_reduce_``).
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--iters", type=int, default=None)
     p.add_argument("--graphs", action="store_true",
-                   help="also time all-reduce / all-gather / reduce-scatter under CUDA graphs "
-                        "(GPU only)")
+                   help="also time all-reduce / all-gather / reduce-scatter / all-to-all under "
+                        "CUDA graphs (GPU only)")
     p.add_argument("--busy", action="store_true",
                    help="also time calls issued back to back (rows '<impl> busy')")
     p.add_argument("--graph-max", default="4M", help="largest all-reduce timed under graphs")
@@ -199,7 +199,7 @@ def _time_busy(fn, warmup: int, iters: int) -> float:
                              for a, b in zip(events, events[1:], strict=False))
 
 
-_GRAPH_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+_GRAPH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
 def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls: int,
@@ -228,6 +228,12 @@ def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls:
         if base_ok:
             dst = torch.empty(numel // w, dtype=dtype, device=dev)
             impls.append(("nccl graph", lambda: dist.reduce_scatter_tensor(dst, x)))
+        return _replay_each(impls, calls, warmup, iters)
+    if name == "all_to_all":
+        impls = [("sm graph", lambda: ops.all_to_all(x, engine="sm"))]
+        if base_ok:
+            dst = torch.empty_like(x)
+            impls.append(("nccl graph", lambda: dist.all_to_all_single(dst, x)))
         return _replay_each(impls, calls, warmup, iters)
     impls = [(f"sm/{m} graph", lambda m=m: ops.all_reduce(x, m, engine="sm"))
              for m in ("one_shot", "two_shot", "auto")]

@@ -1,9 +1,10 @@
 """Fused collectives: one kernel per call, epochs kept on the device (CUDA-graph safe).
 
-All-reduce (one-shot, two-shot), reduce-scatter and all-gather among the ranks of one node,
-each a single launch. The host keeps no per-call state, so a replayed CUDA graph runs the
-same launch again and stays correct. The kernel uses the foundation's epoch protocol (signals
-only grow; ``wait`` for ``>= epoch``), with the epoch counted on the device by each program:
+All-reduce (one-shot, two-shot), reduce-scatter, all-gather and all-to-all (even splits)
+among the ranks of one node, each a single launch. The host keeps no per-call state, so a
+replayed CUDA graph runs the same launch again and stays correct. The kernel uses the
+foundation's epoch protocol (signals only grow; ``wait`` for ``>= epoch``), with the epoch
+counted on the device by each program:
 
 * Workspace (per mode, dtype and size bucket; :class:`Workspace`): a symmetric buffer with two
   halves (``epoch % 2``), each holding a copy of the input (``cap`` elements) and, for
@@ -25,6 +26,8 @@ only grow; ``wait`` for ``>= epoch``), with the epoch counted on the device by e
        then copies its slice of every other segment ``s`` from rank ``s``'s ``red[h]``;
      - ``ALL_GATHER``: copies its slice of every rank's ``in[h]`` to that rank's block of
        ``out``;
+     - ``ALL_TO_ALL``: copies its slice of segment ``r`` of every rank ``q``'s ``in[h]`` to
+       block ``q`` of ``out`` (the reduce-scatter's movement without the sum);
   4. stores ``e`` into its counter.
 
   Reuse: half ``h`` is written again two calls later, after this rank's next call passed
@@ -39,11 +42,12 @@ segment ``s``; the reduced two-shot segment to every rank's ``red`` slot ``r``) 
 only local memory after the barrier. Remote stores need no round trip, so push keeps more
 bytes in flight on large inputs; its buffers hold ``W`` slots per half instead of one.
 
-Segments: ``n`` input elements form ``W`` segments of ``seg`` elements for two-shot and
-reduce-scatter (``seg = ceil(n / W)``, exact for reduce-scatter), one segment otherwise. Each
+Segments: ``n`` input elements form ``W`` segments of ``seg`` elements for two-shot,
+reduce-scatter and all-to-all (``seg = ceil(n / W)``, exact for the latter two), one segment
+otherwise. Each
 segment is cut into ``P`` slices of whole ``BLOCK``s. Inputs larger than a workspace run as
 pieces (:func:`launch`'s ``stride``): contiguous pieces for all-reduce and all-gather, the
-same columns of every segment for reduce-scatter.
+same columns of every segment for reduce-scatter and all-to-all.
 """
 
 from __future__ import annotations
@@ -60,12 +64,16 @@ ALL_REDUCE = 0
 TWO_SHOT = 1
 REDUCE_SCATTER = 2
 ALL_GATHER = 3
+ALL_TO_ALL = 4
 MODES = {"one_shot": ALL_REDUCE, "two_shot": TWO_SHOT, "reduce_scatter": REDUCE_SCATTER,
-         "all_gather": ALL_GATHER}
+         "all_gather": ALL_GATHER, "all_to_all": ALL_TO_ALL}
+#: modes whose input is ``W`` segments, segment ``s`` meant for rank ``s``
+SEGMENTED = (TWO_SHOT, REDUCE_SCATTER, ALL_TO_ALL)
 # the same values as kernel constants (a kernel may only read constexpr globals)
 _TWO_SHOT = tl.constexpr(TWO_SHOT)
 _REDUCE_SCATTER = tl.constexpr(REDUCE_SCATTER)
 _ALL_GATHER = tl.constexpr(ALL_GATHER)
+_ALL_TO_ALL = tl.constexpr(ALL_TO_ALL)
 
 
 @triton.jit
@@ -82,7 +90,7 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
     red = half + red_offset
     lo = pid * slice_len
     hi = tl.minimum(lo + slice_len, seg)
-    segmented = (MODE == _TWO_SHOT) or (MODE == _REDUCE_SCATTER)
+    segmented = (MODE == _TWO_SHOT) or (MODE == _REDUCE_SCATTER) or (MODE == _ALL_TO_ALL)
     n_seg = W if segmented else 1
     # 1. publish my slice of every segment: pull: into my own buffer; push: into slot ``me``
     #    of the ranks that read it (segmented: rank ``s`` for segment ``s``; else all)
@@ -113,6 +121,17 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
                     v = tl.load(half + q * slot_len + local, mask=mask)
                 else:
                     v = dl.load(half + local, q, ctx, mask=mask)
+                tl.store(out_ptr + q * stride + local, v, mask=mask)
+    elif MODE == _ALL_TO_ALL:
+        # segment ``me`` of rank ``q``'s input becomes block ``q`` of ``out``
+        for off in range(lo, hi, BLOCK):
+            local = off + tl.arange(0, BLOCK)
+            mask = local < hi
+            for q in tl.static_range(WORLD):  # unrolled: the W loads overlap
+                if PUSH:
+                    v = tl.load(half + q * slot_len + local, mask=mask)
+                else:
+                    v = dl.load(half + me * seg + local, q, ctx, mask=mask)
                 tl.store(out_ptr + q * stride + local, v, mask=mask)
     else:
         # 2. reduce my slice of segment ``me`` (one-shot: of the whole input)
@@ -202,7 +221,7 @@ def workspace_shape(cap: int, world_size: int, mode: int,
     elements (``slot_len``: one rank's slot in the push layout, 0 for pull)."""
     align = 64  # keep each region 128-byte aligned for 16-bit types
     up = lambda v: triton.cdiv(v, align) * align  # noqa: E731
-    segmented = mode in (TWO_SHOT, REDUCE_SCATTER)
+    segmented = mode in SEGMENTED
     if not push:
         red = triton.cdiv(cap, world_size) if mode == TWO_SHOT else 0
         return up(cap) + up(red), up(cap), 0
@@ -217,16 +236,18 @@ def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, bl
            stride: int | None = None) -> None:
     """One fused collective on flat contiguous ``x`` into ``out``: all-reduce:
     ``out[n]``; reduce-scatter: ``out[n / W]`` (``n`` divisible by ``W``); all-gather:
-    ``out[W * n]`` in rank order. The input must fit the workspace (``W * seg <= ws.cap``
-    for reduce-scatter, ``n <= ws.cap`` otherwise).
+    ``out[W * n]`` in rank order; all-to-all: ``out[n]``, block ``q`` (``n / W`` elements)
+    from rank ``q``. The input must fit the workspace (``W * seg <= ws.cap`` for
+    reduce-scatter and all-to-all, ``n <= ws.cap`` otherwise).
 
     Pieces of a larger op: ``stride`` is the distance between the ``W`` segments of ``x``
-    (reduce-scatter, two-shot) or between the rank blocks of ``out`` (all-gather), ``seg`` the
+    (reduce-scatter, two-shot, all-to-all; for all-to-all also between the blocks of ``out``)
+    or between the rank blocks of ``out`` (all-gather), ``seg`` the
     segment length of this piece and ``n`` the bound on input indices (default: ``x``'s)."""
     n = x.numel() if n is None else n
     w = ctx.world_size
     if seg is None:
-        seg = triton.cdiv(n, w) if mode in (TWO_SHOT, REDUCE_SCATTER) else n
+        seg = triton.cdiv(n, w) if mode in SEGMENTED else n
     stride = seg if stride is None else stride
     slice_len = triton.cdiv(triton.cdiv(seg, ws.programs), block) * block
     fused_collective_kernel[(ws.programs,)](
@@ -241,5 +262,6 @@ def bucket(n: int, max_cap: int) -> int:
     return min(max_cap, max(1024, 1 << (max(n, 1) - 1).bit_length()))
 
 
-__all__ = ["ALL_GATHER", "ALL_REDUCE", "MODES", "REDUCE_SCATTER", "TWO_SHOT", "Workspace",
-           "bucket", "fused_collective_kernel", "launch", "workspace_shape"]
+__all__ = ["ALL_GATHER", "ALL_REDUCE", "ALL_TO_ALL", "MODES", "REDUCE_SCATTER", "SEGMENTED",
+           "TWO_SHOT", "Workspace", "bucket", "fused_collective_kernel", "launch",
+           "workspace_shape"]

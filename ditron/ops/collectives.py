@@ -1,8 +1,8 @@
 """Collectives on ordinary tensors, built on the inbox exchange (``exchange.py``), except
-``all_reduce``, ``all_gather`` and ``reduce_scatter`` with ``engine="sm"`` on one node: one
-fused kernel each (``kernels/fused_collective.py``) whose epochs live on the device, so they
-can be captured in a CUDA graph (``"auto"`` picks them while a graph is being captured; the
-other paths refuse capture with a clear error).
+``all_reduce``, ``all_gather``, ``reduce_scatter`` and ``all_to_all`` with even splits, with
+``engine="sm"`` on one node: one fused kernel each (``kernels/fused_collective.py``) whose
+epochs live on the device, so they can be captured in a CUDA graph (``"auto"`` picks them
+while a graph is being captured; the other paths refuse capture with a clear error).
 
 Every op equals its torch.distributed counterpart (sum reduction) and returns a new tensor;
 inputs are never modified. Each takes ``engine=`` (``"copy_engine"``, ``"sm"``,
@@ -59,9 +59,18 @@ SM_MAX_BYTES = 1 << 20
 #: peer, 711 vs 493 us at 128 MB; docs/perf.md, session 4)
 FUSED_AG_MAX_BYTES = 64 << 20
 FUSED_RS_MAX_BYTES = 64 << 20
+#: the same for all_to_all with even splits (the reduce-scatter's movement without the sum)
+FUSED_A2A_MAX_BYTES = 64 << 20
 _AGREED = "collectives:agreed"
-#: ops with a fused, CUDA-graph-safe path (``engine="sm"``, one node)
-_GRAPH_SAFE = ("all_reduce", "all_gather", "reduce_scatter")
+#: ops with a fused, CUDA-graph-safe path (``engine="sm"``, one node; all_to_all: even
+#: splits)
+_FUSED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def _fused_limit(op: str) -> float:
+    """Bytes per peer from which ``"auto"`` leaves the fused path of ``op`` on one node."""
+    return {"all_gather": FUSED_AG_MAX_BYTES, "reduce_scatter": FUSED_RS_MAX_BYTES,
+            "all_to_all": FUSED_A2A_MAX_BYTES}.get(op, math.inf)
 
 
 # -- checks -------------------------------------------------------------------------------------
@@ -86,25 +95,27 @@ def _dim(op: str, x: torch.Tensor, dim: int) -> int:
     return dim % x.dim()
 
 
-def _engine(op: str, engine: str | None, nbytes_per_peer: int) -> str:
-    name = _engine_name(op, engine, nbytes_per_peer)
+def _engine(op: str, engine: str | None, nbytes_per_peer: int, fusable: bool = True) -> str:
+    name = _engine_name(op, engine, nbytes_per_peer, fusable)
     engine_instance(name)  # an engine that cannot run here raises now, before any kernel
     return name
 
 
-def _engine_name(op: str, engine: str | None, nbytes_per_peer: int) -> str:
+def _engine_name(op: str, engine: str | None, nbytes_per_peer: int,
+                 fusable: bool = True) -> str:
+    """The engine for this call: the argument, else ``DITRON_<OP>_ENGINE``, else
+    ``DITRON_ENGINE``, else ``"auto"``'s choice (``fusable``: whether this call has a fused
+    path, i.e. the op has one and, for all_to_all, the splits are even)."""
     name = (engine or os.environ.get(f"DITRON_{op.upper()}_ENGINE")
             or os.environ.get("DITRON_ENGINE") or "auto")
     if name == "auto":
         if current().world.backend == "cpu":
             return "copy_engine"
-        if op in _GRAPH_SAFE and capturing():
+        fusable = fusable and op in _FUSED_OPS
+        if fusable and capturing():
             return "sm"  # the graph-safe path
-        if op in _GRAPH_SAFE and current().topo.num_nodes == 1:
-            limit = {"all_gather": FUSED_AG_MAX_BYTES,
-                     "reduce_scatter": FUSED_RS_MAX_BYTES}.get(op)
-            fused = limit is None or nbytes_per_peer < limit
-            return "sm" if fused else "copy_engine"
+        if fusable and current().topo.num_nodes == 1:
+            return "sm" if nbytes_per_peer < _fused_limit(op) else "copy_engine"
         return "sm" if nbytes_per_peer < SM_MAX_BYTES else "copy_engine"
     if name not in ENGINES:
         raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}; choose 'auto' or one of "
@@ -376,13 +387,14 @@ def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
         for start in range(0, n, ws.cap):
             kfc.launch(flat[start:min(n, start + ws.cap)], out[start:], ws, mode, ctx, block,
                        warps, stride=n)
-    else:  # reduce-scatter: the same columns of every rank's segment per piece
+    else:  # reduce-scatter, all-to-all: the same columns of every rank's segment per piece
         w = rt.world.world_size
         seg, step = n // w, max(ws.cap // w, 1)
         for start in range(0, seg, step):
             cols = min(step, seg - start)
-            kfc.launch(flat[start:], out[start:start + cols], ws, mode, ctx, block, warps,
-                       n=n - start, seg=cols, stride=seg)
+            dst = out[start:start + cols] if mode == kfc.REDUCE_SCATTER else out[start:]
+            kfc.launch(flat[start:], dst, ws, mode, ctx, block, warps, n=n - start, seg=cols,
+                       stride=seg)
     if (rt.wait_timeout > 0 or cpu) and not capturing():
         check_waits()
     return out
@@ -430,8 +442,10 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
 
     Sizes may differ per rank and be 0; ``None`` splits evenly. Equivalent:
     ``dist.all_to_all_single(out, x, out_splits, in_splits)``. Explicit split sizes are
-    gathered on the host each call (even splits only once per shape); for sizes computed on
-    the device use :func:`all_to_all_device`.
+    gathered on the host each call (``None``: only once per shape); for sizes computed on
+    the device use :func:`all_to_all_device`. Even splits on one node with the SM engine
+    run as one fused kernel (CUDA-graph safe; ``"auto"`` takes it below
+    ``FUSED_A2A_MAX_BYTES`` per peer and while capturing).
     """
     op = "all_to_all"
     _check_tensor(op, x)
@@ -442,7 +456,9 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     if sum(ins) != x.shape[0]:
         raise ValueError(f"{op}: in_splits {ins} sum to {sum(ins)}, but x has {x.shape[0]} rows")
     row = math.prod(x.shape[1:])
-    eng = _engine(op, engine, x.numel() * x.element_size() // w)
+    even = all(s == ins[0] for s in ins) and (
+        out_splits is None or all(int(s) == ins[0] for s in out_splits))
+    eng = _engine(op, engine, x.numel() * x.element_size() // w, fusable=even)
     sig = (tuple(x.shape[1:]), str(x.dtype), eng == "network")
     if in_splits is None and out_splits is None:
         # even splits: the matrix is known once the ranks agree on the shape (checked once
@@ -459,8 +475,14 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
         if o is not None and o != [matrix[p][r] for p in range(w)]:
             raise ValueError(f"ditron.ops.{op}: out_splits of rank {r} do not match what its "
                              f"peers send")
+    uniform = len(set(matrix[0])) <= 1 and all(r == matrix[0] for r in matrix)
+    if even and not uniform:  # every rank decides as the ranks with uneven splits do
+        eng = _engine(op, engine, x.numel() * x.element_size() // w, fusable=False)
     if w == 1:
         return _copy_out(x)
+    if uniform and _fused_ok(eng, x.numel(), op):
+        flat = x.contiguous().view(-1)
+        return _fused(flat, kfc.ALL_TO_ALL, torch.empty_like(flat)).view(x.shape)
     xc = x.contiguous().view(x.shape[0], row)
     capacity = max(sum(matrix[p][q] for p in range(w)) for q in range(w)) * row
     parts, start = [], 0

@@ -42,9 +42,18 @@ def _gathered(x: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts).to(x.dtype)
 
 
+def _exchanged(x: torch.Tensor) -> torch.Tensor:
+    """What all-to-all with even splits gives this rank: block ``me`` of every rank's ``x``."""
+    w, me = dist.get_world_size(), ditron.world().rank
+    everyone = _gathered(x.reshape(-1)).view(w, w, -1)
+    return everyone[:, me].reshape(x.shape)
+
+
 def _check(got: torch.Tensor, x: torch.Tensor, what: str, mode: int = kfc.ALL_REDUCE) -> None:
     if mode == kfc.ALL_GATHER:
         ref = _gathered(x)
+    elif mode == kfc.ALL_TO_ALL:
+        ref = _exchanged(x)
     elif mode == kfc.REDUCE_SCATTER:
         ref = _reference(x).chunk(dist.get_world_size())[ditron.world().rank]
     else:
@@ -78,7 +87,9 @@ def _rank_sizes_and_repeats() -> int:
             xr = torch.randn(n * w, generator=g).to(dtype).to(dev)
             got = ditron.ops.reduce_scatter(xr, engine="sm")
             _check(got, xr, f"reduce_scatter n={n} {dtype} call {it}", kfc.REDUCE_SCATTER)
-            checks += 2
+            got = ditron.ops.all_to_all(xr.view(w, n), engine="sm")
+            _check(got, xr.view(w, n), f"all_to_all n={n} {dtype} call {it}", kfc.ALL_TO_ALL)
+            checks += 3
     # a 2-D input and one larger than a launch (pieces of FUSED_MAX_ELEMENTS)
     collectives.FUSED_MAX_ELEMENTS = 2048
     try:
@@ -92,7 +103,10 @@ def _rank_sizes_and_repeats() -> int:
         xr = torch.randn(w * 1700 + 2 * w, generator=g).to(dev)  # segments in 2 pieces
         _check(ditron.ops.reduce_scatter(xr, engine="sm"), xr, "pieces rs",
                kfc.REDUCE_SCATTER)
-        checks += 2
+        rows = xr.view(w * 2, -1)  # explicit even splits, segments in 2 pieces
+        got = ditron.ops.all_to_all(rows, [2] * w, [2] * w, engine="sm")
+        _check(got, rows, "pieces a2a", kfc.ALL_TO_ALL)
+        checks += 3
     finally:
         collectives.FUSED_MAX_ELEMENTS = 1 << 24
     return checks
@@ -117,7 +131,8 @@ def _rank_large(sizes: tuple[int, ...] = (600_001, 2_500_003, 20_000_001)) -> in
             xr = x[: (n // 4 // w) * w]
             _check(ditron.ops.reduce_scatter(xr, engine="sm"), xr, f"rs {n}",
                    kfc.REDUCE_SCATTER)
-            checks += 2
+            _check(ditron.ops.all_to_all(xr, engine="sm"), xr, f"a2a {n}", kfc.ALL_TO_ALL)
+            checks += 3
     return checks
 
 
@@ -127,8 +142,9 @@ def _rank_replay() -> int:
     dev = ditron.world().device
     checks = 0
     w = ditron.world().world_size
-    for mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT, kfc.REDUCE_SCATTER, kfc.ALL_GATHER):
-        n = 3001 * w if mode == kfc.REDUCE_SCATTER else 3001
+    for mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT, kfc.REDUCE_SCATTER, kfc.ALL_GATHER,
+                 kfc.ALL_TO_ALL):
+        n = 3001 * w if mode in (kfc.REDUCE_SCATTER, kfc.ALL_TO_ALL) else 3001
         x = torch.empty(n, dtype=torch.bfloat16, device=dev)
         out_n = {kfc.REDUCE_SCATTER: n // w, kfc.ALL_GATHER: n * w}.get(mode, n)
         out = torch.empty(out_n, dtype=x.dtype, device=dev)
@@ -155,14 +171,14 @@ def test_fused_collectives_match_torch(world_size, variant, monkeypatch):
     monkeypatch.setenv("DITRON_FUSED_PUSH", "1" if variant == "push" else "0")
     if variant == "push":
         monkeypatch.setenv("DITRON_FUSED_BLOCK", "2048")
-    assert ditron.launch(_rank_sizes_and_repeats, world_size) == [52] * world_size
+    assert ditron.launch(_rank_sizes_and_repeats, world_size) == [65] * world_size
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("variant", ["pull", "push"])
 def test_fused_collectives_survive_replayed_launches(world_size, variant, monkeypatch):
     monkeypatch.setenv("DITRON_FUSED_PUSH", "1" if variant == "push" else "0")
-    assert ditron.launch(_rank_replay, world_size) == [16] * world_size
+    assert ditron.launch(_rank_replay, world_size) == [20] * world_size
 
 
 def _rank_release() -> int:
@@ -229,7 +245,8 @@ def _rank_graph() -> int:
             _check(y, x, f"graph replay {it} {method}")
             checks += 1
     w = ditron.world().world_size
-    for name, mode in (("all_gather", kfc.ALL_GATHER), ("reduce_scatter", kfc.REDUCE_SCATTER)):
+    for name, mode in (("all_gather", kfc.ALL_GATHER), ("reduce_scatter", kfc.REDUCE_SCATTER),
+                       ("all_to_all", kfc.ALL_TO_ALL)):
         x = torch.empty(6 * w, 333, dtype=torch.bfloat16, device="cuda")
         op = getattr(ditron.ops, name)
         op(x.normal_(), engine="sm")  # warm-up
@@ -243,21 +260,24 @@ def _rank_graph() -> int:
             y.fill_(float("nan"))
             graph.replay()
             torch.cuda.synchronize()
-            _check(y.reshape(-1), x.reshape(-1), f"graph replay {it} {name}", mode)
+            got = y if mode == kfc.ALL_TO_ALL else y.reshape(-1)
+            _check(got, x if mode == kfc.ALL_TO_ALL else x.reshape(-1),
+                   f"graph replay {it} {name}", mode)
             checks += 1
     # ops that keep per-call state on the host refuse capture instead of replaying stale state
     x = torch.randn(64, device="cuda")
-    ditron.ops.all_to_all(x)
+    uneven = [64 - (w - 1)] + [1] * (w - 1)
+    ditron.ops.all_to_all(x, uneven)
     torch.cuda.synchronize()
     with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
         with torch.cuda.graph(torch.cuda.CUDAGraph()):
-            ditron.ops.all_to_all(x)
+            ditron.ops.all_to_all(x, uneven)
     return checks + 1
 
 
 @pytest.mark.gpu
 def test_fused_collectives_in_cuda_graph():
-    assert ditron.launch(_rank_graph, 2, backend="cuda") == [22, 22]
+    assert ditron.launch(_rank_graph, 2, backend="cuda") == [25, 25]
 
 
 def _rank_refuses_capture() -> int:
@@ -275,7 +295,7 @@ def _rank_refuses_capture() -> int:
         checks = 0
         for call in (lambda: ditron.ops.all_gather(x, engine="copy_engine"),
                      lambda: ditron.ops.all_reduce(x, engine="copy_engine"),
-                     lambda: ditron.ops.all_to_all(x),
+                     lambda: ditron.ops.all_to_all(x, [6 * w - w + 1] + [1] * (w - 1)),
                      lambda: ditron.ops.ag_gemm(x, torch.randn(4, 8), method="overlap")):
             with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
                 call()
