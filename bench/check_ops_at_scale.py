@@ -4,8 +4,8 @@ Runs, at ``--world-size`` ranks (default: one per GPU, at least 2; ranks share G
 there are fewer): the collectives against torch.distributed (every engine and ``auto``,
 3 dtypes, uneven and zero all-to-all splits, repeated calls), ``all_to_all_device``, the
 fused all-reduce (sizes that do not divide, repeated calls), and the TP GEMMs (tiles that
-straddle chunks; ``overlap``, plus ``fallback`` when every rank has its own GPU). Prints one
-line per family and exits non-zero on the first failure.
+straddle chunks; ``overlap``, plus ``fallback`` when every rank has its own GPU) and their
+graph-safe variants. Prints one line per family and exits non-zero on the first failure.
 
     python bench/check_ops_at_scale.py [--world-size W] [--backend cpu]
 """
@@ -41,7 +41,7 @@ def main() -> int:
     for push, block in (("0", ""), ("1", ""), ("1", "4096"), ("0", "4096")):
         os.environ["DITRON_FUSED_PUSH"], os.environ["DITRON_FUSED_BLOCK"] = push, block
         checks = ditron.launch(fused._rank_sizes_and_repeats, W, backend=backend)
-        print(f"fused all_reduce, all_gather, reduce_scatter W={W} push={push} "
+        print(f"fused all_reduce, all_gather, reduce_scatter, all_to_all W={W} push={push} "
               f"block={block or 'auto'}: {checks[0]} checks per rank, all passed")
     del os.environ["DITRON_FUSED_PUSH"], os.environ["DITRON_FUSED_BLOCK"]
     checks = ditron.launch(fused._rank_large, W, backend=backend)
@@ -52,6 +52,10 @@ def main() -> int:
     checks = ditron.launch(tp._ops_case, W, 300, 256, 384, specs, backend=backend)
     print(f"ag_gemm / gemm_rs / gemm_ar W={W} methods={methods}: {checks[0]} checks per "
           f"rank, all passed")
+    checks = ditron.launch(tp._graph_safe_case, W, 300, 256, 384, 2, not shared,
+                           backend=backend)
+    print(f"graph-safe ag_gemm / gemm_rs / gemm_ar (device epochs) W={W}: {checks[0]} "
+          f"checks per rank, all passed")
     return 0
 
 

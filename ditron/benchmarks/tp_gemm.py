@@ -5,7 +5,8 @@ B[K, N/W]``, GEMM-RS ``C[M/W, N] = RS(A[M, K/W] @ B[K/W, N])``), multiplied by `
 (rounded to multiples of 64) for fewer GPUs or less memory; ``--smoke`` uses tiny shapes
 (CPU). Per shape, in the same run and with the same fixed warm-up / timed call counts on
 every rank (CUDA events on GPU, host clock on CPU; each sample times ``--batch`` calls back
-to back, as a busy stream runs them; the slowest rank's median):
+to back, as a busy stream runs them; the candidates take turns over ``ROUNDS`` rounds; the
+slowest rank's median of all samples):
 
 * ``T_gemm``: the rank's local GEMM with ``torch.matmul``; ``T_comm``: the collective alone;
 * ``baseline``: ``method="fallback"`` (torch.matmul + NCCL, not overlapped);
@@ -15,6 +16,11 @@ to back, as a busy stream runs them; the slowest rank's median):
 
 With ``--tune`` the tuner runs per shape first (its decision, cached on disk, is what
 ``auto`` takes; the decision is reported in the JSON).
+
+With ``--graphs`` (GPU) ``T_gemm``, ``T_comm``, the baseline and ``ditron`` are also timed
+under CUDA graphs (``--batch`` calls captured in one graph, replayed; ``ditron`` takes its
+graph-safe variant, warmed up inside ``ditron.ops.graph_safe()``): no launch cost on either
+side. Keys ``graph_*``; a second table.
 
 Reported: speedup = baseline / ditron, and overlap efficiency = max(T_gemm, T_comm) / T_op
 (1.0 = the ideal overlap bound). Writes a table to stdout and ``tp_gemm.json`` / ``.png``.
@@ -35,6 +41,8 @@ AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568
 RS_SHAPES = [(4096, 11008), (4096, 14336), (3584, 14336), (4608, 36864), (8192, 28672),
              (8192, 29568)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+#: candidates are timed in this many interleaved rounds (``--iters`` samples in all)
+ROUNDS = 3
 
 
 def _round(x: float, q: int = 64) -> int:
@@ -78,9 +86,30 @@ def _fused(op: str, a, b):
 
 
 def _measure(rows, dtype, warmup: int, iters: int, tune: bool = False,
-             batch: int = 1) -> list[dict]:
-    return [_measure_one(op, M, N, K, dtype, warmup, iters, tune, batch)
+             batch: int = 1, graphs: bool = False) -> list[dict]:
+    return [_measure_one(op, M, N, K, dtype, warmup, iters, tune, batch, graphs)
             for op, M, N, K in rows]
+
+
+def _graph_times(fn, warmup: int, iters: int, calls: int, device: torch.device,
+                 graph_safe: bool = False) -> list[float]:
+    """Per-call microseconds of ``calls`` calls of ``fn`` captured in one CUDA graph (after
+    one eager warm-up call, inside ``ditron.ops.graph_safe()`` when ``graph_safe``)."""
+    import contextlib
+
+    import ditron
+    from ditron.tune.tuner import time_calls
+
+    with ditron.ops.graph_safe() if graph_safe else contextlib.nullcontext():
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    times = [t / calls for t in time_calls(graph.replay, warmup, iters, device)]
+    del graph
+    return times
 
 
 def _tune(op: str, M: int, N: int, K: int, dtype) -> dict:
@@ -99,7 +128,7 @@ def _tune(op: str, M: int, N: int, K: int, dtype) -> dict:
 
 
 def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int,
-                 tune: bool = False, batch: int = 1) -> dict:
+                 tune: bool = False, batch: int = 1, graphs: bool = False) -> dict:
     import ditron
     from ditron.runtime.world import current
     from ditron.tune.tuner import agreed_median, time_calls
@@ -134,20 +163,42 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=current().host_group)
     if ok.item() > 0:
         cands["torch_fused"] = fused
-    for name, f in cands.items():
-        try:
-            times = time_calls(f, warmup, iters, dev, batch)
-        except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
-            times = [float("inf")]
-            row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
-        t = agreed_median(times)  # every rank joins, failed or not
+    # rounds: every candidate is timed in each round, so a drift of the machine's speed
+    # during the run (clocks, memory, the other rank) affects all of them alike
+    samples: dict[str, list[float]] = {name: [] for name in cands}
+    per_round = max(2, -(-iters // ROUNDS))
+    for r in range(ROUNDS):
+        for name, f in cands.items():
+            if samples[name] and samples[name][0] == float("inf"):
+                continue  # failed in an earlier round (on some rank)
+            try:
+                times = time_calls(f, warmup if r == 0 else 1, per_round, dev, batch)
+            except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
+                times = [float("inf")]
+                row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
+            if agreed_median(times) == float("inf"):  # every rank joins, failed or not
+                times = [float("inf")]
+            samples[name] = times if times[0] == float("inf") else samples[name] + times
+    for name, times in samples.items():
+        t = agreed_median(times)
         row[name] = t if t != float("inf") else None
-    bound = max(row["t_gemm"] or 0.0, row["t_comm"] or 0.0)
-    for name in ("baseline", "ditron", "auto", "torch_fused"):
-        if row.get(name):
-            row[f"eff_{name}"] = bound / row[name]
-    if row.get("ditron") and row.get("baseline"):
-        row["speedup"] = row["baseline"] / row["ditron"]
+    if graphs and dev.type == "cuda":
+        for name in ("t_gemm", "t_comm", "baseline", "ditron"):
+            try:
+                times = _graph_times(cands[name], warmup, iters, batch, dev,
+                                     graph_safe=name == "ditron")
+            except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
+                times = [float("inf")]
+                row[f"graph_{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
+            t = agreed_median(times)
+            row[f"graph_{name}"] = t if t != float("inf") else None
+    for prefix in ("", "graph_"):
+        bound = max(row.get(f"{prefix}t_gemm") or 0.0, row.get(f"{prefix}t_comm") or 0.0)
+        for name in ("baseline", "ditron", "auto", "torch_fused"):
+            if row.get(prefix + name):
+                row[f"{prefix}eff_{name}"] = bound / row[prefix + name]
+        if row.get(prefix + "ditron") and row.get(prefix + "baseline"):
+            row[prefix + "speedup"] = row[prefix + "baseline"] / row[prefix + "ditron"]
     return row
 
 
@@ -163,6 +214,16 @@ def _table(results: list[dict]) -> str:
                      f"{r.get('eff_ditron', 0):5.2f} {r.get('eff_baseline', 0):8.2f}"
                      + (f"  auto={r['tuned_method']}" if "tuned_method" in r else ""))
     lines.append("times in us (median, slowest rank); eff = max(T_gemm, T_comm) / T_op")
+    if any("graph_ditron" in r for r in results):
+        head = (f"{'op':8} {'M':>6} {'N':>6} {'K':>6} {'T_gemm':>9} {'T_comm':>9} {'base':>9} "
+                f"{'ditron':>9} {'speedup':>7} {'eff':>5} {'eff_base':>8}")
+        lines += ["", "under CUDA graphs", head, "-" * len(head)]
+        for r in results:
+            lines.append(f"{r['op']:8} {r['M']:6} {r['N']:6} {r['K']:6} "
+                         f"{f(r.get('graph_t_gemm'))} {f(r.get('graph_t_comm'))} "
+                         f"{f(r.get('graph_baseline'))} {f(r.get('graph_ditron'))} "
+                         f"{r.get('graph_speedup', 0):7.3f} {r.get('graph_eff_ditron', 0):5.2f} "
+                         f"{r.get('graph_eff_baseline', 0):8.2f}")
     return "\n".join(lines)
 
 
@@ -207,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
                         "launch cost then shows only where it exceeds the GPU time")
     p.add_argument("--tune", action="store_true",
                    help="run the tuner per shape first (cached on disk; 'auto' then uses it)")
+    p.add_argument("--graphs", action="store_true",
+                   help="also time the GEMM, the collective, the baseline and the overlapped "
+                        "op under CUDA graphs (GPU only)")
     args = p.parse_args(argv)
     import ditron
     from ditron.runtime.config import default_backend
@@ -221,12 +285,13 @@ def main(argv: list[str] | None = None) -> int:
         args.warmup, args.iters = min(args.warmup, 1), min(args.iters, 3)
     batch = args.batch or (5 if backend == "cuda" else 1)
     if ditron.is_initialized():
-        results = _measure(rows, dtype, args.warmup, args.iters, args.tune, batch)
+        results = _measure(rows, dtype, args.warmup, args.iters, args.tune, batch,
+                           args.graphs)
         if ditron.world().rank != 0:
             return 0
     else:
         results = ditron.launch(_measure, W, rows, dtype, args.warmup, args.iters, args.tune,
-                                batch, backend=backend)[0]
+                                batch, args.graphs, backend=backend)[0]
     print(_table(results))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "tp_gemm.json"), "w") as f:

@@ -23,16 +23,17 @@ import dataclasses
 
 import torch
 
-from ..runtime.signals import SignalPad
+from ..runtime.signals import DeviceValue, SignalPad
 
 
 @dataclasses.dataclass(frozen=True)
 class Signal:
-    """Signal ``index`` of ``pad`` raised to ``value`` (set, release) when a transfer lands."""
+    """Signal ``index`` of ``pad`` raised to ``value`` (set, release) when a transfer lands;
+    ``value`` may be read on the device (a :class:`DeviceValue`, engines with ``can_wait``)."""
 
     pad: SignalPad
     index: int
-    value: int
+    value: int | DeviceValue
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +52,8 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
                    can_wait: bool = False) -> None:
     """Raise ``ValueError`` for a transfer ``engine`` cannot move from ``rank``: ``src`` and
     ``dst`` differ in shape or dtype, neither side is ``rank``'s, (``contiguous``) a side
-    is not contiguous, or it has ``after`` and the engine cannot wait (``can_wait``)."""
+    is not contiguous, or it has ``after`` or a device-read signal value and the engine
+    cannot wait (``can_wait``)."""
     if rank not in (t.src_rank, t.dst_rank):
         raise ValueError(f"{engine}: rank {rank} issues a transfer from rank {t.src_rank} to "
                          f"rank {t.dst_rank}; one side must be local")
@@ -63,6 +65,9 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
     if t.after is not None and not can_wait:
         raise ValueError(f"{engine}: cannot wait for a signal before a transfer (after=); "
                          f"use an engine with can_wait, e.g. copy_engine")
+    if t.signal is not None and isinstance(t.signal.value, DeviceValue) and not can_wait:
+        raise ValueError(f"{engine}: signal values read on the device (DeviceValue) need an "
+                         f"engine with can_wait, e.g. copy_engine")
 
 
 class Engine(abc.ABC):

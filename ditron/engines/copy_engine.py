@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from ..runtime.signals import host_value
 from ..runtime.world import current
 from .base import Engine, Signal, Transfer, check_transfer, register_engine
 
@@ -79,7 +80,8 @@ class CopyEngine(Engine):
                     sig = rt.heap.peer(t.signal.pad.signals, t.dst_rank)[t.signal.index:
                                                                          t.signal.index + 1]
                 after = _poll_args(t.after) if t.after is not None else None
-                jobs.append((src, dst, t.reduce, sig, t.signal.value if t.signal else 0, after))
+                value = host_value(t.signal.value) if t.signal else 0
+                jobs.append((src, dst, t.reduce, sig, value, after))
             self._pending.append(_executor().submit(_run_host, jobs))
             return
         self._issue_cuda(transfers, rank)
@@ -135,7 +137,7 @@ def _poll_args(after: Signal) -> tuple[torch.Tensor, int, str, float]:
     rt = current()
     slot = after.pad.signals[after.index: after.index + 1]
     name = rt.heap.describe(rt.heap.offset_of(after.pad.signals) + 8 * after.index)
-    return slot, after.value, name, rt.wait_timeout
+    return slot, host_value(after.value), name, rt.wait_timeout
 
 
 def _spin(sig: torch.Tensor, value: int, name: str, timeout: float) -> None:

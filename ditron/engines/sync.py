@@ -6,17 +6,21 @@ are ordered in the current stream and the host never blocks. On CUDA they are st
 operations (``runtime/stream_memops.py``: no launch, no compute unit) unless a wait timeout
 is set, in which case they are the tiny Triton kernels below, whose waits can raise; on the
 CPU backend the kernels run synchronously.
+
+A value may also be a :class:`~ditron.runtime.signals.DeviceValue` (an epoch counted on the
+device, for paths a CUDA graph replays): then the kernels read it when they run, and
+:func:`bump` advances the pad's device epoch at the start of a use.
 """
 
 from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl  # noqa: F401 - the interpreter patches kernels through it
+import triton.language as tl
 
 from .. import language as dl
 from ..runtime import stream_memops
-from ..runtime.signals import SignalPad
+from ..runtime.signals import DeviceValue, SignalPad
 from ..runtime.world import current
 
 
@@ -38,6 +42,29 @@ def wait_range(sig_ptr, base, first, count, skip, value, ctx):
             dl.wait(sig_ptr + base + first + i, value, ctx)
 
 
+@triton.jit(do_not_specialize=["offset"])
+def _notify_at(sig_ptr, slot, cell, offset, first, count, skip, ctx):
+    notify_range(sig_ptr, slot, tl.load(cell) + offset, first, count, skip, ctx)
+
+
+@triton.jit(do_not_specialize=["offset"])
+def _wait_at(sig_ptr, base, first, count, skip, cell, offset, ctx):
+    wait_range(sig_ptr, base, first, count, skip, tl.load(cell) + offset, ctx)
+
+
+@triton.jit
+def _bump(cell):
+    tl.store(cell, tl.load(cell) + 1)
+
+
+def bump(pad: SignalPad) -> DeviceValue:
+    """Advance ``pad``'s device epoch by one, in stream order; returns it (the value of
+    this use, as later kernels of the stream and of streams that wait for it read it)."""
+    value = pad.device_epoch()
+    _bump[(1,)](value.cell)
+    return value
+
+
 def use_stream_memops() -> bool:
     """Whether host-issued signals are stream memory operations here (CUDA, no timeout)."""
     rt = current()
@@ -55,8 +82,12 @@ def _slot_address(pad: SignalPad, slot: int, rank: int) -> int:
     return rt.heap.mapping.bases[rank] + rt.heap.offset_of(pad.signals) + 8 * slot
 
 
-def notify_one(pad: SignalPad, slot: int, value: int, rank: int) -> None:
+def notify_one(pad: SignalPad, slot: int, value: int | DeviceValue, rank: int) -> None:
     """Set slot ``slot`` of ``pad`` on ``rank`` to ``value`` after the current stream's work."""
+    if isinstance(value, DeviceValue):
+        _notify_at[(1,)](pad.signals, slot, value.cell, value.offset, rank, 1, -1,
+                         current().context())
+        return
     if use_stream_memops():
         stream = _raw_stream()
         stream_memops.write_value(stream, _slot_address(pad, slot, rank), value)
@@ -64,8 +95,12 @@ def notify_one(pad: SignalPad, slot: int, value: int, rank: int) -> None:
     notify_range[(1,)](pad.signals, slot, value, rank, 1, -1, current().context())
 
 
-def wait_one(pad: SignalPad, slot: int, value: int) -> None:
+def wait_one(pad: SignalPad, slot: int, value: int | DeviceValue) -> None:
     """Make the current stream wait until local slot ``slot`` of ``pad`` is >= ``value``."""
+    if isinstance(value, DeviceValue):
+        _wait_at[(1,)](pad.signals, slot, 0, 1, -1, value.cell, value.offset,
+                       current().context())
+        return
     if use_stream_memops():
         me = current().world.rank
         stream_memops.wait_value(_raw_stream(), _slot_address(pad, slot, me), value)
@@ -73,9 +108,14 @@ def wait_one(pad: SignalPad, slot: int, value: int) -> None:
     wait_range[(1,)](pad.signals, slot, 0, 1, -1, value, current().context())
 
 
-def notify_peers(pad: SignalPad, slot: int, value: int, peers: range, skip: int = -1) -> None:
+def notify_peers(pad: SignalPad, slot: int, value: int | DeviceValue, peers: range,
+                 skip: int = -1) -> None:
     """Set slot ``slot`` of ``pad`` to ``value`` on every rank in ``peers`` except ``skip``."""
     if len(peers) == 0 or (len(peers) == 1 and peers[0] == skip):
+        return
+    if isinstance(value, DeviceValue):
+        _notify_at[(1,)](pad.signals, slot, value.cell, value.offset, peers.start, len(peers),
+                         skip, current().context())
         return
     if use_stream_memops():
         stream = _raw_stream()
@@ -87,9 +127,14 @@ def notify_peers(pad: SignalPad, slot: int, value: int, peers: range, skip: int 
                         current().context())
 
 
-def wait_slots(pad: SignalPad, base: int, ranks: range, value: int, skip: int = -1) -> None:
+def wait_slots(pad: SignalPad, base: int, ranks: range, value: int | DeviceValue,
+               skip: int = -1) -> None:
     """Wait until local slots ``base + r`` (``r`` in ``ranks``, ``r != skip``) are >= ``value``."""
     if len(ranks) == 0 or (len(ranks) == 1 and ranks[0] == skip):
+        return
+    if isinstance(value, DeviceValue):
+        _wait_at[(1,)](pad.signals, base, ranks.start, len(ranks), skip, value.cell,
+                       value.offset, current().context())
         return
     if use_stream_memops():
         stream = _raw_stream()

@@ -27,6 +27,9 @@ Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for
   reduced own tile is stored in ``c`` (``[M, N]``) and pushed into every peer's ``bc`` with
   signal ``bc_sig[tile] = epoch``; after its tiles each program waits for the peers' reduced
   tiles and copies them from ``bc`` to ``c``.
+* ``DEVICE_EPOCH`` (CUDA-graph-safe callers): ``epoch`` and ``wait_target`` are read from
+  ``epoch_ptr[0]``, and ``recv`` / ``bc`` are half 0 of double buffers, the kernel taking
+  half ``epoch % 2``, so a replayed launch serves a new call.
 
 Store path (``C_TMA``, with ``GemmConfig.tma_store``): plain-store tiles of a TMA-loaded GEMM
 are stored through a descriptor on ``C`` when tiles never cross a segment end.
@@ -175,7 +178,7 @@ def persistent_gemm(
     wait_lo_ptr, wait_hi_ptr, wait_sig_ptr, wait_target,
     ga_ptr, stride_gm, stride_gk,
     recv_ptr, stride_rs, stride_rm, stride_rn,
-    rs_sig_ptr, bc_ptr, bc_sig_ptr, epoch,
+    rs_sig_ptr, bc_ptr, bc_sig_ptr, epoch, epoch_ptr,
     trace_ptr,
     ctx,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -183,10 +186,19 @@ def persistent_gemm(
     EPILOGUE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
     USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False, C_TMA: tl.constexpr = False,
-    FLATTEN: tl.constexpr = False,
+    FLATTEN: tl.constexpr = False, DEVICE_EPOCH: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
+    if DEVICE_EPOCH:
+        # the call's epoch lives on the device (CUDA-graph replays): it is the wait target,
+        # the value the epilogue signals carry, and its parity picks the half of recv / bc
+        epoch = tl.load(epoch_ptr)
+        wait_target = epoch
+        if EPILOGUE != 0:
+            recv_ptr += (epoch % 2) * ctx.world_size * stride_rs
+        if EPILOGUE == 2:
+            bc_ptr += (epoch % 2) * M * N
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -344,6 +356,10 @@ class GemmHooks:
     bc: torch.Tensor | None = None  # [M, N] symmetric, contiguous
     bc_sig: torch.Tensor | None = None
     epoch: int = 0
+    #: int64 [1] on the device: the call's epoch is read from it (the wait target and the
+    #: epilogue's signal value), and ``recv`` / ``bc`` are half 0 of contiguous double buffers
+    #: whose half ``epoch % 2`` the kernel uses (the CUDA-graph-safe paths)
+    epoch_cell: torch.Tensor | None = None
     trace: torch.Tensor | None = None  # int64 [1 + 4 * num_tiles]: counter, then per tile
     # (tile id, start, chunks ready, end)
 
@@ -480,6 +496,7 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
         hooks.bc if hooks.bc is not None else c,
         hooks.bc_sig if hooks.bc_sig is not None else dummy,
         hooks.epoch,
+        hooks.epoch_cell if hooks.epoch_cell is not None else dummy,
         hooks.trace if hooks.trace is not None else dummy,
         ctx,
     )
@@ -496,7 +513,8 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
     key = (a.shape, a.stride(), a.dtype, a.data_ptr() % 16, b.shape, b.stride(), b.dtype,
            b.data_ptr() % 16, c.shape, c.stride(), c.dtype, c.data_ptr() % 16, c.device, M,
            seg_rows, num_tiles, cfg, hooks.a_remote, hooks.gathered is not None,
-           hooks.wait_sig is not None, hooks.epilogue, hooks.trace is not None, use_tma,
+           hooks.wait_sig is not None, hooks.epilogue, hooks.trace is not None,
+           hooks.epoch_cell is not None, use_tma,
            os.environ.get("DITRON_GEMM_TMA", ""))
     static = _STATIC.get(key)
     if static is not None:
@@ -521,6 +539,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
         # triton 3.6 cannot fuse the loops around the reduce-scatter/all-reduce epilogues
         # (TritonGPUFuseNestedLoops fails), so those run unflattened
         FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
+        DEVICE_EPOCH=hooks.epoch_cell is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     static = (

@@ -13,6 +13,15 @@ peer's call-``e - 1`` signals, i.e. after every peer has finished call ``e - 2``
 one that used that buffer. (This needs every peer to signal this rank in every call, which
 holds for non-empty shards; empty shapes take the fallback.)
 
+CUDA graphs: while a graph is being captured (and eagerly inside :func:`graph_safe`, the
+warm-up before a capture), the ops take *graph-safe* variants with the same protocol but the
+epoch counted on the device (``SignalPad.device_epoch``, bumped by a one-program kernel at
+the start of each call; the GEMM and the signal kernels read it), so a replay serves a new
+call: AG-GEMM pushes with the copy engine into a single buffer per peer, each push waiting
+(on the engine's stream) until that peer acknowledged reading the previous call's rows;
+GEMM-RS / GEMM-AR run the colocated epilogue on double buffers whose half the kernel picks
+from the epoch's parity. They use their own pads and buffers, allocated by the warm-up.
+
 Shapes are checked across ranks (through the host gloo group) the first time each shape
 signature is seen on a rank; a rank whose shapes change later without the others would
 then hang in its waits until ``DITRON_WAIT_TIMEOUT`` raises.
@@ -20,6 +29,7 @@ then hang in its waits until ``DITRON_WAIT_TIMEOUT`` raises.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -27,7 +37,8 @@ import torch
 import torch.distributed as dist
 import triton
 
-from ..engines.sync import notify_one, use_stream_memops
+from ..engines.base import Signal
+from ..engines.sync import bump, notify_one, notify_peers, use_stream_memops
 from ..kernels import swizzle
 from ..kernels.gemm import (
     EPI_ALL_REDUCE,
@@ -44,7 +55,7 @@ from ..runtime.diagnostics import check_waits
 from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
 from ..runtime.world import current
-from .exchange import capturing, refuse_capture
+from .exchange import capturing
 from .workspaces import alloc_buffers, cached
 
 METHODS = ("auto", "overlap", "fallback")
@@ -92,6 +103,52 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
     checked.add(sig)
 
 
+# -- CUDA graphs -----------------------------------------------------------------------------
+_GRAPH_SAFE = "tp_gemm:graph_safe"
+
+
+@contextlib.contextmanager
+def graph_safe():
+    """Inside this block the TP GEMMs run their CUDA-graph-safe variants eagerly (what they
+    run while a graph is captured): the warm-up call that allocates their workspaces before
+    ``torch.cuda.graph``. Collective use: every rank enters it around the same calls."""
+    rt = current()
+    rt.cache[_GRAPH_SAFE] = rt.cache.get(_GRAPH_SAFE, 0) + 1
+    try:
+        yield
+    finally:
+        rt.cache[_GRAPH_SAFE] -= 1
+
+
+def graph_mode() -> bool:
+    """Whether this call takes the graph-safe variants (capturing, or inside
+    :func:`graph_safe`)."""
+    return capturing() or current().cache.get(_GRAPH_SAFE, 0) > 0
+
+
+def _require_warm(op: str, pad_key: str, workspace_key: tuple) -> None:
+    """While capturing, raise unless a warm-up made the graph-safe variant's pad (with its
+    device epoch) and workspace: neither can be made in a capture (they are allocated
+    collectively)."""
+    if not capturing():
+        return
+    rt = current()
+    pad = rt.cache.get(("signal_pad", pad_key))
+    if pad is None or not pad.has_device_epoch or workspace_key not in rt.cache:
+        raise RuntimeError(f"{op}: no graph-safe workspace for this shape, dtype and "
+                           f"configuration yet; run the op once inside `with "
+                           f"ditron.ops.graph_safe():` before capturing the CUDA graph")
+
+
+def _no_graph_variant(op: str, method: str, why: str) -> bool:
+    """``method="overlap"`` with no graph-safe overlapped variant raises; ``"auto"`` falls
+    back (returns ``False``: not overlapped)."""
+    if method == "overlap":
+        raise RuntimeError(f"{op}(method='overlap') cannot be captured in a CUDA graph: {why} "
+                           f"(method='auto' takes the graph-safe fallback)")
+    return False
+
+
 # -- decisions -------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Choice:
@@ -108,12 +165,8 @@ def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
     cfg = config or default_config(rt.world.device, dtype)
     if method == "fallback" or W == 1 or M == 0 or N == 0:
         return Choice(False, cfg)
-    # the overlapped kernels keep their signal epochs on the host: never inside a CUDA graph
     if method == "overlap":
-        refuse_capture(f"{op}(method='overlap')")
         return Choice(True, cfg)
-    if capturing():
-        return Choice(False, cfg)  # "auto" while capturing: the fallback is graph-safe
     key = ("tp_gemm_choice", op, M, N, K, dtype, config)
     choice = rt.cache.get(key)
     if choice is None:
@@ -144,7 +197,7 @@ def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
 
 def _after_launch() -> None:
     rt = current()
-    if rt.wait_timeout > 0 or rt.world.backend == "cpu":
+    if (rt.wait_timeout > 0 or rt.world.backend == "cpu") and not capturing():
         check_waits()
 
 
@@ -153,7 +206,7 @@ def _traced_launch(op: str, a, b, c, M: int, *, order, seg_rows: int, cfg: GemmC
     """``launch_gemm``, recording the overlap trace when ``ditron.trace`` is on."""
     from .. import trace
 
-    if not trace.enabled():
+    if not trace.enabled() or capturing():
         launch_gemm(a, b, c, M, order=order, seg_rows=seg_rows, cfg=cfg, hooks=hooks, ctx=ctx)
         return
     hooks.trace = torch.zeros(1 + 4 * order.numel(), dtype=torch.int64, device=c.device)
@@ -204,6 +257,11 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     choice = _choose("ag_gemm", method, M, N, K, a.dtype, config)
     if choice.overlap and W % rt.world.local_world_size != 0:
         choice = dataclasses.replace(choice, overlap=False)
+    graph = choice.overlap and graph_mode()
+    if graph and (rt.topo.num_nodes > 1 or forced == "colocated"):
+        why = ("ranks span nodes" if rt.topo.num_nodes > 1
+               else "the colocated engine keeps its epochs on the host; use 'copy_engine'")
+        choice = dataclasses.replace(choice, overlap=_no_graph_variant("ag_gemm", method, why))
     if not choice.overlap:
         gathered = torch.empty((M, K), dtype=a.dtype, device=a.device)
         if W > 1:
@@ -213,26 +271,30 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
         c = torch.matmul(gathered, b)
         return (c, gathered) if return_gathered else c
     engine = forced or (choice.engine if choice.engine in AG_ENGINES else "copy_engine")
-    if engine == "copy_engine" and rt.topo.num_nodes == 1:
+    if graph or (engine == "copy_engine" and rt.topo.num_nodes == 1):
         return _ag_pushed(a, b, choice.config, return_gathered,
-                          chunk_rows if chunk_rows is not None else choice.chunk_rows)
+                          chunk_rows if chunk_rows is not None else choice.chunk_rows, graph)
     return _ag_overlap(a, b, choice.config, return_gathered)
 
 
+def _ag_key(a, b, cfg: GemmConfig, tag: str, chunk_rows: int | None) -> tuple:
+    return ("ag_gemm", tag, *a.shape, b.shape[1], a.dtype, cfg, chunk_rows)
+
+
 def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
-                  chunk_rows: int | None = None) -> dict:
-    """Per-shape AG-GEMM workspace: a double-buffered symmetric A of ``rows`` rows (a cached
-    workspace, ``ops/workspaces.py``), the plan (split into chunks of ``chunk_rows`` rows when
-    given), the per-row-block chunk waits derived from it, the gather-mode tile order and
-    this rank's own chunk ids."""
+                  chunk_rows: int | None = None, halves: int = 2) -> dict:
+    """Per-shape AG-GEMM workspace: a symmetric A of ``rows`` rows in ``halves`` buffers (a
+    cached workspace, ``ops/workspaces.py``), the plan (split into chunks of ``chunk_rows``
+    rows when given), the per-row-block chunk waits derived from it, the gather-mode tile
+    order and this rank's own chunk ids."""
     rt = current()
     W, rank, L = rt.world.world_size, rt.world.rank, rt.world.local_world_size
     m, K = a.shape
     N = b.shape[1]
-    key = ("ag_gemm", tag, m, K, N, a.dtype, cfg, chunk_rows)
+    key = _ag_key(a, b, cfg, tag, chunk_rows)
     ws = rt.cache.get(key)
     if ws is None:
-        mode = "push" if tag == "pushed" else "pull"
+        mode = "pull" if tag == "shards" else "push"
         plan = (templates.all_gather(m, W, mode=mode) if nodes == 1
                 else templates.all_gather_2d(m, W, L))
         if chunk_rows is not None and 0 < chunk_rows < m:
@@ -250,11 +312,12 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
         rt.cache[key] = ws
     # the heap buffer depends on the shape only (tile configs and chunkings share it)
     bufs = cached(("ag_gemm", tag, rows, K, a.dtype),
-                  lambda: alloc_buffers([((2, rows, K), a.dtype, f"ag_gemm:{tag}")]))
+                  lambda: alloc_buffers([((halves, rows, K), a.dtype, f"ag_gemm:{tag}")]))
     return dict(ws, shards=bufs.tensors[0])
 
 
-def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | None):
+def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | None,
+               graph: bool = False):
     """AG-GEMM on one node with the copy engine: the push all-gather plan, lowered to engine
     transfers, has every rank push its shard into rows ``[rank*m, (rank+1)*m)`` of each
     peer's gathered buffer ``e % 2`` and raise the peer's chunk signal ``rank`` to ``e``; the
@@ -264,6 +327,11 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     ``e`` starts after this rank's GEMM of call ``e - 1``, which waited for every peer's
     call-``e - 1`` chunks, which those peers pushed only after their GEMM of call ``e - 2``
     (the last reader of buffer ``e % 2``) had finished.
+
+    ``graph`` (the graph-safe variant): one buffer, the epoch ``E`` counted on the device,
+    a pad per buffer shape that every chunking shares: slot ``q < W`` is rank ``q``'s
+    acknowledgement (set to ``E`` after its GEMM of call ``E``), chunk ``c``'s signal is
+    slot ``W + c``; a push to ``q`` waits for ``q``'s acknowledgement of call ``E - 1``.
     """
     from .exchange import engine_instance
 
@@ -272,27 +340,47 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     m, K = a.shape
     N = b.shape[1]
     M = W * m
-    ws = _ag_workspace(a, b, cfg, 1, M, "pushed", chunk_rows)
-    pad = signal_pad("ag_gemm:pushed", ws["plan"].num_chunks)
-    epoch = pad.next_epoch()
-    buf = ws["shards"][epoch % 2]
+    tag = "graph" if graph else "pushed"
+    pad_key = f"ag_gemm:graph:{M}x{K}:{a.dtype}"
+    if graph:
+        _require_warm("ag_gemm", pad_key, _ag_key(a, b, cfg, tag, chunk_rows))
+    ws = _ag_workspace(a, b, cfg, 1, M, tag, chunk_rows, halves=1 if graph else 2)
+    if graph:  # chunk ids never exceed the rows, so the pad never has to grow
+        pad = signal_pad(pad_key, W + M)
+        epoch = bump(pad)
+        buf = ws["shards"][0]
+        first = W  # chunk signals follow the acknowledgements
+    else:
+        pad = signal_pad("ag_gemm:pushed", ws["plan"].num_chunks)
+        epoch = pad.next_epoch()
+        buf = ws["shards"][epoch % 2]
+        first = 0
     buf[rank * m:(rank + 1) * m].copy_(a)
-    if use_stream_memops() and len(ws["own_ids"]) <= 4:
+    if graph or (use_stream_memops() and len(ws["own_ids"]) <= 4):
         for chunk in ws["own_ids"]:  # my own chunks are ready once copied
-            notify_one(pad, chunk, epoch, rank)
+            notify_one(pad, first + chunk, epoch, rank)
     else:
         pad.signals.index_fill_(0, ws["own"], epoch)
     engine = engine_instance("copy_engine")
     rows = lambda chunk, _rank: buf[chunk.start:chunk.stop]  # same rows on both sides
-    engine.issue(lowering.engine_transfers(ws["plan"], rank, rows, rows, pad, epoch))
+    transfers = lowering.engine_transfers(ws["plan"], rank, rows, rows, pad, epoch)
+    if graph:  # chunk signals shifted past the acks; wait for the peer's ack of call E - 1
+        transfers = [dataclasses.replace(
+            t, signal=dataclasses.replace(t.signal, index=first + t.signal.index),
+            after=Signal(pad, t.dst_rank, epoch - 1)) for t in transfers]
+    engine.issue(transfers)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    hooks = GemmHooks(wait_lo=ws["waits"].lo, wait_hi=ws["waits"].hi, wait_sig=pad.signals,
-                      wait_target=epoch)
+    hooks = GemmHooks(wait_lo=ws["waits"].lo, wait_hi=ws["waits"].hi,
+                      wait_sig=pad.signals[first:], wait_target=0 if graph else epoch,
+                      epoch_cell=epoch.cell if graph else None)
     _traced_launch("ag_gemm", buf, b, c, M, order=ws["order"], seg_rows=M, cfg=cfg,
                    hooks=hooks, n_blocks=ws["n_blocks"])
+    gathered = buf.clone() if return_gathered else None
+    if graph:  # done reading the peers' rows of this call (after the GEMM and the clone)
+        notify_peers(pad, rank, epoch, rt.topo.node_ranks(), skip=rank)
     engine.drain()
     _after_launch()
-    return (c, buf.clone()) if return_gathered else c
+    return (c, gathered) if return_gathered else c
 
 
 def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
@@ -361,6 +449,10 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     choice = _choose("gemm_rs", method, M, N, k, a.dtype, config)
     if choice.overlap and rt.topo.num_nodes > 1:
         choice = dataclasses.replace(choice, overlap=False)  # no inter-node push path yet
+    graph = choice.overlap and graph_mode()
+    if graph and forced == "copy_engine":
+        why = "the copy engine's exchange keeps its epochs on the host; use 'colocated'"
+        choice = dataclasses.replace(choice, overlap=_no_graph_variant("gemm_rs", method, why))
     if not choice.overlap:
         partial = torch.matmul(a, b)
         if W == 1:
@@ -369,9 +461,9 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         fn(out, partial.contiguous())
         return out
-    if (forced or choice.engine) == "copy_engine":
+    if not graph and (forced or choice.engine) == "copy_engine":
         return _rs_by_segments(a, b)
-    return _scatter_overlap("gemm_rs", a, b, choice.config)
+    return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
 
 
 def _rs_by_segments(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -424,16 +516,21 @@ def gemm_ar(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         if rt.world.world_size > 1:
             dist.all_reduce(c)
         return c
-    return _scatter_overlap("gemm_ar", a, b, choice.config)
+    return _scatter_overlap("gemm_ar", a, b, choice.config, graph_mode())
 
 
-def _scatter_overlap(op: str, a, b, cfg: GemmConfig):
+def _scatter_overlap(op: str, a, b, cfg: GemmConfig, graph: bool = False):
+    """GEMM-RS / GEMM-AR with the colocated epilogue; ``graph``: the graph-safe variant (its
+    own pad and buffers, the epoch counted on the device, the kernel picking the half)."""
     rt = current()
     W, rank = rt.world.world_size, rt.world.rank
     M, k = a.shape
     N = b.shape[1]
     seg = -(-M // W)
     key = (op, M, k, N, a.dtype, cfg)
+    tag = f"{op}:graph" if graph else op
+    if graph:
+        _require_warm(op, tag, key)
     ws = rt.cache.get(key)
     if ws is None:
         mapping = plan_deps.TileMapping(M, cfg.block_m, seg)
@@ -450,25 +547,28 @@ def _scatter_overlap(op: str, a, b, cfg: GemmConfig):
                   tiles_per_seg=tiles_per_seg, total_tiles=mapping.m_blocks * n_blocks)
         rt.cache[key] = ws
     # heap buffers depend on the shape only (tile configs share them)
-    specs = [((2, W, seg, N), a.dtype, f"{op}:recv")]
+    specs = [((2, W, seg, N), a.dtype, f"{tag}:recv")]
     if op == "gemm_ar":
-        specs.append(((2, M, N), a.dtype, f"{op}:bcast"))
-    bufs = cached((op, M, N, a.dtype), lambda: alloc_buffers(specs)).tensors
+        specs.append(((2, M, N), a.dtype, f"{tag}:bcast"))
+    bufs = cached((tag, M, N, a.dtype), lambda: alloc_buffers(specs)).tensors
     ws = dict(ws, recv=bufs[0], bc=bufs[1] if op == "gemm_ar" else None)
     n_rs = W * ws["tiles_per_seg"]
     n_sig = n_rs + (ws["total_tiles"] if op == "gemm_ar" else 0)
-    pad = signal_pad(op, n_sig)
-    epoch = pad.next_epoch()
-    parity = epoch % 2
+    pad = signal_pad(tag, n_sig)
+    if graph:  # the kernel reads the epoch and takes half ``epoch % 2`` of recv / bc
+        cell, epoch, parity = bump(pad).cell, 0, 0
+    else:
+        cell, epoch = None, pad.next_epoch()
+        parity = epoch % 2
     if op == "gemm_rs":
         c = torch.empty((seg, N), dtype=a.dtype, device=a.device)
         hooks = GemmHooks(epilogue=EPI_REDUCE_SCATTER, recv=ws["recv"][parity],
-                          rs_sig=pad.signals, epoch=epoch)
+                          rs_sig=pad.signals, epoch=epoch, epoch_cell=cell)
     else:
         c = torch.empty((M, N), dtype=a.dtype, device=a.device)
         hooks = GemmHooks(epilogue=EPI_ALL_REDUCE, recv=ws["recv"][parity],
                           rs_sig=pad.signals, bc=ws["bc"][parity],
-                          bc_sig=pad.signals[n_rs:], epoch=epoch)
+                          bc_sig=pad.signals[n_rs:], epoch=epoch, epoch_cell=cell)
     _traced_launch(op, a, b, c, M, order=ws["order"], seg_rows=seg, cfg=cfg, hooks=hooks,
                    n_blocks=ws["n_blocks"])
     _after_launch()

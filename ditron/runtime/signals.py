@@ -7,6 +7,11 @@ producers ``notify(..., epoch, op="set")`` (or ``op="add"`` with 1, and consumer
 ever needed and a notify for epoch ``e + 1`` that arrives while a slow consumer still waits
 for ``e`` satisfies it without harm. Every rank must use a pad in the same order, so their
 epochs agree: pads belong to collective operations.
+
+The same protocol with the epoch counted on the device (what a CUDA graph replays): a pad's
+:meth:`SignalPad.device_epoch` is a local int64 cell that a one-program kernel bumps at the
+start of each use (``engines/sync.py``: ``bump``), and signal values are
+:class:`DeviceValue` s, read from the cell by the kernels that set or wait for them.
 """
 
 from __future__ import annotations
@@ -18,12 +23,52 @@ import torch
 from .world import current
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class DeviceValue:
+    """A signal value known only on the device: ``cell[0] + offset`` at the time the kernel
+    that sets or waits for the signal runs (``cell``: a pad's device epoch)."""
+
+    cell: torch.Tensor
+    offset: int = 0
+
+    def __add__(self, k: int) -> DeviceValue:
+        return DeviceValue(self.cell, self.offset + k)
+
+    def __sub__(self, k: int) -> DeviceValue:
+        return DeviceValue(self.cell, self.offset - k)
+
+
+def host_value(value: int | DeviceValue) -> int:
+    """``value`` as an int, reading a :class:`DeviceValue`'s cell (a host sync on GPU; the
+    CPU backend's copy worker uses it, where kernels have already run)."""
+    if isinstance(value, DeviceValue):
+        return int(value.cell.item()) + value.offset
+    return value
+
+
 @dataclasses.dataclass
 class SignalPad:
     """``slots`` int64 signals in the symmetric heap, all starting at 0."""
 
     signals: torch.Tensor
     epoch: int = 0
+    _cell: torch.Tensor | None = None
+
+    @property
+    def has_device_epoch(self) -> bool:
+        return self._cell is not None
+
+    def device_epoch(self) -> DeviceValue:
+        """The pad's epoch counted on the device (a local int64 cell, 0 when made; made on
+        first use, which cannot happen while a CUDA graph is being captured). Bump it with
+        ``engines.sync.bump`` at the start of each use; a pad uses either this or
+        :meth:`next_epoch`, never both."""
+        if self._cell is None:
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("ditron: a device epoch cannot be made while a CUDA graph "
+                                   "is being captured; run the op once before capturing")
+            self._cell = torch.zeros(1, dtype=torch.int64, device=self.signals.device)
+        return DeviceValue(self._cell)
 
     @classmethod
     def allocate(cls, slots: int, name: str) -> SignalPad:

@@ -296,18 +296,21 @@ def _rank_refuses_capture() -> int:
         for call in (lambda: ditron.ops.all_gather(x, engine="copy_engine"),
                      lambda: ditron.ops.all_reduce(x, engine="copy_engine"),
                      lambda: ditron.ops.all_to_all(x, [6 * w - w + 1] + [1] * (w - 1)),
-                     lambda: ditron.ops.ag_gemm(x, torch.randn(4, 8), method="overlap")):
+                     lambda: ditron.ops.ag_gemm(x, torch.randn(4, 8), method="overlap",
+                                                engine="colocated")):
             with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
                 call()
             checks += 1
         with pytest.raises(RuntimeError, match="before capturing a CUDA graph"):
             ditron.ops.all_reduce(torch.randn(5000), engine="sm")  # no workspace yet
+        with pytest.raises(RuntimeError, match="graph_safe"):  # no graph-safe warm-up yet
+            ditron.ops.ag_gemm(x, torch.randn(4, 8), method="overlap")
         got = ditron.ops.all_reduce(x, engine="sm")
     finally:
         torch.cuda.is_available, torch.cuda.is_current_stream_capturing = real
     _check(got, x, "fused all_reduce during a (pretended) capture")
-    return checks + 2
+    return checks + 3
 
 
 def test_host_state_paths_refuse_capture():
-    assert ditron.launch(_rank_refuses_capture, 2) == [6, 6]
+    assert ditron.launch(_rank_refuses_capture, 2) == [7, 7]

@@ -269,3 +269,100 @@ def test_ag_gemm_engines_agree_with_torch(backend, world_size):
     # 13 rows per rank: tiles straddle chunks; calls alternate engines on shared signals.
     assert ditron.launch(_ag_engines_case, world_size, 13, 20, 40, 3,
                          backend=backend) == [9] * world_size
+
+
+def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -> int:
+    """The graph-safe variants (epochs counted on the device), run eagerly inside
+    ``ditron.ops.graph_safe()`` as a warm-up before a capture runs them, interleaved with
+    the eager variants (separate pads and buffers) and repeated (buffer and signal reuse).
+    ``fallback``: also check that ``"auto"`` falls back where no graph-safe variant exists
+    (its NCCL collectives need a rank per GPU)."""
+    poison_empty()
+    w = ditron.world()
+    W, rank, dev = w.world_size, w.rank, w.device
+    checks = 0
+    for it in range(reps):
+        torch.manual_seed(100 * it + rank)
+        a = torch.randn(m, K, device=dev)
+        b = torch.randn(N, K, device=dev).t()
+        ref = _gather(a).double() @ b.double()
+        a2 = torch.randn(W * m, K, device=dev)
+        full = _sum(a2.double() @ b.double())
+        a3 = torch.randn(W * m + 1, K, device=dev)
+        with ditron.ops.graph_safe():
+            for chunk_rows in (None, 4):
+                c, ga = ditron.ops.ag_gemm(a, b, return_gathered=True, method="overlap",
+                                           chunk_rows=chunk_rows)
+                _close(f"graph-safe ag_gemm chunk_rows={chunk_rows}", c, ref, torch.float32)
+                assert torch.equal(ga, _gather(a)), "graph-safe ag_gemm: gathered A differs"
+            rs = ditron.ops.gemm_rs(a2, b, method="overlap")
+            _close("graph-safe gemm_rs", rs, full[rank * m:(rank + 1) * m], torch.float32)
+            ar = ditron.ops.gemm_ar(a3, b, method="overlap")
+            _close("graph-safe gemm_ar", ar, _sum(a3.double() @ b.double()), torch.float32)
+            checks += 4
+        # the eager variants between graph-safe calls
+        _close("eager ag_gemm", ditron.ops.ag_gemm(a, b, method="overlap"), ref, torch.float32)
+        checks += 1
+    with ditron.ops.graph_safe():
+        # paths that keep their epochs on the host: "overlap" refuses, "auto" falls back
+        with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
+            ditron.ops.ag_gemm(a, b, method="overlap", engine="colocated")
+        with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
+            ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine")
+        if fallback:
+            rs = ditron.ops.gemm_rs(a2, b, method="auto", engine="copy_engine")
+            _close("graph-safe gemm_rs auto", rs, full[rank * m:(rank + 1) * m],
+                   torch.float32)
+            checks += 1
+    return checks + 2
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_graph_safe_variants_match_torch(world_size, backend):
+    # 13 rows per rank: AG tiles straddle chunks, and 4-row chunks (4+4+4+1) too
+    assert ditron.launch(_graph_safe_case, world_size, 13, 20, 40, 3,
+                         backend=backend) == [18] * world_size
+
+
+def _captured_case(m: int, K: int, N: int, replays: int) -> int:
+    """AG-GEMM, GEMM-RS and GEMM-AR (overlapped) captured in one CUDA graph after a warm-up
+    inside ``graph_safe()``, replayed with new inputs (GPU only)."""
+    w = ditron.world()
+    W, rank, dev = w.world_size, w.rank, w.device
+    dtype = torch.bfloat16
+    a = torch.empty(m, K, dtype=dtype, device=dev)
+    a2 = torch.empty(W * m, K, dtype=dtype, device=dev)
+    a3 = torch.empty(W * m + 1, K, dtype=dtype, device=dev)
+    b = torch.randn(N, K, device=dev).to(dtype).t()
+    for t in (a, a2, a3):
+        t.normal_()
+    with ditron.ops.graph_safe():  # workspaces, pads, device epochs, compilation
+        ditron.ops.ag_gemm(a, b, method="overlap")
+        ditron.ops.gemm_rs(a2, b, method="overlap")
+        ditron.ops.gemm_ar(a3, b, method="overlap")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = ditron.ops.ag_gemm(a, b, method="overlap")
+        rs = ditron.ops.gemm_rs(a2, b, method="overlap")
+        ar = ditron.ops.gemm_ar(a3, b, method="overlap")
+    checks = 0
+    for it in range(replays):
+        g = torch.Generator().manual_seed(10 * rank + it)
+        for t in (a, a2, a3):
+            t.copy_(torch.randn(t.shape, generator=g).to(dtype))
+        for t in (c, rs, ar):
+            t.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _close(f"replay {it} ag_gemm", c, _gather(a).double() @ b.double(), dtype)
+        full = _sum(a2.double() @ b.double())
+        _close(f"replay {it} gemm_rs", rs, full[rank * m:(rank + 1) * m], dtype)
+        _close(f"replay {it} gemm_ar", ar, _sum(a3.double() @ b.double()), dtype)
+        checks += 3
+    return checks
+
+
+@pytest.mark.gpu
+def test_tp_gemms_in_cuda_graph():
+    assert ditron.launch(_captured_case, 2, 300, 256, 384, 4, backend="cuda") == [12, 12]
