@@ -58,6 +58,9 @@ def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN
 
 #: transfer engines the tuner tries per op (ops not listed move data one way only)
 ENGINES = {"ag_gemm": ("copy_engine", "colocated"), "gemm_rs": ("colocated", "copy_engine")}
+#: on GPUs: the colocated AG-GEMM (remote loads inside the GEMM) took 10-200x the copy
+#: engine's time on every shape of the 2-H200 run (docs/perf.md, session 5), so it is not tried
+GPU_ENGINES = {"ag_gemm": ("copy_engine",), "gemm_rs": ("colocated", "copy_engine")}
 
 
 def time_calls(fn, warmup: int, iters: int, device: torch.device,
@@ -130,7 +133,7 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     candidates = [c for c in candidates if fits(c, dev, dtype)]
     if not candidates:
         raise ValueError(f"tune: no candidate tile config fits shared memory for {dtype}")
-    engines = ENGINES.get(op, ("colocated",))
+    engines = (GPU_ENGINES if dev.type == "cuda" else ENGINES).get(op, ("colocated",))
     # chunk sizes matter where the copy engine moves whole chunks: a shard, a half, a quarter
     chunkings = [None] + sorted({-(-rows // d) for d in (2, 4)} - {rows}, reverse=True)
     trials = [("fallback", candidates[0], engines[0], None)]
