@@ -8,8 +8,9 @@ program to finish a transfer (a per-transfer counter, reset by that program) rai
 transfer's signal with ``notify`` (release, system scope), so the consumer sees every block.
 
 Transfers of one batch are grouped by (dtype, reduce, signal value); tensors must be
-contiguous. Descriptor tables are cached by their contents, so repeated calls on the same
-buffers launch without host-to-device copies.
+contiguous. With ``concurrent=True`` (CUDA) the kernels run on a side stream, beside later
+work of the issuing stream, until :meth:`drain`. Descriptor tables are cached by their
+contents, so repeated calls on the same buffers launch without host-to-device copies.
 """
 
 from __future__ import annotations
@@ -84,13 +85,20 @@ class SmEngine(Engine):
     name = "sm"
     can_reduce = True
 
-    def __init__(self, programs: int | None = None, block: int | None = None) -> None:
+    def __init__(self, programs: int | None = None, block: int | None = None,
+                 concurrent: bool = False) -> None:
         if programs is not None and programs < 1:
             raise ValueError(f"sm engine: programs must be >= 1, got {programs}")
         self.programs = programs or _default_programs()
         cpu = current().world.backend == "cpu"
         self.block = block or (4096 if cpu else 2048)
         self._tables: OrderedDict = OrderedDict()
+        # concurrent (CUDA): launch on a side stream that first waits for the issuing
+        # stream, so later work of the issuing stream (a GEMM) runs beside the moves on the
+        # SMs it leaves free; drain() makes the issuing stream wait for it
+        self._side = torch.cuda.Stream(current().world.device) if concurrent and not cpu \
+            else None
+        self._pending = False
 
     def issue(self, transfers: list[Transfer]) -> None:
         rt = current()
@@ -99,7 +107,24 @@ class SmEngine(Engine):
             _check(t, rt.world.rank)
             value = t.signal.value if t.signal is not None else 0
             groups.setdefault((t.src.dtype, t.reduce, value), []).append(t)
-        ctx = rt.context()
+        if self._side is None:
+            self._launch(groups, rt.context())
+            return
+        self._side.wait_stream(torch.cuda.current_stream())
+        for t in transfers:
+            for local in (t.src, t.dst):
+                if not rt.heap.contains(local):
+                    local.record_stream(self._side)
+        with torch.cuda.stream(self._side):
+            self._launch(groups, rt.context())
+        self._pending = True
+
+    def drain(self) -> None:
+        if self._pending:
+            torch.cuda.current_stream().wait_stream(self._side)
+            self._pending = False
+
+    def _launch(self, groups: dict, ctx) -> None:
         for (_, reduce, value), batch in groups.items():
             desc, counters, sig_typed = self._table(batch)
             grid = (self.programs, len(batch))

@@ -55,12 +55,14 @@ def _inbox(key: str, nbytes: int) -> torch.Tensor:
     return ws.tensors[0]
 
 
-def engine_instance(name: str) -> Engine:
-    """This process's cached instance of engine ``name`` (engines keep descriptor caches)."""
+def engine_instance(name: str, **options) -> Engine:
+    """This process's cached instance of engine ``name`` made with ``options`` (engines keep
+    descriptor caches)."""
     engines = current().cache.setdefault("collectives:engines", {})
-    if name not in engines:
-        engines[name] = get_engine(name)
-    return engines[name]
+    key = (name, *sorted(options.items())) if options else name
+    if key not in engines:
+        engines[key] = get_engine(name, **options)
+    return engines[key]
 
 
 @dataclasses.dataclass

@@ -59,7 +59,10 @@ from .exchange import capturing
 from .workspaces import alloc_buffers, cached
 
 METHODS = ("auto", "overlap", "fallback")
-AG_ENGINES = ("copy_engine", "colocated")
+AG_ENGINES = ("copy_engine", "colocated", "sm")
+#: SMs the "sm" AG-GEMM engine takes for its pushes when the tile config does not say
+#: (``GemmConfig.programs``: the GEMM's programs; the engine gets the device's other SMs)
+COMM_SMS = 16
 RS_ENGINES = ("colocated", "copy_engine")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -238,10 +241,13 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     ``DITRON_AG_ENGINE``, else the tuned choice, else ``"copy_engine"``): ``"copy_engine"``
     pushes each shard into every peer's local gathered buffer with host-issued peer copies
     (DMA on GPU, no SMs taken from the GEMM), raising one chunk signal per shard, and the
-    GEMM reads A locally; ``"colocated"`` is the pull path above. Across nodes the
-    colocated hierarchical path is used. ``chunk_rows`` (copy engine only; default: the
-    tuned value, else one chunk per shard) splits each shard into chunks of that many rows,
-    each with its own signal, so tiles can start before a whole shard has landed.
+    GEMM reads A locally; ``"sm"`` makes the same pushes with a load/store kernel on
+    dedicated SMs beside the GEMM (``config.programs`` GEMM programs, by default all SMs but
+    ``COMM_SMS``: the SMs given to communication are a tuning knob); ``"colocated"`` is the
+    pull path above. Across nodes the colocated hierarchical path is used. ``chunk_rows``
+    (pushes only; default: the tuned value, else one chunk per shard) splits each shard
+    into chunks of that many rows, each with its own signal, so tiles can start before a
+    whole shard has landed.
     """
     _validate("ag_gemm", a, b, method)
     forced = engine or os.environ.get("DITRON_AG_ENGINE")
@@ -258,9 +264,9 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     if choice.overlap and W % rt.world.local_world_size != 0:
         choice = dataclasses.replace(choice, overlap=False)
     graph = choice.overlap and graph_mode()
-    if graph and (rt.topo.num_nodes > 1 or forced == "colocated"):
+    if graph and (rt.topo.num_nodes > 1 or forced in ("colocated", "sm")):
         why = ("ranks span nodes" if rt.topo.num_nodes > 1
-               else "the colocated engine keeps its epochs on the host; use 'copy_engine'")
+               else f"the {forced} engine keeps its epochs on the host; use 'copy_engine'")
         choice = dataclasses.replace(choice, overlap=_no_graph_variant("ag_gemm", method, why))
     if not choice.overlap:
         gathered = torch.empty((M, K), dtype=a.dtype, device=a.device)
@@ -271,9 +277,12 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
         c = torch.matmul(gathered, b)
         return (c, gathered) if return_gathered else c
     engine = forced or (choice.engine if choice.engine in AG_ENGINES else "copy_engine")
-    if graph or (engine == "copy_engine" and rt.topo.num_nodes == 1):
+    if graph:  # the graph-safe variant pushes with the copy engine
+        engine = "copy_engine"
+    if engine in ("copy_engine", "sm") and rt.topo.num_nodes == 1:
         return _ag_pushed(a, b, choice.config, return_gathered,
-                          chunk_rows if chunk_rows is not None else choice.chunk_rows, graph)
+                          chunk_rows if chunk_rows is not None else choice.chunk_rows, graph,
+                          engine)
     return _ag_overlap(a, b, choice.config, return_gathered)
 
 
@@ -317,11 +326,14 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
 
 
 def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | None,
-               graph: bool = False):
-    """AG-GEMM on one node with the copy engine: the push all-gather plan, lowered to engine
+               graph: bool = False, engine_name: str = "copy_engine"):
+    """AG-GEMM on one node with pushes: the push all-gather plan, lowered to engine
     transfers, has every rank push its shard into rows ``[rank*m, (rank+1)*m)`` of each
     peer's gathered buffer ``e % 2`` and raise the peer's chunk signal ``rank`` to ``e``; the
     GEMM waits per tile for the chunks its rows read (waits derived from the same plan).
+    ``engine_name``: ``"copy_engine"`` (DMA, no SMs) or ``"sm"`` (a load/store kernel on a
+    side stream, on the SMs the GEMM leaves free: ``cfg.programs`` GEMM programs, default
+    all SMs but ``COMM_SMS``).
 
     Reuse: the engine's side stream first waits for this rank's stream, so the push of call
     ``e`` starts after this rank's GEMM of call ``e - 1``, which waited for every peer's
@@ -361,7 +373,14 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
             notify_one(pad, first + chunk, epoch, rank)
     else:
         pad.signals.index_fill_(0, ws["own"], epoch)
-    engine = engine_instance("copy_engine")
+    if engine_name == "sm":
+        sms = (torch.cuda.get_device_properties(a.device).multi_processor_count
+               if a.device.type == "cuda" else 2)
+        gemm_programs = cfg.programs or max(1, sms - COMM_SMS)
+        cfg = dataclasses.replace(cfg, programs=gemm_programs)
+        engine = engine_instance("sm", programs=max(1, sms - gemm_programs), concurrent=True)
+    else:
+        engine = engine_instance("copy_engine")
     rows = lambda chunk, _rank: buf[chunk.start:chunk.stop]  # same rows on both sides
     transfers = lowering.engine_transfers(ws["plan"], rank, rows, rows, pad, epoch)
     if graph:  # chunk signals shifted past the acks; wait for the peer's ack of call E - 1

@@ -16,9 +16,10 @@ less than the run-to-run noise (up to 10% measured for GEMM-RS on 2 H200s); alte
 rounds see the same drifts, and the margin keeps ``auto`` from trading a sure baseline for a
 gain inside the noise.
 
-Knobs: overlap vs fallback, the tile configuration, for ``ag_gemm`` the transfer engine and
-the chunk size, for ``gemm_rs`` the engine (colocated stores from the GEMM, or the copy engine
-by segments); the number of communication SMs is not a knob yet.
+Knobs: overlap vs fallback, the tile configuration, for ``ag_gemm`` the transfer engine, the
+chunk size and, with the ``sm`` engine, the SMs given to communication (``COMM_SMS``; the
+GEMM's ``GemmConfig.programs`` is the rest), for ``gemm_rs`` the engine (colocated stores
+from the GEMM, or the copy engine by segments).
 """
 
 from __future__ import annotations
@@ -57,10 +58,13 @@ def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN
 
 
 #: transfer engines the tuner tries per op (ops not listed move data one way only)
-ENGINES = {"ag_gemm": ("copy_engine", "colocated"), "gemm_rs": ("colocated", "copy_engine")}
+ENGINES = {"ag_gemm": ("copy_engine", "colocated", "sm"),
+           "gemm_rs": ("colocated", "copy_engine")}
 #: on GPUs: the colocated AG-GEMM (remote loads inside the GEMM) took 10-200x the copy
 #: engine's time on every shape of the 2-H200 run (docs/perf.md, session 5), so it is not tried
-GPU_ENGINES = {"ag_gemm": ("copy_engine",), "gemm_rs": ("colocated", "copy_engine")}
+GPU_ENGINES = {"ag_gemm": ("copy_engine", "sm"), "gemm_rs": ("colocated", "copy_engine")}
+#: SMs given to communication tried with the "sm" AG-GEMM engine (the GEMM gets the rest)
+COMM_SMS = (16, 32)
 
 
 def time_calls(fn, warmup: int, iters: int, device: torch.device,
@@ -142,6 +146,11 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
             if op == "gemm_rs" and e == "copy_engine":
                 if c is candidates[0]:  # cuBLAS per segment: no tile config to vary
                     trials.append(("overlap", c, e, None))
+                continue
+            if e == "sm" and dev.type == "cuda":  # the knob: SMs given to communication
+                sms = torch.cuda.get_device_properties(dev).multi_processor_count
+                trials += [("overlap", dataclasses.replace(c, programs=sms - k), e, None)
+                           for k in COMM_SMS if k < sms]
                 continue
             trials += [("overlap", c, e, ch)
                        for ch in (chunkings if op == "ag_gemm" and e == "copy_engine"

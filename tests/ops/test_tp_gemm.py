@@ -241,8 +241,10 @@ def _ag_engines_case(m: int, K: int, N: int, reps: int) -> int:
     poison_empty()
     w = ditron.world()
     checks = 0
-    # the copy engine with whole shards, with 4-row chunks (13 = 4+4+4+1), and colocated pulls
-    variants = [("copy_engine", None), ("copy_engine", 4), ("colocated", None)]
+    # the copy engine with whole shards, with 4-row chunks (13 = 4+4+4+1), pushes by the SM
+    # engine (whole shards and chunks), and colocated pulls
+    variants = [("copy_engine", None), ("copy_engine", 4), ("sm", None), ("sm", 4),
+                ("colocated", None)]
     for it in range(reps):
         for engine, chunk_rows in variants:
             torch.manual_seed(100 * it + w.rank)
@@ -268,7 +270,7 @@ def _ag_engines_case(m: int, K: int, N: int, reps: int) -> int:
 def test_ag_gemm_engines_agree_with_torch(backend, world_size):
     # 13 rows per rank: tiles straddle chunks; calls alternate engines on shared signals.
     assert ditron.launch(_ag_engines_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [9] * world_size
+                         backend=backend) == [15] * world_size
 
 
 def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -> int:
@@ -305,8 +307,9 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
         checks += 1
     with ditron.ops.graph_safe():
         # paths that keep their epochs on the host: "overlap" refuses, "auto" falls back
-        with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
-            ditron.ops.ag_gemm(a, b, method="overlap", engine="colocated")
+        for engine in ("colocated", "sm"):
+            with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
+                ditron.ops.ag_gemm(a, b, method="overlap", engine=engine)
         with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
             ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine")
         if fallback:
@@ -314,14 +317,14 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
             _close("graph-safe gemm_rs auto", rs, full[rank * m:(rank + 1) * m],
                    torch.float32)
             checks += 1
-    return checks + 2
+    return checks + 3
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_graph_safe_variants_match_torch(world_size, backend):
     # 13 rows per rank: AG tiles straddle chunks, and 4-row chunks (4+4+4+1) too
     assert ditron.launch(_graph_safe_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [18] * world_size
+                         backend=backend) == [19] * world_size
 
 
 def _captured_case(m: int, K: int, N: int, replays: int) -> int:
