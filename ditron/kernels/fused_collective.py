@@ -112,7 +112,12 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
                 tl.store(half + idx, v, mask=mask)
         s += 1
     _barrier(sig_ptr, pid, epoch, me, W, ctx)
-    if MODE == _ALL_GATHER:
+    if (MODE == _ALL_GATHER) or (MODE == _ALL_TO_ALL):
+        # block ``q`` of ``out``: rank ``q``'s slice (all-gather) or segment ``me`` of rank
+        # ``q``'s input (all-to-all); pull reads it where rank ``q`` published it
+        pull_base = 0
+        if MODE == _ALL_TO_ALL:
+            pull_base = me * seg
         for off in range(lo, hi, BLOCK):
             local = off + tl.arange(0, BLOCK)
             mask = local < hi
@@ -120,18 +125,7 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
                 if PUSH:
                     v = tl.load(half + q * slot_len + local, mask=mask)
                 else:
-                    v = dl.load(half + local, q, ctx, mask=mask)
-                tl.store(out_ptr + q * stride + local, v, mask=mask)
-    elif MODE == _ALL_TO_ALL:
-        # segment ``me`` of rank ``q``'s input becomes block ``q`` of ``out``
-        for off in range(lo, hi, BLOCK):
-            local = off + tl.arange(0, BLOCK)
-            mask = local < hi
-            for q in tl.static_range(WORLD):  # unrolled: the W loads overlap
-                if PUSH:
-                    v = tl.load(half + q * slot_len + local, mask=mask)
-                else:
-                    v = dl.load(half + me * seg + local, q, ctx, mask=mask)
+                    v = dl.load(half + pull_base + local, q, ctx, mask=mask)
                 tl.store(out_ptr + q * stride + local, v, mask=mask)
     else:
         # 2. reduce my slice of segment ``me`` (one-shot: of the whole input)

@@ -82,7 +82,8 @@ class GemmConfig:
     tma_store: bool = False
 
     def label(self) -> str:
-        extra = ("/flat" if self.flatten else "") + ("/tstore" if self.tma_store else "")
+        extra = (("/flat" if self.flatten else "") + ("/tstore" if self.tma_store else "")
+                 + (f"/p{self.programs}" if self.programs else ""))
         return (f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}"
                 f"s{self.num_stages}{extra}")
 
