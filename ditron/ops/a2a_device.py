@@ -33,7 +33,7 @@ from .. import language as dl
 from ..engines.sync import notify_range, wait_range
 from ..runtime.signals import signal_pad
 from ..runtime.world import current
-from .graphs import capturing
+from .exchange import capturing
 from .workspaces import alloc_buffers, cached
 
 #: programs per destination in ``_data_kernel`` (fixed: the counters' targets depend on it)
