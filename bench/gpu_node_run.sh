@@ -12,7 +12,8 @@
 # limited to 10 minutes, so on a multi-GPU machine run one or two steps per call (STEPS=0,
 # STEPS=5, STEPS="1 2", STEPS=3, STEPS=4; BUDGET bounds the call; 6: fused-collective
 # variants, 7: overlap traces, 8: host time per function of the overlapped ops);
-# ENGINES=copy_engine,sm,tma adds the TMA engine to the sweep.
+# ENGINES=copy_engine,sm,tma adds the TMA engine to the sweep; GRAPH_MAX (default 4M) is the
+# largest size timed under CUDA graphs. tp-gemm also times the ops under CUDA graphs.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -61,7 +62,8 @@ fi
 if want 2; then
   echo "== (2) collectives: every engine, eager and CUDA graphs, against NCCL"
   timeout $(left) python3 -m ditron bench collectives --world-size "$W" --sizes "$SIZES" \
-    --engines "${ENGINES:-copy_engine,sm}" --graphs --busy --out "$OUT/collectives" \
+    --engines "${ENGINES:-copy_engine,sm}" --graphs --graph-max "${GRAPH_MAX:-4M}" --busy \
+    --out "$OUT/collectives" \
     > "$OUT/collectives.txt" 2>&1 || status=1
   tail -n 40 "$OUT/collectives.txt"
 fi
@@ -71,8 +73,8 @@ if want 3; then
   for TW in $TP_WORLDS; do
     [ "$TW" -le "$NGPU" ] || continue
     timeout $(left) python3 -m ditron bench tp-gemm --world-size "$TW" --scale "$TP_SCALE" \
-      --tune --out "$OUT/tp_gemm_w$TW" > "$OUT/tp_gemm_w$TW.txt" 2>&1 || status=1
-    tail -n 16 "$OUT/tp_gemm_w$TW.txt"
+      --tune --graphs --out "$OUT/tp_gemm_w$TW" > "$OUT/tp_gemm_w$TW.txt" 2>&1 || status=1
+    tail -n 34 "$OUT/tp_gemm_w$TW.txt"
   done
 fi
 

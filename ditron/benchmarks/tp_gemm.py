@@ -5,8 +5,8 @@ B[K, N/W]``, GEMM-RS ``C[M/W, N] = RS(A[M, K/W] @ B[K/W, N])``), multiplied by `
 (rounded to multiples of 64) for fewer GPUs or less memory; ``--smoke`` uses tiny shapes
 (CPU). Per shape, in the same run and with the same fixed warm-up / timed call counts on
 every rank (CUDA events on GPU, host clock on CPU; each sample times ``--batch`` calls back
-to back, as a busy stream runs them; the candidates take turns over ``ROUNDS`` rounds; the
-slowest rank's median of all samples):
+to back, as a busy stream runs them; the candidates take turns over ``ROUNDS`` rounds, in
+an order that rotates; the slowest rank's median of all samples):
 
 * ``T_gemm``: the rank's local GEMM with ``torch.matmul``; ``T_comm``: the collective alone;
 * ``baseline``: ``method="fallback"`` (torch.matmul + NCCL, not overlapped);
@@ -18,9 +18,10 @@ With ``--tune`` the tuner runs per shape first (its decision, cached on disk, is
 ``auto`` takes; the decision is reported in the JSON).
 
 With ``--graphs`` (GPU) ``T_gemm``, ``T_comm``, the baseline and ``ditron`` are also timed
-under CUDA graphs (``--batch`` calls captured in one graph, replayed; ``ditron`` takes its
-graph-safe variant, warmed up inside ``ditron.ops.graph_safe()``): no launch cost on either
-side. Keys ``graph_*``; a second table.
+under CUDA graphs (``--batch`` calls captured in one graph per candidate; the replays timed
+in the same rotating rounds; ``ditron`` takes its graph-safe variant, warmed up inside
+``ditron.ops.graph_safe()``): no launch cost on either side. Keys ``graph_*``; a second
+table.
 
 Reported: speedup = baseline / ditron, and overlap efficiency = max(T_gemm, T_comm) / T_op
 (1.0 = the ideal overlap bound). Writes a table to stdout and ``tp_gemm.json`` / ``.png``.
@@ -91,14 +92,12 @@ def _measure(rows, dtype, warmup: int, iters: int, tune: bool = False,
             for op, M, N, K in rows]
 
 
-def _graph_times(fn, warmup: int, iters: int, calls: int, device: torch.device,
-                 graph_safe: bool = False) -> list[float]:
-    """Per-call microseconds of ``calls`` calls of ``fn`` captured in one CUDA graph (after
-    one eager warm-up call, inside ``ditron.ops.graph_safe()`` when ``graph_safe``)."""
+def _capture(fn, calls: int, graph_safe: bool = False):
+    """A CUDA graph of ``calls`` calls of ``fn`` (after one eager warm-up call, inside
+    ``ditron.ops.graph_safe()`` when ``graph_safe``)."""
     import contextlib
 
     import ditron
-    from ditron.tune.tuner import time_calls
 
     with ditron.ops.graph_safe() if graph_safe else contextlib.nullcontext():
         fn()
@@ -107,9 +106,17 @@ def _graph_times(fn, warmup: int, iters: int, calls: int, device: torch.device,
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
-    times = [t / calls for t in time_calls(graph.replay, warmup, iters, device)]
-    del graph
-    return times
+    return graph
+
+
+def _all_ok(ok: bool) -> bool:
+    """Whether ``ok`` holds on every rank (collective)."""
+    from ditron.runtime.world import current
+
+    flag = torch.tensor([1.0 if ok else 0.0])
+    if current().world.world_size > 1:
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=current().host_group)
+    return flag.item() > 0
 
 
 def _tune(op: str, M: int, N: int, K: int, dtype) -> dict:
@@ -164,11 +171,14 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
     if ok.item() > 0:
         cands["torch_fused"] = fused
     # rounds: every candidate is timed in each round, so a drift of the machine's speed
-    # during the run (clocks, memory, the other rank) affects all of them alike
+    # during the run (clocks, memory, the other rank) affects all of them alike; the order
+    # rotates from round to round, so no candidate always follows the same one
     samples: dict[str, list[float]] = {name: [] for name in cands}
     per_round = max(2, -(-iters // ROUNDS))
+    names = list(cands)
     for r in range(ROUNDS):
-        for name, f in cands.items():
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            f = cands[name]
             if samples[name] and samples[name][0] == float("inf"):
                 continue  # failed in an earlier round (on some rank)
             try:
@@ -183,15 +193,27 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         t = agreed_median(times)
         row[name] = t if t != float("inf") else None
     if graphs and dev.type == "cuda":
+        # one graph of ``batch`` calls per candidate, replays timed in rotating rounds
+        captured = {}
         for name in ("t_gemm", "t_comm", "baseline", "ditron"):
             try:
-                times = _graph_times(cands[name], warmup, iters, batch, dev,
-                                     graph_safe=name == "ditron")
+                graph = _capture(cands[name], batch, graph_safe=name == "ditron")
             except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
-                times = [float("inf")]
+                graph = None
                 row[f"graph_{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
-            t = agreed_median(times)
-            row[f"graph_{name}"] = t if t != float("inf") else None
+            if _all_ok(graph is not None):
+                captured[name] = graph
+            row[f"graph_{name}"] = None
+        gnames = list(captured)
+        gsamples: dict[str, list[float]] = {name: [] for name in gnames}
+        for r in range(ROUNDS):
+            for name in gnames[r % max(len(gnames), 1):] + gnames[:r % max(len(gnames), 1)]:
+                times = time_calls(captured[name].replay, warmup if r == 0 else 1, per_round,
+                                   dev)
+                gsamples[name] += [t / batch for t in times]
+        for name in gnames:
+            row[f"graph_{name}"] = agreed_median(gsamples[name])
+        del captured
     for prefix in ("", "graph_"):
         bound = max(row.get(f"{prefix}t_gemm") or 0.0, row.get(f"{prefix}t_comm") or 0.0)
         for name in ("baseline", "ditron", "auto", "torch_fused"):
