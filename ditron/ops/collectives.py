@@ -194,12 +194,12 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) -> t
     _agree("all_gather", (tuple(x.shape), str(x.dtype), d, eng == "network"))
     if w == 1:
         return _copy_out(x)
-    xm = x.movedim(d, 0).contiguous()
+    xm = (x if d == 0 else x.movedim(d, 0)).contiguous()
     if _fused_ok(eng, xm.numel(), "all_gather"):
         flat = _fused(xm.view(-1), kfc.ALL_GATHER,
                       torch.empty(w * xm.numel(), dtype=x.dtype, device=x.device))
-        out = flat.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
-        return out if d == 0 else out.contiguous()
+        out = flat.view(w * xm.shape[0], *xm.shape[1:])
+        return out if d == 0 else out.movedim(0, d).contiguous()
     if eng == "copy_engine" and rt.topo.num_nodes == 1:
         # pulls straight into the result: no copy out of an inbox
         rows = torch.empty((w, xm.numel()), dtype=x.dtype, device=x.device)
@@ -229,13 +229,13 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) 
     _agree("reduce_scatter", (tuple(x.shape), str(x.dtype), d, eng == "network"))
     if w == 1:
         return _copy_out(x)
-    xm = x.movedim(d, 0).contiguous()
+    xm = (x if d == 0 else x.movedim(d, 0)).contiguous()
     rows = xm.shape[0] // w
     if _fused_ok(eng, xm.numel(), "reduce_scatter"):
         mine = _fused(xm.view(-1), kfc.REDUCE_SCATTER,
                       torch.empty(xm.numel() // w, dtype=x.dtype, device=x.device))
-        out = mine.view(rows, *xm.shape[1:]).movedim(0, d)
-        return out if d == 0 else out.contiguous()
+        out = mine.view(rows, *xm.shape[1:])
+        return out if d == 0 else out.movedim(0, d).contiguous()
     mine = _reduce_scatter_flat("reduce_scatter", xm.view(w, -1), eng)
     out = mine.view(rows, *xm.shape[1:]).movedim(0, d)
     return out if d == 0 else out.contiguous()
@@ -379,7 +379,9 @@ def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
     ws = _fused_workspace(flat.dtype, mode, n, variant)
     ctx = rt.context()
     block, warps = variant.block, variant.num_warps
-    if mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT):
+    if n <= ws.cap and mode != kfc.REDUCE_SCATTER and mode != kfc.ALL_TO_ALL:
+        kfc.launch(flat, out, ws, mode, ctx, block, warps)  # one piece: no views to cut
+    elif mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT):
         for start in range(0, n, ws.cap):
             part = slice(start, min(n, start + ws.cap))
             kfc.launch(flat[part], out[part], ws, mode, ctx, block, warps)
