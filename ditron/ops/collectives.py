@@ -379,8 +379,8 @@ def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
     ws = _fused_workspace(flat.dtype, mode, n, variant)
     ctx = rt.context()
     block, warps = variant.block, variant.num_warps
-    if n <= ws.cap and mode != kfc.REDUCE_SCATTER and mode != kfc.ALL_TO_ALL:
-        kfc.launch(flat, out, ws, mode, ctx, block, warps)  # one piece: no views to cut
+    if n <= ws.cap:  # one piece (for segmented modes too: W divides n): no views to cut
+        kfc.launch(flat, out, ws, mode, ctx, block, warps)
     elif mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT):
         for start in range(0, n, ws.cap):
             part = slice(start, min(n, start + ws.cap))
