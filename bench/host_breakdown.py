@@ -37,6 +37,15 @@ WRAPPED = [
     ("ditron.ops.collectives", "_engine"), ("ditron.ops.collectives", "_agree"),
     ("ditron.kernels.fused_collective", "launch"),
 ]
+#: Triton's own launch path (CUDA only): what of ``JITFunction.run`` is not listed below is
+#: its argument binder and checks
+TRITON_WRAPPED = [
+    ("triton.runtime.jit", "JITFunction.run"), ("triton.runtime.jit", "compute_cache_key"),
+    ("triton.compiler.compiler", "CompiledKernel.launch_metadata"),
+    ("triton.backends.nvidia.driver", "CudaLauncher.__call__"),
+    ("triton.backends.nvidia.driver", "make_tensordesc_arg"),
+    ("triton.tools.tensor_descriptor", "TensorDescriptor.__post_init__"),
+]
 _TOTALS: collections.Counter = collections.Counter()
 
 
@@ -51,8 +60,8 @@ def _timed(name: str, fn):
     return wrapper
 
 
-def _wrap_all() -> None:
-    for module_name, attr in WRAPPED:
+def _wrap_all(cuda: bool) -> None:
+    for module_name, attr in WRAPPED + (TRITON_WRAPPED if cuda else []):
         module = importlib.import_module(module_name)
         owner, _, name = attr.rpartition(".")
         target = getattr(module, owner) if owner else module
@@ -80,7 +89,7 @@ def _run(calls: int, shape: tuple[int, int, int]) -> None:
 
     from ditron.runtime.world import current
 
-    _wrap_all()
+    _wrap_all(torch.cuda.is_available())
     rank = ditron.world().rank
     for label, fn in _ops(*shape):
         for _ in range(3):

@@ -308,16 +308,19 @@ PUSH_MIN_BYTES = 512 << 10
 
 @dataclasses.dataclass(frozen=True)
 class FusedVariant:
-    """How one fused launch runs: ``push`` or pull, ``block`` elements per program step."""
+    """How one fused launch runs: ``push`` or pull, ``block`` elements per program step,
+    ``programs`` (0: one block each, up to 128) and ``num_warps`` per program."""
 
     push: bool
     block: int
     num_warps: int
+    programs: int = 0
 
 
 def fused_variant(nbytes: int, backend: str) -> FusedVariant:
-    """The variant for an input of ``nbytes`` (env ``DITRON_FUSED_PUSH=0/1`` forces pull /
-    push; ``DITRON_FUSED_BLOCK`` the block)."""
+    """The variant for an input of ``nbytes``. Environment overrides, for experiments:
+    ``DITRON_FUSED_PUSH=0/1`` (pull / push), ``DITRON_FUSED_BLOCK``,
+    ``DITRON_FUSED_PROGRAMS``, ``DITRON_FUSED_WARPS``."""
     env = os.environ
     if backend == "cpu":  # the interpreter: pull and one block size unless forced
         return FusedVariant(env.get("DITRON_FUSED_PUSH", "0") == "1",
@@ -326,7 +329,8 @@ def fused_variant(nbytes: int, backend: str) -> FusedVariant:
     push = nbytes >= PUSH_MIN_BYTES if forced == "" else forced == "1"
     block = int(env.get("DITRON_FUSED_BLOCK") or 0) or (
         4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20) else 1024)
-    return FusedVariant(push, block, 4 if block <= 1024 else 8)
+    warps = int(env.get("DITRON_FUSED_WARPS") or 0) or (4 if block <= 1024 else 8)
+    return FusedVariant(push, block, warps, int(env.get("DITRON_FUSED_PROGRAMS") or 0))
 
 
 def _fused_workspace(dtype: torch.dtype, mode: int, n: int, variant: FusedVariant):
@@ -334,7 +338,7 @@ def _fused_workspace(dtype: torch.dtype, mode: int, n: int, variant: FusedVarian
     rt = current()
     w = rt.world.world_size
     cap = kfc.bucket(n, FUSED_MAX_ELEMENTS)
-    key = ("fused_collective", dtype, mode, cap, variant.push, variant.block)
+    key = ("fused_collective", dtype, mode, cap, variant)
     ws = rt.cache.get(("workspace", *key))
     if ws is not None:
         return ws
@@ -352,10 +356,11 @@ def _new_fused_workspace(dtype: torch.dtype, mode: int, cap: int, w: int,
     rt = current()
     # GPU: one block per program up to 128 programs (latency-bound small sizes finish in one
     # step per program); the CPU interpreter runs programs one by one: two suffice to test
-    programs = 2 if rt.world.backend == "cpu" else max(1, min(128, cap // variant.block))
+    programs = (2 if rt.world.backend == "cpu"
+                else variant.programs or max(1, min(128, cap // variant.block)))
     half, red_offset, slot_len = kfc.workspace_shape(cap, w, mode, variant.push)
     name = (f"fused:{str(dtype).removeprefix('torch.')}:{mode}:{cap}:"
-            f"{'push' if variant.push else 'pull'}:{variant.block}")
+            f"{'push' if variant.push else 'pull'}:{variant.block}:{programs}:{variant.num_warps}")
     buf = rt.heap.alloc((2, half), dtype, name=name)
     try:
         pad = signal_pad(name, 2 * programs * w).signals
