@@ -6,7 +6,12 @@ the two directions at once on two streams. Fixed warm-up and iteration counts, C
 median. With one GPU it measures a device-to-device copy (the HBM ceiling; bytes read plus
 written) and says that no peer exists.
 
-    python bench/peer_bandwidth.py [--size 256M] [--out DIR]
+``--sm``: also the same transfers made by a load/store kernel on the SMs (each GPU pulls
+from its peer, ``--programs`` programs of 16384-element steps), and *hybrid* splits where the
+copy engine moves a fraction ``f`` of the bytes while the kernel moves the rest at the same
+time, both ways: is the link's ceiling above what either engine reaches alone?
+
+    python bench/peer_bandwidth.py [--size 256M] [--out DIR] [--sm] [--programs 132]
 """
 
 from __future__ import annotations
@@ -17,6 +22,19 @@ import os
 import statistics
 
 import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _pull(src, dst, n, BLOCK: tl.constexpr):
+    """``dst[:n] = src[:n]`` (int32 words); programs stride over the blocks."""
+    pid = tl.program_id(0)
+    step = tl.num_programs(0) * BLOCK
+    for start in range(pid * BLOCK, n, step):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
 
 def _parse_bytes(text: str) -> int:
@@ -43,10 +61,51 @@ def _time(fn, streams, warmup: int = 3, iters: int = 10) -> float:
     return statistics.median(out)
 
 
+def _sm_rows(bufs, back, d: int, nbytes: int, programs: int) -> list[dict]:
+    """Kernel pulls (GPU g reads its peer's buffer) one way, both ways, and hybrid splits."""
+    words = nbytes // 4
+    src = {g: bufs[g].view(torch.int32)[:words] for g in (0, d)}
+    dst = {g: back[g].view(torch.int32)[:words] for g in (0, d)}
+    peer_of = {0: d, d: 0}
+    ce = {g: torch.cuda.Stream(device=g) for g in (0, d)}
+    sm = {g: torch.cuda.Stream(device=g) for g in (0, d)}
+
+    def issue(gpus, frac: float):
+        cut = int(words * frac) // 4096 * 4096
+        for g in gpus:  # g pulls from its peer: words [0, cut) by DMA, the rest by SMs
+            q = peer_of[g]
+            if cut:
+                with torch.cuda.stream(ce[g]):
+                    dst[g][:cut].copy_(src[q][:cut], non_blocking=True)
+            if cut < words:
+                with torch.cuda.device(g), torch.cuda.stream(sm[g]):
+                    _pull[(programs,)](src[q][cut:], dst[g][cut:], words - cut, BLOCK=16384,
+                                       num_warps=16)
+
+    rows = []
+    for gpus, kind, moved in (((d,), "sm one way", nbytes), ((0, d), "sm both ways", 2 * nbytes)):
+        streams = [sm[g] for g in gpus]
+        t = _time(lambda gpus=gpus: issue(gpus, 0.0), streams)
+        rows.append(dict(kind=kind, src=0, dst=d, bytes=moved, us=t * 1e6, GBps=moved / t / 1e9))
+    for frac in (0.5, 0.6, 0.7, 0.8, 0.9):
+        streams = [s for g in (0, d) for s in (ce[g], sm[g])]
+        t = _time(lambda f=frac: issue((0, d), f), streams)
+        rows.append(dict(kind=f"hybrid both ways ce={frac:.1f}", src=0, dst=d, bytes=2 * nbytes,
+                         us=t * 1e6, GBps=2 * nbytes / t / 1e9))
+    issue((0, d), 0.6)
+    torch.cuda.synchronize()
+    for g in (0, d):
+        if not torch.equal(dst[g], src[peer_of[g]]):
+            raise SystemExit(f"peer_bandwidth: hybrid copy into GPU {g} is wrong")
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--size", default="256M")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    p.add_argument("--sm", action="store_true")
+    p.add_argument("--programs", type=int, default=132)
     args = p.parse_args()
     nbytes = _parse_bytes(args.size)
     n = torch.cuda.device_count()
@@ -81,6 +140,8 @@ def main() -> None:
                          us=t1 * 1e6, GBps=nbytes / t1 / 1e9))
         rows.append(dict(kind="peer both ways", src=0, dst=d, p2p=peer, bytes=2 * nbytes,
                          us=t2 * 1e6, GBps=2 * nbytes / t2 / 1e9))
+        if args.sm:
+            rows += _sm_rows(bufs, back, d, nbytes, args.programs)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "peer_bandwidth.json"), "w") as f:
         json.dump(dict(device=torch.cuda.get_device_name(0), gpus=n, rows=rows), f, indent=1)

@@ -21,6 +21,7 @@ import triton.language as tl
 from .. import language as dl
 from ..runtime import stream_memops
 from ..runtime.signals import DeviceValue, SignalPad
+from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 
 
@@ -57,11 +58,18 @@ def _bump(cell):
     tl.store(cell, tl.load(cell) + 1)
 
 
+_FAST_BUMP = FastKernel(_bump)
+_FAST_NOTIFY_AT = FastKernel(_notify_at)
+_FAST_WAIT_AT = FastKernel(_wait_at)
+_FAST_NOTIFY_RANGE = FastKernel(notify_range)
+_FAST_WAIT_RANGE = FastKernel(wait_range)
+
+
 def bump(pad: SignalPad) -> DeviceValue:
     """Advance ``pad``'s device epoch by one, in stream order; returns it (the value of
     this use, as later kernels of the stream and of streams that wait for it read it)."""
     value = pad.device_epoch()
-    _bump[(1,)](value.cell)
+    _FAST_BUMP[(1,)](value.cell)
     return value
 
 
@@ -85,27 +93,27 @@ def _slot_address(pad: SignalPad, slot: int, rank: int) -> int:
 def notify_one(pad: SignalPad, slot: int, value: int | DeviceValue, rank: int) -> None:
     """Set slot ``slot`` of ``pad`` on ``rank`` to ``value`` after the current stream's work."""
     if isinstance(value, DeviceValue):
-        _notify_at[(1,)](pad.signals, slot, value.cell, value.offset, rank, 1, -1,
-                         current().context())
+        _FAST_NOTIFY_AT[(1,)](pad.signals, slot, value.cell, value.offset, rank, 1, -1,
+                              current().context())
         return
     if use_stream_memops():
         stream = _raw_stream()
         stream_memops.write_value(stream, _slot_address(pad, slot, rank), value)
         return
-    notify_range[(1,)](pad.signals, slot, value, rank, 1, -1, current().context())
+    _FAST_NOTIFY_RANGE[(1,)](pad.signals, slot, value, rank, 1, -1, current().context())
 
 
 def wait_one(pad: SignalPad, slot: int, value: int | DeviceValue) -> None:
     """Make the current stream wait until local slot ``slot`` of ``pad`` is >= ``value``."""
     if isinstance(value, DeviceValue):
-        _wait_at[(1,)](pad.signals, slot, 0, 1, -1, value.cell, value.offset,
-                       current().context())
+        _FAST_WAIT_AT[(1,)](pad.signals, slot, 0, 1, -1, value.cell, value.offset,
+                            current().context())
         return
     if use_stream_memops():
         me = current().world.rank
         stream_memops.wait_value(_raw_stream(), _slot_address(pad, slot, me), value)
         return
-    wait_range[(1,)](pad.signals, slot, 0, 1, -1, value, current().context())
+    _FAST_WAIT_RANGE[(1,)](pad.signals, slot, 0, 1, -1, value, current().context())
 
 
 def notify_peers(pad: SignalPad, slot: int, value: int | DeviceValue, peers: range,
@@ -114,8 +122,8 @@ def notify_peers(pad: SignalPad, slot: int, value: int | DeviceValue, peers: ran
     if len(peers) == 0 or (len(peers) == 1 and peers[0] == skip):
         return
     if isinstance(value, DeviceValue):
-        _notify_at[(1,)](pad.signals, slot, value.cell, value.offset, peers.start, len(peers),
-                         skip, current().context())
+        _FAST_NOTIFY_AT[(1,)](pad.signals, slot, value.cell, value.offset, peers.start,
+                              len(peers), skip, current().context())
         return
     if use_stream_memops():
         stream = _raw_stream()
@@ -123,8 +131,8 @@ def notify_peers(pad: SignalPad, slot: int, value: int | DeviceValue, peers: ran
             if q != skip:
                 stream_memops.write_value(stream, _slot_address(pad, slot, q), value)
         return
-    notify_range[(1,)](pad.signals, slot, value, peers.start, len(peers), skip,
-                        current().context())
+    _FAST_NOTIFY_RANGE[(1,)](pad.signals, slot, value, peers.start, len(peers), skip,
+                             current().context())
 
 
 def wait_slots(pad: SignalPad, base: int, ranks: range, value: int | DeviceValue,
@@ -133,8 +141,8 @@ def wait_slots(pad: SignalPad, base: int, ranks: range, value: int | DeviceValue
     if len(ranks) == 0 or (len(ranks) == 1 and ranks[0] == skip):
         return
     if isinstance(value, DeviceValue):
-        _wait_at[(1,)](pad.signals, base, ranks.start, len(ranks), skip, value.cell,
-                       value.offset, current().context())
+        _FAST_WAIT_AT[(1,)](pad.signals, base, ranks.start, len(ranks), skip, value.cell,
+                            value.offset, current().context())
         return
     if use_stream_memops():
         stream = _raw_stream()
@@ -143,5 +151,5 @@ def wait_slots(pad: SignalPad, base: int, ranks: range, value: int | DeviceValue
             if r != skip:
                 stream_memops.wait_value(stream, _slot_address(pad, base + r, me), value)
         return
-    wait_range[(1,)](pad.signals, base, ranks.start, len(ranks), skip, value,
-                      current().context())
+    _FAST_WAIT_RANGE[(1,)](pad.signals, base, ranks.start, len(ranks), skip, value,
+                           current().context())

@@ -59,6 +59,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.triton_launch import FastKernel
 
 ALL_REDUCE = 0
 TWO_SHOT = 1
@@ -244,10 +245,13 @@ def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, bl
         seg = triton.cdiv(n, w) if mode in SEGMENTED else n
     stride = seg if stride is None else stride
     slice_len = triton.cdiv(triton.cdiv(seg, ws.programs), block) * block
-    fused_collective_kernel[(ws.programs,)](
+    _FUSED[(ws.programs,)](
         x, out, ws.buf, ws.pad, ws.epochs, n, seg, stride, slice_len, ws.buf.shape[1],
         ws.red_offset, ws.slot_len, ctx, BLOCK=block, MODE=mode, WORLD=w, PUSH=ws.push,
         num_warps=num_warps)
+
+
+_FUSED = FastKernel(fused_collective_kernel)
 
 
 def bucket(n: int, max_cap: int) -> int:

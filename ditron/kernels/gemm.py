@@ -57,6 +57,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.triton_launch import FastKernel
 
 EPI_STORE = 0
 EPI_REDUCE_SCATTER = 1
@@ -435,7 +436,7 @@ def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
                          ctx=ctx, use_tma=use_tma)
     if launch is not None:
         grid, args, kwargs = launch
-        persistent_gemm[grid](*args, **kwargs)
+        _GEMM[grid](*args, **kwargs)
 
 
 def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
@@ -505,6 +506,7 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
 
 
 _NO_HOOKS = GemmHooks()
+_GEMM = FastKernel(persistent_gemm)
 _STATIC: dict = {}
 
 

@@ -304,6 +304,12 @@ def _fused_ok(engine: str, n: int, op: str) -> bool:
 
 #: fused collectives at or above this many input bytes use the push variant
 PUSH_MIN_BYTES = 512 << 10
+#: launches of at least this many bytes move 16384-element blocks with 16 warps per
+#: program (all-gather by pulls, reduce-scatter and all-to-all by pushes) when every rank
+#: has a GPU of its own: on 2 H200s, 64-256 MB all-gathers 1.16-1.19x and reduce-scatters
+#: 1.10-1.11x faster than 4096-element pushes (``bench/fused_lab.py``, session 6). Ranks
+#: that share a GPU keep the narrower programs: every rank's programs must fit on it at once.
+WIDE_MIN_BYTES = 32 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,19 +323,27 @@ class FusedVariant:
     programs: int = 0
 
 
-def fused_variant(nbytes: int, backend: str) -> FusedVariant:
-    """The variant for an input of ``nbytes``. Environment overrides, for experiments:
-    ``DITRON_FUSED_PUSH=0/1`` (pull / push), ``DITRON_FUSED_BLOCK``,
-    ``DITRON_FUSED_PROGRAMS``, ``DITRON_FUSED_WARPS``."""
+def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
+                  shared_gpu: bool = False) -> FusedVariant:
+    """The variant of ``mode`` for a launch of ``nbytes`` input bytes. Environment
+    overrides, for experiments: ``DITRON_FUSED_PUSH=0/1`` (pull / push),
+    ``DITRON_FUSED_BLOCK``, ``DITRON_FUSED_PROGRAMS``, ``DITRON_FUSED_WARPS``."""
     env = os.environ
     if backend == "cpu":  # the interpreter: pull and one block size unless forced
         return FusedVariant(env.get("DITRON_FUSED_PUSH", "0") == "1",
                             int(env.get("DITRON_FUSED_BLOCK") or 0) or 1024, 1)
+    wide = (nbytes >= WIDE_MIN_BYTES and not shared_gpu
+            and mode in (kfc.ALL_GATHER, kfc.REDUCE_SCATTER, kfc.ALL_TO_ALL))
     forced = env.get("DITRON_FUSED_PUSH", "")
-    push = nbytes >= PUSH_MIN_BYTES if forced == "" else forced == "1"
+    if forced:
+        push = forced == "1"
+    else:
+        push = mode != kfc.ALL_GATHER if wide else nbytes >= PUSH_MIN_BYTES
     block = int(env.get("DITRON_FUSED_BLOCK") or 0) or (
-        4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20) else 1024)
-    warps = int(env.get("DITRON_FUSED_WARPS") or 0) or (4 if block <= 1024 else 8)
+        16384 if wide else 4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20)
+        else 1024)
+    warps = int(env.get("DITRON_FUSED_WARPS") or 0) or (
+        16 if wide and block >= 16384 else 4 if block <= 1024 else 8)
     return FusedVariant(push, block, warps, int(env.get("DITRON_FUSED_PROGRAMS") or 0))
 
 
@@ -380,7 +394,8 @@ def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
     n = flat.numel()
     cpu = rt.world.backend == "cpu"
     piece = min(n, FUSED_MAX_ELEMENTS)
-    variant = fused_variant(piece * flat.element_size(), rt.world.backend)
+    variant = fused_variant(piece * flat.element_size(), rt.world.backend, mode,
+                            rt.backend.shares_devices(rt.world.local_world_size))
     ws = _fused_workspace(flat.dtype, mode, n, variant)
     ctx = rt.context()
     block, warps = variant.block, variant.num_warps

@@ -1,0 +1,133 @@
+"""Launching compiled Triton kernels without Triton's per-call argument binding.
+
+``JITFunction.run`` binds and specialises every argument on every call, then looks the
+compiled kernel up: 35 us for the fused collective and 90 us for the persistent GEMM (40
+arguments, three TMA descriptors) on the GPU hosts of session 6 (``bench/host_breakdown.py``).
+:class:`FastKernel` keys a launch on everything that can change which compiled kernel runs:
+
+* tensors: dtype and whether the address is 16-byte aligned;
+* integers: the exact value, except parameters listed in ``do_not_specialize``, which only
+  keep whether they fit 32 bits (Triton's own rule for them);
+* host TMA descriptors: dtype, alignment, shape, strides, block shape and padding;
+* tuples (``DeviceContext``) element by element; constexprs and launch options by value;
+* the current device.
+
+The key is never coarser than Triton's own specialisation, so a hit runs the kernel Triton
+would pick. A miss (the first call of a key) goes through ``JITFunction.run``, which
+compiles when needed, and keeps its compiled kernel; a hit calls that kernel's launcher
+directly (a few microseconds of Python). Anything else (the interpreter, a launch hook such
+as a profiler's, an argument type not listed above, ``DITRON_FAST_LAUNCH=0``) takes the
+plain Triton path.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+#: entries kept per kernel before the cache starts over (one per distinct key)
+MAX_ENTRIES = 4096
+
+
+class _Unkeyable(Exception):
+    """An argument whose specialisation this module does not model."""
+
+
+def _int_key(v: int, specialize: bool):
+    if specialize:
+        return v
+    return -(1 << 31) <= v < (1 << 31)
+
+
+def _arg_key(v: Any, specialize: bool = True):
+    if isinstance(v, torch.Tensor):
+        return (v.dtype, v.data_ptr() % 16 == 0)
+    if isinstance(v, bool):
+        return ("bool", v)  # not equal to the key of the integer 0 or 1
+    if v is None:
+        return None
+    if isinstance(v, int):
+        return _int_key(v, specialize)
+    if isinstance(v, float):
+        return float
+    if isinstance(v, tuple):
+        return tuple(_arg_key(x, specialize) for x in v)
+    base = getattr(v, "base", None)
+    if isinstance(base, torch.Tensor) and hasattr(v, "block_shape"):  # TensorDescriptor
+        return ("desc", base.dtype, base.data_ptr() % 16 == 0, tuple(v.shape),
+                tuple(v.strides), tuple(v.block_shape), getattr(v, "padding", None))
+    raise _Unkeyable(type(v).__name__)
+
+
+def _no_hooks(chain) -> bool:
+    """Whether a Triton launch hook (``None``, or a ``HookChain`` since 3.5) calls nothing."""
+    return chain is None or not getattr(chain, "calls", True)
+
+
+class FastKernel:
+    """``FastKernel(jit_fn)[grid](*args, **kwargs)`` launches like ``jit_fn[grid](...)``.
+
+    Non-constexpr parameters are passed positionally, constexprs and launch options
+    (``num_warps``...) by keyword, as at every Ditron call site."""
+
+    def __init__(self, fn) -> None:
+        from triton.runtime.jit import JITFunction
+
+        self.fn = fn
+        # the interpreter's kernels (TRITON_INTERPRET=1) are not JITFunctions
+        self._params = fn.params if isinstance(fn, JITFunction) else None
+        params = self._params or []
+        self._specialize = [not p.do_not_specialize for p in params]
+        self._runtime_names = {p.name for p in params if not p.is_constexpr}
+        self._entries: dict = {}
+        self._cuda: bool | None = None
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launch(grid, args, kwargs)
+
+    def _enabled(self) -> bool:
+        if self._params is None or os.environ.get("DITRON_FAST_LAUNCH", "1") == "0":
+            return False
+        if self._cuda is None:
+            self._cuda = torch.cuda.is_available()
+        if not self._cuda:
+            return False
+        from triton import knobs
+
+        return (_no_hooks(knobs.runtime.launch_enter_hook)
+                and _no_hooks(knobs.runtime.launch_exit_hook))
+
+    def launch(self, grid: tuple, args: tuple, kwargs: dict) -> None:
+        if (not self._enabled() or not isinstance(grid, tuple)
+                or not self._runtime_names.isdisjoint(kwargs)):
+            self.fn[grid](*args, **kwargs)
+            return
+        device = torch.cuda.current_device()
+        try:
+            spec = zip(args, self._specialize, strict=False)
+            key = (device, tuple(_arg_key(a, s) for a, s in spec),
+                   tuple((k, type(v), v) for k, v in kwargs.items()))
+            kernel = self._entries.get(key)
+        except (_Unkeyable, TypeError):  # TypeError: an unhashable keyword value
+            self.fn[grid](*args, **kwargs)
+            return
+        if kernel is None:
+            kernel = self.fn[grid](*args, **kwargs)
+            if hasattr(kernel, "result"):
+                kernel = kernel.result()
+            if len(self._entries) >= MAX_ENTRIES:
+                self._entries.clear()
+            self._entries[key] = kernel
+            return
+        full = list(args)
+        for p in self._params[len(args):]:
+            full.append(kwargs[p.name] if p.name in kwargs else p.default)
+        g = tuple(grid) + (1, 1)
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        kernel.run(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata, None,
+                   None, None, *full)
+
+
+__all__ = ["FastKernel", "MAX_ENTRIES"]

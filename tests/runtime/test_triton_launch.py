@@ -1,0 +1,119 @@
+"""FastKernel: which calls reuse a compiled kernel and what its launcher receives.
+
+The compiled kernel and Triton's ``run`` are stand-ins here (no GPU): the test checks the
+keying and the argument list; the GPU runs (``pytest -m gpu``, ``check_ops_at_scale``)
+launch real kernels through it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.jit import JITFunction
+
+from ditron.runtime import triton_launch
+
+
+def _kernel(x_ptr, n, epoch, ctx, BLOCK: tl.constexpr, MODE: tl.constexpr = 3):
+    pass
+
+
+class _Compiled:
+    function = "fn"
+    packed_metadata = "meta"
+
+    def __init__(self, log):
+        self.log = log
+
+    def run(self, *args):
+        self.log.append(("fast", args))
+
+
+@pytest.fixture
+def fast(monkeypatch):
+    fn = JITFunction(_kernel, do_not_specialize=["epoch"])
+    log = []
+    compiled = _Compiled(log)
+
+    def slow_run(*args, grid, warmup, **kwargs):
+        log.append(("triton", grid, args, kwargs))
+        return compiled
+
+    monkeypatch.setattr(fn, "run", slow_run)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234,
+                        raising=False)
+    kernel = triton_launch.FastKernel(fn)
+    kernel._cuda = True
+    return kernel, log
+
+
+def test_hits_skip_triton_and_pass_every_parameter(fast):
+    kernel, log = fast
+    x = torch.zeros(64)
+    ctx = (torch.zeros(2, dtype=torch.int64), 0, 2)
+    kernel[(4,)](x, 100, 7, ctx, BLOCK=128)
+    assert log[-1][0] == "triton" and log[-1][1] == (4,)
+    kernel[(4,)](torch.zeros(64), 100, 8, ctx, BLOCK=128)  # new epoch: same kernel
+    kind, args = log[-1]
+    assert kind == "fast"
+    grid_and_stream, launch_args = args[:9], args[9:]
+    assert grid_and_stream == (4, 1, 1, 1234, "fn", "meta", None, None, None)
+    assert launch_args[1:] == (100, 8, ctx, 128, 3)  # constexprs by position, defaults filled
+    assert len(log) == 2
+
+
+@pytest.mark.parametrize("change", ["alignment", "dtype", "int", "constexpr", "bool", "ctx"])
+def test_a_different_specialisation_goes_through_triton(fast, change):
+    kernel, log = fast
+    x = torch.zeros(64)
+    ctx = (torch.zeros(2, dtype=torch.int64), 0, 2)
+    kernel[(4,)](x, 100, 7, ctx, BLOCK=128)
+    args, kw = [x, 100, 7, ctx], dict(BLOCK=128)
+    if change == "alignment":
+        args[0] = x[1:]  # 4 bytes past a 16-byte boundary
+    elif change == "dtype":
+        args[0] = x.to(torch.float16)
+    elif change == "int":
+        args[1] = 96  # n is specialised (divisibility by 16)
+    elif change == "constexpr":
+        kw["BLOCK"] = 256
+    elif change == "bool":
+        args[1] = True
+        kernel[(4,)](x, 1, 7, ctx, BLOCK=128)
+        assert log[-1][0] == "triton"
+    else:
+        args[3] = (ctx[0], 1, 2)
+    kernel[(4,)](*args, **kw)
+    assert log[-1][0] == "triton"
+
+
+def test_plain_triton_path_when_disabled_or_unkeyable(fast, monkeypatch):
+    kernel, log = fast
+    x = torch.zeros(64)
+    ctx = (torch.zeros(2, dtype=torch.int64), 0, 2)
+    for _ in range(2):
+        kernel[(4,)](x, 100, 7, ctx, BLOCK=128)
+    assert log[-1][0] == "fast"
+    monkeypatch.setenv("DITRON_FAST_LAUNCH", "0")
+    kernel[(4,)](x, 100, 7, ctx, BLOCK=128)
+    assert log[-1][0] == "triton"
+    monkeypatch.delenv("DITRON_FAST_LAUNCH")
+    kernel[(4,)](x, 100, 7, ctx=ctx, BLOCK=128)  # a runtime argument by keyword
+    assert log[-1][0] == "triton"
+    kernel[(4,)](x, 100, 7, (object(), 0, 2), BLOCK=128)  # an argument it cannot key
+    assert log[-1][0] == "triton"
+    kernel[lambda meta: (4,)](x, 100, 7, ctx, BLOCK=128)  # a grid function
+    assert log[-1][0] == "triton"
+    hooks = triton.knobs.runtime.launch_enter_hook  # e.g. a profiler's
+    hook = lambda metadata: None  # noqa: E731
+    hooks.add(hook)
+    try:
+        kernel[(4,)](x, 100, 7, ctx, BLOCK=128)
+    finally:
+        hooks.remove(hook)
+    assert log[-1][0] == "triton"
+    kernel[(4,)](x, 100, 7, ctx, BLOCK=128)
+    assert log[-1][0] == "fast"
