@@ -52,6 +52,9 @@ def main() -> int:
     checks = ditron.launch(tp._ops_case, W, 300, 256, 384, specs, backend=backend)
     print(f"ag_gemm / gemm_rs / gemm_ar W={W} methods={methods}: {checks[0]} checks per "
           f"rank, all passed")
+    checks = ditron.launch(tp._engines_case, W, 300, 256, 384, 2, backend=backend)
+    print(f"ag_gemm engines and chunkings, gemm_rs copy-engine chunkings W={W}: {checks[0]} "
+          f"checks per rank, all passed")
     checks = ditron.launch(tp._graph_safe_case, W, 300, 256, 384, 2, not shared,
                            backend=backend)
     print(f"graph-safe ag_gemm / gemm_rs / gemm_ar (device epochs) W={W}: {checks[0]} "

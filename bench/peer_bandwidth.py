@@ -46,7 +46,8 @@ def _time(fn, streams, warmup: int = 3, iters: int = 10) -> float:
     """Median seconds of ``fn()`` (which issues work on ``streams``)."""
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
+    for s in streams:
+        s.synchronize()
     out = []
     for _ in range(iters):
         start = [torch.cuda.Event(enable_timing=True) for _ in streams]
@@ -56,7 +57,8 @@ def _time(fn, streams, warmup: int = 3, iters: int = 10) -> float:
         fn()
         for s, e in zip(streams, end, strict=True):
             e.record(s)
-        torch.cuda.synchronize()
+        for s in streams:
+            s.synchronize()
         out.append(max(a.elapsed_time(b) for a, b in zip(start, end, strict=True)) / 1e3)
     return statistics.median(out)
 
@@ -93,7 +95,8 @@ def _sm_rows(bufs, back, d: int, nbytes: int, programs: int) -> list[dict]:
         rows.append(dict(kind=f"hybrid both ways ce={frac:.1f}", src=0, dst=d, bytes=2 * nbytes,
                          us=t * 1e6, GBps=2 * nbytes / t / 1e9))
     issue((0, d), 0.6)
-    torch.cuda.synchronize()
+    for g in (0, d):
+        torch.cuda.synchronize(g)
     for g in (0, d):
         if not torch.equal(dst[g], src[peer_of[g]]):
             raise SystemExit(f"peer_bandwidth: hybrid copy into GPU {g} is wrong")

@@ -4,8 +4,11 @@ CUDA: each batch runs on a side stream that first waits for the issuing stream; 
 transfer is a ``copy_`` (or ``add_`` for ``reduce``) between a local tensor and a peer view
 (``ditron.peer``), preceded by a stream-ordered wait for ``after`` when given and followed
 in the side stream's order by the signal's release store (stream memory operations, or
-one-program kernels when a wait timeout is set; see ``sync.py``). :meth:`drain` makes the
-current stream wait for the side stream (the host does not block).
+one-program kernels when a wait timeout is set; see ``sync.py``). When stream memory
+operations are available and the batch has only plain copies of contiguous tensors with
+host-known signal values, every step is a driver call on the side stream's handle
+(``cuStreamWaitValue64``, ``cuMemcpyAsync``, ``cuStreamWriteValue64``): no torch dispatch.
+:meth:`drain` makes the current stream wait for the side stream (the host does not block).
 
 CPU: a single worker thread per process performs the copies with ``memcpy`` (after polling
 the ``after`` signal, if any) and then stores the signal into the peer's pad (an aligned
@@ -87,11 +90,15 @@ class CopyEngine(Engine):
         self._issue_cuda(transfers, rank)
 
     def _issue_cuda(self, transfers: list[Transfer], rank: int) -> None:
-        from .sync import notify_one, wait_one
+        from .sync import notify_one, use_stream_memops, wait_one
 
         rt = current()
         side = _side_stream(rt.world.device)
         side.wait_stream(torch.cuda.current_stream())
+        self._stream = side
+        if use_stream_memops() and all(_raw_ok(t) for t in transfers):
+            _issue_raw(transfers, rank, side)
+            return
         with torch.cuda.stream(side):
             for t in transfers:
                 src, dst = _endpoints(t, rank)
@@ -107,7 +114,6 @@ class CopyEngine(Engine):
                         dst.copy_(src, non_blocking=True)
                 if t.signal is not None:
                     notify_one(t.signal.pad, t.signal.index, t.signal.value, t.dst_rank)
-        self._stream = side
 
     def drain(self) -> None:
         if self._stream is not None:
@@ -116,6 +122,43 @@ class CopyEngine(Engine):
         pending, self._pending = self._pending, []
         for fut in pending:
             fut.result()
+
+
+def _raw_ok(t: Transfer) -> bool:
+    """Whether ``t`` can be issued as driver calls by address (see the module docstring)."""
+    return (not t.reduce and t.src.is_contiguous() and t.dst.is_contiguous()
+            and (t.signal is None or isinstance(t.signal.value, int))
+            and (t.after is None or isinstance(t.after.value, int)))
+
+
+def _address(tensor: torch.Tensor, owner: int, rank: int) -> int:
+    """``tensor``'s address as this process maps it (``owner``'s heap when remote)."""
+    if owner == rank:
+        return tensor.data_ptr()
+    heap = current().heap
+    return heap.mapping.bases[owner] + heap.offset_of(tensor)
+
+
+def _issue_raw(transfers: list[Transfer], rank: int, side) -> None:
+    from ..runtime import stream_memops
+    from .sync import slot_address
+
+    heap = current().heap
+    stream = side.cuda_stream
+    for t in transfers:
+        if t.after is not None:
+            stream_memops.wait_value(stream, slot_address(t.after.pad, t.after.index, rank),
+                                     t.after.value)
+        if t.src.numel():
+            for local in (t.src, t.dst):
+                if not heap.contains(local):  # a caching-allocator tensor: keep it alive
+                    local.record_stream(side)
+            stream_memops.memcpy(stream, _address(t.dst, t.dst_rank, rank),
+                                 _address(t.src, t.src_rank, rank),
+                                 t.src.numel() * t.src.element_size())
+        if t.signal is not None:
+            stream_memops.write_value(
+                stream, slot_address(t.signal.pad, t.signal.index, t.dst_rank), t.signal.value)
 
 
 def _run_host(jobs) -> None:

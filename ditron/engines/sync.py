@@ -84,7 +84,7 @@ def _raw_stream() -> int:
     return torch._C._cuda_getCurrentRawStream(current().world.device.index)
 
 
-def _slot_address(pad: SignalPad, slot: int, rank: int) -> int:
+def slot_address(pad: SignalPad, slot: int, rank: int) -> int:
     """Device address of ``pad``'s ``slot`` in ``rank``'s heap, as this process maps it."""
     rt = current()
     return rt.heap.mapping.bases[rank] + rt.heap.offset_of(pad.signals) + 8 * slot
@@ -98,7 +98,7 @@ def notify_one(pad: SignalPad, slot: int, value: int | DeviceValue, rank: int) -
         return
     if use_stream_memops():
         stream = _raw_stream()
-        stream_memops.write_value(stream, _slot_address(pad, slot, rank), value)
+        stream_memops.write_value(stream, slot_address(pad, slot, rank), value)
         return
     _FAST_NOTIFY_RANGE[(1,)](pad.signals, slot, value, rank, 1, -1, current().context())
 
@@ -111,7 +111,7 @@ def wait_one(pad: SignalPad, slot: int, value: int | DeviceValue) -> None:
         return
     if use_stream_memops():
         me = current().world.rank
-        stream_memops.wait_value(_raw_stream(), _slot_address(pad, slot, me), value)
+        stream_memops.wait_value(_raw_stream(), slot_address(pad, slot, me), value)
         return
     _FAST_WAIT_RANGE[(1,)](pad.signals, slot, 0, 1, -1, value, current().context())
 
@@ -129,7 +129,7 @@ def notify_peers(pad: SignalPad, slot: int, value: int | DeviceValue, peers: ran
         stream = _raw_stream()
         for q in peers:
             if q != skip:
-                stream_memops.write_value(stream, _slot_address(pad, slot, q), value)
+                stream_memops.write_value(stream, slot_address(pad, slot, q), value)
         return
     _FAST_NOTIFY_RANGE[(1,)](pad.signals, slot, value, peers.start, len(peers), skip,
                              current().context())
@@ -149,7 +149,7 @@ def wait_slots(pad: SignalPad, base: int, ranks: range, value: int | DeviceValue
         me = current().world.rank
         for r in ranks:
             if r != skip:
-                stream_memops.wait_value(stream, _slot_address(pad, base + r, me), value)
+                stream_memops.wait_value(stream, slot_address(pad, base + r, me), value)
         return
     _FAST_WAIT_RANGE[(1,)](pad.signals, base, ranks.start, len(ranks), skip, value,
                            current().context())

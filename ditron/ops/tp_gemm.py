@@ -37,8 +37,8 @@ import torch
 import torch.distributed as dist
 import triton
 
-from ..engines.base import Signal
-from ..engines.sync import bump, notify_one, notify_peers, use_stream_memops
+from ..engines.base import Signal, Transfer
+from ..engines.sync import bump, notify_one, notify_peers, use_stream_memops, wait_slots
 from ..kernels import swizzle
 from ..kernels.gemm import (
     EPI_ALL_REDUCE,
@@ -434,7 +434,8 @@ def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
 
 # -- GEMM-RS / GEMM-AR ----------------------------------------------------------------------
 def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
-            config: GemmConfig | None = None, engine: str | None = None) -> torch.Tensor:
+            config: GemmConfig | None = None, engine: str | None = None,
+            chunk_rows: int | None = None) -> torch.Tensor:
     """``reduce_scatter(a @ b, dim=0)``, overlapped.
 
     ``a``: ``[M, k]``, ``b``: ``[k, N]`` (the rank's slice of the K dimension, any strides);
@@ -451,13 +452,16 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
       buffer and ``d``'s per-tile signal is set; the own tiles wait for the peers' partials
       and add them in the epilogue.
     * ``"copy_engine"`` (by segments): the partial product of rank ``d``'s rows is computed
-      (``torch.matmul``) for ``d = r+1, r+2, ...``, own rows last, and each is pushed to
-      ``d`` by the copy engine while the next one is computed; then the ``W`` partials of
-      the own rows are summed.
+      (``torch.matmul``) for ``d = r+1, r+2, ...`` in chunks of ``chunk_rows`` rows (default:
+      the tuned value, else a quarter of a segment), each pushed to ``d`` by the copy engine
+      while the next one is computed; then, per chunk, the own rows' product and the
+      received partials are summed in one ``torch.addmm``.
 
     Partials travel in the input dtype; sums accumulate in fp32, in rank order.
     """
     _validate("gemm_rs", a, b, method)
+    if chunk_rows is not None and (not isinstance(chunk_rows, int) or chunk_rows <= 0):
+        raise ValueError(f"gemm_rs: chunk_rows must be a positive int, got {chunk_rows!r}")
     forced = engine or os.environ.get("DITRON_RS_ENGINE")
     if forced is not None and forced not in RS_ENGINES:
         raise ValueError(f"gemm_rs: engine must be one of {RS_ENGINES}, got {forced!r}")
@@ -481,32 +485,61 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         fn(out, partial.contiguous())
         return out
     if not graph and (forced or choice.engine) == "copy_engine":
-        return _rs_by_segments(a, b)
+        return _rs_by_segments(a, b, chunk_rows if chunk_rows is not None
+                               else choice.chunk_rows)
     return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
 
 
-def _rs_by_segments(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """GEMM-RS on one node with the copy engine: the partial of each destination's rows is
-    computed, then pushed into that rank's inbox (slot ``me``) by the copy engine, whose
-    stream starts after the partial's GEMM and runs beside the next one (the exchange of
-    ``ops/exchange.py``: double-buffered inbox, ready / ack epochs)."""
-    from .exchange import Part, open_exchange, sum_slots
+#: default chunks per segment of the copy-engine GEMM-RS (``chunk_rows`` overrides)
+RS_CHUNKS = 4
+
+
+def _rs_by_segments(a: torch.Tensor, b: torch.Tensor,
+                    chunk_rows: int | None = None) -> torch.Tensor:
+    """GEMM-RS on one node with the copy engine, by segments and chunks of ``chunk_rows``
+    rows (default: a segment in ``RS_CHUNKS``).
+
+    For ``d = r+1, r+2, ...`` (own rows last) the partial of each chunk of ``d``'s rows is
+    computed (``torch.matmul``) and pushed by the copy engine into slot ``me`` of ``d``'s
+    inbox, raising ``ready[me]`` on ``d`` to ``e * 64 + i + 1`` for chunk ``i``; the engine's
+    stream starts after that chunk's GEMM and runs beside the next ones (the exchange of
+    ``ops/exchange.py``: double-buffered inbox, ready / ack epochs). Then, chunk by chunk,
+    once every peer's chunk ``i`` is in: ``out = own rows @ b + received`` in one
+    ``torch.addmm`` (the sum fused into the GEMM's epilogue; with more than one peer their
+    partials are summed first). A chunk a peer computed early arrives while this rank still
+    computes, so the final sums wait for little."""
+    from .exchange import _CHUNK_SLOTS, engine_instance, open_exchange, sum_slots
 
     rt = current()
     W, me = rt.world.world_size, rt.world.rank
     M, N = a.shape[0], b.shape[1]
     seg = M // W
+    rows = chunk_rows or -(-seg // RS_CHUNKS)
+    chunks = min(-(-seg // max(rows, 1)), _CHUNK_SLOTS - 1) if seg else 1
+    bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
     call = open_exchange("gemm_rs:copy_engine", a.dtype, W * seg * N,
                          {q: (q * seg * N, seg * N) for q in range(W)}, "copy_engine")
-    for i in range(1, W + 1):
-        d = (me + i) % W
-        rows = a[d * seg:(d + 1) * seg]
-        if d == me:  # own partial straight into its inbox slot
-            torch.matmul(rows, b, out=call.inbox[me * seg * N:(me + 1) * seg * N].view(seg, N))
-        else:
-            call.push([Part(d, torch.matmul(rows, b).view(-1), me * seg * N)])
-    call.wait()
-    out = sum_slots(call.inbox.view(W, seg, N))
+    slots = call.inbox.view(W, seg, N)
+    base = call.epoch * _CHUNK_SLOTS
+    engine = engine_instance("copy_engine")
+    for step in range(1, W):
+        d = (me + step) % W
+        for i, (lo, hi) in enumerate(bounds):
+            part = torch.matmul(a[d * seg + lo:d * seg + hi], b)
+            engine.issue([Transfer(part, slots[me, lo:hi], me, d,
+                                   Signal(call.pad, me, base + i + 1))])
+    if engine not in call.engines:
+        call.engines.append(engine)
+    out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
+    own = a[me * seg:(me + 1) * seg]
+    peers = [q for q in range(W) if q != me]
+    for i, (lo, hi) in enumerate(bounds):
+        if hi == lo:
+            continue
+        wait_slots(call.pad, 0, call.node, base + i + 1, skip=me)
+        received = (slots[peers[0], lo:hi] if len(peers) == 1
+                    else sum_slots(slots[peers, lo:hi]))
+        torch.addmm(received, own[lo:hi], b, out=out[lo:hi])
     call.finish()
     return out
 

@@ -1,5 +1,7 @@
 """CUDA stream memory operations: write or wait on a 64-bit signal in stream order, without a
-kernel launch (the driver's ``cuStreamWriteValue64`` / ``cuStreamWaitValue64``).
+kernel launch (the driver's ``cuStreamWriteValue64`` / ``cuStreamWaitValue64``), and the
+driver's stream-ordered copy between any two mapped addresses (``cuMemcpyAsync``: the copy
+engines), issued by raw address for a few microseconds of host time.
 
 They implement the same semantics as the ``notify`` / ``wait`` kernels of the signal protocol
 and are what the host-issued paths (copy engine, exchange) use on CUDA when no wait timeout
@@ -48,7 +50,12 @@ def _load() -> tuple | None:
     if get_attr(ctypes.byref(value), _ATTR_64_BIT, torch.cuda.current_device()) != 0 \
             or value.value == 0:
         return None
-    _driver = tuple(fns)
+    copy = getattr(lib, "cuMemcpyAsync", None)
+    if copy is None:
+        return None
+    copy.restype = ctypes.c_int
+    copy.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+    _driver = (*fns, copy)
     return _driver
 
 
@@ -68,11 +75,21 @@ def _check(code: int, what: str, addr: int, value: int) -> None:
 def write_value(stream: int, addr: int, value: int) -> None:
     """After the earlier work of ``stream`` (raw ``cudaStream_t``), store the 64-bit
     ``value`` at device address ``addr`` (local or a peer's mapped address), fenced."""
-    write, _ = _load()
+    write = _load()[0]
     _check(write(stream, addr, value, _WRITE_DEFAULT), "cuStreamWriteValue64", addr, value)
 
 
 def wait_value(stream: int, addr: int, value: int) -> None:
     """Make later work of ``stream`` wait until the 64-bit signal at ``addr`` is >= ``value``."""
-    _, wait = _load()
+    wait = _load()[1]
     _check(wait(stream, addr, value, _WAIT_GEQ), "cuStreamWaitValue64", addr, value)
+
+
+def memcpy(stream: int, dst: int, src: int, nbytes: int) -> None:
+    """After the earlier work of ``stream``, copy ``nbytes`` from device address ``src`` to
+    ``dst`` (local or peer addresses mapped in this process; unified addressing)."""
+    copy = _load()[2]
+    code = copy(dst, src, nbytes, stream)
+    if code != 0:
+        raise RuntimeError(f"ditron: cuMemcpyAsync(dst=0x{dst:x}, src=0x{src:x}, "
+                           f"bytes={nbytes}) failed with CUresult {code}")

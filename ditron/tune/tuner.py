@@ -19,7 +19,7 @@ gain inside the noise.
 Knobs: overlap vs fallback, the tile configuration, for ``ag_gemm`` the transfer engine, the
 chunk size and, with the ``sm`` engine, the SMs given to communication (``COMM_SMS``; the
 GEMM's ``GemmConfig.programs`` is the rest), for ``gemm_rs`` the engine (colocated stores
-from the GEMM, or the copy engine by segments).
+from the GEMM, or the copy engine by segments) and the copy engine's chunk size.
 """
 
 from __future__ import annotations
@@ -144,8 +144,11 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     for c in candidates:
         for e in engines:
             if op == "gemm_rs" and e == "copy_engine":
-                if c is candidates[0]:  # cuBLAS per segment: no tile config to vary
-                    trials.append(("overlap", c, e, None))
+                if c is candidates[0]:  # cuBLAS per chunk: no tile config to vary
+                    # a segment in 4 chunks (the default, None), in 1, 2 and 8
+                    seg = max(M // W, 1)
+                    sizes = sorted({-(-seg // k) for k in (1, 2, 8)} - {-(-seg // 4)})
+                    trials += [("overlap", c, e, ch) for ch in [None, *sizes]]
                 continue
             if e == "sm" and dev.type == "cuda":  # the knob: SMs given to communication
                 sms = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -196,7 +199,7 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
 
 def _call(fn_op, a, b, op: str, method: str, cfg: GemmConfig, engine: str, chunk):
     """One call of ``op`` as trial (method, cfg, engine, chunk) runs it."""
-    extra = ({"engine": engine, "chunk_rows": chunk} if op == "ag_gemm"
+    extra = ({"engine": engine, "chunk_rows": chunk} if op in ("ag_gemm", "gemm_rs")
              else {"engine": engine} if op in ENGINES else {})
     return lambda: fn_op(a, b, method=method, config=cfg, **extra)
 

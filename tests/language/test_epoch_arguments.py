@@ -20,9 +20,10 @@ EPOCH_LIKE = {"epoch", "value", "wait_target"}
 
 
 def _launched(name: str) -> bool:
-    """Whether some module of the package launches ``name`` (``name[grid](...)``); device
-    functions called from kernels are not specialised on their own."""
-    pattern = re.compile(rf"\b{name}\[")
+    """Whether some module of the package launches ``name`` (``name[grid](...)``, or through
+    ``FastKernel(name)``); device functions called from kernels are not specialised on
+    their own."""
+    pattern = re.compile(rf"\b{name}\[|FastKernel\({name}\)")
     return any(pattern.search(path.read_text())
                for path in pathlib.Path(ditron.__file__).parent.rglob("*.py"))
 

@@ -237,7 +237,7 @@ def test_tuner_confirms_overlap_against_the_fallback():
     assert ditron.launch(_confirm_case, 2, 0.5, backend="cpu") == [0, 0]  # needs 50%: falls back
 
 
-def _ag_engines_case(m: int, K: int, N: int, reps: int) -> int:
+def _engines_case(m: int, K: int, N: int, reps: int) -> int:
     poison_empty()
     w = ditron.world()
     checks = 0
@@ -257,20 +257,34 @@ def _ag_engines_case(m: int, K: int, N: int, reps: int) -> int:
             _close(name, c, ref, torch.float32)
             assert torch.equal(ga, _gather(a)), f"{name}: gathered A differs"
             checks += 1
+        # GEMM-RS by the copy engine: 13-row segments in 4-row chunks (4+4+4+1, where each
+        # chunk's sum is fused into its GEMM), in one chunk, and the default quarters
+        for chunk_rows in (4, 13, None):
+            torch.manual_seed(200 * it + w.rank)
+            a2 = torch.randn(w.world_size * m, K, device=w.device)
+            b2 = torch.randn(N, K, device=w.device).t()
+            full = _sum(a2.double() @ b2.double())
+            rs = ditron.ops.gemm_rs(a2, b2, method="overlap", engine="copy_engine",
+                                    chunk_rows=chunk_rows)
+            _close(f"gemm_rs[copy_engine, chunk_rows={chunk_rows}]", rs,
+                   full[w.rank * m:(w.rank + 1) * m], torch.float32)
+            checks += 1
     with pytest.raises(ValueError, match="engine must be one of"):
         ditron.ops.ag_gemm(a, b, engine="pigeon")
     with pytest.raises(ValueError, match="engine must be one of"):
         ditron.ops.gemm_rs(torch.cat([a] * w.world_size), b, engine="pigeon")
     with pytest.raises(ValueError, match="chunk_rows must be a positive int"):
         ditron.ops.ag_gemm(a, b, chunk_rows=0)
+    with pytest.raises(ValueError, match="chunk_rows must be a positive int"):
+        ditron.ops.gemm_rs(torch.cat([a] * w.world_size), b, chunk_rows=-3)
     return checks
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_ag_gemm_engines_agree_with_torch(backend, world_size):
+def test_tp_gemm_engines_agree_with_torch(backend, world_size):
     # 13 rows per rank: tiles straddle chunks; calls alternate engines on shared signals.
-    assert ditron.launch(_ag_engines_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [15] * world_size
+    assert ditron.launch(_engines_case, world_size, 13, 20, 40, 3,
+                         backend=backend) == [24] * world_size
 
 
 def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -> int:
