@@ -94,11 +94,14 @@ def _sm_rows(bufs, back, d: int, nbytes: int, programs: int) -> list[dict]:
         t = _time(lambda f=frac: issue((0, d), f), streams)
         rows.append(dict(kind=f"hybrid both ways ce={frac:.1f}", src=0, dst=d, bytes=2 * nbytes,
                          us=t * 1e6, GBps=2 * nbytes / t / 1e9))
+    for r in rows:  # printed before the check, so that a failed check keeps the figures
+        print(f"{r['kind']:<28} {r['src']}->{r['dst']}  {r['us']:10.1f} us  "
+              f"{r['GBps']:8.1f} GB/s", flush=True)
     issue((0, d), 0.6)
     for g in (0, d):
         torch.cuda.synchronize(g)
     for g in (0, d):
-        if not torch.equal(dst[g], src[peer_of[g]]):
+        if not torch.equal(dst[g], src[peer_of[g]].to(dst[g].device)):
             raise SystemExit(f"peer_bandwidth: hybrid copy into GPU {g} is wrong")
     return rows
 
