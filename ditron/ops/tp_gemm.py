@@ -453,9 +453,9 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
       and add them in the epilogue.
     * ``"copy_engine"`` (by segments): the partial product of rank ``d``'s rows is computed
       (``torch.matmul``) for ``d = r+1, r+2, ...`` in chunks of ``chunk_rows`` rows (default:
-      the tuned value, else a quarter of a segment), each pushed to ``d`` by the copy engine
-      while the next one is computed; then, per chunk, the own rows' product and the
-      received partials are summed in one ``torch.addmm``.
+      the tuned value, else a whole segment), each pushed to ``d`` by the copy engine
+      while the next one is computed; own rows last; then the partials are summed per
+      chunk as each chunk lands.
 
     Partials travel in the input dtype; sums accumulate in fp32, in rank order.
     """
@@ -490,24 +490,27 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
 
 
-#: default chunks per segment of the copy-engine GEMM-RS (``chunk_rows`` overrides)
-RS_CHUNKS = 4
+#: default chunks per segment of the copy-engine GEMM-RS (``chunk_rows`` overrides): on 2
+#: H200s each extra chunk cost ~100 us of host time (``docs/perf.md``, session 6), so only
+#: the tuner splits segments, where that paid
+RS_CHUNKS = 1
 
 
 def _rs_by_segments(a: torch.Tensor, b: torch.Tensor,
                     chunk_rows: int | None = None) -> torch.Tensor:
-    """GEMM-RS on one node with the copy engine, by segments and chunks of ``chunk_rows``
-    rows (default: a segment in ``RS_CHUNKS``).
+    """GEMM-RS on one node with the copy engine, by segments, in chunks of ``chunk_rows``
+    rows (default: a segment in ``RS_CHUNKS``, i.e. whole).
 
-    For ``d = r+1, r+2, ...`` (own rows last) the partial of each chunk of ``d``'s rows is
-    computed (``torch.matmul``) and pushed by the copy engine into slot ``me`` of ``d``'s
-    inbox, raising ``ready[me]`` on ``d`` to ``e * 64 + i + 1`` for chunk ``i``; the engine's
-    stream starts after that chunk's GEMM and runs beside the next ones (the exchange of
-    ``ops/exchange.py``: double-buffered inbox, ready / ack epochs). Then, chunk by chunk,
-    once every peer's chunk ``i`` is in: ``out = own rows @ b + received`` in one
-    ``torch.addmm`` (the sum fused into the GEMM's epilogue; with more than one peer their
-    partials are summed first). A chunk a peer computed early arrives while this rank still
-    computes, so the final sums wait for little."""
+    For ``d = r+1, r+2, ...`` the partial of each chunk of ``d``'s rows is computed
+    (``torch.matmul``) and pushed by the copy engine into slot ``me`` of ``d``'s inbox,
+    raising ``ready[me]`` on ``d`` to ``e * 64 + i + 1`` for chunk ``i``; the engine's stream
+    starts after that chunk's GEMM and runs beside the next ones (the exchange of
+    ``ops/exchange.py``: double-buffered inbox, ready / ack epochs). The own rows come last,
+    straight into slot ``me`` of my inbox, with no wait: the peers' chunks land meanwhile.
+    Then chunk ``i`` of the result is summed (fp32, rank order) once every peer's chunk ``i``
+    is in. (Adding the received partials in the own rows' GEMM, as ``addmm``'s ``C``, would
+    make that GEMM wait for the last peer's push, which starts only when that peer reaches
+    its own rows: measured slower on 2 H200s.)"""
     from .exchange import _CHUNK_SLOTS, engine_instance, open_exchange, sum_slots
 
     rt = current()
@@ -530,16 +533,12 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor,
                                    Signal(call.pad, me, base + i + 1))])
     if engine not in call.engines:
         call.engines.append(engine)
+    torch.matmul(a[me * seg:(me + 1) * seg], b, out=slots[me])
     out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
-    own = a[me * seg:(me + 1) * seg]
-    peers = [q for q in range(W) if q != me]
     for i, (lo, hi) in enumerate(bounds):
-        if hi == lo:
-            continue
-        wait_slots(call.pad, 0, call.node, base + i + 1, skip=me)
-        received = (slots[peers[0], lo:hi] if len(peers) == 1
-                    else sum_slots(slots[peers, lo:hi]))
-        torch.addmm(received, own[lo:hi], b, out=out[lo:hi])
+        if hi > lo:
+            wait_slots(call.pad, 0, call.node, base + i + 1, skip=me)
+            sum_slots(slots[:, lo:hi], out[lo:hi])
     call.finish()
     return out
 

@@ -145,9 +145,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
         for e in engines:
             if op == "gemm_rs" and e == "copy_engine":
                 if c is candidates[0]:  # cuBLAS per chunk: no tile config to vary
-                    # a segment in 4 chunks (the default, None), in 1, 2 and 8
+                    # a segment whole (the default, None), in 2 and in 4 chunks
                     seg = max(M // W, 1)
-                    sizes = sorted({-(-seg // k) for k in (1, 2, 8)} - {-(-seg // 4)})
+                    sizes = sorted({-(-seg // k) for k in (2, 4)} - {seg}, reverse=True)
                     trials += [("overlap", c, e, ch) for ch in [None, *sizes]]
                 continue
             if e == "sm" and dev.type == "cuda":  # the knob: SMs given to communication

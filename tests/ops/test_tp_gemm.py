@@ -257,8 +257,8 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
             _close(name, c, ref, torch.float32)
             assert torch.equal(ga, _gather(a)), f"{name}: gathered A differs"
             checks += 1
-        # GEMM-RS by the copy engine: 13-row segments in 4-row chunks (4+4+4+1, where each
-        # chunk's sum is fused into its GEMM), in one chunk, and the default quarters
+        # GEMM-RS by the copy engine: 13-row segments in 4-row chunks (4+4+4+1, each summed
+        # as it lands), in one 13-row chunk, and by default
         for chunk_rows in (4, 13, None):
             torch.manual_seed(200 * it + w.rank)
             a2 = torch.randn(w.world_size * m, K, device=w.device)
