@@ -9,7 +9,8 @@ arguments, three TMA descriptors) on the GPU hosts of session 6 (``bench/host_br
 * integers: the exact value, except parameters listed in ``do_not_specialize``, which only
   keep whether they fit 32 bits (Triton's own rule for them);
 * host TMA descriptors: dtype, alignment, shape, strides, block shape and padding;
-* tuples (``DeviceContext``) element by element; constexprs and launch options by value;
+* tuples (``DeviceContext``) by type and element by element; constexprs and launch options
+  by value;
 * the current device.
 
 The key is never coarser than Triton's own specialisation, so a hit runs the kernel Triton
@@ -35,30 +36,65 @@ class _Unkeyable(Exception):
     """An argument whose specialisation this module does not model."""
 
 
+def _tensor_key(v: torch.Tensor, specialize: bool):
+    return (v.dtype, v.data_ptr() % 16 == 0)
+
+
 def _int_key(v: int, specialize: bool):
     if specialize:
         return v
     return -(1 << 31) <= v < (1 << 31)
 
 
-def _arg_key(v: Any, specialize: bool = True):
+def _bool_key(v: bool, specialize: bool):
+    return ("bool", v)  # not equal to the key of the integer 0 or 1
+
+
+def _none_key(v: None, specialize: bool):
+    return None
+
+
+def _float_key(v: float, specialize: bool):
+    return float
+
+
+def _tuple_key(v: tuple, specialize: bool):
+    return (type(v), *(_arg_key(x, specialize) for x in v))
+
+
+def _desc_key(v: Any, specialize: bool):
+    base = v.base
+    return ("desc", base.dtype, base.data_ptr() % 16 == 0, tuple(v.shape), tuple(v.strides),
+            tuple(v.block_shape), getattr(v, "padding", None))
+
+
+#: the key function of each argument type met so far (subclasses resolved once, below)
+_KEYS_BY_TYPE: dict[type, Any] = {torch.Tensor: _tensor_key, int: _int_key, bool: _bool_key,
+                                  type(None): _none_key, float: _float_key, tuple: _tuple_key}
+
+
+def _key_function(v: Any):
     if isinstance(v, torch.Tensor):
-        return (v.dtype, v.data_ptr() % 16 == 0)
-    if isinstance(v, bool):
-        return ("bool", v)  # not equal to the key of the integer 0 or 1
-    if v is None:
-        return None
-    if isinstance(v, int):
-        return _int_key(v, specialize)
-    if isinstance(v, float):
-        return float
-    if isinstance(v, tuple):
-        return tuple(_arg_key(x, specialize) for x in v)
-    base = getattr(v, "base", None)
-    if isinstance(base, torch.Tensor) and hasattr(v, "block_shape"):  # TensorDescriptor
-        return ("desc", base.dtype, base.data_ptr() % 16 == 0, tuple(v.shape),
-                tuple(v.strides), tuple(v.block_shape), getattr(v, "padding", None))
-    raise _Unkeyable(type(v).__name__)
+        fn = _tensor_key
+    elif isinstance(v, bool):
+        fn = _bool_key
+    elif isinstance(v, int):
+        fn = _int_key
+    elif isinstance(v, float):
+        fn = _float_key
+    elif isinstance(v, tuple):  # e.g. DeviceContext
+        fn = _tuple_key
+    elif isinstance(getattr(v, "base", None), torch.Tensor) and hasattr(v, "block_shape"):
+        fn = _desc_key  # a host TMA descriptor
+    else:
+        raise _Unkeyable(type(v).__name__)
+    _KEYS_BY_TYPE[type(v)] = fn
+    return fn
+
+
+def _arg_key(v: Any, specialize: bool = True):
+    fn = _KEYS_BY_TYPE.get(type(v)) or _key_function(v)
+    return fn(v, specialize)
 
 
 def _no_hooks(chain) -> bool:
@@ -106,9 +142,8 @@ class FastKernel:
             return
         device = torch.cuda.current_device()
         try:
-            spec = zip(args, self._specialize, strict=False)
-            key = (device, tuple(_arg_key(a, s) for a, s in spec),
-                   tuple((k, type(v), v) for k, v in kwargs.items()))
+            key = (device, tuple(map(_arg_key, args, self._specialize)),
+                   tuple(kwargs.items()), tuple(map(type, kwargs.values())))
             kernel = self._entries.get(key)
         except (_Unkeyable, TypeError):  # TypeError: an unhashable keyword value
             self.fn[grid](*args, **kwargs)

@@ -7,6 +7,8 @@ launch real kernels through it.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 import torch
 import triton
@@ -117,3 +119,19 @@ def test_plain_triton_path_when_disabled_or_unkeyable(fast, monkeypatch):
     assert log[-1][0] == "triton"
     kernel[(4,)](x, 100, 7, ctx, BLOCK=128)
     assert log[-1][0] == "fast"
+
+
+class _Ctx(NamedTuple):
+    heap_bases: torch.Tensor
+    rank: int
+    world_size: int
+
+
+def test_subclasses_key_like_their_base(fast):
+    kernel, log = fast
+    ctx = _Ctx(torch.zeros(2, dtype=torch.int64), 0, 2)
+    kernel[(4,)](torch.zeros(64), 100, 7, ctx, BLOCK=128)
+    kernel[(4,)](torch.nn.Parameter(torch.zeros(64)), 100, 9, ctx, BLOCK=128)
+    assert log[-1][0] == "fast"  # a Parameter specialises like the tensor it is
+    kernel[(4,)](torch.zeros(64), 100, 7, tuple(ctx), BLOCK=128)  # a plain tuple: new key
+    assert log[-1][0] == "triton"
