@@ -306,8 +306,8 @@ def _fused_ok(engine: str, n: int, op: str) -> bool:
 PUSH_MIN_BYTES = 512 << 10
 #: launches of at least this many bytes move 16384-element blocks with 16 warps per
 #: program (all-gather by pulls, reduce-scatter and all-to-all by pushes) when every rank
-#: has a GPU of its own: on 2 H200s, 64-256 MB all-gathers 1.16-1.19x and reduce-scatters
-#: 1.10-1.11x faster than 4096-element pushes (``bench/fused_lab.py``, session 6). Ranks
+#: has a GPU of its own: on 2 H200s, 64 MB-1 GB all-gathers 1.18-1.20x and reduce-scatters
+#: 1.11-1.12x faster than 4096-element pushes (``bench/fused_lab.py``, session 6). Ranks
 #: that share a GPU keep the narrower programs: every rank's programs must fit on it at once.
 WIDE_MIN_BYTES = 32 << 20
 
