@@ -314,3 +314,27 @@ def _rank_refuses_capture() -> int:
 
 def test_host_state_paths_refuse_capture():
     assert ditron.launch(_rank_refuses_capture, 2) == [7, 7]
+
+
+def test_fused_variant_rules(monkeypatch):
+    """The GPU variant table (a pure function; the GPU runs time what it picks)."""
+    for knob in ("DITRON_FUSED_PUSH", "DITRON_FUSED_BLOCK", "DITRON_FUSED_PROGRAMS",
+                 "DITRON_FUSED_WARPS"):
+        monkeypatch.delenv(knob, raising=False)
+    V = collectives.FusedVariant
+    pick = collectives.fused_variant
+    big = collectives.WIDE_MIN_BYTES
+    assert pick(4 << 10, "cuda", kfc.ALL_GATHER) == V(False, 1024, 4)
+    assert pick(1 << 20, "cuda", kfc.ALL_REDUCE) == V(True, 2048, 8)
+    assert pick(8 << 20, "cuda", kfc.REDUCE_SCATTER) == V(True, 4096, 8)
+    # from WIDE_MIN_BYTES: 16384-element steps on 16 warps; all-gather pulls, the rest push
+    assert pick(big, "cuda", kfc.ALL_GATHER) == V(False, 16384, 16)
+    assert pick(big, "cuda", kfc.REDUCE_SCATTER) == V(True, 16384, 16)
+    assert pick(big, "cuda", kfc.ALL_TO_ALL) == V(True, 16384, 16)
+    assert pick(big, "cuda", kfc.ALL_REDUCE) == V(True, 4096, 8)  # not measured: unchanged
+    assert pick(big, "cuda", kfc.ALL_GATHER, shared_gpu=True) == V(True, 4096, 8)
+    monkeypatch.setenv("DITRON_FUSED_PUSH", "1")
+    monkeypatch.setenv("DITRON_FUSED_PROGRAMS", "256")
+    monkeypatch.setenv("DITRON_FUSED_WARPS", "4")
+    assert pick(big, "cuda", kfc.ALL_GATHER) == V(True, 16384, 4, 256)
+    assert pick(big, "cpu", kfc.ALL_GATHER) == V(True, 1024, 1)  # the interpreter
