@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 5: the full-node measurement run, for any number of GPUs on one host. Usage:
 #   OUT=bench/results/<date>-<machine> bash bench/gpu_node_run.sh
-# (1) topology and copy-engine ceilings, (2) `ditron bench collectives` over the sweep, every
+# (1) topology, copy-engine and SM-kernel ceilings (peer_bandwidth --sm), (2) `ditron bench collectives` over the sweep, every
 # engine, eager (isolated and back to back) and under CUDA graphs, against NCCL (its rows are
 # the NCCL bus-bandwidth sweep), (3) `ditron bench tp-gemm --tune` at world size NGPU, 4 and 2, against cuBLAS +
 # NCCL and PyTorch's fused ops, (4) correctness of every op at the full world size.
@@ -14,6 +14,7 @@
 # variants, 7: overlap traces, 8: host time per function of the overlapped ops);
 # ENGINES=copy_engine,sm,tma adds the TMA engine to the sweep; GRAPH_MAX (default 4M) is the
 # largest size timed under CUDA graphs. tp-gemm also times the ops under CUDA graphs.
+# A device call returns at most 8 files: tar "$OUT" into one file of the call's output.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -54,9 +55,9 @@ if want 5; then
 fi
 
 if want 1; then
-  echo "== (1) topology and copy-engine ceilings"
+  echo "== (1) topology, copy-engine and SM-kernel ceilings"
   nvidia-smi topo -m > "$OUT/topo.txt" 2>&1; head -12 "$OUT/topo.txt"
-  timeout $(( $(left) < 120 ? $(left) : 120 )) python3 bench/peer_bandwidth.py --out "$OUT" || status=1
+  timeout $(( $(left) < 120 ? $(left) : 120 )) python3 bench/peer_bandwidth.py --sm --out "$OUT" || status=1
 fi
 
 if want 2; then
