@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, register_engine
 
@@ -72,6 +73,9 @@ def _move_kernel(desc, typed, sig_typed, counters, value, ctx, BLOCK: tl.constex
         if done == nprog - 1:
             tl.atomic_xchg(counters + t, 0, sem="relaxed", scope="sys")
             dl.notify(_as_ptr(sig, sig_typed), value, tl.load(row + 6), ctx)
+
+
+_FAST_MOVE = FastKernel(_move_kernel)
 
 
 def _default_programs() -> int:
@@ -128,9 +132,9 @@ class SmEngine(Engine):
         for (_, reduce, value), batch in groups.items():
             desc, counters, sig_typed = self._table(batch)
             grid = (self.programs, len(batch))
-            _move_kernel[grid](desc, batch[0].src, sig_typed, counters, value, ctx,
-                               BLOCK=self.block, REDUCE=reduce, VEC=_vector(batch),
-                               num_warps=8)
+            _FAST_MOVE[grid](desc, batch[0].src, sig_typed, counters, value, ctx,
+                             BLOCK=self.block, REDUCE=reduce, VEC=_vector(batch),
+                             num_warps=8)
 
     def _table(self, batch: list[Transfer]):
         rows = []

@@ -32,6 +32,7 @@ import triton.language as tl
 from .. import language as dl
 from ..engines.sync import notify_range, wait_range
 from ..runtime.signals import signal_pad
+from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from .exchange import capturing
 from .workspaces import alloc_buffers, cached
@@ -125,6 +126,12 @@ class _Workspace:
         heap.free(self.inbox)
 
 
+_FAST_SPLITS = FastKernel(_splits_kernel)
+_FAST_DATA = FastKernel(_data_kernel)
+_FAST_FINISH = FastKernel(_finish_kernel)
+_FAST_ACK = FastKernel(_ack_kernel)
+
+
 def _workspace(dtype: torch.dtype, row: int, cap_rows: int) -> _Workspace:
     rt = current()
     w = rt.world.world_size
@@ -190,19 +197,19 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
     xc = x.contiguous()
     cpu = rt.world.backend == "cpu"
     block = 4096 if cpu else 2048
-    _splits_kernel[(1,)](splits.to(torch.int64).contiguous(), ws.mat, ws.pad, ws.epoch,
-                         node.start, len(node), ctx, WB=wb)
+    _FAST_SPLITS[(1,)](splits.to(torch.int64).contiguous(), ws.mat, ws.pad, ws.epoch,
+                       node.start, len(node), ctx, WB=wb)
     senders = SENDERS_CPU if cpu else SENDERS_GPU
-    _data_kernel[(w, senders)](xc, x.shape[0], ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad,
-                               ws.epoch, row, max_out_rows, ctx, BLOCK=block, WB=wb)
+    _FAST_DATA[(w, senders)](xc, x.shape[0], ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad,
+                             ws.epoch, row, max_out_rows, ctx, BLOCK=block, WB=wb)
     out = torch.empty((max_out_rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
     out_splits = torch.empty(w, dtype=torch.int64, device=x.device)
     numel = max_out_rows * row
     programs = 1 if cpu else max(1, min(32, triton.cdiv(numel, block)))
-    _finish_kernel[(programs,)](out, out_splits, ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad,
-                                ws.epoch, numel, node.start, len(node), senders, ctx,
-                                BLOCK=block, WB=wb)
-    _ack_kernel[(1,)](ws.pad, ws.epoch, node.start, len(node), ctx)
+    _FAST_FINISH[(programs,)](out, out_splits, ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad,
+                              ws.epoch, numel, node.start, len(node), senders, ctx,
+                              BLOCK=block, WB=wb)
+    _FAST_ACK[(1,)](ws.pad, ws.epoch, node.start, len(node), ctx)
     if (rt.wait_timeout > 0 or cpu) and not capturing():
         from ..runtime.diagnostics import check_waits
 

@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.triton_launch import FastKernel
 from .ir import Chunk, Plan
 
 
@@ -40,6 +41,9 @@ def _publish_kernel(sig_ptr, chunk_ptr, n_chunks, epoch, first_peer, n_peers, ct
         p += 1
 
 
+_FAST_PUBLISH = FastKernel(_publish_kernel)
+
+
 def publish(signals: torch.Tensor, chunk_ids: torch.Tensor, epoch: int, peers: range,
             ctx) -> None:
     """Set ``signals[c] = epoch`` for every ``c`` in ``chunk_ids`` on every rank of ``peers``
@@ -47,8 +51,8 @@ def publish(signals: torch.Tensor, chunk_ids: torch.Tensor, epoch: int, peers: r
     on the same stream (release at system scope)."""
     if chunk_ids.numel() == 0 or len(peers) == 0:
         return
-    _publish_kernel[(1,)](signals, chunk_ids, chunk_ids.numel(), epoch, peers.start,
-                          len(peers), ctx)
+    _FAST_PUBLISH[(1,)](signals, chunk_ids, chunk_ids.numel(), epoch, peers.start,
+                        len(peers), ctx)
 
 
 def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], torch.Tensor],
