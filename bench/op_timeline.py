@@ -1,8 +1,8 @@
 """GPU timeline of a batch of TP-GEMM calls: what each stream runs, and where the GPU idles.
 
 Every rank runs ``--batch`` calls of each selected implementation back to back (after a
-warm-up, as ``ditron bench tp-gemm`` times them) under ``torch.profiler`` (CUDA activity);
-rank 0 prints, per implementation:
+warm-up, a call inside the profiler and a host barrier, as ``ditron bench tp-gemm`` times
+them) under ``torch.profiler`` (CUDA activity); rank 0 prints, per implementation:
 
 * the batch's time per call by CUDA events (profiled, so host costs are inflated);
 * per stream: busy time (union of its kernels / copies) and the activities of the first call;
@@ -26,13 +26,22 @@ import torch
 import ditron
 
 DEFAULT_IMPLS = "ag_gemm/overlap,ag_gemm/baseline,gemm_rs/copy_engine,gemm_rs/colocated"
+#: the host range around the timed batch (the profiler starts at different moments on the
+#: ranks, so one call inside it, then a barrier, come first and are left out)
+MARKER = "ditron_timed_batch"
 
 
-def _intervals(trace: dict) -> list[dict]:
+def _intervals(trace: dict, marker: str = MARKER) -> list[dict]:
+    """The GPU activities (kernels, copies, memsets) that start after the host range
+    ``marker`` began (all of them when there is no such range)."""
     keep = ("kernel", "gpu_memcpy", "gpu_memset")
+    starts = [float(e["ts"]) for e in trace["traceEvents"]
+              if e.get("name") == marker and e.get("cat") == "user_annotation"]
+    cutoff = min(starts) if starts else float("-inf")
     return sorted(({"name": e["name"], "stream": e["args"].get("stream", -1),
                     "ts": float(e["ts"]), "dur": float(e.get("dur", 0))}
-                   for e in trace["traceEvents"] if e.get("cat") in keep),
+                   for e in trace["traceEvents"]
+                   if e.get("cat") in keep and float(e["ts"]) >= cutoff),
                   key=lambda e: e["ts"])
 
 
@@ -88,7 +97,7 @@ def _report(label: str, per_call: float, evs: list[dict], calls: int) -> None:
 def _run(shape: tuple[int, int, int], impls: list[str], batch: int) -> None:
     import torch.distributed as dist
     from host_profile import _tp_impls  # bench/ is the script's folder
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     from ditron.runtime.world import current
 
@@ -106,10 +115,14 @@ def _run(shape: tuple[int, int, int], impls: list[str], batch: int) -> None:
         dist.barrier(group=group)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            start.record()
-            for _ in range(batch):
-                fn()
-            end.record()
+            fn()
+            torch.cuda.synchronize()
+            dist.barrier(group=group)
+            with record_function(MARKER):
+                start.record()
+                for _ in range(batch):
+                    fn()
+                end.record()
             torch.cuda.synchronize()
         dist.barrier(group=group)
         if rank != 0:
