@@ -47,4 +47,6 @@ def test_bench_tp_gemm_smoke(tmp_path, monkeypatch):
     assert out.returncode == 0, out.stderr
     results = json.loads((tmp_path / "tp_gemm.json").read_text())["results"]
     assert results and all(r["tuned_method"] in ("overlap", "fallback") for r in results)
+    assert all(r["auto"] > 0 and r["eff_auto"] > 0 for r in results)
+    assert "eff_auto" in out.stdout.splitlines()[0]
     assert list((tmp_path / "cache").iterdir()), "the tuner cached no decision"

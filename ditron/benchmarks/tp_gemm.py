@@ -226,16 +226,20 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
 
 def _table(results: list[dict]) -> str:
     head = (f"{'op':8} {'M':>6} {'N':>6} {'K':>6} {'T_gemm':>9} {'T_comm':>9} {'base':>9} "
-            f"{'ditron':>9} {'fused':>9} {'speedup':>7} {'eff':>5} {'eff_base':>8}")
+            f"{'ditron':>9} {'auto':>9} {'fused':>9} {'speedup':>7} {'eff':>5} {'eff_auto':>8} "
+            f"{'eff_base':>8}")
     lines = [head, "-" * len(head)]
     f = lambda v: f"{v:9.1f}" if isinstance(v, float) else f"{'-':>9}"  # noqa: E731
     for r in results:
         lines.append(f"{r['op']:8} {r['M']:6} {r['N']:6} {r['K']:6} {f(r['t_gemm'])} "
                      f"{f(r['t_comm'])} {f(r.get('baseline'))} {f(r.get('ditron'))} "
-                     f"{f(r.get('torch_fused'))} {r.get('speedup', 0):7.3f} "
-                     f"{r.get('eff_ditron', 0):5.2f} {r.get('eff_baseline', 0):8.2f}"
+                     f"{f(r.get('auto'))} {f(r.get('torch_fused'))} {r.get('speedup', 0):7.3f} "
+                     f"{r.get('eff_ditron', 0):5.2f} {r.get('eff_auto', 0):8.2f} "
+                     f"{r.get('eff_baseline', 0):8.2f}"
                      + (f"  auto={r['tuned_method']}" if "tuned_method" in r else ""))
-    lines.append("times in us (median, slowest rank); eff = max(T_gemm, T_comm) / T_op")
+    lines.append("times in us (median, slowest rank); eff = max(T_gemm, T_comm) / T_op; "
+                 "ditron = method='overlap' (default engine and tiles), auto = the default "
+                 "call (the tuned decision when one is cached)")
     if any("graph_ditron" in r for r in results):
         head = (f"{'op':8} {'M':>6} {'N':>6} {'K':>6} {'T_gemm':>9} {'T_comm':>9} {'base':>9} "
                 f"{'ditron':>9} {'speedup':>7} {'eff':>5} {'eff_base':>8}")
@@ -260,8 +264,9 @@ def _plot(results: list[dict], path: str) -> bool:
     labels = [f"{r['op']}\n{r['N']}x{r['K']}" for r in results]
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(results)), 4))
     x = range(len(results))
-    for i, key in enumerate(("eff_baseline", "eff_ditron", "eff_torch_fused")):
-        ax.bar([v + 0.27 * (i - 1) for v in x], [r.get(key) or 0 for r in results], 0.27,
+    keys = ("eff_baseline", "eff_ditron", "eff_auto", "eff_torch_fused")
+    for i, key in enumerate(keys):
+        ax.bar([v + 0.2 * (i - 1.5) for v in x], [r.get(key) or 0 for r in results], 0.2,
                label=key.removeprefix("eff_"))
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(list(x), labels, fontsize=7)
