@@ -6,7 +6,11 @@ them) under ``torch.profiler`` (CUDA activity); rank 0 prints, per implementatio
 
 * the batch's time per call by CUDA events (profiled, so host costs are inflated);
 * per stream: busy time (union of its kernels / copies) and the activities of the first call;
+* the mean duration of each kind of activity;
 * the idle gaps of the compute stream over 3 us (offset, length, what came before and after).
+
+``--head-start-us`` makes the GPU sleep before the batch while the host queues it, so that
+host costs leave the timeline and what remains is the GPU side (waits for peers included).
 
     python bench/op_timeline.py [--world-size 2] [--shape 8192,4096,11008] [--impls ...]
 
@@ -29,6 +33,8 @@ DEFAULT_IMPLS = "ag_gemm/overlap,ag_gemm/baseline,gemm_rs/copy_engine,gemm_rs/co
 #: the host range around the timed batch (the profiler starts at different moments on the
 #: ranks, so one call inside it, then a barrier, come first and are left out)
 MARKER = "ditron_timed_batch"
+#: ``torch.cuda._sleep`` spins this many cycles per microsecond (about the H200's clock)
+CYCLES_PER_US = 1980
 
 
 def _intervals(trace: dict, marker: str = MARKER) -> list[dict]:
@@ -41,7 +47,8 @@ def _intervals(trace: dict, marker: str = MARKER) -> list[dict]:
     return sorted(({"name": e["name"], "stream": e["args"].get("stream", -1),
                     "ts": float(e["ts"]), "dur": float(e.get("dur", 0))}
                    for e in trace["traceEvents"]
-                   if e.get("cat") in keep and float(e["ts"]) >= cutoff),
+                   if e.get("cat") in keep and float(e["ts"]) >= cutoff
+                   and "spin_kernel" not in e["name"]),  # the head start's sleep
                   key=lambda e: e["ts"])
 
 
@@ -76,6 +83,12 @@ def _report(label: str, per_call: float, evs: list[dict], calls: int) -> None:
         tag = "compute" if s == main else "side"
         print(f"   stream {s} ({tag}): busy {_union(lst) / calls:.1f} us per call, "
               f"{len(lst)} activities", flush=True)
+    by_name: dict[str, list[float]] = {}
+    for e in evs:
+        by_name.setdefault(_short(e["name"]), []).append(e["dur"])
+    print("   mean duration by activity:", flush=True)
+    for name, durs in sorted(by_name.items(), key=lambda kv: -sum(kv[1])):
+        print(f"     {sum(durs) / len(durs):8.1f} us x {len(durs):3}  {name}", flush=True)
     first_call = [e for e in evs if e["ts"] - t0 < span / calls]
     print("   first call:", flush=True)
     for e in first_call[:24]:
@@ -94,7 +107,8 @@ def _report(label: str, per_call: float, evs: list[dict], calls: int) -> None:
               flush=True)
 
 
-def _run(shape: tuple[int, int, int], impls: list[str], batch: int) -> None:
+def _run(shape: tuple[int, int, int], impls: list[str], batch: int,
+         head_start_us: float) -> None:
     import torch.distributed as dist
     from host_profile import _tp_impls  # bench/ is the script's folder
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -119,6 +133,8 @@ def _run(shape: tuple[int, int, int], impls: list[str], batch: int) -> None:
             torch.cuda.synchronize()
             dist.barrier(group=group)
             with record_function(MARKER):
+                if head_start_us > 0:  # the GPU idles while the host queues the batch
+                    torch.cuda._sleep(int(head_start_us * CYCLES_PER_US))
                 start.record()
                 for _ in range(batch):
                     fn()
@@ -141,12 +157,16 @@ def main() -> int:
     p.add_argument("--shape", default="8192,4096,11008", help="global M,N,K")
     p.add_argument("--impls", default=DEFAULT_IMPLS)
     p.add_argument("--batch", type=int, default=5)
+    p.add_argument("--head-start-us", type=float, default=0.0,
+                   help="let the GPU sleep this long before the batch, so that the host has "
+                        "queued it all and the timeline shows the GPU side alone")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("op_timeline needs CUDA (the CUDA activity of torch.profiler)")
     w = args.world_size or max(2, torch.cuda.device_count())
     shape = tuple(int(v) for v in args.shape.split(","))
-    ditron.launch(_run, w, shape, args.impls.split(","), args.batch, backend="cuda")
+    ditron.launch(_run, w, shape, args.impls.split(","), args.batch, args.head_start_us,
+                  backend="cuda")
     return 0
 
 

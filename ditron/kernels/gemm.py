@@ -189,6 +189,7 @@ def persistent_gemm(
     TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
     USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False, C_TMA: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, DEVICE_EPOCH: tl.constexpr = False,
+    DEFER_NOTIFY: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -208,6 +209,11 @@ def persistent_gemm(
     # chunks 0..63 this program has already seen arrive: its earlier acquire still orders
     # its later loads, so later tiles on those rows skip the poll
     seen = tl.full((), 0, tl.int64)
+    # DEFER_NOTIFY: a pushed tile's signal is raised at the next tile's epilogue (or after
+    # the loop), so its release fence finds the stores drained by that tile's main loop;
+    # raised before any wait of this program, so no two programs wait on each other
+    pend_slot = tl.full((), -1, tl.int64)
+    pend_peer = tl.full((), 0, tl.int32)
     for i in tl.range(pid, num_tiles, nprog, flatten=FLATTEN):
         tile = tl.load(order_ptr + i)
         mb = tile // n_blocks
@@ -288,11 +294,20 @@ def persistent_gemm(
             out_dtype = c_ptr.dtype.element_ty
             local_rows = rm - seg_start
             local_tile = (mb % blocks_per_seg) * n_blocks + nb
+            if DEFER_NOTIFY:
+                if pend_slot >= 0:
+                    dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)
+                    pend_slot = tl.full((), -1, tl.int64)
             if seg != ctx.rank:
                 r_ptrs = (recv_ptr + ctx.rank * stride_rs + local_rows[:, None] * stride_rm
                           + rn[None, :] * stride_rn)
                 dl.store(r_ptrs, acc.to(out_dtype), seg, ctx, mask=tile_mask)
-                dl.notify(rs_sig_ptr + ctx.rank * tiles_per_seg + local_tile, epoch, seg, ctx)
+                slot = (ctx.rank * tiles_per_seg + local_tile).to(tl.int64)
+                if DEFER_NOTIFY:
+                    pend_slot = slot
+                    pend_peer = seg.to(tl.int32)
+                else:
+                    dl.notify(rs_sig_ptr + slot, epoch, seg, ctx)
             else:
                 s = 0
                 while s < ctx.world_size:
@@ -319,6 +334,9 @@ def persistent_gemm(
                         p += 1
         if TRACE:
             tl.store(trace_ptr + 4 + i * 4, _clock(trace_ptr, GPU_TIMER))
+    if DEFER_NOTIFY:
+        if pend_slot >= 0:
+            dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)
     if EPILOGUE == 2:
         # all-gather phase: the reduced tiles of the other ranks' rows land in ``bc``
         j = pid
@@ -518,7 +536,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
            seg_rows, num_tiles, cfg, hooks.a_remote, hooks.gathered is not None,
            hooks.wait_sig is not None, hooks.epilogue, hooks.trace is not None,
            hooks.epoch_cell is not None, use_tma,
-           os.environ.get("DITRON_GEMM_TMA", ""))
+           os.environ.get("DITRON_GEMM_TMA", ""), os.environ.get("DITRON_RS_DEFER", ""))
     static = _STATIC.get(key)
     if static is not None:
         return static
@@ -543,6 +561,8 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
         # (TritonGPUFuseNestedLoops fails), so those run unflattened
         FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
         DEVICE_EPOCH=hooks.epoch_cell is not None,
+        DEFER_NOTIFY=(hooks.epilogue != EPI_STORE
+                      and os.environ.get("DITRON_RS_DEFER", "0") not in ("", "0")),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     static = (
