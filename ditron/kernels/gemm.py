@@ -21,7 +21,8 @@ Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for
   later tiles on those rows are ordered behind it and skip the poll.
 * ``EPILOGUE`` 0: store the tile in ``c``. 1 (reduce-scatter): the tile's segment is its
   destination rank ``d``; for ``d != rank`` the tile is stored into ``d``'s ``recv[rank]``
-  and ``d``'s signal ``rank * tiles_per_seg + local_tile`` is set to ``epoch`` (release);
+  and ``d``'s signal ``rank * tiles_per_seg + local_tile`` is set to ``epoch`` (release),
+  at the program's next tile epilogue or after its last tile, before any wait of its own;
   for ``d == rank`` the program waits for every peer's signal of that tile, adds their
   partials and stores the sum in ``c`` (``[seg_rows, N]``). 2 (all-reduce): as 1, and the
   reduced own tile is stored in ``c`` (``[M, N]``) and pushed into every peer's ``bc`` with
@@ -189,7 +190,6 @@ def persistent_gemm(
     TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
     USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False, C_TMA: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, DEVICE_EPOCH: tl.constexpr = False,
-    DEFER_NOTIFY: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -209,9 +209,10 @@ def persistent_gemm(
     # chunks 0..63 this program has already seen arrive: its earlier acquire still orders
     # its later loads, so later tiles on those rows skip the poll
     seen = tl.full((), 0, tl.int64)
-    # DEFER_NOTIFY: a pushed tile's signal is raised at the next tile's epilogue (or after
-    # the loop), so its release fence finds the stores drained by that tile's main loop;
-    # raised before any wait of this program, so no two programs wait on each other
+    # a pushed tile's signal is raised at the next tile's epilogue (or after the loop), so
+    # its release fence finds the stores drained by that tile's main loop (2.3% faster on 2
+    # H200s, docs/perf.md session 7); it is raised before any wait of this program, so no
+    # two programs can wait on each other
     pend_slot = tl.full((), -1, tl.int64)
     pend_peer = tl.full((), 0, tl.int32)
     for i in tl.range(pid, num_tiles, nprog, flatten=FLATTEN):
@@ -294,20 +295,15 @@ def persistent_gemm(
             out_dtype = c_ptr.dtype.element_ty
             local_rows = rm - seg_start
             local_tile = (mb % blocks_per_seg) * n_blocks + nb
-            if DEFER_NOTIFY:
-                if pend_slot >= 0:
-                    dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)
-                    pend_slot = tl.full((), -1, tl.int64)
+            if pend_slot >= 0:
+                dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)
+                pend_slot = tl.full((), -1, tl.int64)
             if seg != ctx.rank:
                 r_ptrs = (recv_ptr + ctx.rank * stride_rs + local_rows[:, None] * stride_rm
                           + rn[None, :] * stride_rn)
                 dl.store(r_ptrs, acc.to(out_dtype), seg, ctx, mask=tile_mask)
-                slot = (ctx.rank * tiles_per_seg + local_tile).to(tl.int64)
-                if DEFER_NOTIFY:
-                    pend_slot = slot
-                    pend_peer = seg.to(tl.int32)
-                else:
-                    dl.notify(rs_sig_ptr + slot, epoch, seg, ctx)
+                pend_slot = (ctx.rank * tiles_per_seg + local_tile).to(tl.int64)
+                pend_peer = seg.to(tl.int32)
             else:
                 s = 0
                 while s < ctx.world_size:
@@ -334,7 +330,7 @@ def persistent_gemm(
                         p += 1
         if TRACE:
             tl.store(trace_ptr + 4 + i * 4, _clock(trace_ptr, GPU_TIMER))
-    if DEFER_NOTIFY:
+    if EPILOGUE != 0:
         if pend_slot >= 0:
             dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)
     if EPILOGUE == 2:
@@ -536,7 +532,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
            seg_rows, num_tiles, cfg, hooks.a_remote, hooks.gathered is not None,
            hooks.wait_sig is not None, hooks.epilogue, hooks.trace is not None,
            hooks.epoch_cell is not None, use_tma,
-           os.environ.get("DITRON_GEMM_TMA", ""), os.environ.get("DITRON_RS_DEFER", ""))
+           os.environ.get("DITRON_GEMM_TMA", ""))
     static = _STATIC.get(key)
     if static is not None:
         return static
@@ -561,8 +557,6 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
         # (TritonGPUFuseNestedLoops fails), so those run unflattened
         FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
         DEVICE_EPOCH=hooks.epoch_cell is not None,
-        DEFER_NOTIFY=(hooks.epilogue != EPI_STORE
-                      and os.environ.get("DITRON_RS_DEFER", "0") not in ("", "0")),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     static = (
