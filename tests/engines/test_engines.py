@@ -256,3 +256,57 @@ def check_after_signal() -> tuple[bool, str]:
 def test_transfer_after_signal():
     got = ditron.launch(check_after_signal, 2, backend="cpu")
     assert got == [(True, "0 99 1 signals:test_after[1]"), (True, "1 99 1 signals:test_after[0]")]
+
+
+def check_issue_from_mark(name: str, options: dict, n: int) -> tuple[bool, float]:
+    """Rank 0 marks its stream, queues ~0.2 s of device sleep, then issues a push to rank 1
+    from the mark: the push must not wait for the sleep. Rank 1 polls its slot from the
+    host. Returns (queues_on_device, seconds rank 1 waited for the push)."""
+    import time
+
+    from ditron.runtime.world import current
+
+    rt = current()
+    me = rt.world.rank
+    engine = get_engine(name, **options)
+    pad = ditron.signal_pad(f"test_mark:{name}", 1)
+    box = ditron.zeros((n,), torch.float32)
+    mine = torch.full((n,), 7.0, device=rt.world.device)
+    ditron.barrier()
+    torch.cuda.synchronize()
+    torch.distributed.barrier(group=rt.host_group)
+    waited = 0.0
+    if me == 0:
+        start = engine.mark()
+        torch.cuda._sleep(400_000_000)
+        engine.issue([Transfer(mine, box, 0, 1, Signal(pad, 0, 1))], start)
+        engine.drain()
+    else:
+        t0 = time.perf_counter()
+        while int(pad.signals[0].item()) < 1 and time.perf_counter() - t0 < 5:
+            time.sleep(1e-4)
+        waited = time.perf_counter() - t0
+        assert bool((box == 7.0).all())
+    torch.cuda.synchronize()
+    torch.distributed.barrier(group=rt.host_group)
+    return engine.queues_on_device, waited
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name,options", [("copy_engine", {}), ("sm", {"concurrent": True})])
+def test_issue_from_mark_cuda(name, options):
+    got = ditron.launch(check_issue_from_mark, 2, name, options, 1 << 16, backend="cuda")
+    assert got[0][0] and got[1][0], "a side-stream engine queues on the device"
+    # rank 0's stream sleeps ~0.2 s after the mark; a push that waited for it would land
+    # only after that
+    assert got[1][1] < 0.1, f"the push waited {got[1][1]:.3f} s: it did not start at the mark"
+
+
+def check_mark_on_cpu() -> tuple[bool, object]:
+    engine = get_engine("copy_engine")
+    return engine.queues_on_device, engine.mark()
+
+
+def test_host_engines_do_not_queue_on_a_device():
+    assert ditron.launch(check_mark_on_cpu, 1, backend="cpu") == [(False, None)]
