@@ -8,11 +8,12 @@ over the host group), and rank 0's choice is broadcast. The decision is cached o
 (``tune/cache.py``) and read by the ops' ``method="auto"`` through
 ``decisions.lookup`` (which sits below the ops; this module sits above them).
 
-The decision against the fallback is confirmed: the fastest overlapped candidate and the
-fallback are measured again, alternating, for ``CONFIRM_ROUNDS`` rounds, and overlap is
-chosen only if its median over those rounds beats the fallback's by ``MARGIN`` (2%, env
-``DITRON_TUNE_MARGIN``). A single pass can rank two candidates wrongly when they differ by
-less than the run-to-run noise (up to 10% measured for GEMM-RS on 2 H200s); alternating
+The decision against the fallback is confirmed: the fastest overlapped candidates (the
+best, and the next ones within ``CONFIRM_WITHIN`` of it, ``CONFIRM_MAX`` in all) and the
+fallback are measured again, alternating, for ``CONFIRM_ROUNDS`` rounds; the fastest
+overlapped one over those rounds is chosen if its median beats the fallback's by ``MARGIN``
+(2%, env ``DITRON_TUNE_MARGIN``). A single pass can rank two candidates wrongly when they
+differ by less than the run-to-run noise (up to 10% measured for GEMM-RS on 2 H200s); alternating
 rounds see the same drifts, and the margin keeps ``auto`` from trading a sure baseline for a
 gain inside the noise.
 
@@ -50,6 +51,11 @@ CPU_CANDIDATES = [CPU_CONFIG, dataclasses.replace(CPU_CONFIG, block_m=32, block_
 #: overlap must beat the fallback by this fraction in the confirmation rounds
 MARGIN = 0.02
 CONFIRM_ROUNDS = 3
+#: overlapped candidates within this fraction of the best one are confirmed too (at most
+#: ``CONFIRM_MAX`` in all): one candidate's bad rounds then do not hand the decision to the
+#: fallback when another overlapped candidate was as fast (seen on 2 H200s, session 7)
+CONFIRM_WITHIN = 0.05
+CONFIRM_MAX = 2
 
 
 def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN) -> bool:
@@ -182,9 +188,12 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
             shown = f"{t:10.1f} us" if t != float("inf") else "    failed   "
             print(f"[ditron tune]   {shown}  {method} {engine} chunk={chunk} {cfg.label()}"
                   + (f"  ({errors[i]})" if i in errors else ""), file=sys.stderr)
-    best = [min(range(len(trials)), key=lambda j: results[j])]
+    ranked = sorted(range(len(trials)), key=lambda j: results[j])
+    best = [ranked[0]]
     if trials[best[0]][0] == "overlap" and results[0] != float("inf"):
-        best[0] = _confirm(trials, best[0], fn_op, a, b, op, warmup, iters, dev, batch,
+        close = [j for j in ranked if trials[j][0] == "overlap"
+                 and results[j] <= results[best[0]] * (1 + CONFIRM_WITHIN)][:CONFIRM_MAX]
+        best[0] = _confirm(trials, close, fn_op, a, b, op, warmup, iters, dev, batch,
                            progress and rt.world.rank == 0)
     method, cfg, engine, chunk = trials[best[0]]
     decision = Decision(method, cfg, engine, results[best[0]], chunk)
@@ -204,21 +213,25 @@ def _call(fn_op, a, b, op: str, method: str, cfg: GemmConfig, engine: str, chunk
     return lambda: fn_op(a, b, method=method, config=cfg, **extra)
 
 
-def _confirm(trials: list, best: int, fn_op, a, b, op: str, warmup: int, iters: int,
+def _confirm(trials: list, close: list[int], fn_op, a, b, op: str, warmup: int, iters: int,
              dev: torch.device, batch: int, show: bool) -> int:
-    """Re-measure the fallback (trial 0) and the overlapped trial ``best`` alternately for
-    ``CONFIRM_ROUNDS`` rounds; return ``best`` if it wins by ``MARGIN``, else 0 (collective:
-    every rank makes the same calls and gets the same agreed medians)."""
+    """Re-measure the fallback (trial 0) and the overlapped trials ``close`` alternately for
+    ``CONFIRM_ROUNDS`` rounds; return the fastest of ``close`` over those rounds if it beats
+    the fallback by ``MARGIN``, else 0 (collective: every rank makes the same calls and gets
+    the same agreed medians)."""
     margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
-    samples: dict[int, list[float]] = {0: [], best: []}
+    samples: dict[int, list[float]] = {j: [] for j in (0, *close)}
     for _ in range(CONFIRM_ROUNDS):
-        for j in (0, best):
+        for j in samples:
             samples[j] += time_calls(_call(fn_op, a, b, op, *trials[j]), warmup, iters, dev,
                                      batch)
-    fallback_us, overlap_us = agreed_median(samples[0]), agreed_median(samples[best])
+    medians = {j: agreed_median(samples[j]) for j in samples}
+    best = min(close, key=lambda j: medians[j])
+    fallback_us, overlap_us = medians[0], medians[best]
     wins = prefer_overlap(fallback_us, overlap_us, margin)
     if show:
+        tried = ", ".join(f"{medians[j]:.1f}" for j in close)
         print(f"[ditron tune]   confirmed over {CONFIRM_ROUNDS} alternating rounds: fallback "
-              f"{fallback_us:.1f} us, overlap {overlap_us:.1f} us -> "
+              f"{fallback_us:.1f} us, overlap {overlap_us:.1f} us (candidates: {tried}) -> "
               f"{'overlap' if wins else 'fallback'} (margin {margin:.0%})", file=sys.stderr)
     return best if wins else 0

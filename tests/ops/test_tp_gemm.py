@@ -208,23 +208,27 @@ def test_tuner_agrees_and_trace_records_tiles(backend, tmp_path):
 
 
 def _confirm_case(margin: float) -> int:
-    """The tuner's confirmation rounds on a fake op: overlap takes 1.6 ms, fallback 2 ms."""
+    """The tuner's confirmation rounds on a fake op: fallback 2 ms; two overlapped
+    candidates (engines "a" and "b") that the first pass found equally fast, of which "a"
+    now takes 2.4 ms and "b" 1.6 ms."""
     import time
 
     from ditron.kernels.gemm import CPU_CONFIG
     from ditron.tune import tuner
 
-    calls = {"overlap": 0, "fallback": 0}
+    calls = {"fallback": 0, "a": 0, "b": 0}
+    cost = {"fallback": 2e-3, "a": 2.4e-3, "b": 1.6e-3}
 
-    def fake(a, b, *, method, config, **extra):
-        calls[method] += 1
-        time.sleep(1.6e-3 if method == "overlap" else 2e-3)
+    def fake(a, b, *, method, config, engine=None, **extra):
+        name = "fallback" if method == "fallback" else engine
+        calls[name] += 1
+        time.sleep(cost[name])
 
     trials = [("fallback", CPU_CONFIG, "colocated", None),
-              ("overlap", CPU_CONFIG, "colocated", None)]
+              ("overlap", CPU_CONFIG, "a", None), ("overlap", CPU_CONFIG, "b", None)]
     os.environ["DITRON_TUNE_MARGIN"] = str(margin)
-    chosen = tuner._confirm(trials, 1, fake, None, None, "gemm_ar", 1, 3, torch.device("cpu"),
-                            1, False)
+    chosen = tuner._confirm(trials, [1, 2], fake, None, None, "gemm_rs", 1, 3,
+                            torch.device("cpu"), 1, False)
     assert calls == {m: tuner.CONFIRM_ROUNDS * 4 for m in calls}  # alternated, same counts
     return chosen
 
@@ -233,7 +237,8 @@ def test_tuner_confirms_overlap_against_the_fallback():
     from ditron.tune.tuner import prefer_overlap
 
     assert prefer_overlap(100.0, 97.0) and not prefer_overlap(100.0, 99.0)
-    assert ditron.launch(_confirm_case, 2, 0.05, backend="cpu") == [1, 1]  # 20% faster: wins
+    # "b" is 20% faster than the fallback: it wins although "a", ranked first, is slower
+    assert ditron.launch(_confirm_case, 2, 0.05, backend="cpu") == [2, 2]
     assert ditron.launch(_confirm_case, 2, 0.5, backend="cpu") == [0, 0]  # needs 50%: falls back
 
 
