@@ -80,23 +80,8 @@ class Engine(abc.ABC):
     can_wait: bool = False
 
     @abc.abstractmethod
-    def issue(self, transfers: list[Transfer], start: object | None = None) -> None:
-        """Start the transfers (asynchronously where the engine can), after the work the
-        issuing stream had queued when ``start`` was taken (:meth:`mark`), or by default
-        after all of it."""
-
-    @property
-    def queues_on_device(self) -> bool:
-        """Whether :meth:`issue` only queues the transfers on a device stream (CUDA side
-        streams): then they may be issued after the work that waits for them was queued,
-        with ``start`` from an earlier :meth:`mark`. Otherwise the transfers run on the host
-        or synchronously and must be issued before anything that waits for them."""
-        return False
-
-    def mark(self) -> object | None:
-        """A point of the issuing stream's queue that a later :meth:`issue` can start from
-        (``None`` where the engine does not queue on a device)."""
-        return None
+    def issue(self, transfers: list[Transfer]) -> None:
+        """Start the transfers (asynchronously where the engine can)."""
 
     def drain(self) -> None:  # noqa: B027 - engines that finish in issue() need nothing
         """Return once every issued transfer has landed and raised its signal."""

@@ -69,18 +69,7 @@ class CopyEngine(Engine):
         self._pending: list[cf.Future] = []
         self._stream = None
 
-    @property
-    def queues_on_device(self) -> bool:
-        return current().world.backend == "cuda"
-
-    def mark(self) -> object | None:
-        if current().world.backend != "cuda":
-            return None
-        event = torch.cuda.Event()
-        event.record()
-        return event
-
-    def issue(self, transfers: list[Transfer], start: object | None = None) -> None:
+    def issue(self, transfers: list[Transfer]) -> None:
         rt = current()
         rank = rt.world.rank
         for t in transfers:
@@ -98,17 +87,14 @@ class CopyEngine(Engine):
                 jobs.append((src, dst, t.reduce, sig, value, after))
             self._pending.append(_executor().submit(_run_host, jobs))
             return
-        self._issue_cuda(transfers, rank, start)
+        self._issue_cuda(transfers, rank)
 
-    def _issue_cuda(self, transfers: list[Transfer], rank: int, start) -> None:
+    def _issue_cuda(self, transfers: list[Transfer], rank: int) -> None:
         from .sync import notify_one, use_stream_memops, wait_one
 
         rt = current()
         side = _side_stream(rt.world.device)
-        if start is not None:
-            side.wait_event(start)
-        else:
-            side.wait_stream(torch.cuda.current_stream())
+        side.wait_stream(torch.cuda.current_stream())
         self._stream = side
         if use_stream_memops() and all(_raw_ok(t) for t in transfers):
             _issue_raw(transfers, rank, side)

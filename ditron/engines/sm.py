@@ -104,18 +104,7 @@ class SmEngine(Engine):
             else None
         self._pending = False
 
-    @property
-    def queues_on_device(self) -> bool:
-        return self._side is not None
-
-    def mark(self) -> object | None:
-        if self._side is None:
-            return None
-        event = torch.cuda.Event()
-        event.record()
-        return event
-
-    def issue(self, transfers: list[Transfer], start: object | None = None) -> None:
+    def issue(self, transfers: list[Transfer]) -> None:
         rt = current()
         groups: dict[tuple, list[Transfer]] = {}
         for t in transfers:
@@ -125,10 +114,7 @@ class SmEngine(Engine):
         if self._side is None:
             self._launch(groups, rt.context())
             return
-        if start is not None:
-            self._side.wait_event(start)
-        else:
-            self._side.wait_stream(torch.cuda.current_stream())
+        self._side.wait_stream(torch.cuda.current_stream())
         for t in transfers:
             for local in (t.src, t.dst):
                 if not rt.heap.contains(local):

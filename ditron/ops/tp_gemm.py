@@ -335,13 +335,10 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     side stream, on the SMs the GEMM leaves free: ``cfg.programs`` GEMM programs, default
     all SMs but ``COMM_SMS``).
 
-    Reuse: the engine's side stream first waits for the work this rank's stream queued
-    before this call's GEMM (the pushes are issued after the GEMM is queued, from a
-    :meth:`~ditron.engines.base.Engine.mark` taken before it, where the engine only queues
-    on the device), so the push of call ``e`` starts after this rank's GEMM of call
-    ``e - 1``, which waited for every peer's call-``e - 1`` chunks, which those peers
-    pushed only after their GEMM of call ``e - 2`` (the last reader of buffer ``e % 2``) had
-    finished.
+    Reuse: the engine's side stream first waits for this rank's stream, so the push of call
+    ``e`` starts after this rank's GEMM of call ``e - 1``, which waited for every peer's
+    call-``e - 1`` chunks, which those peers pushed only after their GEMM of call ``e - 2``
+    (the last reader of buffer ``e % 2``) had finished.
 
     ``graph`` (the graph-safe variant): one buffer, the epoch ``E`` counted on the device,
     a pad per buffer shape that every chunking shares: slot ``q < W`` is rank ``q``'s
@@ -384,33 +381,19 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
         engine = engine_instance("sm", programs=max(1, sms - gemm_programs), concurrent=True)
     else:
         engine = engine_instance("copy_engine")
-
-    def issue_pushes(start=None) -> None:
-        rows = lambda chunk, _rank: buf[chunk.start:chunk.stop]  # same rows on both sides
-        transfers = lowering.engine_transfers(ws["plan"], rank, rows, rows, pad, epoch)
-        if graph:  # chunk signals shifted past the acks; wait for the peer's ack of call E - 1
-            transfers = [dataclasses.replace(
-                t, signal=dataclasses.replace(t.signal, index=first + t.signal.index),
-                after=Signal(pad, t.dst_rank, epoch - 1)) for t in transfers]
-        engine.issue(transfers, start)
-
-    # An engine that only queues on a device stream gets its pushes issued after the GEMM
-    # is queued, starting from the point before it: the GEMM reaches the GPU one issue
-    # sooner. (Not while tracing: the trace synchronises after the launch.)
-    from .. import trace
-
-    defer = engine.queues_on_device and not trace.enabled()
-    start = engine.mark() if defer else None
-    if not defer:
-        issue_pushes()
+    rows = lambda chunk, _rank: buf[chunk.start:chunk.stop]  # same rows on both sides
+    transfers = lowering.engine_transfers(ws["plan"], rank, rows, rows, pad, epoch)
+    if graph:  # chunk signals shifted past the acks; wait for the peer's ack of call E - 1
+        transfers = [dataclasses.replace(
+            t, signal=dataclasses.replace(t.signal, index=first + t.signal.index),
+            after=Signal(pad, t.dst_rank, epoch - 1)) for t in transfers]
+    engine.issue(transfers)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     hooks = GemmHooks(wait_lo=ws["waits"].lo, wait_hi=ws["waits"].hi,
                       wait_sig=pad.signals[first:], wait_target=0 if graph else epoch,
                       epoch_cell=epoch.cell if graph else None)
     _traced_launch("ag_gemm", buf, b, c, M, order=ws["order"], seg_rows=M, cfg=cfg,
                    hooks=hooks, n_blocks=ws["n_blocks"])
-    if defer:
-        issue_pushes(start)
     gathered = buf.clone() if return_gathered else None
     if graph:  # done reading the peers' rows of this call (after the GEMM and the clone)
         notify_peers(pad, rank, epoch, rt.topo.node_ranks(), skip=rank)
