@@ -1,7 +1,9 @@
 """Opt-in overlap trace: when each GEMM tile starts, when its chunks are in, when it ends.
 
 Turn it on with ``DITRON_TRACE=1`` or :func:`enable`. The ops then give the persistent GEMM a
-trace buffer; per tile it records (tile id, start, chunks ready = after its waits, end).
+trace buffer; per tile it records (tile id, start, chunks ready = after its waits, main loop
+done, end): the span from the main loop to the end is the tile's epilogue (its stores, and
+for reduce-scatter / all-reduce tiles the pushes to peers or the waits for their partials).
 
 Clocks, honestly: on GPU the device's ``%globaltimer`` (ns; inline PTX, CUDA backend only).
 On the CPU backend there is no device timer (no inline asm in the interpreter), so the
@@ -51,7 +53,9 @@ def record(op: str, buf: torch.Tensor, n_blocks: int, t0: int, t1: int) -> None:
 
     rt = current()
     rank = rt.world.rank
-    rows = buf[1:].view(-1, 4).tolist()
+    from .kernels.gemm import TRACE_FIELDS
+
+    rows = buf[1:].view(-1, TRACE_FIELDS).tolist()
     gpu = rt.world.device.type == "cuda"
     if gpu:
         base = min(r[1] for r in rows)
@@ -66,12 +70,13 @@ def record(op: str, buf: torch.Tensor, n_blocks: int, t0: int, t1: int) -> None:
             "tiles_waited": sum(1 for r in rows if r[2] > r[1])}
     if gpu and rows:  # device-clock figures (the CPU clock is logical, see above)
         args.update(
-            device_span_us=(max(r[3] for r in rows) - base) / 1e3,
+            device_span_us=(max(r[4] for r in rows) - base) / 1e3,
             wait_us_total=sum(r[2] - r[1] for r in rows) / 1e3,
-            tile_us_mean=sum(r[3] - r[2] for r in rows) / len(rows) / 1e3)
+            tile_us_mean=sum(r[3] - r[2] for r in rows) / len(rows) / 1e3,
+            epilogue_us_mean=sum(r[4] - r[3] for r in rows) / len(rows) / 1e3)
     _EVENTS.append({"name": f"{op} call", "ph": "X", "pid": rank, "tid": 0,
                     "ts": t0 / 1e3, "dur": (t1 - t0) / 1e3, "args": args})
-    for tile, start, ready, end in rows:
+    for tile, start, ready, main_end, end in rows:
         mb, nb = divmod(tile, n_blocks)
         if ready > start:
             _EVENTS.append({"name": "wait", "ph": "X", "pid": rank, "tid": 1,
@@ -80,8 +85,11 @@ def record(op: str, buf: torch.Tensor, n_blocks: int, t0: int, t1: int) -> None:
             _EVENTS.append({"name": f"chunks of row block {mb} in", "ph": "i", "s": "t",
                             "pid": rank, "tid": 1, "ts": conv(ready)})
         _EVENTS.append({"name": f"tile {mb},{nb}", "ph": "X", "pid": rank, "tid": 2,
-                        "ts": conv(ready), "dur": max(conv(end) - conv(ready), 0.001),
+                        "ts": conv(ready), "dur": max(conv(main_end) - conv(ready), 0.001),
                         "args": {"tile": tile, "row_block": mb, "col_block": nb}})
+        _EVENTS.append({"name": f"epilogue {mb},{nb}", "ph": "X", "pid": rank, "tid": 3,
+                        "ts": conv(main_end), "dur": max(conv(end) - conv(main_end), 0.001),
+                        "args": {"tile": tile}})
 
 
 def events() -> list[dict]:
@@ -99,7 +107,8 @@ def write(all_events: list[dict], prefix: str) -> list[str]:
     for pid in sorted({e["pid"] for e in all_events}):
         meta.append({"name": "process_name", "ph": "M", "pid": pid,
                      "args": {"name": f"rank {pid}"}})
-        for tid, name in ((0, "op"), (1, "waits / chunk arrivals"), (2, "tiles")):
+        for tid, name in ((0, "op"), (1, "waits / chunk arrivals"), (2, "tiles (main loop)"),
+                          (3, "epilogues")):
             meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                          "args": {"name": name}})
     paths = [prefix + ".json"]
@@ -119,10 +128,11 @@ def write(all_events: list[dict], prefix: str) -> list[str]:
         for e in all_events:
             if e["pid"] != r or e["ph"] != "X" or e["tid"] == 0:
                 continue
-            color = "tab:red" if e["name"] == "wait" else "tab:blue"
+            color = ("tab:red" if e["name"] == "wait" else
+                     "tab:orange" if e["tid"] == 3 else "tab:blue")
             ax.barh(i, e["dur"], left=e["ts"] - t_min, color=color, height=0.6)
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
-    ax.set_xlabel("us (blue: tiles, red: waiting for chunks)")
+    ax.set_xlabel("us (blue: tiles' main loops, orange: epilogues, red: waiting for chunks)")
     fig.tight_layout()
     fig.savefig(prefix + ".png")
     plt.close(fig)
@@ -141,8 +151,23 @@ def _run_traced(op: str, M: int, N: int, K: int, calls: int,
     a = torch.randn(rows, K, device=w.device).to(dtype)
     b = torch.randn(K, N, device=w.device).to(dtype)
     for _ in range(calls):
+        # every traced call synchronises its rank; a barrier first lines the ranks up, so a
+        # call's span does not include the other rank's host work since the last one
+        _sync_ranks()
         fn(a, b, method="overlap")
     return events()
+
+
+def _sync_ranks() -> None:
+    """Wait for this rank's device, then for every rank (the host group)."""
+    import torch.distributed as dist
+
+    from .runtime.world import current
+
+    rt = current()
+    rt.backend.synchronize(rt.world.device)
+    if rt.world.world_size > 1:
+        dist.barrier(group=rt.host_group)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -61,6 +61,8 @@ from .. import language as dl
 from ..runtime.triton_launch import FastKernel
 
 EPI_STORE = 0
+#: int64 slots per tile in the trace buffer (``GemmHooks.trace``; the kernel writes 5)
+TRACE_FIELDS = 5
 EPI_REDUCE_SCATTER = 1
 EPI_ALL_REDUCE = 2
 
@@ -223,8 +225,8 @@ def persistent_gemm(
         waited = False
         if TRACE:
             t_start = _clock(trace_ptr, GPU_TIMER)
-            tl.store(trace_ptr + 1 + i * 4, tile.to(tl.int64))
-            tl.store(trace_ptr + 2 + i * 4, t_start)
+            tl.store(trace_ptr + 1 + i * 5, tile.to(tl.int64))
+            tl.store(trace_ptr + 2 + i * 5, t_start)
         if WAIT:
             c = tl.load(wait_lo_ptr + mb)
             hi = tl.load(wait_hi_ptr + mb)
@@ -242,9 +244,9 @@ def persistent_gemm(
                                           [], dtype=tl.int32, is_pure=False, pack=1)
         if TRACE:
             if waited:
-                tl.store(trace_ptr + 3 + i * 4, _clock(trace_ptr, GPU_TIMER))
+                tl.store(trace_ptr + 3 + i * 5, _clock(trace_ptr, GPU_TIMER))
             else:
-                tl.store(trace_ptr + 3 + i * 4, t_start)
+                tl.store(trace_ptr + 3 + i * 5, t_start)
         rm = row0 + offs_m
         rn = nb * BLOCK_N + offs_n
         m_mask = rm < row_end
@@ -284,6 +286,8 @@ def persistent_gemm(
             if not USE_TMA:
                 a_ptrs += BLOCK_K * stride_ak
                 b_ptrs += BLOCK_K * stride_bk
+        if TRACE:  # the main loop is done (its last MMAs may still be in flight)
+            tl.store(trace_ptr + 4 + i * 5, _clock(trace_ptr, GPU_TIMER))
         tile_mask = m_mask[:, None] & n_mask[None, :]
         if C_TMA:
             c_ptr.store([row0, nb * BLOCK_N], acc.to(c_ptr.dtype))
@@ -329,7 +333,7 @@ def persistent_gemm(
                             dl.notify(bc_sig_ptr + tile, epoch, p, ctx)
                         p += 1
         if TRACE:
-            tl.store(trace_ptr + 4 + i * 4, _clock(trace_ptr, GPU_TIMER))
+            tl.store(trace_ptr + 5 + i * 5, _clock(trace_ptr, GPU_TIMER))
     if EPILOGUE != 0:
         if pend_slot >= 0:
             dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)
@@ -376,8 +380,10 @@ class GemmHooks:
     #: epilogue's signal value), and ``recv`` / ``bc`` are half 0 of contiguous double buffers
     #: whose half ``epoch % 2`` the kernel uses (the CUDA-graph-safe paths)
     epoch_cell: torch.Tensor | None = None
-    trace: torch.Tensor | None = None  # int64 [1 + 4 * num_tiles]: counter, then per tile
-    # (tile id, start, chunks ready, end)
+    #: int64 ``[1 + TRACE_FIELDS * num_tiles]``: a counter, then per tile (tile id, start,
+    #: chunks ready, main loop done, end): ``end`` minus ``main loop done`` is the epilogue
+    #: (stores, and for reduce-scatter tiles the pushes or the waits for the peers' partials)
+    trace: torch.Tensor | None = None
 
 
 _TMA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)

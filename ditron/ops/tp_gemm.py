@@ -43,6 +43,7 @@ from ..kernels import swizzle
 from ..kernels.gemm import (
     EPI_ALL_REDUCE,
     EPI_REDUCE_SCATTER,
+    TRACE_FIELDS,
     GemmConfig,
     GemmHooks,
     default_config,
@@ -212,7 +213,8 @@ def _traced_launch(op: str, a, b, c, M: int, *, order, seg_rows: int, cfg: GemmC
     if not trace.enabled() or capturing():
         launch_gemm(a, b, c, M, order=order, seg_rows=seg_rows, cfg=cfg, hooks=hooks, ctx=ctx)
         return
-    hooks.trace = torch.zeros(1 + 4 * order.numel(), dtype=torch.int64, device=c.device)
+    hooks.trace = torch.zeros(1 + TRACE_FIELDS * order.numel(), dtype=torch.int64,
+                              device=c.device)
     t0 = trace.host_clock()
     launch_gemm(a, b, c, M, order=order, seg_rows=seg_rows, cfg=cfg, hooks=hooks, ctx=ctx)
     current().backend.synchronize(c.device)

@@ -92,15 +92,17 @@ def test_segments_wait_prologue_and_trace(dtype, tma_calls):
     chunk = torch.arange(m_blocks, dtype=torch.int32) // blocks_per_seg  # a chunk per segment
     sig = torch.full((W,), 5, dtype=torch.int64)
     hooks = GemmHooks(wait_lo=chunk, wait_hi=chunk.clone(), wait_sig=sig, wait_target=5,
-                      trace=torch.zeros(1 + 4 * order.numel(), dtype=torch.int64))
+                      trace=torch.zeros(1 + gemm.TRACE_FIELDS * order.numel(),
+                                        dtype=torch.int64))
     c = torch.full((M, N), float("nan"), dtype=dtype)
     launch_gemm(a, b, c, M, order=order, seg_rows=seg, cfg=CFG, hooks=hooks,
                 ctx=gemm._local_context(c.device), use_tma=True)
     assert tma_calls == [dtype == torch.bfloat16]
     _check(c, a.double() @ b.double(), dtype)
-    tr = hooks.trace[1:].view(-1, 4)
+    tr = hooks.trace[1:].view(-1, gemm.TRACE_FIELDS)
     assert sorted(tr[:, 0].tolist()) == list(range(order.numel())), "trace misses tiles"
-    assert (tr[:, 1] < tr[:, 2]).all() and (tr[:, 2] < tr[:, 3]).all(), "trace out of order"
+    assert (tr[:, 1] < tr[:, 2]).all() and (tr[:, 2] < tr[:, 3]).all() \
+        and (tr[:, 3] < tr[:, 4]).all(), "trace out of order"
 
 
 def _scatter_case(m, K, N):

@@ -159,7 +159,7 @@ def test_ops_two_ranks_gpu():
     assert res == [(3 + 3) * (4 + 1)] * world, n
 
 
-def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int]:
+def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int, int]:
     import os
 
     from ditron import trace
@@ -188,18 +188,26 @@ def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int]:
     a = torch.randn(16, 20)
     b = torch.randn(20, 24)
     c = ditron.ops.ag_gemm(a, b, method="overlap")
-    trace.enable(False)
     assert torch.allclose(c, _gather(a) @ b, rtol=1e-4, atol=1e-4)
     tiles = [e for e in trace.events() if e["name"].startswith("tile ")]
     waits = [e for e in trace.events() if e["name"] == "wait"]
-    return d.method, len(tiles), len(waits)
+    # a traced reduce-scatter epilogue (pushes and the waits for the peer's partials)
+    rs = ditron.ops.gemm_rs(a_rs, b_rs, method="overlap", engine="colocated")
+    trace.enable(False)
+    assert torch.allclose(rs, _sum(a_rs @ b_rs)[16 * me:16 * me + 16], rtol=1e-4, atol=1e-4)
+    epilogues = [e for e in trace.events() if e["name"].startswith("epilogue ")]
+    calls = [e for e in trace.events() if e["name"] == "gemm_rs call"]
+    assert len(calls) == 1 and "tiles" in calls[0]["args"]
+    return d.method, len(tiles), len(waits), len(epilogues)
 
 
 def test_tuner_agrees_and_trace_records_tiles(backend, tmp_path):
     res = ditron.launch(_tune_and_trace_case, 2, str(tmp_path), backend=backend)
     assert res[0][0] == res[1][0] and res[0][0] in ("overlap", "fallback")
     # 32 rows x 24 cols with 16x32 tiles: 2 tiles per rank; exactly the peer's row block waits
-    assert [(n, w) for _, n, w in res] == [(2, 1), (2, 1)]
+    assert [(n, w) for _, n, w, _ in res] == [(2, 1), (2, 1)]
+    # every tile of both traced calls has its epilogue span: 2 (ag_gemm) + 2 (gemm_rs)
+    assert [e for *_, e in res] == [4, 4]
     from ditron import trace
 
     paths = trace.write([{"name": "tile 0,0", "ph": "X", "pid": 0, "tid": 2, "ts": 1.0,
