@@ -9,10 +9,11 @@ over the host group), and rank 0's choice is broadcast. The decision is cached o
 ``decisions.lookup`` (which sits below the ops; this module sits above them).
 
 The decision against the fallback is confirmed: the fastest overlapped candidates (the
-best, and the next ones within ``CONFIRM_WITHIN`` of it, ``CONFIRM_MAX`` in all) and the
-fallback are measured again, alternating, for ``CONFIRM_ROUNDS`` rounds; the fastest
-overlapped one over those rounds is chosen if its median beats the fallback's by ``MARGIN``
-(2%, env ``DITRON_TUNE_MARGIN``). A single pass can rank two candidates wrongly when they
+best, and the next ones within ``CONFIRM_WITHIN`` of it, ``CONFIRM_MAX`` in all), the
+default overlapped candidate (the op's default engine and tiles) and the fallback are
+measured again, alternating, for ``CONFIRM_ROUNDS`` rounds; the fastest overlapped one over
+those rounds is chosen if its median beats the fallback's by ``MARGIN`` (2%, env
+``DITRON_TUNE_MARGIN``). A single pass can rank two candidates wrongly when they
 differ by less than the run-to-run noise (up to 10% measured for GEMM-RS on 2 H200s); alternating
 rounds see the same drifts, and the margin keeps ``auto`` from trading a sure baseline for a
 gain inside the noise.
@@ -188,13 +189,10 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
             shown = f"{t:10.1f} us" if t != float("inf") else "    failed   "
             print(f"[ditron tune]   {shown}  {method} {engine} chunk={chunk} {cfg.label()}"
                   + (f"  ({errors[i]})" if i in errors else ""), file=sys.stderr)
-    ranked = sorted(range(len(trials)), key=lambda j: results[j])
-    best = [ranked[0]]
+    best = [min(range(len(trials)), key=lambda j: results[j])]
     if trials[best[0]][0] == "overlap" and results[0] != float("inf"):
-        close = [j for j in ranked if trials[j][0] == "overlap"
-                 and results[j] <= results[best[0]] * (1 + CONFIRM_WITHIN)][:CONFIRM_MAX]
-        best[0] = _confirm(trials, close, fn_op, a, b, op, warmup, iters, dev, batch,
-                           progress and rt.world.rank == 0)
+        best[0] = _confirm(trials, confirm_set(trials, results), fn_op, a, b, op, warmup,
+                           iters, dev, batch, progress and rt.world.rank == 0)
     method, cfg, engine, chunk = trials[best[0]]
     decision = Decision(method, cfg, engine, results[best[0]], chunk)
     if save and rt.world.rank == 0:
@@ -211,6 +209,22 @@ def _call(fn_op, a, b, op: str, method: str, cfg: GemmConfig, engine: str, chunk
     extra = ({"engine": engine, "chunk_rows": chunk} if op in ("ag_gemm", "gemm_rs")
              else {"engine": engine} if op in ENGINES else {})
     return lambda: fn_op(a, b, method=method, config=cfg, **extra)
+
+
+def confirm_set(trials: list, results: list[float]) -> list[int]:
+    """The overlapped trials the confirmation rounds measure again: the fastest of the
+    first pass, the next ones within ``CONFIRM_WITHIN`` of it (``CONFIRM_MAX`` in all), and
+    the default overlapped trial (index 1: the op's default engine and tiles), since the
+    fastest of many noisy first-pass times is biased low."""
+    ranked = sorted((j for j in range(len(trials)) if trials[j][0] == "overlap"
+                     and results[j] != float("inf")), key=lambda j: results[j])
+    if not ranked:
+        return []
+    close = [j for j in ranked
+             if results[j] <= results[ranked[0]] * (1 + CONFIRM_WITHIN)][:CONFIRM_MAX]
+    if 1 in ranked and 1 not in close:
+        close.append(1)
+    return close
 
 
 def _confirm(trials: list, close: list[int], fn_op, a, b, op: str, warmup: int, iters: int,

@@ -241,6 +241,21 @@ def _confirm_case(margin: float) -> int:
     return chosen
 
 
+def test_tuner_confirm_set():
+    from ditron.kernels.gemm import CPU_CONFIG
+    from ditron.tune.tuner import confirm_set
+
+    trials = [("fallback", CPU_CONFIG, "e", None)] + [("overlap", CPU_CONFIG, "e", k)
+                                                      for k in range(5)]
+    inf = float("inf")
+    # trials 1..5: the default (1) is slow; 3 and 4 are within 5% of the best (2), but
+    # CONFIRM_MAX (2) keeps the best two of those; the default is always re-measured
+    assert confirm_set(trials, [100.0, 130.0, 90.0, 93.0, 94.0, inf]) == [2, 3, 1]
+    # the default is the best: no duplicate; a failed trial is never confirmed
+    assert confirm_set(trials, [100.0, 90.0, 120.0, inf, inf, inf]) == [1]
+    assert confirm_set(trials, [100.0, inf, inf, inf, inf, inf]) == []
+
+
 def test_tuner_confirms_overlap_against_the_fallback():
     from ditron.tune.tuner import prefer_overlap
 
