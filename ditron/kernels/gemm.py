@@ -61,10 +61,10 @@ from .. import language as dl
 from ..runtime.triton_launch import FastKernel
 
 EPI_STORE = 0
-#: int64 slots per tile in the trace buffer (``GemmHooks.trace``; the kernel writes 5)
-TRACE_FIELDS = 5
 EPI_REDUCE_SCATTER = 1
 EPI_ALL_REDUCE = 2
+#: int64 slots per tile in the trace buffer (``GemmHooks.trace``; the kernel writes 5)
+TRACE_FIELDS = 5
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,8 +13,8 @@ best, and the next ones within ``CONFIRM_WITHIN`` of it, ``CONFIRM_MAX`` in all)
 default overlapped candidate (the op's default engine and tiles) and the fallback are
 measured again, alternating, for ``CONFIRM_ROUNDS`` rounds; the fastest overlapped one over
 those rounds is chosen if its median beats the fallback's by ``MARGIN`` (2%, env
-``DITRON_TUNE_MARGIN``). A single pass can rank two candidates wrongly when they
-differ by less than the run-to-run noise (up to 10% measured for GEMM-RS on 2 H200s); alternating
+``DITRON_TUNE_MARGIN``). A single pass can rank two candidates wrongly when they differ by
+less than the run-to-run noise (up to 10% measured for GEMM-RS on 2 H200s); alternating
 rounds see the same drifts, and the margin keeps ``auto`` from trading a sure baseline for a
 gain inside the noise.
 
