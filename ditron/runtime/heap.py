@@ -71,6 +71,10 @@ class SymmetricHeap:
         padded = max(-(-nbytes // ALIGNMENT), 1) * ALIGNMENT
         offset = self._take(padded)
         problem = None if offset is not None else self._exhausted_message(padded)
+        if self._poison and offset is not None:
+            # before the collective check: once it returns, a peer may write into the
+            # buffer, and a later fill would overwrite what it wrote
+            self._fill_poison(offset, nbytes)
         try:
             self._check_symmetric((dims, str(dtype), offset), problem)
         except BaseException:
@@ -80,9 +84,15 @@ class SymmetricHeap:
         name = name or f"buffer@{offset}"
         self._live[offset] = Allocation(offset, padded, name, dims, dtype)
         raw = self.mapping.local[offset : offset + nbytes]
-        if self._poison:
-            raw.fill_(0xFF)
         return raw.view(dtype).view(dims)
+
+    def _fill_poison(self, offset: int, nbytes: int) -> None:
+        """Fill bytes ``[offset, offset + nbytes)`` with 0xFF (NaN for floats) and wait for
+        the fill to finish (peers write through their own streams)."""
+        raw = self.mapping.local[offset : offset + nbytes]
+        raw.fill_(0xFF)
+        if raw.device.type == "cuda":
+            torch.cuda.current_stream(raw.device).synchronize()
 
     def free(self, tensor: torch.Tensor) -> None:
         """Return ``tensor``'s block to the heap (every rank must free the same blocks)."""

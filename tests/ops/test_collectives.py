@@ -153,7 +153,7 @@ def _poison(monkeypatch):
     monkeypatch.setenv("DITRON_POISON", "1")  # fresh workspaces read as NaN
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5, 8])
 def test_collectives_match_torch(world_size):
     engines = ("copy_engine", "sm") + (("tma",) if world_size in (2, 3) else ())
     counts = ditron.launch(check_ops, world_size, engines, backend="cpu")
