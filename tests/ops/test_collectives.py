@@ -228,7 +228,7 @@ def test_env_override_selects_engine(monkeypatch):
     assert all(c == 27 for c in counts)
 
 
-@pytest.mark.parametrize("world_size", [1, 3, 4])
+@pytest.mark.parametrize("world_size", [1, 3, 4, 8])
 def test_all_to_all_device_splits(world_size):
     # the fp32 workspace serves 4 calls (both halves of its device-epoch double buffer twice)
     counts = ditron.launch(check_all_to_all_device, world_size, 7, backend="cpu")

@@ -163,8 +163,8 @@ def _rank_replay() -> int:
 
 
 @pytest.mark.parametrize("world_size,variant",
-                         [(2, "pull"), (3, "pull"), (4, "pull"), (2, "push"), (3, "push"),
-                          (4, "push")])
+                         [(2, "pull"), (3, "pull"), (4, "pull"), (8, "pull"), (2, "push"),
+                          (3, "push"), (4, "push")])
 def test_fused_collectives_match_torch(world_size, variant, monkeypatch):
     """Both variants of the kernel (pull: remote loads; push: remote stores, here also with
     a larger block)."""
