@@ -16,9 +16,11 @@ With ``--graphs`` (GPU), all-reduce, all-gather, reduce-scatter and all-to-all (
 splits) up to ``--graph-max`` bytes are also timed under CUDA graphs, as the issue's
 targets are stated: ``--graph-calls`` calls captured in one graph, the graph replayed a
 fixed number of times, time per call = replay time / calls. Captured are Ditron's fused
-kernels (``engine="sm"``, the graph-safe path: epochs on the device), NCCL (when every
-rank has its own GPU) and, for all-reduce, PyTorch's symmetric-memory kernels
-(``torch.ops.symm_mem.one_shot_all_reduce`` / ``two_shot_all_reduce_``).
+kernels (``engine="sm"``, the graph-safe path: epochs on the device), for all-gather and
+reduce-scatter also the copy engine's graph-safe chunked exchanges (warmed up inside
+``ditron.ops.graph_safe()``), NCCL (when every rank has its own GPU) and, for all-reduce,
+PyTorch's symmetric-memory kernels (``torch.ops.symm_mem.one_shot_all_reduce`` /
+``two_shot_all_reduce_``).
 """
 
 from __future__ import annotations
@@ -218,13 +220,15 @@ def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls:
     ops = ditron.ops
     if name == "all_gather":
         part = x[: numel // w].clone()
-        impls = [("sm graph", lambda: ops.all_gather(part, engine="sm"))]
+        impls = [("sm graph", lambda: ops.all_gather(part, engine="sm")),
+                 ("copy_engine graph", lambda: ops.all_gather(part, engine="copy_engine"))]
         if base_ok:
             dst = torch.empty_like(x)
             impls.append(("nccl graph", lambda: dist.all_gather_into_tensor(dst, part)))
         return _replay_each(impls, calls, warmup, iters)
     if name == "reduce_scatter":
-        impls = [("sm graph", lambda: ops.reduce_scatter(x, engine="sm"))]
+        impls = [("sm graph", lambda: ops.reduce_scatter(x, engine="sm")),
+                 ("copy_engine graph", lambda: ops.reduce_scatter(x, engine="copy_engine"))]
         if base_ok:
             dst = torch.empty(numel // w, dtype=dtype, device=dev)
             impls.append(("nccl graph", lambda: dist.reduce_scatter_tensor(dst, x)))
@@ -252,9 +256,12 @@ def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls:
 
 def _replay_each(impls, calls: int, warmup: int, iters: int) -> list[tuple[str, float]]:
     """Capture ``calls`` calls of each implementation in a graph; seconds per call."""
+    import ditron
+
     out = []
     for label, fn in impls:
-        fn()  # eager warm-up: workspaces, compilation, communicators
+        with ditron.ops.graph_safe():  # eager warm-up: workspaces, compilation, communicators
+            fn()
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

@@ -2,7 +2,8 @@
 
 Collectives (``collectives.py``): ``all_gather``, ``reduce_scatter``, ``all_reduce``,
 ``all_to_all``, ``send``, ``recv``. Overlapped GEMMs (``tp_gemm.py``): ``ag_gemm``,
-``gemm_rs``, ``gemm_ar``, and ``graph_safe`` (their warm-up before a CUDA-graph capture).
+``gemm_rs``, ``gemm_ar``. ``graph_safe`` (``graphs.py``): the warm-up of the graph-safe
+variants before a CUDA-graph capture.
 Every op equals its torch / torch.distributed reference.
 """
 
@@ -21,7 +22,7 @@ _HOME = {
     "ag_gemm": "tp_gemm",
     "gemm_rs": "tp_gemm",
     "gemm_ar": "tp_gemm",
-    "graph_safe": "tp_gemm",
+    "graph_safe": "graphs",
 }
 
 __all__ = sorted(_HOME)

@@ -34,7 +34,7 @@ from ..engines.sync import notify_range, wait_range
 from ..runtime.signals import signal_pad
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
-from .exchange import capturing
+from .graphs import capturing
 from .workspaces import alloc_buffers, cached
 
 #: programs per destination in ``_data_kernel`` (fixed: the counters' targets depend on it)

@@ -30,7 +30,6 @@ from ..runtime.diagnostics import check_waits
 from ..runtime.world import current
 from .exchange import (
     Part,
-    capturing,
     engine_instance,
     exchange,
     pull_gather,
@@ -38,6 +37,7 @@ from .exchange import (
     refuse_capture,
     sum_slots,
 )
+from .graphs import capturing, graph_mode
 from .workspaces import cached, release_workspaces
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "recv",
@@ -65,6 +65,9 @@ _AGREED = "collectives:agreed"
 #: ops with a fused, CUDA-graph-safe path (``engine="sm"``, one node; all_to_all: even
 #: splits)
 _FUSED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+#: ops whose chunked copy-engine exchange (one node) also has a graph-safe variant, so that
+#: "auto" picks by size while capturing too
+_CHUNKED_GRAPH_OPS = ("all_gather", "reduce_scatter")
 
 
 def _fused_limit(op: str) -> float:
@@ -112,7 +115,8 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int,
         if current().world.backend == "cpu":
             return "copy_engine"
         fusable = fusable and op in _FUSED_OPS
-        if fusable and capturing():
+        if fusable and capturing() and (op not in _CHUNKED_GRAPH_OPS
+                                        or current().topo.num_nodes > 1):
             return "sm"  # the graph-safe path
         if fusable and current().topo.num_nodes == 1:
             return "sm" if nbytes_per_peer < _fused_limit(op) else "copy_engine"
@@ -166,11 +170,13 @@ def _gather_flat(key: str, flat: torch.Tensor, engine: str) -> tuple[torch.Tenso
     return call.inbox.view(w, n), call
 
 
-def _reduce_scatter_flat(key: str, chunks: torch.Tensor, engine: str) -> torch.Tensor:
-    """``chunks`` [W, c] (contiguous): return the sum over ranks of their row ``me``."""
+def _reduce_scatter_flat(key: str, chunks: torch.Tensor, engine: str,
+                         graph: bool = False) -> torch.Tensor:
+    """``chunks`` [W, c] (contiguous): return the sum over ranks of their row ``me``
+    (``graph``: the graph-safe variant, one node, an engine that can wait)."""
     rt = current()
     if rt.topo.num_nodes == 1 and engine != "network":
-        return push_reduce_scatter(key + ".chunked", chunks, engine)
+        return push_reduce_scatter(key + ".chunked", chunks, engine, graph)
     w, me = rt.world.world_size, rt.world.rank
     c = chunks.shape[1]
     parts = [Part(q, chunks[q], me * c) for q in range(w)]
@@ -203,7 +209,7 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) -> t
     if eng == "copy_engine" and rt.topo.num_nodes == 1:
         # pulls straight into the result: no copy out of an inbox
         rows = torch.empty((w, xm.numel()), dtype=x.dtype, device=x.device)
-        pull_gather("all_gather.pull", xm.view(-1), rows, eng)
+        pull_gather("all_gather.pull", xm.view(-1), rows, eng, graph_mode())
         out = rows.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
         return out if d == 0 else out.contiguous()
     stacked, call = _gather_flat("all_gather", xm.view(-1), eng)
@@ -236,7 +242,8 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) 
                       torch.empty(xm.numel() // w, dtype=x.dtype, device=x.device))
         out = mine.view(rows, *xm.shape[1:])
         return out if d == 0 else out.movedim(0, d).contiguous()
-    mine = _reduce_scatter_flat("reduce_scatter", xm.view(w, -1), eng)
+    graph = graph_mode() and eng == "copy_engine" and rt.topo.num_nodes == 1
+    mine = _reduce_scatter_flat("reduce_scatter", xm.view(w, -1), eng, graph)
     out = mine.view(rows, *xm.shape[1:]).movedim(0, d)
     return out if d == 0 else out.contiguous()
 

@@ -30,10 +30,11 @@ import os
 import torch
 
 from ..engines.base import Engine, Signal, Transfer, get_engine
-from ..engines.sync import notify_peers, wait_slots
+from ..engines.sync import bump, notify_peers, wait_slots
 from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import SignalPad, signal_pad
 from ..runtime.world import current
+from .graphs import capturing, not_warmed, require_warm
 from .workspaces import alloc_buffers, cached, drop
 
 
@@ -72,11 +73,6 @@ class Part:
     peer: int
     data: torch.Tensor
     offset: int
-
-
-def capturing() -> bool:
-    """Whether this thread's current CUDA stream is capturing a graph."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def refuse_capture(what: str) -> None:
@@ -206,7 +202,8 @@ def pull_chunks(nbytes: int) -> int:
     return max(1, min(PULL_MAX_CHUNKS, nbytes // size))
 
 
-def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str) -> None:
+def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
+                graph: bool = False) -> None:
     """All-gather on one node by pulls: ``out[q]`` (``out``: ``[W, n]``) receives rank
     ``q``'s ``flat`` (``[n]``, contiguous), copied straight from ``q``'s inbox by ``engine``
     issued on this rank (no copy out of an inbox afterwards).
@@ -218,6 +215,8 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str) ->
     raising ``ready[me]`` on the peers after each, and copy my own row; once the pulls have
     landed, ``ack`` (:meth:`Call.finish`) tells the peers I am done with their half. So a
     peer pulls chunk ``i`` while I still publish chunk ``i + 1``.
+
+    ``graph``: the graph-safe variant (:func:`_graph_pad`: one inbox, device epochs).
     """
     rt = current()
     me = rt.world.rank
@@ -230,6 +229,21 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str) ->
     n = flat.numel()
     chunks = pull_chunks(n * flat.element_size())
     bounds = [(n * i // chunks, n * (i + 1) // chunks) for i in range(chunks)]
+    if graph:
+        pad, mine, epoch, ack = _graph_pad(key, flat.dtype, n)
+        node = rt.topo.node_ranks()
+        wait_slots(pad, ack, node, epoch - 1, skip=me)  # every peer pulled my last call
+        eng.issue([Transfer(mine[lo:hi], out[q, lo:hi], q, me,
+                            after=Signal(pad, i * rt.world.world_size + q, epoch))
+                   for q in node if q != me for i, (lo, hi) in enumerate(bounds)])
+        for i, (lo, hi) in enumerate(bounds):
+            mine[lo:hi].copy_(flat[lo:hi])
+            notify_peers(pad, i * rt.world.world_size + me, epoch, node, skip=me)
+        out[me].copy_(flat)
+        eng.drain()  # the pulls have landed before the ack
+        notify_peers(pad, ack + me, epoch, node, skip=me)
+        _check_waits()
+        return
     call = open_exchange(key, flat.dtype, n, {}, engine)
     base = call.epoch * _CHUNK_SLOTS
     mine = call.inbox[:n]
@@ -244,7 +258,8 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str) ->
     call.finish()
 
 
-def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str) -> torch.Tensor:
+def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
+                        graph: bool = False) -> torch.Tensor:
     """Reduce-scatter on one node by pushes: returns the sum over ranks of their row ``me``
     of ``parts`` (``[W, c]``, contiguous), accumulated in fp32, in ``parts``' dtype.
 
@@ -254,12 +269,32 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str) -> torch.Ten
     on ``q`` to ``e * 64 + i + 1``; I sum chunk ``i`` once every node peer's ``ready`` has
     reached that value, so sums of early chunks overlap the transfer of later ones;
     :meth:`Call.finish` acks after the last read.
+
+    ``graph``: the graph-safe variant (:func:`_graph_pad`: one inbox, device epochs; a push
+    to ``q`` waits on the engine's stream for ``q``'s ack of the previous call).
     """
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
     c = parts.shape[1]
     chunks = pull_chunks(c * parts.element_size())
     bounds = [(c * i // chunks, c * (i + 1) // chunks) for i in range(chunks)]
+    if graph:
+        pad, inbox, epoch, ack = _graph_pad(key, parts.dtype, w * c)
+        node = rt.topo.node_ranks()
+        slots = inbox.view(w, c)
+        eng = engine_instance(engine)
+        eng.issue([Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
+                            Signal(pad, i * w + me, epoch), after=Signal(pad, ack + q, epoch - 1))
+                   for i, (lo, hi) in enumerate(bounds) for q in node if q != me])
+        slots[me].copy_(parts[me])
+        out = torch.empty(c, dtype=parts.dtype, device=parts.device)
+        for i, (lo, hi) in enumerate(bounds):
+            wait_slots(pad, i * w, node, epoch, skip=me)
+            sum_slots(slots[:, lo:hi], out[lo:hi])
+        notify_peers(pad, ack + me, epoch, node, skip=me)  # my inbox is read
+        eng.drain()
+        _check_waits()
+        return out
     call = open_exchange(key, parts.dtype, w * c, {}, engine)
     base = call.epoch * _CHUNK_SLOTS
     slots = call.inbox.view(w, c)
@@ -274,6 +309,35 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str) -> torch.Ten
         sum_slots(slots[:, lo:hi], out[lo:hi])
     call.finish()
     return out
+
+
+def _graph_pad(key: str, dtype: torch.dtype, numel: int):
+    """The graph-safe variant of the chunked exchanges (what a CUDA graph replays): one
+    inbox of ``numel`` elements (no halves), its epoch ``E`` counted on the device (bumped
+    here), and a pad of ``(PULL_MAX_CHUNKS + 1) * W`` slots: ``ready`` of chunk ``i`` from rank
+    ``q`` at ``i * W + q`` (set to ``E`` once it is there), then ``ack[q]`` (rank ``q`` has
+    read what this rank sent it in call ``E``; nobody overwrites a peer's data before its
+    ack of the previous call). Returns ``(pad, inbox, E, first ack slot)``."""
+    rt = current()
+    w = rt.world.world_size
+    pad_key = f"{key}:graph"
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if capturing():
+        ws = rt.cache.get(("workspace", "inbox", pad_key))
+        if ws is None or ws.tensors[0].shape[1] < numel * itemsize:
+            raise not_warmed(key)
+        require_warm(key, pad_key)
+    pad = signal_pad(pad_key, (PULL_MAX_CHUNKS + 1) * w)
+    raw = _inbox(pad_key, numel * itemsize)
+    return pad, raw[0, : numel * itemsize].view(dtype), bump(pad), PULL_MAX_CHUNKS * w
+
+
+def _check_waits() -> None:
+    rt = current()
+    if (rt.wait_timeout > 0 or rt.world.backend == "cpu") and not capturing():
+        from ..runtime.diagnostics import check_waits
+
+        check_waits()
 
 
 def sum_slots(slots: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -13,14 +13,15 @@ peer's call-``e - 1`` signals, i.e. after every peer has finished call ``e - 2``
 one that used that buffer. (This needs every peer to signal this rank in every call, which
 holds for non-empty shards; empty shapes take the fallback.)
 
-CUDA graphs: while a graph is being captured (and eagerly inside :func:`graph_safe`, the
-warm-up before a capture), the ops take *graph-safe* variants with the same protocol but the
-epoch counted on the device (``SignalPad.device_epoch``, bumped by a one-program kernel at
-the start of each call; the GEMM and the signal kernels read it), so a replay serves a new
-call: AG-GEMM pushes with the copy engine into a single buffer per peer, each push waiting
-(on the engine's stream) until that peer acknowledged reading the previous call's rows;
-GEMM-RS / GEMM-AR run the colocated epilogue on double buffers whose half the kernel picks
-from the epoch's parity. They use their own pads and buffers, allocated by the warm-up.
+CUDA graphs: while a graph is being captured (and eagerly inside ``ops.graph_safe()``, the
+warm-up before a capture; ``graphs.py``), the ops take *graph-safe* variants with the same
+protocol but the epoch counted on the device (``SignalPad.device_epoch``, bumped by a
+one-program kernel at the start of each call; the GEMM and the signal kernels read it), so a
+replay serves a new call: AG-GEMM pushes with the copy engine into a single buffer per peer,
+each push waiting (on the engine's stream) until that peer acknowledged reading the previous
+call's rows; GEMM-RS / GEMM-AR run the colocated epilogue on double buffers whose half the
+kernel picks from the epoch's parity. They use their own pads and buffers, allocated by the
+warm-up.
 
 Shapes are checked across ranks (through the host gloo group) the first time each shape
 signature is seen on a rank; a rank whose shapes change later without the others would
@@ -29,7 +30,6 @@ then hang in its waits until ``DITRON_WAIT_TIMEOUT`` raises.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 
@@ -56,7 +56,7 @@ from ..runtime.diagnostics import check_waits
 from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
 from ..runtime.world import current
-from .exchange import capturing
+from .graphs import capturing, graph_mode, require_warm
 from .workspaces import alloc_buffers, cached
 
 METHODS = ("auto", "overlap", "fallback")
@@ -108,42 +108,6 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
 
 
 # -- CUDA graphs -----------------------------------------------------------------------------
-_GRAPH_SAFE = "tp_gemm:graph_safe"
-
-
-@contextlib.contextmanager
-def graph_safe():
-    """Inside this block the TP GEMMs run their CUDA-graph-safe variants eagerly (what they
-    run while a graph is captured): the warm-up call that allocates their workspaces before
-    ``torch.cuda.graph``. Collective use: every rank enters it around the same calls."""
-    rt = current()
-    rt.cache[_GRAPH_SAFE] = rt.cache.get(_GRAPH_SAFE, 0) + 1
-    try:
-        yield
-    finally:
-        rt.cache[_GRAPH_SAFE] -= 1
-
-
-def graph_mode() -> bool:
-    """Whether this call takes the graph-safe variants (capturing, or inside
-    :func:`graph_safe`)."""
-    return capturing() or current().cache.get(_GRAPH_SAFE, 0) > 0
-
-
-def _require_warm(op: str, pad_key: str, workspace_key: tuple) -> None:
-    """While capturing, raise unless a warm-up made the graph-safe variant's pad (with its
-    device epoch) and workspace: neither can be made in a capture (they are allocated
-    collectively)."""
-    if not capturing():
-        return
-    rt = current()
-    pad = rt.cache.get(("signal_pad", pad_key))
-    if pad is None or not pad.has_device_epoch or workspace_key not in rt.cache:
-        raise RuntimeError(f"{op}: no graph-safe workspace for this shape, dtype and "
-                           f"configuration yet; run the op once inside `with "
-                           f"ditron.ops.graph_safe():` before capturing the CUDA graph")
-
-
 def _no_graph_variant(op: str, method: str, why: str) -> bool:
     """``method="overlap"`` with no graph-safe overlapped variant raises; ``"auto"`` falls
     back (returns ``False``: not overlapped)."""
@@ -357,7 +321,7 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     tag = "graph" if graph else "pushed"
     pad_key = f"ag_gemm:graph:{M}x{K}:{a.dtype}"
     if graph:
-        _require_warm("ag_gemm", pad_key, _ag_key(a, b, cfg, tag, chunk_rows))
+        require_warm("ag_gemm", pad_key, _ag_key(a, b, cfg, tag, chunk_rows))
     ws = _ag_workspace(a, b, cfg, 1, M, tag, chunk_rows, halves=1 if graph else 2)
     if graph:  # chunk ids never exceed the rows, so the pad never has to grow
         pad = signal_pad(pad_key, W + M)
@@ -583,7 +547,7 @@ def _scatter_overlap(op: str, a, b, cfg: GemmConfig, graph: bool = False):
     key = (op, M, k, N, a.dtype, cfg)
     tag = f"{op}:graph" if graph else op
     if graph:
-        _require_warm(op, tag, key)
+        require_warm(op, tag, key)
     ws = rt.cache.get(key)
     if ws is None:
         mapping = plan_deps.TileMapping(M, cfg.block_m, seg)

@@ -173,10 +173,14 @@ def test_two_simulated_nodes(monkeypatch, engine):
     assert all(c == 27 for c in counts)
 
 
-def check_chunked_exchanges(calls: int = 5) -> int:
+def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     """The copy engine's all-gather (pulls) and reduce-scatter / two-shot all-reduce (pushes)
     in 1-8 chunks per part (tiny chunks forced by the env), sizes and so chunk counts
-    changing from call to call, uneven chunk bounds."""
+    changing from call to call, uneven chunk bounds. ``graph``: all-gather and
+    reduce-scatter take their graph-safe variants (inside ``ditron.ops.graph_safe()``, one
+    inbox, device epochs), between eager all-reduces on the same engine."""
+    import contextlib
+
     from ditron.ops.exchange import pull_chunks
 
     poison_empty()
@@ -189,11 +193,12 @@ def check_chunked_exchanges(calls: int = 5) -> int:
         x = torch.randn(3 + it, 7 + 5 * it, generator=g).to(dtype)
         assert pull_chunks(x.numel() * x.element_size()) > 1
         ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)], 0)
-        _close(ops.all_gather(x, 0, engine="copy_engine"), ref, f"chunked all_gather {it}")
-        x = torch.randn(2 * w, 9 + 4 * it, generator=g).to(dtype)
-        assert pull_chunks(x.numel() // w * x.element_size()) > 1
-        _close(ops.reduce_scatter(x, 0, engine="copy_engine"), _sum_ref(x).chunk(w, 0)[me],
-               f"chunked reduce_scatter {it}")
+        xr = torch.randn(2 * w, 9 + 4 * it, generator=g).to(dtype)
+        assert pull_chunks(xr.numel() // w * xr.element_size()) > 1
+        with ditron.ops.graph_safe() if graph else contextlib.nullcontext():
+            _close(ops.all_gather(x, 0, engine="copy_engine"), ref, f"chunked all_gather {it}")
+            _close(ops.reduce_scatter(xr, 0, engine="copy_engine"),
+                   _sum_ref(xr).chunk(w, 0)[me], f"chunked reduce_scatter {it}")
         x = torch.randn(5, 11 + it, generator=g).to(dtype)
         _close(ops.all_reduce(x, "two_shot", engine="copy_engine"), _sum_ref(x),
                f"chunked all_reduce {it}")
@@ -201,13 +206,14 @@ def check_chunked_exchanges(calls: int = 5) -> int:
     return checks
 
 
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph_safe"])
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_chunked_exchanges(monkeypatch, world_size):
+def test_chunked_exchanges(monkeypatch, world_size, graph):
     from ditron.ops.exchange import pull_chunks
 
     monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")
     assert [pull_chunks(b) for b in (10, 48, 100, 4096)] == [1, 2, 4, 8]
-    counts = ditron.launch(check_chunked_exchanges, world_size, backend="cpu")
+    counts = ditron.launch(check_chunked_exchanges, world_size, 5, graph, backend="cpu")
     assert counts == [15] * world_size
 
 

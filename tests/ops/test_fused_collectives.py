@@ -264,6 +264,25 @@ def _rank_graph() -> int:
             _check(got, x if mode == kfc.ALL_TO_ALL else x.reshape(-1),
                    f"graph replay {it} {name}", mode)
             checks += 1
+    # the copy engine's chunked all-gather / reduce-scatter: graph-safe variants after a
+    # warm-up inside graph_safe()
+    for name, mode in (("all_gather", kfc.ALL_GATHER), ("reduce_scatter", kfc.REDUCE_SCATTER)):
+        x = torch.empty(6 * w, 333, dtype=torch.bfloat16, device="cuda").normal_()
+        op = getattr(ditron.ops, name)
+        with ditron.ops.graph_safe():
+            op(x, engine="copy_engine")
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = op(x, engine="copy_engine")
+        for it in range(3):
+            g = torch.Generator().manual_seed(30 * me + it)
+            x.copy_(torch.randn(x.shape, generator=g).to(x.dtype))
+            y.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            _check(y.reshape(-1), x.reshape(-1), f"graph replay {it} {name} copy_engine", mode)
+            checks += 1
     # ops that keep per-call state on the host refuse capture instead of replaying stale state
     x = torch.randn(64, device="cuda")
     uneven = [64 - (w - 1)] + [1] * (w - 1)
@@ -277,7 +296,7 @@ def _rank_graph() -> int:
 
 @pytest.mark.gpu
 def test_fused_collectives_in_cuda_graph():
-    assert ditron.launch(_rank_graph, 2, backend="cuda") == [25, 25]
+    assert ditron.launch(_rank_graph, 2, backend="cuda") == [31, 31]
 
 
 def _rank_refuses_capture() -> int:
@@ -293,8 +312,7 @@ def _rank_refuses_capture() -> int:
     torch.cuda.is_current_stream_capturing = lambda: True
     try:
         checks = 0
-        for call in (lambda: ditron.ops.all_gather(x, engine="copy_engine"),
-                     lambda: ditron.ops.all_reduce(x, engine="copy_engine"),
+        for call in (lambda: ditron.ops.all_reduce(x, engine="copy_engine"),
                      lambda: ditron.ops.all_to_all(x, [6 * w - w + 1] + [1] * (w - 1)),
                      lambda: ditron.ops.ag_gemm(x, torch.randn(4, 8), method="overlap",
                                                 engine="colocated")):
@@ -303,13 +321,16 @@ def _rank_refuses_capture() -> int:
             checks += 1
         with pytest.raises(RuntimeError, match="before capturing a CUDA graph"):
             ditron.ops.all_reduce(torch.randn(5000), engine="sm")  # no workspace yet
-        with pytest.raises(RuntimeError, match="graph_safe"):  # no graph-safe warm-up yet
+        # no graph-safe warm-up yet
+        with pytest.raises(RuntimeError, match="graph_safe"):
             ditron.ops.ag_gemm(x, torch.randn(4, 8), method="overlap")
+        with pytest.raises(RuntimeError, match="graph_safe"):
+            ditron.ops.all_gather(x, engine="copy_engine")
         got = ditron.ops.all_reduce(x, engine="sm")
     finally:
         torch.cuda.is_available, torch.cuda.is_current_stream_capturing = real
     _check(got, x, "fused all_reduce during a (pretended) capture")
-    return checks + 3
+    return checks + 4
 
 
 def test_host_state_paths_refuse_capture():
