@@ -25,7 +25,7 @@ from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 
 
-@triton.jit(do_not_specialize=["value"])
+@triton.jit(do_not_specialize=["slot", "value", "first", "count", "skip"])
 def notify_range(sig_ptr, slot, value, first, count, skip, ctx):
     """Raise slot ``slot`` to ``value`` on ranks ``first .. first + count - 1`` but ``skip``
     (callable from kernels: device-side values)."""
@@ -34,7 +34,7 @@ def notify_range(sig_ptr, slot, value, first, count, skip, ctx):
             dl.notify(sig_ptr + slot, value, first + i, ctx)
 
 
-@triton.jit(do_not_specialize=["value"])
+@triton.jit(do_not_specialize=["base", "first", "count", "skip", "value"])
 def wait_range(sig_ptr, base, first, count, skip, value, ctx):
     """Wait until local slots ``base + r`` (``r`` in ``first .. first + count - 1``, ``r !=
     skip``) reach ``value`` (callable from kernels)."""
@@ -43,12 +43,12 @@ def wait_range(sig_ptr, base, first, count, skip, value, ctx):
             dl.wait(sig_ptr + base + first + i, value, ctx)
 
 
-@triton.jit(do_not_specialize=["offset"])
+@triton.jit(do_not_specialize=["slot", "offset", "first", "count", "skip"])
 def _notify_at(sig_ptr, slot, cell, offset, first, count, skip, ctx):
     notify_range(sig_ptr, slot, tl.load(cell) + offset, first, count, skip, ctx)
 
 
-@triton.jit(do_not_specialize=["offset"])
+@triton.jit(do_not_specialize=["base", "first", "count", "skip", "offset"])
 def _wait_at(sig_ptr, base, first, count, skip, cell, offset, ctx):
     wait_range(sig_ptr, base, first, count, skip, tl.load(cell) + offset, ctx)
 

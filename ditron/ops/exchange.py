@@ -230,15 +230,19 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     chunks = pull_chunks(n * flat.element_size())
     bounds = [(n * i // chunks, n * (i + 1) // chunks) for i in range(chunks)]
     if graph:
+        # Publish every chunk before issuing a pull: the pulls' waits are kernels that spin
+        # on the engine's stream, and a host that blocks later (a module load can
+        # synchronise the context) must already have queued what its peers wait for
+        # (docs/developing.md, "host order").
         pad, mine, epoch, ack = _graph_pad(key, flat.dtype, n)
         node = rt.topo.node_ranks()
         wait_slots(pad, ack, node, epoch - 1, skip=me)  # every peer pulled my last call
-        eng.issue([Transfer(mine[lo:hi], out[q, lo:hi], q, me,
-                            after=Signal(pad, i * rt.world.world_size + q, epoch))
-                   for q in node if q != me for i, (lo, hi) in enumerate(bounds)])
         for i, (lo, hi) in enumerate(bounds):
             mine[lo:hi].copy_(flat[lo:hi])
             notify_peers(pad, i * rt.world.world_size + me, epoch, node, skip=me)
+        eng.issue([Transfer(mine[lo:hi], out[q, lo:hi], q, me,
+                            after=Signal(pad, i * rt.world.world_size + q, epoch))
+                   for q in node if q != me for i, (lo, hi) in enumerate(bounds)])
         out[me].copy_(flat)
         eng.drain()  # the pulls have landed before the ack
         notify_peers(pad, ack + me, epoch, node, skip=me)
