@@ -65,9 +65,12 @@ _AGREED = "collectives:agreed"
 #: ops with a fused, CUDA-graph-safe path (``engine="sm"``, one node; all_to_all: even
 #: splits)
 _FUSED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-#: ops whose chunked copy-engine exchange (one node) also has a graph-safe variant, so that
-#: "auto" picks by size while capturing too
-_CHUNKED_GRAPH_OPS = ("all_gather", "reduce_scatter")
+#: ops whose chunked copy-engine exchange (one node) also has a graph-safe variant, which
+#: "auto" takes above the fused limit while capturing. Not all_gather: under CUDA graphs its
+#: fused kernel was faster at every size (2 H200s, 32 / 128 / 512 MB per peer: 122 / 489 /
+#: 1953 us against 151 / 537 / 2264 for the copy engine; docs/perf.md, session 8), where
+#: reduce-scatter's copy engine wins from 128 MB per peer (492 against 548 us)
+_CHUNKED_GRAPH_OPS = ("reduce_scatter",)
 
 
 def _fused_limit(op: str) -> float:
@@ -115,7 +118,7 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int,
         if current().world.backend == "cpu":
             return "copy_engine"
         fusable = fusable and op in _FUSED_OPS
-        if fusable and capturing() and (op not in _CHUNKED_GRAPH_OPS
+        if fusable and graph_mode() and (op not in _CHUNKED_GRAPH_OPS
                                         or current().topo.num_nodes > 1):
             return "sm"  # the graph-safe path
         if fusable and current().topo.num_nodes == 1:
