@@ -17,9 +17,10 @@ an order that rotates; the slowest rank's median of all samples):
 With ``--tune`` the tuner runs per shape first (its decision, cached on disk, is what
 ``auto`` takes; the decision is reported in the JSON).
 
-With ``--graphs`` (GPU) ``T_gemm``, ``T_comm``, the baseline and ``ditron`` are also timed
-under CUDA graphs (``--batch`` calls captured in one graph per candidate; the replays timed
-in the same rotating rounds; ``ditron`` takes its graph-safe variant, warmed up inside
+With ``--graphs`` (GPU) ``T_gemm``, ``T_comm``, the baseline, ``ditron``, ``auto`` and, for
+GEMM-RS, ``ditron_ce`` (``method="overlap", engine="copy_engine"``) are also timed under CUDA
+graphs (``--batch`` calls captured in one graph per candidate; the replays timed in the same
+rotating rounds; Ditron's calls take their graph-safe variants, warmed up inside
 ``ditron.ops.graph_safe()``): no launch cost on either side. Keys ``graph_*``; a second
 table.
 
@@ -170,6 +171,9 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=current().host_group)
     if ok.item() > 0:
         cands["torch_fused"] = fused
+    graph_cands = dict(cands)
+    if op == "gemm_rs":
+        graph_cands["ditron_ce"] = lambda: fn(a, b, method="overlap", engine="copy_engine")
     # rounds: every candidate is timed in each round, so a drift of the machine's speed
     # during the run (clocks, memory, the other rank) affects all of them alike; the order
     # rotates from round to round, so no candidate always follows the same one
@@ -195,9 +199,12 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
     if graphs and dev.type == "cuda":
         # one graph of ``batch`` calls per candidate, replays timed in rotating rounds
         captured = {}
-        for name in ("t_gemm", "t_comm", "baseline", "ditron"):
+        for name in ("t_gemm", "t_comm", "baseline", "ditron", "auto", "ditron_ce"):
+            if name not in graph_cands:
+                continue
             try:
-                graph = _capture(cands[name], batch, graph_safe=name == "ditron")
+                graph = _capture(graph_cands[name], batch,
+                                 graph_safe=name in ("ditron", "auto", "ditron_ce"))
             except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
                 graph = None
                 row[f"graph_{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
@@ -216,7 +223,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         del captured
     for prefix in ("", "graph_"):
         bound = max(row.get(f"{prefix}t_gemm") or 0.0, row.get(f"{prefix}t_comm") or 0.0)
-        for name in ("baseline", "ditron", "auto", "torch_fused"):
+        for name in ("baseline", "ditron", "auto", "torch_fused", "ditron_ce"):
             if row.get(prefix + name):
                 row[f"{prefix}eff_{name}"] = bound / row[prefix + name]
         if row.get(prefix + "ditron") and row.get(prefix + "baseline"):
@@ -242,14 +249,19 @@ def _table(results: list[dict]) -> str:
                  "call (the tuned decision when one is cached)")
     if any("graph_ditron" in r for r in results):
         head = (f"{'op':8} {'M':>6} {'N':>6} {'K':>6} {'T_gemm':>9} {'T_comm':>9} {'base':>9} "
-                f"{'ditron':>9} {'speedup':>7} {'eff':>5} {'eff_base':>8}")
+                f"{'ditron':>9} {'auto':>9} {'ce':>9} {'speedup':>7} {'eff':>5} "
+                f"{'eff_auto':>8} {'eff_ce':>6} {'eff_base':>8}")
         lines += ["", "under CUDA graphs", head, "-" * len(head)]
         for r in results:
             lines.append(f"{r['op']:8} {r['M']:6} {r['N']:6} {r['K']:6} "
                          f"{f(r.get('graph_t_gemm'))} {f(r.get('graph_t_comm'))} "
                          f"{f(r.get('graph_baseline'))} {f(r.get('graph_ditron'))} "
+                         f"{f(r.get('graph_auto'))} {f(r.get('graph_ditron_ce'))} "
                          f"{r.get('graph_speedup', 0):7.3f} {r.get('graph_eff_ditron', 0):5.2f} "
+                         f"{r.get('graph_eff_auto', 0):8.2f} "
+                         f"{r.get('graph_eff_ditron_ce', 0):6.2f} "
                          f"{r.get('graph_eff_baseline', 0):8.2f}")
+        lines.append("ce = GEMM-RS with method='overlap', engine='copy_engine'")
     return "\n".join(lines)
 
 

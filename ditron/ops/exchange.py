@@ -192,8 +192,8 @@ def exchange(key: str, dtype: torch.dtype, inbox_numel: int, parts: list[Part],
 #: its owner still publishes chunk ``i + 1``
 PULL_CHUNK_BYTES = 64 << 20
 PULL_MAX_CHUNKS = 8
-#: ready values of call ``e`` are ``e * _CHUNK_SLOTS + i + 1`` for chunk ``i``
-_CHUNK_SLOTS = 64
+#: ready values of call ``e`` are ``e * CHUNK_SLOTS + i + 1`` for chunk ``i``
+CHUNK_SLOTS = 64
 
 
 def pull_chunks(nbytes: int) -> int:
@@ -216,7 +216,7 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     landed, ``ack`` (:meth:`Call.finish`) tells the peers I am done with their half. So a
     peer pulls chunk ``i`` while I still publish chunk ``i + 1``.
 
-    ``graph``: the graph-safe variant (:func:`_graph_pad`: one inbox, device epochs).
+    ``graph``: the graph-safe variant (:func:`graph_pad`: one inbox, device epochs).
     """
     rt = current()
     me = rt.world.rank
@@ -234,7 +234,7 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
         # on the engine's stream, and a host that blocks later (a module load can
         # synchronise the context) must already have queued what its peers wait for
         # (docs/developing.md, "host order").
-        pad, mine, epoch, ack = _graph_pad(key, flat.dtype, n)
+        pad, mine, epoch, ack = graph_pad(key, flat.dtype, n)
         node = rt.topo.node_ranks()
         wait_slots(pad, ack, node, epoch - 1, skip=me)  # every peer pulled my last call
         for i, (lo, hi) in enumerate(bounds):
@@ -249,7 +249,7 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
         _check_waits()
         return
     call = open_exchange(key, flat.dtype, n, {}, engine)
-    base = call.epoch * _CHUNK_SLOTS
+    base = call.epoch * CHUNK_SLOTS
     mine = call.inbox[:n]
     eng.issue([Transfer(mine[lo:hi], out[q, lo:hi], q, me,
                         after=Signal(call.pad, q, base + i + 1))
@@ -274,7 +274,7 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     reached that value, so sums of early chunks overlap the transfer of later ones;
     :meth:`Call.finish` acks after the last read.
 
-    ``graph``: the graph-safe variant (:func:`_graph_pad`: one inbox, device epochs; a push
+    ``graph``: the graph-safe variant (:func:`graph_pad`: one inbox, device epochs; a push
     to ``q`` waits on the engine's stream for ``q``'s ack of the previous call).
     """
     rt = current()
@@ -283,7 +283,7 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     chunks = pull_chunks(c * parts.element_size())
     bounds = [(c * i // chunks, c * (i + 1) // chunks) for i in range(chunks)]
     if graph:
-        pad, inbox, epoch, ack = _graph_pad(key, parts.dtype, w * c)
+        pad, inbox, epoch, ack = graph_pad(key, parts.dtype, w * c)
         node = rt.topo.node_ranks()
         slots = inbox.view(w, c)
         eng = engine_instance(engine)
@@ -300,7 +300,7 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
         _check_waits()
         return out
     call = open_exchange(key, parts.dtype, w * c, {}, engine)
-    base = call.epoch * _CHUNK_SLOTS
+    base = call.epoch * CHUNK_SLOTS
     slots = call.inbox.view(w, c)
     eng = engine_instance(engine)
     eng.issue([Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
@@ -315,7 +315,7 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     return out
 
 
-def _graph_pad(key: str, dtype: torch.dtype, numel: int):
+def graph_pad(key: str, dtype: torch.dtype, numel: int):
     """The graph-safe variant of the chunked exchanges (what a CUDA graph replays): one
     inbox of ``numel`` elements (no halves), its epoch ``E`` counted on the device (bumped
     here), and a pad of ``(PULL_MAX_CHUNKS + 1) * W`` slots: ``ready`` of chunk ``i`` from rank

@@ -20,8 +20,9 @@ one-program kernel at the start of each call; the GEMM and the signal kernels re
 replay serves a new call: AG-GEMM pushes with the copy engine into a single buffer per peer,
 each push waiting (on the engine's stream) until that peer acknowledged reading the previous
 call's rows; GEMM-RS / GEMM-AR run the colocated epilogue on double buffers whose half the
-kernel picks from the epoch's parity. They use their own pads and buffers, allocated by the
-warm-up.
+kernel picks from the epoch's parity; GEMM-RS by the copy engine uses the exchange's
+graph-safe inbox (``exchange.graph_pad``). They use their own pads and buffers, allocated by
+the warm-up.
 
 Shapes are checked across ranks (through the host gloo group) the first time each shape
 signature is seen on a rank; a rank whose shapes change later without the others would
@@ -56,6 +57,14 @@ from ..runtime.diagnostics import check_waits
 from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
 from ..runtime.world import current
+from .exchange import (
+    CHUNK_SLOTS,
+    PULL_MAX_CHUNKS,
+    engine_instance,
+    graph_pad,
+    open_exchange,
+    sum_slots,
+)
 from .graphs import capturing, graph_mode, require_warm
 from .workspaces import alloc_buffers, cached
 
@@ -311,8 +320,6 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     acknowledgement (set to ``E`` after its GEMM of call ``E``), chunk ``c``'s signal is
     slot ``W + c``; a push to ``q`` waits for ``q``'s acknowledgement of call ``E - 1``.
     """
-    from .exchange import engine_instance
-
     rt = current()
     W, rank = rt.world.world_size, rt.world.rank
     m, K = a.shape
@@ -439,9 +446,6 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     if choice.overlap and rt.topo.num_nodes > 1:
         choice = dataclasses.replace(choice, overlap=False)  # no inter-node push path yet
     graph = choice.overlap and graph_mode()
-    if graph and forced == "copy_engine":
-        why = "the copy engine's exchange keeps its epochs on the host; use 'colocated'"
-        choice = dataclasses.replace(choice, overlap=_no_graph_variant("gemm_rs", method, why))
     if not choice.overlap:
         partial = torch.matmul(a, b)
         if W == 1:
@@ -450,9 +454,9 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         fn(out, partial.contiguous())
         return out
-    if not graph and (forced or choice.engine) == "copy_engine":
+    if (forced or choice.engine) == "copy_engine":
         return _rs_by_segments(a, b, chunk_rows if chunk_rows is not None
-                               else choice.chunk_rows)
+                               else choice.chunk_rows, graph)
     return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
 
 
@@ -462,8 +466,8 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
 RS_CHUNKS = 1
 
 
-def _rs_by_segments(a: torch.Tensor, b: torch.Tensor,
-                    chunk_rows: int | None = None) -> torch.Tensor:
+def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
+                    graph: bool = False) -> torch.Tensor:
     """GEMM-RS on one node with the copy engine, by segments, in chunks of ``chunk_rows``
     rows (default: a segment in ``RS_CHUNKS``, i.e. whole).
 
@@ -476,20 +480,28 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor,
     Then chunk ``i`` of the result is summed (fp32, rank order) once every peer's chunk ``i``
     is in. (Adding the received partials in the own rows' GEMM, as ``addmm``'s ``C``, would
     make that GEMM wait for the last peer's push, which starts only when that peer reaches
-    its own rows: measured slower on 2 H200s.)"""
-    from .exchange import _CHUNK_SLOTS, engine_instance, open_exchange, sum_slots
+    its own rows: measured slower on 2 H200s.)
 
+    ``graph``: the graph-safe variant (what a CUDA graph replays): the exchange's single
+    inbox with its epoch ``E`` counted on the device (``exchange.graph_pad``); chunk ``i``
+    from rank ``q`` raises slot ``i * W + q`` to ``E``, a push to ``d`` waits on the
+    engine's stream for ``d``'s acknowledgement of call ``E - 1`` (it has summed what this
+    rank sent it), and this rank acknowledges after its sums. At most
+    ``exchange.PULL_MAX_CHUNKS`` chunks per segment."""
     rt = current()
     W, me = rt.world.world_size, rt.world.rank
     M, N = a.shape[0], b.shape[1]
     seg = M // W
     rows = chunk_rows or -(-seg // RS_CHUNKS)
-    chunks = min(-(-seg // max(rows, 1)), _CHUNK_SLOTS - 1) if seg else 1
+    most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
+    chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
     bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
+    if graph:
+        return _rs_by_segments_graph(a, b, bounds)
     call = open_exchange("gemm_rs:copy_engine", a.dtype, W * seg * N,
                          {q: (q * seg * N, seg * N) for q in range(W)}, "copy_engine")
     slots = call.inbox.view(W, seg, N)
-    base = call.epoch * _CHUNK_SLOTS
+    base = call.epoch * CHUNK_SLOTS
     engine = engine_instance("copy_engine")
     for step in range(1, W):
         d = (me + step) % W
@@ -506,6 +518,34 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor,
             wait_slots(call.pad, 0, call.node, base + i + 1, skip=me)
             sum_slots(slots[:, lo:hi], out[lo:hi])
     call.finish()
+    return out
+
+
+def _rs_by_segments_graph(a, b, bounds: list[tuple[int, int]]) -> torch.Tensor:
+    """The graph-safe body of :func:`_rs_by_segments` (same schedule, device epochs)."""
+    rt = current()
+    W, me = rt.world.world_size, rt.world.rank
+    M, N = a.shape[0], b.shape[1]
+    seg = M // W
+    pad, inbox, epoch, ack = graph_pad("gemm_rs:copy_engine", a.dtype, W * seg * N)
+    slots = inbox.view(W, seg, N)
+    node = rt.topo.node_ranks()
+    engine = engine_instance("copy_engine")
+    for step in range(1, W):
+        d = (me + step) % W
+        for i, (lo, hi) in enumerate(bounds):
+            part = torch.matmul(a[d * seg + lo:d * seg + hi], b)
+            engine.issue([Transfer(part, slots[me, lo:hi], me, d, Signal(pad, i * W + me, epoch),
+                                   after=Signal(pad, ack + d, epoch - 1))])
+    torch.matmul(a[me * seg:(me + 1) * seg], b, out=slots[me])
+    out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
+    for i, (lo, hi) in enumerate(bounds):
+        if hi > lo:
+            wait_slots(pad, i * W, node, epoch, skip=me)
+            sum_slots(slots[:, lo:hi], out[lo:hi])
+    notify_peers(pad, ack + me, epoch, node, skip=me)  # my inbox is read
+    engine.drain()
+    _after_launch()
     return out
 
 

@@ -344,11 +344,16 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
                                            chunk_rows=chunk_rows)
                 _close(f"graph-safe ag_gemm chunk_rows={chunk_rows}", c, ref, torch.float32)
                 assert torch.equal(ga, _gather(a)), "graph-safe ag_gemm: gathered A differs"
-            rs = ditron.ops.gemm_rs(a2, b, method="overlap")
-            _close("graph-safe gemm_rs", rs, full[rank * m:(rank + 1) * m], torch.float32)
+            # the colocated epilogue, and the copy engine by segments (whole; 4-row chunks)
+            for engine, chunk_rows in (("colocated", None), ("copy_engine", None),
+                                       ("copy_engine", 4)):
+                rs = ditron.ops.gemm_rs(a2, b, method="overlap", engine=engine,
+                                        chunk_rows=chunk_rows)
+                _close(f"graph-safe gemm_rs {engine} chunk_rows={chunk_rows}", rs,
+                       full[rank * m:(rank + 1) * m], torch.float32)
             ar = ditron.ops.gemm_ar(a3, b, method="overlap")
             _close("graph-safe gemm_ar", ar, _sum(a3.double() @ b.double()), torch.float32)
-            checks += 4
+            checks += 6
         # the eager variants between graph-safe calls
         _close("eager ag_gemm", ditron.ops.ag_gemm(a, b, method="overlap"), ref, torch.float32)
         checks += 1
@@ -357,21 +362,18 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
         for engine in ("colocated", "sm"):
             with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
                 ditron.ops.ag_gemm(a, b, method="overlap", engine=engine)
-        with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
-            ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine")
         if fallback:
-            rs = ditron.ops.gemm_rs(a2, b, method="auto", engine="copy_engine")
-            _close("graph-safe gemm_rs auto", rs, full[rank * m:(rank + 1) * m],
-                   torch.float32)
+            c = ditron.ops.ag_gemm(a, b, method="auto", engine="sm")
+            _close("graph-safe ag_gemm auto (fallback)", c, ref, torch.float32)
             checks += 1
-    return checks + 3
+    return checks + 2
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_graph_safe_variants_match_torch(world_size, backend):
     # 13 rows per rank: AG tiles straddle chunks, and 4-row chunks (4+4+4+1) too
     assert ditron.launch(_graph_safe_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [19] * world_size
+                         backend=backend) == [24] * world_size
 
 
 def _captured_case(m: int, K: int, N: int, replays: int) -> int:
@@ -389,30 +391,33 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
     with ditron.ops.graph_safe():  # workspaces, pads, device epochs, compilation
         ditron.ops.ag_gemm(a, b, method="overlap")
         ditron.ops.gemm_rs(a2, b, method="overlap")
+        ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine")
         ditron.ops.gemm_ar(a3, b, method="overlap")
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         c = ditron.ops.ag_gemm(a, b, method="overlap")
         rs = ditron.ops.gemm_rs(a2, b, method="overlap")
+        rs_ce = ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine")
         ar = ditron.ops.gemm_ar(a3, b, method="overlap")
     checks = 0
     for it in range(replays):
         g = torch.Generator().manual_seed(10 * rank + it)
         for t in (a, a2, a3):
             t.copy_(torch.randn(t.shape, generator=g).to(dtype))
-        for t in (c, rs, ar):
+        for t in (c, rs, rs_ce, ar):
             t.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
         _close(f"replay {it} ag_gemm", c, _gather(a).double() @ b.double(), dtype)
         full = _sum(a2.double() @ b.double())
         _close(f"replay {it} gemm_rs", rs, full[rank * m:(rank + 1) * m], dtype)
+        _close(f"replay {it} gemm_rs copy_engine", rs_ce, full[rank * m:(rank + 1) * m], dtype)
         _close(f"replay {it} gemm_ar", ar, _sum(a3.double() @ b.double()), dtype)
-        checks += 3
+        checks += 4
     return checks
 
 
 @pytest.mark.gpu
 def test_tp_gemms_in_cuda_graph():
-    assert ditron.launch(_captured_case, 2, 300, 256, 384, 4, backend="cuda") == [12, 12]
+    assert ditron.launch(_captured_case, 2, 300, 256, 384, 4, backend="cuda") == [16, 16]
