@@ -123,7 +123,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     0 broadcasts the winner and caches it (collective).
 
     Shapes as the op sees them on one rank: ``ag_gemm``: a ``[M / W, K]``, b ``[K, N]``;
-    ``gemm_rs`` / ``gemm_ar``: a ``[M, K]``, b ``[K, N]``. Returns the agreed decision.
+    ``gemm_rs`` / ``gemm_ar``: a ``[M, K]``, b ``[K, N]``; b is timed as a transposed
+    ``[N, K]`` weight (``weight.t()``). Returns the agreed decision.
     """
     from .. import ops
     from ..runtime.world import current
@@ -134,7 +135,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     rows = M // W if op == "ag_gemm" else M
     g = torch.Generator(device="cpu").manual_seed(rt.world.rank)
     a = torch.randn(rows, K, generator=g).to(dtype=dtype, device=dev)
-    b = torch.randn(K, N, generator=g).to(dtype=dtype, device=dev)
+    # b as a transposed [N, K] weight (``weight.t()``, the common case): cuBLAS's speed
+    # depends on the layout, and the decision is meant for the calls a model makes
+    b = torch.randn(N, K, generator=g).to(dtype=dtype, device=dev).t()
     if candidates is None:
         candidates = GPU_CANDIDATES if dev.type == "cuda" else CPU_CANDIDATES
     if batch is None:
