@@ -5,8 +5,9 @@ B[K, N/W]``, GEMM-RS ``C[M/W, N] = RS(A[M, K/W] @ B[K/W, N])``), multiplied by `
 (rounded to multiples of 64) for fewer GPUs or less memory; ``--smoke`` uses tiny shapes
 (CPU). Per shape, in the same run and with the same fixed warm-up / timed call counts on
 every rank (CUDA events on GPU, host clock on CPU; each sample times ``--batch`` calls back
-to back, as a busy stream runs them; the candidates take turns over ``ROUNDS`` rounds, in
-an order that rotates; the slowest rank's median of all samples):
+to back, as a busy stream runs them; the candidates take turns over at least ``ROUNDS``
+rounds and as many as there are candidates, in an order that rotates, so each runs at each
+position of a round; the slowest rank's median of all samples):
 
 * ``T_gemm``: the rank's local GEMM with ``torch.matmul``; ``T_comm``: the collective alone;
 * ``baseline``: ``method="fallback"`` (torch.matmul + NCCL, not overlapped);
@@ -43,7 +44,8 @@ AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568
 RS_SHAPES = [(4096, 11008), (4096, 14336), (3584, 14336), (4608, 36864), (8192, 28672),
              (8192, 29568)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-#: candidates are timed in this many interleaved rounds (``--iters`` samples in all)
+#: candidates are timed in at least this many interleaved rounds, and in as many as there
+#: are candidates, each round's order a rotation of the last (``--iters`` samples in all)
 ROUNDS = 3
 
 
@@ -139,7 +141,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
                  tune: bool = False, batch: int = 1, graphs: bool = False) -> dict:
     import ditron
     from ditron.runtime.world import current
-    from ditron.tune.tuner import agreed_median, time_calls
+    from ditron.tune.tuner import agreed_median, rotations, time_calls
 
     w = ditron.world()
     W, dev = w.world_size, w.device
@@ -178,10 +180,10 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
     # during the run (clocks, memory, the other rank) affects all of them alike; the order
     # rotates from round to round, so no candidate always follows the same one
     samples: dict[str, list[float]] = {name: [] for name in cands}
-    per_round = max(2, -(-iters // ROUNDS))
-    names = list(cands)
-    for r in range(ROUNDS):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+    schedule = rotations(list(cands), ROUNDS)
+    per_round = max(2, -(-iters // len(schedule)))
+    for r, order in enumerate(schedule):
+        for name in order:
             f = cands[name]
             if samples[name] and samples[name][0] == float("inf"):
                 continue  # failed in an earlier round (on some rank)
@@ -211,14 +213,15 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
             if _all_ok(graph is not None):
                 captured[name] = graph
             row[f"graph_{name}"] = None
-        gnames = list(captured)
-        gsamples: dict[str, list[float]] = {name: [] for name in gnames}
-        for r in range(ROUNDS):
-            for name in gnames[r % max(len(gnames), 1):] + gnames[:r % max(len(gnames), 1)]:
-                times = time_calls(captured[name].replay, warmup if r == 0 else 1, per_round,
+        gsamples: dict[str, list[float]] = {name: [] for name in captured}
+        gschedule = rotations(list(captured), ROUNDS)
+        gper_round = max(2, -(-iters // max(len(gschedule), 1)))
+        for r, order in enumerate(gschedule):
+            for name in order:
+                times = time_calls(captured[name].replay, warmup if r == 0 else 1, gper_round,
                                    dev)
                 gsamples[name] += [t / batch for t in times]
-        for name in gnames:
+        for name in captured:
             row[f"graph_{name}"] = agreed_median(gsamples[name])
         del captured
     for prefix in ("", "graph_"):

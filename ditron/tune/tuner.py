@@ -11,12 +11,15 @@ over the host group), and rank 0's choice is broadcast. The decision is cached o
 The decision against the fallback is confirmed: the fastest overlapped candidates (the
 best, and the next ones within ``CONFIRM_WITHIN`` of it, ``CONFIRM_MAX`` in all), the
 default overlapped candidate (the op's default engine and tiles) and the fallback are
-measured again, alternating, for ``CONFIRM_ROUNDS`` rounds; the fastest overlapped one over
+measured again, alternating, for ``CONFIRM_ROUNDS`` rounds or more (the order rotates, so
+every candidate runs at every position of a round once); the fastest overlapped one over
 those rounds is chosen if its median beats the fallback's by ``MARGIN`` (2%, env
-``DITRON_TUNE_MARGIN``). A single pass can rank two candidates wrongly when they differ by
-less than the run-to-run noise (up to 10% measured for GEMM-RS on 2 H200s); alternating
-rounds see the same drifts, and the margin keeps ``auto`` from trading a sure baseline for a
-gain inside the noise.
+``DITRON_TUNE_MARGIN``). The confirmation runs whichever candidate won the first pass. A
+single pass can rank two candidates wrongly when they differ by less than the run-to-run
+noise (up to 10% measured for GEMM-RS on 2 H200s), and its first trial, the fallback, runs
+on a GPU fresh from idle (on 2 H200s it measured faster than the bare GEMM alone, session
+8); rotating rounds see the same drifts, and the margin keeps ``auto`` from trading a sure
+baseline for a gain inside the noise.
 
 Knobs: overlap vs fallback, the tile configuration, for ``ag_gemm`` the transfer engine, the
 chunk size and, with the ``sm`` engine, the SMs given to communication (``COMM_SMS``; the
@@ -39,7 +42,7 @@ from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits
 from . import cache
 from .decisions import Decision, key_for, lookup
 
-__all__ = ["Decision", "key_for", "lookup", "time_calls", "agreed_median", "tune"]
+__all__ = ["Decision", "agreed_median", "key_for", "lookup", "rotations", "time_calls", "tune"]
 
 # measured on one H200 (docs/perf.md, bench/gemm_lab.py): the first is the default; the
 # others win on some shapes; 256x128 never did
@@ -192,12 +195,13 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
             shown = f"{t:10.1f} us" if t != float("inf") else "    failed   "
             print(f"[ditron tune]   {shown}  {method} {engine} chunk={chunk} {cfg.label()}"
                   + (f"  ({errors[i]})" if i in errors else ""), file=sys.stderr)
-    best = [min(range(len(trials)), key=lambda j: results[j])]
-    if trials[best[0]][0] == "overlap" and results[0] != float("inf"):
-        best[0] = _confirm(trials, confirm_set(trials, results), fn_op, a, b, op, warmup,
-                           iters, dev, batch, progress and rt.world.rank == 0)
-    method, cfg, engine, chunk = trials[best[0]]
-    decision = Decision(method, cfg, engine, results[best[0]], chunk)
+    best = min(range(len(trials)), key=lambda j: results[j])
+    close = confirm_set(trials, results)
+    if close and results[0] != float("inf"):
+        best = _confirm(trials, close, fn_op, a, b, op, warmup, iters, dev, batch,
+                        progress and rt.world.rank == 0)
+    method, cfg, engine, chunk = trials[best]
+    decision = Decision(method, cfg, engine, results[best], chunk)
     if save and rt.world.rank == 0:
         cache.put(key_for(op, M, N, K, dtype, W), dataclasses.asdict(decision))
     for key in [k for k in rt.cache if isinstance(k, tuple) and k[0] == "tp_gemm_choice"]:
@@ -212,6 +216,14 @@ def _call(fn_op, a, b, op: str, method: str, cfg: GemmConfig, engine: str, chunk
     extra = ({"engine": engine, "chunk_rows": chunk} if op in ("ag_gemm", "gemm_rs")
              else {"engine": engine} if op in ENGINES else {})
     return lambda: fn_op(a, b, method=method, config=cfg, **extra)
+
+
+def rotations(names: list, rounds: int) -> list[list]:
+    """Orders for ``max(rounds, len(names))`` rounds of timing ``names``: each a rotation of
+    the last, so every candidate takes every position of a round at least once and a drift
+    within a round (clocks falling under sustained load) costs every candidate alike."""
+    n = max(len(names), 1)
+    return [names[r % n:] + names[:r % n] for r in range(max(rounds, len(names)))]
 
 
 def confirm_set(trials: list, results: list[float]) -> list[int]:
@@ -232,14 +244,15 @@ def confirm_set(trials: list, results: list[float]) -> list[int]:
 
 def _confirm(trials: list, close: list[int], fn_op, a, b, op: str, warmup: int, iters: int,
              dev: torch.device, batch: int, show: bool) -> int:
-    """Re-measure the fallback (trial 0) and the overlapped trials ``close`` alternately for
-    ``CONFIRM_ROUNDS`` rounds; return the fastest of ``close`` over those rounds if it beats
-    the fallback by ``MARGIN``, else 0 (collective: every rank makes the same calls and gets
-    the same agreed medians)."""
+    """Re-measure the fallback (trial 0) and the overlapped trials ``close`` alternately, in
+    ``max(CONFIRM_ROUNDS, candidates)`` rounds whose order rotates (:func:`rotations`);
+    return the fastest of ``close`` over those rounds if it beats the fallback by
+    ``MARGIN``, else 0 (collective: every rank makes the same calls and gets the same agreed
+    medians)."""
     margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
     samples: dict[int, list[float]] = {j: [] for j in (0, *close)}
-    for _ in range(CONFIRM_ROUNDS):
-        for j in samples:
+    for order in rotations(list(samples), CONFIRM_ROUNDS):
+        for j in order:
             samples[j] += time_calls(_call(fn_op, a, b, op, *trials[j]), warmup, iters, dev,
                                      batch)
     medians = {j: agreed_median(samples[j]) for j in samples}
@@ -248,7 +261,8 @@ def _confirm(trials: list, close: list[int], fn_op, a, b, op: str, warmup: int, 
     wins = prefer_overlap(fallback_us, overlap_us, margin)
     if show:
         tried = ", ".join(f"{medians[j]:.1f}" for j in close)
-        print(f"[ditron tune]   confirmed over {CONFIRM_ROUNDS} alternating rounds: fallback "
+        print(f"[ditron tune]   confirmed over {len(rotations(list(samples), CONFIRM_ROUNDS))} "
+              f"rotating rounds: fallback "
               f"{fallback_us:.1f} us, overlap {overlap_us:.1f} us (candidates: {tried}) -> "
               f"{'overlap' if wins else 'fallback'} (margin {margin:.0%})", file=sys.stderr)
     return best if wins else 0

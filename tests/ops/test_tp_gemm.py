@@ -246,6 +246,16 @@ def _confirm_case(margin: float) -> int:
     return chosen
 
 
+def test_rotations_put_every_candidate_at_every_position():
+    from ditron.tune.tuner import rotations
+
+    orders = rotations(["a", "b", "c", "d"], 3)
+    assert len(orders) == 4  # as many rounds as candidates when they outnumber ``rounds``
+    for pos in range(4):
+        assert sorted(order[pos] for order in orders) == ["a", "b", "c", "d"]
+    assert rotations(["a", "b"], 3) == [["a", "b"], ["b", "a"], ["a", "b"]]
+
+
 def test_tuner_confirm_set():
     from ditron.kernels.gemm import CPU_CONFIG
     from ditron.tune.tuner import confirm_set
