@@ -262,8 +262,9 @@ def _table(results: list[dict]) -> str:
                          f"{f(r.get('graph_auto'))} {f(r.get('graph_ditron_ce'))} "
                          f"{r.get('graph_speedup', 0):7.3f} {r.get('graph_eff_ditron', 0):5.2f} "
                          f"{r.get('graph_eff_auto', 0):8.2f} "
-                         f"{r.get('graph_eff_ditron_ce', 0):6.2f} "
-                         f"{r.get('graph_eff_baseline', 0):8.2f}")
+                         + (f"{r['graph_eff_ditron_ce']:6.2f} " if "graph_eff_ditron_ce" in r
+                            else f"{'-':>6} ")
+                         + f"{r.get('graph_eff_baseline', 0):8.2f}")
         lines.append("ce = GEMM-RS with method='overlap', engine='copy_engine'")
     return "\n".join(lines)
 
