@@ -6,7 +6,9 @@ it by ``(W-1)/W`` (``2(W-1)/W`` for all-reduce). Every rank runs the same fixed 
 warm-up and timed iterations (never ``do_bench``: its adaptive loop deadlocks collectives),
 timed by CUDA events on GPU (wall clock on CPU), medians over iterations, with the ranks
 aligned by a host barrier before each measurement: an *isolated* call, whose time includes
-its host cost. ``--busy`` adds rows ``"<impl> busy"``: the same calls issued back to back
+its host cost. The implementations of one op and size take turns in rounds whose order
+rotates (each runs at each position of a round once), eagerly and under graphs, so a drift
+of the GPU's speed within a round does not favour the ones timed first. ``--busy`` adds rows ``"<impl> busy"``: the same calls issued back to back
 after one barrier, each timed by events between consecutive calls (median), as nccl-tests
 and a training step run them: host cost shows only where it exceeds the device time. The
 torch.distributed baseline is NCCL when every rank has its own GPU, gloo on CPU, and skipped
@@ -150,6 +152,28 @@ def _ops_for(name: str, size: int, dtype: torch.dtype, engines: list[str], base_
 
 def _time(fn, warmup: int, iters: int) -> float:
     """Median seconds per call; every rank runs exactly ``warmup + iters`` calls."""
+    return statistics.median(_samples(fn, warmup, iters))
+
+
+def _rotating(fns: list, warmup: int, iters: int) -> list[float]:
+    """Median seconds per call of each of ``fns``, timed in rounds whose order rotates (as
+    many rounds as ``fns``, at least ``ROUNDS``; ``tune.tuner.rotations``), so a drift of the
+    GPU's speed within a round costs every implementation alike; ``warmup`` calls before
+    an implementation's first round, one before each later one; ``iters`` samples in all."""
+    from ..tune.tuner import rotations
+
+    schedule = rotations(list(range(len(fns))), ROUNDS)
+    per_round = max(2, -(-iters // max(len(schedule), 1)))
+    samples: list[list[float]] = [[] for _ in fns]
+    for r, order in enumerate(schedule):
+        for i in order:
+            samples[i] += _samples(fns[i], warmup if r == 0 else 1, per_round)
+    return [statistics.median(t) for t in samples]
+
+
+def _samples(fn, warmup: int, iters: int) -> list[float]:
+    """Seconds of ``iters`` isolated calls (device and host barrier before each) after
+    ``warmup`` calls; every rank runs exactly ``warmup + iters`` calls."""
     from ..runtime.world import current
 
     rt = current()
@@ -172,7 +196,7 @@ def _time(fn, warmup: int, iters: int) -> float:
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return times
 
 
 def _time_busy(fn, warmup: int, iters: int) -> float:
@@ -202,6 +226,8 @@ def _time_busy(fn, warmup: int, iters: int) -> float:
 
 
 _GRAPH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+#: implementations are timed in at least this many rounds of rotating order
+ROUNDS = 3
 
 
 def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls: int,
@@ -255,11 +281,12 @@ def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls:
 
 
 def _replay_each(impls, calls: int, warmup: int, iters: int) -> list[tuple[str, float]]:
-    """Capture ``calls`` calls of each implementation in a graph; seconds per call."""
+    """Capture ``calls`` calls of each implementation in a graph, then time the replays in
+    rotating rounds (:func:`_rotating`); seconds per call."""
     import ditron
 
-    out = []
-    for label, fn in impls:
+    graphs = []
+    for _, fn in impls:
         with ditron.ops.graph_safe():  # eager warm-up: workspaces, compilation, communicators
             fn()
         torch.cuda.synchronize()
@@ -267,10 +294,10 @@ def _replay_each(impls, calls: int, warmup: int, iters: int) -> list[tuple[str, 
         with torch.cuda.graph(graph):
             for _ in range(calls):
                 fn()
-        per_replay = _time(graph.replay, max(warmup // 2, 1), iters)
-        out.append((label, per_replay / calls))
-        del graph
-    return out
+        graphs.append(graph)
+    per_replay = _rotating([g.replay for g in graphs], max(warmup // 2, 1), iters)
+    del graphs
+    return [(label, t / calls) for (label, _), t in zip(impls, per_replay, strict=True)]
 
 
 def _symm_mem_input(x: torch.Tensor):
@@ -324,11 +351,12 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
     for name in [o for o in args.ops.split(",") if o]:
         for size in sizes:
             nbytes, impls = _ops_for(name, size, dtype, engines, base_ok)
-            for label, fn in impls:
-                records.append(_record(name, label, nbytes, _time(fn, warmup, iters), w))
-                if args.busy:
-                    records.append(_record(name, f"{label} busy", nbytes,
-                                           _time_busy(fn, warmup, iters), w))
+            for (label, _), t in zip(impls, _rotating([fn for _, fn in impls], warmup, iters),
+                                     strict=True):
+                records.append(_record(name, label, nbytes, t, w))
+            for label, fn in impls if args.busy else ():
+                records.append(_record(name, f"{label} busy", nbytes,
+                                       _time_busy(fn, warmup, iters), w))
             if name in _GRAPH_OPS and graphs and size <= graph_max:
                 for label, t in _graph_impls(name, size, dtype, base_ok, args.graph_calls,
                                              warmup, iters):

@@ -290,11 +290,10 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
         eng.issue([Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
                             Signal(pad, i * w + me, epoch), after=Signal(pad, ack + q, epoch - 1))
                    for i, (lo, hi) in enumerate(bounds) for q in node if q != me])
-        slots[me].copy_(parts[me])
         out = torch.empty(c, dtype=parts.dtype, device=parts.device)
         for i, (lo, hi) in enumerate(bounds):
             wait_slots(pad, i * w, node, epoch, skip=me)
-            sum_slots(slots[:, lo:hi], out[lo:hi])
+            sum_slots(_own_row(slots, parts, me, lo, hi), out[lo:hi])
         notify_peers(pad, ack + me, epoch, node, skip=me)  # my inbox is read
         eng.drain()
         _check_waits()
@@ -306,13 +305,19 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     eng.issue([Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
                         Signal(call.pad, me, base + i + 1))
                for i, (lo, hi) in enumerate(bounds) for q in call.node if q != me])
-    slots[me].copy_(parts[me])
     out = torch.empty(c, dtype=parts.dtype, device=parts.device)
     for i, (lo, hi) in enumerate(bounds):
         wait_slots(call.pad, 0, call.node, base + i + 1, skip=me)
-        sum_slots(slots[:, lo:hi], out[lo:hi])
+        sum_slots(_own_row(slots, parts, me, lo, hi), out[lo:hi])
     call.finish()
     return out
+
+
+def _own_row(slots: torch.Tensor, parts: torch.Tensor, me: int, lo: int,
+             hi: int) -> list[torch.Tensor]:
+    """Columns ``lo:hi`` of the received rows ``slots`` (``[W, c]``) in rank order, with this
+    rank's own row read from ``parts`` where it already is (no copy into the inbox)."""
+    return [parts[me, lo:hi] if q == me else slots[q, lo:hi] for q in range(slots.shape[0])]
 
 
 def graph_pad(key: str, dtype: torch.dtype, numel: int):
@@ -344,13 +349,19 @@ def _check_waits() -> None:
         check_waits()
 
 
-def sum_slots(slots: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Sum ``slots`` over dim 0, accumulating in fp32, into ``out`` (new if ``None``) in the
-    slots' dtype. Two slots take one ``add``: its fp32 op-math rounds once, as the fp32 sum
-    would."""
-    if slots.shape[0] == 2:
+def sum_slots(slots: torch.Tensor | list[torch.Tensor],
+              out: torch.Tensor | None = None) -> torch.Tensor:
+    """Sum ``slots`` (a tensor, over dim 0, or a list of same-shaped tensors) in order,
+    accumulating in fp32, into ``out`` (new if ``None``) in the slots' dtype. Two slots take
+    one ``add``: its fp32 op-math rounds once, as the fp32 sum would."""
+    if len(slots) == 2:
         return torch.add(slots[0], slots[1], out=out)
-    total = slots.sum(0, dtype=torch.float32)
+    if isinstance(slots, torch.Tensor):
+        total = slots.sum(0, dtype=torch.float32)
+    else:
+        total = slots[0].to(torch.float32, copy=True)
+        for s in slots[1:]:
+            total += s
     if out is None:
-        return total.to(slots.dtype) if slots.dtype != torch.float32 else total
+        return total.to(slots[0].dtype) if slots[0].dtype != torch.float32 else total
     return out.copy_(total)
