@@ -1,18 +1,18 @@
 """``ditron bench collectives``: every collective and engine against torch.distributed.
 
-Sizes are the full tensor of each op (all-gather output, reduce-scatter / all-reduce /
-all-to-all input), as nccl-tests counts them; ``algbw = size / time`` and ``busbw`` scales
-it by ``(W-1)/W`` (``2(W-1)/W`` for all-reduce). Every rank runs the same fixed number of
-warm-up and timed iterations (never ``do_bench``: its adaptive loop deadlocks collectives),
-timed by CUDA events on GPU (wall clock on CPU), medians over iterations, with the ranks
-aligned by a host barrier before each measurement: an *isolated* call, whose time includes
-its host cost. The implementations of one op and size take turns in rounds whose order
-rotates (each runs at each position of a round once), eagerly and under graphs, so a drift
-of the GPU's speed within a round does not favour the ones timed first. ``--busy`` adds rows ``"<impl> busy"``: the same calls issued back to back
-after one barrier, each timed by events between consecutive calls (median), as nccl-tests
-and a training step run them: host cost shows only where it exceeds the device time. The
-torch.distributed baseline is NCCL when every rank has its own GPU, gloo on CPU, and skipped
-(with a note) when ranks share a GPU.
+Sizes are the full tensor of each op (all-gather output, reduce-scatter / all-reduce / all-
+to-all input), as nccl-tests counts them; ``algbw = size / time`` and ``busbw`` scales it by
+``(W-1)/W`` (``2(W-1)/W`` for all-reduce). Every rank runs the same fixed number of warm-up
+and timed iterations (never ``do_bench``: its adaptive loop deadlocks collectives), timed by
+CUDA events on GPU (wall clock on CPU), medians over iterations, with the ranks aligned by a
+host barrier before each measurement: an *isolated* call, whose time includes its host cost.
+The implementations of one op and size take turns in rounds whose order rotates (each runs
+at each position of a round once), eagerly and under graphs, so a drift of the GPU's speed
+within a round does not favour the ones timed first. ``--busy`` adds rows ``"<impl> busy"``:
+the same calls issued back to back after one barrier, each timed by events between
+consecutive calls (median), as nccl-tests and a training step run them: host cost shows only
+where it exceeds the device time. The torch.distributed baseline is NCCL when every rank has
+its own GPU, gloo on CPU, and skipped (with a note) when ranks share a GPU.
 
 With ``--graphs`` (GPU), all-reduce, all-gather, reduce-scatter and all-to-all (even
 splits) up to ``--graph-max`` bytes are also timed under CUDA graphs, as the issue's

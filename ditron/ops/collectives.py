@@ -317,9 +317,13 @@ PUSH_MIN_BYTES = 512 << 10
 #: launches of at least this many bytes move 16384-element blocks with 16 warps per
 #: program (all-gather by pulls, reduce-scatter and all-to-all by pushes) when every rank
 #: has a GPU of its own: on 2 H200s, 64 MB-1 GB all-gathers 1.18-1.20x and reduce-scatters
-#: 1.11-1.12x faster than 4096-element pushes (``bench/fused_lab.py``, session 6). Ranks
-#: that share a GPU keep the narrower programs: every rank's programs must fit on it at once.
+#: 1.11-1.12x faster than 4096-element pushes (``bench/fused_lab.py``, session 6); the
+#: reduce-scatter takes ``WIDE_RS_BLOCK`` elements. Ranks that share a GPU keep the narrower
+#: programs: every rank's programs must fit on it at once.
 WIDE_MIN_BYTES = 32 << 20
+#: the wide reduce-scatter's block: 128.9 against 137.7 us (16384) for 64 MB under CUDA
+#: graphs on 2 H200s (``bench/fused_lab.py``, session 8)
+WIDE_RS_BLOCK = 32768
 
 
 @dataclasses.dataclass(frozen=True)
@@ -350,8 +354,8 @@ def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
     else:
         push = mode != kfc.ALL_GATHER if wide else nbytes >= PUSH_MIN_BYTES
     block = int(env.get("DITRON_FUSED_BLOCK") or 0) or (
-        16384 if wide else 4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20)
-        else 1024)
+        (WIDE_RS_BLOCK if mode == kfc.REDUCE_SCATTER else 16384) if wide
+        else 4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20) else 1024)
     warps = int(env.get("DITRON_FUSED_WARPS") or 0) or (
         16 if wide and block >= 16384 else 4 if block <= 1024 else 8)
     return FusedVariant(push, block, warps, int(env.get("DITRON_FUSED_PROGRAMS") or 0))

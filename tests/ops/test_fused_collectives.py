@@ -350,7 +350,7 @@ def test_fused_variant_rules(monkeypatch):
     assert pick(8 << 20, "cuda", kfc.REDUCE_SCATTER) == V(True, 4096, 8)
     # from WIDE_MIN_BYTES: 16384-element steps on 16 warps; all-gather pulls, the rest push
     assert pick(big, "cuda", kfc.ALL_GATHER) == V(False, 16384, 16)
-    assert pick(big, "cuda", kfc.REDUCE_SCATTER) == V(True, 16384, 16)
+    assert pick(big, "cuda", kfc.REDUCE_SCATTER) == V(True, 32768, 16)
     assert pick(big, "cuda", kfc.ALL_TO_ALL) == V(True, 16384, 16)
     assert pick(big, "cuda", kfc.ALL_REDUCE) == V(True, 4096, 8)  # not measured: unchanged
     assert pick(big, "cuda", kfc.ALL_GATHER, shared_gpu=True) == V(True, 4096, 8)
