@@ -38,16 +38,21 @@ from .graphs import capturing, not_warmed, require_warm
 from .workspaces import alloc_buffers, cached, drop
 
 
+def _inbox_cap(nbytes: int) -> int:
+    """Bytes per half of an inbox that holds ``nbytes``: aligned, a power of two."""
+    half = max(ALIGNMENT, -(-nbytes // ALIGNMENT) * ALIGNMENT)
+    return 1 << (half - 1).bit_length()
+
+
 def _inbox(key: str, nbytes: int) -> torch.Tensor:
     """The op's symmetric inbox ``[2, >= nbytes]`` (uint8), grown in powers of two."""
     rt = current()
-    half = max(ALIGNMENT, -(-nbytes // ALIGNMENT) * ALIGNMENT)
+    cap = _inbox_cap(nbytes)
     ws = rt.cache.get(("workspace", "inbox", key))
-    if ws is not None and ws.tensors[0].shape[1] < half:
+    if ws is not None and ws.tensors[0].shape[1] < cap:
         drop(("inbox", key))
         ws = None
     if ws is None:
-        cap = 1 << (half - 1).bit_length()
         ws = cached(("inbox", key),
                     lambda: alloc_buffers([((2, cap), torch.uint8, f"inbox:{key}")]))
         from ..runtime.barrier import barrier
@@ -326,19 +331,23 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int):
     here), and a pad of ``(PULL_MAX_CHUNKS + 1) * W`` slots: ``ready`` of chunk ``i`` from rank
     ``q`` at ``i * W + q`` (set to ``E`` once it is there), then ``ack[q]`` (rank ``q`` has
     read what this rank sent it in call ``E``; nobody overwrites a peer's data before its
-    ack of the previous call). Returns ``(pad, inbox, E, first ack slot)``."""
+    ack of the previous call). Returns ``(pad, inbox, E, first ack slot)``.
+
+    Each power-of-two size class has its own inbox, never regrown: a graph captured with a
+    small size keeps its buffer when a larger size is warmed up later. Every size shares the
+    pad and its epoch (the ack of call ``E - 1`` covers whichever inbox that call used)."""
     rt = current()
     w = rt.world.world_size
     pad_key = f"{key}:graph"
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    inbox_key = f"{pad_key}:{_inbox_cap(nbytes)}"
     if capturing():
-        ws = rt.cache.get(("workspace", "inbox", pad_key))
-        if ws is None or ws.tensors[0].shape[1] < numel * itemsize:
+        if rt.cache.get(("workspace", "inbox", inbox_key)) is None:
             raise not_warmed(key)
         require_warm(key, pad_key)
     pad = signal_pad(pad_key, (PULL_MAX_CHUNKS + 1) * w)
-    raw = _inbox(pad_key, numel * itemsize)
-    return pad, raw[0, : numel * itemsize].view(dtype), bump(pad), PULL_MAX_CHUNKS * w
+    raw = _inbox(inbox_key, nbytes)
+    return pad, raw[0, :nbytes].view(dtype), bump(pad), PULL_MAX_CHUNKS * w
 
 
 def _check_waits() -> None:

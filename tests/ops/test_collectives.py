@@ -203,7 +203,28 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
         _close(ops.all_reduce(x, "two_shot", engine="copy_engine"), _sum_ref(x),
                f"chunked all_reduce {it}")
         checks += 3
+    if graph:
+        # a larger size class gets an inbox of its own: the smaller one, which a captured
+        # graph would still point at, is neither freed nor moved
+        before = _graph_inboxes()
+        big = torch.randn(w, 1 << 14, generator=_gen(me, 99, 77))
+        with ditron.ops.graph_safe():
+            _close(ops.reduce_scatter(big, 0, engine="copy_engine"),
+                   _sum_ref(big).chunk(w, 0)[me], "graph-safe reduce_scatter, larger class")
+            _close(ops.reduce_scatter(xr, 0, engine="copy_engine"),
+                   _sum_ref(xr).chunk(w, 0)[me], "graph-safe reduce_scatter after it")
+        after = _graph_inboxes()
+        assert len(after) > len(before) and all(after[k] == p for k, p in before.items())
+        checks += 2
     return checks
+
+
+def _graph_inboxes() -> dict:
+    """The graph-safe exchanges' inboxes: cache key -> address."""
+    from ditron.runtime.world import current
+
+    return {k: ws.tensors[0].data_ptr() for k, ws in current().cache.items()
+            if isinstance(k, tuple) and k[:2] == ("workspace", "inbox") and ":graph:" in k[2]}
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph_safe"])
@@ -214,7 +235,7 @@ def test_chunked_exchanges(monkeypatch, world_size, graph):
     monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")
     assert [pull_chunks(b) for b in (10, 48, 100, 4096)] == [1, 2, 4, 8]
     counts = ditron.launch(check_chunked_exchanges, world_size, 5, graph, backend="cpu")
-    assert counts == [15] * world_size
+    assert counts == [17 if graph else 15] * world_size
 
 
 def check_engine_choice() -> tuple[str, str, str]:
