@@ -20,6 +20,8 @@ part in every call (zero-sized parts still signal), so the epochs of all ranks a
 :func:`push_reduce_scatter` a reduce-scatter on it; both move large parts in chunks, with
 ``ready`` counting chunks (``e * 64 + i + 1`` once chunk ``i`` of call ``e`` is there), so
 that the transfer of one chunk overlaps the publishing or summing of another.
+:class:`Chunked` holds one call's chunk signals for them (and the copy-engine GEMM-RS),
+with the epoch counted on the host or, for CUDA graphs, on the device (:func:`graph_pad`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 from ..engines.base import Engine, Signal, Transfer, get_engine
 from ..engines.sync import bump, notify_peers, wait_slots
 from ..runtime.heap import ALIGNMENT
-from ..runtime.signals import SignalPad, signal_pad
+from ..runtime.signals import DeviceValue, SignalPad, signal_pad
 from ..runtime.world import current
 from .graphs import capturing, not_warmed, require_warm
 from .workspaces import alloc_buffers, cached, drop
@@ -201,6 +203,78 @@ PULL_MAX_CHUNKS = 8
 CHUNK_SLOTS = 64
 
 
+@dataclasses.dataclass
+class Chunked:
+    """The signals of one call of a chunked exchange on one node (:func:`pull_gather`,
+    :func:`push_reduce_scatter`, the copy-engine GEMM-RS): ``inbox`` is this call's;
+    :meth:`ready` is the signal that chunk ``i`` of rank ``q``'s part is there, raised on
+    its reader; :meth:`wait` waits (stream-ordered) for chunk ``i`` from every node peer;
+    :meth:`after` is what a write into ``q``'s inbox waits for on the engine's stream, and
+    :meth:`free` what a write into my own inbox waits for (``None`` / nothing with host
+    epochs: the call waited when it opened); :meth:`finish` acknowledges that this rank is
+    done reading (drain a pulling engine before it), then drains the pushing ones.
+
+    Two epoch sources, one protocol: host-counted (:func:`open_exchange`: a double-buffered
+    inbox, ready values ``e * CHUNK_SLOTS + i + 1`` in slot ``q``) and device-counted
+    (``graph``, :func:`graph_pad`, what a CUDA graph replays: one inbox, ready of chunk
+    ``i`` from ``q`` in slot ``i * W + q`` set to ``E``, writes held until the reader's
+    acknowledgement of ``E - 1``)."""
+
+    inbox: torch.Tensor
+    node: range
+    pad: SignalPad
+    graph: bool
+    #: host epochs: ``e * CHUNK_SLOTS`` (ready values count up from it); device: ``E``
+    base: int | DeviceValue
+    ack: int = 0  # device epochs: the first acknowledgement slot
+    call: Call | None = None  # host epochs
+
+    def ready(self, i: int, q: int) -> Signal:
+        if self.graph:
+            return Signal(self.pad, i * current().world.world_size + q, self.base)
+        return Signal(self.pad, q, self.base + i + 1)
+
+    def wait(self, i: int) -> None:
+        sig = self.ready(i, 0)
+        me = current().world.rank
+        # the ready slots of chunk i are consecutive in q, from slot ``sig.index``
+        wait_slots(self.pad, sig.index, self.node, sig.value, skip=me)
+
+    def after(self, q: int) -> Signal | None:
+        return Signal(self.pad, self.ack + q, self.base - 1) if self.graph else None
+
+    def free(self) -> None:
+        if self.graph:
+            me = current().world.rank
+            wait_slots(self.pad, self.ack, self.node, self.base - 1, skip=me)
+
+    def finish(self, engines: list[Engine]) -> None:
+        """Acknowledge on every node peer, then drain ``engines`` (the current stream waits
+        for their streams; host epochs: :meth:`Call.finish`)."""
+        if not self.graph:
+            self.call.engines += [e for e in engines if e not in self.call.engines]
+            self.call.finish()
+            return
+        me = current().world.rank
+        notify_peers(self.pad, self.ack + me, self.base, self.node, skip=me)
+        for engine in engines:
+            engine.drain()
+        _check_waits()
+
+
+def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
+                 graph: bool) -> Chunked:
+    """Open one call of the chunked exchange ``key`` with an inbox of ``numel`` elements:
+    host epochs (:func:`open_exchange`) or, with ``graph``, device epochs
+    (:func:`graph_pad`)."""
+    if graph:
+        pad, inbox, epoch, ack = graph_pad(key, dtype, numel)
+        return Chunked(inbox, current().topo.node_ranks(), pad, True, epoch, ack)
+    call = open_exchange(key, dtype, numel, {}, engine)
+    return Chunked(call.inbox, call.node, call.pad, False, call.epoch * CHUNK_SLOTS,
+                   call=call)
+
+
 def pull_chunks(nbytes: int) -> int:
     """How many chunks :func:`pull_gather` cuts a part of ``nbytes`` bytes into."""
     size = int(os.environ.get("DITRON_PULL_CHUNK_BYTES") or 0) or PULL_CHUNK_BYTES
@@ -234,37 +308,26 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     n = flat.numel()
     chunks = pull_chunks(n * flat.element_size())
     bounds = [(n * i // chunks, n * (i + 1) // chunks) for i in range(chunks)]
-    if graph:
-        # Publish every chunk before issuing a pull: the pulls' waits are kernels that spin
-        # on the engine's stream, and a host that blocks later (a module load can
-        # synchronise the context) must already have queued what its peers wait for
-        # (docs/developing.md, "host order").
-        pad, mine, epoch, ack = graph_pad(key, flat.dtype, n)
-        node = rt.topo.node_ranks()
-        wait_slots(pad, ack, node, epoch - 1, skip=me)  # every peer pulled my last call
-        for i, (lo, hi) in enumerate(bounds):
-            mine[lo:hi].copy_(flat[lo:hi])
-            notify_peers(pad, i * rt.world.world_size + me, epoch, node, skip=me)
-        eng.issue([Transfer(mine[lo:hi], out[q, lo:hi], q, me,
-                            after=Signal(pad, i * rt.world.world_size + q, epoch))
-                   for q in node if q != me for i, (lo, hi) in enumerate(bounds)])
-        out[me].copy_(flat)
-        eng.drain()  # the pulls have landed before the ack
-        notify_peers(pad, ack + me, epoch, node, skip=me)
-        _check_waits()
-        return
-    call = open_exchange(key, flat.dtype, n, {}, engine)
-    base = call.epoch * CHUNK_SLOTS
-    mine = call.inbox[:n]
-    eng.issue([Transfer(mine[lo:hi], out[q, lo:hi], q, me,
-                        after=Signal(call.pad, q, base + i + 1))
-               for q in call.node if q != me for i, (lo, hi) in enumerate(bounds)])
+    x = open_chunked(key, flat.dtype, n, engine, graph)
+    mine = x.inbox[:n]
+    pulls = [Transfer(mine[lo:hi], out[q, lo:hi], q, me, after=x.ready(i, q))
+             for q in x.node if q != me for i, (lo, hi) in enumerate(bounds)]
+    if not graph:
+        eng.issue(pulls)
+    # graph-safe: every chunk is published before a pull is issued. The pulls' waits are
+    # then kernels that spin on the engine's stream, and a host that blocks later (a module
+    # load can synchronise the context) must already have queued what its peers wait for
+    # (docs/developing.md, "host order").
+    x.free()  # every peer pulled my last call (graph-safe)
     for i, (lo, hi) in enumerate(bounds):
         mine[lo:hi].copy_(flat[lo:hi])
-        notify_peers(call.pad, me, base + i + 1, call.node, skip=me)
+        published = x.ready(i, me)
+        notify_peers(x.pad, published.index, published.value, x.node, skip=me)
+    if graph:
+        eng.issue(pulls)
     out[me].copy_(flat)
     eng.drain()  # the pulls have landed before the ack
-    call.finish()
+    x.finish([])
 
 
 def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
@@ -287,34 +350,17 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     c = parts.shape[1]
     chunks = pull_chunks(c * parts.element_size())
     bounds = [(c * i // chunks, c * (i + 1) // chunks) for i in range(chunks)]
-    if graph:
-        pad, inbox, epoch, ack = graph_pad(key, parts.dtype, w * c)
-        node = rt.topo.node_ranks()
-        slots = inbox.view(w, c)
-        eng = engine_instance(engine)
-        eng.issue([Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
-                            Signal(pad, i * w + me, epoch), after=Signal(pad, ack + q, epoch - 1))
-                   for i, (lo, hi) in enumerate(bounds) for q in node if q != me])
-        out = torch.empty(c, dtype=parts.dtype, device=parts.device)
-        for i, (lo, hi) in enumerate(bounds):
-            wait_slots(pad, i * w, node, epoch, skip=me)
-            sum_slots(_own_row(slots, parts, me, lo, hi), out[lo:hi])
-        notify_peers(pad, ack + me, epoch, node, skip=me)  # my inbox is read
-        eng.drain()
-        _check_waits()
-        return out
-    call = open_exchange(key, parts.dtype, w * c, {}, engine)
-    base = call.epoch * CHUNK_SLOTS
-    slots = call.inbox.view(w, c)
+    x = open_chunked(key, parts.dtype, w * c, engine, graph)
+    slots = x.inbox.view(w, c)
     eng = engine_instance(engine)
-    eng.issue([Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
-                        Signal(call.pad, me, base + i + 1))
-               for i, (lo, hi) in enumerate(bounds) for q in call.node if q != me])
+    eng.issue([Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q, x.ready(i, me),
+                        after=x.after(q))
+               for i, (lo, hi) in enumerate(bounds) for q in x.node if q != me])
     out = torch.empty(c, dtype=parts.dtype, device=parts.device)
     for i, (lo, hi) in enumerate(bounds):
-        wait_slots(call.pad, 0, call.node, base + i + 1, skip=me)
+        x.wait(i)
         sum_slots(_own_row(slots, parts, me, lo, hi), out[lo:hi])
-    call.finish()
+    x.finish([eng])
     return out
 
 

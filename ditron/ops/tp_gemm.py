@@ -39,7 +39,7 @@ import torch.distributed as dist
 import triton
 
 from ..engines.base import Signal, Transfer
-from ..engines.sync import bump, notify_one, notify_peers, use_stream_memops, wait_slots
+from ..engines.sync import bump, notify_one, notify_peers, use_stream_memops
 from ..kernels import swizzle
 from ..kernels.gemm import (
     EPI_ALL_REDUCE,
@@ -57,14 +57,7 @@ from ..runtime.diagnostics import check_waits
 from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
 from ..runtime.world import current
-from .exchange import (
-    CHUNK_SLOTS,
-    PULL_MAX_CHUNKS,
-    engine_instance,
-    graph_pad,
-    open_exchange,
-    sum_slots,
-)
+from .exchange import CHUNK_SLOTS, PULL_MAX_CHUNKS, engine_instance, open_chunked, sum_slots
 from .graphs import capturing, graph_mode, require_warm
 from .workspaces import alloc_buffers, cached
 
@@ -496,56 +489,22 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
     most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
     chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
     bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
-    if graph:
-        return _rs_by_segments_graph(a, b, bounds)
-    call = open_exchange("gemm_rs:copy_engine", a.dtype, W * seg * N,
-                         {q: (q * seg * N, seg * N) for q in range(W)}, "copy_engine")
-    slots = call.inbox.view(W, seg, N)
-    base = call.epoch * CHUNK_SLOTS
+    x = open_chunked("gemm_rs:copy_engine", a.dtype, W * seg * N, "copy_engine", graph)
+    slots = x.inbox.view(W, seg, N)
     engine = engine_instance("copy_engine")
     for step in range(1, W):
         d = (me + step) % W
         for i, (lo, hi) in enumerate(bounds):
             part = torch.matmul(a[d * seg + lo:d * seg + hi], b)
-            engine.issue([Transfer(part, slots[me, lo:hi], me, d,
-                                   Signal(call.pad, me, base + i + 1))])
-    if engine not in call.engines:
-        call.engines.append(engine)
+            engine.issue([Transfer(part, slots[me, lo:hi], me, d, x.ready(i, me),
+                                   after=x.after(d))])
     torch.matmul(a[me * seg:(me + 1) * seg], b, out=slots[me])
     out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
     for i, (lo, hi) in enumerate(bounds):
         if hi > lo:
-            wait_slots(call.pad, 0, call.node, base + i + 1, skip=me)
+            x.wait(i)
             sum_slots(slots[:, lo:hi], out[lo:hi])
-    call.finish()
-    return out
-
-
-def _rs_by_segments_graph(a, b, bounds: list[tuple[int, int]]) -> torch.Tensor:
-    """The graph-safe body of :func:`_rs_by_segments` (same schedule, device epochs)."""
-    rt = current()
-    W, me = rt.world.world_size, rt.world.rank
-    M, N = a.shape[0], b.shape[1]
-    seg = M // W
-    pad, inbox, epoch, ack = graph_pad("gemm_rs:copy_engine", a.dtype, W * seg * N)
-    slots = inbox.view(W, seg, N)
-    node = rt.topo.node_ranks()
-    engine = engine_instance("copy_engine")
-    for step in range(1, W):
-        d = (me + step) % W
-        for i, (lo, hi) in enumerate(bounds):
-            part = torch.matmul(a[d * seg + lo:d * seg + hi], b)
-            engine.issue([Transfer(part, slots[me, lo:hi], me, d, Signal(pad, i * W + me, epoch),
-                                   after=Signal(pad, ack + d, epoch - 1))])
-    torch.matmul(a[me * seg:(me + 1) * seg], b, out=slots[me])
-    out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
-    for i, (lo, hi) in enumerate(bounds):
-        if hi > lo:
-            wait_slots(pad, i * W, node, epoch, skip=me)
-            sum_slots(slots[:, lo:hi], out[lo:hi])
-    notify_peers(pad, ack + me, epoch, node, skip=me)  # my inbox is read
-    engine.drain()
-    _after_launch()
+    x.finish([engine])
     return out
 
 
