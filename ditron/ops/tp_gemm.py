@@ -47,6 +47,7 @@ from ..kernels.gemm import (
     TRACE_FIELDS,
     GemmConfig,
     GemmHooks,
+    cached_linear_order,
     default_config,
     launch_gemm,
 )
@@ -66,7 +67,7 @@ AG_ENGINES = ("copy_engine", "colocated", "sm")
 #: SMs the "sm" AG-GEMM engine takes for its pushes when the tile config does not say
 #: (``GemmConfig.programs``: the GEMM's programs; the engine gets the device's other SMs)
 COMM_SMS = 16
-RS_ENGINES = ("colocated", "copy_engine")
+RS_ENGINES = ("colocated", "copy_engine", "copy_engine_epilogue")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -422,6 +423,10 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
       the tuned value, else a whole segment), each pushed to ``d`` by the copy engine
       while the next one is computed; own rows last; then the partials are summed per
       chunk as each chunk lands.
+    * ``"copy_engine_epilogue"``: the same pushes (default: ``RS_EPILOGUE_CHUNKS`` chunks per
+      segment), but the own rows are computed by the persistent GEMM, whose tiles wait for
+      the peers' chunks of their rows and add them in the epilogue: no separate sum, no
+      pass over the received partials after the GEMM.
 
     Partials travel in the input dtype; sums accumulate in fp32, in rank order.
     """
@@ -447,9 +452,12 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         fn(out, partial.contiguous())
         return out
-    if (forced or choice.engine) == "copy_engine":
-        return _rs_by_segments(a, b, chunk_rows if chunk_rows is not None
-                               else choice.chunk_rows, graph)
+    rs_engine = forced or choice.engine
+    if rs_engine in ("copy_engine", "copy_engine_epilogue"):
+        rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
+        if rs_engine == "copy_engine":
+            return _rs_by_segments(a, b, rows, graph)
+        return _rs_by_segments(a, b, rows, True, epilogue=choice.config)
     return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
 
 
@@ -457,10 +465,13 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
 #: H200s each extra chunk cost ~100 us of host time (``docs/perf.md``, session 6), so only
 #: the tuner splits segments, where that paid
 RS_CHUNKS = 1
+#: default chunks per segment of ``"copy_engine_epilogue"``: the own rows' GEMM reaches the
+#: rows of chunk ``i`` while the peers still push chunk ``i + 1``
+RS_EPILOGUE_CHUNKS = 2
 
 
 def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
-                    graph: bool = False) -> torch.Tensor:
+                    graph: bool = False, epilogue: GemmConfig | None = None) -> torch.Tensor:
     """GEMM-RS on one node with the copy engine, by segments, in chunks of ``chunk_rows``
     rows (default: a segment in ``RS_CHUNKS``, i.e. whole).
 
@@ -480,12 +491,18 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
     from rank ``q`` raises slot ``i * W + q`` to ``E``, a push to ``d`` waits on the
     engine's stream for ``d``'s acknowledgement of call ``E - 1`` (it has summed what this
     rank sent it), and this rank acknowledges after its sums. At most
-    ``exchange.PULL_MAX_CHUNKS`` chunks per segment."""
+    ``exchange.PULL_MAX_CHUNKS`` chunks per segment.
+
+    ``epilogue`` (a tile config; the ``"copy_engine_epilogue"`` engine, always on device
+    epochs): the own rows are computed by the persistent GEMM with that config instead,
+    each tile waiting for chunk ``i``'s ready slots ``i * W .. i * W + W - 1`` of its rows
+    (the own slot is set before the launch) and adding the peers' partials from the inbox
+    before its store; the acknowledgement follows the GEMM."""
     rt = current()
     W, me = rt.world.world_size, rt.world.rank
     M, N = a.shape[0], b.shape[1]
     seg = M // W
-    rows = chunk_rows or -(-seg // RS_CHUNKS)
+    rows = chunk_rows or -(-seg // (RS_CHUNKS if epilogue is None else RS_EPILOGUE_CHUNKS))
     most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
     chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
     bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
@@ -498,14 +515,43 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
             part = torch.matmul(a[d * seg + lo:d * seg + hi], b)
             engine.issue([Transfer(part, slots[me, lo:hi], me, d, x.ready(i, me),
                                    after=x.after(d))])
-    torch.matmul(a[me * seg:(me + 1) * seg], b, out=slots[me])
     out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
+    if epilogue is not None:
+        x.pad.signals[me:chunks * W:W].copy_(x.base.cell.expand(chunks))
+        lo, hi = _chunk_waits(bounds, seg, epilogue.block_m, W, a.device)
+        hooks = GemmHooks(wait_lo=lo, wait_hi=hi, wait_sig=x.pad.signals,
+                          epoch_cell=x.base.cell, addends=slots)
+        _traced_launch("gemm_rs", a[me * seg:(me + 1) * seg], b, out, seg,
+                       order=cached_linear_order(seg, N, epilogue, a.device), seg_rows=seg,
+                       cfg=epilogue, hooks=hooks, n_blocks=triton.cdiv(N, epilogue.block_n))
+        x.finish([engine])
+        _after_launch()
+        return out
+    torch.matmul(a[me * seg:(me + 1) * seg], b, out=slots[me])
     for i, (lo, hi) in enumerate(bounds):
         if hi > lo:
             x.wait(i)
             sum_slots(slots[:, lo:hi], out[lo:hi])
     x.finish([engine])
     return out
+
+
+def _chunk_waits(bounds: list[tuple[int, int]], seg: int, block_m: int, W: int,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row block of a ``seg``-row GEMM: the first and last ready slot (``i * W + q``)
+    of the chunks (row ``bounds``) its rows touch; cached per layout."""
+    key = ("rs_chunk_waits", tuple(bounds), seg, block_m, W, device)
+    rt = current()
+    waits = rt.cache.get(key)
+    if waits is None:
+        blocks = triton.cdiv(seg, block_m)
+        chunk = [next(i for i, (lo, hi) in enumerate(bounds) if lo <= r < hi)
+                 for r in range(seg)]
+        lo = [chunk[mb * block_m] * W for mb in range(blocks)]
+        hi = [chunk[min((mb + 1) * block_m, seg) - 1] * W + W - 1 for mb in range(blocks)]
+        waits = rt.cache[key] = (torch.tensor(lo, dtype=torch.int32, device=device),
+                                 torch.tensor(hi, dtype=torch.int32, device=device))
+    return waits
 
 
 def gemm_ar(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",

@@ -175,7 +175,7 @@ def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int, int]:
     d = tuner.tune("gemm_rs", 32, 24, 20, torch.float32, warmup=1, iters=2,
                    candidates=[CPU_CONFIG], progress=False)
     assert tuner.lookup("gemm_rs", 32, 24, 20, torch.float32, 2) == d
-    assert d.engine in ("colocated", "copy_engine")  # both engines were candidates
+    assert d.engine in ("colocated", "copy_engine", "copy_engine_epilogue")
     a_rs, b_rs = torch.randn(32, 20), torch.randn(20, 24)
     me = ditron.world().rank
     assert torch.allclose(ditron.ops.gemm_rs(a_rs, b_rs), _sum(a_rs @ b_rs)[16 * me:16 * me + 16],
@@ -323,6 +323,36 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
     return checks
 
 
+def _epilogue_sum_case(m: int, K: int, N: int, reps: int) -> int:
+    """GEMM-RS with the peers' partials added in the own rows' GEMM epilogue: several row
+    blocks per segment, chunks that straddle them, repeated calls, two dtypes."""
+    poison_empty()
+    w = ditron.world()
+    W, rank = w.world_size, w.rank
+    checks = 0
+    for it in range(reps):
+        for dtype in (torch.float32, torch.bfloat16):
+            for chunk_rows in (10, None):
+                torch.manual_seed(300 * it + rank)
+                a = torch.randn(W * m, K, device=w.device).to(dtype)
+                b = torch.randn(N, K, device=w.device).to(dtype).t()
+                full = _sum(a.double() @ b.double())
+                rs = ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_epilogue",
+                                        chunk_rows=chunk_rows)
+                assert rs.shape == (m, N) and rs.dtype == dtype
+                _close(f"gemm_rs[copy_engine_epilogue, {dtype}, chunk_rows={chunk_rows}]", rs,
+                       full[rank * m:(rank + 1) * m], dtype)
+                checks += 1
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_gemm_rs_epilogue_sum_matches_torch(backend, world_size):
+    # 37 rows per rank: 3 row blocks of 16 (CPU tiles), 10-row chunks straddling them
+    assert ditron.launch(_epilogue_sum_case, world_size, 37, 24, 40, 2,
+                         backend=backend) == [8] * world_size
+
+
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_tp_gemm_engines_agree_with_torch(backend, world_size):
     # 13 rows per rank: tiles straddle chunks; calls alternate engines on shared signals.
@@ -356,14 +386,14 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
                 assert torch.equal(ga, _gather(a)), "graph-safe ag_gemm: gathered A differs"
             # the colocated epilogue, and the copy engine by segments (whole; 4-row chunks)
             for engine, chunk_rows in (("colocated", None), ("copy_engine", None),
-                                       ("copy_engine", 4)):
+                                       ("copy_engine", 4), ("copy_engine_epilogue", 4)):
                 rs = ditron.ops.gemm_rs(a2, b, method="overlap", engine=engine,
                                         chunk_rows=chunk_rows)
                 _close(f"graph-safe gemm_rs {engine} chunk_rows={chunk_rows}", rs,
                        full[rank * m:(rank + 1) * m], torch.float32)
             ar = ditron.ops.gemm_ar(a3, b, method="overlap")
             _close("graph-safe gemm_ar", ar, _sum(a3.double() @ b.double()), torch.float32)
-            checks += 6
+            checks += 7
         # the eager variants between graph-safe calls
         _close("eager ag_gemm", ditron.ops.ag_gemm(a, b, method="overlap"), ref, torch.float32)
         checks += 1
@@ -383,7 +413,7 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
 def test_graph_safe_variants_match_torch(world_size, backend):
     # 13 rows per rank: AG tiles straddle chunks, and 4-row chunks (4+4+4+1) too
     assert ditron.launch(_graph_safe_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [24] * world_size
+                         backend=backend) == [27] * world_size
 
 
 def _captured_case(m: int, K: int, N: int, replays: int) -> int:
@@ -402,6 +432,7 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
         ditron.ops.ag_gemm(a, b, method="overlap")
         ditron.ops.gemm_rs(a2, b, method="overlap")
         ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine")
+        ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine_epilogue")
         ditron.ops.gemm_ar(a3, b, method="overlap")
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -409,13 +440,14 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
         c = ditron.ops.ag_gemm(a, b, method="overlap")
         rs = ditron.ops.gemm_rs(a2, b, method="overlap")
         rs_ce = ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine")
+        rs_ep = ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine_epilogue")
         ar = ditron.ops.gemm_ar(a3, b, method="overlap")
     checks = 0
     for it in range(replays):
         g = torch.Generator().manual_seed(10 * rank + it)
         for t in (a, a2, a3):
             t.copy_(torch.randn(t.shape, generator=g).to(dtype))
-        for t in (c, rs, rs_ce, ar):
+        for t in (c, rs, rs_ce, rs_ep, ar):
             t.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
@@ -423,11 +455,13 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
         full = _sum(a2.double() @ b.double())
         _close(f"replay {it} gemm_rs", rs, full[rank * m:(rank + 1) * m], dtype)
         _close(f"replay {it} gemm_rs copy_engine", rs_ce, full[rank * m:(rank + 1) * m], dtype)
+        _close(f"replay {it} gemm_rs copy_engine_epilogue", rs_ep,
+               full[rank * m:(rank + 1) * m], dtype)
         _close(f"replay {it} gemm_ar", ar, _sum(a3.double() @ b.double()), dtype)
-        checks += 4
+        checks += 5
     return checks
 
 
 @pytest.mark.gpu
 def test_tp_gemms_in_cuda_graph():
-    assert ditron.launch(_captured_case, 2, 300, 256, 384, 4, backend="cuda") == [16, 16]
+    assert ditron.launch(_captured_case, 2, 300, 256, 384, 4, backend="cuda") == [20, 20]
