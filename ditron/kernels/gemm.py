@@ -565,7 +565,9 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
         tma = tma_operands(a, b, cfg)
         if tma is not None:
             tma_b = "nk" if tma[2] else "kn"
-            c_tma = (cfg.tma_store and hooks.epilogue == EPI_STORE
+            # the addends' loads need shared memory the TMA store's buffer would take
+            # (128x256x64 tiles in 3 stages: 245784 bytes with both, H200 limit 232448)
+            c_tma = (cfg.tma_store and hooks.epilogue == EPI_STORE and hooks.addends is None
                      and (seg_rows >= M or seg_rows % cfg.block_m == 0)
                      and _tma_ok(c, cfg.block_n, c.device.type == "cuda"))
     kwargs = dict(

@@ -521,10 +521,12 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
         lo, hi = _chunk_waits(bounds, seg, epilogue.block_m, W, a.device)
         hooks = GemmHooks(wait_lo=lo, wait_hi=hi, wait_sig=x.pad.signals,
                           epoch_cell=x.base.cell, addends=slots)
-        _traced_launch("gemm_rs", a[me * seg:(me + 1) * seg], b, out, seg,
-                       order=cached_linear_order(seg, N, epilogue, a.device), seg_rows=seg,
-                       cfg=epilogue, hooks=hooks, n_blocks=triton.cdiv(N, epilogue.block_n))
-        x.finish([engine])
+        try:
+            _traced_launch("gemm_rs", a[me * seg:(me + 1) * seg], b, out, seg,
+                           order=cached_linear_order(seg, N, epilogue, a.device), seg_rows=seg,
+                           cfg=epilogue, hooks=hooks, n_blocks=triton.cdiv(N, epilogue.block_n))
+        finally:  # acknowledge even when the launch failed, or the next call would hang
+            x.finish([engine])
         _after_launch()
         return out
     torch.matmul(a[me * seg:(me + 1) * seg], b, out=slots[me])

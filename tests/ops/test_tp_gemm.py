@@ -346,6 +346,37 @@ def _epilogue_sum_case(m: int, K: int, N: int, reps: int) -> int:
     return checks
 
 
+def _failed_launch_case(m: int, K: int, N: int) -> int:
+    """A launch that fails after the pushes (a kernel that does not load, say) still
+    acknowledges, so the next call does not wait forever for this one's acknowledgement."""
+    from ditron.ops import tp_gemm
+
+    w = ditron.world()
+    a = torch.randn(w.world_size * m, K, device=w.device)
+    b = torch.randn(K, N, device=w.device)
+    launch = tp_gemm._traced_launch
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of resource: shared memory (simulated)")
+
+    tp_gemm._traced_launch = broken
+    try:
+        with pytest.raises(RuntimeError, match="simulated"):
+            ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_epilogue")
+    finally:
+        tp_gemm._traced_launch = launch
+    for _ in range(2):
+        rs = ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_epilogue")
+        full = _sum(a.double() @ b.double())
+        _close("gemm_rs after a failed launch", rs, full[w.rank * m:(w.rank + 1) * m],
+               torch.float32)
+    return 2
+
+
+def test_gemm_rs_epilogue_survives_a_failed_launch(backend):
+    assert ditron.launch(_failed_launch_case, 2, 8, 16, 24, backend=backend) == [2, 2]
+
+
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_gemm_rs_epilogue_sum_matches_torch(backend, world_size):
     # 37 rows per rank: 3 row blocks of 16 (CPU tiles), 10-row chunks straddling them
