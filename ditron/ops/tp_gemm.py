@@ -513,10 +513,19 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
         d = (me + step) % W
         for i, (lo, hi) in enumerate(bounds):
             part = torch.matmul(a[d * seg + lo:d * seg + hi], b)
+            # the engine's one stream orders a segment's later chunks behind the first,
+            # so only the first waits for d's acknowledgement
             engine.issue([Transfer(part, slots[me, lo:hi], me, d, x.ready(i, me),
-                                   after=x.after(d))])
+                                   after=x.after(d) if i == 0 else None)])
     out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
     if epilogue is not None:
+        if epilogue.programs == 0 and a.device.type == "cuda":
+            # leave an SM to the engine stream's signal kernels (device epochs): with every
+            # SM held by a program spinning for a peer's chunk, the kernel that signals my
+            # chunk to that peer cannot start until a program exits (2.5-3x slower on 2
+            # H200s, docs/perf.md session 9)
+            sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+            epilogue = dataclasses.replace(epilogue, programs=sms - 1)
         x.pad.signals[me:chunks * W:W].copy_(x.base.cell.expand(chunks))
         lo, hi = _chunk_waits(bounds, seg, epilogue.block_m, W, a.device)
         hooks = GemmHooks(wait_lo=lo, wait_hi=hi, wait_sig=x.pad.signals,
