@@ -24,8 +24,7 @@ baseline for a gain inside the noise.
 Knobs: overlap vs fallback, the tile configuration, for ``ag_gemm`` the transfer engine, the
 chunk size and, with the ``sm`` engine, the SMs given to communication (``COMM_SMS``; the
 GEMM's ``GemmConfig.programs`` is the rest), for ``gemm_rs`` the engine (colocated stores
-from the GEMM, or the copy engine by segments, summed after the GEMM or in its epilogue) and
-the copy engine's chunk size.
+from the GEMM, or the copy engine by segments) and the copy engine's chunk size.
 """
 
 from __future__ import annotations
@@ -70,11 +69,13 @@ def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN
 
 #: transfer engines the tuner tries per op (ops not listed move data one way only)
 ENGINES = {"ag_gemm": ("copy_engine", "colocated", "sm"),
-           "gemm_rs": ("colocated", "copy_engine", "copy_engine_epilogue")}
+           "gemm_rs": ("colocated", "copy_engine")}
 #: on GPUs: the colocated AG-GEMM (remote loads inside the GEMM) took 10-200x the copy
 #: engine's time on every shape of the 2-H200 run (docs/perf.md, session 5), so it is not tried
-GPU_ENGINES = {"ag_gemm": ("copy_engine", "sm"),
-               "gemm_rs": ("colocated", "copy_engine", "copy_engine_epilogue")}
+#: ``copy_engine_epilogue`` GEMM-RS is not tried either: it never beat ``copy_engine`` on the
+#: six 2-H200 shapes (graphs: 0.98-1.03x of it; eager 0.7x, its device-epoch signal kernels'
+#: host time; docs/perf.md, session 9)
+GPU_ENGINES = {"ag_gemm": ("copy_engine", "sm"), "gemm_rs": ("colocated", "copy_engine")}
 #: SMs given to communication tried with the "sm" AG-GEMM engine (the GEMM gets the rest)
 COMM_SMS = (16, 32)
 
@@ -164,13 +165,6 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
                     seg = max(M // W, 1)
                     sizes = sorted({-(-seg // k) for k in (2, 4)} - {seg}, reverse=True)
                     trials += [("overlap", c, e, ch) for ch in [None, *sizes]]
-                continue
-            if op == "gemm_rs" and e == "copy_engine_epilogue":
-                # the own rows' GEMM in every tile config, 2 chunks per segment (the
-                # default); 4 chunks in the default tiles
-                seg = max(M // W, 1)
-                trials += [("overlap", c, e, ch)
-                           for ch in ((None, -(-seg // 4)) if c is candidates[0] else (None,))]
                 continue
             if e == "sm" and dev.type == "cuda":  # the knob: SMs given to communication
                 sms = torch.cuda.get_device_properties(dev).multi_processor_count

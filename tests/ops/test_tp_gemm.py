@@ -175,7 +175,7 @@ def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int, int]:
     d = tuner.tune("gemm_rs", 32, 24, 20, torch.float32, warmup=1, iters=2,
                    candidates=[CPU_CONFIG], progress=False)
     assert tuner.lookup("gemm_rs", 32, 24, 20, torch.float32, 2) == d
-    assert d.engine in ("colocated", "copy_engine", "copy_engine_epilogue")
+    assert d.engine in ("colocated", "copy_engine")  # both engines were candidates
     a_rs, b_rs = torch.randn(32, 20), torch.randn(20, 24)
     me = ditron.world().rank
     assert torch.allclose(ditron.ops.gemm_rs(a_rs, b_rs), _sum(a_rs @ b_rs)[16 * me:16 * me + 16],
