@@ -31,6 +31,7 @@ then hang in its waits until ``DITRON_WAIT_TIMEOUT`` raises.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 
@@ -555,11 +556,11 @@ def _chunk_waits(bounds: list[tuple[int, int]], seg: int, block_m: int, W: int,
     rt = current()
     waits = rt.cache.get(key)
     if waits is None:
-        blocks = triton.cdiv(seg, block_m)
-        chunk = [next(i for i, (lo, hi) in enumerate(bounds) if lo <= r < hi)
-                 for r in range(seg)]
-        lo = [chunk[mb * block_m] * W for mb in range(blocks)]
-        hi = [chunk[min((mb + 1) * block_m, seg) - 1] * W + W - 1 for mb in range(blocks)]
+        starts = [lo for lo, _ in bounds]
+        chunk = lambda row: bisect.bisect_right(starts, row) - 1  # noqa: E731
+        blocks = range(triton.cdiv(seg, block_m))
+        lo = [chunk(mb * block_m) * W for mb in blocks]
+        hi = [chunk(min((mb + 1) * block_m, seg) - 1) * W + W - 1 for mb in blocks]
         waits = rt.cache[key] = (torch.tensor(lo, dtype=torch.int32, device=device),
                                  torch.tensor(hi, dtype=torch.int32, device=device))
     return waits
