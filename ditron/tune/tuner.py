@@ -72,9 +72,9 @@ ENGINES = {"ag_gemm": ("copy_engine", "colocated", "sm"),
            "gemm_rs": ("colocated", "copy_engine")}
 #: on GPUs: the colocated AG-GEMM (remote loads inside the GEMM) took 10-200x the copy
 #: engine's time on every shape of the 2-H200 run (docs/perf.md, session 5), so it is not tried
-#: ``copy_engine_epilogue`` GEMM-RS is not tried either: it never beat ``copy_engine`` on the
-#: six 2-H200 shapes (graphs: 0.98-1.03x of it; eager 0.7x, its device-epoch signal kernels'
-#: host time; docs/perf.md, session 9)
+#: the ``copy_engine_epilogue`` GEMM-RS is not tried either: on the six 2-H200 shapes it was
+#: slower than the tuned pick, eagerly (its device-epoch signal kernels' host time) and
+#: under CUDA graphs (docs/perf.md, session 9)
 GPU_ENGINES = {"ag_gemm": ("copy_engine", "sm"), "gemm_rs": ("colocated", "copy_engine")}
 #: SMs given to communication tried with the "sm" AG-GEMM engine (the GEMM gets the rest)
 COMM_SMS = (16, 32)
