@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ditron", *args], capture_output=True,
@@ -50,3 +52,15 @@ def test_bench_tp_gemm_smoke(tmp_path, monkeypatch):
     assert all(r["auto"] > 0 and r["eff_auto"] > 0 for r in results)
     assert "eff_auto" in out.stdout.splitlines()[0]
     assert list((tmp_path / "cache").iterdir()), "the tuner cached no decision"
+
+
+def test_bench_tp_gemm_shape_subset():
+    from ditron.benchmarks.tp_gemm import shapes
+
+    rows = shapes(["ag", "rs"], 1.0, False, 2, "4096x11008, 11008x4096")
+    assert rows == [("ag_gemm", 8192, 11008, 4096), ("gemm_rs", 8192, 4096, 11008)]
+    assert len(shapes(["ag", "rs"], 1.0, False, 2)) == 12
+    with pytest.raises(ValueError, match="not one of the shapes of --ops"):
+        shapes(["ag"], 1.0, False, 2, "4096x11008")  # a GEMM-RS shape
+    with pytest.raises(ValueError, match="'4096by11008' is not one"):
+        shapes(["rs"], 1.0, False, 2, "4096by11008")

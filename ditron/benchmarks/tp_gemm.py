@@ -1,11 +1,12 @@
 """``ditron bench tp-gemm``: overlapped TP GEMMs vs torch.matmul + torch.distributed.
 
-Shapes: REFERENCES.md (M = 8192 global tokens; AG-GEMM ``C[M, N/W] = AG(A[M/W, K]) @
-B[K, N/W]``, GEMM-RS ``C[M/W, N] = RS(A[M, K/W] @ B[K/W, N])``), multiplied by ``--scale``
-(rounded to multiples of 64) for fewer GPUs or less memory; ``--smoke`` uses tiny shapes
-(CPU). Per shape, in the same run and with the same fixed warm-up / timed call counts on
-every rank (CUDA events on GPU, host clock on CPU; each sample times ``--batch`` calls back
-to back, as a busy stream runs them; the candidates take turns over at least ``ROUNDS``
+Shapes: REFERENCES.md (M = 8192 global tokens; AG-GEMM ``C[M, N/W] = AG(A[M/W, K]) @ B[K,
+N/W]``, GEMM-RS ``C[M/W, N] = RS(A[M, K/W] @ B[K/W, N])``), multiplied by ``--scale``
+(rounded to multiples of 64) for fewer GPUs or less memory; ``--shapes NxK,...`` keeps a
+subset (unscaled ``N x K``, as in ``AG_SHAPES`` / ``RS_SHAPES``); ``--smoke`` uses tiny
+shapes (CPU). Per shape, in the same run and with the same fixed warm-up / timed call counts
+on every rank (CUDA events on GPU, host clock on CPU; each sample times ``--batch`` calls
+back to back, as a busy stream runs them; the candidates take turns over at least ``ROUNDS``
 rounds and as many as there are candidates, in an order that rotates, so each runs at each
 position of a round; the slowest rank's median of all samples):
 
@@ -54,8 +55,22 @@ def _round(x: float, q: int = 64) -> int:
     return max(q, int(round(x / q)) * q)
 
 
-def shapes(ops: list[str], scale: float, smoke: bool, W: int) -> list[tuple[str, int, int, int]]:
-    """(op, M global, N global, K global) rows."""
+def shapes(ops: list[str], scale: float, smoke: bool, W: int,
+           only: str = "") -> list[tuple[str, int, int, int]]:
+    """(op, M global, N global, K global) rows. ``only``: ``"NxK,..."``, a subset of the
+    REFERENCES.md shapes by their unscaled ``N x K`` (ignored with ``smoke``)."""
+    known = set(AG_SHAPES if "ag" in ops else []) | set(RS_SHAPES if "rs" in ops else [])
+    picked = None
+    if only.strip() and not smoke:
+        picked = set()
+        for item in only.split(","):
+            n, _, k = item.strip().lower().partition("x")
+            if not (n.isdigit() and k.isdigit()) or (int(n), int(k)) not in known:
+                names = ", ".join(f"{n}x{k}" for n, k in sorted(known))
+                raise ValueError(f"--shapes: {item.strip()!r} is not one of the shapes of "
+                                 f"--ops ({names})")
+            picked.add((int(n), int(k)))
+    keep = lambda nk: picked is None or nk in picked  # noqa: E731
     if smoke:
         rows = []
         if "ag" in ops:
@@ -66,9 +81,11 @@ def shapes(ops: list[str], scale: float, smoke: bool, W: int) -> list[tuple[str,
     out = []
     M = _round(8192 * scale, 64 * W)
     if "ag" in ops:
-        out += [("ag_gemm", M, _round(n * scale, 64 * W), _round(k * scale)) for n, k in AG_SHAPES]
+        out += [("ag_gemm", M, _round(n * scale, 64 * W), _round(k * scale))
+                for n, k in AG_SHAPES if keep((n, k))]
     if "rs" in ops:
-        out += [("gemm_rs", M, _round(n * scale), _round(k * scale, 64 * W)) for n, k in RS_SHAPES]
+        out += [("gemm_rs", M, _round(n * scale), _round(k * scale, 64 * W))
+                for n, k in RS_SHAPES if keep((n, k))]
     return out
 
 
@@ -307,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=float, default=None,
                    help="multiply the REFERENCES.md shapes (default 1/W*2 fits one H200 each)")
     p.add_argument("--ops", default="ag,rs")
+    p.add_argument("--shapes", default="",
+                   help="only these REFERENCES.md shapes, as unscaled NxK (e.g. 4096x11008)")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=10)
@@ -329,7 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     W = args.world_size or (torch.cuda.device_count() if backend == "cuda" else 2)
     smoke = args.smoke or backend == "cpu"
     scale = args.scale if args.scale is not None else 1.0
-    rows = shapes(args.ops.split(","), scale, smoke, W)
+    try:
+        rows = shapes(args.ops.split(","), scale, smoke, W, args.shapes)
+    except ValueError as exc:
+        p.error(str(exc))
     dtype = DTYPES[args.dtype]
     if smoke:
         args.warmup, args.iters = min(args.warmup, 1), min(args.iters, 3)
