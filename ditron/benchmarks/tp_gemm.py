@@ -1,7 +1,7 @@
 """``ditron bench tp-gemm``: overlapped TP GEMMs vs torch.matmul + torch.distributed.
 
-Shapes: REFERENCES.md (M = 8192 global tokens; AG-GEMM ``C[M, N/W] = AG(A[M/W, K]) @ B[K,
-N/W]``, GEMM-RS ``C[M/W, N] = RS(A[M, K/W] @ B[K/W, N])``), multiplied by ``--scale``
+Shapes: REFERENCES.md (M = 8192 global tokens; AG-GEMM ``C[M, N/W] = AG(A[M/W, K]) @
+B[K, N/W]``, GEMM-RS ``C[M/W, N] = RS(A[M, K/W] @ B[K/W, N])``), multiplied by ``--scale``
 (rounded to multiples of 64) for fewer GPUs or less memory; ``--shapes NxK,...`` keeps a
 subset (unscaled ``N x K``, as in ``AG_SHAPES`` / ``RS_SHAPES``); ``--smoke`` uses tiny
 shapes (CPU). Per shape, in the same run and with the same fixed warm-up / timed call counts
