@@ -360,11 +360,14 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     hooks = GemmHooks(wait_lo=ws["waits"].lo, wait_hi=ws["waits"].hi,
                       wait_sig=pad.signals[first:], wait_target=0 if graph else epoch,
                       epoch_cell=epoch.cell if graph else None)
-    _traced_launch("ag_gemm", buf, b, c, M, order=ws["order"], seg_rows=M, cfg=cfg,
-                   hooks=hooks, n_blocks=ws["n_blocks"])
-    gathered = buf.clone() if return_gathered else None
-    if graph:  # done reading the peers' rows of this call (after the GEMM and the clone)
-        notify_peers(pad, rank, epoch, rt.topo.node_ranks(), skip=rank)
+    try:
+        _traced_launch("ag_gemm", buf, b, c, M, order=ws["order"], seg_rows=M, cfg=cfg,
+                       hooks=hooks, n_blocks=ws["n_blocks"])
+        gathered = buf.clone() if return_gathered else None
+    finally:
+        if graph:  # done reading the peers' rows of this call (after the GEMM and the
+            # clone; also when the launch failed, or the peers' next pushes would hang)
+            notify_peers(pad, rank, epoch, rt.topo.node_ranks(), skip=rank)
     engine.drain()
     _after_launch()
     return (c, gathered) if return_gathered else c

@@ -347,34 +347,46 @@ def _epilogue_sum_case(m: int, K: int, N: int, reps: int) -> int:
 
 
 def _failed_launch_case(m: int, K: int, N: int) -> int:
-    """A launch that fails after the pushes (a kernel that does not load, say) still
-    acknowledges, so the next call does not wait forever for this one's acknowledgement."""
+    """A GEMM launch that fails after the pushes (a kernel that does not load, say) still
+    acknowledges, so the next call does not wait forever for this one's acknowledgement:
+    GEMM-RS with the sum in the epilogue (device epochs always), and the graph-safe
+    AG-GEMM."""
     from ditron.ops import tp_gemm
 
     w = ditron.world()
     a = torch.randn(w.world_size * m, K, device=w.device)
+    a_shard = torch.randn(m, K, device=w.device)
     b = torch.randn(K, N, device=w.device)
+    rs = lambda: ditron.ops.gemm_rs(a, b, method="overlap",  # noqa: E731
+                                    engine="copy_engine_epilogue")
+    ag = lambda: ditron.ops.ag_gemm(a_shard, b, method="overlap")  # noqa: E731
     launch = tp_gemm._traced_launch
 
     def broken(*args, **kwargs):
         raise RuntimeError("out of resource: shared memory (simulated)")
 
-    tp_gemm._traced_launch = broken
-    try:
-        with pytest.raises(RuntimeError, match="simulated"):
-            ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_epilogue")
-    finally:
-        tp_gemm._traced_launch = launch
-    for _ in range(2):
-        rs = ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_epilogue")
-        full = _sum(a.double() @ b.double())
-        _close("gemm_rs after a failed launch", rs, full[w.rank * m:(w.rank + 1) * m],
-               torch.float32)
-    return 2
+    checks = 0
+    with ditron.ops.graph_safe():
+        ag()  # the graph-safe workspace, warmed up
+        for op in (rs, ag):
+            tp_gemm._traced_launch = broken
+            try:
+                with pytest.raises(RuntimeError, match="simulated"):
+                    op()
+            finally:
+                tp_gemm._traced_launch = launch
+            for _ in range(2):
+                _close("gemm_rs after a failed launch", rs(),
+                       _sum(a.double() @ b.double())[w.rank * m:(w.rank + 1) * m],
+                       torch.float32)
+                _close("ag_gemm after a failed launch", ag(),
+                       _gather(a_shard).double() @ b.double(), torch.float32)
+                checks += 2
+    return checks
 
 
-def test_gemm_rs_epilogue_survives_a_failed_launch(backend):
-    assert ditron.launch(_failed_launch_case, 2, 8, 16, 24, backend=backend) == [2, 2]
+def test_tp_gemms_survive_a_failed_launch(backend):
+    assert ditron.launch(_failed_launch_case, 2, 8, 16, 24, backend=backend) == [8, 8]
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
