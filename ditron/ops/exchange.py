@@ -32,7 +32,7 @@ import os
 import torch
 
 from ..engines.base import Engine, Signal, Transfer, get_engine
-from ..engines.sync import bump, notify_peers, wait_slots
+from ..engines.sync import bump, notify_peers, use_stream_memops, wait_slots
 from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import DeviceValue, SignalPad, signal_pad
 from ..runtime.world import current
@@ -288,7 +288,8 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     issued on this rank (no copy out of an inbox afterwards).
 
     The exchange's protocol with the roles of the halves swapped, per chunk (``C`` chunks,
-    :func:`pull_chunks`): the pulls are issued first, chunk ``i`` of peer ``q`` waiting
+    :func:`pull_chunks`): the pulls are issued first (where their waits are stream memory
+    operations; else after the publishes), chunk ``i`` of peer ``q`` waiting
     (stream-ordered, on the engine's stream) for ``ready[q] >= e * 64 + i + 1``; after the
     ``ack`` wait of :func:`open_exchange`, I publish my chunks into my own half one by one,
     raising ``ready[me]`` on the peers after each, and copy my own row; once the pulls have
@@ -312,18 +313,21 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     mine = x.inbox[:n]
     pulls = [Transfer(mine[lo:hi], out[q, lo:hi], q, me, after=x.ready(i, q))
              for q in x.node if q != me for i, (lo, hi) in enumerate(bounds)]
-    if not graph:
+    # Where the pulls' waits are kernels that spin on the engine's stream (device epochs;
+    # host epochs without stream memory operations, e.g. with DITRON_WAIT_TIMEOUT), every
+    # chunk is published before a pull is issued: a host that blocks later (a module load
+    # can synchronise the context) must already have queued what its peers wait for
+    # (docs/developing.md, "host order"). With stream memory operations the pulls go
+    # first, so a peer pulls chunk i while I still publish chunk i + 1.
+    publish_first = graph or not use_stream_memops()
+    if not publish_first:
         eng.issue(pulls)
-    # graph-safe: every chunk is published before a pull is issued. The pulls' waits are
-    # then kernels that spin on the engine's stream, and a host that blocks later (a module
-    # load can synchronise the context) must already have queued what its peers wait for
-    # (docs/developing.md, "host order").
     x.free()  # every peer pulled my last call (graph-safe)
     for i, (lo, hi) in enumerate(bounds):
         mine[lo:hi].copy_(flat[lo:hi])
         published = x.ready(i, me)
         notify_peers(x.pad, published.index, published.value, x.node, skip=me)
-    if graph:
+    if publish_first:
         eng.issue(pulls)
     out[me].copy_(flat)
     eng.drain()  # the pulls have landed before the ack
