@@ -346,8 +346,8 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     reached that value, so sums of early chunks overlap the transfer of later ones;
     :meth:`Call.finish` acks after the last read.
 
-    ``graph``: the graph-safe variant (:func:`graph_pad`: one inbox, device epochs; a push
-    to ``q`` waits on the engine's stream for ``q``'s ack of the previous call).
+    ``graph``: the graph-safe variant (:func:`graph_pad`: one inbox, device epochs; the
+    first push to ``q`` waits on the engine's stream for ``q``'s ack of the previous call).
     """
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
@@ -357,8 +357,10 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     x = open_chunked(key, parts.dtype, w * c, engine, graph)
     slots = x.inbox.view(w, c)
     eng = engine_instance(engine)
+    # the engine's one stream orders every later push to q behind the first, so only the
+    # first waits for q's acknowledgement (graph-safe; one spinning kernel per peer)
     eng.issue([Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q, x.ready(i, me),
-                        after=x.after(q))
+                        after=x.after(q) if i == 0 else None)
                for i, (lo, hi) in enumerate(bounds) for q in x.node if q != me])
     out = torch.empty(c, dtype=parts.dtype, device=parts.device)
     for i, (lo, hi) in enumerate(bounds):
