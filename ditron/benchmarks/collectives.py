@@ -36,6 +36,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from .capture import capture
+
 _SMALL = ["4K", "64K"]
 _DEFAULT_GPU = ["4K", "8K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G"]
 _OPS = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
@@ -283,18 +285,7 @@ def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls:
 def _replay_each(impls, calls: int, warmup: int, iters: int) -> list[tuple[str, float]]:
     """Capture ``calls`` calls of each implementation in a graph, then time the replays in
     rotating rounds (:func:`_rotating`); seconds per call."""
-    import ditron
-
-    graphs = []
-    for _, fn in impls:
-        with ditron.ops.graph_safe():  # eager warm-up: workspaces, compilation, communicators
-            fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
-        graphs.append(graph)
+    graphs = [capture(fn, calls) for _, fn in impls]
     per_replay = _rotating([g.replay for g in graphs], max(warmup // 2, 1), iters)
     del graphs
     return [(label, t / calls) for (label, _), t in zip(impls, per_replay, strict=True)]

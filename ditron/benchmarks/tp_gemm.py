@@ -41,6 +41,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+from .capture import capture
+
 AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
              (49152, 12288)]
 RS_SHAPES = [(4096, 11008), (4096, 14336), (3584, 14336), (4608, 36864), (8192, 28672),
@@ -111,23 +113,6 @@ def _measure(rows, dtype, warmup: int, iters: int, tune: bool = False,
              batch: int = 1, graphs: bool = False) -> list[dict]:
     return [_measure_one(op, M, N, K, dtype, warmup, iters, tune, batch, graphs)
             for op, M, N, K in rows]
-
-
-def _capture(fn, calls: int, graph_safe: bool = False):
-    """A CUDA graph of ``calls`` calls of ``fn`` (after one eager warm-up call, inside
-    ``ditron.ops.graph_safe()`` when ``graph_safe``)."""
-    import contextlib
-
-    import ditron
-
-    with ditron.ops.graph_safe() if graph_safe else contextlib.nullcontext():
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return graph
 
 
 def _all_ok(ok: bool) -> bool:
@@ -226,7 +211,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
             if name not in graph_cands:
                 continue
             try:
-                graph = _capture(graph_cands[name], batch,
+                graph = capture(graph_cands[name], batch,
                                  graph_safe=name.startswith(("ditron", "auto")))
             except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
                 graph = None
