@@ -510,6 +510,10 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
     most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
     chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
     bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
+    if epilogue is not None:  # tables made before anything is queued (a first call copies
+        # them to the device synchronously: docs/developing.md, "host order")
+        wait_lo, wait_hi = _chunk_waits(bounds, seg, epilogue.block_m, W, a.device)
+        order = cached_linear_order(seg, N, epilogue, a.device)
     x = open_chunked("gemm_rs:copy_engine", a.dtype, W * seg * N, "copy_engine", graph)
     slots = x.inbox.view(W, seg, N)
     engine = engine_instance("copy_engine")
@@ -531,13 +535,12 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
             sms = torch.cuda.get_device_properties(a.device).multi_processor_count
             epilogue = dataclasses.replace(epilogue, programs=sms - 1)
         x.pad.signals[me:chunks * W:W].copy_(x.base.cell.expand(chunks))
-        lo, hi = _chunk_waits(bounds, seg, epilogue.block_m, W, a.device)
-        hooks = GemmHooks(wait_lo=lo, wait_hi=hi, wait_sig=x.pad.signals,
+        hooks = GemmHooks(wait_lo=wait_lo, wait_hi=wait_hi, wait_sig=x.pad.signals,
                           epoch_cell=x.base.cell, addends=slots)
         try:
             _traced_launch("gemm_rs", a[me * seg:(me + 1) * seg], b, out, seg,
-                           order=cached_linear_order(seg, N, epilogue, a.device), seg_rows=seg,
-                           cfg=epilogue, hooks=hooks, n_blocks=triton.cdiv(N, epilogue.block_n))
+                           order=order, seg_rows=seg, cfg=epilogue, hooks=hooks,
+                           n_blocks=triton.cdiv(N, epilogue.block_n))
         finally:  # acknowledge even when the launch failed, or the next call would hang
             x.finish([engine])
         _after_launch()
