@@ -80,8 +80,16 @@ class Engine(abc.ABC):
     can_wait: bool = False
 
     @abc.abstractmethod
-    def issue(self, transfers: list[Transfer]) -> None:
-        """Start the transfers (asynchronously where the engine can)."""
+    def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
+        """Start the transfers (asynchronously where the engine can), after the work queued
+        on the current stream so far or, with ``since`` (a :meth:`mark`), after only the
+        work queued before that mark (engines that move on the current stream or on the
+        host start after everything queued; later is always correct)."""
+
+    def mark(self) -> object | None:
+        """A point in the current stream's queue for :meth:`issue`'s ``since``: lets a batch
+        issued later, e.g. pulls waiting for signals, run beside work queued in between."""
+        return None
 
     def drain(self) -> None:  # noqa: B027 - engines that finish in issue() need nothing
         """Return once every issued transfer has landed and raised its signal."""

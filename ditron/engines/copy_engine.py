@@ -27,6 +27,7 @@ import torch
 from ..runtime.signals import host_value
 from ..runtime.world import current
 from .base import Engine, Signal, Transfer, check_transfer, register_engine
+from .streams import mark_current, start_after
 
 _EXECUTOR: cf.ThreadPoolExecutor | None = None
 _SIDE_STREAMS: dict = {}
@@ -69,7 +70,7 @@ class CopyEngine(Engine):
         self._pending: list[cf.Future] = []
         self._stream = None
 
-    def issue(self, transfers: list[Transfer]) -> None:
+    def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rt = current()
         rank = rt.world.rank
         for t in transfers:
@@ -87,14 +88,17 @@ class CopyEngine(Engine):
                 jobs.append((src, dst, t.reduce, sig, value, after))
             self._pending.append(_executor().submit(_run_host, jobs))
             return
-        self._issue_cuda(transfers, rank)
+        self._issue_cuda(transfers, rank, since)
 
-    def _issue_cuda(self, transfers: list[Transfer], rank: int) -> None:
+    def mark(self) -> object | None:
+        return mark_current() if current().world.backend != "cpu" else None
+
+    def _issue_cuda(self, transfers: list[Transfer], rank: int, since) -> None:
         from .sync import notify_one, use_stream_memops, wait_one
 
         rt = current()
         side = _side_stream(rt.world.device)
-        side.wait_stream(torch.cuda.current_stream())
+        start_after(side, since)
         self._stream = side
         if use_stream_memops() and all(_raw_ok(t) for t in transfers):
             _issue_raw(transfers, rank, side)

@@ -37,7 +37,7 @@ class NetworkEngine(Engine):
             return None, False
         return rt.host_group, tensor.is_cuda
 
-    def issue(self, transfers: list[Transfer]) -> None:
+    def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rank = current().world.rank
         ops = []
         for t in transfers:

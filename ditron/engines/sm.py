@@ -25,6 +25,7 @@ from .. import language as dl
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, register_engine
+from .streams import mark_current, start_after
 
 # Descriptor row: src address, dst address, numel, src rank, dst rank, signal address
 # (0: none), signal rank.
@@ -104,7 +105,7 @@ class SmEngine(Engine):
             else None
         self._pending = False
 
-    def issue(self, transfers: list[Transfer]) -> None:
+    def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rt = current()
         groups: dict[tuple, list[Transfer]] = {}
         for t in transfers:
@@ -114,7 +115,7 @@ class SmEngine(Engine):
         if self._side is None:
             self._launch(groups, rt.context())
             return
-        self._side.wait_stream(torch.cuda.current_stream())
+        start_after(self._side, since)
         for t in transfers:
             for local in (t.src, t.dst):
                 if not rt.heap.contains(local):
@@ -122,6 +123,9 @@ class SmEngine(Engine):
         with torch.cuda.stream(self._side):
             self._launch(groups, rt.context())
         self._pending = True
+
+    def mark(self) -> object | None:
+        return mark_current() if self._side is not None else None
 
     def drain(self) -> None:
         if self._pending:

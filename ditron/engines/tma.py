@@ -90,7 +90,7 @@ class TmaEngine(Engine):
         # process are stream-ordered, so one counter serves every transfer
         self._counter = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
 
-    def issue(self, transfers: list[Transfer]) -> None:
+    def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         from ..runtime.symmetric import peer

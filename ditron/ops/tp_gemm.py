@@ -460,7 +460,9 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     if rs_engine in ("copy_engine", "copy_engine_epilogue"):
         rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
         if rs_engine == "copy_engine":
-            return _rs_by_segments(a, b, rows, graph)
+            if not _RS_PULL:
+                return _rs_by_segments(a, b, rows, graph)
+            return _rs_pulled(a, b, rows, graph)
         return _rs_by_segments(a, b, rows, True, epilogue=choice.config)
     return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
 
@@ -469,6 +471,9 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
 #: H200s each extra chunk cost ~100 us of host time (``docs/perf.md``, session 6), so only
 #: the tuner splits segments, where that paid
 RS_CHUNKS = 1
+#: default chunks per segment of the pulled copy-engine GEMM-RS: the own rows' first chunk
+#: needs only the peers' first chunks, which land while the peers compute their second
+RS_PULL_CHUNKS = 2
 #: default chunks per segment of ``"copy_engine_epilogue"``: the own rows' GEMM reaches the
 #: rows of chunk ``i`` while the peers still push chunk ``i + 1``
 RS_EPILOGUE_CHUNKS = 2
@@ -551,6 +556,68 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
             x.wait(i)
             sum_slots(slots[:, lo:hi], out[lo:hi])
     x.finish([engine])
+    return out
+
+
+#: lab switch (session 10): the copy-engine GEMM-RS by pulls and addmm (True) or by pushes
+#: and a separate sum (False)
+_RS_PULL = os.environ.get("DITRON_RS_PULL", "1") != "0"
+
+
+def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
+               graph: bool = False) -> torch.Tensor:
+    """GEMM-RS on one node with the copy engine: peers' partials pulled into the result,
+    the own rows' GEMM accumulating onto them (``addmm``), in chunks of ``chunk_rows`` rows
+    (default: a segment in ``RS_PULL_CHUNKS``).
+
+    For ``d = r+1, r+2, ...`` the partial of each chunk ``i`` of ``d``'s rows is computed
+    (``torch.matmul``) into slot ``d`` of my inbox, then published: ``ready[me]`` on ``d``
+    only (chunk signals of ``exchange.Chunked``). Meanwhile my engine pulls chunk ``i`` of my
+    rows from slot ``me`` of each peer's inbox once that peer published it: from ``r-1``
+    (the first to compute my rows) straight into the result, from the others into a
+    scratch that is added to it. The pulls start after the work queued before the call
+    (``Engine.mark``), so they run beside my peers' GEMMs; they are issued after every
+    publish (a spinning wait must never be queued before what the peers wait for,
+    ``docs/developing.md``, "host order"). Chunk ``i`` of the result is then
+    ``out += a_own @ b`` (``addmm_``, fp32 accumulation, one rounding with two ranks): no
+    pass over the received partials after the GEMM. I acknowledge once my last pull landed.
+
+    ``graph``: device epochs (``exchange.graph_pad``); each rank waits for every reader's
+    acknowledgement of the previous call before its first GEMM writes into its inbox."""
+    rt = current()
+    W, me = rt.world.world_size, rt.world.rank
+    M, N = a.shape[0], b.shape[1]
+    seg = M // W
+    rows = chunk_rows or -(-seg // RS_PULL_CHUNKS)
+    most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
+    chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
+    bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
+    x = open_chunked("gemm_rs:copy_engine", a.dtype, W * seg * N, "copy_engine", graph)
+    slots = x.inbox.view(W, seg, N)
+    engine = engine_instance("copy_engine")
+    start = engine.mark()
+    x.free()
+    for step in range(1, W):
+        d = (me + step) % W
+        for i, (lo, hi) in enumerate(bounds):
+            torch.matmul(a[d * seg + lo:d * seg + hi], b, out=slots[d, lo:hi])
+            published = x.ready(i, me)
+            notify_one(x.pad, published.index, published.value, d)
+    out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
+    peers = [(me - step) % W for step in range(1, W)]  # in the order they reach my rows
+    extra = torch.empty((W - 2, seg, N), dtype=a.dtype, device=a.device) if W > 2 else None
+    land = {q: out if k == 0 else extra[k - 1] for k, q in enumerate(peers)}
+    own = a[me * seg:(me + 1) * seg]
+    for i, (lo, hi) in enumerate(bounds):
+        engine.issue([Transfer(slots[me, lo:hi], land[q][lo:hi], q, me, after=x.ready(i, q))
+                      for q in peers], since=start)
+        engine.drain()
+        if i == chunks - 1:
+            x.finish([engine])
+        if hi > lo:
+            if extra is not None:
+                sum_slots([out[lo:hi], *extra[:, lo:hi]], out[lo:hi])
+            out[lo:hi].addmm_(own[lo:hi], b)
     return out
 
 

@@ -2,14 +2,16 @@
 
 ``T_gemm = 2 M N K / peak_flops`` (bounded below by the bytes it moves over memory
 bandwidth), ``T_comm = bytes moved per rank / link bandwidth + latency``. Overlapping hides
-``min(T_gemm, T_comm)`` at best and costs the overlapped kernel some efficiency
-(``overhead`` of the GEMM time, plus a fixed launch/synchronisation cost). Overlap pays when
+``min(T_gemm, T_comm)`` at best and costs the overlapped op some GPU time (``overhead`` of
+the GEMM time plus a ``fixed`` cost: chunk signals, the separate own-rows copy or sum). A
+call also takes at least its host time (``host_overlap``: the overlapped op issues more
+work than ``host_serial``, cuBLAS + NCCL), which decides for small GEMMs. Overlap pays when
 
-    max(T_gemm, T_comm) + overhead * T_gemm + fixed  <  (1 - margin) * (T_gemm + T_comm)
+    max(max(T_gemm, T_comm) + overhead * T_gemm + fixed, host_overlap)
+        < (1 - margin) * max(T_gemm + T_comm, host_serial)
 
-i.e. when the communication hidden exceeds what the overlapped kernel loses, by a margin
-that covers the model's error (a wrong "overlap" costs more than a wrong "fallback"). Small GEMMs
-(the GEMM-RS regression of REFERENCES.md) fall back to cuBLAS + NCCL.
+by a ``margin`` that covers the model's error. Small GEMMs (the GEMM-RS regression of
+REFERENCES.md) fall back to cuBLAS + NCCL.
 """
 
 from __future__ import annotations
@@ -23,16 +25,19 @@ class DeviceSpec:
     mem_bw: float  # bytes/s
     link_bw: float  # bytes/s one way, per rank
     latency: float  # seconds per collective
-    overhead: float = 0.03  # fraction of T_gemm lost by the overlapped kernel
-    fixed: float = 15e-6  # seconds of extra launches / signalling
+    overhead: float = 0.03  # fraction of T_gemm lost by the overlapped op
+    fixed: float = 40e-6  # seconds of GPU time the overlapped op adds
+    host_overlap: float = 350e-6  # host seconds per overlapped call
+    host_serial: float = 100e-6  # host seconds per cuBLAS + NCCL call
     margin: float = 0.1  # overlap must beat the serial estimate by this fraction
 
 
-# overhead 0.5: our persistent GEMM ran at 0.48-0.87x cuBLAS on one H200 (docs/perf.md,
-# 2026-11-29), so until it matches cuBLAS the model only picks overlap where the hidden
-# communication clearly outweighs that loss; the tuner measures the real trade-off.
+# Calibrated on 2 H200s (docs/perf.md, sessions 7-9): the persistent GEMM is 0.99-1.01x
+# cuBLAS; method="overlap" untuned took 1.00-1.06x T_gemm on the large REFERENCES.md shapes
+# and 27-45 us more than cuBLAS on the GPU on the small ones, with 330-430 us of host time
+# per call against ~100 for cuBLAS + NCCL.
 H200 = DeviceSpec(peak_flops=700e12, mem_bw=4.3e12, link_bw=370e9, latency=30e-6,
-                  overhead=0.5)
+                  overhead=0.01, margin=0.02)
 GENERIC_GPU = DeviceSpec(peak_flops=200e12, mem_bw=1.5e12, link_bw=100e9, latency=30e-6)
 
 
@@ -49,10 +54,11 @@ class Estimate:
     t_comm: float
     t_overlap: float
     margin: float = 0.0
+    host_serial: float = 0.0
 
     @property
     def t_serial(self) -> float:
-        return self.t_gemm + self.t_comm
+        return max(self.t_gemm + self.t_comm, self.host_serial)
 
     @property
     def pays(self) -> bool:
@@ -76,8 +82,9 @@ def estimate(op: str, M: int, N: int, K: int, world_size: int, itemsize: int,
     else:
         raise ValueError(f"unknown op {op!r}")
     t_comm = nbytes / spec.link_bw + spec.latency
-    t_overlap = max(t_gemm, t_comm) + spec.overhead * t_gemm + spec.fixed
-    return Estimate(t_gemm, t_comm, t_overlap, spec.margin)
+    t_overlap = max(max(t_gemm, t_comm) + spec.overhead * t_gemm + spec.fixed,
+                    spec.host_overlap)
+    return Estimate(t_gemm, t_comm, t_overlap, spec.margin, spec.host_serial)
 
 
 def overlap_pays(op: str, M: int, N: int, K: int, world_size: int, itemsize: int,
