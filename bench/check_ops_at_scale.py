@@ -84,8 +84,8 @@ def _tp(W: int, shared: bool, backend: str) -> None:
     checks = ditron.launch(tp._engines_case, W, 300, 256, 384, 2, backend=backend)
     print(f"ag_gemm engines and chunkings, gemm_rs copy-engine chunkings W={W}: {checks[0]} "
           f"checks per rank, all passed")
-    checks = ditron.launch(tp._epilogue_sum_case, W, 300, 256, 384, 2, backend=backend)
-    print(f"gemm_rs copy_engine_epilogue (fp32, bf16; chunkings) W={W}: {checks[0]} checks "
+    checks = ditron.launch(tp._pulled_case, W, 300, 256, 384, 2, backend=backend)
+    print(f"gemm_rs copy_engine_pull (fp32, bf16; chunkings) W={W}: {checks[0]} checks "
           f"per rank, all passed")
     checks = ditron.launch(tp._graph_safe_case, W, 300, 256, 384, 2, not shared,
                            backend=backend)

@@ -36,6 +36,13 @@ WRAPPED = [
     ("ditron.ops.exchange", "sum_slots"), ("ditron.ops.collectives", "_fused"),
     ("ditron.ops.collectives", "_engine"), ("ditron.ops.collectives", "_agree"),
     ("ditron.kernels.fused_collective", "launch"),
+    # the chunked GEMM-RS paths, by the names ops/tp_gemm.py calls
+    ("ditron.ops.tp_gemm", "open_chunked"), ("ditron.ops.tp_gemm", "notify_one"),
+    ("ditron.ops.tp_gemm", "sum_slots"), ("ditron.ops.exchange", "Chunked.wait"),
+    ("ditron.ops.exchange", "Chunked.free"), ("ditron.ops.exchange", "Chunked.finish"),
+    ("ditron.engines.copy_engine", "CopyEngine.mark"),
+    ("ditron.engines.copy_engine", "_issue_raw"), ("torch", "matmul"), ("torch", "empty"),
+    ("torch", "Tensor.addmm_"),
 ]
 #: Triton's own launch path (CUDA only): what of ``JITFunction.run`` is not listed below is
 #: its argument binder and checks
@@ -73,7 +80,9 @@ def _ops(m: int, n: int, k: int):
 
     w = ditron.world()
     x = torch.randn(2048, device=w.device, dtype=torch.bfloat16)
-    wanted = ("ag_gemm/overlap", "gemm_rs/copy_engine", "gemm_rs/colocated")
+    wanted = ("ag_gemm/overlap", "gemm_rs/copy_engine", "gemm_rs/copy_engine 4 chunks",
+              "gemm_rs/copy_engine_pull", "gemm_rs/copy_engine_pull 4 chunks",
+              "gemm_rs/colocated")
     return [impl for impl in _tp_impls(m, n, k) if impl[0] in wanted] + [
         ("all_gather/sm 4K", lambda: ditron.ops.all_gather(x, engine="sm")),
         ("all_gather/copy_engine 4K", lambda: ditron.ops.all_gather(x, engine="copy_engine"))]

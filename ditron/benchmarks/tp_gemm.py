@@ -20,8 +20,8 @@ With ``--tune`` the tuner runs per shape first (its decision, cached on disk, is
 ``auto`` takes; the decision is reported in the JSON).
 
 With ``--graphs`` (GPU) ``T_gemm``, ``T_comm``, the baseline, ``ditron``, ``auto`` and, for
-GEMM-RS, ``ditron_ce`` (``method="overlap", engine="copy_engine"``) and ``ditron_ep``
-(``engine="copy_engine_epilogue"``, also timed eagerly) are also timed under CUDA
+GEMM-RS, ``ditron_ce`` (``method="overlap", engine="copy_engine"``) and ``ditron_pull``
+(``engine="copy_engine_pull"``, also timed eagerly) are also timed under CUDA
 graphs (``--batch`` calls captured in one graph per candidate; the replays timed in the same
 rotating rounds; Ditron's calls take their graph-safe variants, warmed up inside
 ``ditron.ops.graph_safe()``): no launch cost on either side. Keys ``graph_*``; a second
@@ -177,7 +177,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
     if ok.item() > 0:
         cands["torch_fused"] = fused
     if op == "gemm_rs" and W > 1:
-        cands["ditron_ep"] = lambda: fn(a, b, method="overlap", engine="copy_engine_epilogue")
+        cands["ditron_pull"] = lambda: fn(a, b, method="overlap", engine="copy_engine_pull")
     graph_cands = dict(cands)
     if op == "gemm_rs" and W > 1:
         graph_cands["ditron_ce"] = lambda: fn(a, b, method="overlap", engine="copy_engine")
@@ -207,7 +207,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         # one graph of ``batch`` calls per candidate, replays timed in rotating rounds
         captured = {}
         for name in ("t_gemm", "t_comm", "baseline", "ditron", "auto", "ditron_ce",
-                     "ditron_ep"):
+                     "ditron_pull"):
             if name not in graph_cands:
                 continue
             try:
@@ -232,7 +232,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         del captured
     for prefix in ("", "graph_"):
         bound = max(row.get(f"{prefix}t_gemm") or 0.0, row.get(f"{prefix}t_comm") or 0.0)
-        for name in ("baseline", "ditron", "auto", "torch_fused", "ditron_ce", "ditron_ep"):
+        for name in ("baseline", "ditron", "auto", "torch_fused", "ditron_ce", "ditron_pull"):
             if row.get(prefix + name):
                 row[f"{prefix}eff_{name}"] = bound / row[prefix + name]
         if row.get(prefix + "ditron") and row.get(prefix + "baseline"):
@@ -242,37 +242,39 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
 
 def _table(results: list[dict]) -> str:
     head = (f"{'op':8} {'M':>6} {'N':>6} {'K':>6} {'T_gemm':>9} {'T_comm':>9} {'base':>9} "
-            f"{'ditron':>9} {'auto':>9} {'fused':>9} {'ep':>9} {'speedup':>7} {'eff':>5} "
-            f"{'eff_auto':>8} {'eff_ep':>6} {'eff_base':>8}")
+            f"{'ditron':>9} {'auto':>9} {'fused':>9} {'pull':>9} {'speedup':>7} {'eff':>5} "
+            f"{'eff_auto':>8} {'eff_pl':>6} {'eff_base':>8}")
     lines = [head, "-" * len(head)]
     f = lambda v: f"{v:9.1f}" if isinstance(v, float) else f"{'-':>9}"  # noqa: E731
     for r in results:
         lines.append(f"{r['op']:8} {r['M']:6} {r['N']:6} {r['K']:6} {f(r['t_gemm'])} "
                      f"{f(r['t_comm'])} {f(r.get('baseline'))} {f(r.get('ditron'))} "
-                     f"{f(r.get('auto'))} {f(r.get('torch_fused'))} {f(r.get('ditron_ep'))} "
+                     f"{f(r.get('auto'))} {f(r.get('torch_fused'))} {f(r.get('ditron_pull'))} "
                      f"{r.get('speedup', 0):7.3f} "
                      f"{r.get('eff_ditron', 0):5.2f} {r.get('eff_auto', 0):8.2f} "
-                     f"{r.get('eff_ditron_ep', 0):6.2f} {r.get('eff_baseline', 0):8.2f}"
-                     + (f"  auto={r['tuned_method']}" if "tuned_method" in r else ""))
+                     f"{r.get('eff_ditron_pull', 0):6.2f} {r.get('eff_baseline', 0):8.2f}"
+                     + (f"  auto={r['tuned_method']}/{r['tuned_engine']}"
+                        f"/chunk={r['tuned_chunk_rows']}"
+                        if "tuned_method" in r else ""))
     lines.append("times in us (median, slowest rank); eff = max(T_gemm, T_comm) / T_op; "
                  "ditron = method='overlap' (default engine and tiles), auto = the default "
-                 "call (the tuned decision when one is cached); ep = GEMM-RS with "
-                 "method='overlap', engine='copy_engine_epilogue'")
+                 "call (the tuned decision when one is cached); pull = GEMM-RS with "
+                 "method='overlap', engine='copy_engine_pull'")
     if any("graph_ditron" in r for r in results):
         head = (f"{'op':8} {'M':>6} {'N':>6} {'K':>6} {'T_gemm':>9} {'T_comm':>9} {'base':>9} "
-                f"{'ditron':>9} {'auto':>9} {'ce':>9} {'ep':>9} {'speedup':>7} {'eff':>5} "
-                f"{'eff_auto':>8} {'eff_ce':>6} {'eff_ep':>6} {'eff_base':>8}")
+                f"{'ditron':>9} {'auto':>9} {'ce':>9} {'pull':>9} {'speedup':>7} {'eff':>5} "
+                f"{'eff_auto':>8} {'eff_ce':>6} {'eff_pl':>6} {'eff_base':>8}")
         lines += ["", "under CUDA graphs", head, "-" * len(head)]
         for r in results:
             lines.append(f"{r['op']:8} {r['M']:6} {r['N']:6} {r['K']:6} "
                          f"{f(r.get('graph_t_gemm'))} {f(r.get('graph_t_comm'))} "
                          f"{f(r.get('graph_baseline'))} {f(r.get('graph_ditron'))} "
                          f"{f(r.get('graph_auto'))} {f(r.get('graph_ditron_ce'))} "
-                         f"{f(r.get('graph_ditron_ep'))} "
+                         f"{f(r.get('graph_ditron_pull'))} "
                          f"{r.get('graph_speedup', 0):7.3f} {r.get('graph_eff_ditron', 0):5.2f} "
                          f"{r.get('graph_eff_auto', 0):8.2f} "
                          + "".join(f"{r[k]:6.2f} " if k in r else f"{'-':>6} "
-                                   for k in ("graph_eff_ditron_ce", "graph_eff_ditron_ep"))
+                                   for k in ("graph_eff_ditron_ce", "graph_eff_ditron_pull"))
                          + f"{r.get('graph_eff_baseline', 0):8.2f}")
         lines.append("ce = GEMM-RS with method='overlap', engine='copy_engine'")
     return "\n".join(lines)

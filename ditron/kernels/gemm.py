@@ -28,11 +28,6 @@ Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for
   reduced own tile is stored in ``c`` (``[M, N]``) and pushed into every peer's ``bc`` with
   signal ``bc_sig[tile] = epoch``; after its tiles each program waits for the peers' reduced
   tiles and copies them from ``bc`` to ``c``.
-* ``ADD`` (plain-store epilogue): before the store, the tile adds ``addends[s]`` at its own
-  rows and columns for every slot ``s != rank`` of ``addends`` (``[S, M, N]``, passed as
-  ``recv``), in slot order, in fp32: a reduce-scatter whose peers' partials arrived by
-  another engine is summed in the GEMM that makes the own partial (with ``WAIT`` on their
-  chunk signals).
 * ``DEVICE_EPOCH`` (CUDA-graph-safe callers): ``epoch`` and ``wait_target`` are read from
   ``epoch_ptr[0]``, and ``recv`` / ``bc`` are half 0 of double buffers, the kernel taking
   half ``epoch % 2``, so a replayed launch serves a new call.
@@ -197,7 +192,6 @@ def persistent_gemm(
     TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
     USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False, C_TMA: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, DEVICE_EPOCH: tl.constexpr = False,
-    ADD: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -295,12 +289,6 @@ def persistent_gemm(
         if TRACE:  # the main loop is done (its last MMAs may still be in flight)
             tl.store(trace_ptr + 4 + i * 5, _clock(trace_ptr, GPU_TIMER))
         tile_mask = m_mask[:, None] & n_mask[None, :]
-        if ADD > 0:  # the peers' partials of these rows (the own slot is skipped)
-            for s in tl.static_range(ADD):
-                p_ptrs = (recv_ptr + s * stride_rs + rm[:, None] * stride_rm
-                          + rn[None, :] * stride_rn)
-                part = tl.load(p_ptrs, mask=tile_mask & (s != ctx.rank), other=0.0)
-                acc += part.to(tl.float32)
         if C_TMA:
             c_ptr.store([row0, nb * BLOCK_N], acc.to(c_ptr.dtype))
         elif EPILOGUE == 0:
@@ -384,8 +372,6 @@ class GemmHooks:
     wait_target: int = 0
     epilogue: int = EPI_STORE
     recv: torch.Tensor | None = None  # [W, seg_rows, N] symmetric
-    #: ``[S, M, N]``: partials added to the plain-store tiles, slot ``rank`` skipped
-    addends: torch.Tensor | None = None
     rs_sig: torch.Tensor | None = None
     bc: torch.Tensor | None = None  # [M, N] symmetric, contiguous
     bc_sig: torch.Tensor | None = None
@@ -495,10 +481,9 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
         from ..runtime.symmetric import context
 
         ctx = context() if (hooks.a_remote or hooks.wait_sig is not None
-                            or hooks.epilogue != EPI_STORE or hooks.addends is not None
-                            ) else _local_context(c.device)
+                            or hooks.epilogue != EPI_STORE) else _local_context(c.device)
     ga = hooks.gathered
-    recv = hooks.recv if hooks.recv is not None else hooks.addends
+    recv = hooks.recv
     static = _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma)
     grid, n_blocks, blocks_per_seg, tma_b, c_tma, kwargs = static
     a_arg, b_arg, c_arg = a, b, c
@@ -552,8 +537,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
            b.data_ptr() % 16, c.shape, c.stride(), c.dtype, c.data_ptr() % 16, c.device, M,
            seg_rows, num_tiles, cfg, hooks.a_remote, hooks.gathered is not None,
            hooks.wait_sig is not None, hooks.epilogue, hooks.trace is not None,
-           hooks.epoch_cell is not None,
-           0 if hooks.addends is None else hooks.addends.shape[0], use_tma,
+           hooks.epoch_cell is not None, use_tma,
            os.environ.get("DITRON_GEMM_TMA", ""))
     static = _STATIC.get(key)
     if static is not None:
@@ -565,9 +549,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
         tma = tma_operands(a, b, cfg)
         if tma is not None:
             tma_b = "nk" if tma[2] else "kn"
-            # the addends' loads need shared memory the TMA store's buffer would take
-            # (128x256x64 tiles in 3 stages: 245784 bytes with both, H200 limit 232448)
-            c_tma = (cfg.tma_store and hooks.epilogue == EPI_STORE and hooks.addends is None
+            c_tma = (cfg.tma_store and hooks.epilogue == EPI_STORE
                      and (seg_rows >= M or seg_rows % cfg.block_m == 0)
                      and _tma_ok(c, cfg.block_n, c.device.type == "cuda"))
     kwargs = dict(
@@ -581,7 +563,6 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
         # (TritonGPUFuseNestedLoops fails), so those run unflattened
         FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
         DEVICE_EPOCH=hooks.epoch_cell is not None,
-        ADD=0 if hooks.addends is None else hooks.addends.shape[0],
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     static = (

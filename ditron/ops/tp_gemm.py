@@ -31,7 +31,6 @@ then hang in its waits until ``DITRON_WAIT_TIMEOUT`` raises.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import os
 
@@ -48,7 +47,6 @@ from ..kernels.gemm import (
     TRACE_FIELDS,
     GemmConfig,
     GemmHooks,
-    cached_linear_order,
     default_config,
     launch_gemm,
 )
@@ -68,7 +66,7 @@ AG_ENGINES = ("copy_engine", "colocated", "sm")
 #: SMs the "sm" AG-GEMM engine takes for its pushes when the tile config does not say
 #: (``GemmConfig.programs``: the GEMM's programs; the engine gets the device's other SMs)
 COMM_SMS = 16
-RS_ENGINES = ("colocated", "copy_engine", "copy_engine_epilogue")
+RS_ENGINES = ("colocated", "copy_engine", "copy_engine_pull")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -427,12 +425,14 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
       the tuned value, else a whole segment), each pushed to ``d`` by the copy engine
       while the next one is computed; own rows last; then the partials are summed per
       chunk as each chunk lands.
-    * ``"copy_engine_epilogue"``: the same pushes (default: ``RS_EPILOGUE_CHUNKS`` chunks per
-      segment), but the own rows are computed by the persistent GEMM, whose tiles wait for
-      the peers' chunks of their rows and add them in the epilogue: no separate sum, no
-      pass over the received partials after the GEMM.
+    * ``"copy_engine_pull"``: the same partials, computed into this rank's own inbox and
+      published; each rank pulls its rows' partials with the copy engine straight into
+      the result, and its own rows' GEMM accumulates onto them (``addmm``) chunk by chunk
+      (default ``RS_PULL_CHUNKS`` chunks per segment): no separate sum.
 
-    Partials travel in the input dtype; sums accumulate in fp32, in rank order.
+    Partials travel in the input dtype; sums accumulate in fp32 (``"copy_engine_pull"``
+    adds the peers' partials to the own rows' fp32 accumulator; the other engines sum in
+    rank order).
     """
     _validate("gemm_rs", a, b, method)
     if chunk_rows is not None and (not isinstance(chunk_rows, int) or chunk_rows <= 0):
@@ -457,13 +457,11 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         fn(out, partial.contiguous())
         return out
     rs_engine = forced or choice.engine
-    if rs_engine in ("copy_engine", "copy_engine_epilogue"):
+    if rs_engine in ("copy_engine", "copy_engine_pull"):
         rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
         if rs_engine == "copy_engine":
-            if not _RS_PULL:
-                return _rs_by_segments(a, b, rows, graph)
-            return _rs_pulled(a, b, rows, graph)
-        return _rs_by_segments(a, b, rows, True, epilogue=choice.config)
+            return _rs_by_segments(a, b, rows, graph)
+        return _rs_pulled(a, b, rows, graph)
     return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
 
 
@@ -474,13 +472,10 @@ RS_CHUNKS = 1
 #: default chunks per segment of the pulled copy-engine GEMM-RS: the own rows' first chunk
 #: needs only the peers' first chunks, which land while the peers compute their second
 RS_PULL_CHUNKS = 2
-#: default chunks per segment of ``"copy_engine_epilogue"``: the own rows' GEMM reaches the
-#: rows of chunk ``i`` while the peers still push chunk ``i + 1``
-RS_EPILOGUE_CHUNKS = 2
 
 
 def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
-                    graph: bool = False, epilogue: GemmConfig | None = None) -> torch.Tensor:
+                    graph: bool = False) -> torch.Tensor:
     """GEMM-RS on one node with the copy engine, by segments, in chunks of ``chunk_rows``
     rows (default: a segment in ``RS_CHUNKS``, i.e. whole).
 
@@ -491,34 +486,19 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
     ``ops/exchange.py``: double-buffered inbox, ready / ack epochs). The own rows come last,
     straight into slot ``me`` of my inbox, with no wait: the peers' chunks land meanwhile.
     Then chunk ``i`` of the result is summed (fp32, rank order) once every peer's chunk ``i``
-    is in. (Adding the received partials in the own rows' GEMM, as ``addmm``'s ``C``, would
-    make that GEMM wait for the last peer's push, which starts only when that peer reaches
-    its own rows: measured slower on 2 H200s.)
+    is in.
 
     ``graph``: the graph-safe variant (what a CUDA graph replays): the exchange's single
     inbox with its epoch ``E`` counted on the device (``exchange.graph_pad``); chunk ``i``
     from rank ``q`` raises slot ``i * W + q`` to ``E``, a push to ``d`` waits on the
     engine's stream for ``d``'s acknowledgement of call ``E - 1`` (it has summed what this
     rank sent it), and this rank acknowledges after its sums. At most
-    ``exchange.PULL_MAX_CHUNKS`` chunks per segment.
-
-    ``epilogue`` (a tile config; the ``"copy_engine_epilogue"`` engine, always on device
-    epochs): the own rows are computed by the persistent GEMM with that config instead,
-    each tile waiting for chunk ``i``'s ready slots ``i * W .. i * W + W - 1`` of its rows
-    (the own slot is set before the launch) and adding the peers' partials from the inbox
-    before its store; the acknowledgement follows the GEMM."""
+    ``exchange.PULL_MAX_CHUNKS`` chunks per segment."""
     rt = current()
     W, me = rt.world.world_size, rt.world.rank
     M, N = a.shape[0], b.shape[1]
     seg = M // W
-    rows = chunk_rows or -(-seg // (RS_CHUNKS if epilogue is None else RS_EPILOGUE_CHUNKS))
-    most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
-    chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
-    bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
-    if epilogue is not None:  # tables made before anything is queued (a first call copies
-        # them to the device synchronously: docs/developing.md, "host order")
-        wait_lo, wait_hi = _chunk_waits(bounds, seg, epilogue.block_m, W, a.device)
-        order = cached_linear_order(seg, N, epilogue, a.device)
+    bounds = _chunk_bounds(seg, chunk_rows or -(-seg // RS_CHUNKS), graph)
     x = open_chunked("gemm_rs:copy_engine", a.dtype, W * seg * N, "copy_engine", graph)
     slots = x.inbox.view(W, seg, N)
     engine = engine_instance("copy_engine")
@@ -531,25 +511,6 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
             engine.issue([Transfer(part, slots[me, lo:hi], me, d, x.ready(i, me),
                                    after=x.after(d) if i == 0 else None)])
     out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
-    if epilogue is not None:
-        if epilogue.programs == 0 and a.device.type == "cuda":
-            # leave an SM to the engine stream's signal kernels (device epochs): with every
-            # SM held by a program spinning for a peer's chunk, the kernel that signals my
-            # chunk to that peer cannot start until a program exits (2.5-3x slower on 2
-            # H200s, docs/perf.md session 9)
-            sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-            epilogue = dataclasses.replace(epilogue, programs=sms - 1)
-        x.pad.signals[me:chunks * W:W].copy_(x.base.cell.expand(chunks))
-        hooks = GemmHooks(wait_lo=wait_lo, wait_hi=wait_hi, wait_sig=x.pad.signals,
-                          epoch_cell=x.base.cell, addends=slots)
-        try:
-            _traced_launch("gemm_rs", a[me * seg:(me + 1) * seg], b, out, seg,
-                           order=order, seg_rows=seg, cfg=epilogue, hooks=hooks,
-                           n_blocks=triton.cdiv(N, epilogue.block_n))
-        finally:  # acknowledge even when the launch failed, or the next call would hang
-            x.finish([engine])
-        _after_launch()
-        return out
     torch.matmul(a[me * seg:(me + 1) * seg], b, out=slots[me])
     for i, (lo, hi) in enumerate(bounds):
         if hi > lo:
@@ -559,9 +520,12 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
     return out
 
 
-#: lab switch (session 10): the copy-engine GEMM-RS by pulls and addmm (True) or by pushes
-#: and a separate sum (False)
-_RS_PULL = os.environ.get("DITRON_RS_PULL", "1") != "0"
+def _chunk_bounds(seg: int, rows: int, graph: bool) -> list[tuple[int, int]]:
+    """A segment of ``seg`` rows in chunks of about ``rows`` rows (at most as many chunks as
+    the exchange has signals for: ``PULL_MAX_CHUNKS`` with device epochs)."""
+    most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
+    chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
+    return [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
 
 
 def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
@@ -588,13 +552,14 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
     W, me = rt.world.world_size, rt.world.rank
     M, N = a.shape[0], b.shape[1]
     seg = M // W
-    rows = chunk_rows or -(-seg // RS_PULL_CHUNKS)
-    most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
-    chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
-    bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
-    x = open_chunked("gemm_rs:copy_engine", a.dtype, W * seg * N, "copy_engine", graph)
+    bounds = _chunk_bounds(seg, chunk_rows or -(-seg // RS_PULL_CHUNKS), graph)
+    x = open_chunked("gemm_rs:copy_engine_pull", a.dtype, W * seg * N, "copy_engine", graph)
     slots = x.inbox.view(W, seg, N)
     engine = engine_instance("copy_engine")
+    # what the pulls write into exists before the mark they start after: anything queued
+    # on it (a fill, a previous owner's kernels) is then behind them
+    out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
+    extra = torch.empty((W - 2, seg, N), dtype=a.dtype, device=a.device) if W > 2 else None
     start = engine.mark()
     x.free()
     for step in range(1, W):
@@ -603,40 +568,20 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
             torch.matmul(a[d * seg + lo:d * seg + hi], b, out=slots[d, lo:hi])
             published = x.ready(i, me)
             notify_one(x.pad, published.index, published.value, d)
-    out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
     peers = [(me - step) % W for step in range(1, W)]  # in the order they reach my rows
-    extra = torch.empty((W - 2, seg, N), dtype=a.dtype, device=a.device) if W > 2 else None
     land = {q: out if k == 0 else extra[k - 1] for k, q in enumerate(peers)}
     own = a[me * seg:(me + 1) * seg]
     for i, (lo, hi) in enumerate(bounds):
         engine.issue([Transfer(slots[me, lo:hi], land[q][lo:hi], q, me, after=x.ready(i, q))
                       for q in peers], since=start)
         engine.drain()
-        if i == chunks - 1:
+        if i == len(bounds) - 1:
             x.finish([engine])
         if hi > lo:
             if extra is not None:
                 sum_slots([out[lo:hi], *extra[:, lo:hi]], out[lo:hi])
             out[lo:hi].addmm_(own[lo:hi], b)
     return out
-
-
-def _chunk_waits(bounds: list[tuple[int, int]], seg: int, block_m: int, W: int,
-                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row block of a ``seg``-row GEMM: the first and last ready slot (``i * W + q``)
-    of the chunks (row ``bounds``) its rows touch; cached per layout."""
-    key = ("rs_chunk_waits", tuple(bounds), seg, block_m, W, device)
-    rt = current()
-    waits = rt.cache.get(key)
-    if waits is None:
-        starts = [lo for lo, _ in bounds]
-        chunk = lambda row: bisect.bisect_right(starts, row) - 1  # noqa: E731
-        blocks = range(triton.cdiv(seg, block_m))
-        lo = [chunk(mb * block_m) * W for mb in blocks]
-        hi = [chunk(min((mb + 1) * block_m, seg) - 1) * W + W - 1 for mb in blocks]
-        waits = rt.cache[key] = (torch.tensor(lo, dtype=torch.int32, device=device),
-                                 torch.tensor(hi, dtype=torch.int32, device=device))
-    return waits
 
 
 def gemm_ar(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",

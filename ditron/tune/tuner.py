@@ -69,13 +69,14 @@ def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN
 
 #: transfer engines the tuner tries per op (ops not listed move data one way only)
 ENGINES = {"ag_gemm": ("copy_engine", "colocated", "sm"),
-           "gemm_rs": ("colocated", "copy_engine")}
+           "gemm_rs": ("colocated", "copy_engine", "copy_engine_pull")}
 #: on GPUs: the colocated AG-GEMM (remote loads inside the GEMM) took 10-200x the copy
 #: engine's time on every shape of the 2-H200 run (docs/perf.md, session 5), so it is not tried
-#: the ``copy_engine_epilogue`` GEMM-RS is not tried either: on the six 2-H200 shapes it was
-#: slower than the tuned pick, eagerly (its device-epoch signal kernels' host time) and
-#: under CUDA graphs (docs/perf.md, session 9)
-GPU_ENGINES = {"ag_gemm": ("copy_engine", "sm"), "gemm_rs": ("colocated", "copy_engine")}
+GPU_ENGINES = {"ag_gemm": ("copy_engine", "sm"),
+               "gemm_rs": ("colocated", "copy_engine", "copy_engine_pull")}
+#: chunks per segment tried with the copy-engine GEMM-RS engines besides their default (a
+#: whole segment pushed; halves pulled)
+RS_CHUNKINGS = {"copy_engine": (2, 4), "copy_engine_pull": (4,)}
 #: SMs given to communication tried with the "sm" AG-GEMM engine (the GEMM gets the rest)
 COMM_SMS = (16, 32)
 
@@ -159,11 +160,12 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     trials = [("fallback", candidates[0], engines[0], None)]
     for c in candidates:
         for e in engines:
-            if op == "gemm_rs" and e == "copy_engine":
+            if op == "gemm_rs" and e in RS_CHUNKINGS:
                 if c is candidates[0]:  # cuBLAS per chunk: no tile config to vary
-                    # a segment whole (the default, None), in 2 and in 4 chunks
+                    # the default (None), then segments in the engine's other chunk counts
                     seg = max(M // W, 1)
-                    sizes = sorted({-(-seg // k) for k in (2, 4)} - {seg}, reverse=True)
+                    sizes = sorted({-(-seg // k) for k in RS_CHUNKINGS[e]} - {seg},
+                                   reverse=True)
                     trials += [("overlap", c, e, ch) for ch in [None, *sizes]]
                 continue
             if e == "sm" and dev.type == "cuda":  # the knob: SMs given to communication
