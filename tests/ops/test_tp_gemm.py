@@ -99,18 +99,23 @@ def test_ops_match_torch(world_size, backend):
     m, N = (21, 40) if world_size <= 2 else (9, 24)
     specs = SPECS if backend == "cpu" else GPU_SPECS  # see test_ops_two_ranks_gpu
     res = ditron.launch(_ops_case, world_size, m, 20, N, specs, backend=backend)
-    expected = sum(reps * (4 * len(methods) + 2 * ("overlap" in methods))
-                   for _, reps, methods in specs)
-    assert res == [expected] * world_size
+    assert res == [_ops_checks(specs)] * world_size
+
+
+def _ops_checks(specs) -> int:
+    """How many checks ``_ops_case`` makes for ``specs``: four ops per method, and the two
+    copy-engine GEMM-RS engines with ``"overlap"``."""
+    return sum(reps * (4 * len(methods) + 2 * ("overlap" in methods))
+               for _, reps, methods in specs)
 
 
 def test_two_simulated_nodes(backend, monkeypatch):
     # 4 ranks on 2 simulated nodes: ag_gemm runs the hierarchical plan (network stage, then
     # colocated pulls on the node); "auto" gemm_rs / gemm_ar fall back across nodes.
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
-    res = ditron.launch(_ops_case, 4, 11, 20, 24, [(torch.float32, 3, ["overlap", "auto"])],
-                        backend=backend)
-    assert res == [3 * (2 * 4 + 2)] * 4
+    specs = [(torch.float32, 3, ["overlap", "auto"])]
+    res = ditron.launch(_ops_case, 4, 11, 20, 24, specs, backend=backend)
+    assert res == [_ops_checks(specs)] * 4
 
 
 def _bad_inputs_case() -> list[str]:
@@ -162,7 +167,7 @@ def test_ops_two_ranks_gpu():
     # fallback's CUDA collectives do not run on.
     specs = [(torch.bfloat16, 3, ["overlap"]), (torch.float32, 3, ["overlap"])]
     res = ditron.launch(_ops_case, world, 300, 256, 384, specs, backend="cuda")
-    assert res == [(3 + 3) * (4 + 1)] * world, n
+    assert res == [_ops_checks(specs)] * world, n
 
 
 def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int, int]:
@@ -386,6 +391,48 @@ def _failed_launch_case(m: int, K: int, N: int) -> int:
                        _gather(a_shard).double() @ b.double(), torch.float32)
                 checks += 2
     return checks
+
+
+def _tuned_pull_case(m: int, K: int, N: int) -> list[str]:
+    """A tuned ``copy_engine_pull`` decision: eager calls pull; graph-safe calls (what a
+    CUDA graph captures) take the pushed segments instead; a forced engine is kept."""
+    from ditron.ops import tp_gemm
+
+    w = ditron.world()
+    a = torch.randn(w.world_size * m, K, device=w.device)
+    b = torch.randn(K, N, device=w.device)
+    ref = _sum(a.double() @ b.double())[w.rank * m:(w.rank + 1) * m]
+    cfg = tp_gemm.default_config(w.device, a.dtype)
+    tuned = tp_gemm.Choice(True, cfg, "copy_engine_pull", None)
+    ran: list[str] = []
+    real = {name: getattr(tp_gemm, name) for name in ("_rs_pulled", "_rs_by_segments")}
+
+    def spy(name):
+        def run(*args, **kwargs):
+            ran.append(name)
+            return real[name](*args, **kwargs)
+        return run
+
+    choose = tp_gemm._choose
+    tp_gemm._choose = lambda *args, **kwargs: tuned
+    for name in real:
+        setattr(tp_gemm, name, spy(name))
+    try:
+        _close("tuned pull, eager", ditron.ops.gemm_rs(a, b), ref, torch.float32)
+        with ditron.ops.graph_safe():
+            _close("tuned pull, graph-safe", ditron.ops.gemm_rs(a, b), ref, torch.float32)
+            _close("forced pull, graph-safe",
+                   ditron.ops.gemm_rs(a, b, engine="copy_engine_pull"), ref, torch.float32)
+    finally:
+        tp_gemm._choose = choose
+        for name, fn in real.items():
+            setattr(tp_gemm, name, fn)
+    return ran
+
+
+def test_tuned_pull_takes_pushes_in_graphs(backend):
+    assert ditron.launch(_tuned_pull_case, 2, 9, 16, 24, backend=backend) == [
+        ["_rs_pulled", "_rs_by_segments", "_rs_pulled"]] * 2
 
 
 def test_tp_gemms_survive_a_failed_launch(backend):
