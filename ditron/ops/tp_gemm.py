@@ -500,14 +500,8 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
     engine's stream for ``d``'s acknowledgement of call ``E - 1`` (it has summed what this
     rank sent it), and this rank acknowledges after its sums. At most
     ``exchange.PULL_MAX_CHUNKS`` chunks per segment."""
-    rt = current()
-    W, me = rt.world.world_size, rt.world.rank
-    M, N = a.shape[0], b.shape[1]
-    seg = M // W
-    bounds = _chunk_bounds(seg, chunk_rows or -(-seg // RS_CHUNKS), graph)
-    x = open_chunked("gemm_rs:copy_engine", a.dtype, W * seg * N, "copy_engine", graph)
-    slots = x.inbox.view(W, seg, N)
-    engine = engine_instance("copy_engine")
+    W, me, seg, N, bounds, x, slots, engine = _open_segments(
+        "gemm_rs:copy_engine", a, b, chunk_rows, RS_CHUNKS, graph)
     for step in range(1, W):
         d = (me + step) % W
         for i, (lo, hi) in enumerate(bounds):
@@ -526,12 +520,23 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
     return out
 
 
-def _chunk_bounds(seg: int, rows: int, graph: bool) -> list[tuple[int, int]]:
-    """A segment of ``seg`` rows in chunks of about ``rows`` rows (at most as many chunks as
-    the exchange has signals for: ``PULL_MAX_CHUNKS`` with device epochs)."""
+def _open_segments(key: str, a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None,
+                   default_chunks: int, graph: bool):
+    """What both copy-engine GEMM-RS variants start with: ``(W, me, seg, N, bounds, x,
+    slots, engine)``, the segment of ``seg = M / W`` rows cut into chunks of ``chunk_rows``
+    rows (default: ``default_chunks`` chunks; at most as many as the exchange has signals
+    for, ``PULL_MAX_CHUNKS`` with device epochs) at ``bounds``, one call ``x`` of the
+    chunked exchange ``key`` with its inbox as ``slots`` (``[W, seg, N]``), and the copy
+    engine."""
+    rt = current()
+    W, me = rt.world.world_size, rt.world.rank
+    seg, N = a.shape[0] // W, b.shape[1]
+    rows = chunk_rows or -(-seg // default_chunks)
     most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
     chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
-    return [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
+    bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
+    x = open_chunked(key, a.dtype, W * seg * N, "copy_engine", graph)
+    return W, me, seg, N, bounds, x, x.inbox.view(W, seg, N), engine_instance("copy_engine")
 
 
 def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
@@ -554,14 +559,8 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
 
     ``graph``: device epochs (``exchange.graph_pad``); each rank waits for every reader's
     acknowledgement of the previous call before its first GEMM writes into its inbox."""
-    rt = current()
-    W, me = rt.world.world_size, rt.world.rank
-    M, N = a.shape[0], b.shape[1]
-    seg = M // W
-    bounds = _chunk_bounds(seg, chunk_rows or -(-seg // RS_PULL_CHUNKS), graph)
-    x = open_chunked("gemm_rs:copy_engine_pull", a.dtype, W * seg * N, "copy_engine", graph)
-    slots = x.inbox.view(W, seg, N)
-    engine = engine_instance("copy_engine")
+    W, me, seg, N, bounds, x, slots, engine = _open_segments(
+        "gemm_rs:copy_engine_pull", a, b, chunk_rows, RS_PULL_CHUNKS, graph)
     # what the pulls write into exists before the mark they start after: anything queued
     # on it (a fill, a previous owner's kernels) is then behind them
     out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
