@@ -460,13 +460,13 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
     if graph and not forced and rs_engine == "copy_engine_pull":
         # the tuner times eager calls; under CUDA graphs the pulls (in two chunks) were
-        # 3-23% slower than the pushed segments on four of the six 2-H200 shapes and at
-        # most 1.2% faster on the others (docs/perf.md, session 10): a tuned pick of them
-        # takes the pushes there
+        # 3-30% slower than the pushed segments on four of the six 2-H200 shapes and up to
+        # 3% faster on the other two (docs/perf.md, session 10): a tuned pick of them takes
+        # the pushes there
         rs_engine, rows = "copy_engine", None
-    if rs_engine in ("copy_engine", "copy_engine_pull"):
-        if rs_engine == "copy_engine":
-            return _rs_by_segments(a, b, rows, graph)
+    if rs_engine == "copy_engine":
+        return _rs_by_segments(a, b, rows, graph)
+    if rs_engine == "copy_engine_pull":
         return _rs_pulled(a, b, rows, graph)
     return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
 
