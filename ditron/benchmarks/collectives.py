@@ -36,7 +36,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .capture import capture
+from ..ops.graphs import capture
 
 _SMALL = ["4K", "64K"]
 _DEFAULT_GPU = ["4K", "8K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G"]

@@ -17,7 +17,8 @@ position of a round; the slowest rank's median of all samples):
   ``fused_matmul_reduce_scatter`` when available (CUDA only).
 
 With ``--tune`` the tuner runs per shape first (its decision, cached on disk, is what
-``auto`` takes; the decision is reported in the JSON).
+``auto`` takes, on GPUs one for eager calls and one for CUDA graphs; both are reported in
+the JSON and after each table).
 
 With ``--graphs`` (GPU) ``T_gemm``, ``T_comm``, the baseline, ``ditron``, ``auto`` and, for
 GEMM-RS, ``ditron_ce`` (``method="overlap", engine="copy_engine"``) and ``ditron_pull``
@@ -41,7 +42,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from .capture import capture
+from ..ops.graphs import capture
 
 AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
              (49152, 12288)]
@@ -136,8 +137,13 @@ def _tune(op: str, M: int, N: int, K: int, dtype) -> dict:
         decision = tune(op, M, N // W, K, dtype, progress=ditron.world().rank == 0)
     else:
         decision = tune(op, M, N, K // W, dtype, progress=ditron.world().rank == 0)
-    return {"tuned_method": decision.method, "tuned_config": decision.config.label(),
-            "tuned_engine": decision.engine, "tuned_chunk_rows": decision.chunk_rows}
+    row = {"tuned_method": decision.method, "tuned_config": decision.config.label(),
+           "tuned_engine": decision.engine, "tuned_chunk_rows": decision.chunk_rows}
+    if decision.graph is not None:  # what "auto" takes under CUDA graphs
+        g = decision.graph
+        row.update({"tuned_graph_method": g.method, "tuned_graph_config": g.config.label(),
+                    "tuned_graph_engine": g.engine, "tuned_graph_chunk_rows": g.chunk_rows})
+    return row
 
 
 def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int,
@@ -212,7 +218,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
                 continue
             try:
                 graph = capture(graph_cands[name], batch,
-                                 graph_safe=name.startswith(("ditron", "auto")))
+                                 safe_warm_up=name.startswith(("ditron", "auto")))
             except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
                 graph = None
                 row[f"graph_{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
@@ -275,7 +281,10 @@ def _table(results: list[dict]) -> str:
                          f"{r.get('graph_eff_auto', 0):8.2f} "
                          + "".join(f"{r[k]:6.2f} " if k in r else f"{'-':>6} "
                                    for k in ("graph_eff_ditron_ce", "graph_eff_ditron_pull"))
-                         + f"{r.get('graph_eff_baseline', 0):8.2f}")
+                         + f"{r.get('graph_eff_baseline', 0):8.2f}"
+                         + (f"  auto={r['tuned_graph_method']}/{r['tuned_graph_engine']}"
+                            f"/chunk={r['tuned_graph_chunk_rows']}"
+                            if "tuned_graph_method" in r else ""))
         lines.append("ce = GEMM-RS with method='overlap', engine='copy_engine'")
     return "\n".join(lines)
 

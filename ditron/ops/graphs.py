@@ -36,6 +36,20 @@ def graph_safe():
         rt.cache[_GRAPH_SAFE] -= 1
 
 
+def capture(fn, calls: int, safe_warm_up: bool = True) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of ``calls`` calls of ``fn``, after one eager warm-up call (inside
+    :func:`graph_safe` with ``safe_warm_up``: workspaces, pads and compilation are made
+    there; every rank must make it, the allocations are collective)."""
+    with graph_safe() if safe_warm_up else contextlib.nullcontext():
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph
+
+
 def graph_mode() -> bool:
     """Whether this call takes the graph-safe variants (capturing, or inside
     :func:`graph_safe`)."""
@@ -61,4 +75,4 @@ def not_warmed(op: str) -> RuntimeError:
                         f"ditron.ops.graph_safe():` before capturing the CUDA graph")
 
 
-__all__ = ["capturing", "graph_mode", "graph_safe", "not_warmed", "require_warm"]
+__all__ = ["capture", "capturing", "graph_mode", "graph_safe", "not_warmed", "require_warm"]

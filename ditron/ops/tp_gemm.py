@@ -126,6 +126,7 @@ class Choice:
     config: GemmConfig
     engine: str | None = None  # a tuned transfer engine, if any
     chunk_rows: int | None = None  # a tuned chunk size, if any
+    graph: Choice | None = None  # the tuned choice for calls captured in CUDA graphs
 
 
 def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
@@ -144,6 +145,8 @@ def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
         decided = [_auto_choice(op, M, N, K, dtype, config, cfg) if rt.world.rank == 0 else None]
         dist.broadcast_object_list(decided, src=0, group=rt.host_group)
         choice = rt.cache[key] = decided[0]
+    if choice.graph is not None and graph_mode():
+        return choice.graph
     return choice
 
 
@@ -156,8 +159,12 @@ def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
     W = rt.world.world_size
     tuned = lookup(op, M, N, K, dtype, W)
     if tuned is not None:
-        return Choice(tuned.method == "overlap", config or tuned.gemm_config(), tuned.engine,
-                      tuned.chunk_rows)
+        def choice(d) -> Choice:
+            return Choice(d.method == "overlap", config or d.gemm_config(), d.engine,
+                          d.chunk_rows)
+
+        graph = choice(tuned.graph) if tuned.graph is not None else None
+        return dataclasses.replace(choice(tuned), graph=graph)
     from ..tune.cost_model import overlap_pays
 
     name = torch.cuda.get_device_name(rt.world.device) if rt.world.device.type == "cuda" else ""
@@ -458,12 +465,6 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         return out
     rs_engine = forced or choice.engine
     rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
-    if graph and not forced and rs_engine == "copy_engine_pull":
-        # the tuner times eager calls; under CUDA graphs the pulls (in two chunks) were
-        # 3-30% slower than the pushed segments on four of the six 2-H200 shapes and up to
-        # 3% faster on the other two (docs/perf.md, session 10): a tuned pick of them takes
-        # the pushes there
-        rs_engine, rows = "copy_engine", None
     if rs_engine == "copy_engine":
         return _rs_by_segments(a, b, rows, graph)
     if rs_engine == "copy_engine_pull":

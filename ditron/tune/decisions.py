@@ -15,21 +15,26 @@ from . import cache
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """What the tuner chose for one (op, shape, dtype, world size, device)."""
+    """What the tuner chose for one (op, shape, dtype, world size, device): for eager calls,
+    and in ``graph`` (when the tuner could time CUDA graphs) for calls captured in a graph,
+    whose variants and costs differ (no host time; device-counted epochs)."""
 
     method: str  # "overlap" | "fallback"
     config: GemmConfig = GemmConfig()
     engine: str = "colocated"
     time_us: float = 0.0
     chunk_rows: int | None = None  # rows per chunk (None: one chunk per shard)
+    graph: Decision | None = None  # the choice under CUDA graphs (its own ``graph``: None)
 
     def gemm_config(self) -> GemmConfig:
         return self.config
 
     @classmethod
     def from_json(cls, entry: dict) -> Decision:
+        graph = entry.get("graph")
         return cls(entry["method"], GemmConfig(**entry["config"]), entry["engine"],
-                   entry["time_us"], entry.get("chunk_rows"))
+                   entry["time_us"], entry.get("chunk_rows"),
+                   cls.from_json(graph) if graph else None)
 
 
 def _device_name() -> str:

@@ -21,6 +21,12 @@ on a GPU fresh from idle (on 2 H200s it measured faster than the bare GEMM alone
 8); rotating rounds see the same drifts, and the margin keeps ``auto`` from trading a sure
 baseline for a gain inside the noise.
 
+On CUDA a second pass decides for calls captured in CUDA graphs (``Decision.graph``, read
+by the ops in graph mode): every candidate that ran is captured and its replays timed in
+rotating rounds, with the same margin against the captured fallback. Graph replays have no
+host time and the graph-safe variants count epochs on the device, so the two modes can
+rank candidates differently (the pulled GEMM-RS, docs/perf.md session 10).
+
 Knobs: overlap vs fallback, the tile configuration, for ``ag_gemm`` the transfer engine, the
 chunk size and, with the ``sm`` engine, the SMs given to communication (``COMM_SMS``; the
 GEMM's ``GemmConfig.programs`` is the rest), for ``gemm_rs`` the engine (colocated stores
@@ -206,7 +212,13 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
         best = _confirm(trials, close, fn_op, a, b, op, warmup, iters, dev, batch,
                         progress and rt.world.rank == 0)
     method, cfg, engine, chunk = trials[best]
-    decision = Decision(method, cfg, engine, results[best], chunk)
+    graph = None
+    if dev.type == "cuda":
+        picked = _graph_pass(trials, results, fn_op, a, b, op, iters, dev, batch,
+                             progress and rt.world.rank == 0)
+        if picked is not None:
+            graph = Decision(*trials[picked[0]][:3], picked[1], trials[picked[0]][3])
+    decision = Decision(method, cfg, engine, results[best], chunk, graph)
     if save and rt.world.rank == 0:
         cache.put(key_for(op, M, N, K, dtype, W), dataclasses.asdict(decision))
     for key in [k for k in rt.cache if isinstance(k, tuple) and k[0] == "tp_gemm_choice"]:
@@ -214,6 +226,60 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     if W > 1:
         dist.barrier(group=rt.host_group)
     return decision
+
+
+def _graph_pass(trials: list, results: list[float], fn_op, a, b, op: str, iters: int,
+                dev: torch.device, batch: int, show: bool) -> tuple[int, float] | None:
+    """The decision for calls captured in CUDA graphs (collective). Every trial that ran
+    eagerly is captured as one graph of ``batch`` calls (overlapped ones after a warm-up
+    inside ``ops.graph_safe()``; a trial that cannot be captured on some rank, such as an
+    engine with no graph-safe variant or NCCL with ranks sharing a GPU, drops out on every
+    rank); the replays are timed in ``max(CONFIRM_ROUNDS, graphs)`` rounds whose order
+    rotates. Returns ``(trial, us per call)``: the fastest overlapped trial if it beats the
+    fallback by ``MARGIN`` (or the fallback could not be captured), else the fallback;
+    ``None`` when nothing could be captured."""
+    from ..ops.graphs import capture
+    from ..runtime.world import current
+
+    rt = current()
+    margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
+    graphs = {}
+    for j, trial in enumerate(trials):
+        if results[j] == float("inf"):
+            continue
+        try:
+            graph = capture(_call(fn_op, a, b, op, *trial), batch,
+                            safe_warm_up=trial[0] == "overlap")
+        except Exception:  # noqa: BLE001 - not capturable: drops out
+            graph = None
+        flag = torch.tensor([0.0 if graph is None else 1.0])
+        if rt.world.world_size > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=rt.host_group)
+        if flag.item() > 0:
+            graphs[j] = graph
+    if not graphs:
+        return None
+    samples: dict[int, list[float]] = {j: [] for j in graphs}
+    for r, order in enumerate(rotations(list(graphs), CONFIRM_ROUNDS)):
+        for j in order:
+            samples[j] += [t / batch for t in time_calls(graphs[j].replay, 2 if r == 0 else 1,
+                                                         iters, dev)]
+    medians = {j: agreed_median(samples[j]) for j in graphs}
+    del graphs
+    torch.cuda.synchronize()
+    overlapped = [j for j in medians if trials[j][0] == "overlap"]
+    best = min(overlapped, key=lambda j: medians[j]) if overlapped else 0
+    if 0 in medians and (not overlapped
+                         or not prefer_overlap(medians[0], medians[best], margin)):
+        best = 0
+    if show:
+        for j in sorted(medians, key=lambda j: medians[j]):
+            method, cfg, engine, chunk = trials[j]
+            print(f"[ditron tune]   graph {medians[j]:10.1f} us  {method} {engine} "
+                  f"chunk={chunk} {cfg.label()}", file=sys.stderr)
+        print(f"[ditron tune]   under CUDA graphs -> {trials[best][0]} {trials[best][2]} "
+              f"chunk={trials[best][3]} (margin {margin:.0%})", file=sys.stderr)
+    return best, medians[best]
 
 
 def _call(fn_op, a, b, op: str, method: str, cfg: GemmConfig, engine: str, chunk):

@@ -393,17 +393,28 @@ def _failed_launch_case(m: int, K: int, N: int) -> int:
     return checks
 
 
-def _tuned_pull_case(m: int, K: int, N: int) -> list[str]:
-    """A tuned ``copy_engine_pull`` decision: eager calls pull; graph-safe calls (what a
-    CUDA graph captures) take the pushed segments instead; a forced engine is kept."""
-    from ditron.ops import tp_gemm
+def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
+    """A tuned decision with a part for CUDA graphs: eager ``auto`` calls run the eager
+    choice (the pulled copy engine), graph-safe ones (what a CUDA graph captures) the graph
+    choice (the pushed one); an entry without a graph part (tuned before there was one)
+    serves both modes."""
+    import dataclasses
+    import os
 
+    import torch.distributed as dist
+
+    from ditron.ops import tp_gemm
+    from ditron.runtime.world import current
+    from ditron.tune import cache, decisions
+
+    os.environ["DITRON_CACHE_DIR"] = cache_dir
     w = ditron.world()
-    a = torch.randn(w.world_size * m, K, device=w.device)
+    W = w.world_size
+    a = torch.randn(W * m, K, device=w.device)
     b = torch.randn(K, N, device=w.device)
     ref = _sum(a.double() @ b.double())[w.rank * m:(w.rank + 1) * m]
     cfg = tp_gemm.default_config(w.device, a.dtype)
-    tuned = tp_gemm.Choice(True, cfg, "copy_engine_pull", None)
+    key = decisions.key_for("gemm_rs", W * m, N, K, a.dtype, W)
     ran: list[str] = []
     real = {name: getattr(tp_gemm, name) for name in ("_rs_pulled", "_rs_by_segments")}
 
@@ -413,26 +424,30 @@ def _tuned_pull_case(m: int, K: int, N: int) -> list[str]:
             return real[name](*args, **kwargs)
         return run
 
-    choose = tp_gemm._choose
-    tp_gemm._choose = lambda *args, **kwargs: tuned
     for name in real:
         setattr(tp_gemm, name, spy(name))
     try:
-        _close("tuned pull, eager", ditron.ops.gemm_rs(a, b), ref, torch.float32)
-        with ditron.ops.graph_safe():
-            _close("tuned pull, graph-safe", ditron.ops.gemm_rs(a, b), ref, torch.float32)
-            _close("forced pull, graph-safe",
-                   ditron.ops.gemm_rs(a, b, engine="copy_engine_pull"), ref, torch.float32)
+        for graph_part in (True, False):
+            if w.rank == 0:  # rank 0 decides for every rank
+                graph = decisions.Decision("overlap", cfg, "copy_engine", 1.0)
+                tuned = decisions.Decision("overlap", cfg, "copy_engine_pull", 2.0, None,
+                                           graph if graph_part else None)
+                cache.put(key, dataclasses.asdict(tuned))
+            dist.barrier(group=current().host_group)
+            current().cache.pop(("tp_gemm_choice", "gemm_rs", W * m, N, K, a.dtype, None),
+                                None)  # "auto" decides again, from the new entry
+            _close("tuned, eager", ditron.ops.gemm_rs(a, b), ref, torch.float32)
+            with ditron.ops.graph_safe():
+                _close("tuned, graph-safe", ditron.ops.gemm_rs(a, b), ref, torch.float32)
     finally:
-        tp_gemm._choose = choose
         for name, fn in real.items():
             setattr(tp_gemm, name, fn)
     return ran
 
 
-def test_tuned_pull_takes_pushes_in_graphs(backend):
-    assert ditron.launch(_tuned_pull_case, 2, 9, 16, 24, backend=backend) == [
-        ["_rs_pulled", "_rs_by_segments", "_rs_pulled"]] * 2
+def test_tuned_decisions_per_mode(backend, tmp_path):
+    assert ditron.launch(_per_mode_case, 2, str(tmp_path), 9, 16, 24, backend=backend) == [
+        ["_rs_pulled", "_rs_by_segments", "_rs_pulled", "_rs_pulled"]] * 2
 
 
 def test_tp_gemms_survive_a_failed_launch(backend):
