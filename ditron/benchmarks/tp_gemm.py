@@ -42,7 +42,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from ..ops.graphs import capture
+from ..ops.graphs import capture, collectives_capturable
 
 AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
              (49152, 12288)]
@@ -214,7 +214,8 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         captured = {}
         for name in ("t_gemm", "t_comm", "baseline", "ditron", "auto", "ditron_ce",
                      "ditron_pull"):
-            if name not in graph_cands:
+            if name not in graph_cands or (name in ("t_comm", "baseline")
+                                           and not collectives_capturable()):
                 continue
             try:
                 graph = capture(graph_cands[name], batch,

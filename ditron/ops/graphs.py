@@ -36,6 +36,16 @@ def graph_safe():
         rt.cache[_GRAPH_SAFE] -= 1
 
 
+def collectives_capturable() -> bool:
+    """Whether torch.distributed collectives on the default group can be captured in a CUDA
+    graph (NCCL; not gloo, the group of ranks that share a GPU). Capturing one that cannot
+    invalidates the capture, and the failed capture's memory pool then aborts the process
+    at exit (torch 2.11)."""
+    import torch.distributed as dist
+
+    return dist.is_initialized() and dist.get_backend() == "nccl"
+
+
 def capture(fn, calls: int, safe_warm_up: bool = True) -> torch.cuda.CUDAGraph:
     """A CUDA graph of ``calls`` calls of ``fn``, after one eager warm-up call (inside
     :func:`graph_safe` with ``safe_warm_up``: workspaces, pads and compilation are made
@@ -75,4 +85,5 @@ def not_warmed(op: str) -> RuntimeError:
                         f"ditron.ops.graph_safe():` before capturing the CUDA graph")
 
 
-__all__ = ["capture", "capturing", "graph_mode", "graph_safe", "not_warmed", "require_warm"]
+__all__ = ["capture", "capturing", "collectives_capturable", "graph_mode", "graph_safe",
+           "not_warmed", "require_warm"]

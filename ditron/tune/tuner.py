@@ -232,20 +232,22 @@ def _graph_pass(trials: list, results: list[float], fn_op, a, b, op: str, iters:
                 dev: torch.device, batch: int, show: bool) -> tuple[int, float] | None:
     """The decision for calls captured in CUDA graphs (collective). Every trial that ran
     eagerly is captured as one graph of ``batch`` calls (overlapped ones after a warm-up
-    inside ``ops.graph_safe()``; a trial that cannot be captured on some rank, such as an
-    engine with no graph-safe variant or NCCL with ranks sharing a GPU, drops out on every
-    rank); the replays are timed in ``max(CONFIRM_ROUNDS, graphs)`` rounds whose order
-    rotates. Returns ``(trial, us per call)``: the fastest overlapped trial if it beats the
-    fallback by ``MARGIN`` (or the fallback could not be captured), else the fallback;
-    ``None`` when nothing could be captured."""
-    from ..ops.graphs import capture
+    inside ``ops.graph_safe()``); a trial that cannot be captured on some rank, such as an
+    engine with no graph-safe variant, drops out on every rank, and the fallback is not
+    tried where the default group's collectives cannot be captured (ranks sharing a GPU).
+    The replays are timed in ``max(CONFIRM_ROUNDS, graphs)`` rounds whose order rotates.
+    Returns ``(trial, us per call)``: the fastest overlapped trial if it beats the fallback
+    by ``MARGIN`` (or the fallback was not captured), else the fallback; ``None`` when
+    nothing could be captured."""
+    from ..ops.graphs import capture, collectives_capturable
     from ..runtime.world import current
 
     rt = current()
     margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
     graphs = {}
     for j, trial in enumerate(trials):
-        if results[j] == float("inf"):
+        if results[j] == float("inf") or (trial[0] == "fallback"
+                                           and not collectives_capturable()):
             continue
         try:
             graph = capture(_call(fn_op, a, b, op, *trial), batch,
