@@ -40,6 +40,7 @@ def _candidates(a, b, seg, tpg):
 
 def body(shapes, batch, iters, out):
     from ditron.benchmarks.capture import capture
+
     from ditron.ops import tp_gemm as tpg
     from ditron.tune.tuner import agreed_median, rotations, time_calls
 
