@@ -66,11 +66,12 @@ _AGREED = "collectives:agreed"
 #: splits)
 _FUSED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 #: ops whose chunked copy-engine exchange (one node) also has a graph-safe variant, which
-#: "auto" takes above the fused limit while capturing. Not all_gather: under CUDA graphs its
-#: fused kernel was faster at every size (2 H200s, 32 / 128 / 512 MB per peer: 122 / 489 /
-#: 1953 us against 151 / 537 / 2264 for the copy engine; docs/perf.md, session 8), where
-#: reduce-scatter's copy engine wins from 128 MB per peer (492 against 548 us)
-_CHUNKED_GRAPH_OPS = ("reduce_scatter",)
+#: "auto" takes above the fused limit while capturing. Under CUDA graphs on 2 H200s the copy
+#: engine wins from 128 MB per peer (all-gather 460 / 907 / 1930 us against 488 / 976 /
+#: 1953 for the fused kernel at 128 / 256 / 512 MB per peer, reduce-scatter 476 against
+#: 513 at 128 MB) and loses at 48 MB per peer (195 against 187, 205 against 193);
+#: docs/perf.md, session 11
+_CHUNKED_GRAPH_OPS = ("all_gather", "reduce_scatter")
 
 
 def _fused_limit(op: str) -> float:

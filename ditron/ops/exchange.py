@@ -317,18 +317,20 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     # host epochs without stream memory operations, e.g. with DITRON_WAIT_TIMEOUT), every
     # chunk is published before a pull is issued: a host that blocks later (a module load
     # can synchronise the context) must already have queued what its peers wait for
-    # (docs/developing.md, "host order"). With stream memory operations the pulls go
-    # first, so a peer pulls chunk i while I still publish chunk i + 1.
+    # (docs/developing.md, "host order"). The pulls then start from a mark taken before
+    # the publishes, not behind them, so either way a peer pulls chunk i while I still
+    # publish chunk i + 1. With stream memory operations the pulls are simply issued first.
     publish_first = graph or not use_stream_memops()
     if not publish_first:
         eng.issue(pulls)
     x.free()  # every peer pulled my last call (graph-safe)
+    start = eng.mark() if publish_first else None
     for i, (lo, hi) in enumerate(bounds):
         mine[lo:hi].copy_(flat[lo:hi])
         published = x.ready(i, me)
         notify_peers(x.pad, published.index, published.value, x.node, skip=me)
     if publish_first:
-        eng.issue(pulls)
+        eng.issue(pulls, since=start)
     out[me].copy_(flat)
     eng.drain()  # the pulls have landed before the ack
     x.finish([])

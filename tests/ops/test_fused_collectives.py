@@ -224,9 +224,25 @@ def test_fused_all_reduce_world_of_one():
     assert ditron.launch(_one_rank, 1) == [True]
 
 
-def _rank_graph() -> int:
-    """CUDA graph: capture one all-reduce, replay it with new inputs (GPU only)."""
+def _replays(graph: torch.cuda.CUDAGraph, x: torch.Tensor, y: torch.Tensor, what: str,
+             mode: int = kfc.ALL_REDUCE, seed: int = 0, times: int = 3) -> int:
+    """Replay ``graph`` (which reads ``x`` and writes ``y``) ``times`` times, with fresh
+    values in ``x`` and ``y`` poisoned before each replay; check every result."""
     me = ditron.world().rank
+    for it in range(times):
+        g = torch.Generator().manual_seed(seed + 100 * me + it)
+        x.copy_(torch.randn(x.shape, generator=g).to(x.dtype))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        flat = mode != kfc.ALL_TO_ALL
+        _check(y.reshape(-1) if flat else y, x.reshape(-1) if flat else x,
+               f"graph replay {it} {what}", mode)
+    return times
+
+
+def _rank_graph() -> int:
+    """CUDA graphs: capture each collective, replay it with new inputs (GPU only)."""
     checks = 0
     for method, engine in (("one_shot", "sm"), ("two_shot", "sm"), ("auto", None)):
         x = torch.empty(5000, dtype=torch.bfloat16, device="cuda")
@@ -236,14 +252,7 @@ def _rank_graph() -> int:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):  # "auto" while capturing takes the graph-safe path
             y = ditron.ops.all_reduce(x, method, engine=engine)
-        for it in range(5):
-            g = torch.Generator().manual_seed(10 * me + it)
-            x.copy_(torch.randn(x.numel(), generator=g).to(x.dtype))
-            y.fill_(float("nan"))
-            graph.replay()
-            torch.cuda.synchronize()
-            _check(y, x, f"graph replay {it} {method}")
-            checks += 1
+        checks += _replays(graph, x, y, method, seed=10, times=5)
     w = ditron.world().world_size
     for name, mode in (("all_gather", kfc.ALL_GATHER), ("reduce_scatter", kfc.REDUCE_SCATTER),
                        ("all_to_all", kfc.ALL_TO_ALL)):
@@ -253,36 +262,26 @@ def _rank_graph() -> int:
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            y = op(x)  # "auto" while capturing: the fused path
-        for it in range(3):
-            g = torch.Generator().manual_seed(20 * me + it)
-            x.copy_(torch.randn(x.shape, generator=g).to(x.dtype))
-            y.fill_(float("nan"))
-            graph.replay()
-            torch.cuda.synchronize()
-            got = y if mode == kfc.ALL_TO_ALL else y.reshape(-1)
-            _check(got, x if mode == kfc.ALL_TO_ALL else x.reshape(-1),
-                   f"graph replay {it} {name}", mode)
-            checks += 1
+            y = op(x)  # "auto" while capturing, below the fused limit: the fused path
+        checks += _replays(graph, x, y, name, mode, seed=20)
     # the copy engine's chunked all-gather / reduce-scatter: graph-safe variants after a
-    # warm-up inside graph_safe()
-    for name, mode in (("all_gather", kfc.ALL_GATHER), ("reduce_scatter", kfc.REDUCE_SCATTER)):
-        x = torch.empty(6 * w, 333, dtype=torch.bfloat16, device="cuda").normal_()
-        op = getattr(ditron.ops, name)
-        with ditron.ops.graph_safe():
-            op(x, engine="copy_engine")
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            y = op(x, engine="copy_engine")
-        for it in range(3):
-            g = torch.Generator().manual_seed(30 * me + it)
-            x.copy_(torch.randn(x.shape, generator=g).to(x.dtype))
-            y.fill_(float("nan"))
-            graph.replay()
+    # warm-up inside graph_safe(), chosen by name and, above the fused limits (lowered
+    # here to 64 KB per peer), by "auto"
+    collectives.FUSED_AG_MAX_BYTES = collectives.FUSED_RS_MAX_BYTES = 64 << 10
+    for engine, rows in (("copy_engine", 6), (None, 64)):
+        for name, mode in (("all_gather", kfc.ALL_GATHER),
+                           ("reduce_scatter", kfc.REDUCE_SCATTER)):
+            x = torch.empty(rows * w, 1000, dtype=torch.bfloat16, device="cuda").normal_()
+            op = getattr(ditron.ops, name)
+            with ditron.ops.graph_safe():
+                per_peer = x.numel() * x.element_size() // (w if mode != kfc.ALL_GATHER else 1)
+                assert collectives._engine_name(name, engine, per_peer) == "copy_engine"
+                op(x, engine=engine)
             torch.cuda.synchronize()
-            _check(y.reshape(-1), x.reshape(-1), f"graph replay {it} {name} copy_engine", mode)
-            checks += 1
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                y = op(x, engine=engine)
+            checks += _replays(graph, x, y, f"{name} {engine or 'auto'}", mode, seed=30)
     # ops that keep per-call state on the host refuse capture instead of replaying stale state
     x = torch.randn(64, device="cuda")
     uneven = [64 - (w - 1)] + [1] * (w - 1)
@@ -296,7 +295,7 @@ def _rank_graph() -> int:
 
 @pytest.mark.gpu
 def test_fused_collectives_in_cuda_graph():
-    assert ditron.launch(_rank_graph, 2, backend="cuda") == [31, 31]
+    assert ditron.launch(_rank_graph, 2, backend="cuda") == [37, 37]
 
 
 def _rank_refuses_capture() -> int:
