@@ -21,8 +21,10 @@ With ``--tune`` the tuner runs per shape first (its decision, cached on disk, is
 the JSON and after each table).
 
 With ``--graphs`` (GPU) ``T_gemm``, ``T_comm``, the baseline, ``ditron``, ``auto`` and, for
-GEMM-RS, ``ditron_ce`` (``method="overlap", engine="copy_engine"``) and ``ditron_pull``
-(``engine="copy_engine_pull"``, also timed eagerly) are also timed under CUDA
+GEMM-RS, ``ditron_ce`` (``method="overlap", engine="copy_engine"``), and each op's other
+engine (``ALT``, also timed eagerly: ``ditron_pull``, GEMM-RS with
+``engine="copy_engine_pull"``; ``ditron_matmul``, AG-GEMM with
+``engine="copy_engine_matmul"``) are also timed under CUDA
 graphs (``--batch`` calls captured in one graph per candidate; the replays timed in the same
 rotating rounds; Ditron's calls take their graph-safe variants, warmed up inside
 ``ditron.ops.graph_safe()``): no launch cost on either side. Keys ``graph_*``; a second
@@ -52,6 +54,10 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 #: candidates are timed in at least this many interleaved rounds, and in as many as there
 #: are candidates, each round's order a rotation of the last (``--iters`` samples in all)
 ROUNDS = 3
+
+#: each op's other overlapped engine, timed beside its default one: (result key, engine)
+ALT = {"ag_gemm": ("ditron_matmul", "copy_engine_matmul"),
+       "gemm_rs": ("ditron_pull", "copy_engine_pull")}
 
 
 def _round(x: float, q: int = 64) -> int:
@@ -182,8 +188,9 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=current().host_group)
     if ok.item() > 0:
         cands["torch_fused"] = fused
-    if op == "gemm_rs" and W > 1:
-        cands["ditron_pull"] = lambda: fn(a, b, method="overlap", engine="copy_engine_pull")
+    if W > 1:  # each op's other engine, timed beside its default one
+        alt_key, alt_engine = ALT[op]
+        cands[alt_key] = lambda: fn(a, b, method="overlap", engine=alt_engine)
     graph_cands = dict(cands)
     if op == "gemm_rs" and W > 1:
         graph_cands["ditron_ce"] = lambda: fn(a, b, method="overlap", engine="copy_engine")
@@ -213,7 +220,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         # one graph of ``batch`` calls per candidate, replays timed in rotating rounds
         captured = {}
         for name in ("t_gemm", "t_comm", "baseline", "ditron", "auto", "ditron_ce",
-                     "ditron_pull"):
+                     "ditron_pull", "ditron_matmul"):
             if name not in graph_cands or (name in ("t_comm", "baseline")
                                            and not collectives_capturable()):
                 continue
@@ -238,51 +245,65 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
             row[f"graph_{name}"] = agreed_median(gsamples[name])
         del captured
     for prefix in ("", "graph_"):
-        bound = max(row.get(f"{prefix}t_gemm") or 0.0, row.get(f"{prefix}t_comm") or 0.0)
-        for name in ("baseline", "ditron", "auto", "torch_fused", "ditron_ce", "ditron_pull"):
+        t_gemm, t_comm = row.get(f"{prefix}t_gemm"), row.get(f"{prefix}t_comm")
+        if not (t_gemm and t_comm):
+            continue  # the bound needs both (T_comm is not captured where gloo runs it)
+        for name in ("baseline", "ditron", "auto", "torch_fused", "ditron_ce", "ditron_pull",
+                     "ditron_matmul"):
             if row.get(prefix + name):
-                row[f"{prefix}eff_{name}"] = bound / row[prefix + name]
+                row[f"{prefix}eff_{name}"] = max(t_gemm, t_comm) / row[prefix + name]
         if row.get(prefix + "ditron") and row.get(prefix + "baseline"):
             row[prefix + "speedup"] = row[prefix + "baseline"] / row[prefix + "ditron"]
     return row
 
 
+def alt(row: dict) -> str:
+    """The result key of ``row``'s other engine (``ALT``)."""
+    return ALT[row["op"]][0]
+
+
+def _cell(value: float | None, width: int, digits: int = 2) -> str:
+    """``value`` right-aligned in ``width`` columns, ``-`` where it was not measured."""
+    return f"{value:{width}.{digits}f}" if isinstance(value, float) else f"{'-':>{width}}"
+
+
 def _table(results: list[dict]) -> str:
     head = (f"{'op':8} {'M':>6} {'N':>6} {'K':>6} {'T_gemm':>9} {'T_comm':>9} {'base':>9} "
-            f"{'ditron':>9} {'auto':>9} {'fused':>9} {'pull':>9} {'speedup':>7} {'eff':>5} "
-            f"{'eff_auto':>8} {'eff_pl':>6} {'eff_base':>8}")
+            f"{'ditron':>9} {'auto':>9} {'fused':>9} {'alt':>9} {'speedup':>7} {'eff':>5} "
+            f"{'eff_auto':>8} {'eff_alt':>7} {'eff_base':>8}")
     lines = [head, "-" * len(head)]
-    f = lambda v: f"{v:9.1f}" if isinstance(v, float) else f"{'-':>9}"  # noqa: E731
+    f = lambda v: _cell(v, 9, 1)  # noqa: E731
     for r in results:
         lines.append(f"{r['op']:8} {r['M']:6} {r['N']:6} {r['K']:6} {f(r['t_gemm'])} "
                      f"{f(r['t_comm'])} {f(r.get('baseline'))} {f(r.get('ditron'))} "
-                     f"{f(r.get('auto'))} {f(r.get('torch_fused'))} {f(r.get('ditron_pull'))} "
-                     f"{r.get('speedup', 0):7.3f} "
-                     f"{r.get('eff_ditron', 0):5.2f} {r.get('eff_auto', 0):8.2f} "
-                     f"{r.get('eff_ditron_pull', 0):6.2f} {r.get('eff_baseline', 0):8.2f}"
+                     f"{f(r.get('auto'))} {f(r.get('torch_fused'))} {f(r.get(alt(r)))} "
+                     f"{_cell(r.get('speedup'), 7, 3)} "
+                     f"{_cell(r.get('eff_ditron'), 5)} {_cell(r.get('eff_auto'), 8)} "
+                     f"{_cell(r.get('eff_' + alt(r)), 7)} {_cell(r.get('eff_baseline'), 8)}"
                      + (f"  auto={r['tuned_method']}/{r['tuned_engine']}"
                         f"/chunk={r['tuned_chunk_rows']}"
                         if "tuned_method" in r else ""))
     lines.append("times in us (median, slowest rank); eff = max(T_gemm, T_comm) / T_op; "
                  "ditron = method='overlap' (default engine and tiles), auto = the default "
-                 "call (the tuned decision when one is cached); pull = GEMM-RS with "
-                 "method='overlap', engine='copy_engine_pull'")
+                 "call (the tuned decision when one is cached); alt = method='overlap' with "
+                 "engine='copy_engine_pull' (GEMM-RS) or 'copy_engine_matmul' (AG-GEMM)")
     if any("graph_ditron" in r for r in results):
         head = (f"{'op':8} {'M':>6} {'N':>6} {'K':>6} {'T_gemm':>9} {'T_comm':>9} {'base':>9} "
-                f"{'ditron':>9} {'auto':>9} {'ce':>9} {'pull':>9} {'speedup':>7} {'eff':>5} "
-                f"{'eff_auto':>8} {'eff_ce':>6} {'eff_pl':>6} {'eff_base':>8}")
+                f"{'ditron':>9} {'auto':>9} {'ce':>9} {'alt':>9} {'speedup':>7} {'eff':>5} "
+                f"{'eff_auto':>8} {'eff_ce':>6} {'eff_alt':>7} {'eff_base':>8}")
         lines += ["", "under CUDA graphs", head, "-" * len(head)]
         for r in results:
             lines.append(f"{r['op']:8} {r['M']:6} {r['N']:6} {r['K']:6} "
                          f"{f(r.get('graph_t_gemm'))} {f(r.get('graph_t_comm'))} "
                          f"{f(r.get('graph_baseline'))} {f(r.get('graph_ditron'))} "
                          f"{f(r.get('graph_auto'))} {f(r.get('graph_ditron_ce'))} "
-                         f"{f(r.get('graph_ditron_pull'))} "
-                         f"{r.get('graph_speedup', 0):7.3f} {r.get('graph_eff_ditron', 0):5.2f} "
-                         f"{r.get('graph_eff_auto', 0):8.2f} "
-                         + "".join(f"{r[k]:6.2f} " if k in r else f"{'-':>6} "
-                                   for k in ("graph_eff_ditron_ce", "graph_eff_ditron_pull"))
-                         + f"{r.get('graph_eff_baseline', 0):8.2f}"
+                         f"{f(r.get('graph_' + alt(r)))} "
+                         f"{_cell(r.get('graph_speedup'), 7, 3)} "
+                         f"{_cell(r.get('graph_eff_ditron'), 5)} "
+                         f"{_cell(r.get('graph_eff_auto'), 8)} "
+                         f"{_cell(r.get('graph_eff_ditron_ce'), 6)} "
+                         f"{_cell(r.get('graph_eff_' + alt(r)), 7)} "
+                         f"{_cell(r.get('graph_eff_baseline'), 8)}"
                          + (f"  auto={r['tuned_graph_method']}/{r['tuned_graph_engine']}"
                             f"/chunk={r['tuned_graph_chunk_rows']}"
                             if "tuned_graph_method" in r else ""))

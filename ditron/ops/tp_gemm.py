@@ -39,7 +39,7 @@ import torch.distributed as dist
 import triton
 
 from ..engines.base import Signal, Transfer
-from ..engines.sync import bump, notify_one, notify_peers, use_stream_memops
+from ..engines.sync import bump, notify_one, notify_peers, use_stream_memops, wait_one
 from ..kernels import swizzle
 from ..kernels.gemm import (
     EPI_ALL_REDUCE,
@@ -62,7 +62,9 @@ from .graphs import capturing, graph_mode, require_warm
 from .workspaces import alloc_buffers, cached
 
 METHODS = ("auto", "overlap", "fallback")
-AG_ENGINES = ("copy_engine", "colocated", "sm")
+AG_ENGINES = ("copy_engine", "colocated", "sm", "copy_engine_matmul")
+#: AG-GEMM engines with a graph-safe variant (the others fall back, or raise when forced)
+AG_GRAPH_ENGINES = ("copy_engine", "copy_engine_matmul")
 #: SMs the "sm" AG-GEMM engine takes for its pushes when the tile config does not say
 #: (``GemmConfig.programs``: the GEMM's programs; the engine gets the device's other SMs)
 COMM_SMS = 16
@@ -218,11 +220,15 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     (DMA on GPU, no SMs taken from the GEMM), raising one chunk signal per shard, and the
     GEMM reads A locally; ``"sm"`` makes the same pushes with a load/store kernel on
     dedicated SMs beside the GEMM (``config.programs`` GEMM programs, by default all SMs but
-    ``COMM_SMS``: the SMs given to communication are a tuning knob); ``"colocated"`` is the
-    pull path above. Across nodes the colocated hierarchical path is used. ``chunk_rows``
-    (pushes only; default: the tuned value, else one chunk per shard) splits each shard
-    into chunks of that many rows, each with its own signal, so tiles can start before a
-    whole shard has landed.
+    ``COMM_SMS``: the SMs given to communication are a tuning knob);
+    ``"copy_engine_matmul"`` makes the copy engine's pushes but computes with
+    ``torch.matmul`` (cuBLAS) per chunk instead of the persistent GEMM: the own rows
+    straight from ``a`` at once, each peer's chunk after a stream-ordered wait for its
+    signal; ``"colocated"`` is the pull path above. Across nodes the colocated
+    hierarchical path is used. ``chunk_rows`` (pushes only; default: the tuned value, else
+    one chunk per shard) splits each shard into chunks of that many rows, each with its own
+    signal, so tiles (or ``copy_engine_matmul``'s GEMMs) can start before a whole shard has
+    landed.
     """
     _validate("ag_gemm", a, b, method)
     forced = engine or os.environ.get("DITRON_AG_ENGINE")
@@ -241,7 +247,8 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     graph = choice.overlap and graph_mode()
     if graph and (rt.topo.num_nodes > 1 or forced in ("colocated", "sm")):
         why = ("ranks span nodes" if rt.topo.num_nodes > 1
-               else f"the {forced} engine keeps its epochs on the host; use 'copy_engine'")
+               else f"the {forced} engine keeps its epochs on the host; use one of "
+                    f"{AG_GRAPH_ENGINES}")
         choice = dataclasses.replace(choice, overlap=_no_graph_variant("ag_gemm", method, why))
     if not choice.overlap:
         gathered = torch.empty((M, K), dtype=a.dtype, device=a.device)
@@ -252,9 +259,9 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
         c = torch.matmul(gathered, b)
         return (c, gathered) if return_gathered else c
     engine = forced or (choice.engine if choice.engine in AG_ENGINES else "copy_engine")
-    if graph:  # the graph-safe variant pushes with the copy engine
+    if graph and engine not in AG_GRAPH_ENGINES:  # the graph-safe variants push by DMA
         engine = "copy_engine"
-    if engine in ("copy_engine", "sm") and rt.topo.num_nodes == 1:
+    if engine in ("copy_engine", "copy_engine_matmul", "sm") and rt.topo.num_nodes == 1:
         return _ag_pushed(a, b, choice.config, return_gathered,
                           chunk_rows if chunk_rows is not None else choice.chunk_rows, graph,
                           engine)
@@ -308,7 +315,9 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     GEMM waits per tile for the chunks its rows read (waits derived from the same plan).
     ``engine_name``: ``"copy_engine"`` (DMA, no SMs) or ``"sm"`` (a load/store kernel on a
     side stream, on the SMs the GEMM leaves free: ``cfg.programs`` GEMM programs, default
-    all SMs but ``COMM_SMS``).
+    all SMs but ``COMM_SMS``), both feeding the persistent GEMM, or ``"copy_engine_matmul"``
+    (DMA pushes, ``torch.matmul`` per chunk: :func:`_ag_by_chunks`). Pushes read the shard
+    from ``a``, so they do not wait for its copy into my own rows of the buffer.
 
     Reuse: the engine's side stream first waits for this rank's stream, so the push of call
     ``e`` starts after this rank's GEMM of call ``e - 1``, which waited for every peer's
@@ -340,12 +349,15 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
         epoch = pad.next_epoch()
         buf = ws["shards"][epoch % 2]
         first = 0
-    buf[rank * m:(rank + 1) * m].copy_(a)
-    if graph or (use_stream_memops() and len(ws["own_ids"]) <= 4):
-        for chunk in ws["own_ids"]:  # my own chunks are ready once copied
-            notify_one(pad, first + chunk, epoch, rank)
-    else:
-        pad.signals.index_fill_(0, ws["own"], epoch)
+    matmul = engine_name == "copy_engine_matmul"
+    mine = slice(rank * m, (rank + 1) * m)
+    if not matmul:  # the persistent GEMM reads every row of A from the buffer
+        buf[mine].copy_(a)
+        if graph or (use_stream_memops() and len(ws["own_ids"]) <= 4):
+            for chunk in ws["own_ids"]:  # my own chunks are ready once copied
+                notify_one(pad, first + chunk, epoch, rank)
+        else:
+            pad.signals.index_fill_(0, ws["own"], epoch)
     if engine_name == "sm":
         sms = (torch.cuda.get_device_properties(a.device).multi_processor_count
                if a.device.type == "cuda" else 2)
@@ -354,8 +366,9 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
         engine = engine_instance("sm", programs=max(1, sms - gemm_programs), concurrent=True)
     else:
         engine = engine_instance("copy_engine")
-    rows = lambda chunk, _rank: buf[chunk.start:chunk.stop]  # same rows on both sides
-    transfers = lowering.engine_transfers(ws["plan"], rank, rows, rows, pad, epoch)
+    src = lambda chunk, _rank: a[chunk.start - rank * m:chunk.stop - rank * m]  # noqa: E731
+    dst = lambda chunk, _rank: buf[chunk.start:chunk.stop]  # noqa: E731
+    transfers = lowering.engine_transfers(ws["plan"], rank, src, dst, pad, epoch)
     if graph:  # chunk signals shifted past the acks; wait for the peer's ack of call E - 1
         transfers = [dataclasses.replace(
             t, signal=dataclasses.replace(t.signal, index=first + t.signal.index),
@@ -366,9 +379,14 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
                       wait_sig=pad.signals[first:], wait_target=0 if graph else epoch,
                       epoch_cell=epoch.cell if graph else None)
     try:
-        _traced_launch("ag_gemm", buf, b, c, M, order=ws["order"], seg_rows=M, cfg=cfg,
-                       hooks=hooks, n_blocks=ws["n_blocks"])
+        if matmul:
+            _ag_by_chunks(ws["plan"], a, b, buf, c, pad, first, epoch)
+        else:
+            _traced_launch("ag_gemm", buf, b, c, M, order=ws["order"], seg_rows=M, cfg=cfg,
+                           hooks=hooks, n_blocks=ws["n_blocks"])
         gathered = buf.clone() if return_gathered else None
+        if matmul and return_gathered:
+            gathered[mine].copy_(a)
     finally:
         if graph:  # done reading the peers' rows of this call (after the GEMM and the
             # clone; also when the launch failed, or the peers' next pushes would hang)
@@ -376,6 +394,21 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     engine.drain()
     _after_launch()
     return (c, gathered) if return_gathered else c
+
+
+def _ag_by_chunks(plan: plan_ir.Plan, a, b, buf, c, pad, first: int, epoch) -> None:
+    """``c = gathered(a) @ b`` with ``torch.matmul`` per chunk, on the current stream: my own
+    rows straight from ``a`` first, then each peer's chunks (in the plan's arrival order)
+    from ``buf`` once their signal ``first + chunk id`` has reached ``epoch`` (a
+    stream-ordered wait; the host never blocks)."""
+    rank = current().world.rank
+    m = a.shape[0]
+    torch.matmul(a, b, out=c[rank * m:(rank + 1) * m])
+    for owner in plan.arrival_order(rank):
+        for chunk in plan.chunks_of(owner):
+            if chunk.rows:
+                wait_one(pad, first + chunk.id, epoch)
+                torch.matmul(buf[chunk.start:chunk.stop], b, out=c[chunk.start:chunk.stop])
 
 
 def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):

@@ -30,7 +30,9 @@ rank candidates differently (the pulled GEMM-RS, docs/perf.md session 10).
 Knobs: overlap vs fallback, the tile configuration, for ``ag_gemm`` the transfer engine, the
 chunk size and, with the ``sm`` engine, the SMs given to communication (``COMM_SMS``; the
 GEMM's ``GemmConfig.programs`` is the rest), for ``gemm_rs`` the engine (colocated stores
-from the GEMM, or the copy engine by segments) and the copy engine's chunk size.
+from the GEMM, or the copy engine by segments) and the copy engine's chunk size. Engines
+that compute with ``torch.matmul`` (``MATMUL_ENGINES``) are tried with the first tile
+config only.
 """
 
 from __future__ import annotations
@@ -74,15 +76,18 @@ def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN
 
 
 #: transfer engines the tuner tries per op (ops not listed move data one way only)
-ENGINES = {"ag_gemm": ("copy_engine", "colocated", "sm"),
+ENGINES = {"ag_gemm": ("copy_engine", "colocated", "sm", "copy_engine_matmul"),
            "gemm_rs": ("colocated", "copy_engine", "copy_engine_pull")}
 #: on GPUs: the colocated AG-GEMM (remote loads inside the GEMM) took 10-200x the copy
 #: engine's time on every shape of the 2-H200 run (docs/perf.md, session 5), so it is not tried
-GPU_ENGINES = {"ag_gemm": ("copy_engine", "sm"),
+GPU_ENGINES = {"ag_gemm": ("copy_engine", "sm", "copy_engine_matmul"),
                "gemm_rs": ("colocated", "copy_engine", "copy_engine_pull")}
 #: chunks per segment tried with the copy-engine GEMM-RS engines besides their default (a
 #: whole segment pushed; halves pulled)
 RS_CHUNKINGS = {"copy_engine": (2, 4), "copy_engine_pull": (4,)}
+#: engines that compute with ``torch.matmul`` per chunk: no tile config to vary
+MATMUL_ENGINES = {"ag_gemm": ("copy_engine_matmul",),
+                  "gemm_rs": ("copy_engine", "copy_engine_pull")}
 #: SMs given to communication tried with the "sm" AG-GEMM engine (the GEMM gets the rest)
 COMM_SMS = (16, 32)
 
@@ -166,13 +171,13 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     trials = [("fallback", candidates[0], engines[0], None)]
     for c in candidates:
         for e in engines:
+            if e in MATMUL_ENGINES.get(op, ()) and c is not candidates[0]:
+                continue  # cuBLAS per chunk: no tile config to vary
             if op == "gemm_rs" and e in RS_CHUNKINGS:
-                if c is candidates[0]:  # cuBLAS per chunk: no tile config to vary
-                    # the default (None), then segments in the engine's other chunk counts
-                    seg = max(M // W, 1)
-                    sizes = sorted({-(-seg // k) for k in RS_CHUNKINGS[e]} - {seg},
-                                   reverse=True)
-                    trials += [("overlap", c, e, ch) for ch in [None, *sizes]]
+                # the default (None), then segments in the engine's other chunk counts
+                seg = max(M // W, 1)
+                sizes = sorted({-(-seg // k) for k in RS_CHUNKINGS[e]} - {seg}, reverse=True)
+                trials += [("overlap", c, e, ch) for ch in [None, *sizes]]
                 continue
             if e == "sm" and dev.type == "cuda":  # the knob: SMs given to communication
                 sms = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -180,7 +185,7 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
                            for k in COMM_SMS if k < sms]
                 continue
             trials += [("overlap", c, e, ch)
-                       for ch in (chunkings if op == "ag_gemm" and e == "copy_engine"
+                       for ch in (chunkings if op == "ag_gemm" and e.startswith("copy_engine")
                                   else [None])]
     results: list[float] = []
     errors: dict[int, str] = {}

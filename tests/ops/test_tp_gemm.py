@@ -181,15 +181,15 @@ def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int, int]:
     d = tuner.tune("gemm_rs", 32, 24, 20, torch.float32, warmup=1, iters=2,
                    candidates=[CPU_CONFIG], progress=False)
     assert tuner.lookup("gemm_rs", 32, 24, 20, torch.float32, 2) == d
-    assert d.engine in ("colocated", "copy_engine")  # both engines were candidates
+    assert d.engine in tuner.ENGINES["gemm_rs"]
     a_rs, b_rs = torch.randn(32, 20), torch.randn(20, 24)
     me = ditron.world().rank
     assert torch.allclose(ditron.ops.gemm_rs(a_rs, b_rs), _sum(a_rs @ b_rs)[16 * me:16 * me + 16],
                           rtol=1e-4, atol=1e-4)  # "auto" follows the decision
-    # ag_gemm tries both transfer engines; "auto" then follows the cached decision
+    # ag_gemm tries every transfer engine; "auto" then follows the cached decision
     d_ag = tuner.tune("ag_gemm", 32, 24, 20, torch.float32, warmup=1, iters=2,
                       candidates=[CPU_CONFIG], progress=False)
-    assert d_ag.engine in ("copy_engine", "colocated")
+    assert d_ag.engine in tuner.ENGINES["ag_gemm"]
     assert tuner.lookup("ag_gemm", 32, 24, 20, torch.float32, 2) == d_ag
     a16 = torch.randn(16, 20)
     b16 = torch.randn(20, 24)
@@ -291,9 +291,10 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
     w = ditron.world()
     checks = 0
     # the copy engine with whole shards, with 4-row chunks (13 = 4+4+4+1), pushes by the SM
-    # engine (whole shards and chunks), and colocated pulls
+    # engine (whole shards and chunks), colocated pulls, and the copy engine's pushes with
+    # torch.matmul per chunk
     variants = [("copy_engine", None), ("copy_engine", 4), ("sm", None), ("sm", 4),
-                ("colocated", None)]
+                ("colocated", None), ("copy_engine_matmul", None), ("copy_engine_matmul", 4)]
     for it in range(reps):
         for engine, chunk_rows in variants:
             torch.manual_seed(100 * it + w.rank)
@@ -465,7 +466,7 @@ def test_gemm_rs_pulled_matches_torch(backend, world_size):
 def test_tp_gemm_engines_agree_with_torch(backend, world_size):
     # 13 rows per rank: tiles straddle chunks; calls alternate engines on shared signals.
     assert ditron.launch(_engines_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [33] * world_size
+                         backend=backend) == [39] * world_size
 
 
 def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -> int:
@@ -487,11 +488,13 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
         full = _sum(a2.double() @ b.double())
         a3 = torch.randn(W * m + 1, K, device=dev)
         with ditron.ops.graph_safe():
-            for chunk_rows in (None, 4):
+            for engine, chunk_rows in (("copy_engine", None), ("copy_engine", 4),
+                                       ("copy_engine_matmul", None), ("copy_engine_matmul", 4)):
                 c, ga = ditron.ops.ag_gemm(a, b, return_gathered=True, method="overlap",
-                                           chunk_rows=chunk_rows)
-                _close(f"graph-safe ag_gemm chunk_rows={chunk_rows}", c, ref, torch.float32)
-                assert torch.equal(ga, _gather(a)), "graph-safe ag_gemm: gathered A differs"
+                                           engine=engine, chunk_rows=chunk_rows)
+                what = f"graph-safe ag_gemm {engine} chunk_rows={chunk_rows}"
+                _close(what, c, ref, torch.float32)
+                assert torch.equal(ga, _gather(a)), f"{what}: gathered A differs"
             # the colocated epilogue, and the copy engine by segments, pushed and pulled
             # (by default; 4-row chunks)
             for engine, chunk_rows in (("colocated", None), ("copy_engine", None),
@@ -503,7 +506,7 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
                        full[rank * m:(rank + 1) * m], torch.float32)
             ar = ditron.ops.gemm_ar(a3, b, method="overlap")
             _close("graph-safe gemm_ar", ar, _sum(a3.double() @ b.double()), torch.float32)
-            checks += 8
+            checks += 10
         # the eager variants between graph-safe calls
         _close("eager ag_gemm", ditron.ops.ag_gemm(a, b, method="overlap"), ref, torch.float32)
         checks += 1
@@ -523,7 +526,7 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
 def test_graph_safe_variants_match_torch(world_size, backend):
     # 13 rows per rank: AG tiles straddle chunks, and 4-row chunks (4+4+4+1) too
     assert ditron.launch(_graph_safe_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [30] * world_size
+                         backend=backend) == [36] * world_size
 
 
 def _captured_case(m: int, K: int, N: int, replays: int) -> int:
@@ -540,6 +543,7 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
         t.normal_()
     with ditron.ops.graph_safe():  # workspaces, pads, device epochs, compilation
         ditron.ops.ag_gemm(a, b, method="overlap")
+        ditron.ops.ag_gemm(a, b, method="overlap", engine="copy_engine_matmul")
         ditron.ops.gemm_rs(a2, b, method="overlap")
         ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine")
         ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine_pull")
@@ -548,6 +552,7 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         c = ditron.ops.ag_gemm(a, b, method="overlap")
+        c_mm = ditron.ops.ag_gemm(a, b, method="overlap", engine="copy_engine_matmul")
         rs = ditron.ops.gemm_rs(a2, b, method="overlap")
         rs_ce = ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine")
         rs_pull = ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine_pull")
@@ -557,21 +562,23 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
         g = torch.Generator().manual_seed(10 * rank + it)
         for t in (a, a2, a3):
             t.copy_(torch.randn(t.shape, generator=g).to(dtype))
-        for t in (c, rs, rs_ce, rs_pull, ar):
+        for t in (c, c_mm, rs, rs_ce, rs_pull, ar):
             t.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        _close(f"replay {it} ag_gemm", c, _gather(a).double() @ b.double(), dtype)
+        gathered = _gather(a).double() @ b.double()
+        _close(f"replay {it} ag_gemm", c, gathered, dtype)
+        _close(f"replay {it} ag_gemm copy_engine_matmul", c_mm, gathered, dtype)
         full = _sum(a2.double() @ b.double())
         _close(f"replay {it} gemm_rs", rs, full[rank * m:(rank + 1) * m], dtype)
         _close(f"replay {it} gemm_rs copy_engine", rs_ce, full[rank * m:(rank + 1) * m], dtype)
         _close(f"replay {it} gemm_rs copy_engine_pull", rs_pull,
                full[rank * m:(rank + 1) * m], dtype)
         _close(f"replay {it} gemm_ar", ar, _sum(a3.double() @ b.double()), dtype)
-        checks += 5
+        checks += 6
     return checks
 
 
 @pytest.mark.gpu
 def test_tp_gemms_in_cuda_graph():
-    assert ditron.launch(_captured_case, 2, 300, 256, 384, 4, backend="cuda") == [20, 20]
+    assert ditron.launch(_captured_case, 2, 300, 256, 384, 4, backend="cuda") == [24, 24]
