@@ -15,6 +15,9 @@ Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for
   ``node_base + q % a_local`` at row ``(q // a_local) * a_rows + r % a_rows``; the program
   loads it from that rank's heap. ``STORE_A`` additionally writes the A rows it loads (in
   column-block 0 tiles) to ``ga_ptr``: the gathered A, for free.
+* ``OWN_A`` (AG-GEMM): tiles whose rows lie within ``[own_lo, own_hi)`` load A from
+  ``own_ptr`` (row ``r`` at row ``r - own_lo``: this rank's input, with A's strides) instead
+  of ``a_ptr``, so the own rows need not be copied into the gathered buffer first.
 * ``WAIT`` (consumer prologue): before a tile of row block ``mb`` the program waits until the
   chunk signals ``wait_lo[mb] .. wait_hi[mb]`` reach ``wait_target`` (acquire, system scope).
   Each program polls a chunk (ids below 64) once: after its acquire has seen the chunk,
@@ -174,7 +177,7 @@ def _clock(trace_ptr, GPU_TIMER: tl.constexpr):
     return t
 
 
-@triton.jit(do_not_specialize=["wait_target", "epoch"])
+@triton.jit(do_not_specialize=["wait_target", "epoch", "own_lo", "own_hi"])
 def persistent_gemm(
     a_ptr, b_ptr, c_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
@@ -185,6 +188,7 @@ def persistent_gemm(
     recv_ptr, stride_rs, stride_rm, stride_rn,
     rs_sig_ptr, bc_ptr, bc_sig_ptr, epoch, epoch_ptr,
     trace_ptr,
+    own_ptr, own_lo, own_hi,
     ctx,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     A_REMOTE: tl.constexpr, STORE_A: tl.constexpr, WAIT: tl.constexpr,
@@ -192,6 +196,7 @@ def persistent_gemm(
     TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
     USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False, C_TMA: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, DEVICE_EPOCH: tl.constexpr = False,
+    OWN_A: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -251,6 +256,12 @@ def persistent_gemm(
         rn = nb * BLOCK_N + offs_n
         m_mask = rm < row_end
         n_mask = rn < N
+        a_src = a_ptr  # where this tile's A rows are read: a descriptor or a pointer
+        a_row = row0
+        if OWN_A:
+            if (row0 >= own_lo) & (row0 + BLOCK_M <= own_hi):
+                a_src = own_ptr
+                a_row = row0 - own_lo
         if not USE_TMA:
             if A_REMOTE:
                 q = tl.where(m_mask, rm // a_rows, 0)
@@ -259,13 +270,14 @@ def persistent_gemm(
                 a_ptrs = a_ptr + local_row[:, None] * stride_am + offs_k[None, :] * stride_ak
                 a_ptrs = dl.translate_each(a_ptrs, owner[:, None], ctx)
             else:
-                a_ptrs = a_ptr + rm[:, None] * stride_am + offs_k[None, :] * stride_ak
+                a_ptrs = (a_src + (a_row + offs_m)[:, None] * stride_am
+                          + offs_k[None, :] * stride_ak)
             b_ptrs = b_ptr + offs_k[:, None] * stride_bk + rn[None, :] * stride_bn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             k_mask = (k0 + offs_k) < K
             if USE_TMA:
-                a = a_ptr.load([row0, k0])
+                a = a_src.load([a_row, k0])
                 if B_NK:
                     b = b_ptr.load([nb * BLOCK_N, k0]).T
                 else:
@@ -384,6 +396,20 @@ class GemmHooks:
     #: chunks ready, main loop done, end): ``end`` minus ``main loop done`` is the epilogue
     #: (stores, and for reduce-scatter tiles the pushes or the waits for the peers' partials)
     trace: torch.Tensor | None = None
+    #: ``[rows, K]`` row-major, 16-byte aligned (:func:`own_rows_ok`): rows
+    #: ``own_lo .. own_lo + rows`` of A are read from it (``OWN_A``)
+    own_a: torch.Tensor | None = None
+    own_lo: int = 0
+
+
+def own_rows_ok(own: torch.Tensor, a: torch.Tensor, cfg: GemmConfig) -> bool:
+    """Whether the GEMM can read rows of its A (``a``) from ``own`` in place (``OWN_A``):
+    the same row-major layout, 16-byte aligned, and whole row blocks, so no tile reads rows
+    from both."""
+    es = own.element_size()
+    return (own.dim() == 2 and own.shape[0] % cfg.block_m == 0 and own.dtype == a.dtype
+            and own.stride() == (a.stride(0), 1) and a.stride(1) == 1
+            and own.data_ptr() % 16 == 0 and (own.stride(0) * es) % 16 == 0)
 
 
 _TMA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -487,11 +513,16 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
     static = _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma)
     grid, n_blocks, blocks_per_seg, tma_b, c_tma, kwargs = static
     a_arg, b_arg, c_arg = a, b, c
+    own = hooks.own_a
+    own_arg = own if own is not None else dummy
     if tma_b is not None:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         a_arg = TensorDescriptor(a, [a.shape[0], K], [a.stride(0), 1],
                                  [cfg.block_m, cfg.block_k])
+        if own is not None:
+            own_arg = TensorDescriptor(own, [own.shape[0], K], [own.stride(0), 1],
+                                       [cfg.block_m, cfg.block_k])
         if tma_b == "nk":
             w = b.t()
             b_arg = TensorDescriptor(w, [N, K], [w.stride(0), 1], [cfg.block_n, cfg.block_k])
@@ -520,6 +551,7 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
         hooks.epoch,
         hooks.epoch_cell if hooks.epoch_cell is not None else dummy,
         hooks.trace if hooks.trace is not None else dummy,
+        own_arg, hooks.own_lo, hooks.own_lo + (own.shape[0] if own is not None else 0),
         ctx,
     )
     return grid, args, kwargs
@@ -537,7 +569,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
            b.data_ptr() % 16, c.shape, c.stride(), c.dtype, c.data_ptr() % 16, c.device, M,
            seg_rows, num_tiles, cfg, hooks.a_remote, hooks.gathered is not None,
            hooks.wait_sig is not None, hooks.epilogue, hooks.trace is not None,
-           hooks.epoch_cell is not None, use_tma,
+           hooks.epoch_cell is not None, use_tma, hooks.own_a is not None,
            os.environ.get("DITRON_GEMM_TMA", ""))
     static = _STATIC.get(key)
     if static is not None:
@@ -562,7 +594,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
         # triton 3.6 cannot fuse the loops around the reduce-scatter/all-reduce epilogues
         # (TritonGPUFuseNestedLoops fails), so those run unflattened
         FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
-        DEVICE_EPOCH=hooks.epoch_cell is not None,
+        DEVICE_EPOCH=hooks.epoch_cell is not None, OWN_A=hooks.own_a is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     static = (

@@ -49,6 +49,7 @@ from ..kernels.gemm import (
     GemmHooks,
     default_config,
     launch_gemm,
+    own_rows_ok,
 )
 from ..plan import deps as plan_deps
 from ..plan import ir as plan_ir
@@ -317,7 +318,8 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     side stream, on the SMs the GEMM leaves free: ``cfg.programs`` GEMM programs, default
     all SMs but ``COMM_SMS``), both feeding the persistent GEMM, or ``"copy_engine_matmul"``
     (DMA pushes, ``torch.matmul`` per chunk: :func:`_ag_by_chunks`). Pushes read the shard
-    from ``a``, so they do not wait for its copy into my own rows of the buffer.
+    from ``a``; so does the persistent GEMM for my own rows where ``m`` is a whole number
+    of tile rows (``GemmHooks.own_a``), else it reads a copy of them in the buffer.
 
     Reuse: the engine's side stream first waits for this rank's stream, so the push of call
     ``e`` starts after this rank's GEMM of call ``e - 1``, which waited for every peer's
@@ -351,7 +353,10 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
         first = 0
     matmul = engine_name == "copy_engine_matmul"
     mine = slice(rank * m, (rank + 1) * m)
-    if not matmul:  # the persistent GEMM reads every row of A from the buffer
+    # the persistent GEMM reads my own rows from a in place where whole row blocks allow it
+    # (no tile then waits for an own chunk), else from a copy in the buffer
+    in_place = not matmul and own_rows_ok(a, buf, cfg)
+    if not (matmul or in_place):
         buf[mine].copy_(a)
         if graph or (use_stream_memops() and len(ws["own_ids"]) <= 4):
             for chunk in ws["own_ids"]:  # my own chunks are ready once copied
@@ -377,7 +382,8 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     hooks = GemmHooks(wait_lo=ws["waits"].lo, wait_hi=ws["waits"].hi,
                       wait_sig=pad.signals[first:], wait_target=0 if graph else epoch,
-                      epoch_cell=epoch.cell if graph else None)
+                      epoch_cell=epoch.cell if graph else None,
+                      own_a=a if in_place else None, own_lo=rank * m)
     try:
         if matmul:
             _ag_by_chunks(ws["plan"], a, b, buf, c, pad, first, epoch)
@@ -385,7 +391,7 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
             _traced_launch("ag_gemm", buf, b, c, M, order=ws["order"], seg_rows=M, cfg=cfg,
                            hooks=hooks, n_blocks=ws["n_blocks"])
         gathered = buf.clone() if return_gathered else None
-        if matmul and return_gathered:
+        if return_gathered and (matmul or in_place):
             gathered[mine].copy_(a)
     finally:
         if graph:  # done reading the peers' rows of this call (after the GEMM and the

@@ -582,3 +582,64 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
 @pytest.mark.gpu
 def test_tp_gemms_in_cuda_graph():
     assert ditron.launch(_captured_case, 2, 300, 256, 384, 4, backend="cuda") == [24, 24]
+
+
+def _own_rows_case(m: int, K: int, N: int, reps: int) -> list[bool]:
+    """AG-GEMM by pushes with ``m`` a multiple of the tile rows: the persistent GEMM reads
+    the own rows from ``a`` in place (``OWN_A``), eagerly and graph-safe, whole shards and
+    chunks, repeated; returns ``OWN_A`` of every GEMM launch."""
+    from ditron.kernels import gemm
+
+    poison_empty()
+    w = ditron.world()
+    launched: list[bool] = []
+    plain = gemm.gemm_launch
+
+    def spy(*args, **kw):
+        launch = plain(*args, **kw)
+        launched.append(launch[2]["OWN_A"])
+        return launch
+
+    gemm.gemm_launch = spy
+    try:
+        for it in range(reps):
+            for dtype in (torch.float32, torch.bfloat16):
+                torch.manual_seed(300 * it + w.rank)
+                a = torch.randn(m, K, device=w.device).to(dtype)
+                b = torch.randn(N, K, device=w.device).to(dtype).t()
+                ref = _gather(a).double() @ b.double()
+                for graph in (False, True):
+                    for chunk_rows in (None, 8):
+                        with ditron.ops.graph_safe() if graph else _no_context():
+                            c, ga = ditron.ops.ag_gemm(a, b, return_gathered=True,
+                                                       method="overlap", engine="copy_engine",
+                                                       chunk_rows=chunk_rows)
+                        what = f"ag_gemm own rows in place {dtype} graph={graph} {chunk_rows}"
+                        _close(what, c, ref, dtype)
+                        assert torch.equal(ga, _gather(a)), f"{what}: gathered A differs"
+    finally:
+        gemm.gemm_launch = plain
+    return launched
+
+
+def _no_context():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("tma", ["0", "1"])
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ag_gemm_reads_own_rows_in_place(backend, world_size, tma, monkeypatch):
+    # 32 rows per rank: two 16-row tiles (CPU_CONFIG), so no tile mixes own and peer rows;
+    # with DITRON_GEMM_TMA=1 the interpreter emulates the descriptors (own rows: a second one)
+    monkeypatch.setenv("DITRON_GEMM_TMA", tma)
+    launched = ditron.launch(_own_rows_case, world_size, 32, 24, 40, 2, backend=backend)
+    assert launched == [[True] * 16] * world_size
+
+
+@pytest.mark.gpu
+def test_ag_gemm_reads_own_rows_in_place_gpu():
+    # 256 rows per rank: two 128-row tiles of the default GPU config (TMA descriptors on Hopper)
+    launched = ditron.launch(_own_rows_case, 2, 256, 256, 384, 2, backend="cuda")
+    assert launched == [[True] * 16] * 2
