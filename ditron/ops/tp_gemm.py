@@ -351,6 +351,7 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
         epoch = pad.next_epoch()
         buf = ws["shards"][epoch % 2]
         first = 0
+    a = a.contiguous()  # what the engines push (a copy only for a strided input)
     matmul = engine_name == "copy_engine_matmul"
     mine = slice(rank * m, (rank + 1) * m)
     # the persistent GEMM reads my own rows from a in place where whole row blocks allow it

@@ -298,7 +298,9 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
     for it in range(reps):
         for engine, chunk_rows in variants:
             torch.manual_seed(100 * it + w.rank)
-            a = torch.randn(m, K, device=w.device)
+            # the second repetition gives a strided A (a transposed view)
+            a = torch.randn(m, K, device=w.device) if it != 1 else \
+                torch.randn(K, m, device=w.device).t()
             b = torch.randn(K, N, device=w.device)
             ref = _gather(a).double() @ b.double()
             c, ga = ditron.ops.ag_gemm(a, b, return_gathered=True, method="overlap",
