@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -106,7 +107,9 @@ def _fused(op: str, a, b):
         import torch.distributed._symmetric_memory as symm_mem
 
         group = dist.group.WORLD
-        symm_mem.enable_symm_mem_for_group(group.group_name)
+        with warnings.catch_warnings():  # needed by older torch; deprecated (a no-op) later
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(group.group_name)
         if op == "ag_gemm":
             return lambda: torch.ops.symm_mem.fused_all_gather_matmul(
                 a, [b], gather_dim=0, group_name=group.group_name)
