@@ -117,7 +117,7 @@ def _ops_for(name: str, size: int, dtype: torch.dtype, engines: list[str], base_
 
     rt = current()
     w, dev = rt.world.world_size, rt.world.device
-    item = torch.empty((), dtype=dtype).element_size()
+    item = dtype.itemsize
     numel = max(size // item // w, 1) * w
     full = torch.randn(numel, device=dev).to(dtype)
     part = full[: numel // w].clone()
@@ -242,7 +242,7 @@ def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls:
 
     rt = current()
     w, dev = rt.world.world_size, rt.world.device
-    item = torch.empty((), dtype=dtype).element_size()
+    item = dtype.itemsize
     numel = max(size // item // w, 1) * w
     x = torch.randn(numel, device=dev).to(dtype)
     ops = ditron.ops

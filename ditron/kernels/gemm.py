@@ -143,7 +143,7 @@ def fits(cfg: GemmConfig, device: torch.device, dtype: torch.dtype) -> bool:
         return True
     props = torch.cuda.get_device_properties(device)
     limit = getattr(props, "shared_memory_per_block_optin", 0) or 227 * 1024
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     return smem_bytes(cfg, itemsize) <= limit
 
 

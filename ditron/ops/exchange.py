@@ -175,7 +175,7 @@ def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
     w, me = rt.world.world_size, rt.world.rank
     pad = signal_pad(key, 2 * w)
     epoch = pad.next_epoch()
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     raw = _inbox(key, inbox_numel * itemsize)
     inbox = raw[epoch % 2, : inbox_numel * itemsize].view(dtype)
     shm = range(0, 0) if engine == "network" else rt.topo.node_ranks()
@@ -393,7 +393,7 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int):
     rt = current()
     w = rt.world.world_size
     pad_key = f"{key}:graph"
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = numel * dtype.itemsize
     inbox_key = f"{pad_key}:{_inbox_cap(nbytes)}"
     if capturing():
         if rt.cache.get(("workspace", "inbox", inbox_key)) is None:

@@ -171,7 +171,7 @@ def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
     from ..tune.cost_model import overlap_pays
 
     name = torch.cuda.get_device_name(rt.world.device) if rt.world.device.type == "cuda" else ""
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     return Choice(overlap_pays(op, M, N, K, W, itemsize, rt.world.backend, name), cfg)
 
 

@@ -66,7 +66,7 @@ class SymmetricHeap:
         dims = normalize_shape(shape)
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
-        itemsize = torch.empty((), dtype=dtype).element_size()
+        itemsize = dtype.itemsize
         nbytes = math.prod(dims) * itemsize
         padded = max(-(-nbytes // ALIGNMENT), 1) * ALIGNMENT
         offset = self._take(padded)
@@ -170,7 +170,7 @@ class SymmetricHeap:
         """Name the buffer and element holding byte ``offset`` (for diagnostics)."""
         for alloc in self._live.values():
             if alloc.offset <= offset < alloc.offset + alloc.nbytes:
-                itemsize = torch.empty((), dtype=alloc.dtype).element_size()
+                itemsize = alloc.dtype.itemsize
                 return f"{alloc.name}[{(offset - alloc.offset) // itemsize}]"
         return f"heap offset {offset}"
 
