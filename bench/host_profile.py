@@ -68,6 +68,8 @@ def _tp_impls(m: int, n: int, k: int):
 
     return [("ag_gemm/auto", lambda: ops.ag_gemm(a, b)),
             ("ag_gemm/overlap", lambda: ops.ag_gemm(a, b, method="overlap")),
+            ("ag_gemm/copy_engine_matmul",
+             lambda: ops.ag_gemm(a, b, method="overlap", engine="copy_engine_matmul")),
             ("ag_gemm/baseline", base_ag), ("gemm_rs/auto", lambda: ops.gemm_rs(a_rs, b_rs)),
             ("gemm_rs/copy_engine",
              lambda: ops.gemm_rs(a_rs, b_rs, method="overlap", engine="copy_engine")),
