@@ -30,7 +30,14 @@ Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for
   partials and stores the sum in ``c`` (``[seg_rows, N]``). 2 (all-reduce): as 1, and the
   reduced own tile is stored in ``c`` (``[M, N]``) and pushed into every peer's ``bc`` with
   signal ``bc_sig[tile] = epoch``; after its tiles each program waits for the peers' reduced
-  tiles and copies them from ``bc`` to ``c``.
+  tiles and copies them from ``bc`` to ``c``. 3 (reduce-scatter through the copy engine):
+  a tile of peer ``d``'s rows is stored locally into ``send[d]`` (``[W, seg_rows, N]``, the
+  layout of ``recv``) and adds 1 to the counter ``count[d * C + chunk]`` (release, at the
+  next tile or before any wait; ``C`` chunks of ``chunk_blocks`` row blocks per segment),
+  which the copy engine waits for before it moves the chunk; an own tile (``WAIT``: its
+  chunk's partials have landed in ``recv``) adds ``recv[q]`` for every peer ``q`` (``WORLD``
+  ranks, unrolled) and stores the sum in ``c`` (``[seg_rows, N]``). Written without
+  branches, so the loops can be flattened.
 * ``DEVICE_EPOCH`` (CUDA-graph-safe callers): ``epoch`` and ``wait_target`` are read from
   ``epoch_ptr[0]``, and ``recv`` / ``bc`` are half 0 of double buffers, the kernel taking
   half ``epoch % 2``, so a replayed launch serves a new call.
@@ -66,6 +73,7 @@ from ..runtime.triton_launch import FastKernel
 EPI_STORE = 0
 EPI_REDUCE_SCATTER = 1
 EPI_ALL_REDUCE = 2
+EPI_RS_COPY_ENGINE = 3
 #: int64 slots per tile in the trace buffer (``GemmHooks.trace``; the kernel writes 5)
 TRACE_FIELDS = 5
 
@@ -189,6 +197,7 @@ def persistent_gemm(
     rs_sig_ptr, bc_ptr, bc_sig_ptr, epoch, epoch_ptr,
     trace_ptr,
     own_ptr, own_lo, own_hi,
+    send_ptr, count_ptr, chunk_blocks,
     ctx,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     A_REMOTE: tl.constexpr, STORE_A: tl.constexpr, WAIT: tl.constexpr,
@@ -196,7 +205,7 @@ def persistent_gemm(
     TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
     USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False, C_TMA: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, DEVICE_EPOCH: tl.constexpr = False,
-    OWN_A: tl.constexpr = False,
+    OWN_A: tl.constexpr = False, WORLD: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -222,12 +231,19 @@ def persistent_gemm(
     # two programs can wait on each other
     pend_slot = tl.full((), -1, tl.int64)
     pend_peer = tl.full((), 0, tl.int32)
+    n_chunks = tl.cdiv(blocks_per_seg, chunk_blocks)
     for i in tl.range(pid, num_tiles, nprog, flatten=FLATTEN):
         tile = tl.load(order_ptr + i)
         mb = tile // n_blocks
         nb = tile % n_blocks
         seg, seg_start, row0, row_end = _tile_rows(mb, seg_rows, blocks_per_seg, M, BLOCK_M)
         waited = False
+        if EPILOGUE == 3:
+            if (seg == ctx.rank) & (pend_slot >= 0):
+                # the last peer tile's count goes out before this tile's wait: the peers'
+                # partials may depend on it (through their copy engines' counts)
+                dl.notify(count_ptr + pend_slot, 1, ctx.rank, ctx, op="add")
+                pend_slot = tl.full((), -1, tl.int64)
         if TRACE:
             t_start = _clock(trace_ptr, GPU_TIMER)
             tl.store(trace_ptr + 1 + i * 5, tile.to(tl.int64))
@@ -307,6 +323,23 @@ def persistent_gemm(
             out_dtype = c_ptr.dtype.element_ty
             c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
             tl.store(c_ptrs, acc.to(out_dtype), mask=tile_mask)
+        elif EPILOGUE == 3:
+            # branch-free (masked loads, a selected destination): triton 3.6 can flatten it
+            out_dtype = c_ptr.dtype.element_ty
+            local_rows = (rm - seg_start)[:, None]
+            tile_at = local_rows * stride_rm + rn[None, :] * stride_rn
+            own = seg == ctx.rank
+            for s in tl.static_range(WORLD):  # own tiles: add the peers' partials
+                part = tl.load(recv_ptr + s * stride_rs + tile_at,
+                               mask=tile_mask & own & (s != ctx.rank), other=0.0)
+                acc += part.to(tl.float32)
+            dst = tl.where(own, c_ptr + local_rows * stride_cm + rn[None, :] * stride_cn,
+                           send_ptr + seg * stride_rs + tile_at)
+            tl.store(dst, acc.to(out_dtype), mask=tile_mask)
+            if pend_slot >= 0:
+                dl.notify(count_ptr + pend_slot, 1, ctx.rank, ctx, op="add")
+            chunk = (mb % blocks_per_seg) // chunk_blocks
+            pend_slot = tl.where(own, -1, (seg * n_chunks + chunk).to(tl.int64))
         else:
             out_dtype = c_ptr.dtype.element_ty
             local_rows = rm - seg_start
@@ -346,7 +379,10 @@ def persistent_gemm(
                         p += 1
         if TRACE:
             tl.store(trace_ptr + 5 + i * 5, _clock(trace_ptr, GPU_TIMER))
-    if EPILOGUE != 0:
+    if EPILOGUE == 3:
+        if pend_slot >= 0:
+            dl.notify(count_ptr + pend_slot, 1, ctx.rank, ctx, op="add")
+    elif EPILOGUE != 0:
         if pend_slot >= 0:
             dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)
     if EPILOGUE == 2:
@@ -400,6 +436,11 @@ class GemmHooks:
     #: ``own_lo .. own_lo + rows`` of A are read from it (``OWN_A``)
     own_a: torch.Tensor | None = None
     own_lo: int = 0
+    #: ``EPI_RS_COPY_ENGINE``: ``[W, seg_rows, N]`` local partials for the peers (``recv``'s
+    #: layout), the int64 chunk counters, and the row blocks per chunk
+    send: torch.Tensor | None = None
+    count: torch.Tensor | None = None
+    chunk_blocks: int = 1
 
 
 def own_rows_ok(own: torch.Tensor, a: torch.Tensor, cfg: GemmConfig) -> bool:
@@ -552,6 +593,8 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
         hooks.epoch_cell if hooks.epoch_cell is not None else dummy,
         hooks.trace if hooks.trace is not None else dummy,
         own_arg, hooks.own_lo, hooks.own_lo + (own.shape[0] if own is not None else 0),
+        hooks.send if hooks.send is not None else c,
+        hooks.count if hooks.count is not None else dummy, hooks.chunk_blocks,
         ctx,
     )
     return grid, args, kwargs
@@ -591,10 +634,11 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", UPCAST=_interpreted(),
         TRACE=hooks.trace is not None, GPU_TIMER=c.device.type == "cuda",
         USE_TMA=tma_b is not None, B_NK=tma_b == "nk", C_TMA=c_tma,
-        # triton 3.6 cannot fuse the loops around the reduce-scatter/all-reduce epilogues
-        # (TritonGPUFuseNestedLoops fails), so those run unflattened
-        FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
+        # triton 3.6 cannot fuse the loops around the branchy reduce-scatter/all-reduce
+        # epilogues 1 and 2 (TritonGPUFuseNestedLoops fails), so those run unflattened
+        FLATTEN=cfg.flatten and hooks.epilogue in (EPI_STORE, EPI_RS_COPY_ENGINE),
         DEVICE_EPOCH=hooks.epoch_cell is not None, OWN_A=hooks.own_a is not None,
+        WORLD=hooks.recv.shape[0] if hooks.epilogue == EPI_RS_COPY_ENGINE else 1,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     static = (

@@ -69,10 +69,14 @@ def gather_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_si
 
 def scatter_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_size: int,
                   group_m: int = 8) -> torch.Tensor:
-    """GEMM-RS order: tiles for ``rank+1`` first, then ``rank+2``, ..., own tiles last."""
+    """GEMM-RS order: tiles for ``rank+1`` first, then ``rank+2``, ..., own tiles last,
+    grouped within each segment: every peer tile precedes every own tile, so a program
+    never waits (own tiles wait for the peers' partials) with peer tiles still to do."""
     segs = [(rank + i) % world_size for i in range(1, world_size)] + [rank]
-    mbs = _segment_blocks(seg_of_block, segs)
-    return torch.tensor(grouped(mbs, n_blocks, group_m), dtype=torch.int32)
+    tiles: list[int] = []
+    for s in segs:
+        tiles += grouped(_segment_blocks(seg_of_block, [s]), n_blocks, group_m)
+    return torch.tensor(tiles, dtype=torch.int32)
 
 
 def allreduce_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_size: int,

@@ -32,6 +32,7 @@ then hang in its waits until ``DITRON_WAIT_TIMEOUT`` raises.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import torch
@@ -60,6 +61,8 @@ from ..runtime.symmetric import context
 from ..runtime.world import current
 from .exchange import CHUNK_SLOTS, PULL_MAX_CHUNKS, engine_instance, open_chunked, sum_slots
 from .graphs import capturing, graph_mode, require_warm
+from .rs_copy_engine_gemm import ENGINE as RS_PERSISTENT
+from .rs_copy_engine_gemm import rs_copy_engine_gemm
 from .workspaces import alloc_buffers, cached
 
 METHODS = ("auto", "overlap", "fallback")
@@ -69,7 +72,7 @@ AG_GRAPH_ENGINES = ("copy_engine", "copy_engine_matmul")
 #: SMs the "sm" AG-GEMM engine takes for its pushes when the tile config does not say
 #: (``GemmConfig.programs``: the GEMM's programs; the engine gets the device's other SMs)
 COMM_SMS = 16
-RS_ENGINES = ("colocated", "copy_engine", "copy_engine_pull")
+RS_ENGINES = ("colocated", "copy_engine", "copy_engine_pull", RS_PERSISTENT)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -476,6 +479,11 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
       published; each rank pulls its rows' partials with the copy engine straight into
       the result, and its own rows' GEMM accumulates onto them (``addmm``) chunk by chunk
       (default ``RS_PULL_CHUNKS`` chunks per segment): no separate sum.
+    * ``"copy_engine_persistent"``: one launch of the persistent GEMM in the scatter order;
+      peers' tiles are stored locally and counted per chunk, the copy engine pushes each
+      chunk once counted, and the own tiles add the peers' partials in their epilogue
+      (``ops/rs_copy_engine_gemm.py``; ``chunk_rows`` rounded up to whole row blocks,
+      default two chunks per segment; graph-safe as is).
 
     Partials travel in the input dtype; sums accumulate in fp32 (``"copy_engine_pull"``
     adds the peers' partials to the own rows' fp32 accumulator; the other engines sum in
@@ -509,6 +517,9 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         return _rs_by_segments(a, b, rows, graph)
     if rs_engine == "copy_engine_pull":
         return _rs_pulled(a, b, rows, graph)
+    if rs_engine == RS_PERSISTENT:
+        return rs_copy_engine_gemm(a, b, choice.config, rows,
+                                   functools.partial(_traced_launch, "gemm_rs"))
     return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
 
 
