@@ -36,7 +36,7 @@ import torch
 import triton
 
 from ..engines.base import Signal, Transfer
-from ..engines.sync import notify_peers, use_stream_memops
+from ..engines.sync import notify_one, notify_peers, use_stream_memops, wait_one
 from ..kernels import swizzle
 from ..kernels.gemm import EPI_RS_COPY_ENGINE, GemmConfig, GemmHooks
 from ..runtime.barrier import barrier
@@ -101,9 +101,10 @@ def layout(W: int, seg: int, N: int, cfg: GemmConfig, chunk_rows: int | None) ->
 
 def _workspace(tag: str, lay: Layout, N: int, dtype: torch.dtype):
     """``(send, recv, pad)``, made on first use (collective): ``free`` starts raised."""
+    rt = current()
     key = _key(tag, lay, N, dtype)
     pad_key = f"{tag}:{lay.seg}x{N}:{dtype}:{lay.chunks}"
-    if capturing() and current().cache.get(("workspace", *key)) is None:
+    if capturing() and rt.cache.get(("workspace", *key)) is None:
         raise not_warmed("gemm_rs")
 
     def build():
@@ -111,6 +112,12 @@ def _workspace(tag: str, lay: Layout, N: int, dtype: torch.dtype):
                               ((lay.W, lay.seg, N), dtype, f"{tag}:recv")], pad_key)
         pad = signal_pad(pad_key, lay.slots)
         pad.signals[lay.free_base:lay.free_base + lay.W].fill_(1)
+        if rt.world.backend == "cuda" and not use_stream_memops():
+            # the copy engine's waits and signals are kernels then: load them now, not
+            # while a GEMM waits for them (see the launch order below)
+            me = rt.world.rank
+            wait_one(pad, lay.free_base + me, 1)
+            notify_one(pad, lay.free_base + me, 1, me)
         barrier()  # every rank's flags are set before any copy engine reads them
         return bufs
 
@@ -143,10 +150,11 @@ def _tables(lay: Layout, n_blocks: int, cfg: GemmConfig, me: int, device) -> tup
     return hit
 
 
-def _queue_pushes(lay: Layout, send, recv, pad: SignalPad, me: int) -> None:
-    """Queue the copy engine's side of one call (before the GEMM: on the CPU backend the
-    GEMM runs to its end inside the launch): per peer ``d``, wait for and clear ``free[d]``;
-    per chunk, wait for and clear its count, push it, raise ``d``'s ready flag."""
+def _queue_pushes(lay: Layout, send, recv, pad: SignalPad, me: int,
+                  since: object | None = None) -> None:
+    """Queue the copy engine's side of one call (``since``: a mark taken before the GEMM's
+    launch): per peer ``d``, wait for and clear ``free[d]``; per chunk, wait for and clear
+    its count, push it, raise ``d``'s ready flag."""
     none = pad.signals[:0]
     moves = []
     for step in range(1, lay.W):
@@ -159,14 +167,15 @@ def _queue_pushes(lay: Layout, send, recv, pad: SignalPad, me: int) -> None:
                                   after=Signal(pad, n, lay.tiles[c])))
             moves.append(Transfer(send[d, lo:hi], recv[me, lo:hi], me, d,
                                   Signal(pad, lay.ready(c, me, d), 1)))
-    engine_instance("copy_engine").issue(moves)
+    engine_instance("copy_engine").issue(moves, since=since)
 
 
 def rs_copy_engine_gemm(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig,
                         chunk_rows: int | None, launch) -> torch.Tensor:
     """``reduce_scatter(a @ b)`` on one node (``W >= 2``), as the module docstring says.
-    ``launch(a, b, c, M, order=, seg_rows=, cfg=, hooks=, n_blocks=)`` runs the GEMM (the
-    caller's traced launch). Returns ``[M / W, N]``."""
+    ``launch(a, b, c, M, order=, seg_rows=, cfg=, hooks=, n_blocks=, then=)`` runs the GEMM
+    (the caller's traced launch), then ``then()`` before it waits for anything. Returns
+    ``[M / W, N]``."""
     rt = current()
     W, me = rt.world.world_size, rt.world.rank
     M, N = a.shape[0], b.shape[1]
@@ -181,22 +190,33 @@ def rs_copy_engine_gemm(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig,
     send, recv, pad = _workspace(tag, lay, N, a.dtype)
     n_blocks = triton.cdiv(N, cfg.block_n)
     order, wait_lo, wait_hi = _tables(lay, n_blocks, cfg, me, a.device)
-    _queue_pushes(lay, send, recv, pad, me)
     c = torch.empty((seg, N), dtype=a.dtype, device=a.device)
     hooks = GemmHooks(epilogue=EPI_RS_COPY_ENGINE, recv=recv, send=send,
                       count=pad.signals[lay.count_base:], chunk_blocks=lay.chunk_blocks,
                       wait_lo=wait_lo, wait_hi=wait_hi, wait_sig=pad.signals, wait_target=1)
     engine = engine_instance("copy_engine")
+    # Host order: on CUDA the GEMM is launched before the copy engine's waits for it are
+    # queued (they start from a mark taken before the launch, so they run beside it): the
+    # launch may load the kernel, which can synchronise the context (lazy loading), and must
+    # not find queued work that waits for a kernel not launched yet. The CPU backend's
+    # interpreter runs the GEMM to its end inside the launch, so its worker thread gets the
+    # pushes first.
+    queued = rt.world.backend == "cpu"
+    if queued:
+        _queue_pushes(lay, send, recv, pad, me)
+    start = engine.mark()
+    then = None if queued else lambda: _queue_pushes(lay, send, recv, pad, me, since=start)
     try:
         launch(a, b, c, M, order=order, seg_rows=seg, cfg=cfg, hooks=hooks,
-               n_blocks=n_blocks)
+               n_blocks=n_blocks, then=then)
     except BaseException:
-        # (a tile config that does not load fails on every rank alike) let my copy engine
-        # finish, then start this workspace afresh: its flags are mid-call on every rank
-        pad.signals[lay.count_base:lay.free_base].fill_(1 << 62)
-        engine.drain()
-        barrier()  # nobody pushes into the buffers any more
-        drop(_key(tag, lay, N, a.dtype))
+        if queued:
+            # (a tile config that does not load fails on every rank alike) let my copy
+            # engine finish, then start this workspace afresh: its flags are mid-call
+            pad.signals[lay.count_base:lay.free_base].fill_(1 << 62)
+            engine.drain()
+            barrier()  # nobody pushes into the buffers any more
+            drop(_key(tag, lay, N, a.dtype))
         raise
     engine.drain()
     # my GEMM has read every partial: clear my ready flags, then tell the peers

@@ -185,17 +185,23 @@ def _after_launch() -> None:
 
 
 def _traced_launch(op: str, a, b, c, M: int, *, order, seg_rows: int, cfg: GemmConfig,
-                   hooks: GemmHooks, n_blocks: int, ctx=None) -> None:
-    """``launch_gemm``, recording the overlap trace when ``ditron.trace`` is on."""
+                   hooks: GemmHooks, n_blocks: int, ctx=None, then=None) -> None:
+    """``launch_gemm``, recording the overlap trace when ``ditron.trace`` is on. ``then()``
+    runs right after the launch (before the trace waits for the kernel): what must be
+    queued for the kernel to finish."""
     from .. import trace
 
     if not trace.enabled() or capturing():
         launch_gemm(a, b, c, M, order=order, seg_rows=seg_rows, cfg=cfg, hooks=hooks, ctx=ctx)
+        if then is not None:
+            then()
         return
     hooks.trace = torch.zeros(1 + TRACE_FIELDS * order.numel(), dtype=torch.int64,
                               device=c.device)
     t0 = trace.host_clock()
     launch_gemm(a, b, c, M, order=order, seg_rows=seg_rows, cfg=cfg, hooks=hooks, ctx=ctx)
+    if then is not None:
+        then()
     current().backend.synchronize(c.device)
     trace.record(op, hooks.trace.cpu(), n_blocks, t0, trace.host_clock())
 

@@ -384,7 +384,18 @@ def _persistent_case(m: int, K: int, N: int, reps: int) -> int:
                     checks += 1
             other = ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine")
             _close("gemm_rs[copy_engine] between", other, full, dtype)
-    return checks
+    # traced: the trace waits for the kernel only after the copy engine's side is queued
+    from ditron import trace
+
+    trace.enable(True)
+    try:
+        rs = ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_persistent")
+    finally:
+        trace.enable(False)
+    _close("gemm_rs[copy_engine_persistent] traced", rs, full, dtype)
+    tiles = [e for e in trace.events() if e["name"].startswith("tile ")]
+    assert tiles, "the traced call recorded no tile"
+    return checks + 1
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
@@ -392,7 +403,13 @@ def test_gemm_rs_persistent_matches_torch(backend, world_size):
     # 37 rows per rank: three 16-row blocks, the last one short; chunk_rows 10 and 1 round up
     # to one block per chunk (16+16+5 rows), the default to two blocks (32+5)
     assert ditron.launch(_persistent_case, world_size, 37, 20, 40, 2,
-                         backend=backend) == [24] * world_size
+                         backend=backend) == [25] * world_size
+
+
+@pytest.mark.gpu
+def test_gemm_rs_persistent_gpu():
+    # 300 rows per rank: three 128-row blocks (the last short), chunks of one and two blocks
+    assert ditron.launch(_persistent_case, 2, 300, 256, 384, 1, backend="cuda") == [13, 13]
 
 
 def _failed_launch_case(m: int, K: int, N: int) -> int:
