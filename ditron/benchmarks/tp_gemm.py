@@ -23,8 +23,8 @@ the JSON and after each table).
 With ``--graphs`` (GPU) ``T_gemm``, ``T_comm``, the baseline, ``ditron``, ``auto`` and, for
 GEMM-RS, ``ditron_ce`` (``method="overlap", engine="copy_engine"``), and each op's other
 engine (``ALT``, also timed eagerly: ``ditron_pull``, GEMM-RS with
-``engine="copy_engine_pull"``; ``ditron_matmul``, AG-GEMM with
-``engine="copy_engine_matmul"``) are also timed under CUDA
+``engine="copy_engine_pull"``, or ``ditron_<engine>`` with ``--alt-rs <engine>``;
+``ditron_matmul``, AG-GEMM with ``engine="copy_engine_matmul"``) are also timed under CUDA
 graphs (``--batch`` calls captured in one graph per candidate; the replays timed in the same
 rotating rounds; Ditron's calls take their graph-safe variants, warmed up inside
 ``ditron.ops.graph_safe()``): no launch cost on either side. Keys ``graph_*``; a second
@@ -120,8 +120,8 @@ def _fused(op: str, a, b):
 
 
 def _measure(rows, dtype, warmup: int, iters: int, tune: bool = False,
-             batch: int = 1, graphs: bool = False) -> list[dict]:
-    return [_measure_one(op, M, N, K, dtype, warmup, iters, tune, batch, graphs)
+             batch: int = 1, graphs: bool = False, alt_rs: str | None = None) -> list[dict]:
+    return [_measure_one(op, M, N, K, dtype, warmup, iters, tune, batch, graphs, alt_rs)
             for op, M, N, K in rows]
 
 
@@ -156,7 +156,8 @@ def _tune(op: str, M: int, N: int, K: int, dtype) -> dict:
 
 
 def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int,
-                 tune: bool = False, batch: int = 1, graphs: bool = False) -> dict:
+                 tune: bool = False, batch: int = 1, graphs: bool = False,
+                 alt_rs: str | None = None) -> dict:
     import ditron
     from ditron.runtime.world import current
     from ditron.tune.tuner import agreed_median, rotations, time_calls
@@ -193,6 +194,9 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         cands["torch_fused"] = fused
     if W > 1:  # each op's other engine, timed beside its default one
         alt_key, alt_engine = ALT[op]
+        if op == "gemm_rs" and alt_rs and alt_rs != alt_engine:
+            alt_key, alt_engine = f"ditron_{alt_rs}", alt_rs
+        row["alt"], row["alt_engine"] = alt_key, alt_engine
         cands[alt_key] = lambda: fn(a, b, method="overlap", engine=alt_engine)
     graph_cands = dict(cands)
     if op == "gemm_rs" and W > 1:
@@ -223,7 +227,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         # one graph of ``batch`` calls per candidate, replays timed in rotating rounds
         captured = {}
         for name in ("t_gemm", "t_comm", "baseline", "ditron", "auto", "ditron_ce",
-                     "ditron_pull", "ditron_matmul"):
+                     row.get("alt", "")):
             if name not in graph_cands or (name in ("t_comm", "baseline")
                                            and not collectives_capturable()):
                 continue
@@ -251,8 +255,8 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         t_gemm, t_comm = row.get(f"{prefix}t_gemm"), row.get(f"{prefix}t_comm")
         if not (t_gemm and t_comm):
             continue  # the bound needs both (T_comm is not captured where gloo runs it)
-        for name in ("baseline", "ditron", "auto", "torch_fused", "ditron_ce", "ditron_pull",
-                     "ditron_matmul"):
+        for name in ("baseline", "ditron", "auto", "torch_fused", "ditron_ce",
+                     row.get("alt", "")):
             if row.get(prefix + name):
                 row[f"{prefix}eff_{name}"] = max(t_gemm, t_comm) / row[prefix + name]
         if row.get(prefix + "ditron") and row.get(prefix + "baseline"):
@@ -261,8 +265,8 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
 
 
 def alt(row: dict) -> str:
-    """The result key of ``row``'s other engine (``ALT``)."""
-    return ALT[row["op"]][0]
+    """The result key of ``row``'s other engine (``ALT``, or ``--alt-rs``)."""
+    return row.get("alt") or ALT[row["op"]][0]
 
 
 def _cell(value: float | None, width: int, digits: int = 2) -> str:
@@ -289,7 +293,8 @@ def _table(results: list[dict]) -> str:
     lines.append("times in us (median, slowest rank); eff = max(T_gemm, T_comm) / T_op; "
                  "ditron = method='overlap' (default engine and tiles), auto = the default "
                  "call (the tuned decision when one is cached); alt = method='overlap' with "
-                 "engine='copy_engine_pull' (GEMM-RS) or 'copy_engine_matmul' (AG-GEMM)")
+                 "engine=" + "/".join(sorted({repr(r.get("alt_engine", ALT[r["op"]][1]))
+                                              for r in results})))
     if any("graph_ditron" in r for r in results):
         head = (f"{'op':8} {'M':>6} {'N':>6} {'K':>6} {'T_gemm':>9} {'T_comm':>9} {'base':>9} "
                 f"{'ditron':>9} {'auto':>9} {'ce':>9} {'alt':>9} {'speedup':>7} {'eff':>5} "
@@ -358,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                         "launch cost then shows only where it exceeds the GPU time")
     p.add_argument("--tune", action="store_true",
                    help="run the tuner per shape first (cached on disk; 'auto' then uses it)")
+    p.add_argument("--alt-rs", default=None, metavar="ENGINE",
+                   help="the GEMM-RS engine timed in the 'alt' column (default: "
+                        "copy_engine_pull)")
     p.add_argument("--graphs", action="store_true",
                    help="also time the GEMM, the collective, the baseline and the overlapped "
                         "op under CUDA graphs (GPU only)")
@@ -379,12 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     batch = args.batch or (5 if backend == "cuda" else 1)
     if ditron.is_initialized():
         results = _measure(rows, dtype, args.warmup, args.iters, args.tune, batch,
-                           args.graphs)
+                           args.graphs, args.alt_rs)
         if ditron.world().rank != 0:
             return 0
     else:
         results = ditron.launch(_measure, W, rows, dtype, args.warmup, args.iters, args.tune,
-                                batch, args.graphs, backend=backend)[0]
+                                batch, args.graphs, args.alt_rs, backend=backend)[0]
     print(_table(results))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "tp_gemm.json"), "w") as f:

@@ -3,18 +3,19 @@
 ``gemm_rs(..., engine="copy_engine_persistent")``: the whole local GEMM is one launch of the
 persistent GEMM in the scatter order (rank ``r+1``'s rows first, own rows last; no wave
 boundary between the halves, no stream-ordered gap between chunks). A tile of peer ``d``'s
-rows is stored *locally* into ``send[d]`` and counted per chunk; the copy engine, queued
-before the GEMM on its side stream, waits (stream-ordered, no SM) for each chunk's count,
-pushes the chunk into ``d``'s ``recv[me]`` and raises ``d``'s ready flag; an own tile waits
-for its chunk's flags and adds the peers' partials in its epilogue (fp32).
+rows is stored *locally* into ``send[d]``; the tile order runs chunk by chunk, and after
+each chunk every program of the GEMM counts it; the copy engine, on its side stream beside
+the GEMM, waits (stream-ordered, no SM) for each chunk's count, pushes the chunk into
+``d``'s ``recv[me]`` and raises ``d``'s ready flag; an own tile waits for its chunk's flags
+and adds the peers' partials in its epilogue (fp32).
 
 Buffers (symmetric, per shape and chunking): ``send`` and ``recv``, ``[W, seg, N]``. Pad
 slots (``C`` chunks per segment):
 
 * ``ready[c * (W-1) + k]``, ``k = (q - me - 1) % W``: rank ``q``'s chunk ``c`` is in my
   ``recv[q]``; set to 1 by ``q``'s copy engine, waited for by my own tiles of chunk ``c``;
-* ``count[d * C + c]``: my tiles of chunk ``c`` of ``d``'s rows stored (``T_c`` of them);
-  waited for and cleared by my copy engine;
+* ``count[d * C + c]``: how many of my GEMM's ``P`` programs are past chunk ``c`` of
+  ``d``'s rows; waited for (``>= P``) and cleared by my copy engine;
 * ``free[d]``: ``d`` has read what I pushed it in the previous call; set by ``d`` after its
   GEMM, waited for and cleared by my copy engine before its first push to ``d``.
 
@@ -38,7 +39,7 @@ import triton
 from ..engines.base import Signal, Transfer
 from ..engines.sync import notify_one, notify_peers, use_stream_memops, wait_one
 from ..kernels import swizzle
-from ..kernels.gemm import EPI_RS_COPY_ENGINE, GemmConfig, GemmHooks
+from ..kernels.gemm import EPI_RS_COPY_ENGINE, GemmConfig, GemmHooks, num_programs
 from ..runtime.barrier import barrier
 from ..runtime.signals import SignalPad, signal_pad
 from ..runtime.world import current
@@ -54,7 +55,7 @@ DEFAULT_CHUNKS = 2
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """Where one shape's tiles, chunks and flags are (host metadata, no heap tensors)."""
+    """Where one shape's chunks and flags are (host metadata, no heap tensors)."""
 
     W: int
     seg: int
@@ -62,8 +63,6 @@ class Layout:
     chunks: int
     #: ``(lo, hi)`` rows of each chunk within a segment
     bounds: tuple[tuple[int, int], ...]
-    #: tiles per chunk (what ``count`` reaches)
-    tiles: tuple[int, ...]
 
     @property
     def count_base(self) -> int:
@@ -82,21 +81,20 @@ class Layout:
         return c * (self.W - 1) + (src - dst - 1) % self.W
 
     def count(self, d: int, c: int) -> int:
-        return self.count_base + d * self.chunks + c
+        """Chunk ``c`` of ``d``'s rows, counted (relative to ``count_base``)."""
+        return d * self.chunks + c
 
 
-def layout(W: int, seg: int, N: int, cfg: GemmConfig, chunk_rows: int | None) -> Layout:
+def layout(W: int, seg: int, cfg: GemmConfig, chunk_rows: int | None) -> Layout:
     """Chunks of whole row blocks: ``chunk_rows`` rounded up to a row block (default: a
     segment in ``DEFAULT_CHUNKS``), at most ``PULL_MAX_CHUNKS`` per segment."""
     bps = triton.cdiv(seg, cfg.block_m)
     rows = chunk_rows or triton.cdiv(seg, DEFAULT_CHUNKS)
     cb = max(triton.cdiv(rows, cfg.block_m), triton.cdiv(bps, PULL_MAX_CHUNKS))
     chunks = triton.cdiv(bps, cb)
-    n_blocks = triton.cdiv(N, cfg.block_n)
     bounds = tuple((c * cb * cfg.block_m, min(seg, (c + 1) * cb * cfg.block_m))
                    for c in range(chunks))
-    tiles = tuple((min(bps, (c + 1) * cb) - c * cb) * n_blocks for c in range(chunks))
-    return Layout(W, seg, cb, chunks, bounds, tiles)
+    return Layout(W, seg, cb, chunks, bounds)
 
 
 def _workspace(tag: str, lay: Layout, N: int, dtype: torch.dtype):
@@ -130,31 +128,43 @@ def _key(tag: str, lay: Layout, N: int, dtype: torch.dtype) -> tuple:
 
 
 def _tables(lay: Layout, n_blocks: int, cfg: GemmConfig, me: int, device) -> tuple:
-    """``(order, wait_lo, wait_hi)``: the scatter order, and per row block the ready slots its
-    tiles wait for (own blocks: their chunk's ``W - 1`` flags; others: none)."""
+    """``(order, wait_lo, wait_hi, phases)``: the tile order (chunk by chunk of ``me+1``'s
+    rows, then ``me+2``'s, ..., own rows last; grouped within each chunk), per row block
+    the ready slots its tiles wait for (own blocks: their chunk's ``W - 1`` flags; others:
+    none), and the phases of ``EPI_RS_COPY_ENGINE`` (a run per peer chunk, raising its
+    count; the own rows, raising none)."""
     key = ("gemm_rs:persistent:tables", lay, n_blocks, cfg.group_m, me, device)
     rt = current()
     hit = rt.cache.get(key)
     if hit is None:
         bps = triton.cdiv(lay.seg, cfg.block_m)
-        owner = [mb // bps for mb in range(lay.W * bps)]
-        order = swizzle.scatter_order(owner, n_blocks, me, lay.W, group_m=cfg.group_m)
-        lo = [1] * len(owner)
-        hi = [0] * len(owner)
+        order: list[int] = []
+        phases: list[tuple[int, int]] = []
+        for step in range(1, lay.W):
+            d = (me + step) % lay.W
+            for c in range(lay.chunks):
+                first = d * bps + c * lay.chunk_blocks
+                blocks = range(first, min((d + 1) * bps, first + lay.chunk_blocks))
+                order += swizzle.grouped(blocks, n_blocks, cfg.group_m)
+                phases.append((len(order), lay.count(d, c)))
+        order += swizzle.grouped(range(me * bps, (me + 1) * bps), n_blocks, cfg.group_m)
+        phases.append((len(order), -1))
+        lo = [1] * (lay.W * bps)
+        hi = [0] * (lay.W * bps)
         for mb in range(me * bps, (me + 1) * bps):
             c = (mb - me * bps) // lay.chunk_blocks
             lo[mb], hi[mb] = c * (lay.W - 1), c * (lay.W - 1) + lay.W - 2
-        hit = rt.cache[key] = (order.to(device),
-                               *(torch.tensor(t, dtype=torch.int32, device=device)
-                                 for t in (lo, hi)))
+        hit = rt.cache[key] = tuple(torch.tensor(t, dtype=torch.int32, device=device)
+                                    for t in (order, lo, hi, phases))
     return hit
 
 
-def _queue_pushes(lay: Layout, send, recv, pad: SignalPad, me: int,
+def _queue_pushes(lay: Layout, send, recv, pad: SignalPad, me: int, programs: int,
                   since: object | None = None) -> None:
     """Queue the copy engine's side of one call (``since``: a mark taken before the GEMM's
-    launch): per peer ``d``, wait for and clear ``free[d]``; per chunk, wait for and clear
-    its count, push it, raise ``d``'s ready flag."""
+    launch): per peer ``d``, wait for and clear ``free[d]``; per chunk, wait until each of
+    the GEMM's ``programs`` has counted it and clear the count, push it, raise ``d``'s
+    ready flag."""
     none = pad.signals[:0]
     moves = []
     for step in range(1, lay.W):
@@ -162,9 +172,9 @@ def _queue_pushes(lay: Layout, send, recv, pad: SignalPad, me: int,
         f = lay.free_base + d
         moves.append(Transfer(none, none, me, me, Signal(pad, f, 0), after=Signal(pad, f, 1)))
         for c, (lo, hi) in enumerate(lay.bounds):
-            n = lay.count(d, c)
+            n = lay.count_base + lay.count(d, c)
             moves.append(Transfer(none, none, me, me, Signal(pad, n, 0),
-                                  after=Signal(pad, n, lay.tiles[c])))
+                                  after=Signal(pad, n, programs)))
             moves.append(Transfer(send[d, lo:hi], recv[me, lo:hi], me, d,
                                   Signal(pad, lay.ready(c, me, d), 1)))
     engine_instance("copy_engine").issue(moves, since=since)
@@ -185,14 +195,15 @@ def rs_copy_engine_gemm(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig,
         # programs, which spin until the peers' copy engines have moved their chunks
         sms = torch.cuda.get_device_properties(a.device).multi_processor_count
         cfg = dataclasses.replace(cfg, programs=max(1, sms - 1))
-    lay = layout(W, seg, N, cfg, chunk_rows)
+    lay = layout(W, seg, cfg, chunk_rows)
     tag = f"gemm_rs:{ENGINE}"
     send, recv, pad = _workspace(tag, lay, N, a.dtype)
     n_blocks = triton.cdiv(N, cfg.block_n)
-    order, wait_lo, wait_hi = _tables(lay, n_blocks, cfg, me, a.device)
+    order, wait_lo, wait_hi, phases = _tables(lay, n_blocks, cfg, me, a.device)
+    programs = num_programs(cfg, a.device, order.numel())
     c = torch.empty((seg, N), dtype=a.dtype, device=a.device)
     hooks = GemmHooks(epilogue=EPI_RS_COPY_ENGINE, recv=recv, send=send,
-                      count=pad.signals[lay.count_base:], chunk_blocks=lay.chunk_blocks,
+                      count=pad.signals[lay.count_base:], phases=phases,
                       wait_lo=wait_lo, wait_hi=wait_hi, wait_sig=pad.signals, wait_target=1)
     engine = engine_instance("copy_engine")
     # Host order: on CUDA the GEMM is launched before the copy engine's waits for it are
@@ -203,9 +214,10 @@ def rs_copy_engine_gemm(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig,
     # pushes first.
     queued = rt.world.backend == "cpu"
     if queued:
-        _queue_pushes(lay, send, recv, pad, me)
+        _queue_pushes(lay, send, recv, pad, me, programs)
     start = engine.mark()
-    then = None if queued else lambda: _queue_pushes(lay, send, recv, pad, me, since=start)
+    then = None if queued else lambda: _queue_pushes(lay, send, recv, pad, me, programs,
+                                                     since=start)
     try:
         launch(a, b, c, M, order=order, seg_rows=seg, cfg=cfg, hooks=hooks,
                n_blocks=n_blocks, then=then)
