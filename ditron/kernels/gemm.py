@@ -30,15 +30,7 @@ Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for
   partials and stores the sum in ``c`` (``[seg_rows, N]``). 2 (all-reduce): as 1, and the
   reduced own tile is stored in ``c`` (``[M, N]``) and pushed into every peer's ``bc`` with
   signal ``bc_sig[tile] = epoch``; after its tiles each program waits for the peers' reduced
-  tiles and copies them from ``bc`` to ``c``. 3 (reduce-scatter through the copy engine):
-  a tile of peer ``d``'s rows is stored locally into ``send[d]`` (``[W, seg_rows, N]``, the
-  layout of ``recv``); an own tile (``WAIT``: its chunk's partials have landed in ``recv``)
-  adds ``recv[q]`` for every peer ``q`` (``WORLD`` ranks, unrolled) and stores the sum in
-  ``c`` (``[seg_rows, N]``). The tile order is cut into ``PHASES`` runs (``phase_ptr``:
-  per run its end in the order and a chunk counter, or -1); after each run every program
-  adds 1 to that counter in ``count`` (release), which the copy engine waits for (the
-  number of programs) before it moves the chunk. No branch and no signal inside the tile
-  loop, so it is flattened and pipelined like the plain GEMM's.
+  tiles and copies them from ``bc`` to ``c``.
 * ``DEVICE_EPOCH`` (CUDA-graph-safe callers): ``epoch`` and ``wait_target`` are read from
   ``epoch_ptr[0]``, and ``recv`` / ``bc`` are half 0 of double buffers, the kernel taking
   half ``epoch % 2``, so a replayed launch serves a new call.
@@ -74,7 +66,6 @@ from ..runtime.triton_launch import FastKernel
 EPI_STORE = 0
 EPI_REDUCE_SCATTER = 1
 EPI_ALL_REDUCE = 2
-EPI_RS_COPY_ENGINE = 3
 #: int64 slots per tile in the trace buffer (``GemmHooks.trace``; the kernel writes 5)
 TRACE_FIELDS = 5
 
@@ -198,7 +189,6 @@ def persistent_gemm(
     rs_sig_ptr, bc_ptr, bc_sig_ptr, epoch, epoch_ptr,
     trace_ptr,
     own_ptr, own_lo, own_hi,
-    send_ptr, count_ptr, phase_ptr,
     ctx,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     A_REMOTE: tl.constexpr, STORE_A: tl.constexpr, WAIT: tl.constexpr,
@@ -206,7 +196,7 @@ def persistent_gemm(
     TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
     USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False, C_TMA: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, DEVICE_EPOCH: tl.constexpr = False,
-    OWN_A: tl.constexpr = False, WORLD: tl.constexpr = 1, PHASES: tl.constexpr = 1,
+    OWN_A: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -232,160 +222,131 @@ def persistent_gemm(
     # two programs can wait on each other
     pend_slot = tl.full((), -1, tl.int64)
     pend_peer = tl.full((), 0, tl.int32)
-    # phases (EPILOGUE 3): runs of the tile order after each of which every program adds 1
-    # to a chunk count; the counts are raised outside the (flattened) tile loop, since a
-    # barrier or an atomic inside it stops Triton from pipelining the loads. Program ``p``
-    # keeps the tiles ``i = p (mod P)`` of the whole order. One phase otherwise (folded).
-    lo = 0
-    for ph in range(0, PHASES):
-        hi = num_tiles
-        first = pid
-        if PHASES > 1:
-            hi = tl.load(phase_ptr + 2 * ph)
-            first = lo + (pid - lo % nprog + nprog) % nprog
-        for i in tl.range(first, hi, nprog, flatten=FLATTEN):
-            tile = tl.load(order_ptr + i)
-            mb = tile // n_blocks
-            nb = tile % n_blocks
-            seg, seg_start, row0, row_end = _tile_rows(mb, seg_rows, blocks_per_seg, M, BLOCK_M)
-            waited = False
-            if TRACE:
-                t_start = _clock(trace_ptr, GPU_TIMER)
-                tl.store(trace_ptr + 1 + i * 5, tile.to(tl.int64))
-                tl.store(trace_ptr + 2 + i * 5, t_start)
-            if WAIT:
-                c = tl.load(wait_lo_ptr + mb)
-                hi = tl.load(wait_hi_ptr + mb)
-                waited = c <= hi
-                while c <= hi:
-                    bit = tl.full((), 1, tl.int64) << (c % 64).to(tl.int64)
-                    if (c >= 64) | ((seen & bit) == 0):
-                        dl.wait(wait_sig_ptr + c, wait_target, ctx)
-                        if c < 64:
-                            seen = seen | bit
-                    c += 1
-                if USE_TMA and GPU_TIMER:
-                    # TMA loads go through the async proxy: order them after the acquire
-                    tl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r",
-                                              [], dtype=tl.int32, is_pure=False, pack=1)
-            if TRACE:
-                if waited:
-                    tl.store(trace_ptr + 3 + i * 5, _clock(trace_ptr, GPU_TIMER))
-                else:
-                    tl.store(trace_ptr + 3 + i * 5, t_start)
-            rm = row0 + offs_m
-            rn = nb * BLOCK_N + offs_n
-            m_mask = rm < row_end
-            n_mask = rn < N
-            a_src = a_ptr  # where this tile's A rows are read: a descriptor or a pointer
-            a_row = row0
-            if OWN_A:
-                if (row0 >= own_lo) & (row0 + BLOCK_M <= own_hi):
-                    a_src = own_ptr
-                    a_row = row0 - own_lo
-            if not USE_TMA:
-                if A_REMOTE:
-                    q = tl.where(m_mask, rm // a_rows, 0)
-                    owner = node_base + q % a_local
-                    local_row = (q // a_local) * a_rows + rm % a_rows
-                    a_ptrs = a_ptr + local_row[:, None] * stride_am + offs_k[None, :] * stride_ak
-                    a_ptrs = dl.translate_each(a_ptrs, owner[:, None], ctx)
-                else:
-                    a_ptrs = (a_src + (a_row + offs_m)[:, None] * stride_am
-                              + offs_k[None, :] * stride_ak)
-                b_ptrs = b_ptr + offs_k[:, None] * stride_bk + rn[None, :] * stride_bn
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                k_mask = (k0 + offs_k) < K
-                if USE_TMA:
-                    a = a_src.load([a_row, k0])
-                    if B_NK:
-                        b = b_ptr.load([nb * BLOCK_N, k0]).T
-                    else:
-                        b = b_ptr.load([k0, nb * BLOCK_N])
-                else:
-                    a = tl.load(a_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-                    b = tl.load(b_ptrs, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
-                if STORE_A:
-                    if nb == 0:
-                        g_ptrs = (ga_ptr + rm[:, None] * stride_gm
-                                  + (k0 + offs_k)[None, :] * stride_gk)
-                        tl.store(g_ptrs, a, mask=m_mask[:, None] & k_mask[None, :])
-                if UPCAST:
-                    acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc,
-                                 input_precision=DOT_PRECISION)
-                else:
-                    acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-                if not USE_TMA:
-                    a_ptrs += BLOCK_K * stride_ak
-                    b_ptrs += BLOCK_K * stride_bk
-            if TRACE:  # the main loop is done (its last MMAs may still be in flight)
-                tl.store(trace_ptr + 4 + i * 5, _clock(trace_ptr, GPU_TIMER))
-            tile_mask = m_mask[:, None] & n_mask[None, :]
-            if C_TMA:
-                c_ptr.store([row0, nb * BLOCK_N], acc.to(c_ptr.dtype))
-            elif EPILOGUE == 0:
-                out_dtype = c_ptr.dtype.element_ty
-                c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
-                tl.store(c_ptrs, acc.to(out_dtype), mask=tile_mask)
-            elif EPILOGUE == 3:
-                # branch-free (masked loads, a selected destination): triton 3.6 can flatten it
-                out_dtype = c_ptr.dtype.element_ty
-                local_rows = (rm - seg_start)[:, None]
-                tile_at = local_rows * stride_rm + rn[None, :] * stride_rn
-                own = seg == ctx.rank
-                for s in tl.static_range(WORLD):  # own tiles: add the peers' partials
-                    part = tl.load(recv_ptr + s * stride_rs + tile_at,
-                                   mask=tile_mask & own & (s != ctx.rank), other=0.0)
-                    acc += part.to(tl.float32)
-                dst = tl.where(own, c_ptr + local_rows * stride_cm + rn[None, :] * stride_cn,
-                               send_ptr + seg * stride_rs + tile_at)
-                tl.store(dst, acc.to(out_dtype), mask=tile_mask)
+    for i in tl.range(pid, num_tiles, nprog, flatten=FLATTEN):
+        tile = tl.load(order_ptr + i)
+        mb = tile // n_blocks
+        nb = tile % n_blocks
+        seg, seg_start, row0, row_end = _tile_rows(mb, seg_rows, blocks_per_seg, M, BLOCK_M)
+        waited = False
+        if TRACE:
+            t_start = _clock(trace_ptr, GPU_TIMER)
+            tl.store(trace_ptr + 1 + i * 5, tile.to(tl.int64))
+            tl.store(trace_ptr + 2 + i * 5, t_start)
+        if WAIT:
+            c = tl.load(wait_lo_ptr + mb)
+            hi = tl.load(wait_hi_ptr + mb)
+            waited = c <= hi
+            while c <= hi:
+                bit = tl.full((), 1, tl.int64) << (c % 64).to(tl.int64)
+                if (c >= 64) | ((seen & bit) == 0):
+                    dl.wait(wait_sig_ptr + c, wait_target, ctx)
+                    if c < 64:
+                        seen = seen | bit
+                c += 1
+            if USE_TMA and GPU_TIMER:
+                # TMA loads go through the async proxy: order them after the acquire
+                tl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r",
+                                          [], dtype=tl.int32, is_pure=False, pack=1)
+        if TRACE:
+            if waited:
+                tl.store(trace_ptr + 3 + i * 5, _clock(trace_ptr, GPU_TIMER))
             else:
-                out_dtype = c_ptr.dtype.element_ty
-                local_rows = rm - seg_start
-                local_tile = (mb % blocks_per_seg) * n_blocks + nb
-                if pend_slot >= 0:
-                    dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)
-                    pend_slot = tl.full((), -1, tl.int64)
-                if seg != ctx.rank:
-                    r_ptrs = (recv_ptr + ctx.rank * stride_rs + local_rows[:, None] * stride_rm
-                              + rn[None, :] * stride_rn)
-                    dl.store(r_ptrs, acc.to(out_dtype), seg, ctx, mask=tile_mask)
-                    pend_slot = (ctx.rank * tiles_per_seg + local_tile).to(tl.int64)
-                    pend_peer = seg.to(tl.int32)
+                tl.store(trace_ptr + 3 + i * 5, t_start)
+        rm = row0 + offs_m
+        rn = nb * BLOCK_N + offs_n
+        m_mask = rm < row_end
+        n_mask = rn < N
+        a_src = a_ptr  # where this tile's A rows are read: a descriptor or a pointer
+        a_row = row0
+        if OWN_A:
+            if (row0 >= own_lo) & (row0 + BLOCK_M <= own_hi):
+                a_src = own_ptr
+                a_row = row0 - own_lo
+        if not USE_TMA:
+            if A_REMOTE:
+                q = tl.where(m_mask, rm // a_rows, 0)
+                owner = node_base + q % a_local
+                local_row = (q // a_local) * a_rows + rm % a_rows
+                a_ptrs = a_ptr + local_row[:, None] * stride_am + offs_k[None, :] * stride_ak
+                a_ptrs = dl.translate_each(a_ptrs, owner[:, None], ctx)
+            else:
+                a_ptrs = (a_src + (a_row + offs_m)[:, None] * stride_am
+                          + offs_k[None, :] * stride_ak)
+            b_ptrs = b_ptr + offs_k[:, None] * stride_bk + rn[None, :] * stride_bn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k_mask = (k0 + offs_k) < K
+            if USE_TMA:
+                a = a_src.load([a_row, k0])
+                if B_NK:
+                    b = b_ptr.load([nb * BLOCK_N, k0]).T
                 else:
-                    s = 0
-                    while s < ctx.world_size:
-                        if s != ctx.rank:
-                            dl.wait(rs_sig_ptr + s * tiles_per_seg + local_tile, epoch, ctx)
-                            r_ptrs = (recv_ptr + s * stride_rs + local_rows[:, None] * stride_rm
-                                      + rn[None, :] * stride_rn)
-                            part = tl.load(r_ptrs, mask=tile_mask, other=0.0)
-                            acc += part.to(tl.float32)
-                        s += 1
-                    result = acc.to(out_dtype)
-                    if EPILOGUE == 1:
-                        c_ptrs = c_ptr + local_rows[:, None] * stride_cm + rn[None, :] * stride_cn
-                        tl.store(c_ptrs, result, mask=tile_mask)
-                    else:
-                        c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
-                        tl.store(c_ptrs, result, mask=tile_mask)
-                        bc_ptrs = bc_ptr + rm[:, None] * N + rn[None, :]
-                        p = 0
-                        while p < ctx.world_size:
-                            if p != ctx.rank:
-                                dl.store(bc_ptrs, result, p, ctx, mask=tile_mask)
-                                dl.notify(bc_sig_ptr + tile, epoch, p, ctx)
-                            p += 1
-            if TRACE:
-                tl.store(trace_ptr + 5 + i * 5, _clock(trace_ptr, GPU_TIMER))
-        if PHASES > 1:
-            slot = tl.load(phase_ptr + 2 * ph + 1)
-            if slot >= 0:
-                dl.notify(count_ptr + slot, 1, ctx.rank, ctx, op="add")
-        lo = hi
-    if EPILOGUE != 0 and EPILOGUE != 3:
+                    b = b_ptr.load([k0, nb * BLOCK_N])
+            else:
+                a = tl.load(a_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+                b = tl.load(b_ptrs, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+            if STORE_A:
+                if nb == 0:
+                    g_ptrs = (ga_ptr + rm[:, None] * stride_gm
+                              + (k0 + offs_k)[None, :] * stride_gk)
+                    tl.store(g_ptrs, a, mask=m_mask[:, None] & k_mask[None, :])
+            if UPCAST:
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc,
+                             input_precision=DOT_PRECISION)
+            else:
+                acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+            if not USE_TMA:
+                a_ptrs += BLOCK_K * stride_ak
+                b_ptrs += BLOCK_K * stride_bk
+        if TRACE:  # the main loop is done (its last MMAs may still be in flight)
+            tl.store(trace_ptr + 4 + i * 5, _clock(trace_ptr, GPU_TIMER))
+        tile_mask = m_mask[:, None] & n_mask[None, :]
+        if C_TMA:
+            c_ptr.store([row0, nb * BLOCK_N], acc.to(c_ptr.dtype))
+        elif EPILOGUE == 0:
+            out_dtype = c_ptr.dtype.element_ty
+            c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+            tl.store(c_ptrs, acc.to(out_dtype), mask=tile_mask)
+        else:
+            out_dtype = c_ptr.dtype.element_ty
+            local_rows = rm - seg_start
+            local_tile = (mb % blocks_per_seg) * n_blocks + nb
+            if pend_slot >= 0:
+                dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)
+                pend_slot = tl.full((), -1, tl.int64)
+            if seg != ctx.rank:
+                r_ptrs = (recv_ptr + ctx.rank * stride_rs + local_rows[:, None] * stride_rm
+                          + rn[None, :] * stride_rn)
+                dl.store(r_ptrs, acc.to(out_dtype), seg, ctx, mask=tile_mask)
+                pend_slot = (ctx.rank * tiles_per_seg + local_tile).to(tl.int64)
+                pend_peer = seg.to(tl.int32)
+            else:
+                s = 0
+                while s < ctx.world_size:
+                    if s != ctx.rank:
+                        dl.wait(rs_sig_ptr + s * tiles_per_seg + local_tile, epoch, ctx)
+                        r_ptrs = (recv_ptr + s * stride_rs + local_rows[:, None] * stride_rm
+                                  + rn[None, :] * stride_rn)
+                        part = tl.load(r_ptrs, mask=tile_mask, other=0.0)
+                        acc += part.to(tl.float32)
+                    s += 1
+                result = acc.to(out_dtype)
+                if EPILOGUE == 1:
+                    c_ptrs = c_ptr + local_rows[:, None] * stride_cm + rn[None, :] * stride_cn
+                    tl.store(c_ptrs, result, mask=tile_mask)
+                else:
+                    c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+                    tl.store(c_ptrs, result, mask=tile_mask)
+                    bc_ptrs = bc_ptr + rm[:, None] * N + rn[None, :]
+                    p = 0
+                    while p < ctx.world_size:
+                        if p != ctx.rank:
+                            dl.store(bc_ptrs, result, p, ctx, mask=tile_mask)
+                            dl.notify(bc_sig_ptr + tile, epoch, p, ctx)
+                        p += 1
+        if TRACE:
+            tl.store(trace_ptr + 5 + i * 5, _clock(trace_ptr, GPU_TIMER))
+    if EPILOGUE != 0:
         if pend_slot >= 0:
             dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)
     if EPILOGUE == 2:
@@ -439,12 +400,6 @@ class GemmHooks:
     #: ``own_lo .. own_lo + rows`` of A are read from it (``OWN_A``)
     own_a: torch.Tensor | None = None
     own_lo: int = 0
-    #: ``EPI_RS_COPY_ENGINE``: ``[W, seg_rows, N]`` local partials for the peers (``recv``'s
-    #: layout), the int64 chunk counters, and int32 ``[phases, 2]``: per run of the tile
-    #: order its end and the counter every program raises after it (or -1)
-    send: torch.Tensor | None = None
-    count: torch.Tensor | None = None
-    phases: torch.Tensor | None = None
 
 
 def own_rows_ok(own: torch.Tensor, a: torch.Tensor, cfg: GemmConfig) -> bool:
@@ -597,9 +552,6 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
         hooks.epoch_cell if hooks.epoch_cell is not None else dummy,
         hooks.trace if hooks.trace is not None else dummy,
         own_arg, hooks.own_lo, hooks.own_lo + (own.shape[0] if own is not None else 0),
-        hooks.send if hooks.send is not None else c,
-        hooks.count if hooks.count is not None else dummy,
-        hooks.phases if hooks.phases is not None else dummy,
         ctx,
     )
     return grid, args, kwargs
@@ -618,7 +570,6 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
            seg_rows, num_tiles, cfg, hooks.a_remote, hooks.gathered is not None,
            hooks.wait_sig is not None, hooks.epilogue, hooks.trace is not None,
            hooks.epoch_cell is not None, use_tma, hooks.own_a is not None,
-           hooks.phases.shape[0] if hooks.phases is not None else 1,
            os.environ.get("DITRON_GEMM_TMA", ""))
     static = _STATIC.get(key)
     if static is not None:
@@ -640,12 +591,10 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", UPCAST=_interpreted(),
         TRACE=hooks.trace is not None, GPU_TIMER=c.device.type == "cuda",
         USE_TMA=tma_b is not None, B_NK=tma_b == "nk", C_TMA=c_tma,
-        # triton 3.6 cannot fuse the loops around the branchy reduce-scatter/all-reduce
-        # epilogues 1 and 2 (TritonGPUFuseNestedLoops fails), so those run unflattened
-        FLATTEN=cfg.flatten and hooks.epilogue in (EPI_STORE, EPI_RS_COPY_ENGINE),
+        # triton 3.6 cannot fuse the loops around the reduce-scatter/all-reduce epilogues
+        # (TritonGPUFuseNestedLoops fails), so those run unflattened
+        FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
         DEVICE_EPOCH=hooks.epoch_cell is not None, OWN_A=hooks.own_a is not None,
-        WORLD=hooks.recv.shape[0] if hooks.epilogue == EPI_RS_COPY_ENGINE else 1,
-        PHASES=hooks.phases.shape[0] if hooks.phases is not None else 1,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     static = (

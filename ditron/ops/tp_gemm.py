@@ -32,7 +32,6 @@ then hang in its waits until ``DITRON_WAIT_TIMEOUT`` raises.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 
 import torch
@@ -61,8 +60,6 @@ from ..runtime.symmetric import context
 from ..runtime.world import current
 from .exchange import CHUNK_SLOTS, PULL_MAX_CHUNKS, engine_instance, open_chunked, sum_slots
 from .graphs import capturing, graph_mode, require_warm
-from .rs_copy_engine_gemm import ENGINE as RS_PERSISTENT
-from .rs_copy_engine_gemm import rs_copy_engine_gemm
 from .workspaces import alloc_buffers, cached
 
 METHODS = ("auto", "overlap", "fallback")
@@ -72,7 +69,7 @@ AG_GRAPH_ENGINES = ("copy_engine", "copy_engine_matmul")
 #: SMs the "sm" AG-GEMM engine takes for its pushes when the tile config does not say
 #: (``GemmConfig.programs``: the GEMM's programs; the engine gets the device's other SMs)
 COMM_SMS = 16
-RS_ENGINES = ("colocated", "copy_engine", "copy_engine_pull", RS_PERSISTENT)
+RS_ENGINES = ("colocated", "copy_engine", "copy_engine_pull")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -185,23 +182,17 @@ def _after_launch() -> None:
 
 
 def _traced_launch(op: str, a, b, c, M: int, *, order, seg_rows: int, cfg: GemmConfig,
-                   hooks: GemmHooks, n_blocks: int, ctx=None, then=None) -> None:
-    """``launch_gemm``, recording the overlap trace when ``ditron.trace`` is on. ``then()``
-    runs right after the launch (before the trace waits for the kernel): what must be
-    queued for the kernel to finish."""
+                   hooks: GemmHooks, n_blocks: int, ctx=None) -> None:
+    """``launch_gemm``, recording the overlap trace when ``ditron.trace`` is on."""
     from .. import trace
 
     if not trace.enabled() or capturing():
         launch_gemm(a, b, c, M, order=order, seg_rows=seg_rows, cfg=cfg, hooks=hooks, ctx=ctx)
-        if then is not None:
-            then()
         return
     hooks.trace = torch.zeros(1 + TRACE_FIELDS * order.numel(), dtype=torch.int64,
                               device=c.device)
     t0 = trace.host_clock()
     launch_gemm(a, b, c, M, order=order, seg_rows=seg_rows, cfg=cfg, hooks=hooks, ctx=ctx)
-    if then is not None:
-        then()
     current().backend.synchronize(c.device)
     trace.record(op, hooks.trace.cpu(), n_blocks, t0, trace.host_clock())
 
@@ -485,11 +476,6 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
       published; each rank pulls its rows' partials with the copy engine straight into
       the result, and its own rows' GEMM accumulates onto them (``addmm``) chunk by chunk
       (default ``RS_PULL_CHUNKS`` chunks per segment): no separate sum.
-    * ``"copy_engine_persistent"``: one launch of the persistent GEMM in the scatter order;
-      peers' tiles are stored locally and counted per chunk, the copy engine pushes each
-      chunk once counted, and the own tiles add the peers' partials in their epilogue
-      (``ops/rs_copy_engine_gemm.py``; ``chunk_rows`` rounded up to whole row blocks,
-      default two chunks per segment; graph-safe as is).
 
     Partials travel in the input dtype; sums accumulate in fp32 (``"copy_engine_pull"``
     adds the peers' partials to the own rows' fp32 accumulator; the other engines sum in
@@ -523,9 +509,6 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         return _rs_by_segments(a, b, rows, graph)
     if rs_engine == "copy_engine_pull":
         return _rs_pulled(a, b, rows, graph)
-    if rs_engine == RS_PERSISTENT:
-        return rs_copy_engine_gemm(a, b, choice.config, rows,
-                                   functools.partial(_traced_launch, "gemm_rs"))
     return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
 
 

@@ -77,16 +77,14 @@ def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN
 
 #: transfer engines the tuner tries per op (ops not listed move data one way only)
 ENGINES = {"ag_gemm": ("copy_engine", "colocated", "sm", "copy_engine_matmul"),
-           "gemm_rs": ("colocated", "copy_engine", "copy_engine_pull",
-                       "copy_engine_persistent")}
+           "gemm_rs": ("colocated", "copy_engine", "copy_engine_pull")}
 #: on GPUs: the colocated AG-GEMM (remote loads inside the GEMM) took 10-200x the copy
 #: engine's time on every shape of the 2-H200 run (docs/perf.md, session 5), so it is not tried
 GPU_ENGINES = {"ag_gemm": ("copy_engine", "sm", "copy_engine_matmul"),
-               "gemm_rs": ("colocated", "copy_engine", "copy_engine_pull",
-                           "copy_engine_persistent")}
+               "gemm_rs": ("colocated", "copy_engine", "copy_engine_pull")}
 #: chunks per segment tried with the copy-engine GEMM-RS engines besides their default (a
-#: whole segment pushed; halves pulled or fed from the persistent GEMM)
-RS_CHUNKINGS = {"copy_engine": (2, 4), "copy_engine_pull": (4,), "copy_engine_persistent": (4,)}
+#: whole segment pushed; halves pulled)
+RS_CHUNKINGS = {"copy_engine": (2, 4), "copy_engine_pull": (4,)}
 #: engines that compute with ``torch.matmul`` per chunk: no tile config to vary
 MATMUL_ENGINES = {"ag_gemm": ("copy_engine_matmul",),
                   "gemm_rs": ("copy_engine", "copy_engine_pull")}

@@ -121,6 +121,15 @@ def test_swizzle_orders():
     assert sorted(s) == list(range(10)) and sorted(g) == list(range(10))
     grouped = swizzle.linear_order(4, 3, group_m=2).tolist()
     assert grouped[:4] == [0, 3, 1, 4]
+    # groups never mix segments: every peer tile precedes every own tile, so a program of
+    # the GEMM-RS never waits (own tiles) with peer tiles still to do (3 blocks per rank,
+    # groups of 4 row blocks)
+    owner3 = [0, 0, 0, 1, 1, 1]
+    for rank in (0, 1):
+        order = swizzle.scatter_order(owner3, 2, rank=rank, world_size=2, group_m=4).tolist()
+        segs = [owner3[t // 2] for t in order]
+        assert segs == [1 - rank] * 6 + [rank] * 6, segs
+        assert sorted(order) == list(range(12))
 
 
 def test_cost_model_and_tune_cache(tmp_path, monkeypatch):
