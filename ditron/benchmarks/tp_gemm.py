@@ -46,6 +46,7 @@ import torch
 import torch.distributed as dist
 
 from ..ops.graphs import capture, collectives_capturable
+from ..ops.tp_gemm import RS_ENGINES
 
 AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
              (49152, 12288)]
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                         "launch cost then shows only where it exceeds the GPU time")
     p.add_argument("--tune", action="store_true",
                    help="run the tuner per shape first (cached on disk; 'auto' then uses it)")
-    p.add_argument("--alt-rs", default=None, metavar="ENGINE",
+    p.add_argument("--alt-rs", default=None, choices=RS_ENGINES,
                    help="the GEMM-RS engine timed in the 'alt' column (default: "
                         "copy_engine_pull)")
     p.add_argument("--graphs", action="store_true",
