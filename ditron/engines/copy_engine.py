@@ -24,10 +24,12 @@ import time
 
 import torch
 
+from ..runtime import stream_memops
 from ..runtime.signals import host_value
 from ..runtime.world import current
 from .base import Engine, Signal, Transfer, check_transfer, register_engine
-from .streams import mark_current, start_after
+from .streams import join, mark_current, start_after
+from .sync import notify_one, slot_address, use_stream_memops, wait_one
 
 _EXECUTOR: cf.ThreadPoolExecutor | None = None
 _SIDE_STREAMS: dict = {}
@@ -91,11 +93,10 @@ class CopyEngine(Engine):
         self._issue_cuda(transfers, rank, since)
 
     def mark(self) -> object | None:
-        return mark_current() if current().world.backend != "cpu" else None
+        rt = current()
+        return mark_current(rt.world.device.index) if rt.world.backend != "cpu" else None
 
     def _issue_cuda(self, transfers: list[Transfer], rank: int, since) -> None:
-        from .sync import notify_one, use_stream_memops, wait_one
-
         rt = current()
         side = _side_stream(rt.world.device)
         start_after(side, since)
@@ -121,7 +122,7 @@ class CopyEngine(Engine):
 
     def drain(self) -> None:
         if self._stream is not None:
-            torch.cuda.current_stream(self._stream.device).wait_stream(self._stream)
+            join(self._stream)
             self._stream = None
         pending, self._pending = self._pending, []
         for fut in pending:
@@ -144,9 +145,6 @@ def _address(tensor: torch.Tensor, owner: int, rank: int) -> int:
 
 
 def _issue_raw(transfers: list[Transfer], rank: int, side) -> None:
-    from ..runtime import stream_memops
-    from .sync import slot_address
-
     heap = current().heap
     stream = side.cuda_stream
     for t in transfers:

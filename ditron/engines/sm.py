@@ -25,7 +25,7 @@ from .. import language as dl
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, register_engine
-from .streams import mark_current, start_after
+from .streams import join, mark_current, start_after
 
 # Descriptor row: src address, dst address, numel, src rank, dst rank, signal address
 # (0: none), signal rank.
@@ -125,11 +125,11 @@ class SmEngine(Engine):
         self._pending = True
 
     def mark(self) -> object | None:
-        return mark_current() if self._side is not None else None
+        return mark_current(self._side.device.index) if self._side is not None else None
 
     def drain(self) -> None:
         if self._pending:
-            torch.cuda.current_stream().wait_stream(self._side)
+            join(self._side)
             self._pending = False
 
     def _launch(self, groups: dict, ctx) -> None:

@@ -1,21 +1,68 @@
-"""Where an engine's side stream starts (CUDA): after the issuing stream's queue so far, or
-after a mark recorded in it earlier (``Engine.mark`` / ``Engine.issue(..., since=)``)."""
+"""Ordering between the issuing stream and an engine's side stream (CUDA).
+
+An engine's side stream starts after the issuing stream's queue so far, or after a mark
+recorded in it earlier (``Engine.mark`` / ``Engine.issue(..., since=)``); ``join`` makes the
+issuing stream wait for the side stream. All three are driver calls on raw handles
+(``cuEventRecord`` / ``cuStreamWaitEvent``) with events made once per process: torch's
+``Stream.wait_stream`` makes a new event per call, and the Python stream and event objects
+cost a few microseconds each, which a GEMM-RS call pays a dozen times (``docs/perf.md``,
+session 13). They are legal inside a CUDA-graph capture (the wait brings the side stream into
+the capture; ``join`` brings it back).
+
+Re-recording an event does not affect waits already queued on it (CUDA semantics), so one
+event serves every join; a mark must outlive the issues that start after it, so marks take
+turns over a ring of ``MARK_RING`` events: a mark stays valid for the next ``MARK_RING - 1``
+marks of the process (an op takes one per call).
+"""
 
 from __future__ import annotations
 
 import torch
 
+from ..runtime import stream_memops
 
-def mark_current() -> torch.cuda.Event:
-    """An event recorded now on the current stream (also inside a graph capture)."""
-    event = torch.cuda.Event()
-    event.record()
+#: marks in flight per process before the oldest one's event is recorded again
+MARK_RING = 16
+
+_events: dict = {}  # device index -> (join event, [mark events], next mark)
+
+
+def _state(device: int) -> list:
+    state = _events.get(device)
+    if state is None:
+        state = _events[device] = [stream_memops.new_event(),
+                                   [stream_memops.new_event() for _ in range(MARK_RING)], 0]
+    return state
+
+
+def _current(device: int) -> int:
+    return torch._C._cuda_getCurrentRawStream(device)
+
+
+def mark_current(device: int | None = None) -> int:
+    """A point in the current stream's queue: an event (raw handle) recorded there now."""
+    device = torch.cuda.current_device() if device is None else device
+    state = _state(device)
+    event = state[1][state[2]]
+    state[2] = (state[2] + 1) % MARK_RING
+    stream_memops.record_event(event, _current(device))
     return event
 
 
-def start_after(side: torch.cuda.Stream, since: torch.cuda.Event | None) -> None:
-    """Make ``side`` wait for ``since``, or for everything queued on the current stream."""
+def start_after(side: torch.cuda.Stream, since: int | None) -> None:
+    """Make ``side`` wait for the mark ``since``, or for everything queued on the current
+    stream (of ``side``'s device)."""
+    device = side.device.index
     if since is None:
-        side.wait_stream(torch.cuda.current_stream())
-    else:
-        side.wait_event(since)
+        since = _state(device)[0]
+        stream_memops.record_event(since, _current(device))
+    stream_memops.wait_event(side.cuda_stream, since)
+
+
+def join(side: torch.cuda.Stream) -> None:
+    """Make the current stream (of ``side``'s device) wait for everything queued on
+    ``side`` so far."""
+    device = side.device.index
+    event = _state(device)[0]
+    stream_memops.record_event(event, side.cuda_stream)
+    stream_memops.wait_event(_current(device), event)

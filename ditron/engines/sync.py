@@ -86,8 +86,7 @@ def _raw_stream() -> int:
 
 def slot_address(pad: SignalPad, slot: int, rank: int) -> int:
     """Device address of ``pad``'s ``slot`` in ``rank``'s heap, as this process maps it."""
-    rt = current()
-    return rt.heap.mapping.bases[rank] + rt.heap.offset_of(pad.signals) + 8 * slot
+    return pad.address(rank) + 8 * slot
 
 
 def notify_one(pad: SignalPad, slot: int, value: int | DeviceValue, rank: int) -> None:

@@ -76,6 +76,13 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # -- validation ------------------------------------------------------------------------------
 def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
     rt = current()
+    # a call like one already validated (every check below depends only on this) returns
+    # at once: the checks cost ~15 us of host time per call on GPU hosts
+    seen = (op, method, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device) \
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else None
+    valid = rt.cache.setdefault("tp_gemm_valid", set())
+    if seen in valid:
+        return
     if method not in METHODS:
         raise ValueError(f"{op}: method must be one of {METHODS}, got {method!r}")
     for name, t in (("a", a), ("b", b)):
@@ -100,16 +107,16 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
                          f"{W} (reduce_scatter splits rows evenly)")
     sig = (op, tuple(a.shape), tuple(b.shape), str(a.dtype), method)
     checked = rt.cache.setdefault("tp_gemm_checked", set())
-    if sig in checked:
-        return
-    if W > 1:
-        sigs: list = [None] * W
-        dist.all_gather_object(sigs, sig, group=rt.host_group)
-        if any(s != sigs[0] for s in sigs):
-            lines = "\n".join(f"  rank {r}: {s}" for r, s in enumerate(sigs))
-            raise ValueError(f"{op}: ranks disagree on the call (shapes/dtype/method):\n"
-                             f"{lines}")
-    checked.add(sig)
+    if sig not in checked:
+        if W > 1:
+            sigs: list = [None] * W
+            dist.all_gather_object(sigs, sig, group=rt.host_group)
+            if any(s != sigs[0] for s in sigs):
+                lines = "\n".join(f"  rank {r}: {s}" for r, s in enumerate(sigs))
+                raise ValueError(f"{op}: ranks disagree on the call (shapes/dtype/method):\n"
+                                 f"{lines}")
+        checked.add(sig)
+    valid.add(seen)
 
 
 # -- CUDA graphs -----------------------------------------------------------------------------

@@ -53,6 +53,17 @@ class SignalPad:
     signals: torch.Tensor
     epoch: int = 0
     _cell: torch.Tensor | None = None
+    _addresses: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def address(self, rank: int) -> int:
+        """Device address of slot 0 in ``rank``'s heap, as this process maps it (the
+        mapping never moves, so it is computed once per rank)."""
+        addr = self._addresses.get(rank)
+        if addr is None:
+            heap = current().heap
+            addr = self._addresses[rank] = heap.mapping.bases[rank] + heap.offset_of(
+                self.signals)
+        return addr
 
     @property
     def has_device_epoch(self) -> bool:

@@ -1,7 +1,8 @@
 """CUDA stream memory operations: write or wait on a 64-bit signal in stream order, without a
 kernel launch (the driver's ``cuStreamWriteValue64`` / ``cuStreamWaitValue64``), and the
 driver's stream-ordered copy between any two mapped addresses (``cuMemcpyAsync``: the copy
-engines), issued by raw address for a few microseconds of host time.
+engines), issued by raw address for a few microseconds of host time; and the event calls
+that order two streams by raw handle (``engines/streams.py``).
 
 They implement the same semantics as the ``notify`` / ``wait`` kernels of the signal protocol
 and are what the host-issued paths (copy engine, exchange) use on CUDA when no wait timeout
@@ -24,6 +25,8 @@ _ATTR_64_BIT = 122  # CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS (CUDA >=
 
 _driver: tuple | None = None
 _checked = False
+_EVENT_DISABLE_TIMING = 0x2  # CU_EVENT_DISABLE_TIMING
+_event_fns: tuple | None = None
 
 
 def _load() -> tuple | None:
@@ -59,11 +62,16 @@ def _load() -> tuple | None:
     return _driver
 
 
+_available: bool | None = None
+
+
 def available() -> bool:
-    """Whether this process can use stream memory operations on its current device."""
-    if os.environ.get("DITRON_STREAM_MEMOPS", "1") == "0":
-        return False
-    return _load() is not None
+    """Whether this process can use stream memory operations on its current device (and
+    ``DITRON_STREAM_MEMOPS`` is not ``0``); decided once per process."""
+    global _available
+    if _available is None:
+        _available = os.environ.get("DITRON_STREAM_MEMOPS", "1") != "0" and _load() is not None
+    return _available
 
 
 def _check(code: int, what: str, addr: int, value: int) -> None:
@@ -93,3 +101,42 @@ def memcpy(stream: int, dst: int, src: int, nbytes: int) -> None:
     if code != 0:
         raise RuntimeError(f"ditron: cuMemcpyAsync(dst=0x{dst:x}, src=0x{src:x}, "
                            f"bytes={nbytes}) failed with CUresult {code}")
+
+
+def _events() -> tuple:
+    """``(cuEventCreate, cuEventRecord, cuStreamWaitEvent)`` from the driver (loaded once)."""
+    global _event_fns
+    if _event_fns is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        create, record, wait = lib.cuEventCreate, lib.cuEventRecord, lib.cuStreamWaitEvent
+        create.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
+        record.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        wait.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+        for fn in (create, record, wait):
+            fn.restype = ctypes.c_int
+        _event_fns = (create, record, wait)
+    return _event_fns
+
+
+def new_event() -> int:
+    """A new CUDA event without timing on the current device (raw handle; never freed:
+    callers keep a fixed set)."""
+    handle = ctypes.c_void_p()
+    code = _events()[0](ctypes.byref(handle), _EVENT_DISABLE_TIMING)
+    if code != 0:
+        raise RuntimeError(f"ditron: cuEventCreate failed with CUresult {code}")
+    return handle.value
+
+
+def record_event(event: int, stream: int) -> None:
+    """Record ``event`` at the current end of ``stream``'s queue."""
+    code = _events()[1](event, stream)
+    if code != 0:
+        raise RuntimeError(f"ditron: cuEventRecord failed with CUresult {code}")
+
+
+def wait_event(stream: int, event: int) -> None:
+    """Make later work of ``stream`` wait for the last record of ``event``."""
+    code = _events()[2](stream, event, 0)
+    if code != 0:
+        raise RuntimeError(f"ditron: cuStreamWaitEvent failed with CUresult {code}")

@@ -140,6 +140,13 @@ def _bad_inputs_case() -> list[str]:
     # still usable after the errors
     c = ditron.ops.ag_gemm(a, b, method="overlap")
     assert torch.allclose(c, _gather(a) @ b, rtol=1e-4, atol=1e-4)
+    # validation remembers what it passed, but not past a change of dtype or device at the
+    # same shapes and method
+    for bad in (lambda: ditron.ops.ag_gemm(a, b.double(), method="overlap"),
+                lambda: ditron.ops.ag_gemm(a.half(), b.half().double(), method="overlap"),
+                lambda: ditron.ops.ag_gemm(a.to("meta"), b.to("meta"), method="overlap")):
+        with pytest.raises(ValueError):
+            bad()
     return seen
 
 
