@@ -88,7 +88,9 @@ class Engine(abc.ABC):
 
     def mark(self) -> object | None:
         """A point in the current stream's queue for :meth:`issue`'s ``since``: lets a batch
-        issued later, e.g. pulls waiting for signals, run beside work queued in between."""
+        issued later, e.g. pulls waiting for signals, run beside work queued in between.
+        Use it within the call that took it (on CUDA a mark is one of a ring of events,
+        ``engines/streams.py``: valid for the next ``MARK_RING - 1`` marks)."""
         return None
 
     def drain(self) -> None:  # noqa: B027 - engines that finish in issue() need nothing
