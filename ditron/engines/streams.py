@@ -17,6 +17,8 @@ marks of the process (an op takes one per call).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..runtime import stream_memops
@@ -24,15 +26,27 @@ from ..runtime import stream_memops
 #: marks in flight per process before the oldest one's event is recorded again
 MARK_RING = 16
 
-_events: dict = {}  # device index -> (join event, [mark events], next mark)
+
+@dataclasses.dataclass
+class _Events:
+    """One device's events: ``join`` (recorded and waited at once) and the mark ring."""
+
+    join: int
+    marks: list[int]
+    next_mark: int = 0
 
 
-def _state(device: int) -> list:
-    state = _events.get(device)
-    if state is None:
-        state = _events[device] = [stream_memops.new_event(),
-                                   [stream_memops.new_event() for _ in range(MARK_RING)], 0]
-    return state
+_EVENTS: dict[int, _Events] = {}
+
+
+def _events(device: int) -> _Events:
+    events = _EVENTS.get(device)
+    if events is None:
+        with torch.cuda.device(device):  # events belong to their device's context
+            events = _EVENTS[device] = _Events(
+                stream_memops.new_event(),
+                [stream_memops.new_event() for _ in range(MARK_RING)])
+    return events
 
 
 def _current(device: int) -> int:
@@ -42,9 +56,9 @@ def _current(device: int) -> int:
 def mark_current(device: int | None = None) -> int:
     """A point in the current stream's queue: an event (raw handle) recorded there now."""
     device = torch.cuda.current_device() if device is None else device
-    state = _state(device)
-    event = state[1][state[2]]
-    state[2] = (state[2] + 1) % MARK_RING
+    events = _events(device)
+    event = events.marks[events.next_mark]
+    events.next_mark = (events.next_mark + 1) % MARK_RING
     stream_memops.record_event(event, _current(device))
     return event
 
@@ -54,7 +68,7 @@ def start_after(side: torch.cuda.Stream, since: int | None) -> None:
     stream (of ``side``'s device)."""
     device = side.device.index
     if since is None:
-        since = _state(device)[0]
+        since = _events(device).join
         stream_memops.record_event(since, _current(device))
     stream_memops.wait_event(side.cuda_stream, since)
 
@@ -63,6 +77,6 @@ def join(side: torch.cuda.Stream) -> None:
     """Make the current stream (of ``side``'s device) wait for everything queued on
     ``side`` so far."""
     device = side.device.index
-    event = _state(device)[0]
+    event = _events(device).join
     stream_memops.record_event(event, side.cuda_stream)
     stream_memops.wait_event(_current(device), event)
