@@ -8,7 +8,8 @@ arguments, three TMA descriptors) on the GPU hosts of session 6 (``bench/host_br
 * tensors: dtype and whether the address is 16-byte aligned;
 * integers: the exact value, except parameters listed in ``do_not_specialize``, which only
   keep whether they fit 32 bits (Triton's own rule for them);
-* host TMA descriptors: dtype, alignment, shape, strides, block shape and padding;
+* host TMA descriptors: dtype, rank, block shape and padding (Triton's own key; shape and
+  strides are runtime arguments, encoded into the descriptor at every launch);
 * tuples (``DeviceContext``) by type and element by element; constexprs and launch options
   by value;
 * the current device.
@@ -63,9 +64,11 @@ def _tuple_key(v: tuple, specialize: bool):
 
 
 def _desc_key(v: Any, specialize: bool):
-    base = v.base
-    return ("desc", base.dtype, base.data_ptr() % 16 == 0, tuple(v.shape), tuple(v.strides),
-            tuple(v.block_shape), getattr(v, "padding", None))
+    # Triton 3.6 specialises a host descriptor on its dtype and block shape only (shape and
+    # strides are runtime arguments, the base is always 16-byte aligned); rank and padding
+    # are kept too
+    return ("desc", v.base.dtype, len(v.shape), tuple(v.block_shape),
+            getattr(v, "padding", None))
 
 
 #: the key function of each argument type met so far (subclasses resolved once, below)

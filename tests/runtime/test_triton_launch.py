@@ -135,3 +135,26 @@ def test_subclasses_key_like_their_base(fast):
     assert log[-1][0] == "fast"  # a Parameter specialises like the tensor it is
     kernel[(4,)](torch.zeros(64), 100, 7, tuple(ctx), BLOCK=128)  # a plain tuple: new key
     assert log[-1][0] == "triton"
+
+
+def test_descriptor_keys_follow_tritons_specialisation():
+    # two host descriptors share a FastKernel key exactly when Triton specialises them
+    # alike: shape, strides and base address are runtime arguments, block shape and dtype
+    # are compiled in
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    x = torch.empty(1 << 16, dtype=torch.bfloat16)
+    y = torch.empty(1 << 16, dtype=torch.float32)
+    descs = [TensorDescriptor(x, [128, 256], [256, 1], [64, 64]),
+             TensorDescriptor(x[8:], [100, 200], [208, 1], [64, 64]),
+             TensorDescriptor(x, [128, 256], [256, 1], [64, 32]),
+             TensorDescriptor(y, [128, 256], [256, 1], [64, 64])]
+    for d in descs:
+        for e in descs:
+            same_key = triton_launch._arg_key(d) == triton_launch._arg_key(e)
+            same_triton = (native_specialize_impl(BaseBackend, d, False, True, True)
+                           == native_specialize_impl(BaseBackend, e, False, True, True))
+            assert same_key == same_triton
+    assert triton_launch._arg_key(descs[0]) == triton_launch._arg_key(descs[1])
