@@ -115,14 +115,19 @@ def capture(fn, calls: int = 10) -> torch.cuda.CUDAGraph:
 
 
 def graph_rounds(graphs: dict, rounds: int = 7, calls: int = 10) -> dict[str, float]:
-    """Per-call microseconds of each captured graph: the variants take turns, ``rounds``
-    times (so clock and temperature drift hit them alike); median over rounds."""
+    """Per-call microseconds of each captured graph: the variants take turns, at least
+    ``rounds`` times, each round starting one variant later (``tune.tuner.rotations``), so that
+    clock and temperature drift hit them alike and no variant always runs right after the
+    same one (the GPU's clocks follow the previous kernel's power: docs/perf.md, session
+    14); median over rounds."""
+    from ditron.tune.tuner import rotations
+
     times: dict[str, list[float]] = {name: [] for name in graphs}
-    for _ in range(rounds):
-        for name, g in graphs.items():
+    for names in rotations(list(graphs), rounds):
+        for name in names:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
-            g.replay()
+            graphs[name].replay()
             e.record()
             e.synchronize()
             times[name].append(s.elapsed_time(e) * 1e3 / calls)
