@@ -148,11 +148,13 @@ def _tune(op: str, M: int, N: int, K: int, dtype) -> dict:
     else:
         decision = tune(op, M, N, K // W, dtype, progress=ditron.world().rank == 0)
     row = {"tuned_method": decision.method, "tuned_config": decision.config.label(),
-           "tuned_engine": decision.engine, "tuned_chunk_rows": decision.chunk_rows}
+           "tuned_engine": decision.engine, "tuned_chunk_rows": decision.chunk_rows,
+           "tuned_early_rows": decision.early_rows}
     if decision.graph is not None:  # what "auto" takes under CUDA graphs
         g = decision.graph
         row.update({"tuned_graph_method": g.method, "tuned_graph_config": g.config.label(),
-                    "tuned_graph_engine": g.engine, "tuned_graph_chunk_rows": g.chunk_rows})
+                    "tuned_graph_engine": g.engine, "tuned_graph_chunk_rows": g.chunk_rows,
+                    "tuned_graph_early_rows": g.early_rows})
     return row
 
 
@@ -289,7 +291,7 @@ def _table(results: list[dict]) -> str:
                      f"{_cell(r.get('eff_ditron'), 5)} {_cell(r.get('eff_auto'), 8)} "
                      f"{_cell(r.get('eff_' + alt(r)), 7)} {_cell(r.get('eff_baseline'), 8)}"
                      + (f"  auto={r['tuned_method']}/{r['tuned_engine']}"
-                        f"/chunk={r['tuned_chunk_rows']}"
+                        f"/chunk={r['tuned_chunk_rows']}{_early(r.get('tuned_early_rows'))}"
                         if "tuned_method" in r else ""))
     lines.append("times in us (median, slowest rank); eff = max(T_gemm, T_comm) / T_op; "
                  "ditron = method='overlap' (default engine and tiles), auto = the default "
@@ -315,9 +317,14 @@ def _table(results: list[dict]) -> str:
                          f"{_cell(r.get('graph_eff_baseline'), 8)}"
                          + (f"  auto={r['tuned_graph_method']}/{r['tuned_graph_engine']}"
                             f"/chunk={r['tuned_graph_chunk_rows']}"
+                            f"{_early(r.get('tuned_graph_early_rows'))}"
                             if "tuned_graph_method" in r else ""))
         lines.append("ce = GEMM-RS with method='overlap', engine='copy_engine'")
     return "\n".join(lines)
+
+
+def _early(rows: int | None) -> str:
+    return f"/early={rows}" if rows else ""
 
 
 def _plot(results: list[dict], path: str) -> bool:

@@ -136,6 +136,7 @@ class Choice:
     config: GemmConfig
     engine: str | None = None  # a tuned transfer engine, if any
     chunk_rows: int | None = None  # a tuned chunk size, if any
+    early_rows: int = 0  # a tuned early_rows (GEMM-RS by the copy engine)
     graph: Choice | None = None  # the tuned choice for calls captured in CUDA graphs
 
 
@@ -171,7 +172,7 @@ def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
     if tuned is not None:
         def choice(d) -> Choice:
             return Choice(d.method == "overlap", config or d.gemm_config(), d.engine,
-                          d.chunk_rows)
+                          d.chunk_rows, d.early_rows)
 
         graph = choice(tuned.graph) if tuned.graph is not None else None
         return dataclasses.replace(choice(tuned), graph=graph)
@@ -458,7 +459,7 @@ def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
 # -- GEMM-RS / GEMM-AR ----------------------------------------------------------------------
 def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
             config: GemmConfig | None = None, engine: str | None = None,
-            chunk_rows: int | None = None) -> torch.Tensor:
+            chunk_rows: int | None = None, early_rows: int | None = None) -> torch.Tensor:
     """``reduce_scatter(a @ b, dim=0)``, overlapped.
 
     ``a``: ``[M, k]``, ``b``: ``[k, N]`` (the rank's slice of the K dimension, any strides);
@@ -478,7 +479,8 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
       (``torch.matmul``) for ``d = r+1, r+2, ...`` in chunks of ``chunk_rows`` rows (default:
       the tuned value, else a whole segment), each pushed to ``d`` by the copy engine
       while the next one is computed; own rows last; then the partials are summed per
-      chunk as each chunk lands.
+      chunk as each chunk lands. ``early_rows`` (default: the tuned value, else 0) of the
+      own rows join the last peer's GEMM, where two uneven GEMMs run in fewer waves.
     * ``"copy_engine_pull"``: the same partials, computed into this rank's own inbox and
       published; each rank pulls its rows' partials with the copy engine straight into
       the result, and its own rows' GEMM accumulates onto them (``addmm``) chunk by chunk
@@ -498,6 +500,10 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     W = rt.world.world_size
     M, k = a.shape
     N = b.shape[1]
+    if early_rows is not None and (not isinstance(early_rows, int) or isinstance(early_rows, bool)
+                                   or not 0 <= early_rows < max(M // W, 1)):
+        raise ValueError(f"gemm_rs: early_rows must be an int in [0, M / W = {M // W}), got "
+                         f"{early_rows!r}")
     choice = _choose("gemm_rs", method, M, N, k, a.dtype, config)
     if choice.overlap and rt.topo.num_nodes > 1:
         choice = dataclasses.replace(choice, overlap=False)  # no inter-node push path yet
@@ -512,8 +518,14 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         return out
     rs_engine = forced or choice.engine
     rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
+    if early_rows and rs_engine != "copy_engine":
+        raise ValueError(f"gemm_rs: early_rows applies to engine='copy_engine' only, not "
+                         f"{rs_engine!r}")
     if rs_engine == "copy_engine":
-        return _rs_by_segments(a, b, rows, graph)
+        # the tuned early_rows goes with the tuned chunking only
+        early = (early_rows if early_rows is not None
+                 else choice.early_rows if chunk_rows is None else 0)
+        return _rs_by_segments(a, b, rows, graph, early)
     if rs_engine == "copy_engine_pull":
         return _rs_pulled(a, b, rows, graph)
     return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
@@ -528,8 +540,18 @@ RS_CHUNKS = 1
 RS_PULL_CHUNKS = 2
 
 
+def _early_span(W: int, me: int, seg: int, early_rows: int) -> tuple[int, int]:
+    """The own rows (within my segment) that ``early_rows`` moves into the last peer's GEMM:
+    the ones next to that peer's rows in ``a`` (my first rows when the last peer, ``me - 1``,
+    comes before me; my last ones with two ranks on rank 0, where it comes after), or none
+    (``(0, 0)``) where they are not neighbours (rank 0 of more than two)."""
+    if early_rows == 0 or (me == 0 and W > 2):
+        return 0, 0
+    return (0, early_rows) if me > 0 else (seg - early_rows, seg)
+
+
 def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
-                    graph: bool = False) -> torch.Tensor:
+                    graph: bool = False, early_rows: int = 0) -> torch.Tensor:
     """GEMM-RS on one node with the copy engine, by segments, in chunks of ``chunk_rows``
     rows (default: a segment in ``RS_CHUNKS``, i.e. whole).
 
@@ -542,6 +564,13 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
     Then chunk ``i`` of the result is summed (fp32, rank order) once every peer's chunk ``i``
     is in.
 
+    ``early_rows`` (one chunk per segment only): that many of my own rows, the ones next to
+    the last peer's segment in ``a`` (:func:`_early_span`), are computed in the same
+    ``torch.matmul`` as that segment, before it is pushed; the rest of my rows follow. Two
+    GEMMs of ``seg + x`` and ``seg - x`` rows can run in fewer waves than two of ``seg``
+    (cuBLAS at N = 3584 on an H200: 0.98x the whole GEMM's time for ``x = 1152`` of 4096,
+    against 1.09x for halves; ``docs/perf.md``, session 15); the tuner picks ``x``.
+
     ``graph``: the graph-safe variant (what a CUDA graph replays): the exchange's single
     inbox with its epoch ``E`` counted on the device (``exchange.graph_pad``); chunk ``i``
     from rank ``q`` raises slot ``i * W + q`` to ``E``, a push to ``d`` waits on the
@@ -550,20 +579,38 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
     ``exchange.PULL_MAX_CHUNKS`` chunks per segment."""
     W, me, seg, N, bounds, x, slots, engine = _open_segments(
         "gemm_rs:copy_engine", a, b, chunk_rows, RS_CHUNKS, graph)
+    if early_rows and len(bounds) > 1:
+        raise ValueError(f"gemm_rs: early_rows={early_rows} needs one chunk per segment, "
+                         f"got chunk_rows={chunk_rows} ({len(bounds)} chunks)")
+    e_lo, e_hi = _early_span(W, me, seg, early_rows)
+    early = None
     for step in range(1, W):
         d = (me + step) % W
         for i, (lo, hi) in enumerate(bounds):
-            part = torch.matmul(a[d * seg + lo:d * seg + hi], b)
+            if step == W - 1 and e_hi > e_lo:
+                # d's rows and my early rows are neighbours in a: one GEMM for both
+                start, stop = min(d * seg, me * seg + e_lo), max((d + 1) * seg, me * seg + e_hi)
+                both = torch.matmul(a[start:stop], b)
+                part = both[d * seg - start:(d + 1) * seg - start]
+                early = both[me * seg + e_lo - start:me * seg + e_hi - start]
+            else:
+                part = torch.matmul(a[d * seg + lo:d * seg + hi], b)
             # the engine's one stream orders a segment's later chunks behind the first,
             # so only the first waits for d's acknowledgement
             engine.issue([Transfer(part, slots[me, lo:hi], me, d, x.ready(i, me),
                                    after=x.after(d) if i == 0 else None)])
     out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
-    torch.matmul(a[me * seg:(me + 1) * seg], b, out=slots[me])
+    late = (e_hi, seg) if e_lo == 0 else (0, e_lo)
+    torch.matmul(a[me * seg + late[0]:me * seg + late[1]], b, out=slots[me, late[0]:late[1]])
     for i, (lo, hi) in enumerate(bounds):
         if hi > lo:
             x.wait(i)
-            sum_slots(slots[:, lo:hi], out[lo:hi])
+            if early is None:
+                sum_slots(slots[:, lo:hi], out[lo:hi])
+                continue
+            sum_slots(slots[:, late[0]:late[1]], out[late[0]:late[1]])
+            sum_slots([early if q == me else slots[q, e_lo:e_hi] for q in range(W)],
+                      out[e_lo:e_hi])
     x.finish([engine])
     return out
 

@@ -24,6 +24,7 @@ class Decision:
     engine: str = "colocated"
     time_us: float = 0.0
     chunk_rows: int | None = None  # rows per chunk (None: one chunk per shard)
+    early_rows: int = 0  # own rows in the last peer's GEMM (GEMM-RS by the copy engine)
     graph: Decision | None = None  # the choice under CUDA graphs (its own ``graph``: None)
 
     def gemm_config(self) -> GemmConfig:
@@ -33,7 +34,7 @@ class Decision:
     def from_json(cls, entry: dict) -> Decision:
         graph = entry.get("graph")
         return cls(entry["method"], GemmConfig(**entry["config"]), entry["engine"],
-                   entry["time_us"], entry.get("chunk_rows"),
+                   entry["time_us"], entry.get("chunk_rows"), entry.get("early_rows", 0),
                    cls.from_json(graph) if graph else None)
 
 

@@ -27,12 +27,14 @@ rotating rounds, with the same margin against the captured fallback. Graph repla
 host time and the graph-safe variants count epochs on the device, so the two modes can
 rank candidates differently (the pulled GEMM-RS, docs/perf.md session 10).
 
-Knobs: overlap vs fallback, the tile configuration, for ``ag_gemm`` the transfer engine, the
-chunk size and, with the ``sm`` engine, the SMs given to communication (``COMM_SMS``; the
-GEMM's ``GemmConfig.programs`` is the rest), for ``gemm_rs`` the engine (colocated stores
-from the GEMM, or the copy engine by segments) and the copy engine's chunk size. Engines
-that compute with ``torch.matmul`` (``MATMUL_ENGINES``) are tried with the first tile
-config only.
+Knobs (:class:`Trial`): overlap vs fallback, the tile configuration, for ``ag_gemm`` the
+transfer engine, the chunk size and, with the ``sm`` engine, the SMs given to communication
+(``COMM_SMS``; the GEMM's ``GemmConfig.programs`` is the rest), for ``gemm_rs`` the engine
+(colocated stores from the GEMM, or the copy engine by segments, pushed or pulled), the
+copy engine's chunk size and, pushed, ``early_rows`` (own rows in the last peer's GEMM;
+the candidate comes from timing ``torch.matmul`` on the row counts it would launch,
+:func:`early_rows_for`). Engines that compute with ``torch.matmul`` (``MATMUL_ENGINES``)
+are tried with the first tile config only.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits
 from . import cache
 from .decisions import Decision, key_for, lookup
 
-__all__ = ["Decision", "agreed_median", "key_for", "lookup", "rotations", "time_calls", "tune"]
+__all__ = ["Decision", "Trial", "agreed_median", "early_rows_for", "key_for", "lookup",
+           "rotations", "time_calls", "tune"]
 
 # measured on one H200 (docs/perf.md, bench/gemm_lab.py): the first is the default; the
 # others win on some shapes; 256x128 never did
@@ -90,6 +93,31 @@ MATMUL_ENGINES = {"ag_gemm": ("copy_engine_matmul",),
                   "gemm_rs": ("copy_engine", "copy_engine_pull")}
 #: SMs given to communication tried with the "sm" AG-GEMM engine (the GEMM gets the rest)
 COMM_SMS = (16, 32)
+#: ``early_rows`` candidates step by this many rows (a cuBLAS tile's height), up to half a
+#: segment; a candidate is tried only if its two GEMMs beat two halves by ``EARLY_GAIN``
+EARLY_STEP = 128
+EARLY_GAIN = 0.01
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    """One candidate: ``method`` ("overlap" | "fallback"), the tile config, the transfer
+    engine and its knobs (``chunk_rows``: rows per chunk, None for one chunk per segment or
+    shard; ``early_rows``: GEMM-RS by the copy engine only)."""
+
+    method: str
+    config: GemmConfig
+    engine: str
+    chunk_rows: int | None = None
+    early_rows: int = 0
+
+    def label(self) -> str:
+        early = f" early={self.early_rows}" if self.early_rows else ""
+        return f"{self.method} {self.engine} chunk={self.chunk_rows}{early} {self.config.label()}"
+
+    def decision(self, time_us: float, graph: Decision | None = None) -> Decision:
+        return Decision(self.method, self.config, self.engine, time_us, self.chunk_rows,
+                        self.early_rows, graph)
 
 
 def time_calls(fn, warmup: int, iters: int, device: torch.device,
@@ -168,7 +196,7 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     engines = (GPU_ENGINES if dev.type == "cuda" else ENGINES).get(op, ("colocated",))
     # chunk sizes matter where the copy engine moves whole chunks: a shard, a half, a quarter
     chunkings = [None] + sorted({-(-rows // d) for d in (2, 4)} - {rows}, reverse=True)
-    trials = [("fallback", candidates[0], engines[0], None)]
+    trials = [Trial("fallback", candidates[0], engines[0])]
     for c in candidates:
         for e in engines:
             if e in MATMUL_ENGINES.get(op, ()) and c is not candidates[0]:
@@ -177,26 +205,27 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
                 # the default (None), then segments in the engine's other chunk counts
                 seg = max(M // W, 1)
                 sizes = sorted({-(-seg // k) for k in RS_CHUNKINGS[e]} - {seg}, reverse=True)
-                trials += [("overlap", c, e, ch) for ch in [None, *sizes]]
+                trials += [Trial("overlap", c, e, ch) for ch in [None, *sizes]]
+                early = early_rows_for(a, b, seg, batch) if e == "copy_engine" else 0
+                if early:
+                    trials.append(Trial("overlap", c, e, None, early))
                 continue
             if e == "sm" and dev.type == "cuda":  # the knob: SMs given to communication
                 sms = torch.cuda.get_device_properties(dev).multi_processor_count
-                trials += [("overlap", dataclasses.replace(c, programs=sms - k), e, None)
+                trials += [Trial("overlap", dataclasses.replace(c, programs=sms - k), e)
                            for k in COMM_SMS if k < sms]
                 continue
-            trials += [("overlap", c, e, ch)
+            trials += [Trial("overlap", c, e, ch)
                        for ch in (chunkings if op == "ag_gemm" and e.startswith("copy_engine")
                                   else [None])]
     results: list[float] = []
     errors: dict[int, str] = {}
-    for i, (method, cfg, engine, chunk) in enumerate(trials):
+    for i, trial in enumerate(trials):
         if progress and rt.world.rank == 0:
             print(f"\r[ditron tune] {op} M={M} N={N} K={K}: {i + 1}/{len(trials)} "
-                  f"{method} {engine} chunk={chunk} {cfg.label()}   ", end="", file=sys.stderr,
-                  flush=True)
+                  f"{trial.label()}   ", end="", file=sys.stderr, flush=True)
         try:
-            times = time_calls(_call(fn_op, a, b, op, method, cfg, engine, chunk), warmup,
-                               iters, dev, batch)
+            times = time_calls(_call(fn_op, a, b, op, trial), warmup, iters, dev, batch)
             ok = 1.0
         except Exception as exc:  # noqa: BLE001 - a config that does not compile loses
             times, ok = [float("inf")], 0.0
@@ -207,23 +236,22 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
         results.append(agreed_median(times) if flag.item() > 0 else float("inf"))
     if progress and rt.world.rank == 0:
         print(file=sys.stderr)
-        for i, ((method, cfg, engine, chunk), t) in enumerate(zip(trials, results, strict=True)):
+        for i, (trial, t) in enumerate(zip(trials, results, strict=True)):
             shown = f"{t:10.1f} us" if t != float("inf") else "    failed   "
-            print(f"[ditron tune]   {shown}  {method} {engine} chunk={chunk} {cfg.label()}"
+            print(f"[ditron tune]   {shown}  {trial.label()}"
                   + (f"  ({errors[i]})" if i in errors else ""), file=sys.stderr)
     best = min(range(len(trials)), key=lambda j: results[j])
     close = confirm_set(trials, results)
     if close and results[0] != float("inf"):
         best = _confirm(trials, close, fn_op, a, b, op, warmup, iters, dev, batch,
                         progress and rt.world.rank == 0)
-    method, cfg, engine, chunk = trials[best]
     graph = None
     if dev.type == "cuda":
         picked = _graph_pass(trials, results, fn_op, a, b, op, iters, dev, batch,
                              progress and rt.world.rank == 0)
         if picked is not None:
-            graph = Decision(*trials[picked[0]][:3], picked[1], trials[picked[0]][3])
-    decision = Decision(method, cfg, engine, results[best], chunk, graph)
+            graph = trials[picked[0]].decision(picked[1])
+    decision = trials[best].decision(results[best], graph)
     if save and rt.world.rank == 0:
         cache.put(key_for(op, M, N, K, dtype, W), dataclasses.asdict(decision))
     for key in [k for k in rt.cache if isinstance(k, tuple) and k[0] == "tp_gemm_choice"]:
@@ -251,12 +279,12 @@ def _graph_pass(trials: list, results: list[float], fn_op, a, b, op: str, iters:
     margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
     graphs = {}
     for j, trial in enumerate(trials):
-        if results[j] == float("inf") or (trial[0] == "fallback"
+        if results[j] == float("inf") or (trial.method == "fallback"
                                            and not collectives_capturable()):
             continue
         try:
-            graph = capture(_call(fn_op, a, b, op, *trial), batch,
-                            safe_warm_up=trial[0] == "overlap")
+            graph = capture(_call(fn_op, a, b, op, trial), batch,
+                            safe_warm_up=trial.method == "overlap")
         except Exception:  # noqa: BLE001 - not capturable: drops out
             graph = None
         flag = torch.tensor([0.0 if graph is None else 1.0])
@@ -274,26 +302,46 @@ def _graph_pass(trials: list, results: list[float], fn_op, a, b, op: str, iters:
     medians = {j: agreed_median(samples[j]) for j in graphs}
     del graphs
     torch.cuda.synchronize()
-    overlapped = [j for j in medians if trials[j][0] == "overlap"]
+    overlapped = [j for j in medians if trials[j].method == "overlap"]
     best = min(overlapped, key=lambda j: medians[j]) if overlapped else 0
     if 0 in medians and (not overlapped
                          or not prefer_overlap(medians[0], medians[best], margin)):
         best = 0
     if show:
         for j in sorted(medians, key=lambda j: medians[j]):
-            method, cfg, engine, chunk = trials[j]
-            print(f"[ditron tune]   graph {medians[j]:10.1f} us  {method} {engine} "
-                  f"chunk={chunk} {cfg.label()}", file=sys.stderr)
-        print(f"[ditron tune]   under CUDA graphs -> {trials[best][0]} {trials[best][2]} "
-              f"chunk={trials[best][3]} (margin {margin:.0%})", file=sys.stderr)
+            print(f"[ditron tune]   graph {medians[j]:10.1f} us  {trials[j].label()}",
+                  file=sys.stderr)
+        print(f"[ditron tune]   under CUDA graphs -> {trials[best].label()} "
+              f"(margin {margin:.0%})", file=sys.stderr)
     return best, medians[best]
 
 
-def _call(fn_op, a, b, op: str, method: str, cfg: GemmConfig, engine: str, chunk):
-    """One call of ``op`` as trial (method, cfg, engine, chunk) runs it."""
-    extra = ({"engine": engine, "chunk_rows": chunk} if op in ("ag_gemm", "gemm_rs")
-             else {"engine": engine} if op in ENGINES else {})
-    return lambda: fn_op(a, b, method=method, config=cfg, **extra)
+def _call(fn_op, a, b, op: str, trial: Trial):
+    """One call of ``op`` as ``trial`` runs it."""
+    extra = ({"engine": trial.engine, "chunk_rows": trial.chunk_rows}
+             if op in ("ag_gemm", "gemm_rs") else {"engine": trial.engine} if op in ENGINES
+             else {})
+    if trial.early_rows:
+        extra["early_rows"] = trial.early_rows
+    return lambda: fn_op(a, b, method=trial.method, config=trial.config, **extra)
+
+
+def early_rows_for(a: torch.Tensor, b: torch.Tensor, seg: int, batch: int = 1) -> int:
+    """The ``early_rows`` ``x`` (a multiple of ``EARLY_STEP`` up to ``seg / 2``) whose two
+    GEMMs, ``a[:seg + x] @ b`` and ``a[:seg - x] @ b``, take the least time, or 0 when none
+    beats two halves by ``EARLY_GAIN``: where the pushed copy-engine GEMM-RS would launch
+    them (collective: every rank times the same row counts, in three passes of alternating
+    direction, and the slowest rank's medians decide)."""
+    step = min(EARLY_STEP, max(seg // 8, 1))
+    xs = range(0, min(seg // 2, a.shape[0] - seg) + 1, step)
+    rows = sorted({seg + x for x in xs} | {seg - x for x in xs})
+    samples: dict[int, list[float]] = {m: [] for m in rows}
+    for p in range(3):
+        for m in rows if p % 2 == 0 else rows[::-1]:
+            samples[m] += time_calls(lambda m=m: torch.matmul(a[:m], b), 1, 3, a.device, batch)
+    t = {m: agreed_median(samples[m]) for m in rows}
+    best = min(xs, key=lambda x: t[seg + x] + t[seg - x])
+    return best if t[seg + best] + t[seg - best] < 2 * t[seg] * (1 - EARLY_GAIN) else 0
 
 
 def rotations(names: list, rounds: int) -> list[list]:
@@ -309,7 +357,7 @@ def confirm_set(trials: list, results: list[float]) -> list[int]:
     first pass, the next ones within ``CONFIRM_WITHIN`` of it (``CONFIRM_MAX`` in all), and
     the default overlapped trial (index 1: the op's default engine and tiles), since the
     fastest of many noisy first-pass times is biased low."""
-    ranked = sorted((j for j in range(len(trials)) if trials[j][0] == "overlap"
+    ranked = sorted((j for j in range(len(trials)) if trials[j].method == "overlap"
                      and results[j] != float("inf")), key=lambda j: results[j])
     if not ranked:
         return []
@@ -331,7 +379,7 @@ def _confirm(trials: list, close: list[int], fn_op, a, b, op: str, warmup: int, 
     samples: dict[int, list[float]] = {j: [] for j in (0, *close)}
     for order in rotations(list(samples), CONFIRM_ROUNDS):
         for j in order:
-            samples[j] += time_calls(_call(fn_op, a, b, op, *trials[j]), warmup, iters, dev,
+            samples[j] += time_calls(_call(fn_op, a, b, op, trials[j]), warmup, iters, dev,
                                      batch)
     medians = {j: agreed_median(samples[j]) for j in samples}
     best = min(close, key=lambda j: medians[j])

@@ -250,13 +250,57 @@ def _confirm_case(margin: float) -> int:
         calls[name] += 1
         time.sleep(cost[name])
 
-    trials = [("fallback", CPU_CONFIG, "colocated", None),
-              ("overlap", CPU_CONFIG, "a", None), ("overlap", CPU_CONFIG, "b", None)]
+    trials = [tuner.Trial("fallback", CPU_CONFIG, "colocated"),
+              tuner.Trial("overlap", CPU_CONFIG, "a"), tuner.Trial("overlap", CPU_CONFIG, "b")]
     os.environ["DITRON_TUNE_MARGIN"] = str(margin)
     chosen = tuner._confirm(trials, [1, 2], fake, None, None, "gemm_rs", 1, 3,
                             torch.device("cpu"), 1, False)
     assert calls == {m: tuner.CONFIRM_ROUNDS * 4 for m in calls}  # alternated, same counts
     return chosen
+
+
+def _fake_waves(m: int, rank: int, wave: int, slow: int) -> int:
+    """A GEMM of ``m`` rows that takes whole waves of ``wave`` rows; rank 1 pays 5 more
+    waves at ``slow`` rows."""
+    return -(-m // wave) + (5 if rank == 1 and m == slow else 0)
+
+
+def _early_rows_case(seg: int, wave: int, slow: int) -> list[int]:
+    """``early_rows_for`` on fake GEMM times (:func:`_fake_waves`), and on times linear in
+    the rows (no split beats halves)."""
+    from ditron.tune import tuner
+
+    rank = ditron.world().rank
+    real = tuner.time_calls
+    a = torch.randn(2 * seg, 4)
+    b = torch.randn(4, 3)
+    picks = []
+    try:
+        for cost in (lambda m: _fake_waves(m, rank, wave, slow), float):
+            tuner.time_calls = lambda fn, *args, cost=cost: [cost(fn().shape[0])] * 3
+            picks.append(tuner.early_rows_for(a, b, seg))
+    finally:
+        tuner.time_calls = real
+    return picks
+
+
+def test_early_rows_for_picks_the_fewest_waves():
+    from ditron.tune.tuner import EARLY_GAIN
+
+    seg, wave = 64, 48
+    xs = range(0, seg // 2 + 1, seg // 8)  # the candidates: a step of seg / 8 this small
+
+    def best(cost) -> int:
+        x = min(xs, key=lambda x: cost(seg + x) + cost(seg - x))
+        return x if cost(seg + x) + cost(seg - x) < 2 * cost(seg) * (1 - EARLY_GAIN) else 0
+
+    alone = best(lambda m: _fake_waves(m, 0, wave, -1))
+    assert alone != 0
+    # rank 1 is slow at rank 0's pick: the ranks agree on the slowest rank's times
+    agreed = best(lambda m: max(_fake_waves(m, r, wave, seg + alone) for r in (0, 1)))
+    assert agreed not in (0, alone)
+    assert ditron.launch(_early_rows_case, 2, seg, wave, seg + alone,
+                         backend="cpu") == [[agreed, 0]] * 2
 
 
 def test_rotations_put_every_candidate_at_every_position():
@@ -271,10 +315,10 @@ def test_rotations_put_every_candidate_at_every_position():
 
 def test_tuner_confirm_set():
     from ditron.kernels.gemm import CPU_CONFIG
-    from ditron.tune.tuner import confirm_set
+    from ditron.tune.tuner import Trial, confirm_set
 
-    trials = [("fallback", CPU_CONFIG, "e", None)] + [("overlap", CPU_CONFIG, "e", k)
-                                                      for k in range(5)]
+    trials = [Trial("fallback", CPU_CONFIG, "e")] + [Trial("overlap", CPU_CONFIG, "e", k)
+                                                     for k in range(5)]
     inf = float("inf")
     # trials 1..5: the default (1) is slow; 3 and 4 are within 5% of the best (2), but
     # CONFIRM_MAX (2) keeps the best two of those; the default is always re-measured
@@ -330,6 +374,25 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
                 _close(f"gemm_rs[{engine}, chunk_rows={chunk_rows}]", rs,
                        full[w.rank * m:(w.rank + 1) * m], torch.float32)
                 checks += 1
+        # pushed, with own rows in the last peer's GEMM: one row, some, all but one
+        for early in (1, 5, m - 1):
+            torch.manual_seed(250 * it + w.rank)
+            a2 = torch.randn(w.world_size * m, K, device=w.device)
+            b2 = torch.randn(N, K, device=w.device).t()
+            full = _sum(a2.double() @ b2.double())
+            rs = ditron.ops.gemm_rs(a2, b2, method="overlap", engine="copy_engine",
+                                    early_rows=early)
+            _close(f"gemm_rs[copy_engine, early_rows={early}]", rs,
+                   full[w.rank * m:(w.rank + 1) * m], torch.float32)
+            checks += 1
+    a2 = torch.cat([a] * w.world_size)
+    with pytest.raises(ValueError, match=r"early_rows must be an int in \[0, M / W"):
+        ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine", early_rows=m)
+    with pytest.raises(ValueError, match="early_rows applies to engine='copy_engine' only"):
+        ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine_pull", early_rows=2)
+    with pytest.raises(ValueError, match="needs one chunk per segment"):
+        ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine", chunk_rows=4,
+                           early_rows=2)
     with pytest.raises(ValueError, match="engine must be one of"):
         ditron.ops.ag_gemm(a, b, engine="pigeon")
     with pytest.raises(ValueError, match="engine must be one of"):
@@ -406,8 +469,8 @@ def _failed_launch_case(m: int, K: int, N: int) -> int:
 def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
     """A tuned decision with a part for CUDA graphs: eager ``auto`` calls run the eager
     choice (the pulled copy engine), graph-safe ones (what a CUDA graph captures) the graph
-    choice (the pushed one); an entry without a graph part (tuned before there was one)
-    serves both modes."""
+    choice (the pushed one, with its tuned ``early_rows``); an entry without a graph part
+    (tuned before there was one) serves both modes."""
     import dataclasses
     import os
 
@@ -430,7 +493,7 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
 
     def spy(name):
         def run(*args, **kwargs):
-            ran.append(name)
+            ran.append(name if name == "_rs_pulled" else f"{name}:early={args[4]}")
             return real[name](*args, **kwargs)
         return run
 
@@ -439,10 +502,11 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
     try:
         for graph_part in (True, False):
             if w.rank == 0:  # rank 0 decides for every rank
-                graph = decisions.Decision("overlap", cfg, "copy_engine", 1.0)
-                tuned = decisions.Decision("overlap", cfg, "copy_engine_pull", 2.0, None,
-                                           graph if graph_part else None)
+                graph = decisions.Decision("overlap", cfg, "copy_engine", 1.0, early_rows=3)
+                tuned = decisions.Decision("overlap", cfg, "copy_engine_pull", 2.0,
+                                           graph=graph if graph_part else None)
                 cache.put(key, dataclasses.asdict(tuned))
+                assert decisions.Decision.from_json(cache.get(key)) == tuned
             dist.barrier(group=current().host_group)
             current().cache.pop(("tp_gemm_choice", "gemm_rs", W * m, N, K, a.dtype, None),
                                 None)  # "auto" decides again, from the new entry
@@ -457,7 +521,7 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
 
 def test_tuned_decisions_per_mode(backend, tmp_path):
     assert ditron.launch(_per_mode_case, 2, str(tmp_path), 9, 16, 24, backend=backend) == [
-        ["_rs_pulled", "_rs_by_segments", "_rs_pulled", "_rs_pulled"]] * 2
+        ["_rs_pulled", "_rs_by_segments:early=3", "_rs_pulled", "_rs_pulled"]] * 2
 
 
 def test_tp_gemms_survive_a_failed_launch(backend):
@@ -475,7 +539,7 @@ def test_gemm_rs_pulled_matches_torch(backend, world_size):
 def test_tp_gemm_engines_agree_with_torch(backend, world_size):
     # 13 rows per rank: tiles straddle chunks; calls alternate engines on shared signals.
     assert ditron.launch(_engines_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [39] * world_size
+                         backend=backend) == [48] * world_size
 
 
 def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -> int:
@@ -506,16 +570,18 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
                 assert torch.equal(ga, _gather(a)), f"{what}: gathered A differs"
             # the colocated epilogue, and the copy engine by segments, pushed and pulled
             # (by default; 4-row chunks)
-            for engine, chunk_rows in (("colocated", None), ("copy_engine", None),
-                                       ("copy_engine", 4), ("copy_engine_pull", None),
-                                       ("copy_engine_pull", 4)):
+            # (by default; 4-row chunks; pushed with 6 own rows in the last peer's GEMM)
+            for engine, chunk_rows, early in (
+                    ("colocated", None, None), ("copy_engine", None, None),
+                    ("copy_engine", 4, None), ("copy_engine", None, 6),
+                    ("copy_engine_pull", None, None), ("copy_engine_pull", 4, None)):
                 rs = ditron.ops.gemm_rs(a2, b, method="overlap", engine=engine,
-                                        chunk_rows=chunk_rows)
-                _close(f"graph-safe gemm_rs {engine} chunk_rows={chunk_rows}", rs,
-                       full[rank * m:(rank + 1) * m], torch.float32)
+                                        chunk_rows=chunk_rows, early_rows=early)
+                _close(f"graph-safe gemm_rs {engine} chunk_rows={chunk_rows} early_rows="
+                       f"{early}", rs, full[rank * m:(rank + 1) * m], torch.float32)
             ar = ditron.ops.gemm_ar(a3, b, method="overlap")
             _close("graph-safe gemm_ar", ar, _sum(a3.double() @ b.double()), torch.float32)
-            checks += 10
+            checks += 11
         # the eager variants between graph-safe calls
         _close("eager ag_gemm", ditron.ops.ag_gemm(a, b, method="overlap"), ref, torch.float32)
         checks += 1
@@ -535,7 +601,7 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
 def test_graph_safe_variants_match_torch(world_size, backend):
     # 13 rows per rank: AG tiles straddle chunks, and 4-row chunks (4+4+4+1) too
     assert ditron.launch(_graph_safe_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [36] * world_size
+                         backend=backend) == [39] * world_size
 
 
 def _captured_case(m: int, K: int, N: int, replays: int) -> int:
@@ -555,6 +621,7 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
         ditron.ops.ag_gemm(a, b, method="overlap", engine="copy_engine_matmul")
         ditron.ops.gemm_rs(a2, b, method="overlap")
         ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine")
+        ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine", early_rows=m // 3)
         ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine_pull")
         ditron.ops.gemm_ar(a3, b, method="overlap")
     torch.cuda.synchronize()
@@ -564,6 +631,8 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
         c_mm = ditron.ops.ag_gemm(a, b, method="overlap", engine="copy_engine_matmul")
         rs = ditron.ops.gemm_rs(a2, b, method="overlap")
         rs_ce = ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine")
+        rs_early = ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine",
+                                      early_rows=m // 3)
         rs_pull = ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine_pull")
         ar = ditron.ops.gemm_ar(a3, b, method="overlap")
     checks = 0
@@ -571,7 +640,7 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
         g = torch.Generator().manual_seed(10 * rank + it)
         for t in (a, a2, a3):
             t.copy_(torch.randn(t.shape, generator=g).to(dtype))
-        for t in (c, c_mm, rs, rs_ce, rs_pull, ar):
+        for t in (c, c_mm, rs, rs_ce, rs_early, rs_pull, ar):
             t.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
@@ -581,16 +650,18 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
         full = _sum(a2.double() @ b.double())
         _close(f"replay {it} gemm_rs", rs, full[rank * m:(rank + 1) * m], dtype)
         _close(f"replay {it} gemm_rs copy_engine", rs_ce, full[rank * m:(rank + 1) * m], dtype)
+        _close(f"replay {it} gemm_rs copy_engine early_rows", rs_early,
+               full[rank * m:(rank + 1) * m], dtype)
         _close(f"replay {it} gemm_rs copy_engine_pull", rs_pull,
                full[rank * m:(rank + 1) * m], dtype)
         _close(f"replay {it} gemm_ar", ar, _sum(a3.double() @ b.double()), dtype)
-        checks += 6
+        checks += 7
     return checks
 
 
 @pytest.mark.gpu
 def test_tp_gemms_in_cuda_graph():
-    assert ditron.launch(_captured_case, 2, 300, 256, 384, 4, backend="cuda") == [24, 24]
+    assert ditron.launch(_captured_case, 2, 300, 256, 384, 4, backend="cuda") == [28, 28]
 
 
 def _own_rows_case(m: int, K: int, N: int, reps: int) -> list[bool]:
