@@ -8,18 +8,18 @@ over the host group), and rank 0's choice is broadcast. The decision is cached o
 (``tune/cache.py``) and read by the ops' ``method="auto"`` through
 ``decisions.lookup`` (which sits below the ops; this module sits above them).
 
-The decision against the fallback is confirmed: the fastest overlapped candidates (the
-best, and the next ones within ``CONFIRM_WITHIN`` of it, ``CONFIRM_MAX`` in all), the
-default overlapped candidate (the op's default engine and tiles) and the fallback are
-measured again, alternating, for ``CONFIRM_ROUNDS`` rounds or more (the order rotates, so
-every candidate runs at every position of a round once); the fastest overlapped one over
-those rounds is chosen if its median beats the fallback's by ``MARGIN`` (2%, env
-``DITRON_TUNE_MARGIN``). The confirmation runs whichever candidate won the first pass. A
-single pass can rank two candidates wrongly when they differ by less than the run-to-run
-noise (up to 10% measured for GEMM-RS on 2 H200s), and its first trial, the fallback, runs
-on a GPU fresh from idle (on 2 H200s it measured faster than the bare GEMM alone, session
-8); rotating rounds see the same drifts, and the margin keeps ``auto`` from trading a sure
-baseline for a gain inside the noise.
+The first pass measures every candidate in ``FIRST_PASS_ROUNDS`` rounds, the second in
+reverse order. The decision against the fallback is confirmed: the fastest overlapped
+candidates (those within ``CONFIRM_WITHIN`` of the best, the fastest of each engine first,
+``CONFIRM_MAX`` in all), the default overlapped candidate (the op's default engine and
+tiles) and the fallback are measured again, alternating, for ``CONFIRM_ROUNDS`` rounds or
+more (the order rotates, so every candidate runs at every position of a round once); the
+fastest overlapped one over those rounds is chosen if its median beats the fallback's by
+``MARGIN`` (2%, env ``DITRON_TUNE_MARGIN``). A single pass can rank two candidates wrongly
+when they differ by less than the run-to-run noise (up to 10% measured for GEMM-RS on 2
+H200s), and its first trial, the fallback, runs on a GPU fresh from idle (on 2 H200s it
+measured faster than the bare GEMM alone, session 8); rotating rounds see the same drifts,
+and the margin keeps ``auto`` from trading a sure baseline for a gain inside the noise.
 
 On CUDA a second pass decides for calls captured in CUDA graphs (``Decision.graph``, read
 by the ops in graph mode): every candidate that ran is captured and its replays timed in
@@ -66,11 +66,18 @@ CPU_CANDIDATES = [CPU_CONFIG, dataclasses.replace(CPU_CONFIG, block_m=32, block_
 #: overlap must beat the fallback by this fraction in the confirmation rounds
 MARGIN = 0.02
 CONFIRM_ROUNDS = 3
+#: rounds of the first pass over every candidate, the second in reverse order: a drift of
+#: the GPU's clocks during the pass (5-10% on 2 H200s, docs/perf.md session 15) then costs
+#: the early and the late candidates alike
+FIRST_PASS_ROUNDS = 2
 #: overlapped candidates within this fraction of the best one are confirmed too (at most
-#: ``CONFIRM_MAX`` in all): one candidate's bad rounds then do not hand the decision to the
-#: fallback when another overlapped candidate was as fast (seen on 2 H200s, session 7)
-CONFIRM_WITHIN = 0.05
-CONFIRM_MAX = 2
+#: ``CONFIRM_MAX`` in all, the fastest of each engine first): one candidate's bad rounds
+#: then do not hand the decision to the fallback when another overlapped candidate was as
+#: fast (seen on 2 H200s, session 7), and an engine the first pass ranked low by noise gets
+#: a second look (AG-GEMM on 2 H200s, session 14: 5-13% between the tuner's and the
+#: benchmark's times of the same engine)
+CONFIRM_WITHIN = 0.08
+CONFIRM_MAX = 3
 
 
 def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN) -> bool:
@@ -218,22 +225,33 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
             trials += [Trial("overlap", c, e, ch)
                        for ch in (chunkings if op == "ag_gemm" and e.startswith("copy_engine")
                                   else [None])]
-    results: list[float] = []
+    samples: dict[int, list[float]] = {i: [] for i in range(len(trials))}
     errors: dict[int, str] = {}
-    for i, trial in enumerate(trials):
-        if progress and rt.world.rank == 0:
-            print(f"\r[ditron tune] {op} M={M} N={N} K={K}: {i + 1}/{len(trials)} "
-                  f"{trial.label()}   ", end="", file=sys.stderr, flush=True)
-        try:
-            times = time_calls(_call(fn_op, a, b, op, trial), warmup, iters, dev, batch)
-            ok = 1.0
-        except Exception as exc:  # noqa: BLE001 - a config that does not compile loses
-            times, ok = [float("inf")], 0.0
-            errors[i] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-        flag = torch.tensor([ok])
-        if W > 1:
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=rt.host_group)
-        results.append(agreed_median(times) if flag.item() > 0 else float("inf"))
+    order = list(range(len(trials)))
+    for r in range(FIRST_PASS_ROUNDS):
+        for i in order if r % 2 == 0 else order[::-1]:
+            if i in errors:
+                continue  # failed in an earlier round (on some rank)
+            if progress and rt.world.rank == 0:
+                print(f"\r[ditron tune] {op} M={M} N={N} K={K}: round {r + 1}/"
+                      f"{FIRST_PASS_ROUNDS}, {i + 1}/{len(trials)} {trials[i].label()}   ",
+                      end="", file=sys.stderr, flush=True)
+            try:
+                times = time_calls(_call(fn_op, a, b, op, trials[i]),
+                                   warmup if r == 0 else 1, iters, dev, batch)
+                ok = 1.0
+            except Exception as exc:  # noqa: BLE001 - a config that does not compile loses
+                times, ok = [], 0.0
+                errors[i] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+            flag = torch.tensor([ok])
+            if W > 1:
+                dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=rt.host_group)
+            if flag.item() > 0:
+                samples[i] += times
+            else:
+                errors.setdefault(i, "failed on another rank")
+    results = [float("inf") if i in errors else agreed_median(samples[i])
+               for i in range(len(trials))]
     if progress and rt.world.rank == 0:
         print(file=sys.stderr)
         for i, (trial, t) in enumerate(zip(trials, results, strict=True)):
@@ -352,17 +370,20 @@ def rotations(names: list, rounds: int) -> list[list]:
     return [names[r % n:] + names[:r % n] for r in range(max(rounds, len(names)))]
 
 
-def confirm_set(trials: list, results: list[float]) -> list[int]:
-    """The overlapped trials the confirmation rounds measure again: the fastest of the
-    first pass, the next ones within ``CONFIRM_WITHIN`` of it (``CONFIRM_MAX`` in all), and
-    the default overlapped trial (index 1: the op's default engine and tiles), since the
-    fastest of many noisy first-pass times is biased low."""
+def confirm_set(trials: list[Trial], results: list[float]) -> list[int]:
+    """The overlapped trials the confirmation rounds measure again: of those within
+    ``CONFIRM_WITHIN`` of the first pass's fastest, the fastest of each engine, then the
+    next fastest (``CONFIRM_MAX`` in all), and the default overlapped trial (index 1: the
+    op's default engine and tiles), since the fastest of many noisy first-pass times is
+    biased low."""
     ranked = sorted((j for j in range(len(trials)) if trials[j].method == "overlap"
                      and results[j] != float("inf")), key=lambda j: results[j])
     if not ranked:
         return []
-    close = [j for j in ranked
-             if results[j] <= results[ranked[0]] * (1 + CONFIRM_WITHIN)][:CONFIRM_MAX]
+    window = [j for j in ranked if results[j] <= results[ranked[0]] * (1 + CONFIRM_WITHIN)]
+    firsts = [j for k, j in enumerate(window)
+              if all(trials[i].engine != trials[j].engine for i in window[:k])]
+    close = (firsts + [j for j in window if j not in firsts])[:CONFIRM_MAX]
     if 1 in ranked and 1 not in close:
         close.append(1)
     return close

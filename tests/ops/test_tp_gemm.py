@@ -320,12 +320,17 @@ def test_tuner_confirm_set():
     trials = [Trial("fallback", CPU_CONFIG, "e")] + [Trial("overlap", CPU_CONFIG, "e", k)
                                                      for k in range(5)]
     inf = float("inf")
-    # trials 1..5: the default (1) is slow; 3 and 4 are within 5% of the best (2), but
-    # CONFIRM_MAX (2) keeps the best two of those; the default is always re-measured
-    assert confirm_set(trials, [100.0, 130.0, 90.0, 93.0, 94.0, inf]) == [2, 3, 1]
+    # one engine: the default (1) is slow; 2, 3 and 4 are within 8% of the best (2) and
+    # CONFIRM_MAX (3) keeps them; the default is always re-measured
+    assert confirm_set(trials, [100.0, 130.0, 90.0, 93.0, 94.0, 99.0]) == [2, 3, 4, 1]
     # the default is the best: no duplicate; a failed trial is never confirmed
     assert confirm_set(trials, [100.0, 90.0, 120.0, inf, inf, inf]) == [1]
     assert confirm_set(trials, [100.0, inf, inf, inf, inf, inf]) == []
+    # two engines: the fastest of each comes first, then the next fastest
+    mixed = [Trial("fallback", CPU_CONFIG, "a"), Trial("overlap", CPU_CONFIG, "a"),
+             Trial("overlap", CPU_CONFIG, "a", 4), Trial("overlap", CPU_CONFIG, "a", 2),
+             Trial("overlap", CPU_CONFIG, "b")]
+    assert confirm_set(mixed, [100.0, 95.0, 90.0, 91.0, 96.0]) == [2, 4, 3, 1]
 
 
 def test_tuner_confirms_overlap_against_the_fallback():
