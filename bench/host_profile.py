@@ -83,7 +83,20 @@ def _tp_impls(m: int, n: int, k: int):
                                  chunk_rows=-(-m // (4 * W)))),
             ("gemm_rs/colocated",
              lambda: ops.gemm_rs(a_rs, b_rs, method="overlap", engine="colocated")),
-            ("gemm_rs/baseline", base_rs)]
+            ("gemm_rs/baseline", base_rs),
+            # the graph-safe variants (what a CUDA graph replays), run eagerly
+            ("gemm_rs/copy_engine_pull graph-safe",
+             lambda: _graph_safe(ops.gemm_rs, a_rs, b_rs, engine="copy_engine_pull")),
+            ("gemm_rs/copy_engine_pull 4 chunks graph-safe",
+             lambda: _graph_safe(ops.gemm_rs, a_rs, b_rs, engine="copy_engine_pull",
+                                 chunk_rows=-(-m // (4 * W)))),
+            ("gemm_rs/copy_engine graph-safe",
+             lambda: _graph_safe(ops.gemm_rs, a_rs, b_rs, engine="copy_engine"))]
+
+
+def _graph_safe(op, a, b, **kw):
+    with ditron.ops.graph_safe():
+        return op(a, b, method="overlap", **kw)
 
 
 def _measure(fn, calls: int = 20) -> tuple[float, float, float, float]:

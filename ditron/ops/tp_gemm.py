@@ -39,6 +39,7 @@ import torch.distributed as dist
 import triton
 
 from ..engines.base import Signal, Transfer
+from ..engines.streams import MARK_RING
 from ..engines.sync import bump, notify_one, notify_peers, use_stream_memops, wait_one
 from ..kernels import swizzle
 from ..kernels.gemm import (
@@ -646,7 +647,8 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
     rows from slot ``me`` of each peer's inbox once that peer published it: from ``r-1``
     (the first to compute my rows) straight into the result, from the others into a
     scratch that is added to it. The pulls start after the work queued before the call
-    (``Engine.mark``), so they run beside my peers' GEMMs; they are issued after every
+    (``Engine.mark``), so they run beside my peers' GEMMs (where the engine's waits spin
+    on an SM: after my own GEMM of the same step and chunk); they are issued after every
     publish (a spinning wait must never be queued before what the peers wait for,
     ``docs/developing.md``, "host order"). Chunk ``i`` of the result is then
     ``out += a_own @ b`` (``addmm_``, fp32 accumulation, one rounding with two ranks): no
@@ -662,18 +664,33 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
     extra = torch.empty((W - 2, seg, N), dtype=a.dtype, device=a.device) if W > 2 else None
     start = engine.mark()
     x.free()
+    # Where the engine's waits are spinning kernels (graph-safe, or no stream memory
+    # operations), a wait queued from the start holds an SM for the whole GEMM it waits
+    # beside, and cuBLAS's persistent kernels then run their last tiles late (1.8x one
+    # GEMM's time on 2 H200s, docs/perf.md session 15). So the pull of chunk i from the
+    # peer of step s starts after my own step-s GEMM of chunk i, when that peer's is
+    # about done too.
+    spins = graph or not use_stream_memops()
+    marks: dict[tuple[int, int], object] = {}
     for step in range(1, W):
         d = (me + step) % W
         for i, (lo, hi) in enumerate(bounds):
             torch.matmul(a[d * seg + lo:d * seg + hi], b, out=slots[d, lo:hi])
             published = x.ready(i, me)
             notify_one(x.pad, published.index, published.value, d)
+            if spins and len(marks) < MARK_RING - 2:  # ``start`` must stay valid
+                marks[step, i] = engine.mark()
     peers = [(me - step) % W for step in range(1, W)]  # in the order they reach my rows
     land = {q: out if k == 0 else extra[k - 1] for k, q in enumerate(peers)}
     own = a[me * seg:(me + 1) * seg]
     for i, (lo, hi) in enumerate(bounds):
-        engine.issue([Transfer(slots[me, lo:hi], land[q][lo:hi], q, me, after=x.ready(i, q))
-                      for q in peers], since=start)
+        pulls = [Transfer(slots[me, lo:hi], land[q][lo:hi], q, me, after=x.ready(i, q))
+                 for q in peers]
+        if spins:
+            for step, pull in enumerate(pulls, start=1):
+                engine.issue([pull], since=marks.get((step, i), start))
+        else:
+            engine.issue(pulls, since=start)
         engine.drain()
         if i == len(bounds) - 1:
             x.finish([engine])

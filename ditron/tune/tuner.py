@@ -132,7 +132,17 @@ def time_calls(fn, warmup: int, iters: int, device: torch.device,
     """Per-call times in microseconds: ``iters`` samples, each ``batch`` calls back to back
     divided by ``batch`` (fixed counts, identical on every rank). ``batch > 1`` times the
     calls as a busy stream runs them: the host issues the next call while the GPU still
-    works on the last, so launch cost shows only where it exceeds the GPU time."""
+    works on the last, so launch cost shows only where it exceeds the GPU time.
+
+    With more than one rank, the ranks first meet at a host barrier (each with its GPU
+    idle): a rank that finished the previous measurement early would otherwise count its
+    wait for a late peer inside its first samples of this one (collective)."""
+    from ..runtime.world import current, is_initialized
+
+    if is_initialized() and current().world.world_size > 1:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier(group=current().host_group)
     for _ in range(warmup):
         fn()
     times = []

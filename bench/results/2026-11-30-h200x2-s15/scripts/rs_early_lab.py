@@ -92,7 +92,9 @@ def main() -> None:
     early = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "0,512,1152,2048").split(",")]
     res = {}
     smoke = not torch.cuda.is_available()
-    for N, K in [(40, 24)] if smoke else SHAPES:
+    shapes = SHAPES if len(sys.argv) < 3 else [
+        tuple(int(v) for v in item.split("x")) for item in sys.argv[2].split(",")]
+    for N, K in [(40, 24)] if smoke else shapes:
         r = ditron.launch(case, 2, N, K, early, backend="cpu" if smoke else "cuda")[0]
         res[f"{N}x{K}"] = r
         for mode, t in r.items():
