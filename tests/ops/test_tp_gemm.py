@@ -409,6 +409,53 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
     return checks
 
 
+def _pull_marks_case(m: int, K: int, N: int, chunks: int) -> list[tuple[int, int]]:
+    """The pulled GEMM-RS where the engine's waits spin (always on the CPU backend): what
+    each ``issue`` of its copy engine carried, as (transfers, index of the mark it starts
+    after; 0 is the call's first mark)."""
+    from ditron.ops import exchange
+
+    poison_empty()
+    w = ditron.world()
+    W, rank = w.world_size, w.rank
+    engine = exchange.engine_instance("copy_engine")
+    marks: list[int] = []
+    issued: list[tuple[int, int]] = []
+
+    def mark():
+        marks.append(len(marks))
+        return ("mark", marks[-1])
+
+    def issue(transfers, since=None):
+        issued.append((len(transfers), since[1]))
+        return type(engine).issue(engine, transfers)
+
+    engine.mark, engine.issue = mark, issue
+    try:
+        torch.manual_seed(rank)
+        a = torch.randn(W * m, K, device=w.device)
+        b = torch.randn(K, N, device=w.device)
+        rs = ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_pull",
+                                chunk_rows=-(-m // chunks))
+        _close("gemm_rs[copy_engine_pull]", rs,
+               _sum(a.double() @ b.double())[rank * m:(rank + 1) * m], torch.float32)
+    finally:
+        del engine.mark, engine.issue
+    return issued
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_pulled_gemm_rs_starts_spinning_waits_after_the_matching_gemm(backend, world_size):
+    # one issue per pull; the pull of chunk i from the peer of step s starts after the mark
+    # taken after this rank's own step-s GEMM of chunk i (marks: the call's, then one per
+    # GEMM in compute order, step by step, chunk by chunk)
+    chunks = 2
+    expected = [(1, 1 + (s - 1) * chunks + i) for i in range(chunks)
+                for s in range(1, world_size)]
+    assert ditron.launch(_pull_marks_case, world_size, 10, 16, 24, chunks,
+                         backend=backend) == [expected] * world_size
+
+
 def _pulled_case(m: int, K: int, N: int, reps: int) -> int:
     """GEMM-RS with the peers' partials pulled into the result and the own rows' GEMM
     accumulating onto them: uneven chunks, repeated calls, two dtypes, and (W > 2) the
