@@ -666,8 +666,8 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
     x.free()
     # Where the engine's waits are spinning kernels (graph-safe, or no stream memory
     # operations), a wait queued from the start holds an SM for the whole GEMM it waits
-    # beside, and cuBLAS's persistent kernels then run their last tiles late (1.8x one
-    # GEMM's time on 2 H200s, docs/perf.md session 15). So the pull of chunk i from the
+    # beside, and cuBLAS's cooperative kernels then run their last tiles late (1.8x one
+    # GEMM's time on an H200, docs/perf.md session 15). So the pull of chunk i from the
     # peer of step s starts after my own step-s GEMM of chunk i, when that peer's is
     # about done too.
     spins = graph or not use_stream_memops()

@@ -289,7 +289,7 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     return decision
 
 
-def _graph_pass(trials: list, results: list[float], fn_op, a, b, op: str, iters: int,
+def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str, iters: int,
                 dev: torch.device, batch: int, show: bool) -> tuple[int, float] | None:
     """The decision for calls captured in CUDA graphs (collective). Every trial that ran
     eagerly is captured as one graph of ``batch`` calls (overlapped ones after a warm-up
@@ -399,7 +399,7 @@ def confirm_set(trials: list[Trial], results: list[float]) -> list[int]:
     return close
 
 
-def _confirm(trials: list, close: list[int], fn_op, a, b, op: str, warmup: int, iters: int,
+def _confirm(trials: list[Trial], close: list[int], fn_op, a, b, op: str, warmup: int, iters: int,
              dev: torch.device, batch: int, show: bool) -> int:
     """Re-measure the fallback (trial 0) and the overlapped trials ``close`` alternately, in
     ``max(CONFIRM_ROUNDS, candidates)`` rounds whose order rotates (:func:`rotations`);
