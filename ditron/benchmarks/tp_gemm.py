@@ -319,7 +319,8 @@ def _table(results: list[dict]) -> str:
                             f"/chunk={r['tuned_graph_chunk_rows']}"
                             f"{_early(r.get('tuned_graph_early_rows'))}"
                             if "tuned_graph_method" in r else ""))
-        lines.append("ce = GEMM-RS with method='overlap', engine='copy_engine'")
+        if any("graph_ditron_ce" in r for r in results):
+            lines.append("ce = GEMM-RS with method='overlap', engine='copy_engine'")
     return "\n".join(lines)
 
 

@@ -194,11 +194,17 @@ def exchange(key: str, dtype: torch.dtype, inbox_numel: int, parts: list[Part],
     return call
 
 
-#: pull_gather cuts each rank's part into chunks of about this many bytes (at most
-#: ``PULL_MAX_CHUNKS``; env ``DITRON_PULL_CHUNK_BYTES``), so that peers pull chunk ``i`` while
-#: its owner still publishes chunk ``i + 1``
+#: chunked exchanges cut a part into chunks of about this many bytes (at most
+#: ``PULL_MAX_CHUNKS``; env ``DITRON_PULL_CHUNK_BYTES``), so that the transfer of one chunk
+#: overlaps the publishing or summing of another
 PULL_CHUNK_BYTES = 64 << 20
 PULL_MAX_CHUNKS = 8
+#: a reduce-scatter's last chunks shrink geometrically by this factor (env
+#: ``DITRON_CHUNK_TAPER``; 1 or 0: chunks of one size), down to a ``TAPER_DIVISOR``-th of
+#: the chunk size, for parts of at least ``TAPER_MIN_BYTES``
+TAPER_GROWTH = 3
+TAPER_DIVISOR = 16
+TAPER_MIN_BYTES = 64 << 20
 #: ready values of call ``e`` are ``e * CHUNK_SLOTS + i + 1`` for chunk ``i``
 CHUNK_SLOTS = 64
 
@@ -275,10 +281,43 @@ def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
                    call=call)
 
 
-def pull_chunks(nbytes: int) -> int:
-    """How many chunks :func:`pull_gather` cuts a part of ``nbytes`` bytes into."""
-    size = int(os.environ.get("DITRON_PULL_CHUNK_BYTES") or 0) or PULL_CHUNK_BYTES
-    return max(1, min(PULL_MAX_CHUNKS, nbytes // size))
+def chunk_bounds(n: int, itemsize: int, taper: bool = False) -> list[tuple[int, int]]:
+    """Cut a part of ``n`` elements of ``itemsize`` bytes into chunks ``[(lo, hi), ...]``:
+    about ``PULL_CHUNK_BYTES`` each (at least one chunk, at most ``PULL_MAX_CHUNKS``).
+
+    ``taper`` (parts of at least ``TAPER_MIN_BYTES``): the last chunks are smaller, ``...,
+    g**2, g, 1`` times a ``TAPER_DIVISOR``-th of the chunk size (``g = TAPER_GROWTH``), as
+    many as stay below the chunk size and within half the part; the body's chunks grow to
+    keep them within ``PULL_MAX_CHUNKS``. For a reduce-scatter, whose last chunk is summed
+    after everything has landed: the sum of each chunk hides under the transfer of its
+    smaller successor while a transfer is at most ``g`` times slower per byte than a sum,
+    and only the smallest one's sum is exposed. (Each chunk costs a few microseconds of
+    signals, and on a busy host as much again in host time: ``docs/perf.md``, session
+    16.)"""
+    big = max(1, (int(os.environ.get("DITRON_PULL_CHUNK_BYTES") or 0) or PULL_CHUNK_BYTES)
+              // itemsize)
+    raw = os.environ.get("DITRON_CHUNK_TAPER")
+    try:
+        growth = int(raw) if raw else TAPER_GROWTH
+    except ValueError:
+        raise ValueError(f"DITRON_CHUNK_TAPER must be an integer growth factor (0 or 1: chunks "
+                         f"of one size), got {raw!r}") from None
+    if not taper or n * itemsize < min(TAPER_MIN_BYTES, big * itemsize):
+        growth = 0
+    tail: list[int] = []
+    size = max(1, big // TAPER_DIVISOR)
+    while growth > 1 and size < big and 2 * (sum(tail) + size) <= n \
+            and len(tail) < PULL_MAX_CHUNKS - 1:
+        tail.append(size)
+        size *= growth
+    body = n - sum(tail)
+    count = max(1, min(body // big, PULL_MAX_CHUNKS - len(tail)))
+    sizes = [body * (i + 1) // count - body * i // count for i in range(count)] + tail[::-1]
+    bounds, lo = [], 0
+    for size in sizes:
+        bounds.append((lo, lo + size))
+        lo += size
+    return bounds
 
 
 def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
@@ -287,8 +326,8 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     ``q``'s ``flat`` (``[n]``, contiguous), copied straight from ``q``'s inbox by ``engine``
     issued on this rank (no copy out of an inbox afterwards).
 
-    The exchange's protocol with the roles of the halves swapped, per chunk (``C`` chunks,
-    :func:`pull_chunks`): the pulls are issued first (where their waits are stream memory
+    The exchange's protocol with the roles of the halves swapped, per chunk
+    (:func:`chunk_bounds`): the pulls are issued first (where their waits are stream memory
     operations; else after the publishes), chunk ``i`` of peer ``q`` waiting
     (stream-ordered, on the engine's stream) for ``ready[q] >= e * 64 + i + 1``; after the
     ``ack`` wait of :func:`open_exchange`, I publish my chunks into my own half one by one,
@@ -307,8 +346,7 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
         raise ValueError(f"{key}: pull_gather needs an engine that can wait (copy_engine), "
                          f"got {engine!r}")
     n = flat.numel()
-    chunks = pull_chunks(n * flat.element_size())
-    bounds = [(n * i // chunks, n * (i + 1) // chunks) for i in range(chunks)]
+    bounds = chunk_bounds(n, flat.element_size())
     x = open_chunked(key, flat.dtype, n, engine, graph)
     mine = x.inbox[:n]
     pulls = [Transfer(mine[lo:hi], out[q, lo:hi], q, me, after=x.ready(i, q))
@@ -341,7 +379,7 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     """Reduce-scatter on one node by pushes: returns the sum over ranks of their row ``me``
     of ``parts`` (``[W, c]``, contiguous), accumulated in fp32, in ``parts``' dtype.
 
-    The exchange's protocol per chunk (``C`` chunks, :func:`pull_chunks` of a row's bytes):
+    The exchange's protocol per chunk (:func:`chunk_bounds` of a row, tapered):
     after the ``ack`` wait of :func:`open_exchange`, chunk ``i`` of row ``q`` goes from
     ``parts`` straight into ``q``'s inbox (slot ``me``) with ``engine``, raising ``ready[me]``
     on ``q`` to ``e * 64 + i + 1``; I sum chunk ``i`` once every node peer's ``ready`` has
@@ -354,8 +392,7 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
     c = parts.shape[1]
-    chunks = pull_chunks(c * parts.element_size())
-    bounds = [(c * i // chunks, c * (i + 1) // chunks) for i in range(chunks)]
+    bounds = chunk_bounds(c, parts.element_size(), taper=True)
     x = open_chunked(key, parts.dtype, w * c, engine, graph)
     slots = x.inbox.view(w, c)
     eng = engine_instance(engine)

@@ -101,9 +101,12 @@ MATMUL_ENGINES = {"ag_gemm": ("copy_engine_matmul",),
 #: SMs given to communication tried with the "sm" AG-GEMM engine (the GEMM gets the rest)
 COMM_SMS = (16, 32)
 #: ``early_rows`` candidates step by this many rows (a cuBLAS tile's height), up to half a
-#: segment; a candidate is tried only if its two GEMMs beat two halves by ``EARLY_GAIN``
+#: segment; a candidate is tried only if its two GEMMs beat two halves by ``EARLY_GAIN``,
+#: the ``EARLY_TRIALS`` best of them, timed in ``EARLY_PASSES`` passes
 EARLY_STEP = 128
 EARLY_GAIN = 0.01
+EARLY_TRIALS = 2
+EARLY_PASSES = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,9 +226,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
                 seg = max(M // W, 1)
                 sizes = sorted({-(-seg // k) for k in RS_CHUNKINGS[e]} - {seg}, reverse=True)
                 trials += [Trial("overlap", c, e, ch) for ch in [None, *sizes]]
-                early = early_rows_for(a, b, seg, batch) if e == "copy_engine" else 0
-                if early:
-                    trials.append(Trial("overlap", c, e, None, early))
+                if e == "copy_engine":
+                    trials += [Trial("overlap", c, e, None, x)
+                               for x in early_rows_for(a, b, seg, batch)]
                 continue
             if e == "sm" and dev.type == "cuda":  # the knob: SMs given to communication
                 sms = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -354,22 +357,31 @@ def _call(fn_op, a, b, op: str, trial: Trial):
     return lambda: fn_op(a, b, method=trial.method, config=trial.config, **extra)
 
 
-def early_rows_for(a: torch.Tensor, b: torch.Tensor, seg: int, batch: int = 1) -> int:
-    """The ``early_rows`` ``x`` (a multiple of ``EARLY_STEP`` up to ``seg / 2``) whose two
-    GEMMs, ``a[:seg + x] @ b`` and ``a[:seg - x] @ b``, take the least time, or 0 when none
-    beats two halves by ``EARLY_GAIN``: where the pushed copy-engine GEMM-RS would launch
-    them (collective: every rank times the same row counts, in three passes of alternating
-    direction, and the slowest rank's medians decide)."""
+def early_rows_for(a: torch.Tensor, b: torch.Tensor, seg: int, batch: int = 1) -> list[int]:
+    """The ``early_rows`` worth trying: up to ``EARLY_TRIALS`` values of ``x`` (multiples of
+    ``EARLY_STEP`` up to ``seg / 2``, at least two steps apart) whose two GEMMs, ``a[:seg +
+    x] @ b`` and ``a[:seg - x] @ b``, take the least time and beat two halves by
+    ``EARLY_GAIN``, fastest first; none where no split does. The GEMMs are timed where the
+    pushed copy-engine GEMM-RS would launch them (collective: every rank times the same row
+    counts, in ``EARLY_PASSES`` passes of alternating direction, and the slowest rank's
+    medians decide). More than one, since single-GEMM timings on two busy GPUs are noisier
+    than the differences between neighbouring splits: the op's own trials decide."""
     step = min(EARLY_STEP, max(seg // 8, 1))
     xs = range(0, min(seg // 2, a.shape[0] - seg) + 1, step)
     rows = sorted({seg + x for x in xs} | {seg - x for x in xs})
     samples: dict[int, list[float]] = {m: [] for m in rows}
-    for p in range(3):
+    for p in range(EARLY_PASSES):
         for m in rows if p % 2 == 0 else rows[::-1]:
             samples[m] += time_calls(lambda m=m: torch.matmul(a[:m], b), 1, 3, a.device, batch)
     t = {m: agreed_median(samples[m]) for m in rows}
-    best = min(xs, key=lambda x: t[seg + x] + t[seg - x])
-    return best if t[seg + best] + t[seg - best] < 2 * t[seg] * (1 - EARLY_GAIN) else 0
+    halves = 2 * t[seg] * (1 - EARLY_GAIN)
+    picks: list[int] = []
+    for x in sorted(xs, key=lambda x: t[seg + x] + t[seg - x]):
+        if len(picks) == EARLY_TRIALS or t[seg + x] + t[seg - x] >= halves:
+            break
+        if all(abs(x - y) >= 2 * step for y in picks):
+            picks.append(x)
+    return picks
 
 
 def rotations(names: list, rounds: int) -> list[list]:

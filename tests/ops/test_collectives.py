@@ -181,7 +181,7 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     inbox, device epochs), between eager all-reduces on the same engine."""
     import contextlib
 
-    from ditron.ops.exchange import pull_chunks
+    from ditron.ops.exchange import chunk_bounds
 
     poison_empty()
     w, me = ditron.world().world_size, ditron.world().rank
@@ -191,10 +191,10 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
         dtype = DTYPES[it % len(DTYPES)]
         g = _gen(me, it, 77)
         x = torch.randn(3 + it, 7 + 5 * it, generator=g).to(dtype)
-        assert pull_chunks(x.numel() * x.element_size()) > 1
+        assert len(chunk_bounds(x.numel(), x.element_size())) > 1
         ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)], 0)
         xr = torch.randn(2 * w, 9 + 4 * it, generator=g).to(dtype)
-        assert pull_chunks(xr.numel() // w * xr.element_size()) > 1
+        assert len(chunk_bounds(xr.numel() // w, xr.element_size(), taper=True)) > 2
         with ditron.ops.graph_safe() if graph else contextlib.nullcontext():
             _close(ops.all_gather(x, 0, engine="copy_engine"), ref, f"chunked all_gather {it}")
             _close(ops.reduce_scatter(xr, 0, engine="copy_engine"),
@@ -227,13 +227,46 @@ def _graph_inboxes() -> dict:
             if isinstance(k, tuple) and k[:2] == ("workspace", "inbox") and ":graph:" in k[2]}
 
 
+def _sizes(bounds: list[tuple[int, int]], n: int) -> list[int]:
+    """Chunk sizes of ``bounds``, checked to tile ``[0, n)`` in order."""
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    assert all(hi == lo for (_, hi), (lo, _) in zip(bounds, bounds[1:], strict=False))
+    return [hi - lo for lo, hi in bounds]
+
+
+def test_chunk_bounds(monkeypatch):
+    from ditron.ops.exchange import PULL_MAX_CHUNKS, chunk_bounds
+
+    mb = 1 << 20
+    monkeypatch.delenv("DITRON_PULL_CHUNK_BYTES", raising=False)
+    monkeypatch.delenv("DITRON_CHUNK_TAPER", raising=False)
+    # 128 MB of bf16: chunks of about 64 MB, or 36, 12 and 4 MB ones at the end
+    assert _sizes(chunk_bounds(64 * mb, 2), 64 * mb) == [32 * mb, 32 * mb]
+    tapered = _sizes(chunk_bounds(64 * mb, 2, taper=True), 64 * mb)
+    assert [s * 2 // mb for s in tapered] == [76, 36, 12, 4]
+    # a large part: the taper stays, the body's chunks grow to stay within the cap
+    big = _sizes(chunk_bounds(512 * mb, 1, taper=True), 512 * mb)
+    assert len(big) == PULL_MAX_CHUNKS and big[-3:] == [36 * mb, 12 * mb, 4 * mb]
+    assert len(set(big[:-3])) == 1 and big[0] > 64 * mb
+    assert len(chunk_bounds(1 << 40, 1)) == PULL_MAX_CHUNKS
+    # below TAPER_MIN_BYTES, or with the taper off: chunks of one size
+    assert _sizes(chunk_bounds(48 * mb, 1, taper=True), 48 * mb) == [48 * mb]
+    assert _sizes(chunk_bounds(0, 4, taper=True), 0) == [0]
+    monkeypatch.setenv("DITRON_CHUNK_TAPER", "1")
+    assert _sizes(chunk_bounds(128 * mb, 1, taper=True), 128 * mb) == [64 * mb, 64 * mb]
+    monkeypatch.setenv("DITRON_CHUNK_TAPER", "three")
+    with pytest.raises(ValueError, match="DITRON_CHUNK_TAPER"):
+        chunk_bounds(128 * mb, 1, taper=True)
+    # tiny chunks forced by the env (the CPU tests' setting): the taper still forms
+    monkeypatch.delenv("DITRON_CHUNK_TAPER")
+    monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")
+    assert _sizes(chunk_bounds(21, 4, taper=True), 21) == [8, 9, 3, 1]
+
+
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph_safe"])
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_chunked_exchanges(monkeypatch, world_size, graph):
-    from ditron.ops.exchange import pull_chunks
-
     monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")
-    assert [pull_chunks(b) for b in (10, 48, 100, 4096)] == [1, 2, 4, 8]
     counts = ditron.launch(check_chunked_exchanges, world_size, 5, graph, backend="cpu")
     assert counts == [17 if graph else 15] * world_size
 

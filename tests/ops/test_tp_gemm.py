@@ -267,7 +267,7 @@ def _fake_waves(m: int, rank: int, wave: int, slow: int) -> int:
 
 def _early_rows_case(seg: int, wave: int, slow: int) -> list[int]:
     """``early_rows_for`` on fake GEMM times (:func:`_fake_waves`), and on times linear in
-    the rows (no split beats halves)."""
+    the rows (no split beats halves: no candidate)."""
     from ditron.tune import tuner
 
     rank = ditron.world().rank
@@ -285,22 +285,30 @@ def _early_rows_case(seg: int, wave: int, slow: int) -> list[int]:
 
 
 def test_early_rows_for_picks_the_fewest_waves():
-    from ditron.tune.tuner import EARLY_GAIN
+    from ditron.tune.tuner import EARLY_GAIN, EARLY_TRIALS
 
     seg, wave = 64, 48
-    xs = range(0, seg // 2 + 1, seg // 8)  # the candidates: a step of seg / 8 this small
+    step = seg // 8  # the candidates' step, this small a segment
+    xs = range(0, seg // 2 + 1, step)
 
-    def best(cost) -> int:
-        x = min(xs, key=lambda x: cost(seg + x) + cost(seg - x))
-        return x if cost(seg + x) + cost(seg - x) < 2 * cost(seg) * (1 - EARLY_GAIN) else 0
+    def best(cost) -> list[int]:
+        picks = []
+        for x in sorted(xs, key=lambda x: cost(seg + x) + cost(seg - x)):
+            if len(picks) == EARLY_TRIALS or \
+                    cost(seg + x) + cost(seg - x) >= 2 * cost(seg) * (1 - EARLY_GAIN):
+                break
+            if all(abs(x - y) >= 2 * step for y in picks):
+                picks.append(x)
+        return picks
 
     alone = best(lambda m: _fake_waves(m, 0, wave, -1))
-    assert alone != 0
+    assert len(alone) == EARLY_TRIALS and 0 not in alone  # 16 and 32 (24: too close to 16)
+    assert all(abs(x - y) >= 2 * step for x in alone for y in alone if x != y)
     # rank 1 is slow at rank 0's pick: the ranks agree on the slowest rank's times
-    agreed = best(lambda m: max(_fake_waves(m, r, wave, seg + alone) for r in (0, 1)))
-    assert agreed not in (0, alone)
-    assert ditron.launch(_early_rows_case, 2, seg, wave, seg + alone,
-                         backend="cpu") == [[agreed, 0]] * 2
+    agreed = best(lambda m: max(_fake_waves(m, r, wave, seg + alone[0]) for r in (0, 1)))
+    assert agreed and alone[0] not in agreed
+    assert ditron.launch(_early_rows_case, 2, seg, wave, seg + alone[0],
+                         backend="cpu") == [[agreed, []]] * 2
 
 
 def test_rotations_put_every_candidate_at_every_position():
