@@ -1,6 +1,8 @@
 """Copy engine: host-issued peer copies that use no compute programs.
 
-CUDA: each batch runs on a side stream that first waits for the issuing stream; every
+CUDA: each batch runs on a side stream that first waits for the issuing stream (with
+``lanes > 1``, batches take turns over that many side streams, so that one batch's wait
+can run while another's copy does); every
 transfer is a ``copy_`` (or ``add_`` for ``reduce``) between a local tensor and a peer view
 (``ditron.peer``), preceded by a stream-ordered wait for ``after`` when given and followed
 in the side stream's order by the signal's release store (stream memory operations, or
@@ -42,11 +44,11 @@ def _executor() -> cf.ThreadPoolExecutor:
     return _EXECUTOR
 
 
-def _side_stream(device: torch.device):
-    stream = _SIDE_STREAMS.get(device)
+def _side_stream(device: torch.device, lane: int = 0):
+    stream = _SIDE_STREAMS.get((device, lane))
     if stream is None:
         stream = torch.cuda.Stream(device=device)
-        _SIDE_STREAMS[device] = stream
+        _SIDE_STREAMS[device, lane] = stream
     return stream
 
 
@@ -62,15 +64,22 @@ def _endpoints(t: Transfer, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 @register_engine
 class CopyEngine(Engine):
-    """Peer copies issued from the host (DMA engines on GPU, a worker thread on CPU)."""
+    """Peer copies issued from the host (DMA engines on GPU, a worker thread on CPU).
+
+    ``lanes``: side streams that successive :meth:`issue` calls take turns on (CUDA). Only
+    transfers within one call are ordered among themselves; :meth:`drain` waits for all."""
 
     name = "copy_engine"
     can_reduce = True
     can_wait = True
 
-    def __init__(self) -> None:
+    def __init__(self, lanes: int = 1) -> None:
+        if not isinstance(lanes, int) or lanes < 1:
+            raise ValueError(f"copy_engine: lanes must be a positive int, got {lanes!r}")
         self._pending: list[cf.Future] = []
-        self._stream = None
+        self._lanes = lanes
+        self._turn = 0
+        self._streams: list = []
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rt = current()
@@ -98,9 +107,11 @@ class CopyEngine(Engine):
 
     def _issue_cuda(self, transfers: list[Transfer], rank: int, since) -> None:
         rt = current()
-        side = _side_stream(rt.world.device)
+        side = _side_stream(rt.world.device, self._turn % self._lanes)
+        self._turn += 1
         start_after(side, since)
-        self._stream = side
+        if side not in self._streams:
+            self._streams.append(side)
         if use_stream_memops() and all(_raw_ok(t) for t in transfers):
             _issue_raw(transfers, rank, side)
             return
@@ -121,9 +132,10 @@ class CopyEngine(Engine):
                     notify_one(t.signal.pad, t.signal.index, t.signal.value, t.dst_rank)
 
     def drain(self) -> None:
-        if self._stream is not None:
-            join(self._stream)
-            self._stream = None
+        for side in self._streams:
+            join(side)
+        self._streams = []
+        self._turn = 0
         pending, self._pending = self._pending, []
         for fut in pending:
             fut.result()

@@ -205,6 +205,9 @@ PULL_MAX_CHUNKS = 8
 TAPER_GROWTH = 3
 TAPER_DIVISOR = 16
 TAPER_MIN_BYTES = 64 << 20
+#: side streams the copy engine's all-gather pulls take turns on, chunk by chunk: one
+#: chunk's wait runs while another's copy does
+PULL_LANES = 2
 #: ready values of call ``e`` are ``e * CHUNK_SLOTS + i + 1`` for chunk ``i``
 CHUNK_SLOTS = 64
 
@@ -341,7 +344,8 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     me = rt.world.rank
     if rt.topo.num_nodes != 1:
         raise ValueError(f"{key}: pull_gather needs every rank on one node")
-    eng = engine_instance(engine)
+    lanes = PULL_LANES if engine == "copy_engine" else 1
+    eng = engine_instance(engine, lanes=lanes) if lanes > 1 else engine_instance(engine)
     if not eng.can_wait:
         raise ValueError(f"{key}: pull_gather needs an engine that can wait (copy_engine), "
                          f"got {engine!r}")
@@ -349,8 +353,10 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     bounds = chunk_bounds(n, flat.element_size())
     x = open_chunked(key, flat.dtype, n, engine, graph)
     mine = x.inbox[:n]
+    # chunk by chunk, taking turns over the engine's lanes
     pulls = [Transfer(mine[lo:hi], out[q, lo:hi], q, me, after=x.ready(i, q))
-             for q in x.node if q != me for i, (lo, hi) in enumerate(bounds)]
+             for i, (lo, hi) in enumerate(bounds) for q in x.node if q != me]
+    lane_batches = [batch for k in range(lanes) if (batch := pulls[k::lanes])]
     # Where the pulls' waits are kernels that spin on the engine's stream (device epochs;
     # host epochs without stream memory operations, e.g. with DITRON_WAIT_TIMEOUT), every
     # chunk is published before a pull is issued: a host that blocks later (a module load
@@ -360,7 +366,8 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     # publish chunk i + 1. With stream memory operations the pulls are simply issued first.
     publish_first = graph or not use_stream_memops()
     if not publish_first:
-        eng.issue(pulls)
+        for batch in lane_batches:
+            eng.issue(batch)
     x.free()  # every peer pulled my last call (graph-safe)
     start = eng.mark() if publish_first else None
     for i, (lo, hi) in enumerate(bounds):
@@ -368,7 +375,8 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
         published = x.ready(i, me)
         notify_peers(x.pad, published.index, published.value, x.node, skip=me)
     if publish_first:
-        eng.issue(pulls, since=start)
+        for batch in lane_batches:
+            eng.issue(batch, since=start)
     out[me].copy_(flat)
     eng.drain()  # the pulls have landed before the ack
     x.finish([])

@@ -39,7 +39,9 @@ def check_engine(name: str, options: dict, n: int, calls: int = 3) -> int:
         epoch = pad.next_epoch()
         pushes = [Transfer(mine, inbox[me], me, q, Signal(pad, me, epoch)) for q in node
                   if q != me or self_ok]
-        engine.issue(pushes)
+        # with lanes, one issue per push: the pushes take turns over the side streams
+        for batch in [[t] for t in pushes] if options.get("lanes", 1) > 1 else [pushes]:
+            engine.issue(batch)
         wait_slots(pad, 0, node, epoch, skip=-1 if self_ok else me)
         engine.drain()
         for q in node:
@@ -112,6 +114,7 @@ def check_network(n: int, calls: int = 3) -> int:
 
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("name,options", [("copy_engine", {}),
+                                          ("copy_engine", {"lanes": 2}),
                                           ("sm", {}),
                                           ("sm", {"programs": 3, "block": 64}),
                                           ("tma", {}),
@@ -170,12 +173,14 @@ def test_engine_errors():
     assert ditron.launch(check_engine_errors, 2, backend="cpu") == [8, 8]
     with pytest.raises(ValueError, match="unknown transfer engine"):
         get_engine("pigeon")
+    with pytest.raises(ValueError, match="lanes must be a positive int"):
+        get_engine("copy_engine", lanes=0)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name,options", [("copy_engine", {}), ("sm", {}),
-                                          ("sm", {"programs": 4, "block": 256}),
+@pytest.mark.parametrize("name,options", [("copy_engine", {}), ("copy_engine", {"lanes": 2}),
+                                          ("sm", {}), ("sm", {"programs": 4, "block": 256}),
                                           ("tma", {})])
 def test_engine_cuda_two_ranks(name, options):
     counts = ditron.launch(check_engine, 2, name, options, 100_003, backend="cuda")
