@@ -2,15 +2,15 @@
 
 CUDA: each batch runs on a side stream that first waits for the issuing stream (with
 ``lanes > 1``, batches take turns over that many side streams, so that one batch's wait
-can run while another's copy does); every
-transfer is a ``copy_`` (or ``add_`` for ``reduce``) between a local tensor and a peer view
-(``ditron.peer``), preceded by a stream-ordered wait for ``after`` when given and followed
-in the side stream's order by the signal's release store (stream memory operations, or
-one-program kernels when a wait timeout is set; see ``sync.py``). When stream memory
-operations are available and the batch has only plain copies of contiguous tensors with
-host-known signal values, every step is a driver call on the side stream's handle
-(``cuStreamWaitValue64``, ``cuMemcpyAsync``, ``cuStreamWriteValue64``): no torch dispatch.
-:meth:`drain` makes the current stream wait for the side stream (the host does not block).
+can run while another's copy does); every transfer is a ``copy_`` (or ``add_`` for
+``reduce``) between a local tensor and a peer view (``ditron.peer``), preceded by a
+stream-ordered wait for ``after`` when given and followed in the side stream's order by
+the signal's release store (stream memory operations, or one-program kernels when a wait
+timeout is set; see ``sync.py``). When stream memory operations are available and the
+batch has only plain copies of contiguous tensors with host-known signal values, every
+step is a driver call on the side stream's handle (``cuStreamWaitValue64``,
+``cuMemcpyAsync``, ``cuStreamWriteValue64``): no torch dispatch. :meth:`drain` makes the
+current stream wait for the side streams used (the host does not block).
 
 CPU: a single worker thread per process performs the copies with ``memcpy`` (after polling
 the ``after`` signal, if any) and then stores the signal into the peer's pad (an aligned
