@@ -176,11 +176,13 @@ def test_two_simulated_nodes(monkeypatch, engine):
 def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     """The copy engine's all-gather (pulls) and reduce-scatter / two-shot all-reduce (pushes)
     in 1-8 chunks per part (tiny chunks forced by the env), sizes and so chunk counts
-    changing from call to call, uneven chunk bounds. ``graph``: all-gather and
+    changing from call to call, uneven chunk bounds, the pulls over one or two of the copy
+    engine's lanes. ``graph``: all-gather and
     reduce-scatter take their graph-safe variants (inside ``ditron.ops.graph_safe()``, one
     inbox, device epochs), between eager all-reduces on the same engine."""
     import contextlib
 
+    from ditron.ops import exchange
     from ditron.ops.exchange import chunk_bounds
 
     poison_empty()
@@ -188,6 +190,7 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     ops = _OnDevice(ditron.world().device)
     checks = 0
     for it in range(calls):
+        exchange.PULL_LANES = 1 + it % 2  # the all-gather's pulls on one or two lanes
         dtype = DTYPES[it % len(DTYPES)]
         g = _gen(me, it, 77)
         x = torch.randn(3 + it, 7 + 5 * it, generator=g).to(dtype)
