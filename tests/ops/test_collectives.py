@@ -177,9 +177,9 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     """The copy engine's all-gather (pulls) and reduce-scatter / two-shot all-reduce (pushes)
     in 1-8 chunks per part (tiny chunks forced by the env), sizes and so chunk counts
     changing from call to call, uneven chunk bounds, the pulls over one or two of the copy
-    engine's lanes. ``graph``: all-gather and
-    reduce-scatter take their graph-safe variants (inside ``ditron.ops.graph_safe()``, one
-    inbox, device epochs), between eager all-reduces on the same engine."""
+    engine's lanes. ``graph``: all-gather and reduce-scatter take their graph-safe variants
+    (inside ``ditron.ops.graph_safe()``, one inbox, device epochs), between eager
+    all-reduces on the same engine."""
     import contextlib
 
     from ditron.ops import exchange
