@@ -94,7 +94,10 @@ class Engine(abc.ABC):
         return None
 
     def drain(self) -> None:  # noqa: B027 - engines that finish in issue() need nothing
-        """Return once every issued transfer has landed and raised its signal."""
+        """Order what follows after every issued transfer has landed and raised its
+        signal: on CUDA the current stream waits for the engine's streams (the host does
+        not block), on the CPU backend the host waits. An engine holds the transfers' local
+        tensors until then, so the caller may drop them once they are issued."""
 
 
 _ENGINES: dict[str, type[Engine]] = {}

@@ -30,7 +30,7 @@ from ..runtime import stream_memops
 from ..runtime.signals import host_value
 from ..runtime.world import current
 from .base import Engine, Signal, Transfer, check_transfer, register_engine
-from .streams import join, mark_current, start_after
+from .streams import allocator_tensors, join, mark_current, start_after
 from .sync import notify_one, slot_address, use_stream_memops, wait_one
 
 _EXECUTOR: cf.ThreadPoolExecutor | None = None
@@ -80,6 +80,7 @@ class CopyEngine(Engine):
         self._lanes = lanes
         self._turn = 0
         self._streams: list = []
+        self._held: list[torch.Tensor] = []
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rt = current()
@@ -112,6 +113,7 @@ class CopyEngine(Engine):
         start_after(side, since)
         if side not in self._streams:
             self._streams.append(side)
+        self._held += allocator_tensors(transfers)
         if use_stream_memops() and all(_raw_ok(t) for t in transfers):
             _issue_raw(transfers, rank, side)
             return
@@ -120,9 +122,6 @@ class CopyEngine(Engine):
                 src, dst = _endpoints(t, rank)
                 if t.after is not None:
                     wait_one(t.after.pad, t.after.index, t.after.value)
-                for local in (t.src, t.dst) if src.numel() else ():
-                    if not rt.heap.contains(local):
-                        local.record_stream(side)
                 if src.numel():
                     if t.reduce:
                         dst.add_(src)
@@ -134,6 +133,7 @@ class CopyEngine(Engine):
     def drain(self) -> None:
         for side in self._streams:
             join(side)
+        self._held = []
         self._streams = []
         self._turn = 0
         pending, self._pending = self._pending, []
@@ -157,16 +157,12 @@ def _address(tensor: torch.Tensor, owner: int, rank: int) -> int:
 
 
 def _issue_raw(transfers: list[Transfer], rank: int, side) -> None:
-    heap = current().heap
     stream = side.cuda_stream
     for t in transfers:
         if t.after is not None:
             stream_memops.wait_value(stream, slot_address(t.after.pad, t.after.index, rank),
                                      t.after.value)
         if t.src.numel():
-            for local in (t.src, t.dst):
-                if not heap.contains(local):  # a caching-allocator tensor: keep it alive
-                    local.record_stream(side)
             stream_memops.memcpy(stream, _address(t.dst, t.dst_rank, rank),
                                  _address(t.src, t.src_rank, rank),
                                  t.src.numel() * t.src.element_size())

@@ -25,7 +25,7 @@ from .. import language as dl
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, register_engine
-from .streams import join, mark_current, start_after
+from .streams import allocator_tensors, join, mark_current, start_after
 
 # Descriptor row: src address, dst address, numel, src rank, dst rank, signal address
 # (0: none), signal rank.
@@ -104,6 +104,7 @@ class SmEngine(Engine):
         self._side = torch.cuda.Stream(current().world.device) if concurrent and not cpu \
             else None
         self._pending = False
+        self._held: list[torch.Tensor] = []
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rt = current()
@@ -116,10 +117,7 @@ class SmEngine(Engine):
             self._launch(groups, rt.context())
             return
         start_after(self._side, since)
-        for t in transfers:
-            for local in (t.src, t.dst):
-                if not rt.heap.contains(local):
-                    local.record_stream(self._side)
+        self._held += allocator_tensors(transfers)
         with torch.cuda.stream(self._side):
             self._launch(groups, rt.context())
         self._pending = True
@@ -131,6 +129,7 @@ class SmEngine(Engine):
         if self._pending:
             join(self._side)
             self._pending = False
+            self._held = []
 
     def _launch(self, groups: dict, ctx) -> None:
         for (_, reduce, value), batch in groups.items():

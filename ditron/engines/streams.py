@@ -13,6 +13,14 @@ Re-recording an event does not affect waits already queued on it (CUDA semantics
 event serves every join; a mark must outlive the issues that start after it, so marks take
 turns over a ring of ``MARK_RING`` events: a mark stays valid for the next ``MARK_RING - 1``
 marks of the process (an op takes one per call).
+
+An engine holds the local tensors of what it issued on a side stream until its ``join``
+(``allocator_tensors``), rather than ``record_stream``: after the join the caching allocator
+reuses their memory only for work queued behind the side stream, while ``record_stream``
+keeps the memory from reuse until the side stream's event has completed, so that a result
+dropped at once (as a benchmark or a training step drops it) is not reused by the next
+call, which then allocates anew and can block the host in the allocator (``docs/perf.md``,
+session 17).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import dataclasses
 import torch
 
 from ..runtime import stream_memops
+from ..runtime.world import current
 
 #: marks in flight per process before the oldest one's event is recorded again
 MARK_RING = 16
@@ -71,6 +80,14 @@ def start_after(side: torch.cuda.Stream, since: int | None) -> None:
         since = _events(device).join
         stream_memops.record_event(since, _current(device))
     stream_memops.wait_event(side.cuda_stream, since)
+
+
+def allocator_tensors(transfers) -> list[torch.Tensor]:
+    """The local tensors of ``transfers`` that torch's caching allocator owns (not the
+    symmetric heap's): what an engine holds until it joins the stream that moves them."""
+    heap = current().heap
+    return [x for t in transfers if t.src.numel() for x in (t.src, t.dst)
+            if not heap.contains(x)]
 
 
 def join(side: torch.cuda.Stream) -> None:

@@ -207,7 +207,17 @@ TAPER_DIVISOR = 16
 TAPER_MIN_BYTES = 64 << 20
 #: side streams the copy engine's all-gather pulls take turns on, chunk by chunk: one
 #: chunk's wait runs while another's copy does
-PULL_LANES = 2
+PULL_LANES = 3
+#: the all-gather's *first* chunks taper (small ones first, so that less of the own part is
+#: published before the peers can pull it) for parts of at least ``PULL_TAPER_MIN_BYTES``,
+#: when graph-safe (replayed: no host cost per chunk) or, eagerly, from
+#: ``PULL_TAPER_EAGER_BYTES``, where the extra chunks' host time stays under the transfer
+#: (2 H200s, graphs: 1-3% faster at 32 MB-256 MB parts, 7% at 512 MB; eagerly 2% faster
+#: at 256 and 512 MB parts, 25-55% slower at 32-128 MB; docs/perf.md, session 17).
+#: ``True`` / ``False`` forces it
+PULL_TAPER: bool | None = None
+PULL_TAPER_MIN_BYTES = 32 << 20
+PULL_TAPER_EAGER_BYTES = 256 << 20
 #: ready values of call ``e`` are ``e * CHUNK_SLOTS + i + 1`` for chunk ``i``
 CHUNK_SLOTS = 64
 
@@ -284,11 +294,12 @@ def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
                    call=call)
 
 
-def chunk_bounds(n: int, itemsize: int, taper: bool = False) -> list[tuple[int, int]]:
+def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,
+                 min_bytes: int = TAPER_MIN_BYTES) -> list[tuple[int, int]]:
     """Cut a part of ``n`` elements of ``itemsize`` bytes into chunks ``[(lo, hi), ...]``:
     about ``PULL_CHUNK_BYTES`` each (at least one chunk, at most ``PULL_MAX_CHUNKS``).
 
-    ``taper`` (parts of at least ``TAPER_MIN_BYTES``): the last chunks are smaller, ``...,
+    ``taper`` (parts of at least ``min_bytes``): the last chunks are smaller, ``...,
     g**2, g, 1`` times a ``TAPER_DIVISOR``-th of the chunk size (``g = TAPER_GROWTH``), as
     many as stay below the chunk size and within half the part; the body's chunks grow to
     keep them within ``PULL_MAX_CHUNKS``. For a reduce-scatter, whose last chunk is summed
@@ -296,7 +307,8 @@ def chunk_bounds(n: int, itemsize: int, taper: bool = False) -> list[tuple[int, 
     smaller successor while a transfer is at most ``g`` times slower per byte than a sum,
     and only the smallest one's sum is exposed. (Each chunk costs a few microseconds of
     signals, and on a busy host as much again in host time: ``docs/perf.md``, session
-    16.)"""
+    16.) ``head``: the same sizes in reverse order, the small chunks first (for an
+    all-gather by pulls, whose first chunk is published before anything moves)."""
     big = max(1, (int(os.environ.get("DITRON_PULL_CHUNK_BYTES") or 0) or PULL_CHUNK_BYTES)
               // itemsize)
     raw = os.environ.get("DITRON_CHUNK_TAPER")
@@ -305,7 +317,7 @@ def chunk_bounds(n: int, itemsize: int, taper: bool = False) -> list[tuple[int, 
     except ValueError:
         raise ValueError(f"DITRON_CHUNK_TAPER must be an integer growth factor (0 or 1: chunks "
                          f"of one size), got {raw!r}") from None
-    if not taper or n * itemsize < min(TAPER_MIN_BYTES, big * itemsize):
+    if not taper or n * itemsize < min(min_bytes, big * itemsize):
         growth = 0
     tail: list[int] = []
     size = max(1, big // TAPER_DIVISOR)
@@ -316,6 +328,8 @@ def chunk_bounds(n: int, itemsize: int, taper: bool = False) -> list[tuple[int, 
     body = n - sum(tail)
     count = max(1, min(body // big, PULL_MAX_CHUNKS - len(tail)))
     sizes = [body * (i + 1) // count - body * i // count for i in range(count)] + tail[::-1]
+    if head:
+        sizes.reverse()
     bounds, lo = [], 0
     for size in sizes:
         bounds.append((lo, lo + size))
@@ -330,13 +344,14 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     issued on this rank (no copy out of an inbox afterwards).
 
     The exchange's protocol with the roles of the halves swapped, per chunk
-    (:func:`chunk_bounds`): the pulls are issued first (where their waits are stream memory
-    operations; else after the publishes), chunk ``i`` of peer ``q`` waiting
-    (stream-ordered, on the engine's stream) for ``ready[q] >= e * 64 + i + 1``; after the
-    ``ack`` wait of :func:`open_exchange`, I publish my chunks into my own half one by one,
-    raising ``ready[me]`` on the peers after each, and copy my own row; once the pulls have
-    landed, ``ack`` (:meth:`Call.finish`) tells the peers I am done with their half. So a
-    peer pulls chunk ``i`` while I still publish chunk ``i + 1``.
+    (:func:`chunk_bounds`, small ones first where ``PULL_TAPER`` says): the pulls are
+    issued first (where their waits are stream memory operations; else after the
+    publishes), chunk ``i`` of peer ``q`` waiting (stream-ordered, on one of the engine's
+    ``PULL_LANES`` streams) for ``ready[q] >= e * 64 + i + 1``; after the ``ack`` wait of
+    :func:`open_exchange`, I publish my chunks into my own half one by one, raising
+    ``ready[me]`` on the peers after each, and copy my own row; once the pulls have landed,
+    ``ack`` (:meth:`Call.finish`) tells the peers I am done with their half. So a peer
+    pulls chunk ``i`` while I still publish chunk ``i + 1``.
 
     ``graph``: the graph-safe variant (:func:`graph_pad`: one inbox, device epochs).
     """
@@ -350,7 +365,10 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
         raise ValueError(f"{key}: pull_gather needs an engine that can wait (copy_engine), "
                          f"got {engine!r}")
     n = flat.numel()
-    bounds = chunk_bounds(n, flat.element_size())
+    nbytes = n * flat.element_size()
+    taper = PULL_TAPER if PULL_TAPER is not None else graph or nbytes >= PULL_TAPER_EAGER_BYTES
+    bounds = chunk_bounds(n, flat.element_size(), taper, head=True,
+                          min_bytes=PULL_TAPER_MIN_BYTES)
     x = open_chunked(key, flat.dtype, n, engine, graph)
     mine = x.inbox[:n]
     # chunk by chunk, taking turns over the engine's lanes

@@ -176,10 +176,10 @@ def test_two_simulated_nodes(monkeypatch, engine):
 def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     """The copy engine's all-gather (pulls) and reduce-scatter / two-shot all-reduce (pushes)
     in 1-8 chunks per part (tiny chunks forced by the env), sizes and so chunk counts
-    changing from call to call, uneven chunk bounds, the pulls over one or two of the copy
-    engine's lanes. ``graph``: all-gather and reduce-scatter take their graph-safe variants
-    (inside ``ditron.ops.graph_safe()``, one inbox, device epochs), between eager
-    all-reduces on the same engine."""
+    changing from call to call, uneven chunk bounds, the all-gather's pulls over one to
+    three of the copy engine's lanes, its first chunks tapered or not. ``graph``: all-gather
+    and reduce-scatter take their graph-safe variants (inside ``ditron.ops.graph_safe()``,
+    one inbox, device epochs), between eager all-reduces on the same engine."""
     import contextlib
 
     from ditron.ops import exchange
@@ -190,11 +190,16 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     ops = _OnDevice(ditron.world().device)
     checks = 0
     for it in range(calls):
-        exchange.PULL_LANES = 1 + it % 2  # the all-gather's pulls on one or two lanes
+        exchange.PULL_LANES = 1 + it % 3  # the all-gather's pulls on one to three lanes
+        # its first chunks small, of one size, or as the size and mode choose
+        exchange.PULL_TAPER = (True, False, None)[it % 3]
         dtype = DTYPES[it % len(DTYPES)]
         g = _gen(me, it, 77)
         x = torch.randn(3 + it, 7 + 5 * it, generator=g).to(dtype)
-        assert len(chunk_bounds(x.numel(), x.element_size())) > 1
+        head = chunk_bounds(x.numel(), x.element_size(), exchange.PULL_TAPER, head=True)
+        assert len(head) > 1
+        if exchange.PULL_TAPER:  # the first chunk is the smallest
+            assert head[0][1] - head[0][0] < head[-1][1] - head[-1][0]
         ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)], 0)
         xr = torch.randn(2 * w, 9 + 4 * it, generator=g).to(dtype)
         assert len(chunk_bounds(xr.numel() // w, xr.element_size(), taper=True)) > 2
@@ -247,6 +252,10 @@ def test_chunk_bounds(monkeypatch):
     assert _sizes(chunk_bounds(64 * mb, 2), 64 * mb) == [32 * mb, 32 * mb]
     tapered = _sizes(chunk_bounds(64 * mb, 2, taper=True), 64 * mb)
     assert [s * 2 // mb for s in tapered] == [76, 36, 12, 4]
+    assert _sizes(chunk_bounds(64 * mb, 2, taper=True, head=True), 64 * mb) == tapered[::-1]
+    # a part of less than one chunk tapers from a lower bound; head: small chunks first
+    assert _sizes(chunk_bounds(48 * mb, 1, taper=True, head=True, min_bytes=32 * mb),
+                  48 * mb) == [4 * mb, 12 * mb, 32 * mb]
     # a large part: the taper stays, the body's chunks grow to stay within the cap
     big = _sizes(chunk_bounds(512 * mb, 1, taper=True), 512 * mb)
     assert len(big) == PULL_MAX_CHUNKS and big[-3:] == [36 * mb, 12 * mb, 4 * mb]
