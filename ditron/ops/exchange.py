@@ -220,6 +220,11 @@ PULL_TAPER_MIN_BYTES = 32 << 20
 PULL_TAPER_EAGER_BYTES = 256 << 20
 #: ready values of call ``e`` are ``e * CHUNK_SLOTS + i + 1`` for chunk ``i``
 CHUNK_SLOTS = 64
+#: halves of the graph-safe variants' inbox (:func:`graph_pad`): 1, or 2 (calls take turns,
+#: so a call's first write waits for the acknowledgement of the call before the previous
+#: one). Experimental: 2 is tested on the CPU but not yet measured or run on a GPU. Each
+#: setting has its own pad and inboxes (read at call time, so both may be used in turn)
+GRAPH_HALVES = 1
 
 
 @dataclasses.dataclass
@@ -247,6 +252,10 @@ class Chunked:
     base: int | DeviceValue
     ack: int = 0  # device epochs: the first acknowledgement slot
     call: Call | None = None  # host epochs
+    #: device epochs: the acknowledgement a write into this call's inbox waits for, and
+    #: (two halves) the cell that records this call's epoch for its half in :meth:`finish`
+    freed: DeviceValue | None = None
+    last: torch.Tensor | None = None
 
     def ready(self, i: int, q: int) -> Signal:
         if self.graph:
@@ -260,12 +269,12 @@ class Chunked:
         wait_slots(self.pad, sig.index, self.node, sig.value, skip=me)
 
     def after(self, q: int) -> Signal | None:
-        return Signal(self.pad, self.ack + q, self.base - 1) if self.graph else None
+        return Signal(self.pad, self.ack + q, self.freed) if self.graph else None
 
     def free(self) -> None:
         if self.graph:
             me = current().world.rank
-            wait_slots(self.pad, self.ack, self.node, self.base - 1, skip=me)
+            wait_slots(self.pad, self.ack, self.node, self.freed, skip=me)
 
     def finish(self, engines: list[Engine]) -> None:
         """Acknowledge on every node peer, then drain ``engines`` (the current stream waits
@@ -278,6 +287,8 @@ class Chunked:
         notify_peers(self.pad, self.ack + me, self.base, self.node, skip=me)
         for engine in engines:
             engine.drain()
+        if self.last is not None:  # after every wait that read it (the engines' included)
+            self.last.copy_(self.base.cell)
         _check_waits()
 
 
@@ -287,8 +298,9 @@ def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
     host epochs (:func:`open_exchange`) or, with ``graph``, device epochs
     (:func:`graph_pad`)."""
     if graph:
-        pad, inbox, epoch, ack = graph_pad(key, dtype, numel)
-        return Chunked(inbox, current().topo.node_ranks(), pad, True, epoch, ack)
+        g = graph_pad(key, dtype, numel)
+        return Chunked(g.inbox, current().topo.node_ranks(), g.pad, True, g.epoch, g.ack,
+                       freed=g.freed, last=g.last)
     call = open_exchange(key, dtype, numel, {}, engine)
     return Chunked(call.inbox, call.node, call.pad, False, call.epoch * CHUNK_SLOTS,
                    call=call)
@@ -442,29 +454,59 @@ def _own_row(slots: torch.Tensor, parts: torch.Tensor, me: int, lo: int,
     return [parts[me, lo:hi] if q == me else slots[q, lo:hi] for q in range(slots.shape[0])]
 
 
-def graph_pad(key: str, dtype: torch.dtype, numel: int):
-    """The graph-safe variant of the chunked exchanges (what a CUDA graph replays): one
-    inbox of ``numel`` elements (no halves), its epoch ``E`` counted on the device (bumped
-    here), and a pad of ``(PULL_MAX_CHUNKS + 1) * W`` slots: ``ready`` of chunk ``i`` from rank
-    ``q`` at ``i * W + q`` (set to ``E`` once it is there), then ``ack[q]`` (rank ``q`` has
-    read what this rank sent it in call ``E``; nobody overwrites a peer's data before its
-    ack of the previous call). Returns ``(pad, inbox, E, first ack slot)``.
+@dataclasses.dataclass
+class GraphPad:
+    """One call's share of a graph-safe exchange (:func:`graph_pad`)."""
+
+    pad: SignalPad
+    inbox: torch.Tensor
+    epoch: DeviceValue  # ``E``
+    ack: int  # the first acknowledgement slot
+    freed: DeviceValue  # what a write into ``inbox`` waits for in the readers' ``ack``
+    last: torch.Tensor | None  # two halves: the cell of this half's last epoch
+
+
+def graph_pad(key: str, dtype: torch.dtype, numel: int) -> GraphPad:
+    """The graph-safe variant of the chunked exchanges (what a CUDA graph replays): an inbox
+    of ``numel`` elements, its epoch ``E`` counted on the device (bumped here), and a pad of
+    ``(PULL_MAX_CHUNKS + 1) * W`` slots: ``ready`` of chunk ``i`` from rank ``q`` at ``i * W
+    + q`` (set to ``E`` once it is there), then ``ack[q]`` (rank ``q`` has read what this
+    rank sent it in call ``E``; nobody overwrites a peer's data before its ack of the last
+    call that used the same inbox).
+
+    ``GRAPH_HALVES = 1``: one inbox, writes wait for the ack of ``E - 1``. ``2``: calls take
+    turns over two halves (by a counter on the host, so a captured graph replays the same
+    turns on every rank), and a write waits for the ack of the last call that used its half,
+    whose epoch a cell on the device keeps (set in :meth:`Chunked.finish`): a call can
+    publish while the readers still read the previous one, one call ahead at most.
 
     Each power-of-two size class has its own inbox, never regrown: a graph captured with a
     small size keeps its buffer when a larger size is warmed up later. Every size shares the
-    pad and its epoch (the ack of call ``E - 1`` covers whichever inbox that call used)."""
+    pad and its epoch."""
+    if GRAPH_HALVES not in (1, 2):
+        raise ValueError(f"exchange.GRAPH_HALVES must be 1 or 2, got {GRAPH_HALVES!r}")
     rt = current()
     w = rt.world.world_size
-    pad_key = f"{key}:graph"
+    pad_key = f"{key}:graph" if GRAPH_HALVES == 1 else f"{key}:graph2"
     nbytes = numel * dtype.itemsize
     inbox_key = f"{pad_key}:{_inbox_cap(nbytes)}"
+    last_key = ("graph_inbox_epochs", inbox_key)
     if capturing():
         if rt.cache.get(("workspace", "inbox", inbox_key)) is None:
             raise not_warmed(key)
-        require_warm(key, pad_key)
+        require_warm(key, pad_key, *([last_key] if GRAPH_HALVES == 2 else []))
     pad = signal_pad(pad_key, (PULL_MAX_CHUNKS + 1) * w)
     raw = _inbox(inbox_key, nbytes)
-    return pad, raw[0, :nbytes].view(dtype), bump(pad), PULL_MAX_CHUNKS * w
+    epoch, ack = bump(pad), PULL_MAX_CHUNKS * w
+    if GRAPH_HALVES == 1:
+        return GraphPad(pad, raw[0, :nbytes].view(dtype), epoch, ack, epoch - 1, None)
+    if last_key not in rt.cache:  # (the last epoch of each half, [calls so far])
+        rt.cache[last_key] = (torch.zeros(2, dtype=torch.int64, device=rt.world.device), [0])
+    cells, calls = rt.cache[last_key]
+    half = calls[0] % 2
+    calls[0] += 1
+    last = cells[half:half + 1]
+    return GraphPad(pad, raw[half, :nbytes].view(dtype), epoch, ack, DeviceValue(last), last)
 
 
 def _check_waits() -> None:

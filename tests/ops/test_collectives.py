@@ -179,7 +179,8 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     changing from call to call, uneven chunk bounds, the all-gather's pulls over one to
     three of the copy engine's lanes, its first chunks tapered or not. ``graph``: all-gather
     and reduce-scatter take their graph-safe variants (inside ``ditron.ops.graph_safe()``,
-    one inbox, device epochs), between eager all-reduces on the same engine."""
+    device epochs; one inbox or two halves taking turns, ``exchange.GRAPH_HALVES``), between
+    eager all-reduces on the same engine."""
     import contextlib
 
     from ditron.ops import exchange
@@ -193,6 +194,8 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
         exchange.PULL_LANES = 1 + it % 3  # the all-gather's pulls on one to three lanes
         # its first chunks small, of one size, or as the size and mode choose
         exchange.PULL_TAPER = (True, False, None)[it % 3]
+        # graph-safe: one inbox, or two taking turns (each setting with its own pad)
+        exchange.GRAPH_HALVES = (2, 2, 1, 2, 2)[it % 5]
         dtype = DTYPES[it % len(DTYPES)]
         g = _gen(me, it, 77)
         x = torch.randn(3 + it, 7 + 5 * it, generator=g).to(dtype)
@@ -214,6 +217,7 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     if graph:
         # a larger size class gets an inbox of its own: the smaller one, which a captured
         # graph would still point at, is neither freed nor moved
+        exchange.GRAPH_HALVES = 1
         before = _graph_inboxes()
         big = torch.randn(w, 1 << 14, generator=_gen(me, 99, 77))
         with ditron.ops.graph_safe():
@@ -228,11 +232,12 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
 
 
 def _graph_inboxes() -> dict:
-    """The graph-safe exchanges' inboxes: cache key -> address."""
+    """The graph-safe exchanges' inboxes (both settings of ``GRAPH_HALVES``): cache key ->
+    address."""
     from ditron.runtime.world import current
 
     return {k: ws.tensors[0].data_ptr() for k, ws in current().cache.items()
-            if isinstance(k, tuple) and k[:2] == ("workspace", "inbox") and ":graph:" in k[2]}
+            if isinstance(k, tuple) and k[:2] == ("workspace", "inbox") and ":graph" in k[2]}
 
 
 def _sizes(bounds: list[tuple[int, int]], n: int) -> list[int]:
@@ -273,6 +278,33 @@ def test_chunk_bounds(monkeypatch):
     monkeypatch.delenv("DITRON_CHUNK_TAPER")
     monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")
     assert _sizes(chunk_bounds(21, 4, taper=True), 21) == [8, 9, 3, 1]
+
+
+def check_graph_halves() -> bool:
+    """With two halves, successive calls of one size take turns over the halves, and a
+    call's writes wait for the epoch cell of the last call of its half; with one, every call
+    uses one inbox and waits for the previous call."""
+    from ditron.ops import exchange
+
+    exchange.GRAPH_HALVES = 2
+    g = [exchange.graph_pad("test_halves", torch.float32, 100) for _ in range(3)]
+    ptrs = [x.inbox.data_ptr() for x in g]
+    assert ptrs[0] != ptrs[1] and ptrs[2] == ptrs[0]
+    assert g[2].freed.cell.data_ptr() == g[0].last.data_ptr() != g[1].last.data_ptr()
+    exchange.GRAPH_HALVES = 1
+    one = [exchange.graph_pad("test_halves", torch.float32, 100) for _ in range(2)]
+    assert one[0].inbox.data_ptr() == one[1].inbox.data_ptr() not in ptrs
+    assert one[1].last is None and one[1].freed.offset == -1
+    return True
+
+
+def test_graph_halves(monkeypatch):
+    assert ditron.launch(check_graph_halves, 1, backend="cpu") == [True]
+    from ditron.ops import exchange
+
+    monkeypatch.setattr(exchange, "GRAPH_HALVES", 3)
+    with pytest.raises(ValueError, match="GRAPH_HALVES must be 1 or 2"):
+        exchange.graph_pad("test", torch.float32, 8)
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph_safe"])

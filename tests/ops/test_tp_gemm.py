@@ -605,14 +605,19 @@ def test_tp_gemm_engines_agree_with_torch(backend, world_size):
 def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -> int:
     """The graph-safe variants (epochs counted on the device), run eagerly inside
     ``ditron.ops.graph_safe()`` as a warm-up before a capture runs them, interleaved with
-    the eager variants (separate pads and buffers) and repeated (buffer and signal reuse).
+    the eager variants (separate pads and buffers) and repeated (buffer and signal reuse);
+    the copy engine's exchanges with one inbox and with two taking turns in alternate
+    repetitions (``exchange.GRAPH_HALVES``).
     ``fallback``: also check that ``"auto"`` falls back where no graph-safe variant exists
     (its NCCL collectives need a rank per GPU)."""
+    from ditron.ops import exchange
+
     poison_empty()
     w = ditron.world()
     W, rank, dev = w.world_size, w.rank, w.device
     checks = 0
     for it in range(reps):
+        exchange.GRAPH_HALVES = 1 + it % 2
         torch.manual_seed(100 * it + rank)
         a = torch.randn(m, K, device=dev)
         b = torch.randn(N, K, device=dev).t()
