@@ -240,9 +240,10 @@ class Chunked:
 
     Two epoch sources, one protocol: host-counted (:func:`open_exchange`: a double-buffered
     inbox, ready values ``e * CHUNK_SLOTS + i + 1`` in slot ``q``) and device-counted
-    (``graph``, :func:`graph_pad`, what a CUDA graph replays: one inbox, ready of chunk
-    ``i`` from ``q`` in slot ``i * W + q`` set to ``E``, writes held until the reader's
-    acknowledgement of ``E - 1``)."""
+    (``graph``, :func:`graph_pad`, what a CUDA graph replays: one inbox or two halves
+    taking turns, ready of chunk ``i`` from ``q`` in slot ``i * W + q`` set to ``E``,
+    writes held until the reader's acknowledgement of ``freed``: ``E - 1``, or with two
+    halves the last call of the same half)."""
 
     inbox: torch.Tensor
     node: range
