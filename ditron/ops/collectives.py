@@ -32,6 +32,7 @@ from .exchange import (
     Part,
     engine_instance,
     exchange,
+    gather_on_node,
     pull_gather,
     push_reduce_scatter,
     refuse_capture,
@@ -211,9 +212,8 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) -> t
         out = flat.view(w * xm.shape[0], *xm.shape[1:])
         return out if d == 0 else out.movedim(0, d).contiguous()
     if eng == "copy_engine" and rt.topo.num_nodes == 1:
-        # pulls straight into the result: no copy out of an inbox
         rows = torch.empty((w, xm.numel()), dtype=x.dtype, device=x.device)
-        pull_gather("all_gather.pull", xm.view(-1), rows, eng, graph_mode())
+        gather_on_node("all_gather", xm.view(-1), rows, eng, graph_mode())
         out = rows.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
         return out if d == 0 else out.contiguous()
     stacked, call = _gather_flat("all_gather", xm.view(-1), eng)

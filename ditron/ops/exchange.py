@@ -16,8 +16,9 @@ parity). One call, with ``e = pad.next_epoch()`` and half ``e % 2``:
 No barrier per call; values only grow (the foundation's epoch protocol). Every rank takes
 part in every call (zero-sized parts still signal), so the epochs of all ranks agree.
 :func:`open_exchange` exposes the steps so that parts can be pushed one at a time;
-:func:`pull_gather` is the same protocol with pulls (each rank publishes, peers read) and
-:func:`push_reduce_scatter` a reduce-scatter on it; both move large parts in chunks, with
+:func:`pull_gather` is the same protocol with pulls (each rank publishes, peers read),
+:func:`push_gather` an all-gather by pushes and :func:`push_reduce_scatter` a
+reduce-scatter on it; they move large parts in chunks, with
 ``ready`` counting chunks (``e * 64 + i + 1`` once chunk ``i`` of call ``e`` is there), so
 that the transfer of one chunk overlaps the publishing or summing of another.
 :class:`Chunked` holds one call's chunk signals for them (and the copy-engine GEMM-RS),
@@ -218,13 +219,28 @@ PULL_LANES = 3
 PULL_TAPER: bool | None = None
 PULL_TAPER_MIN_BYTES = 32 << 20
 PULL_TAPER_EAGER_BYTES = 256 << 20
+#: side streams the copy engine's graph-safe pushes (:func:`push_gather`,
+#: :func:`push_reduce_scatter`) take turns on, chunk by chunk, so that the engine does not
+#: idle while a chunk's signal kernel runs (env ``DITRON_PUSH_LANES``; 2 H200s, the
+#: reduce-scatter under graphs: 1.04-1.05x faster than one at 256 MB and 1 GB, docs/perf.md,
+#: session 18). Eagerly the pushes keep one stream: there every chunk to ``q`` raises the
+#: same slot to a growing value, and only one stream keeps those writes in order
+PUSH_LANES = int(os.environ.get("DITRON_PUSH_LANES") or 2)
+#: how the copy engine's all-gather on one node moves: ``"pull"`` (:func:`pull_gather`:
+#: each rank publishes its part into its inbox, its peers copy it out), ``"push"``
+#: (:func:`push_gather`: each rank copies its part into its peers' inboxes, they copy it
+#: out), or ``None``: pushes eagerly, pulls when graph-safe (2 H200s: pushes 1.01-1.12x
+#: faster eagerly from 96 MB to 1 GB; pulls as fast or up to 1.09x faster under graphs;
+#: docs/perf.md, session 18); env ``DITRON_GATHER_BY``
+GATHER_BY: str | None = os.environ.get("DITRON_GATHER_BY") or None
 #: ready values of call ``e`` are ``e * CHUNK_SLOTS + i + 1`` for chunk ``i``
 CHUNK_SLOTS = 64
 #: halves of the graph-safe variants' inbox (:func:`graph_pad`): 1, or 2 (calls take turns,
 #: so a call's first write waits for the acknowledgement of the call before the previous
-#: one). Experimental: 2 is tested on the CPU but not yet measured or run on a GPU. Each
-#: setting has its own pad and inboxes (read at call time, so both may be used in turn)
-GRAPH_HALVES = 1
+#: one). 2 gained nothing on 2 H200s (all-gather, reduce-scatter within +-3% at 64-512 MB;
+#: docs/perf.md, session 18). Each setting has its own pad and inboxes (read at call time,
+#: so both may be used in turn); the default comes from env ``DITRON_GRAPH_HALVES`` at import
+GRAPH_HALVES = int(os.environ.get("DITRON_GRAPH_HALVES") or 1)
 
 
 @dataclasses.dataclass
@@ -413,6 +429,75 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     x.finish([])
 
 
+def gather_on_node(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
+                   graph: bool = False) -> None:
+    """All-gather on one node into ``out`` (``[W, n]``) as ``GATHER_BY`` says (op keys
+    ``key + ".pull"`` / ``".push"``)."""
+    by = GATHER_BY if GATHER_BY is not None else "pull" if graph else "push"
+    if by == "push":
+        push_gather(key + ".push", flat, out, engine, graph)
+    elif by == "pull":
+        pull_gather(key + ".pull", flat, out, engine, graph)
+    else:
+        raise ValueError(f"exchange.GATHER_BY must be 'pull', 'push' or None, got {by!r}")
+
+
+def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
+                graph: bool = False) -> None:
+    """All-gather on one node by pushes: ``out[q]`` (``out``: ``[W, n]``) receives rank
+    ``q``'s ``flat`` (``[n]``, contiguous).
+
+    The exchange's protocol per chunk (:func:`chunk_bounds`, tapered at the end, as the
+    reduce-scatter's): chunk ``i`` goes from ``flat`` straight into every node peer's inbox
+    (slot ``me``) on ``engine``'s stream, raising ``ready[me]`` on the peer; once chunk
+    ``i`` of every peer is there I copy it out into ``out``, so the copy of one chunk
+    overlaps the transfer of the next, and only the last (smallest) one's is exposed.
+    :meth:`Chunked.finish` acks after the last copy.
+
+    ``graph``: the graph-safe variant (:func:`graph_pad`; the pushes take turns over
+    ``PUSH_LANES`` streams, the first push to ``q`` on each waiting for ``q``'s ack of the
+    previous call)."""
+    rt = current()
+    w, me = rt.world.world_size, rt.world.rank
+    n = flat.numel()
+    bounds = chunk_bounds(n, flat.element_size(), taper=True)
+    x = open_chunked(key, flat.dtype, w * n, engine, graph)
+    slots = x.inbox.view(w, n)
+    eng = _push_chunks(x, engine, [[Transfer(flat[lo:hi], slots[me, lo:hi], me, q,
+                                             x.ready(i, me)) for q in x.node if q != me]
+                                   for i, (lo, hi) in enumerate(bounds)])
+    out[me].copy_(flat)
+    peers = [(q.start, q.stop) for q in _spans(x.node, me)]
+    for i, (lo, hi) in enumerate(bounds):
+        x.wait(i)
+        for a, b in peers:
+            out[a:b, lo:hi].copy_(slots[a:b, lo:hi])
+    x.finish([eng])
+
+
+def _push_chunks(x: Chunked, engine: str, chunks: list[list[Transfer]]) -> Engine:
+    """Issue ``chunks`` (each a list of transfers into peers' inboxes) in order on
+    ``engine``, taking turns over ``PUSH_LANES`` streams (the copy engine, graph-safe; one
+    stream otherwise); returns the engine to drain. Each stream orders its later pushes to
+    ``q`` behind its first, so only the first chunk on each waits for ``q``'s
+    acknowledgement (graph-safe; one spinning kernel per peer and stream)."""
+    lanes = PUSH_LANES if engine == "copy_engine" and x.graph else 1
+    eng = engine_instance(engine, lanes=lanes) if lanes > 1 else engine_instance(engine)
+    chunks = [[dataclasses.replace(t, after=x.after(t.dst_rank)) for t in batch]
+              for batch in chunks[:lanes]] + chunks[lanes:]
+    if lanes == 1:
+        eng.issue([t for batch in chunks for t in batch])
+    else:
+        for batch in chunks:
+            eng.issue(batch)
+    return eng
+
+
+def _spans(node: range, me: int) -> list[range]:
+    """The ranks of ``node`` other than ``me`` as at most two contiguous ranges."""
+    return [r for r in (range(node.start, me), range(me + 1, node.stop)) if len(r)]
+
+
 def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
                         graph: bool = False) -> torch.Tensor:
     """Reduce-scatter on one node by pushes: returns the sum over ranks of their row ``me``
@@ -426,7 +511,8 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     :meth:`Call.finish` acks after the last read.
 
     ``graph``: the graph-safe variant (:func:`graph_pad`: one inbox, device epochs; the
-    first push to ``q`` waits on the engine's stream for ``q``'s ack of the previous call).
+    pushes take turns over ``PUSH_LANES`` streams, the first push to ``q`` on each waiting
+    for ``q``'s ack of the previous call).
     """
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
@@ -434,12 +520,9 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     bounds = chunk_bounds(c, parts.element_size(), taper=True)
     x = open_chunked(key, parts.dtype, w * c, engine, graph)
     slots = x.inbox.view(w, c)
-    eng = engine_instance(engine)
-    # the engine's one stream orders every later push to q behind the first, so only the
-    # first waits for q's acknowledgement (graph-safe; one spinning kernel per peer)
-    eng.issue([Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q, x.ready(i, me),
-                        after=x.after(q) if i == 0 else None)
-               for i, (lo, hi) in enumerate(bounds) for q in x.node if q != me])
+    eng = _push_chunks(x, engine, [[Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
+                                             x.ready(i, me)) for q in x.node if q != me]
+                                   for i, (lo, hi) in enumerate(bounds)])
     out = torch.empty(c, dtype=parts.dtype, device=parts.device)
     for i, (lo, hi) in enumerate(bounds):
         x.wait(i)

@@ -174,11 +174,12 @@ def test_two_simulated_nodes(monkeypatch, engine):
 
 
 def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
-    """The copy engine's all-gather (pulls) and reduce-scatter / two-shot all-reduce (pushes)
-    in 1-8 chunks per part (tiny chunks forced by the env), sizes and so chunk counts
-    changing from call to call, uneven chunk bounds, the all-gather's pulls over one to
-    three of the copy engine's lanes, its first chunks tapered or not. ``graph``: all-gather
-    and reduce-scatter take their graph-safe variants (inside ``ditron.ops.graph_safe()``,
+    """The copy engine's all-gather (pulls or pushes) and reduce-scatter / two-shot
+    all-reduce (pushes) in 1-8 chunks per part (tiny chunks forced by the env), sizes and so
+    chunk counts changing from call to call, uneven chunk bounds, the all-gather's pulls
+    over one to three of the copy engine's lanes, its first chunks tapered or not, the
+    pushes over one or two lanes. ``graph``: all-gather and reduce-scatter take their
+    graph-safe variants (inside ``ditron.ops.graph_safe()``,
     device epochs; one inbox or two halves taking turns, ``exchange.GRAPH_HALVES``), between
     eager all-reduces on the same engine."""
     import contextlib
@@ -196,6 +197,9 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
         exchange.PULL_TAPER = (True, False, None)[it % 3]
         # graph-safe: one inbox, or two taking turns (each setting with its own pad)
         exchange.GRAPH_HALVES = (2, 2, 1, 2, 2)[it % 5]
+        # the all-gather by pulls or by pushes (with one inbox and with two halves)
+        exchange.GATHER_BY = ("pull", "push", "push", None, "push")[it % 5]
+        exchange.PUSH_LANES = 1 + it % 2  # pushes on one or two of the engine's streams
         dtype = DTYPES[it % len(DTYPES)]
         g = _gen(me, it, 77)
         x = torch.randn(3 + it, 7 + 5 * it, generator=g).to(dtype)
@@ -296,6 +300,56 @@ def check_graph_halves() -> bool:
     assert one[0].inbox.data_ptr() == one[1].inbox.data_ptr() not in ptrs
     assert one[1].last is None and one[1].freed.offset == -1
     return True
+
+
+def test_gather_by_checked(monkeypatch):
+    from ditron.ops import exchange
+
+    monkeypatch.setattr(exchange, "GATHER_BY", "pulls")
+    with pytest.raises(ValueError, match="GATHER_BY must be 'pull', 'push' or None"):
+        exchange.gather_on_node("test", torch.zeros(4), torch.zeros(2, 4), "copy_engine")
+
+
+class _Recorder:
+    """An engine stand-in that records what each ``issue`` got."""
+
+    def __init__(self):
+        self.batches: list[list] = []
+
+    def issue(self, transfers, since=None):
+        self.batches.append(list(transfers))
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph_safe"])
+def test_push_lanes(monkeypatch, graph):
+    """Graph-safe pushes take turns over ``PUSH_LANES`` streams (one ``issue`` per chunk, the
+    first chunk on each stream waiting for the acknowledgement); eager pushes stay in one
+    ``issue`` (one stream), which keeps a peer's growing ready values in order."""
+    import types
+
+    from ditron.engines.base import Transfer
+    from ditron.ops import exchange
+
+    made = []
+
+    def instance(name, lanes=1):
+        made.append(lanes)
+        return _Recorder()
+
+    monkeypatch.setattr(exchange, "engine_instance", instance)
+    monkeypatch.setattr(exchange, "PUSH_LANES", 2)
+    x = types.SimpleNamespace(graph=graph, after=lambda q: ("ack", q) if graph else None)
+    t = torch.zeros(4)
+    chunks = [[Transfer(t, t, 0, q) for q in (1, 2)] for _ in range(3)]
+    eng = exchange._push_chunks(x, "copy_engine", chunks)
+    flat = [tr for batch in eng.batches for tr in batch]
+    assert len(flat) == 6 and [tr.dst_rank for tr in flat] == [1, 2] * 3
+    if graph:
+        assert made == [2] and len(eng.batches) == 3
+        assert [tr.after for tr in flat] == [("ack", 1), ("ack", 2)] * 2 + [None] * 2
+    else:
+        assert made == [1] and len(eng.batches) == 1
+        assert all(tr.after is None for tr in flat)
 
 
 def test_graph_halves(monkeypatch):
@@ -423,6 +477,17 @@ def test_collectives_cuda_two_ranks(engine):
     """Run on 2 GPUs (one process each) or on 1 GPU shared by 2 processes."""
     counts = ditron.launch(check_ops, 2, (engine,), 3, 300, backend="cuda")
     assert all(c == 27 for c in counts)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph_safe"])
+def test_chunked_exchanges_cuda_two_ranks(monkeypatch, graph):
+    """The chunked exchanges in many tiny chunks on real streams, where chunks on different
+    streams may land out of order."""
+    monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")
+    counts = ditron.launch(check_chunked_exchanges, 2, 6, graph, backend="cuda")
+    assert counts == [20 if graph else 18] * 2
 
 
 @pytest.mark.gpu
