@@ -33,7 +33,6 @@ from .exchange import (
     engine_instance,
     exchange,
     gather_on_node,
-    pull_gather,
     push_reduce_scatter,
     refuse_capture,
     sum_slots,
@@ -293,9 +292,9 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
         flat = padded
     mine = _reduce_scatter_flat("all_reduce.two_shot.rs", flat.view(w, c), eng)
     if rt.topo.num_nodes == 1 and engine_instance(eng).can_wait:
-        # the sums are pulled straight into the result (no copy out of an inbox)
+        # the sums gathered as the all-gather's are (exchange.GATHER_BY)
         rows = torch.empty((w, c), dtype=x.dtype, device=x.device)
-        pull_gather("all_reduce.two_shot.pull", mine, rows, eng)
+        gather_on_node("all_reduce.two_shot", mine, rows, eng)
         return rows.view(-1)[:n].view(x.shape)
     stacked, call = _gather_flat("all_reduce.two_shot.ag", mine, eng)
     out = _copy_out(stacked.reshape(-1)[:n])
