@@ -30,7 +30,7 @@ from ..runtime import stream_memops
 from ..runtime.signals import host_value
 from ..runtime.world import current
 from .base import Engine, Signal, Transfer, check_transfer, register_engine
-from .streams import allocator_tensors, join, mark_current, start_after
+from .streams import allocator_tensors, follow, join, mark_current, start_after
 from .sync import notify_one, slot_address, use_stream_memops, wait_one
 
 _EXECUTOR: cf.ThreadPoolExecutor | None = None
@@ -44,11 +44,21 @@ def _executor() -> cf.ThreadPoolExecutor:
     return _EXECUTOR
 
 
-def _side_stream(device: torch.device, lane: int = 0):
-    stream = _SIDE_STREAMS.get((device, lane))
+#: priority of the side streams (torch's convention: lower is higher; values beyond the
+#: device's range take its end). What it changes is the signal and wait kernels of the
+#: graph-safe variants: beside a large kernel on another stream (a local copy, a sum) a
+#: kernel of default priority starts only once that kernel's last blocks have started,
+#: and a chunk's signal then waits for it (2 H200s: up to ~190 us per 1 GB all-gather
+#: under graphs, docs/perf.md, session 19). CUDA graphs keep the priority of the stream
+#: a kernel was captured on (torch instantiates them with per-node priorities)
+PRIORITY = -8
+
+
+def _side_stream(device: torch.device, lane: int | str = 0):
+    key = (device, lane, PRIORITY)
+    stream = _SIDE_STREAMS.get(key)
     if stream is None:
-        stream = torch.cuda.Stream(device=device)
-        _SIDE_STREAMS[device, lane] = stream
+        stream = _SIDE_STREAMS[key] = torch.cuda.Stream(device=device, priority=PRIORITY)
     return stream
 
 
@@ -67,15 +77,20 @@ class CopyEngine(Engine):
     """Peer copies issued from the host (DMA engines on GPU, a worker thread on CPU).
 
     ``lanes``: side streams that successive :meth:`issue` calls take turns on (CUDA). Only
-    transfers within one call are ordered among themselves; :meth:`drain` waits for all."""
+    transfers within one call are ordered among themselves; :meth:`drain` waits for all.
+    ``signal_lane`` (CUDA, signals that are kernels: device-counted values or a wait
+    timeout): each signal runs on a stream of its own behind its copy, so that the copies
+    of a side stream follow each other without a kernel between them; the signals keep
+    their order among themselves."""
 
     name = "copy_engine"
     can_reduce = True
     can_wait = True
 
-    def __init__(self, lanes: int = 1) -> None:
+    def __init__(self, lanes: int = 1, signal_lane: bool = False) -> None:
         if not isinstance(lanes, int) or lanes < 1:
             raise ValueError(f"copy_engine: lanes must be a positive int, got {lanes!r}")
+        self._signal_lane = bool(signal_lane)
         self._pending: list[cf.Future] = []
         self._lanes = lanes
         self._turn = 0
@@ -117,6 +132,9 @@ class CopyEngine(Engine):
         if use_stream_memops() and all(_raw_ok(t) for t in transfers):
             _issue_raw(transfers, rank, side)
             return
+        signals = _side_stream(rt.world.device, "signals") if self._signal_lane else side
+        if signals is not side and signals not in self._streams:
+            self._streams.append(signals)
         with torch.cuda.stream(side):
             for t in transfers:
                 src, dst = _endpoints(t, rank)
@@ -128,7 +146,10 @@ class CopyEngine(Engine):
                     else:
                         dst.copy_(src, non_blocking=True)
                 if t.signal is not None:
-                    notify_one(t.signal.pad, t.signal.index, t.signal.value, t.dst_rank)
+                    if signals is not side:
+                        follow(signals.cuda_stream, side)
+                    with torch.cuda.stream(signals):
+                        notify_one(t.signal.pad, t.signal.index, t.signal.value, t.dst_rank)
 
     def drain(self) -> None:
         for side in self._streams:

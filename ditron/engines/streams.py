@@ -93,7 +93,12 @@ def allocator_tensors(transfers) -> list[torch.Tensor]:
 def join(side: torch.cuda.Stream) -> None:
     """Make the current stream (of ``side``'s device) wait for everything queued on
     ``side`` so far."""
-    device = side.device.index
-    event = _events(device).join
+    follow(_current(side.device.index), side)
+
+
+def follow(waiter: int, side: torch.cuda.Stream) -> None:
+    """Make the raw stream ``waiter`` (of ``side``'s device) wait for everything queued on
+    ``side`` so far."""
+    event = _events(side.device.index).join
     stream_memops.record_event(event, side.cuda_stream)
-    stream_memops.wait_event(_current(device), event)
+    stream_memops.wait_event(waiter, event)

@@ -206,6 +206,10 @@ PULL_MAX_CHUNKS = 8
 TAPER_GROWTH = 3
 TAPER_DIVISOR = 16
 TAPER_MIN_BYTES = 64 << 20
+#: the same threshold for the graph-safe pushes, whose extra chunks cost no host time (2
+#: H200s under graphs: the reduce-scatter 1.12-1.17x faster at 64 and 96 MB with 16 MB than
+#: with 64 MB, the all-gather 1.05-1.08x; docs/perf.md, session 19)
+TAPER_GRAPH_MIN_BYTES = 16 << 20
 #: side streams the copy engine's all-gather pulls take turns on, chunk by chunk: one
 #: chunk's wait runs while another's copy does
 PULL_LANES = 3
@@ -220,18 +224,25 @@ PULL_TAPER: bool | None = None
 PULL_TAPER_MIN_BYTES = 32 << 20
 PULL_TAPER_EAGER_BYTES = 256 << 20
 #: side streams the copy engine's graph-safe pushes (:func:`push_gather`,
-#: :func:`push_reduce_scatter`) take turns on, chunk by chunk, so that the engine does not
-#: idle while a chunk's signal kernel runs (env ``DITRON_PUSH_LANES``; 2 H200s, the
-#: reduce-scatter under graphs: 1.04-1.05x faster than one at 256 MB and 1 GB, docs/perf.md,
-#: session 18). Eagerly the pushes keep one stream: there every chunk to ``q`` raises the
+#: :func:`push_reduce_scatter`) take turns on, chunk by chunk (env ``DITRON_PUSH_LANES``).
+#: One: with the signals on a lane of their own (``PUSH_SIGNAL_LANE``) the copies already
+#: follow each other, and two were as fast or slower (2 H200s under graphs, docs/perf.md,
+#: session 19). Eagerly the pushes keep one stream: there every chunk to ``q`` raises the
 #: same slot to a growing value, and only one stream keeps those writes in order
-PUSH_LANES = int(os.environ.get("DITRON_PUSH_LANES") or 2)
+PUSH_LANES = int(os.environ.get("DITRON_PUSH_LANES") or 1)
+#: graph-safe pushes raise their chunk signals from a stream of their own
+#: (``CopyEngine(signal_lane=True)``), so that the copies of a side stream follow each
+#: other without a signal kernel between them (env ``DITRON_PUSH_SIGNAL_LANE``: 0 turns
+#: it off; 2 H200s under graphs, one lane: the reduce-scatter 1.04-1.10x faster than two
+#: lanes without it at 256 MB-1 GB, the all-gather by pushes 1.01-1.07x, docs/perf.md,
+#: session 19). Eagerly the signals are stream memory operations and stay in line
+PUSH_SIGNAL_LANE = os.environ.get("DITRON_PUSH_SIGNAL_LANE", "1") not in ("", "0")
 #: how the copy engine's all-gather on one node moves: ``"pull"`` (:func:`pull_gather`:
 #: each rank publishes its part into its inbox, its peers copy it out), ``"push"``
 #: (:func:`push_gather`: each rank copies its part into its peers' inboxes, they copy it
-#: out), or ``None``: pushes eagerly, pulls when graph-safe (2 H200s: pushes 1.01-1.12x
-#: faster eagerly from 96 MB to 1 GB; pulls as fast or up to 1.09x faster under graphs;
-#: docs/perf.md, session 18); env ``DITRON_GATHER_BY``
+#: out), or ``None``: pushes (2 H200s: 1.01-1.12x faster than pulls eagerly from 96 MB to
+#: 1 GB, session 18; under graphs, with the signals at high priority on their own lane,
+#: 1.02-1.09x faster from 256 MB, session 19; docs/perf.md); env ``DITRON_GATHER_BY``
 GATHER_BY: str | None = os.environ.get("DITRON_GATHER_BY") or None
 #: ready values of call ``e`` are ``e * CHUNK_SLOTS + i + 1`` for chunk ``i``
 CHUNK_SLOTS = 64
@@ -324,13 +335,14 @@ def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
 
 
 def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,
-                 min_bytes: int = TAPER_MIN_BYTES) -> list[tuple[int, int]]:
+                 min_bytes: int | None = None) -> list[tuple[int, int]]:
     """Cut a part of ``n`` elements of ``itemsize`` bytes into chunks ``[(lo, hi), ...]``:
     about ``PULL_CHUNK_BYTES`` each (at least one chunk, at most ``PULL_MAX_CHUNKS``).
 
-    ``taper`` (parts of at least ``min_bytes``): the last chunks are smaller, ``...,
-    g**2, g, 1`` times a ``TAPER_DIVISOR``-th of the chunk size (``g = TAPER_GROWTH``), as
-    many as stay below the chunk size and within half the part; the body's chunks grow to
+    ``taper`` (parts of at least ``min_bytes``, default ``TAPER_MIN_BYTES``): the last
+    chunks are smaller, ``..., g**2, g, 1`` times a ``TAPER_DIVISOR``-th of the chunk size
+    (``g = TAPER_GROWTH``), as many as stay below the chunk size and within half the part;
+    the body's chunks grow to
     keep them within ``PULL_MAX_CHUNKS``. For a reduce-scatter, whose last chunk is summed
     after everything has landed: the sum of each chunk hides under the transfer of its
     smaller successor while a transfer is at most ``g`` times slower per byte than a sum,
@@ -346,6 +358,7 @@ def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,
     except ValueError:
         raise ValueError(f"DITRON_CHUNK_TAPER must be an integer growth factor (0 or 1: chunks "
                          f"of one size), got {raw!r}") from None
+    min_bytes = TAPER_MIN_BYTES if min_bytes is None else min_bytes
     if not taper or n * itemsize < min(min_bytes, big * itemsize):
         growth = 0
     tail: list[int] = []
@@ -433,7 +446,7 @@ def gather_on_node(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
                    graph: bool = False) -> None:
     """All-gather on one node into ``out`` (``[W, n]``) as ``GATHER_BY`` says (op keys
     ``key + ".pull"`` / ``".push"``)."""
-    by = GATHER_BY if GATHER_BY is not None else "pull" if graph else "push"
+    by = GATHER_BY if GATHER_BY is not None else "push"
     if by == "push":
         push_gather(key + ".push", flat, out, engine, graph)
     elif by == "pull":
@@ -460,7 +473,7 @@ def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
     n = flat.numel()
-    bounds = chunk_bounds(n, flat.element_size(), taper=True)
+    bounds = chunk_bounds(n, flat.element_size(), taper=True, min_bytes=_taper_min(graph))
     x = open_chunked(key, flat.dtype, w * n, engine, graph)
     slots = x.inbox.view(w, n)
     eng = _push_chunks(x, engine, [[Transfer(flat[lo:hi], slots[me, lo:hi], me, q,
@@ -481,8 +494,12 @@ def _push_chunks(x: Chunked, engine: str, chunks: list[list[Transfer]]) -> Engin
     stream otherwise); returns the engine to drain. Each stream orders its later pushes to
     ``q`` behind its first, so only the first chunk on each waits for ``q``'s
     acknowledgement (graph-safe; one spinning kernel per peer and stream)."""
-    lanes = PUSH_LANES if engine == "copy_engine" and x.graph else 1
-    eng = engine_instance(engine, lanes=lanes) if lanes > 1 else engine_instance(engine)
+    ce_graph = engine == "copy_engine" and x.graph
+    lanes = PUSH_LANES if ce_graph else 1
+    options = {"lanes": lanes} if lanes > 1 else {}
+    if ce_graph and PUSH_SIGNAL_LANE:
+        options["signal_lane"] = True
+    eng = engine_instance(engine, **options)
     chunks = [[dataclasses.replace(t, after=x.after(t.dst_rank)) for t in batch]
               for batch in chunks[:lanes]] + chunks[lanes:]
     if lanes == 1:
@@ -491,6 +508,10 @@ def _push_chunks(x: Chunked, engine: str, chunks: list[list[Transfer]]) -> Engin
         for batch in chunks:
             eng.issue(batch)
     return eng
+
+
+def _taper_min(graph: bool) -> int:
+    return TAPER_GRAPH_MIN_BYTES if graph else TAPER_MIN_BYTES
 
 
 def _spans(node: range, me: int) -> list[range]:
@@ -517,7 +538,7 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
     c = parts.shape[1]
-    bounds = chunk_bounds(c, parts.element_size(), taper=True)
+    bounds = chunk_bounds(c, parts.element_size(), taper=True, min_bytes=_taper_min(graph))
     x = open_chunked(key, parts.dtype, w * c, engine, graph)
     slots = x.inbox.view(w, c)
     eng = _push_chunks(x, engine, [[Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,

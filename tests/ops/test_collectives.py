@@ -178,7 +178,7 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     all-reduce (pushes) in 1-8 chunks per part (tiny chunks forced by the env), sizes and so
     chunk counts changing from call to call, uneven chunk bounds, the all-gather's pulls
     over one to three of the copy engine's lanes, its first chunks tapered or not, the
-    pushes over one or two lanes. ``graph``: all-gather and reduce-scatter take their
+    pushes over one or two lanes, their signals on a lane of their own or not. ``graph``: all-gather and reduce-scatter take their
     graph-safe variants (inside ``ditron.ops.graph_safe()``,
     device epochs; one inbox or two halves taking turns, ``exchange.GRAPH_HALVES``), between
     eager all-reduces on the same engine."""
@@ -200,6 +200,7 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
         # the all-gather by pulls or by pushes (with one inbox and with two halves)
         exchange.GATHER_BY = ("pull", "push", "push", None, "push")[it % 5]
         exchange.PUSH_LANES = 1 + it % 2  # pushes on one or two of the engine's streams
+        exchange.PUSH_SIGNAL_LANE = it % 3 != 2  # their signals on a stream of their own
         dtype = DTYPES[it % len(DTYPES)]
         g = _gen(me, it, 77)
         x = torch.randn(3 + it, 7 + 5 * it, generator=g).to(dtype)
@@ -323,8 +324,9 @@ class _Recorder:
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph_safe"])
 def test_push_lanes(monkeypatch, graph):
     """Graph-safe pushes take turns over ``PUSH_LANES`` streams (one ``issue`` per chunk, the
-    first chunk on each stream waiting for the acknowledgement); eager pushes stay in one
-    ``issue`` (one stream), which keeps a peer's growing ready values in order."""
+    first chunk on each stream waiting for the acknowledgement), their signals on a lane of
+    their own where ``PUSH_SIGNAL_LANE`` says; eager pushes stay in one ``issue`` (one
+    stream), which keeps a peer's growing ready values in order."""
     import types
 
     from ditron.engines.base import Transfer
@@ -332,8 +334,8 @@ def test_push_lanes(monkeypatch, graph):
 
     made = []
 
-    def instance(name, lanes=1):
-        made.append(lanes)
+    def instance(name, **options):
+        made.append(options)
         return _Recorder()
 
     monkeypatch.setattr(exchange, "engine_instance", instance)
@@ -341,15 +343,19 @@ def test_push_lanes(monkeypatch, graph):
     x = types.SimpleNamespace(graph=graph, after=lambda q: ("ack", q) if graph else None)
     t = torch.zeros(4)
     chunks = [[Transfer(t, t, 0, q) for q in (1, 2)] for _ in range(3)]
-    eng = exchange._push_chunks(x, "copy_engine", chunks)
-    flat = [tr for batch in eng.batches for tr in batch]
-    assert len(flat) == 6 and [tr.dst_rank for tr in flat] == [1, 2] * 3
-    if graph:
-        assert made == [2] and len(eng.batches) == 3
-        assert [tr.after for tr in flat] == [("ack", 1), ("ack", 2)] * 2 + [None] * 2
-    else:
-        assert made == [1] and len(eng.batches) == 1
-        assert all(tr.after is None for tr in flat)
+    for signal_lane in (True, False):
+        made.clear()
+        monkeypatch.setattr(exchange, "PUSH_SIGNAL_LANE", signal_lane)
+        eng = exchange._push_chunks(x, "copy_engine", chunks)
+        flat = [tr for batch in eng.batches for tr in batch]
+        assert len(flat) == 6 and [tr.dst_rank for tr in flat] == [1, 2] * 3
+        if graph:
+            expected = {"lanes": 2, "signal_lane": True} if signal_lane else {"lanes": 2}
+            assert made == [expected] and len(eng.batches) == 3
+            assert [tr.after for tr in flat] == [("ack", 1), ("ack", 2)] * 2 + [None] * 2
+        else:
+            assert made == [{}] and len(eng.batches) == 1
+            assert all(tr.after is None for tr in flat)
 
 
 def test_graph_halves(monkeypatch):
