@@ -178,9 +178,10 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     all-reduce (pushes) in 1-8 chunks per part (tiny chunks forced by the env), sizes and so
     chunk counts changing from call to call, uneven chunk bounds, the all-gather's pulls
     over one to three of the copy engine's lanes, its first chunks tapered or not, the
-    pushes over one or two lanes, their signals on a lane of their own or not. ``graph``: all-gather and reduce-scatter take their
-    graph-safe variants (inside ``ditron.ops.graph_safe()``,
-    device epochs; one inbox or two halves taking turns, ``exchange.GRAPH_HALVES``), between
+    pushes over one or two lanes, their signals on a lane of their own or not. ``graph``:
+    all-gather and reduce-scatter take their graph-safe variants (inside
+    ``ditron.ops.graph_safe()``, device epochs; one inbox or two halves taking turns,
+    ``exchange.GRAPH_HALVES``), between
     eager all-reduces on the same engine."""
     import contextlib
 
