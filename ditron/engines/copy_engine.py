@@ -54,7 +54,8 @@ def _executor() -> cf.ThreadPoolExecutor:
 PRIORITY = -8
 
 
-def _side_stream(device: torch.device, lane: int | str = 0):
+def side_stream(device: torch.device, lane: int | str = 0) -> torch.cuda.Stream:
+    """The copy engine's side stream ``lane`` of ``device`` (made once per process)."""
     key = (device, lane, PRIORITY)
     stream = _SIDE_STREAMS.get(key)
     if stream is None:
@@ -123,7 +124,7 @@ class CopyEngine(Engine):
 
     def _issue_cuda(self, transfers: list[Transfer], rank: int, since) -> None:
         rt = current()
-        side = _side_stream(rt.world.device, self._turn % self._lanes)
+        side = side_stream(rt.world.device, self._turn % self._lanes)
         self._turn += 1
         start_after(side, since)
         if side not in self._streams:
@@ -132,7 +133,7 @@ class CopyEngine(Engine):
         if use_stream_memops() and all(_raw_ok(t) for t in transfers):
             _issue_raw(transfers, rank, side)
             return
-        signals = _side_stream(rt.world.device, "signals") if self._signal_lane else side
+        signals = side_stream(rt.world.device, "signals") if self._signal_lane else side
         if signals is not side and signals not in self._streams:
             self._streams.append(signals)
         with torch.cuda.stream(side):

@@ -38,6 +38,7 @@ from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import DeviceValue, SignalPad, signal_pad
 from ..runtime.world import current
 from .graphs import capturing, not_warmed, require_warm
+from .raw_pushes import open_raw, usable
 from .workspaces import alloc_buffers, cached, drop
 
 
@@ -474,6 +475,9 @@ def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     w, me = rt.world.world_size, rt.world.rank
     n = flat.numel()
     bounds = chunk_bounds(n, flat.element_size(), taper=True, min_bytes=_taper_min(graph))
+    if usable(engine, graph) and out.is_contiguous():
+        _push_gather_raw(key, flat, out, bounds)
+        return
     x = open_chunked(key, flat.dtype, w * n, engine, graph)
     slots = x.inbox.view(w, n)
     eng = _push_chunks(x, engine, [[Transfer(flat[lo:hi], slots[me, lo:hi], me, q,
@@ -486,6 +490,25 @@ def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
         for a, b in peers:
             out[a:b, lo:hi].copy_(slots[a:b, lo:hi])
     x.finish([eng])
+
+
+def _push_gather_raw(key: str, flat: torch.Tensor, out: torch.Tensor,
+                     bounds: list[tuple[int, int]]) -> None:
+    """:func:`push_gather`'s eager steps as driver calls (``raw_pushes.py``)."""
+    w = current().world.world_size
+    n, size = flat.numel(), flat.element_size()
+    x = open_raw(key, w * n * size)
+    src, dst = flat.data_ptr(), out.data_ptr()
+    for i, (lo, hi) in enumerate(bounds):
+        x.push(i, [(q, src + lo * size, (x.me * n + lo) * size, (hi - lo) * size)
+                   for q in x.peer_inbox])
+    x.copy(dst + x.me * n * size, src, n * size)
+    for i, (lo, hi) in enumerate(bounds):
+        x.wait(i)
+        for q in x.peer_inbox:
+            at = (q * n + lo) * size
+            x.copy(dst + at, x.inbox + at, (hi - lo) * size)
+    x.finish()
 
 
 def _push_chunks(x: Chunked, engine: str, chunks: list[list[Transfer]]) -> Engine:
@@ -539,6 +562,8 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     w, me = rt.world.world_size, rt.world.rank
     c = parts.shape[1]
     bounds = chunk_bounds(c, parts.element_size(), taper=True, min_bytes=_taper_min(graph))
+    if usable(engine, graph) and parts.is_contiguous():
+        return _push_reduce_scatter_raw(key, parts, bounds)
     x = open_chunked(key, parts.dtype, w * c, engine, graph)
     slots = x.inbox.view(w, c)
     eng = _push_chunks(x, engine, [[Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
@@ -549,6 +574,27 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
         x.wait(i)
         sum_slots(_own_row(slots, parts, me, lo, hi), out[lo:hi])
     x.finish([eng])
+    return out
+
+
+def _push_reduce_scatter_raw(key: str, parts: torch.Tensor,
+                             bounds: list[tuple[int, int]]) -> torch.Tensor:
+    """:func:`push_reduce_scatter`'s eager steps, the movement as driver calls
+    (``raw_pushes.py``), the sums as there."""
+    w, c = parts.shape
+    size = parts.element_size()
+    x = open_raw(key, w * c * size)
+    src = parts.data_ptr()
+    for i, (lo, hi) in enumerate(bounds):
+        x.push(i, [(q, src + (q * c + lo) * size, (x.me * c + lo) * size, (hi - lo) * size)
+                   for q in x.peer_inbox])
+    slots = x.half[: w * c * size].view(parts.dtype).view(w, c)
+    rows = _own_row(slots, parts, x.me, 0, c)  # row views made once, sliced per chunk
+    out = torch.empty(c, dtype=parts.dtype, device=parts.device)
+    for i, (lo, hi) in enumerate(bounds):
+        x.wait(i)
+        sum_slots([row[lo:hi] for row in rows], out[lo:hi])
+    x.finish()
     return out
 
 

@@ -1,0 +1,102 @@
+"""The eager chunked pushes issued as driver calls (``ditron/ops/raw_pushes.py``).
+
+On CUDA they are what every eager copy-engine all-gather / reduce-scatter on one node runs
+(the GPU tests of ``test_collectives.py`` cover them there). Here the driver calls are
+emulated on the CPU backend, whose heaps are shared memory mapped at the addresses the
+raw path computes: a copy is a ``memmove`` between those addresses, a signal write an
+8-byte store, a stream wait a poll, each performed when it is issued (a valid order of
+what the streams would run). So the address arithmetic and the protocol (epochs, inbox
+halves, acknowledgements) are checked against torch on every rank, for several world
+sizes and dtypes, chunk counts that change from call to call, and calls that alternate
+with the generic path on the same pads and inboxes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+import types
+
+import pytest
+import torch
+
+import ditron
+
+from .poison import poison_empty
+from .test_collectives import DTYPES, _close, _gather_fp32, _gen, _sum_ref
+
+
+class _Driver:
+    """CPU stand-in for ``runtime/stream_memops.py``: each call takes effect when made."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def memcpy(self, stream: int, dst: int, src: int, nbytes: int) -> None:
+        self.calls += 1
+        ctypes.memmove(dst, src, nbytes)
+
+    def write_value(self, stream: int, addr: int, value: int) -> None:
+        self.calls += 1
+        ctypes.c_int64.from_address(addr).value = value
+
+    def wait_value(self, stream: int, addr: int, value: int) -> None:
+        self.calls += 1
+        deadline = time.monotonic() + 60
+        while ctypes.c_int64.from_address(addr).value < value:
+            if time.monotonic() > deadline:
+                seen = ctypes.c_int64.from_address(addr).value
+                raise TimeoutError(f"rank {ditron.world().rank}: wait for {value} at "
+                                   f"{addr:#x}, seen {seen}")
+            time.sleep(0)
+
+
+def _emulate() -> tuple[_Driver, dict]:
+    """Route the raw path's driver calls to :class:`_Driver`; returns it and a switch
+    (``switch["raw"]``) that picks the raw or the generic path for the next calls."""
+    from ditron.engines import copy_engine
+    from ditron.ops import exchange, raw_pushes
+
+    driver = _Driver()
+    switch = {"raw": True}
+    raw_pushes.stream_memops = driver
+    raw_pushes.current_stream = lambda device: 0
+    raw_pushes.start_after = lambda side, since: None
+    raw_pushes.join = lambda side: None
+    copy_engine.side_stream = lambda device, lane=0: types.SimpleNamespace(cuda_stream=0)
+    exchange.usable = lambda engine, graph: (switch["raw"] and not graph
+                                             and engine == "copy_engine")
+    return driver, switch
+
+
+def check_raw_pushes(calls: int) -> int:
+    poison_empty()
+    driver, switch = _emulate()
+    w, me = ditron.world().world_size, ditron.world().rank
+    checks = 0
+    for it in range(calls):
+        switch["raw"] = it % 4 != 2  # every fourth call on the generic path
+        before = driver.calls
+        dtype = DTYPES[it % len(DTYPES)]
+        g = _gen(me, it, 91)
+        x = torch.randn(2 + it, 5 + 3 * it, generator=g).to(dtype)
+        ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)], 0)
+        _close(ditron.ops.all_gather(x, 0, engine="copy_engine"), ref, f"all_gather {it}")
+        xr = torch.randn(3 * w, 4 + it, generator=g).to(dtype)
+        _close(ditron.ops.reduce_scatter(xr, 0, engine="copy_engine"),
+               _sum_ref(xr).chunk(w, 0)[me], f"reduce_scatter {it}")
+        xa = torch.randn(w * (6 + it), generator=g).to(dtype)
+        _close(ditron.ops.all_reduce(xa, method="two_shot", engine="copy_engine"),
+               _sum_ref(xa), f"two-shot all_reduce {it}")
+        if switch["raw"]:  # the calls went through the emulated driver
+            assert driver.calls > before, f"call {it}: the raw path was not taken"
+        else:
+            assert driver.calls == before, f"call {it}: the raw path was taken"
+        checks += 3
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_raw_pushes_emulated(monkeypatch, world_size):
+    monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")  # several chunks per part
+    assert ditron.launch(check_raw_pushes, world_size, 6, backend="cpu") == [18] * world_size
