@@ -23,6 +23,8 @@ reduce-scatter on it; they move large parts in chunks, with
 that the transfer of one chunk overlaps the publishing or summing of another.
 :class:`Chunked` holds one call's chunk signals for them (and the copy-engine GEMM-RS),
 with the epoch counted on the host or, for CUDA graphs, on the device (:func:`graph_pad`).
+Eagerly on CUDA the pushed all-gather and reduce-scatter issue the same steps as driver
+calls by address (``raw_pushes.py``).
 """
 
 from __future__ import annotations
