@@ -236,8 +236,8 @@ PUSH_LANES = int(os.environ.get("DITRON_PUSH_LANES") or 1)
 #: graph-safe pushes raise their chunk signals from a stream of their own
 #: (``CopyEngine(signal_lane=True)``), so that the copies of a side stream follow each
 #: other without a signal kernel between them (env ``DITRON_PUSH_SIGNAL_LANE``: 0 turns
-#: it off; 2 H200s under graphs, one lane: the reduce-scatter 1.04-1.10x faster than two
-#: lanes without it at 256 MB-1 GB, the all-gather by pushes 1.01-1.07x, docs/perf.md,
+#: it off; 2 H200s under graphs, one lane: the reduce-scatter 1.03-1.10x faster than two
+#: lanes without it at 256 MB-1 GB, the all-gather by pushes 1.01-1.04x, docs/perf.md,
 #: session 19). Eagerly the signals are stream memory operations and stay in line
 PUSH_SIGNAL_LANE = os.environ.get("DITRON_PUSH_SIGNAL_LANE", "1") not in ("", "0")
 #: how the copy engine's all-gather on one node moves: ``"pull"`` (:func:`pull_gather`:
@@ -245,7 +245,7 @@ PUSH_SIGNAL_LANE = os.environ.get("DITRON_PUSH_SIGNAL_LANE", "1") not in ("", "0
 #: (:func:`push_gather`: each rank copies its part into its peers' inboxes, they copy it
 #: out), or ``None``: pushes (2 H200s: 1.01-1.12x faster than pulls eagerly from 96 MB to
 #: 1 GB, session 18; under graphs, with the signals at high priority on their own lane,
-#: 1.02-1.09x faster from 256 MB, session 19; docs/perf.md); env ``DITRON_GATHER_BY``
+#: 1.07-1.10x faster from 256 MB, session 19; docs/perf.md); env ``DITRON_GATHER_BY``
 GATHER_BY: str | None = os.environ.get("DITRON_GATHER_BY") or None
 #: ready values of call ``e`` are ``e * CHUNK_SLOTS + i + 1`` for chunk ``i``
 CHUNK_SLOTS = 64
@@ -345,14 +345,14 @@ def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,
     ``taper`` (parts of at least ``min_bytes``, default ``TAPER_MIN_BYTES``): the last
     chunks are smaller, ``..., g**2, g, 1`` times a ``TAPER_DIVISOR``-th of the chunk size
     (``g = TAPER_GROWTH``), as many as stay below the chunk size and within half the part;
-    the body's chunks grow to
-    keep them within ``PULL_MAX_CHUNKS``. For a reduce-scatter, whose last chunk is summed
-    after everything has landed: the sum of each chunk hides under the transfer of its
-    smaller successor while a transfer is at most ``g`` times slower per byte than a sum,
-    and only the smallest one's sum is exposed. (Each chunk costs a few microseconds of
-    signals, and on a busy host as much again in host time: ``docs/perf.md``, session
-    16.) ``head``: the same sizes in reverse order, the small chunks first (for an
-    all-gather by pulls, whose first chunk is published before anything moves)."""
+    the body's chunks grow to keep them within ``PULL_MAX_CHUNKS``. For a reduce-scatter,
+    whose last chunk is summed after everything has landed: the sum of each chunk hides
+    under the transfer of its smaller successor while a transfer is at most ``g`` times
+    slower per byte than a sum, and only the smallest one's sum is exposed. (Each chunk
+    costs a few microseconds of signals, and on a busy host as much again in host time:
+    ``docs/perf.md``, session 16.) ``head``: the same sizes in reverse order, the small
+    chunks first (for an all-gather by pulls, whose first chunk is published before
+    anything moves)."""
     big = max(1, (int(os.environ.get("DITRON_PULL_CHUNK_BYTES") or 0) or PULL_CHUNK_BYTES)
               // itemsize)
     raw = os.environ.get("DITRON_CHUNK_TAPER")
