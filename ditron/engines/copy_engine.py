@@ -134,8 +134,11 @@ class CopyEngine(Engine):
             _issue_raw(transfers, rank, side)
             return
         signals = side_stream(rt.world.device, "signals") if self._signal_lane else side
-        if signals is not side and signals not in self._streams:
-            self._streams.append(signals)
+        if signals is not side:
+            if since is not None:  # the copies may start earlier than the issuing stream's
+                start_after(signals, None)  # queue, the signals not
+            if signals not in self._streams:
+                self._streams.append(signals)
         with torch.cuda.stream(side):
             for t in transfers:
                 src, dst = _endpoints(t, rank)

@@ -39,7 +39,7 @@ from ..engines.sync import bump, notify_peers, use_stream_memops, wait_slots
 from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import DeviceValue, SignalPad, signal_pad
 from ..runtime.world import current
-from .graphs import capturing, not_warmed, require_warm
+from .graphs import capture_id, capturing, not_warmed, require_warm
 from .raw_pushes import open_raw, usable
 from .workspaces import alloc_buffers, cached, drop
 
@@ -249,12 +249,21 @@ PUSH_SIGNAL_LANE = os.environ.get("DITRON_PUSH_SIGNAL_LANE", "1") not in ("", "0
 GATHER_BY: str | None = os.environ.get("DITRON_GATHER_BY") or None
 #: ready values of call ``e`` are ``e * CHUNK_SLOTS + i + 1`` for chunk ``i``
 CHUNK_SLOTS = 64
-#: halves of the graph-safe variants' inbox (:func:`graph_pad`): 1, or 2 (calls take turns,
-#: so a call's first write waits for the acknowledgement of the call before the previous
-#: one). 2 gained nothing on 2 H200s (all-gather, reduce-scatter within +-3% at 64-512 MB;
-#: docs/perf.md, session 18). Each setting has its own pad and inboxes (read at call time,
-#: so both may be used in turn); the default comes from env ``DITRON_GRAPH_HALVES`` at import
-GRAPH_HALVES = int(os.environ.get("DITRON_GRAPH_HALVES") or 1)
+#: halves of the graph-safe variants' inbox (:func:`graph_pad`; every inbox has two): 2
+#: (calls take turns; captured calls then need no acknowledgement wait, ``ACK_BY_DATA``)
+#: or 1 (every call waits for the acknowledgement of the one before). Each setting has its
+#: own pad and inboxes (read at call time, so both may be used in turn); env
+#: ``DITRON_GRAPH_HALVES`` sets it at import
+GRAPH_HALVES = int(os.environ.get("DITRON_GRAPH_HALVES") or 2)
+#: with two halves, a captured call whose inbox's previous call was captured in the same
+#: graph writes without waiting for the readers' acknowledgement: that call received every
+#: peer's data, which each peer sent after finishing its own earlier calls, the reads of
+#: this half included (:func:`graph_pad`). Off: every call waits (as with one half)
+ACK_BY_DATA = os.environ.get("DITRON_ACK_BY_DATA", "1") not in ("", "0")
+#: a graph-safe push whose first copy waits for no acknowledgement starts after the work
+#: queued before the call, not behind its epoch bump (the chunk signals, which carry the
+#: epoch, still follow the bump): one kernel less before the first copy
+EARLY_PUSHES = True
 
 
 @dataclasses.dataclass
@@ -265,15 +274,16 @@ class Chunked:
     its reader; :meth:`wait` waits (stream-ordered) for chunk ``i`` from every node peer;
     :meth:`after` is what a write into ``q``'s inbox waits for on the engine's stream, and
     :meth:`free` what a write into my own inbox waits for (``None`` / nothing with host
-    epochs: the call waited when it opened); :meth:`finish` acknowledges that this rank is
-    done reading (drain a pulling engine before it), then drains the pushing ones.
+    epochs: the call waited when it opened); :meth:`finish` drains the engines and, with
+    host epochs, acknowledges that this rank is done reading (drain a pulling engine
+    before it).
 
     Two epoch sources, one protocol: host-counted (:func:`open_exchange`: a double-buffered
     inbox, ready values ``e * CHUNK_SLOTS + i + 1`` in slot ``q``) and device-counted
     (``graph``, :func:`graph_pad`, what a CUDA graph replays: one inbox or two halves
-    taking turns, ready of chunk ``i`` from ``q`` in slot ``i * W + q`` set to ``E``,
-    writes held until the reader's acknowledgement of ``freed``: ``E - 1``, or with two
-    halves the last call of the same half)."""
+    taking turns, ready of chunk ``i`` from ``q`` in slot ``i * W + q`` set to ``E``, each
+    call acknowledging the ones before it as it starts, writes held until the readers'
+    acknowledgement of ``E - 1`` unless it is implied)."""
 
     inbox: torch.Tensor
     node: range
@@ -283,10 +293,9 @@ class Chunked:
     base: int | DeviceValue
     ack: int = 0  # device epochs: the first acknowledgement slot
     call: Call | None = None  # host epochs
-    #: device epochs: the acknowledgement a write into this call's inbox waits for, and
-    #: (two halves) the cell that records this call's epoch for its half in :meth:`finish`
-    freed: DeviceValue | None = None
-    last: torch.Tensor | None = None
+    #: device epochs: the readers' acknowledgement is implied (:func:`graph_pad`), writes
+    #: into their inboxes need not wait
+    implied: bool = False
 
     def ready(self, i: int, q: int) -> Signal:
         if self.graph:
@@ -300,26 +309,28 @@ class Chunked:
         wait_slots(self.pad, sig.index, self.node, sig.value, skip=me)
 
     def after(self, q: int) -> Signal | None:
-        return Signal(self.pad, self.ack + q, self.freed) if self.graph else None
+        return Signal(self.pad, self.ack + q, self.base - 1) if self.waits else None
+
+    @property
+    def waits(self) -> bool:
+        """Whether writes into the readers' inboxes wait for their acknowledgement."""
+        return self.graph and not self.implied
 
     def free(self) -> None:
-        if self.graph:
+        if self.waits:
             me = current().world.rank
-            wait_slots(self.pad, self.ack, self.node, self.freed, skip=me)
+            wait_slots(self.pad, self.ack, self.node, self.base - 1, skip=me)
 
     def finish(self, engines: list[Engine]) -> None:
-        """Acknowledge on every node peer, then drain ``engines`` (the current stream waits
-        for their streams; host epochs: :meth:`Call.finish`)."""
+        """Drain ``engines`` (the current stream waits for their streams); host epochs:
+        acknowledge on every node peer (:meth:`Call.finish`). Device epochs acknowledge
+        when the next call starts (:func:`graph_pad`)."""
         if not self.graph:
             self.call.engines += [e for e in engines if e not in self.call.engines]
             self.call.finish()
             return
-        me = current().world.rank
-        notify_peers(self.pad, self.ack + me, self.base, self.node, skip=me)
         for engine in engines:
             engine.drain()
-        if self.last is not None:  # after every wait that read it (the engines' included)
-            self.last.copy_(self.base.cell)
         _check_waits()
 
 
@@ -331,7 +342,7 @@ def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
     if graph:
         g = graph_pad(key, dtype, numel)
         return Chunked(g.inbox, current().topo.node_ranks(), g.pad, True, g.epoch, g.ack,
-                       freed=g.freed, last=g.last)
+                       implied=g.implied)
     call = open_exchange(key, dtype, numel, {}, engine)
     return Chunked(call.inbox, call.node, call.pad, False, call.epoch * CHUNK_SLOTS,
                    call=call)
@@ -480,11 +491,12 @@ def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     if usable(engine, graph) and out.is_contiguous():
         _push_gather_raw(key, flat, out, bounds)
         return
+    start = _early_mark(engine, graph)
     x = open_chunked(key, flat.dtype, w * n, engine, graph)
     slots = x.inbox.view(w, n)
     eng = _push_chunks(x, engine, [[Transfer(flat[lo:hi], slots[me, lo:hi], me, q,
                                              x.ready(i, me)) for q in x.node if q != me]
-                                   for i, (lo, hi) in enumerate(bounds)])
+                                   for i, (lo, hi) in enumerate(bounds)], start)
     out[me].copy_(flat)
     peers = [(q.start, q.stop) for q in _spans(x.node, me)]
     for i, (lo, hi) in enumerate(bounds):
@@ -513,25 +525,38 @@ def _push_gather_raw(key: str, flat: torch.Tensor, out: torch.Tensor,
     x.finish()
 
 
-def _push_chunks(x: Chunked, engine: str, chunks: list[list[Transfer]]) -> Engine:
+def _early_mark(engine: str, graph: bool) -> object | None:
+    """Where a graph-safe copy-engine push may start (``EARLY_PUSHES``): a mark of the
+    current stream before the call's epoch bump (``None``: CPU, or not such a push)."""
+    if not (graph and EARLY_PUSHES and engine == "copy_engine"
+            and current().world.backend != "cpu"):
+        return None
+    return engine_instance(engine).mark()
+
+
+def _push_chunks(x: Chunked, engine: str, chunks: list[list[Transfer]],
+                 start: object | None = None) -> Engine:
     """Issue ``chunks`` (each a list of transfers into peers' inboxes) in order on
     ``engine``, taking turns over ``PUSH_LANES`` streams (the copy engine, graph-safe; one
     stream otherwise); returns the engine to drain. Each stream orders its later pushes to
     ``q`` behind its first, so only the first chunk on each waits for ``q``'s
-    acknowledgement (graph-safe; one spinning kernel per peer and stream)."""
+    acknowledgement (graph-safe; one spinning kernel per peer and stream). ``start``
+    (:func:`_early_mark`): the pushes start after it when they wait for no acknowledgement
+    and their signals run on a lane of their own (which follows the epoch bump)."""
     ce_graph = engine == "copy_engine" and x.graph
     lanes = PUSH_LANES if ce_graph else 1
     options = {"lanes": lanes} if lanes > 1 else {}
     if ce_graph and PUSH_SIGNAL_LANE:
         options["signal_lane"] = True
     eng = engine_instance(engine, **options)
+    since = start if ce_graph and PUSH_SIGNAL_LANE and not x.waits else None
     chunks = [[dataclasses.replace(t, after=x.after(t.dst_rank)) for t in batch]
               for batch in chunks[:lanes]] + chunks[lanes:]
     if lanes == 1:
-        eng.issue([t for batch in chunks for t in batch])
+        eng.issue([t for batch in chunks for t in batch], since=since)
     else:
         for batch in chunks:
-            eng.issue(batch)
+            eng.issue(batch, since=since)
     return eng
 
 
@@ -566,11 +591,12 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     bounds = chunk_bounds(c, parts.element_size(), taper=True, min_bytes=_taper_min(graph))
     if usable(engine, graph) and parts.is_contiguous():
         return _push_reduce_scatter_raw(key, parts, bounds)
+    start = _early_mark(engine, graph)
     x = open_chunked(key, parts.dtype, w * c, engine, graph)
     slots = x.inbox.view(w, c)
     eng = _push_chunks(x, engine, [[Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
                                              x.ready(i, me)) for q in x.node if q != me]
-                                   for i, (lo, hi) in enumerate(bounds)])
+                                   for i, (lo, hi) in enumerate(bounds)], start)
     out = torch.empty(c, dtype=parts.dtype, device=parts.device)
     for i, (lo, hi) in enumerate(bounds):
         x.wait(i)
@@ -615,23 +641,29 @@ class GraphPad:
     inbox: torch.Tensor
     epoch: DeviceValue  # ``E``
     ack: int  # the first acknowledgement slot
-    freed: DeviceValue  # what a write into ``inbox`` waits for in the readers' ``ack``
-    last: torch.Tensor | None  # two halves: the cell of this half's last epoch
+    implied: bool = False  # the readers' acknowledgement is implied: no wait
 
 
 def graph_pad(key: str, dtype: torch.dtype, numel: int) -> GraphPad:
     """The graph-safe variant of the chunked exchanges (what a CUDA graph replays): an inbox
     of ``numel`` elements, its epoch ``E`` counted on the device (bumped here), and a pad of
     ``(PULL_MAX_CHUNKS + 1) * W`` slots: ``ready`` of chunk ``i`` from rank ``q`` at ``i * W
-    + q`` (set to ``E`` once it is there), then ``ack[q]`` (rank ``q`` has read what this
-    rank sent it in call ``E``; nobody overwrites a peer's data before its ack of the last
-    call that used the same inbox).
+    + q`` (set to ``E`` once it is there), then ``ack[q]``.
 
-    ``GRAPH_HALVES = 1``: one inbox, writes wait for the ack of ``E - 1``. ``2``: calls take
-    turns over two halves (by a counter on the host, so a captured graph replays the same
-    turns on every rank), and a write waits for the ack of the last call that used its half,
-    whose epoch a cell on the device keeps (set in :meth:`Chunked.finish`): a call can
-    publish while the readers still read the previous one, one call ahead at most.
+    Acknowledgements are sent as a call starts: right after the bump, ``ack[me]`` is set to
+    ``E - 1`` on every node peer, in the current stream's order, so behind everything the
+    calls before ``E`` read (a rank's calls follow each other on its stream, their side
+    streams joined). A write into a peer's inbox waits for its ``ack >= E - 1``: the peer
+    has started this call, so nobody still reads what it overwrites.
+
+    ``GRAPH_HALVES = 1``: one inbox, every call waits. ``2``: calls take turns over two
+    halves (by a counter on the host, so a captured graph replays the same turns on every
+    rank). While capturing, if the previous call on this inbox was captured in the same
+    graph (so it used the other half and precedes this one in stream order at every
+    replay), the wait is implied and left out (``implied``, ``ACK_BY_DATA``): that call
+    received every peer's data, which each peer sent after its own earlier calls had
+    finished, the reads of this half included. The first call of a capture on each inbox,
+    and every call outside a capture, waits.
 
     Each power-of-two size class has its own inbox, never regrown: a graph captured with a
     small size keeps its buffer when a larger size is warmed up later. Every size shares the
@@ -639,27 +671,28 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int) -> GraphPad:
     if GRAPH_HALVES not in (1, 2):
         raise ValueError(f"exchange.GRAPH_HALVES must be 1 or 2, got {GRAPH_HALVES!r}")
     rt = current()
-    w = rt.world.world_size
+    w, me = rt.world.world_size, rt.world.rank
     pad_key = f"{key}:graph" if GRAPH_HALVES == 1 else f"{key}:graph2"
     nbytes = numel * dtype.itemsize
     inbox_key = f"{pad_key}:{_inbox_cap(nbytes)}"
-    last_key = ("graph_inbox_epochs", inbox_key)
+    turns_key = ("graph_inbox_turns", inbox_key)
     if capturing():
         if rt.cache.get(("workspace", "inbox", inbox_key)) is None:
             raise not_warmed(key)
-        require_warm(key, pad_key, *([last_key] if GRAPH_HALVES == 2 else []))
+        require_warm(key, pad_key)
     pad = signal_pad(pad_key, (PULL_MAX_CHUNKS + 1) * w)
     raw = _inbox(inbox_key, nbytes)
     epoch, ack = bump(pad), PULL_MAX_CHUNKS * w
+    notify_peers(pad, ack + me, epoch - 1, rt.topo.node_ranks(), skip=me)
     if GRAPH_HALVES == 1:
-        return GraphPad(pad, raw[0, :nbytes].view(dtype), epoch, ack, epoch - 1, None)
-    if last_key not in rt.cache:  # (the last epoch of each half, [calls so far])
-        rt.cache[last_key] = (torch.zeros(2, dtype=torch.int64, device=rt.world.device), [0])
-    cells, calls = rt.cache[last_key]
-    half = calls[0] % 2
-    calls[0] += 1
-    last = cells[half:half + 1]
-    return GraphPad(pad, raw[half, :nbytes].view(dtype), epoch, ack, DeviceValue(last), last)
+        return GraphPad(pad, raw[0, :nbytes].view(dtype), epoch, ack)
+    turns = rt.cache.setdefault(turns_key, [0, None])  # calls so far, the last one's capture
+    half = turns[0] % 2
+    graph = capture_id()
+    implied = ACK_BY_DATA and graph is not None and turns[1] == graph
+    turns[0] += 1
+    turns[1] = graph
+    return GraphPad(pad, raw[half, :nbytes].view(dtype), epoch, ack, implied)
 
 
 def _check_waits() -> None:

@@ -13,6 +13,7 @@ import contextlib
 
 import torch
 
+from ..runtime import stream_memops
 from ..runtime.world import current
 
 _GRAPH_SAFE = "ops:graph_safe"
@@ -21,6 +22,15 @@ _GRAPH_SAFE = "ops:graph_safe"
 def capturing() -> bool:
     """Whether this thread's current CUDA stream is capturing a graph."""
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def capture_id() -> int | None:
+    """The id of the CUDA-graph capture this thread's current stream is in (unique per
+    capture in the process), ``None`` when it captures none."""
+    if not capturing():
+        return None
+    return stream_memops.capture_id(torch._C._cuda_getCurrentRawStream(
+        torch.cuda.current_device()))
 
 
 @contextlib.contextmanager
@@ -85,5 +95,5 @@ def not_warmed(op: str) -> RuntimeError:
                         f"ditron.ops.graph_safe():` before capturing the CUDA graph")
 
 
-__all__ = ["capture", "capturing", "collectives_capturable", "graph_mode", "graph_safe",
-           "not_warmed", "require_warm"]
+__all__ = ["capture", "capture_id", "capturing", "collectives_capturable", "graph_mode",
+           "graph_safe", "not_warmed", "require_warm"]

@@ -140,3 +140,37 @@ def wait_event(stream: int, event: int) -> None:
     code = _events()[2](stream, event, 0)
     if code != 0:
         raise RuntimeError(f"ditron: cuStreamWaitEvent failed with CUresult {code}")
+
+
+_capture_info: object | None = None
+
+
+def capture_id(stream: int) -> int | None:
+    """The id of the CUDA-graph capture that ``stream`` (raw handle) is in: unique per
+    capture within the process (``cuStreamGetCaptureInfo``); ``None`` when it is not
+    capturing or the driver call is unavailable."""
+    global _capture_info
+    if _capture_info is None:
+        _capture_info = False
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            return None
+        # the first three parameters are the same in every version; the later (optional)
+        # outputs are passed as NULL
+        for name in ("cuStreamGetCaptureInfo_v2", "cuStreamGetCaptureInfo_v3"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = ctypes.c_int
+                fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int),
+                               ctypes.POINTER(ctypes.c_uint64)] + [ctypes.c_void_p] * 4
+                _capture_info = fn
+                break
+    if not _capture_info:
+        return None
+    status, ident = ctypes.c_int(), ctypes.c_uint64()
+    code = _capture_info(stream, ctypes.byref(status), ctypes.byref(ident), None, None, None,
+                         None)
+    if code != 0 or status.value != 1:  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+        return None
+    return ident.value

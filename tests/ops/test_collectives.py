@@ -181,8 +181,10 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     pushes over one or two lanes, their signals on a lane of their own or not. ``graph``:
     all-gather and reduce-scatter take their graph-safe variants (inside
     ``ditron.ops.graph_safe()``, device epochs; one inbox or two halves taking turns,
-    ``exchange.GRAPH_HALVES``), between
-    eager all-reduces on the same engine."""
+    ``exchange.GRAPH_HALVES``), between eager all-reduces on the same engine; in most
+    iterations as if captured in one CUDA graph (a fixed capture id), so that with two
+    halves every call after the first on an inbox writes without an acknowledgement wait
+    (``exchange.ACK_BY_DATA``)."""
     import contextlib
 
     from ditron.ops import exchange
@@ -212,6 +214,8 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
         ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)], 0)
         xr = torch.randn(2 * w, 9 + 4 * it, generator=g).to(dtype)
         assert len(chunk_bounds(xr.numel() // w, xr.element_size(), taper=True)) > 2
+        # a fixed capture id (as if these calls were captured in one graph), or none
+        exchange.capture_id = (lambda: 7) if it % 4 else (lambda: None)
         with ditron.ops.graph_safe() if graph else contextlib.nullcontext():
             _close(ops.all_gather(x, 0, engine="copy_engine"), ref, f"chunked all_gather {it}")
             _close(ops.reduce_scatter(xr, 0, engine="copy_engine"),
@@ -287,21 +291,104 @@ def test_chunk_bounds(monkeypatch):
 
 
 def check_graph_halves() -> bool:
-    """With two halves, successive calls of one size take turns over the halves, and a
-    call's writes wait for the epoch cell of the last call of its half; with one, every call
-    uses one inbox and waits for the previous call."""
+    """With two halves, successive calls of one size take turns over the halves; with one,
+    every call uses one inbox. Each call acknowledges the ones before it as it starts
+    (``ack[me] = E - 1`` on the peers); writes wait for ``ack >= E - 1`` unless implied."""
     from ditron.ops import exchange
+    from ditron.runtime.signals import host_value
 
     exchange.GRAPH_HALVES = 2
     g = [exchange.graph_pad("test_halves", torch.float32, 100) for _ in range(3)]
     ptrs = [x.inbox.data_ptr() for x in g]
     assert ptrs[0] != ptrs[1] and ptrs[2] == ptrs[0]
-    assert g[2].freed.cell.data_ptr() == g[0].last.data_ptr() != g[1].last.data_ptr()
+    assert host_value(g[2].epoch) == 3  # one device epoch, bumped by each call
+    assert not any(x.implied for x in g)  # not captured: every call waits
+    # captured: the first call of a capture on an inbox waits, the later ones of the same
+    # capture do not; a new capture starts over, and so does another size's inbox
+    implied = []
+    for graph, numel in ((5, 100), (5, 100), (5, 100), (6, 100), (6, 5000), (6, 100),
+                         (None, 100), (6, 100)):
+        exchange.capture_id = lambda graph=graph: graph
+        implied.append(exchange.graph_pad("test_halves", torch.float32, numel).implied)
+    assert implied == [False, True, True, False, False, True, False, False]
+    exchange.ACK_BY_DATA = False
+    assert not exchange.graph_pad("test_halves", torch.float32, 100).implied
+    exchange.ACK_BY_DATA = True
     exchange.GRAPH_HALVES = 1
     one = [exchange.graph_pad("test_halves", torch.float32, 100) for _ in range(2)]
     assert one[0].inbox.data_ptr() == one[1].inbox.data_ptr() not in ptrs
-    assert one[1].last is None and one[1].freed.offset == -1
+    assert not one[1].implied  # one inbox: always the wait
     return True
+
+
+def check_start_acks() -> bool:
+    """A graph-safe call acknowledges every earlier call of its pad on every node peer as
+    it starts (``ack[me]`` there becomes ``E - 1``), and its writes wait for the peers'
+    ``ack >= E - 1``."""
+    from ditron.ops import exchange
+    from ditron.runtime.signals import host_value
+
+    w, me = ditron.world().world_size, ditron.world().rank
+    exchange.GRAPH_HALVES = 1
+    for it in range(3):
+        g = exchange.graph_pad("test_acks", torch.float32, 64)
+        x = exchange.Chunked(g.inbox, range(w), g.pad, True, g.epoch, g.ack)
+        epoch = host_value(g.epoch)
+        assert epoch == it + 1
+        sig = x.after((me + 1) % w)
+        assert sig.index == g.ack + (me + 1) % w and host_value(sig.value) == epoch - 1
+        ditron.barrier()  # every rank has started this call
+        acks = g.pad.signals[g.ack:g.ack + w].tolist()
+        assert acks == [0 if q == me else epoch - 1 for q in range(w)], acks
+        ditron.barrier()
+    return True
+
+
+def check_slow_reader(halves: int, calls: int = 4) -> int:
+    """Graph-safe pushes as if captured in one graph while the last rank copies every chunk
+    out late. Two halves: no acknowledgement waits after the first call
+    (``exchange.ACK_BY_DATA``), the others run one call ahead into the other half of its
+    inbox, never over data it still has to read; one: they wait for its acknowledgement."""
+    import time
+
+    from ditron.ops import exchange
+
+    w, me = ditron.world().world_size, ditron.world().rank
+    if me == w - 1:
+        wait = exchange.Chunked.wait
+
+        def slow(self, i: int) -> None:
+            wait(self, i)
+            time.sleep(0.02)
+
+        exchange.Chunked.wait = slow
+    exchange.capture_id = lambda: 7
+    exchange.GATHER_BY = "push"
+    exchange.GRAPH_HALVES = halves
+    checks = 0
+    with ditron.ops.graph_safe():  # calls of one op back to back, so ranks can run ahead
+        outs = []
+        for it in range(calls):
+            x = torch.randn(4, 9, generator=_gen(me, it, 31))
+            outs.append((ditron.ops.all_gather(x, 0, engine="copy_engine"), x))
+        for it, (out, x) in enumerate(outs):
+            _close(out, torch.cat(_gather_fp32(x), 0), f"all_gather {it}, slow reader")
+        outs = []
+        for it in range(calls):
+            xr = torch.randn(2 * w, 9, generator=_gen(me, it, 32))
+            outs.append((ditron.ops.reduce_scatter(xr, 0, engine="copy_engine"), xr))
+        for it, (out, xr) in enumerate(outs):
+            _close(out, _sum_ref(xr).chunk(w, 0)[me], f"reduce_scatter {it}, slow reader")
+        checks += 2 * calls
+    return checks
+
+
+@pytest.mark.parametrize("halves", [1, 2])
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_slow_reader(monkeypatch, world_size, halves):
+    monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")
+    counts = ditron.launch(check_slow_reader, world_size, halves, backend="cpu")
+    assert counts == [8] * world_size
 
 
 def test_gather_by_checked(monkeypatch):
@@ -317,9 +404,11 @@ class _Recorder:
 
     def __init__(self):
         self.batches: list[list] = []
+        self.since: list = []
 
     def issue(self, transfers, since=None):
         self.batches.append(list(transfers))
+        self.since.append(since)
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph_safe"])
@@ -341,19 +430,28 @@ def test_push_lanes(monkeypatch, graph):
 
     monkeypatch.setattr(exchange, "engine_instance", instance)
     monkeypatch.setattr(exchange, "PUSH_LANES", 2)
-    x = types.SimpleNamespace(graph=graph, after=lambda q: ("ack", q) if graph else None)
+    x = types.SimpleNamespace(graph=graph, waits=graph,
+                              after=lambda q: ("ack", q) if graph else None)
     t = torch.zeros(4)
     chunks = [[Transfer(t, t, 0, q) for q in (1, 2)] for _ in range(3)]
     for signal_lane in (True, False):
         made.clear()
         monkeypatch.setattr(exchange, "PUSH_SIGNAL_LANE", signal_lane)
-        eng = exchange._push_chunks(x, "copy_engine", chunks)
+        eng = exchange._push_chunks(x, "copy_engine", chunks, "mark")
         flat = [tr for batch in eng.batches for tr in batch]
         assert len(flat) == 6 and [tr.dst_rank for tr in flat] == [1, 2] * 3
+        assert eng.since == [None] * len(eng.batches)  # pushes that wait follow the bump
         if graph:
             expected = {"lanes": 2, "signal_lane": True} if signal_lane else {"lanes": 2}
             assert made == [expected] and len(eng.batches) == 3
             assert [tr.after for tr in flat] == [("ack", 1), ("ack", 2)] * 2 + [None] * 2
+            # implied acknowledgements: no waits; the pushes start at the early mark when
+            # their signals (which need the bump) run on a lane of their own
+            x.waits, x.after = False, lambda q: None
+            eng = exchange._push_chunks(x, "copy_engine", chunks, "mark")
+            assert all(tr.after is None for batch in eng.batches for tr in batch)
+            assert eng.since == ["mark" if signal_lane else None] * 3
+            x.waits, x.after = True, lambda q: ("ack", q)
         else:
             assert made == [{}] and len(eng.batches) == 1
             assert all(tr.after is None for tr in flat)
@@ -361,6 +459,7 @@ def test_push_lanes(monkeypatch, graph):
 
 def test_graph_halves(monkeypatch):
     assert ditron.launch(check_graph_halves, 1, backend="cpu") == [True]
+    assert ditron.launch(check_start_acks, 3, backend="cpu") == [True] * 3
     from ditron.ops import exchange
 
     monkeypatch.setattr(exchange, "GRAPH_HALVES", 3)
@@ -495,6 +594,64 @@ def test_chunked_exchanges_cuda_two_ranks(monkeypatch, graph):
     monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")
     counts = ditron.launch(check_chunked_exchanges, 2, 6, graph, backend="cuda")
     assert counts == [20 if graph else 18] * 2
+
+
+def _chunked_graph(calls: int = 3, replays: int = 4) -> int:
+    """The copy engine's chunked all-gather (by pushes and by pulls) and reduce-scatter,
+    ``calls`` of each captured in one CUDA graph and replayed with new inputs. Within the
+    capture every call after the first on an inbox writes without an acknowledgement wait
+    (``exchange.ACK_BY_DATA``); ``calls`` is odd, so each replay's first call writes the
+    half the previous replay's last call wrote, behind its wait."""
+    from ditron.ops import exchange
+    from ditron.ops.graphs import capture_id
+
+    w, me = ditron.world().world_size, ditron.world().rank
+    xs = {by: [torch.empty(5, 33, device="cuda") for _ in range(calls)]
+          for by in ("push", "pull")}
+    xrs = [torch.empty(2 * w, 40, device="cuda") for _ in range(calls)]
+
+    def run() -> tuple[dict, list]:
+        ags = {}
+        for by, group in xs.items():
+            exchange.GATHER_BY = by
+            ags[by] = [ditron.ops.all_gather(x, 0, engine="copy_engine") for x in group]
+        return ags, [ditron.ops.reduce_scatter(x, 0, engine="copy_engine") for x in xrs]
+
+    with ditron.ops.graph_safe():  # workspaces, pads, device epochs
+        run()
+    torch.cuda.synchronize()
+    assert capture_id() is None
+    ids = []
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ids.append(capture_id())
+        ags, rss = run()
+    assert ids[0] is not None, "the capture id is unavailable: every call would wait"
+    checks = 0
+    for it in range(replays):
+        g = _gen(me, it, 13)
+        for t in [*xs["push"], *xs["pull"], *xrs]:
+            t.copy_(torch.randn(t.shape, generator=g))
+        for t in [*ags["push"], *ags["pull"], *rss]:
+            t.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for by in ("push", "pull"):
+            for k, (out, x) in enumerate(zip(ags[by], xs[by], strict=True)):
+                _close(out.cpu(), torch.cat(_gather_fp32(x.cpu()), 0),
+                       f"replay {it}: all_gather by {by} {k}")
+        for k, (out, x) in enumerate(zip(rss, xrs, strict=True)):
+            _close(out.cpu(), _sum_ref(x.cpu()).chunk(w, 0)[me], f"replay {it}: "
+                   f"reduce_scatter {k}")
+        checks += 3 * calls
+    return checks
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_chunked_exchanges_in_cuda_graph(monkeypatch):
+    monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "96")
+    assert ditron.launch(_chunked_graph, 2, backend="cuda") == [36, 36]
 
 
 @pytest.mark.gpu

@@ -607,7 +607,8 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
     ``ditron.ops.graph_safe()`` as a warm-up before a capture runs them, interleaved with
     the eager variants (separate pads and buffers) and repeated (buffer and signal reuse);
     the copy engine's exchanges with one inbox and with two taking turns in alternate
-    repetitions (``exchange.GRAPH_HALVES``).
+    repetitions (``exchange.GRAPH_HALVES``), after the first as if captured in one graph
+    (a fixed capture id: with two halves, no acknowledgement waits).
     ``fallback``: also check that ``"auto"`` falls back where no graph-safe variant exists
     (its NCCL collectives need a rank per GPU)."""
     from ditron.ops import exchange
@@ -618,6 +619,7 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
     checks = 0
     for it in range(reps):
         exchange.GRAPH_HALVES = 1 + it % 2
+        exchange.capture_id = (lambda: 3) if it else (lambda: None)
         torch.manual_seed(100 * it + rank)
         a = torch.randn(m, K, device=dev)
         b = torch.randn(N, K, device=dev).t()
