@@ -303,7 +303,13 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
 
 
 #: largest input (elements) one fused launch handles; larger inputs run as pieces of it
+#: a fused launch moves at most this many input elements; larger inputs run as pieces, one
+#: launch each
 FUSED_MAX_ELEMENTS = 1 << 24
+#: the same for the reduce-scatter: a 64-128 MB bf16 reduce-scatter in one launch instead
+#: of 2-4 ran 1.2-1.4x faster eagerly and as fast or faster under graphs (2 H200s,
+#: docs/perf.md, session 20; the other modes were not measured with larger launches)
+FUSED_RS_MAX_ELEMENTS = 1 << 26
 
 
 def _fused_ok(engine: str, n: int, op: str) -> bool:
@@ -324,6 +330,10 @@ WIDE_MIN_BYTES = 32 << 20
 #: the wide reduce-scatter's block: 128.9 against 137.7 us (16384) for 64 MB under CUDA
 #: graphs on 2 H200s (``bench/fused_lab.py``, session 8)
 WIDE_RS_BLOCK = 32768
+#: programs per SM of the wide all-gather (by pulls): more programs than SMs, so that one
+#: program's publishing overlaps another's pulls (2 H200s, 64-128 MB: 528 programs against
+#: 128 1.05-1.33x faster eagerly, 1.01-1.04x under graphs; docs/perf.md, session 20)
+WIDE_AG_PROGRAMS_PER_SM = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,10 +348,11 @@ class FusedVariant:
 
 
 def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
-                  shared_gpu: bool = False) -> FusedVariant:
-    """The variant of ``mode`` for a launch of ``nbytes`` input bytes. Environment
-    overrides, for experiments: ``DITRON_FUSED_PUSH=0/1`` (pull / push),
-    ``DITRON_FUSED_BLOCK``, ``DITRON_FUSED_PROGRAMS``, ``DITRON_FUSED_WARPS``."""
+                  shared_gpu: bool = False, sms: int = 0) -> FusedVariant:
+    """The variant of ``mode`` for a launch of ``nbytes`` input bytes on a device of ``sms``
+    SMs (0: unknown). Environment overrides, for experiments: ``DITRON_FUSED_PUSH=0/1``
+    (pull / push), ``DITRON_FUSED_BLOCK``, ``DITRON_FUSED_PROGRAMS``,
+    ``DITRON_FUSED_WARPS``."""
     env = os.environ
     if backend == "cpu":  # the interpreter: pull and one block size unless forced
         return FusedVariant(env.get("DITRON_FUSED_PUSH", "0") == "1",
@@ -358,14 +369,31 @@ def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
         else 4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20) else 1024)
     warps = int(env.get("DITRON_FUSED_WARPS") or 0) or (
         16 if wide and block >= 16384 else 4 if block <= 1024 else 8)
-    return FusedVariant(push, block, warps, int(env.get("DITRON_FUSED_PROGRAMS") or 0))
+    programs = int(env.get("DITRON_FUSED_PROGRAMS") or 0) or (
+        WIDE_AG_PROGRAMS_PER_SM * sms if wide and mode == kfc.ALL_GATHER and not push else 0)
+    return FusedVariant(push, block, warps, programs)
+
+
+def _max_elements(mode: int) -> int:
+    """Input elements of one fused launch of ``mode`` at most."""
+    return FUSED_RS_MAX_ELEMENTS if mode == kfc.REDUCE_SCATTER else FUSED_MAX_ELEMENTS
+
+
+_SMS: dict[torch.device, int] = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    sms = _SMS.get(device)
+    if sms is None:
+        sms = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return sms
 
 
 def _fused_workspace(dtype: torch.dtype, mode: int, n: int, variant: FusedVariant):
     """The cached fused-collective workspace for ``n`` input elements (collective when new)."""
     rt = current()
     w = rt.world.world_size
-    cap = kfc.bucket(n, FUSED_MAX_ELEMENTS)
+    cap = kfc.bucket(n, _max_elements(mode))
     key = ("fused_collective", dtype, mode, cap, variant)
     ws = rt.cache.get(("workspace", *key))
     if ws is not None:
@@ -403,13 +431,15 @@ def _new_fused_workspace(dtype: torch.dtype, mode: int, cap: int, w: int,
 def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
     """Run the fused collective ``mode`` on ``flat`` into ``out`` (see
     ``kernels/fused_collective.py``), in pieces of at most ``FUSED_MAX_ELEMENTS`` input
-    elements. No host state per call: CUDA-graph safe."""
+    elements (``FUSED_RS_MAX_ELEMENTS`` for a reduce-scatter). No host state per call:
+    CUDA-graph safe."""
     rt = current()
     n = flat.numel()
     cpu = rt.world.backend == "cpu"
-    piece = min(n, FUSED_MAX_ELEMENTS)
+    piece = min(n, _max_elements(mode))
     variant = fused_variant(piece * flat.element_size(), rt.world.backend, mode,
-                            rt.backend.shares_devices(rt.world.local_world_size))
+                            rt.backend.shares_devices(rt.world.local_world_size),
+                            0 if cpu else _sm_count(flat.device))
     ws = _fused_workspace(flat.dtype, mode, n, variant)
     ctx = rt.context()
     block, warps = variant.block, variant.num_warps

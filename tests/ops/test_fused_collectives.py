@@ -91,7 +91,8 @@ def _rank_sizes_and_repeats() -> int:
             _check(got, xr.view(w, n), f"all_to_all n={n} {dtype} call {it}", kfc.ALL_TO_ALL)
             checks += 3
     # a 2-D input and one larger than a launch (pieces of FUSED_MAX_ELEMENTS)
-    collectives.FUSED_MAX_ELEMENTS = 2048
+    default_max = collectives.FUSED_MAX_ELEMENTS, collectives.FUSED_RS_MAX_ELEMENTS
+    collectives.FUSED_MAX_ELEMENTS = collectives.FUSED_RS_MAX_ELEMENTS = 2048
     try:
         g = torch.Generator().manual_seed(77 + me)
         x = torch.randn(9, 700, generator=g).to(dev)
@@ -108,7 +109,7 @@ def _rank_sizes_and_repeats() -> int:
         _check(got, rows, "pieces a2a", kfc.ALL_TO_ALL)
         checks += 3
     finally:
-        collectives.FUSED_MAX_ELEMENTS = 1 << 24
+        collectives.FUSED_MAX_ELEMENTS, collectives.FUSED_RS_MAX_ELEMENTS = default_max
     return checks
 
 
@@ -349,6 +350,11 @@ def test_fused_variant_rules(monkeypatch):
     assert pick(8 << 20, "cuda", kfc.REDUCE_SCATTER) == V(True, 4096, 8)
     # from WIDE_MIN_BYTES: 16384-element steps on 16 warps; all-gather pulls, the rest push
     assert pick(big, "cuda", kfc.ALL_GATHER) == V(False, 16384, 16)
+    # the wide all-gather by pulls: WIDE_AG_PROGRAMS_PER_SM programs per SM where known
+    per_sm = collectives.WIDE_AG_PROGRAMS_PER_SM
+    assert pick(big, "cuda", kfc.ALL_GATHER, sms=132) == V(False, 16384, 16, per_sm * 132)
+    assert pick(big, "cuda", kfc.REDUCE_SCATTER, sms=132) == V(True, 32768, 16)
+    assert pick(big // 2, "cuda", kfc.ALL_GATHER, sms=132).programs == 0
     assert pick(big, "cuda", kfc.REDUCE_SCATTER) == V(True, 32768, 16)
     assert pick(big, "cuda", kfc.ALL_TO_ALL) == V(True, 16384, 16)
     assert pick(big, "cuda", kfc.ALL_REDUCE) == V(True, 4096, 8)  # not measured: unchanged
