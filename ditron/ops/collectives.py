@@ -66,12 +66,14 @@ _AGREED = "collectives:agreed"
 #: splits)
 _FUSED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 #: ops whose chunked copy-engine exchange (one node) also has a graph-safe variant, which
-#: "auto" takes above the fused limit while capturing. Under CUDA graphs on 2 H200s the copy
-#: engine wins from 128 MB per peer (all-gather 460 / 907 / 1930 us against 488 / 976 /
-#: 1953 for the fused kernel at 128 / 256 / 512 MB per peer, reduce-scatter 476 against
-#: 513 at 128 MB) and loses at 48 MB per peer (195 against 187, 205 against 193);
-#: docs/perf.md, session 11
+#: "auto" takes while capturing from ``FUSED_GRAPH_MAX_BYTES`` per peer (or the op's fused
+#: limit, if lower)
 _CHUNKED_GRAPH_OPS = ("all_gather", "reduce_scatter")
+#: under CUDA graphs on 2 H200s the graph-safe copy-engine exchanges beat the fused kernels
+#: from 32 MB per peer: all-gather 116 / 160 us against 123 / 187 at 32 / 48 MB per rank,
+#: reduce-scatter 123 / 167 against 129 / 193 at 32 / 48 MB per peer (docs/perf.md,
+#: session 20; smaller sizes not measured since)
+FUSED_GRAPH_MAX_BYTES = 32 << 20
 
 
 def _fused_limit(op: str) -> float:
@@ -116,19 +118,29 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int,
     name = (engine or os.environ.get(f"DITRON_{op.upper()}_ENGINE")
             or os.environ.get("DITRON_ENGINE") or "auto")
     if name == "auto":
-        if current().world.backend == "cpu":
+        rt = current()
+        if rt.world.backend == "cpu":
             return "copy_engine"
-        fusable = fusable and op in _FUSED_OPS
-        if fusable and graph_mode() and (op not in _CHUNKED_GRAPH_OPS
-                                        or current().topo.num_nodes > 1):
-            return "sm"  # the graph-safe path
-        if fusable and current().topo.num_nodes == 1:
-            return "sm" if nbytes_per_peer < _fused_limit(op) else "copy_engine"
-        return "sm" if nbytes_per_peer < SM_MAX_BYTES else "copy_engine"
+        return _auto_engine(op, nbytes_per_peer, fusable and op in _FUSED_OPS, graph_mode(),
+                            rt.topo.num_nodes)
     if name not in ENGINES:
         raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}; choose 'auto' or one of "
                          f"{', '.join(ENGINES)}")
     return name
+
+
+def _auto_engine(op: str, nbytes_per_peer: int, fusable: bool, graph: bool,
+                 nodes: int) -> str:
+    """``"auto"``'s engine on GPU for a call of ``op`` moving ``nbytes_per_peer`` bytes per
+    peer (``fusable``: it has a fused path; ``graph``: it must be graph-safe)."""
+    if fusable and graph and (op not in _CHUNKED_GRAPH_OPS or nodes > 1):
+        return "sm"  # the graph-safe path
+    if fusable and nodes == 1:
+        limit = _fused_limit(op)
+        if graph:
+            limit = min(limit, FUSED_GRAPH_MAX_BYTES)
+        return "sm" if nbytes_per_peer < limit else "copy_engine"
+    return "sm" if nbytes_per_peer < SM_MAX_BYTES else "copy_engine"
 
 
 def _gather_objects(obj) -> list:

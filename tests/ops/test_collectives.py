@@ -483,6 +483,29 @@ def check_engine_choice() -> tuple[str, str, str]:
             collectives._engine("all_reduce", "copy_engine", 64))
 
 
+def test_auto_engine_rules():
+    """``"auto"`` on GPU (a pure function): the fused kernels below the op's limit per peer
+    eagerly, below ``FUSED_GRAPH_MAX_BYTES`` under graphs for the ops whose copy-engine
+    exchange is graph-safe; always the fused path under graphs for the others."""
+    from ditron.ops import collectives as c
+
+    mb = 1 << 20
+    pick = c._auto_engine
+    assert c.FUSED_GRAPH_MAX_BYTES < c.FUSED_AG_MAX_BYTES
+    for op in ("all_gather", "reduce_scatter"):
+        assert pick(op, 48 * mb, True, False, 1) == "sm"  # eager: below 64 MB per peer
+        assert pick(op, 64 * mb, True, False, 1) == "copy_engine"
+        assert pick(op, 16 * mb, True, True, 1) == "sm"
+        assert pick(op, 32 * mb, True, True, 1) == "copy_engine"  # graphs: from 32 MB
+        assert pick(op, 48 * mb, True, True, 1) == "copy_engine"
+        assert pick(op, 48 * mb, True, True, 2) == "sm"  # several nodes: no graph-safe CE
+    assert pick("all_to_all", 48 * mb, True, True, 1) == "sm"
+    assert pick("all_to_all", 64 * mb, True, False, 1) == "copy_engine"
+    assert pick("all_reduce", 1 << 30, True, True, 1) == "sm"
+    assert pick("all_to_all", 512 << 10, False, False, 1) == "sm"  # uneven splits
+    assert pick("all_to_all", 2 * mb, False, False, 1) == "copy_engine"
+
+
 def test_env_override_selects_engine(monkeypatch):
     monkeypatch.setenv("DITRON_ENGINE", "sm")
     monkeypatch.setenv("DITRON_ALL_GATHER_ENGINE", "network")
