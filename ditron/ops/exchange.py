@@ -30,6 +30,7 @@ calls by address (``raw_pushes.py``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import torch
@@ -349,8 +350,8 @@ def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
 
 
 def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,
-                 min_bytes: int | None = None) -> list[tuple[int, int]]:
-    """Cut a part of ``n`` elements of ``itemsize`` bytes into chunks ``[(lo, hi), ...]``:
+                 min_bytes: int | None = None) -> tuple[tuple[int, int], ...]:
+    """Cut a part of ``n`` elements of ``itemsize`` bytes into chunks ``((lo, hi), ...)``:
     about ``PULL_CHUNK_BYTES`` each (at least one chunk, at most ``PULL_MAX_CHUNKS``).
 
     ``taper`` (parts of at least ``min_bytes``, default ``TAPER_MIN_BYTES``): the last
@@ -375,14 +376,20 @@ def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,
     min_bytes = TAPER_MIN_BYTES if min_bytes is None else min_bytes
     if not taper or n * itemsize < min(min_bytes, big * itemsize):
         growth = 0
+    return _bounds(n, big, growth, head, TAPER_DIVISOR, PULL_MAX_CHUNKS)
+
+
+@functools.lru_cache(maxsize=1024)
+def _bounds(n: int, big: int, growth: int, head: bool, divisor: int,
+            most: int) -> tuple[tuple[int, int], ...]:
+    """:func:`chunk_bounds`' arithmetic (cached: the same shapes recur call after call)."""
     tail: list[int] = []
-    size = max(1, big // TAPER_DIVISOR)
-    while growth > 1 and size < big and 2 * (sum(tail) + size) <= n \
-            and len(tail) < PULL_MAX_CHUNKS - 1:
+    size = max(1, big // divisor)
+    while growth > 1 and size < big and 2 * (sum(tail) + size) <= n and len(tail) < most - 1:
         tail.append(size)
         size *= growth
     body = n - sum(tail)
-    count = max(1, min(body // big, PULL_MAX_CHUNKS - len(tail)))
+    count = max(1, min(body // big, most - len(tail)))
     sizes = [body * (i + 1) // count - body * i // count for i in range(count)] + tail[::-1]
     if head:
         sizes.reverse()
@@ -390,7 +397,7 @@ def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,
     for size in sizes:
         bounds.append((lo, lo + size))
         lo += size
-    return bounds
+    return tuple(bounds)
 
 
 def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
@@ -425,6 +432,9 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     taper = PULL_TAPER if PULL_TAPER is not None else graph or nbytes >= PULL_TAPER_EAGER_BYTES
     bounds = chunk_bounds(n, flat.element_size(), taper, head=True,
                           min_bytes=PULL_TAPER_MIN_BYTES)
+    if usable(engine, graph) and out.is_contiguous():
+        _pull_gather_raw(key, flat, out, bounds)
+        return
     x = open_chunked(key, flat.dtype, n, engine, graph)
     mine = x.inbox[:n]
     # chunk by chunk, taking turns over the engine's lanes
@@ -454,6 +464,23 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     out[me].copy_(flat)
     eng.drain()  # the pulls have landed before the ack
     x.finish([])
+
+
+def _pull_gather_raw(key: str, flat: torch.Tensor, out: torch.Tensor,
+                     bounds: tuple[tuple[int, int], ...]) -> None:
+    """:func:`pull_gather`'s eager steps as driver calls (``raw_pushes.py``): chunk by
+    chunk, publish into my half (raising ``ready[me]`` on the peers), then queue that
+    chunk's pulls from every peer's half on the side stream; my own row is a local copy;
+    the acknowledgements follow the pulls."""
+    n, size = flat.numel(), flat.element_size()
+    x = open_raw(key, n * size)
+    src, dst = flat.data_ptr(), out.data_ptr()
+    for i, (lo, hi) in enumerate(bounds):
+        x.publish(i, src + lo * size, lo * size, (hi - lo) * size)
+        x.pull(i, [(q, dst + (q * n + lo) * size, lo * size, (hi - lo) * size)
+                   for q in x.peer_inbox])
+    x.copy(dst + x.me * n * size, src, n * size)
+    x.finish(reads_on_side=True)
 
 
 def gather_on_node(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
@@ -507,7 +534,7 @@ def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
 
 
 def _push_gather_raw(key: str, flat: torch.Tensor, out: torch.Tensor,
-                     bounds: list[tuple[int, int]]) -> None:
+                     bounds: tuple[tuple[int, int], ...]) -> None:
     """:func:`push_gather`'s eager steps as driver calls (``raw_pushes.py``)."""
     w = current().world.world_size
     n, size = flat.numel(), flat.element_size()
@@ -606,7 +633,7 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
 
 
 def _push_reduce_scatter_raw(key: str, parts: torch.Tensor,
-                             bounds: list[tuple[int, int]]) -> torch.Tensor:
+                             bounds: tuple[tuple[int, int], ...]) -> torch.Tensor:
     """:func:`push_reduce_scatter`'s eager steps, the movement as driver calls
     (``raw_pushes.py``), the sums as there."""
     w, c = parts.shape
@@ -616,12 +643,15 @@ def _push_reduce_scatter_raw(key: str, parts: torch.Tensor,
     for i, (lo, hi) in enumerate(bounds):
         x.push(i, [(q, src + (q * c + lo) * size, (x.me * c + lo) * size, (hi - lo) * size)
                    for q in x.peer_inbox])
-    slots = x.half[: w * c * size].view(parts.dtype).view(w, c)
-    rows = _own_row(slots, parts, x.me, 0, c)  # row views made once, sliced per chunk
+    rows = x.slot_rows(parts.dtype, c)  # views made once per inbox half
+    rows = [parts[q] if q == x.me else row for q, row in enumerate(rows)]
     out = torch.empty(c, dtype=parts.dtype, device=parts.device)
     for i, (lo, hi) in enumerate(bounds):
         x.wait(i)
-        sum_slots([row[lo:hi] for row in rows], out[lo:hi])
+        if len(bounds) == 1:  # the whole rows: no views to cut
+            sum_slots(rows, out)
+        else:
+            sum_slots([row[lo:hi] for row in rows], out[lo:hi])
     x.finish()
     return out
 

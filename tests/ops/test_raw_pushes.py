@@ -7,8 +7,8 @@ raw path computes: a copy is a ``memmove`` between those addresses, a signal wri
 8-byte store, a stream wait a poll, each performed when it is issued (a valid order of
 what the streams would run). So the address arithmetic and the protocol (epochs, inbox
 halves, acknowledgements) are checked against torch on every rank, for several world
-sizes and dtypes, chunk counts that change from call to call, and calls that alternate
-with the generic path on the same pads and inboxes.
+sizes and dtypes, chunk counts that change from call to call, all-gathers by pushes and by
+pulls, and calls that alternate with the generic path on the same pads and inboxes.
 """
 
 from __future__ import annotations
@@ -74,8 +74,11 @@ def check_raw_pushes(calls: int) -> int:
     driver, switch = _emulate()
     w, me = ditron.world().world_size, ditron.world().rank
     checks = 0
+    from ditron.ops import exchange
+
     for it in range(calls):
         switch["raw"] = it % 4 != 2  # every fourth call on the generic path
+        exchange.GATHER_BY = "pull" if it % 3 else "push"  # both ways, raw and generic
         before = driver.calls
         dtype = DTYPES[it % len(DTYPES)]
         g = _gen(me, it, 91)
@@ -99,4 +102,4 @@ def check_raw_pushes(calls: int) -> int:
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_raw_pushes_emulated(monkeypatch, world_size):
     monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")  # several chunks per part
-    assert ditron.launch(check_raw_pushes, world_size, 6, backend="cpu") == [18] * world_size
+    assert ditron.launch(check_raw_pushes, world_size, 8, backend="cpu") == [24] * world_size
