@@ -54,10 +54,12 @@ ONE_SHOT_MAX_BYTES = 256 << 10
 SM_MAX_BYTES = 1 << 20
 #: "auto" on GPU, one node: the fused SM kernels for all_reduce at every size and for
 #: all_gather / reduce_scatter below this many bytes per peer, the copy engine's chunked
-#: exchanges from there (2 H200s, back-to-back calls: fused all-gather 158 vs 321 us at
-#: 32 MB per rank, 594 vs 463 us at 128 MB; reduce-scatter 229 vs 372 us at 32 MB per
-#: peer, 711 vs 493 us at 128 MB; docs/perf.md, session 4)
-FUSED_AG_MAX_BYTES = 64 << 20
+#: exchanges from there. 2 H200s, eager calls back to back (docs/perf.md, session 21):
+#: the all-gather by the copy engine 2-3% faster than the fused kernel at 48 MB per rank
+#: in three runs (182.8 / 184.7 / 181.2 us against 188.1 / 188.9 / 187.4), the fused
+#: kernel faster at 32 MB (122.4-122.9 against 132.8-138.0); the reduce-scatter's two
+#: within noise of each other at 48 MB per peer, the fused kernel faster at 32 MB
+FUSED_AG_MAX_BYTES = 48 << 20
 FUSED_RS_MAX_BYTES = 64 << 20
 #: the same for all_to_all with even splits (the reduce-scatter's movement without the sum)
 FUSED_A2A_MAX_BYTES = 64 << 20

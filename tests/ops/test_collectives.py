@@ -492,9 +492,12 @@ def test_auto_engine_rules():
     mb = 1 << 20
     pick = c._auto_engine
     assert c.FUSED_GRAPH_MAX_BYTES < c.FUSED_AG_MAX_BYTES
+    # eager: the all-gather below 48 MB per peer, the reduce-scatter below 64 MB
+    assert pick("all_gather", 40 * mb, True, False, 1) == "sm"
+    assert pick("all_gather", 48 * mb, True, False, 1) == "copy_engine"
+    assert pick("reduce_scatter", 48 * mb, True, False, 1) == "sm"
+    assert pick("reduce_scatter", 64 * mb, True, False, 1) == "copy_engine"
     for op in ("all_gather", "reduce_scatter"):
-        assert pick(op, 48 * mb, True, False, 1) == "sm"  # eager: below 64 MB per peer
-        assert pick(op, 64 * mb, True, False, 1) == "copy_engine"
         assert pick(op, 16 * mb, True, True, 1) == "sm"
         assert pick(op, 32 * mb, True, True, 1) == "copy_engine"  # graphs: from 32 MB
         assert pick(op, 48 * mb, True, True, 1) == "copy_engine"
