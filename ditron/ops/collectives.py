@@ -54,11 +54,11 @@ ONE_SHOT_MAX_BYTES = 256 << 10
 SM_MAX_BYTES = 1 << 20
 #: "auto" on GPU, one node: the fused SM kernels for all_reduce at every size and for
 #: all_gather / reduce_scatter below this many bytes per peer, the copy engine's chunked
-#: exchanges from there. 2 H200s, eager calls back to back (docs/perf.md, session 21):
-#: the all-gather by the copy engine 2-3% faster than the fused kernel at 48 MB per rank
-#: in three runs (182.8 / 184.7 / 181.2 us against 188.1 / 188.9 / 187.4), the fused
-#: kernel faster at 32 MB (122.4-122.9 against 132.8-138.0); the reduce-scatter's two
-#: within noise of each other at 48 MB per peer, the fused kernel faster at 32 MB
+#: exchanges from there. 2 H200s, eager calls (docs/perf.md, session 21): at 48 MB per
+#: rank the copy engine's all-gather takes less device time than the fused kernel (182.9
+#: against 188.2 us) and was faster back to back in four of five runs; at 32 MB the fused
+#: kernel is faster (122.4-122.9 against 132.8-138.0); the reduce-scatter's two are within
+#: noise of each other at 48 MB per peer, the fused kernel faster at 32 MB
 FUSED_AG_MAX_BYTES = 48 << 20
 FUSED_RS_MAX_BYTES = 64 << 20
 #: the same for all_to_all with even splits (the reduce-scatter's movement without the sum)
