@@ -39,7 +39,8 @@ def test_bench_collectives_smoke(tmp_path):
     assert "CUDA graphs need the cuda backend" in out.stdout
     records = json.loads((tmp_path / "collectives.json").read_text())["records"]
     impls = {r["impl"] for r in records if r["op"] == "all_gather"}
-    assert {"copy_engine", "copy_engine busy", "sm busy"} <= impls
+    assert {"copy_engine", "copy_engine busy", "sm busy", "copy_engine/symmetric-out",
+            "copy_engine/symmetric-out busy"} <= impls
     assert all(r["us"] > 0 for r in records)
 
 

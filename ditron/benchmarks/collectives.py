@@ -12,7 +12,10 @@ within a round does not favour the ones timed first. ``--busy`` adds rows ``"<im
 the same calls issued back to back after one barrier, each timed by events between
 consecutive calls (median), as nccl-tests and a training step run them: host cost shows only
 where it exceeds the device time. The torch.distributed baseline is NCCL when every rank has
-its own GPU, gloo on CPU, and skipped (with a note) when ranks share a GPU.
+its own GPU, gloo on CPU, and skipped (with a note) when ranks share a GPU. With the copy
+engine the all-gather is also timed into a symmetric ``out`` (``"copy_engine/symmetric-out"``:
+eagerly on one GPU node it pushes straight into the peers' ``out``, no inbox), against NCCL
+into its preallocated output as always.
 
 With ``--graphs`` (GPU), all-reduce, all-gather, reduce-scatter and all-to-all (even
 splits) up to ``--graph-max`` bytes are also timed under CUDA graphs, as the issue's
@@ -91,7 +94,7 @@ def main(argv: list[str]) -> int:
         return 0
     world = args.world_size or (max(torch.cuda.device_count(), 1) if backend == "cuda" else 2)
     if "DITRON_HEAP_SIZE" not in os.environ:
-        need = 3 * world * max(sizes) + (1 << 30)
+        need = 4 * world * max(sizes) + (1 << 30)
         os.environ["DITRON_HEAP_SIZE"] = str(need if backend == "cuda" else
                                              max(need, 256 << 20))
     ditron.launch(_run, world, args, sizes, backend=backend)
@@ -109,8 +112,11 @@ def _baseline_ok() -> tuple[bool, str]:
     return False, "no torch.distributed baseline: ranks share a GPU (NCCL refuses it)"
 
 
-def _ops_for(name: str, size: int, dtype: torch.dtype, engines: list[str], base_ok: bool):
-    """(impl label, callable) pairs for op ``name`` on a ``size``-byte tensor."""
+def _ops_for(name: str, size: int, dtype: torch.dtype, engines: list[str], base_ok: bool,
+             symmetric: list[torch.Tensor]):
+    """(impl label, callable) pairs for op ``name`` on a ``size``-byte tensor; symmetric
+    buffers it allocates (collectively) are appended to ``symmetric`` for the caller to
+    free."""
     import ditron
 
     from ..runtime.world import current
@@ -127,6 +133,11 @@ def _ops_for(name: str, size: int, dtype: torch.dtype, engines: list[str], base_
     for eng in engines:
         if name == "all_gather":
             out.append((eng, lambda e=eng: ops.all_gather(part, engine=e)))
+            if eng == "copy_engine":  # into a symmetric out: straight into the peers' out
+                sym = ditron.empty((numel,), dtype)
+                symmetric.append(sym)
+                out.append((f"{eng}/symmetric-out",
+                            lambda o=sym: ops.all_gather(part, engine="copy_engine", out=o)))
         elif name == "reduce_scatter":
             out.append((eng, lambda e=eng: ops.reduce_scatter(full, engine=e)))
         elif name == "all_reduce":
@@ -321,6 +332,8 @@ def _record(op: str, impl: str, nbytes: int, seconds: float, w: int) -> dict:
 
 
 def _run(args: argparse.Namespace, sizes: list[int]) -> None:
+    import ditron
+
     from ..ops.workspaces import release_workspaces
     from ..runtime.world import current
 
@@ -341,7 +354,8 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
     records = []
     for name in [o for o in args.ops.split(",") if o]:
         for size in sizes:
-            nbytes, impls = _ops_for(name, size, dtype, engines, base_ok)
+            symmetric: list[torch.Tensor] = []
+            nbytes, impls = _ops_for(name, size, dtype, engines, base_ok, symmetric)
             for (label, _), t in zip(impls, _rotating([fn for _, fn in impls], warmup, iters),
                                      strict=True):
                 records.append(_record(name, label, nbytes, t, w))
@@ -352,6 +366,8 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
                 for label, t in _graph_impls(name, size, dtype, base_ok, args.graph_calls,
                                              warmup, iters):
                     records.append(_record(name, label, nbytes, t, w))
+            for t in symmetric:
+                ditron.free(t)
             release_workspaces()
             if cuda:
                 torch.cuda.empty_cache()

@@ -38,6 +38,7 @@ from .exchange import (
     sum_slots,
 )
 from .graphs import capturing, graph_mode
+from .raw_pushes import push_gather_direct, usable
 from .workspaces import cached, release_workspaces
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "recv",
@@ -205,33 +206,83 @@ def _reduce_scatter_flat(key: str, chunks: torch.Tensor, engine: str,
 
 
 # -- public ops ---------------------------------------------------------------------------------
-def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) -> torch.Tensor:
+def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
+               out: torch.Tensor | None = None) -> torch.Tensor:
     """Concatenate every rank's ``x`` along ``dim`` (rank order).
 
     Equivalent: ``torch.cat(parts, dim)`` after ``dist.all_gather(parts, x)``.
+
+    ``out`` (optional): the result's tensor (its shape, dtype and device; must not overlap
+    ``x``), filled and returned. A symmetric ``out`` (``ditron.empty``, the same buffer on
+    every rank), contiguous, with ``dim=0``, lets the eager copy engine on one node push
+    every rank's part straight into the peers' ``out``: no inbox and no copy out of it
+    (:func:`~ditron.ops.raw_pushes.push_gather_direct`). Every rank must then pass such an
+    ``out``; ranks that disagree raise ``ValueError``.
     """
     _check_tensor("all_gather", x)
     d = _dim("all_gather", x, dim)
     rt = current()
     w = rt.world.world_size
+    shape = (*x.shape[:d], w * x.shape[d], *x.shape[d + 1:])
+    if out is not None:
+        _check_out("all_gather", out, shape, x.dtype)
     eng = _engine("all_gather", engine, x.numel() * x.element_size())
-    _agree("all_gather", (tuple(x.shape), str(x.dtype), d, eng == "network"))
+    direct = _direct_offset(eng, d, out)
+    _agree("all_gather", (tuple(x.shape), str(x.dtype), d, eng == "network", direct))
     if w == 1:
-        return _copy_out(x)
+        return _into(out, x) if out is not None else _copy_out(x)
     xm = (x if d == 0 else x.movedim(d, 0)).contiguous()
+    if direct is not None:
+        push_gather_direct("all_gather.direct", xm.view(-1), out.view(w, -1))
+        return out
+    flat_out = out.view(-1) if out is not None and d == 0 and out.is_contiguous() else None
     if _fused_ok(eng, xm.numel(), "all_gather"):
-        flat = _fused(xm.view(-1), kfc.ALL_GATHER,
+        flat = _fused(xm.view(-1), kfc.ALL_GATHER, flat_out if flat_out is not None else
                       torch.empty(w * xm.numel(), dtype=x.dtype, device=x.device))
-        out = flat.view(w * xm.shape[0], *xm.shape[1:])
-        return out if d == 0 else out.movedim(0, d).contiguous()
+        result = flat.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
+        return _into(out, result) if out is not None or d == 0 else result.contiguous()
     if eng == "copy_engine" and rt.topo.num_nodes == 1:
-        rows = torch.empty((w, xm.numel()), dtype=x.dtype, device=x.device)
+        rows = (flat_out.view(w, -1) if flat_out is not None else
+                torch.empty((w, xm.numel()), dtype=x.dtype, device=x.device))
         gather_on_node("all_gather", xm.view(-1), rows, eng, graph_mode())
-        out = rows.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
-        return out if d == 0 else out.contiguous()
+        result = rows.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
+        return _into(out, result) if out is not None or d == 0 else result.contiguous()
     stacked, call = _gather_flat("all_gather", xm.view(-1), eng)
-    out = _copy_out(stacked.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d))
+    result = stacked.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
+    result = _into(out, result) if out is not None else _copy_out(result)
     call.finish()
+    return result
+
+
+def _check_out(op: str, out: torch.Tensor, shape: tuple, dtype: torch.dtype) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"ditron.ops.{op}: out must be a torch.Tensor, got "
+                        f"{type(out).__name__}")
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != current(
+            ).world.device:
+        raise ValueError(f"ditron.ops.{op}: out is {tuple(out.shape)} {out.dtype} on "
+                         f"{out.device}; expected {tuple(shape)} {dtype} on "
+                         f"{current().world.device}")
+
+
+def _direct_offset(engine: str, dim: int, out: torch.Tensor | None) -> int | None:
+    """The heap offset of ``out`` when this all-gather can push straight into the peers'
+    ``out`` (eager raw copy engine on one node, ``dim`` 0, a contiguous symmetric
+    ``out``), else ``None``. Part of the call's signature, so every rank must agree."""
+    rt = current()
+    if (out is None or dim != 0 or not out.is_contiguous() or rt.topo.num_nodes != 1
+            or not usable(engine, graph_mode()) or not rt.heap.contains(out)):
+        return None
+    return rt.heap.offset_of(out)
+
+
+def _into(out: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor:
+    """``result`` copied into ``out`` unless it already is ``out`` (the same view), then
+    ``out``; ``result`` itself when ``out`` is ``None``."""
+    if out is None:
+        return result
+    if result.data_ptr() != out.data_ptr() or result.stride() != out.stride():
+        out.copy_(result)
     return out
 
 

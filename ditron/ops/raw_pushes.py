@@ -218,4 +218,44 @@ def open_raw(key: str, inbox_nbytes: int) -> RawExchange:
     return RawExchange(site, epoch, epoch * CHUNK_SLOTS, epoch % 2, stream)
 
 
-__all__ = ["RawExchange", "current_stream", "open_raw", "usable"]
+
+def push_gather_direct(key: str, flat: torch.Tensor, out: torch.Tensor) -> None:
+    """Eager all-gather on one node straight into a symmetric ``out`` (``[W, n]``,
+    contiguous, at the same heap offset on every rank): my ``flat`` (``[n]``) goes into row
+    ``me`` of every node peer's ``out`` by the copy engine; no inbox, no copy out.
+
+    Pad ``key`` (``2 W`` slots): ``free[q]`` (slot ``W + q``) is set to the call's epoch
+    ``e`` by rank ``q`` on my pad in ``q``'s stream order as its call starts (``q``'s
+    ``out`` is no longer read by earlier work); ``ready[q]`` (slot ``q``) to ``e`` once
+    ``q``'s row is in my ``out``. The push to ``q`` waits on the side stream for
+    ``free[q] >= e``; the current stream waits for every ``ready[q] >= e`` and for the side
+    stream."""
+    rt = current()
+    w, me = rt.world.world_size, rt.world.rank
+    node = rt.topo.node_ranks()
+    pad = signal_pad(key, 2 * w)
+    epoch = pad.next_epoch()
+    heap = rt.heap
+    offset = heap.offset_of(out)
+    stream = current_stream(rt.world.device.index)
+    peers = [q for q in node if q != me]
+    mine = pad.address(me)
+    for q in peers:
+        stream_memops.write_value(stream, pad.address(q) + 8 * (w + me), epoch)
+    side = copy_engine.side_stream(rt.world.device)
+    start_after(side, None)
+    nbytes = flat.numel() * flat.element_size()
+    src, row = flat.data_ptr(), offset + me * nbytes
+    for q in peers:
+        stream_memops.wait_value(side.cuda_stream, mine + 8 * (w + q), epoch)
+        if nbytes:
+            stream_memops.memcpy(side.cuda_stream, heap.mapping.bases[q] + row, src, nbytes)
+        stream_memops.write_value(side.cuda_stream, pad.address(q) + 8 * me, epoch)
+    if nbytes:
+        stream_memops.memcpy(stream, out.data_ptr() + me * nbytes, src, nbytes)
+    for q in peers:
+        stream_memops.wait_value(stream, mine + 8 * q, epoch)
+    join(side)
+
+
+__all__ = ["RawExchange", "current_stream", "open_raw", "push_gather_direct", "usable"]

@@ -8,7 +8,8 @@ raw path computes: a copy is a ``memmove`` between those addresses, a signal wri
 what the streams would run). So the address arithmetic and the protocol (epochs, inbox
 halves, acknowledgements) are checked against torch on every rank, for several world
 sizes and dtypes, chunk counts that change from call to call, all-gathers by pushes and by
-pulls, and calls that alternate with the generic path on the same pads and inboxes.
+pulls, all-gathers straight into a symmetric ``out`` (no inbox), and calls that alternate
+with the generic path on the same pads and inboxes.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _emulate() -> tuple[_Driver, dict]:
     """Route the raw path's driver calls to :class:`_Driver`; returns it and a switch
     (``switch["raw"]``) that picks the raw or the generic path for the next calls."""
     from ditron.engines import copy_engine
-    from ditron.ops import exchange, raw_pushes
+    from ditron.ops import collectives, exchange, raw_pushes
 
     driver = _Driver()
     switch = {"raw": True}
@@ -64,8 +65,8 @@ def _emulate() -> tuple[_Driver, dict]:
     raw_pushes.start_after = lambda side, since: None
     raw_pushes.join = lambda side: None
     copy_engine.side_stream = lambda device, lane=0: types.SimpleNamespace(cuda_stream=0)
-    exchange.usable = lambda engine, graph: (switch["raw"] and not graph
-                                             and engine == "copy_engine")
+    exchange.usable = collectives.usable = lambda engine, graph: (
+        switch["raw"] and not graph and engine == "copy_engine")
     return driver, switch
 
 
@@ -95,11 +96,35 @@ def check_raw_pushes(calls: int) -> int:
             assert driver.calls > before, f"call {it}: the raw path was not taken"
         else:
             assert driver.calls == before, f"call {it}: the raw path was taken"
-        checks += 3
+        # into a symmetric out: straight into the peers' out on the raw path
+        out = ditron.empty(tuple(ref.shape), dtype)
+        out.fill_(float("nan"))
+        before = driver.calls
+        assert ditron.ops.all_gather(x, 0, engine="copy_engine", out=out) is out
+        _close(out, ref, f"all_gather into a symmetric out {it}")
+        assert (driver.calls > before) == switch["raw"], f"call {it}: direct path or not"
+        ditron.free(out)
+        checks += 4
     return checks
+
+
+def check_direct_disagreement() -> int:
+    """Rank 0 passes a symmetric out, the others a plain one: every rank raises."""
+    _emulate()
+    w, me = ditron.world().world_size, ditron.world().rank
+    x = torch.randn(3, 2)
+    sym = ditron.empty((3 * w, 2), torch.float32)
+    out = sym if me == 0 else torch.empty(3 * w, 2)
+    with pytest.raises(ValueError, match="ranks disagree"):
+        ditron.ops.all_gather(x, 0, engine="copy_engine", out=out)
+    return 1
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_raw_pushes_emulated(monkeypatch, world_size):
     monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")  # several chunks per part
-    assert ditron.launch(check_raw_pushes, world_size, 8, backend="cpu") == [24] * world_size
+    assert ditron.launch(check_raw_pushes, world_size, 8, backend="cpu") == [32] * world_size
+
+
+def test_direct_all_gather_needs_every_rank():
+    assert ditron.launch(check_direct_disagreement, 3, backend="cpu") == [1, 1, 1]
