@@ -240,13 +240,13 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
         flat = _fused(xm.view(-1), kfc.ALL_GATHER, flat_out if flat_out is not None else
                       torch.empty(w * xm.numel(), dtype=x.dtype, device=x.device))
         result = flat.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
-        return _into(out, result) if out is not None or d == 0 else result.contiguous()
+        return _into(out, result) if out is not None else result.contiguous()
     if eng == "copy_engine" and rt.topo.num_nodes == 1:
         rows = (flat_out.view(w, -1) if flat_out is not None else
                 torch.empty((w, xm.numel()), dtype=x.dtype, device=x.device))
         gather_on_node("all_gather", xm.view(-1), rows, eng, graph_mode())
         result = rows.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
-        return _into(out, result) if out is not None or d == 0 else result.contiguous()
+        return _into(out, result) if out is not None else result.contiguous()
     stacked, call = _gather_flat("all_gather", xm.view(-1), eng)
     result = stacked.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
     result = _into(out, result) if out is not None else _copy_out(result)
@@ -258,11 +258,10 @@ def _check_out(op: str, out: torch.Tensor, shape: tuple, dtype: torch.dtype) -> 
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"ditron.ops.{op}: out must be a torch.Tensor, got "
                         f"{type(out).__name__}")
-    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != current(
-            ).world.device:
+    device = current().world.device
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != device:
         raise ValueError(f"ditron.ops.{op}: out is {tuple(out.shape)} {out.dtype} on "
-                         f"{out.device}; expected {tuple(shape)} {dtype} on "
-                         f"{current().world.device}")
+                         f"{out.device}; expected {tuple(shape)} {dtype} on {device}")
 
 
 def _direct_offset(engine: str, dim: int, out: torch.Tensor | None) -> int | None:
@@ -276,11 +275,8 @@ def _direct_offset(engine: str, dim: int, out: torch.Tensor | None) -> int | Non
     return rt.heap.offset_of(out)
 
 
-def _into(out: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor:
-    """``result`` copied into ``out`` unless it already is ``out`` (the same view), then
-    ``out``; ``result`` itself when ``out`` is ``None``."""
-    if out is None:
-        return result
+def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    """``out``, holding ``result`` (copied unless ``result`` already is ``out``'s view)."""
     if result.data_ptr() != out.data_ptr() or result.stride() != out.stride():
         out.copy_(result)
     return out
