@@ -32,7 +32,7 @@ def test_unknown_benchmark_is_an_error():
 
 def test_bench_collectives_smoke(tmp_path):
     out = _run("bench", "collectives", "--backend", "cpu", "--world-size", "2",
-               "--sizes", "4K", "--ops", "all_gather,all_reduce", "--warmup", "1",
+               "--sizes", "4K", "--ops", "all_gather,reduce_scatter,all_reduce", "--warmup", "1",
                "--iters", "2", "--graphs", "--busy", "--out", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "all_gather" in out.stdout and (tmp_path / "collectives.json").exists()
@@ -40,7 +40,9 @@ def test_bench_collectives_smoke(tmp_path):
     records = json.loads((tmp_path / "collectives.json").read_text())["records"]
     impls = {r["impl"] for r in records if r["op"] == "all_gather"}
     assert {"copy_engine", "copy_engine busy", "sm busy", "copy_engine/symmetric-out",
-            "copy_engine/symmetric-out busy"} <= impls
+            "copy_engine/symmetric-out busy", "copy_engine/out", "sm/out busy"} <= impls
+    rs = {r["impl"] for r in records if r["op"] == "reduce_scatter"}
+    assert {"copy_engine/out", "sm/out", "copy_engine/out busy"} <= rs
     assert all(r["us"] > 0 for r in records)
 
 

@@ -14,8 +14,11 @@ consecutive calls (median), as nccl-tests and a training step run them: host cos
 where it exceeds the device time. The torch.distributed baseline is NCCL when every rank has
 its own GPU, gloo on CPU, and skipped (with a note) when ranks share a GPU. With the copy
 engine the all-gather is also timed into a symmetric ``out`` (``"copy_engine/symmetric-out"``:
-eagerly on one GPU node it pushes straight into the peers' ``out``, no inbox), against NCCL
-into its preallocated output as always.
+eagerly on one GPU node it pushes straight into the peers' ``out``, no inbox), and with the
+copy engine and the SM engine both all-gather and reduce-scatter into a preallocated plain
+``out`` (``"<engine>/out"``: eagerly on one GPU node, from ``REPLAY_MIN_BYTES`` per peer, a
+replayed CUDA graph of the call, ``ops/replays.py``), against NCCL into its preallocated
+output as always.
 
 With ``--graphs`` (GPU), all-reduce, all-gather, reduce-scatter and all-to-all (even
 splits) up to ``--graph-max`` bytes are also timed under CUDA graphs, as the issue's
@@ -133,6 +136,10 @@ def _ops_for(name: str, size: int, dtype: torch.dtype, engines: list[str], base_
     for eng in engines:
         if name == "all_gather":
             out.append((eng, lambda e=eng: ops.all_gather(part, engine=e)))
+            if eng in ("copy_engine", "sm"):  # into a preallocated out: replayed graphs
+                dst = torch.empty_like(full)
+                out.append((f"{eng}/out",
+                            lambda e=eng, o=dst: ops.all_gather(part, engine=e, out=o)))
             if eng == "copy_engine":  # into a symmetric out: straight into the peers' out
                 sym = ditron.empty((numel,), dtype)
                 symmetric.append(sym)
@@ -140,6 +147,10 @@ def _ops_for(name: str, size: int, dtype: torch.dtype, engines: list[str], base_
                             lambda o=sym: ops.all_gather(part, engine="copy_engine", out=o)))
         elif name == "reduce_scatter":
             out.append((eng, lambda e=eng: ops.reduce_scatter(full, engine=e)))
+            if eng in ("copy_engine", "sm"):
+                dst = torch.empty_like(part)
+                out.append((f"{eng}/out",
+                            lambda e=eng, o=dst: ops.reduce_scatter(full, engine=e, out=o)))
         elif name == "all_reduce":
             for m in ("one_shot", "two_shot"):
                 if m == "one_shot" and size > (64 << 20):

@@ -28,11 +28,13 @@ import torch.distributed as dist
 from ..kernels import fused_collective as kfc
 from ..runtime.diagnostics import check_waits
 from ..runtime.world import current
+from . import replays
 from .exchange import (
     Part,
     engine_instance,
     exchange,
     gather_on_node,
+    push_gather,
     push_reduce_scatter,
     refuse_capture,
     sum_slots,
@@ -107,25 +109,27 @@ def _dim(op: str, x: torch.Tensor, dim: int) -> int:
     return dim % x.dim()
 
 
-def _engine(op: str, engine: str | None, nbytes_per_peer: int, fusable: bool = True) -> str:
-    name = _engine_name(op, engine, nbytes_per_peer, fusable)
+def _engine(op: str, engine: str | None, nbytes_per_peer: int, fusable: bool = True,
+            replay: bool = False) -> str:
+    name = _engine_name(op, engine, nbytes_per_peer, fusable, replay)
     engine_instance(name)  # an engine that cannot run here raises now, before any kernel
     return name
 
 
 def _engine_name(op: str, engine: str | None, nbytes_per_peer: int,
-                 fusable: bool = True) -> str:
+                 fusable: bool = True, replay: bool = False) -> str:
     """The engine for this call: the argument, else ``DITRON_<OP>_ENGINE``, else
     ``DITRON_ENGINE``, else ``"auto"``'s choice (``fusable``: whether this call has a fused
-    path, i.e. the op has one and, for all_to_all, the splits are even)."""
+    path, i.e. the op has one and, for all_to_all, the splits are even; ``replay``: the
+    copy engine's call would be a graph replay, so ``"auto"`` chooses as under graphs)."""
     name = (engine or os.environ.get(f"DITRON_{op.upper()}_ENGINE")
             or os.environ.get("DITRON_ENGINE") or "auto")
     if name == "auto":
         rt = current()
         if rt.world.backend == "cpu":
             return "copy_engine"
-        return _auto_engine(op, nbytes_per_peer, fusable and op in _FUSED_OPS, graph_mode(),
-                            rt.topo.num_nodes)
+        return _auto_engine(op, nbytes_per_peer, fusable and op in _FUSED_OPS,
+                            graph_mode() or replay, rt.topo.num_nodes)
     if name not in ENGINES:
         raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}; choose 'auto' or one of "
                          f"{', '.join(ENGINES)}")
@@ -190,17 +194,18 @@ def _gather_flat(key: str, flat: torch.Tensor, engine: str) -> tuple[torch.Tenso
 
 
 def _reduce_scatter_flat(key: str, chunks: torch.Tensor, engine: str,
-                         graph: bool = False) -> torch.Tensor:
-    """``chunks`` [W, c] (contiguous): return the sum over ranks of their row ``me``
-    (``graph``: the graph-safe variant, one node, an engine that can wait)."""
+                         graph: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``chunks`` [W, c] (contiguous): return the sum over ranks of their row ``me``, into
+    ``out`` (``[c]``) when given (``graph``: the graph-safe variant, one node, an engine
+    that can wait)."""
     rt = current()
     if rt.topo.num_nodes == 1 and engine != "network":
-        return push_reduce_scatter(key + ".chunked", chunks, engine, graph)
+        return push_reduce_scatter(key + ".chunked", chunks, engine, graph, out=out)
     w, me = rt.world.world_size, rt.world.rank
     c = chunks.shape[1]
     parts = [Part(q, chunks[q], me * c) for q in range(w)]
     call = exchange(key, chunks.dtype, w * c, parts, {q: (q * c, c) for q in range(w)}, engine)
-    out = sum_slots(call.inbox.view(w, c))
+    out = sum_slots(call.inbox.view(w, c), out)
     call.finish()
     return out
 
@@ -217,7 +222,9 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     every rank), contiguous, with ``dim=0``, lets the eager copy engine on one node push
     every rank's part straight into the peers' ``out``: no inbox and no copy out of it
     (:func:`~ditron.ops.raw_pushes.push_gather_direct`). Every rank must then pass such an
-    ``out``; ranks that disagree raise ``ValueError``.
+    ``out``; ranks that disagree raise ``ValueError``. Any other contiguous ``out`` with
+    ``dim=0`` and a contiguous ``x`` of at least ``REPLAY_MIN_BYTES`` lets the eager copy
+    engine replay a CUDA graph of the call (``ops/replays.py``), as does ``reduce_scatter``.
     """
     _check_tensor("all_gather", x)
     d = _dim("all_gather", x, dim)
@@ -226,14 +233,27 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     shape = (*x.shape[:d], w * x.shape[d], *x.shape[d + 1:])
     if out is not None:
         _check_out("all_gather", out, shape, x.dtype)
-    eng = _engine("all_gather", engine, x.numel() * x.element_size())
+    nbytes = x.numel() * x.element_size()
+    can_replay = _replayable(x, d, out, nbytes) and not _symmetric(out)
+    eng = _engine("all_gather", engine, nbytes, replay=can_replay)
     direct = _direct_offset(eng, d, out)
-    _agree("all_gather", (tuple(x.shape), str(x.dtype), d, eng == "network", direct))
+    replay = can_replay and eng in _REPLAYED_ENGINES
+    _agree("all_gather", (tuple(x.shape), str(x.dtype), d, eng == "network", direct, replay))
     if w == 1:
         return _into(out, x) if out is not None else _copy_out(x)
     xm = (x if d == 0 else x.movedim(d, 0)).contiguous()
     if direct is not None:
         push_gather_direct("all_gather.direct", xm.view(-1), out.view(w, -1))
+        return out
+    if replay:
+        flat, flat_out = x.view(-1), out.view(-1)
+        if eng == "sm":
+            fn = lambda: _fused(flat, kfc.ALL_GATHER, flat_out)  # noqa: E731
+        else:
+            rows = flat_out.view(w, -1)
+            fn = lambda: push_gather("all_gather.replay", flat, rows, eng, True,  # noqa: E731
+                                     halves=1)
+        replays.run(("all_gather", eng, *replays.key_of(x, out)), fn)
         return out
     flat_out = out.view(-1) if out is not None and d == 0 and out.is_contiguous() else None
     if _fused_ok(eng, xm.numel(), "all_gather"):
@@ -264,6 +284,30 @@ def _check_out(op: str, out: torch.Tensor, shape: tuple, dtype: torch.dtype) -> 
                          f"{out.device}; expected {tuple(shape)} {dtype} on {device}")
 
 
+#: eager all-gathers and reduce-scatters into a given ``out`` replay a CUDA graph of the
+#: call (``ops/replays.py``) from this many bytes per peer, with these engines (their
+#: graph-safe variants: the copy engine's chunked exchange, the fused kernel). 2 H200s,
+#: eagerly back to back, into preallocated outputs (docs/perf.md, session 22): <fill>
+REPLAY_MIN_BYTES = 1 << 20
+_REPLAYED_ENGINES = ("copy_engine", "sm")
+
+
+def _replayable(x: torch.Tensor, dim: int, out: torch.Tensor | None, nbytes: int) -> bool:
+    """Whether an eager copy-engine call of ``x`` into ``out`` may be a graph replay
+    (``ops/replays.py``): ``replays.ENABLED``, CUDA, one node, not capturing, no wait
+    timeout, ``dim`` 0, ``x`` and ``out`` contiguous, ``nbytes`` per peer at least
+    ``REPLAY_MIN_BYTES``. Part of the call's signature: every rank must agree."""
+    rt = current()
+    return (replays.ENABLED and out is not None and dim == 0 and out.is_contiguous()
+            and x.is_contiguous() and nbytes >= REPLAY_MIN_BYTES
+            and rt.world.device.type == "cuda" and rt.topo.num_nodes == 1
+            and rt.wait_timeout <= 0 and not graph_mode())
+
+
+def _symmetric(out: torch.Tensor | None) -> bool:
+    return out is not None and current().heap.contains(out)
+
+
 def _direct_offset(engine: str, dim: int, out: torch.Tensor | None) -> int | None:
     """The heap offset of ``out`` when this all-gather can push straight into the peers'
     ``out`` (eager raw copy engine on one node, ``dim`` 0, a contiguous symmetric
@@ -282,11 +326,20 @@ def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) -> torch.Tensor:
+def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
     """Sum ``x`` over ranks and keep this rank's ``1/W`` slice along ``dim``.
 
     Equivalent: ``dist.all_reduce(y := x.clone()); y.chunk(W, dim)[rank]`` (what
     ``dist.reduce_scatter_tensor`` computes for ``dim=0``).
+
+    ``out`` (optional): the result's tensor (its shape, dtype and device; must not overlap
+    ``x``), filled and returned. With a contiguous ``out``, ``dim=0``, a contiguous ``x``
+    and at least ``REPLAY_MIN_BYTES`` per peer, the eager copy engine on one GPU node runs
+    the call as the replay of a CUDA graph captured on ``x`` and ``out`` (the second call
+    on those addresses captures it; ``ops/replays.py``): the graph-safe exchange's finer
+    chunks at the cost of one launch. Every rank must then pass such an ``out``; ranks
+    that disagree raise ``ValueError``.
     """
     _check_tensor("reduce_scatter", x)
     d = _dim("reduce_scatter", x, dim)
@@ -295,21 +348,38 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None) 
     if x.shape[d] % w:
         raise ValueError(f"ditron.ops.reduce_scatter: size {x.shape[d]} of dim {d} does not "
                          f"divide into {w} ranks")
-    eng = _engine("reduce_scatter", engine, x.numel() * x.element_size() // w)
-    _agree("reduce_scatter", (tuple(x.shape), str(x.dtype), d, eng == "network"))
+    shape = (*x.shape[:d], x.shape[d] // w, *x.shape[d + 1:])
+    if out is not None:
+        _check_out("reduce_scatter", out, shape, x.dtype)
+    nbytes = x.numel() * x.element_size() // w
+    can_replay = _replayable(x, d, out, nbytes)
+    eng = _engine("reduce_scatter", engine, nbytes, replay=can_replay)
+    replay = can_replay and eng in _REPLAYED_ENGINES
+    _agree("reduce_scatter", (tuple(x.shape), str(x.dtype), d, eng == "network", replay))
     if w == 1:
-        return _copy_out(x)
+        return _into(out, x) if out is not None else _copy_out(x)
+    if replay:
+        parts, flat_out = x.view(w, -1), out.view(-1)
+        if eng == "sm":
+            fn = lambda: _fused(parts.view(-1), kfc.REDUCE_SCATTER, flat_out)  # noqa: E731
+        else:
+            fn = lambda: push_reduce_scatter("reduce_scatter.replay", parts,  # noqa: E731
+                                             eng, True, halves=1, out=flat_out)
+        replays.run(("reduce_scatter", eng, *replays.key_of(x, out)), fn)
+        return out
     xm = (x if d == 0 else x.movedim(d, 0)).contiguous()
     rows = xm.shape[0] // w
+    flat_out = out.view(-1) if out is not None and d == 0 and out.is_contiguous() else None
     if _fused_ok(eng, xm.numel(), "reduce_scatter"):
-        mine = _fused(xm.view(-1), kfc.REDUCE_SCATTER,
+        mine = _fused(xm.view(-1), kfc.REDUCE_SCATTER, flat_out if flat_out is not None else
                       torch.empty(xm.numel() // w, dtype=x.dtype, device=x.device))
-        out = mine.view(rows, *xm.shape[1:])
-        return out if d == 0 else out.movedim(0, d).contiguous()
-    graph = graph_mode() and eng == "copy_engine" and rt.topo.num_nodes == 1
-    mine = _reduce_scatter_flat("reduce_scatter", xm.view(w, -1), eng, graph)
-    out = mine.view(rows, *xm.shape[1:]).movedim(0, d)
-    return out if d == 0 else out.contiguous()
+    else:
+        graph = graph_mode() and eng == "copy_engine" and rt.topo.num_nodes == 1
+        mine = _reduce_scatter_flat("reduce_scatter", xm.view(w, -1), eng, graph, flat_out)
+    result = mine.view(rows, *xm.shape[1:]).movedim(0, d)
+    if out is not None:
+        return _into(out, result)
+    return result if d == 0 else result.contiguous()
 
 
 def all_reduce(x: torch.Tensor, method: str = "auto", *,

@@ -336,12 +336,12 @@ class Chunked:
 
 
 def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
-                 graph: bool) -> Chunked:
+                 graph: bool, halves: int | None = None) -> Chunked:
     """Open one call of the chunked exchange ``key`` with an inbox of ``numel`` elements:
     host epochs (:func:`open_exchange`) or, with ``graph``, device epochs
-    (:func:`graph_pad`)."""
+    (:func:`graph_pad`, with ``halves``)."""
     if graph:
-        g = graph_pad(key, dtype, numel)
+        g = graph_pad(key, dtype, numel, halves)
         return Chunked(g.inbox, current().topo.node_ranks(), g.pad, True, g.epoch, g.ack,
                        implied=g.implied)
     call = open_exchange(key, dtype, numel, {}, engine)
@@ -497,7 +497,7 @@ def gather_on_node(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
 
 
 def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
-                graph: bool = False) -> None:
+                graph: bool = False, halves: int | None = None) -> None:
     """All-gather on one node by pushes: ``out[q]`` (``out``: ``[W, n]``) receives rank
     ``q``'s ``flat`` (``[n]``, contiguous).
 
@@ -510,7 +510,7 @@ def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
 
     ``graph``: the graph-safe variant (:func:`graph_pad`; the pushes take turns over
     ``PUSH_LANES`` streams, the first push to ``q`` on each waiting for ``q``'s ack of the
-    previous call)."""
+    previous call; ``halves``: :func:`graph_pad`'s)."""
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
     n = flat.numel()
@@ -519,7 +519,7 @@ def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
         _push_gather_raw(key, flat, out, bounds)
         return
     start = _early_mark(engine, graph)
-    x = open_chunked(key, flat.dtype, w * n, engine, graph)
+    x = open_chunked(key, flat.dtype, w * n, engine, graph, halves)
     slots = x.inbox.view(w, n)
     eng = _push_chunks(x, engine, [[Transfer(flat[lo:hi], slots[me, lo:hi], me, q,
                                              x.ready(i, me)) for q in x.node if q != me]
@@ -597,9 +597,11 @@ def _spans(node: range, me: int) -> list[range]:
 
 
 def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
-                        graph: bool = False) -> torch.Tensor:
+                        graph: bool = False, halves: int | None = None,
+                        out: torch.Tensor | None = None) -> torch.Tensor:
     """Reduce-scatter on one node by pushes: returns the sum over ranks of their row ``me``
-    of ``parts`` (``[W, c]``, contiguous), accumulated in fp32, in ``parts``' dtype.
+    of ``parts`` (``[W, c]``, contiguous), accumulated in fp32, in ``parts``' dtype (into
+    ``out``, ``[c]``, when given).
 
     The exchange's protocol per chunk (:func:`chunk_bounds` of a row, tapered):
     after the ``ack`` wait of :func:`open_exchange`, chunk ``i`` of row ``q`` goes from
@@ -610,21 +612,22 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
 
     ``graph``: the graph-safe variant (:func:`graph_pad`: one inbox, device epochs; the
     pushes take turns over ``PUSH_LANES`` streams, the first push to ``q`` on each waiting
-    for ``q``'s ack of the previous call).
+    for ``q``'s ack of the previous call; ``halves``: :func:`graph_pad`'s).
     """
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
     c = parts.shape[1]
     bounds = chunk_bounds(c, parts.element_size(), taper=True, min_bytes=_taper_min(graph))
     if usable(engine, graph) and parts.is_contiguous():
-        return _push_reduce_scatter_raw(key, parts, bounds)
+        return _push_reduce_scatter_raw(key, parts, bounds, out)
     start = _early_mark(engine, graph)
-    x = open_chunked(key, parts.dtype, w * c, engine, graph)
+    x = open_chunked(key, parts.dtype, w * c, engine, graph, halves)
     slots = x.inbox.view(w, c)
     eng = _push_chunks(x, engine, [[Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
                                              x.ready(i, me)) for q in x.node if q != me]
                                    for i, (lo, hi) in enumerate(bounds)], start)
-    out = torch.empty(c, dtype=parts.dtype, device=parts.device)
+    if out is None:
+        out = torch.empty(c, dtype=parts.dtype, device=parts.device)
     for i, (lo, hi) in enumerate(bounds):
         x.wait(i)
         sum_slots(_own_row(slots, parts, me, lo, hi), out[lo:hi])
@@ -633,7 +636,8 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
 
 
 def _push_reduce_scatter_raw(key: str, parts: torch.Tensor,
-                             bounds: tuple[tuple[int, int], ...]) -> torch.Tensor:
+                             bounds: tuple[tuple[int, int], ...],
+                             out: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`push_reduce_scatter`'s eager steps, the movement as driver calls
     (``raw_pushes.py``), the sums as there."""
     w, c = parts.shape
@@ -645,7 +649,8 @@ def _push_reduce_scatter_raw(key: str, parts: torch.Tensor,
                    for q in x.peer_inbox])
     rows = x.slot_rows(parts.dtype, c)  # views made once per inbox half
     rows = [parts[q] if q == x.me else row for q, row in enumerate(rows)]
-    out = torch.empty(c, dtype=parts.dtype, device=parts.device)
+    if out is None:
+        out = torch.empty(c, dtype=parts.dtype, device=parts.device)
     for i, (lo, hi) in enumerate(bounds):
         x.wait(i)
         if len(bounds) == 1:  # the whole rows: no views to cut
@@ -674,7 +679,8 @@ class GraphPad:
     implied: bool = False  # the readers' acknowledgement is implied: no wait
 
 
-def graph_pad(key: str, dtype: torch.dtype, numel: int) -> GraphPad:
+def graph_pad(key: str, dtype: torch.dtype, numel: int,
+              halves: int | None = None) -> GraphPad:
     """The graph-safe variant of the chunked exchanges (what a CUDA graph replays): an inbox
     of ``numel`` elements, its epoch ``E`` counted on the device (bumped here), and a pad of
     ``(PULL_MAX_CHUNKS + 1) * W`` slots: ``ready`` of chunk ``i`` from rank ``q`` at ``i * W
@@ -695,14 +701,19 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int) -> GraphPad:
     finished, the reads of this half included. The first call of a capture on each inbox,
     and every call outside a capture, waits.
 
+    ``halves`` overrides ``GRAPH_HALVES`` for this call. With one inbox the protocol does
+    not depend on which calls were captured together, so ranks may mix captured and
+    uncaptured calls on it freely (``ops/replays.py``).
+
     Each power-of-two size class has its own inbox, never regrown: a graph captured with a
     small size keeps its buffer when a larger size is warmed up later. Every size shares the
     pad and its epoch."""
-    if GRAPH_HALVES not in (1, 2):
-        raise ValueError(f"exchange.GRAPH_HALVES must be 1 or 2, got {GRAPH_HALVES!r}")
+    halves = GRAPH_HALVES if halves is None else halves
+    if halves not in (1, 2):
+        raise ValueError(f"exchange.GRAPH_HALVES must be 1 or 2, got {halves!r}")
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
-    pad_key = f"{key}:graph" if GRAPH_HALVES == 1 else f"{key}:graph2"
+    pad_key = f"{key}:graph" if halves == 1 else f"{key}:graph2"
     nbytes = numel * dtype.itemsize
     inbox_key = f"{pad_key}:{_inbox_cap(nbytes)}"
     turns_key = ("graph_inbox_turns", inbox_key)
@@ -714,7 +725,7 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int) -> GraphPad:
     raw = _inbox(inbox_key, nbytes)
     epoch, ack = bump(pad), PULL_MAX_CHUNKS * w
     notify_peers(pad, ack + me, epoch - 1, rt.topo.node_ranks(), skip=me)
-    if GRAPH_HALVES == 1:
+    if halves == 1:
         return GraphPad(pad, raw[0, :nbytes].view(dtype), epoch, ack)
     turns = rt.cache.setdefault(turns_key, [0, None])  # calls so far, the last one's capture
     half = turns[0] % 2

@@ -50,9 +50,11 @@ def release_workspaces() -> None:
     restarting with fresh pads)."""
     from ..runtime.barrier import barrier
     from ..runtime.signals import drop_signal_pad
+    from .replays import release as release_replays
 
     rt = current()
     barrier()
+    release_replays()  # their graphs point into the workspaces
     for key in [k for k in rt.cache if _is_workspace(k)]:
         ws = rt.cache.pop(key)
         ws.release(rt.heap)

@@ -1,0 +1,223 @@
+"""``ditron.ops.all_gather(x, dim, out=...)`` and ``reduce_scatter(x, dim, out=...)``: the
+result written into a given tensor on every path (plain, strided and symmetric ``out``, every
+engine), against torch on fresh random data for world sizes 1-3; bad ``out`` raises before
+any kernel. On the GPU: the all-gather's direct path into a symmetric ``out`` (also run with
+emulated driver calls on the CPU in ``test_raw_pushes.py``) and the eager calls replayed
+from CUDA graphs (``ops/replays.py``), with ranks whose graph caches differ."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ditron
+
+from .poison import poison_empty
+from .test_collectives import DTYPES, _close, _gather_fp32, _gen, _sum_ref
+
+
+def _outs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device):
+    """``(kind, out)``: a plain tensor, a transposed (non-contiguous) one and a symmetric
+    one (collective), each NaN-filled."""
+    plain = torch.empty(shape, dtype=dtype, device=device)
+    strided = torch.empty(shape[::-1], dtype=dtype, device=device).t()
+    symmetric = ditron.empty(shape, dtype)
+    for out in (plain, strided, symmetric):
+        out.fill_(float("nan"))
+    return [("plain", plain), ("strided", strided), ("symmetric", symmetric)]
+
+
+def check_out(engines: tuple[str, ...], calls: int) -> int:
+    poison_empty()
+    world = ditron.world()
+    me, device = world.rank, world.device
+    checks = 0
+    for it in range(calls):
+        for eng in engines:
+            dtype = DTYPES[(it + checks) % len(DTYPES)]
+            x = torch.randn(2 + it, 3 + 2 * it, generator=_gen(me, it, 31)).to(dtype)
+            parts = [p.to(dtype) for p in _gather_fp32(x)]
+            x = x.to(device)
+            for dim in (0, 1):
+                ref = torch.cat(parts, dim)
+                for kind, out in _outs(tuple(ref.shape), dtype, device):
+                    got = ditron.ops.all_gather(x, dim, engine=eng, out=out)
+                    assert got is out, f"{eng} {kind} dim {dim}: did not return out"
+                    _close(out.cpu(), ref, f"all_gather {eng} into {kind} out, dim {dim}, "
+                                           f"call {it}")
+                    checks += 1
+                    if kind == "symmetric":
+                        ditron.free(out)
+    return checks
+
+
+def check_rs_out(engines: tuple[str, ...], calls: int) -> int:
+    poison_empty()
+    world = ditron.world()
+    w, me, device = world.world_size, world.rank, world.device
+    checks = 0
+    for it in range(calls):
+        for eng in engines:
+            dtype = DTYPES[(it + checks) % len(DTYPES)]
+            for dim in (0, 1):
+                shape = [2 + it, 3 + 2 * it]
+                shape[dim] *= w
+                x = torch.randn(*shape, generator=_gen(me, it, dim, 37)).to(dtype)
+                ref = _sum_ref(x).chunk(w, dim)[me]
+                x = x.to(device)
+                for kind, out in _outs(tuple(ref.shape), dtype, device):
+                    got = ditron.ops.reduce_scatter(x, dim, engine=eng, out=out)
+                    assert got is out, f"{eng} {kind} dim {dim}: did not return out"
+                    _close(out.cpu(), ref, f"reduce_scatter {eng} into {kind} out, dim {dim}, "
+                                           f"call {it}")
+                    checks += 1
+                    if kind == "symmetric":
+                        ditron.free(out)
+    return checks
+
+
+def check_bad_out() -> int:
+    world = ditron.world()
+    x = torch.randn(4, 3, device=world.device)
+    w = world.world_size
+    bad = [torch.empty(4 * w + 1, 3, device=world.device),
+           torch.empty(4 * w, 3, dtype=torch.float16, device=world.device),
+           torch.empty(4, 3 * w, device=world.device)]
+    raised = 0
+    for out in bad:
+        with pytest.raises(ValueError, match="all_gather: out is"):
+            ditron.ops.all_gather(x, 0, out=out)
+        raised += 1
+    with pytest.raises(TypeError, match="out must be a torch.Tensor"):
+        ditron.ops.all_gather(x, 0, out=[1, 2])
+    xr = torch.randn(4 * w, 3, device=world.device)
+    for out in (torch.empty(5, 3, device=world.device),
+                torch.empty(4, 3, dtype=torch.float16, device=world.device),
+                torch.empty(4 * w, 3, device=world.device)):
+        with pytest.raises(ValueError, match="reduce_scatter: out is"):
+            ditron.ops.reduce_scatter(xr, 0, out=out)
+        raised += 1
+    with pytest.raises(TypeError, match="out must be a torch.Tensor"):
+        ditron.ops.reduce_scatter(xr, 0, out=(1,))
+    return raised + 2
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_all_gather_into_out(world_size):
+    engines = ("copy_engine", "sm", "network")
+    counts = ditron.launch(check_out, world_size, engines, 2, backend="cpu")
+    assert counts == [2 * len(engines) * 2 * 3] * world_size
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_reduce_scatter_into_out(world_size):
+    engines = ("copy_engine", "sm", "network")
+    counts = ditron.launch(check_rs_out, world_size, engines, 2, backend="cpu")
+    assert counts == [2 * len(engines) * 2 * 3] * world_size
+
+
+def test_bad_out_raises_before_kernels():
+    assert ditron.launch(check_bad_out, 2, backend="cpu") == [8, 8]
+
+
+def check_direct_cuda(calls: int) -> int:
+    """The direct path on CUDA: repeated calls into one symmetric ``out`` and into a new
+    one, sizes that change, checked against torch; returns how many calls took it."""
+    from ditron.ops import collectives
+
+    taken = []
+    original = collectives.push_gather_direct
+    collectives.push_gather_direct = lambda *a: (taken.append(1), original(*a))[1]
+    poison_empty()
+    world = ditron.world()
+    me, device = world.rank, world.device
+    out = None
+    for it in range(calls):
+        rows = 1000 + 37 * (it // 3)  # three calls per size and out
+        x = torch.randn(rows, 257, generator=_gen(me, it, 53)).to(torch.bfloat16)
+        ref = torch.cat([p.to(x.dtype) for p in _gather_fp32(x)], 0)
+        if out is None or out.shape != ref.shape:
+            if out is not None:
+                ditron.free(out)
+            out = ditron.empty(tuple(ref.shape), torch.bfloat16)
+        out.fill_(float("nan"))
+        got = ditron.ops.all_gather(x.to(device), 0, engine="copy_engine", out=out)
+        _close(got.cpu(), ref, f"direct all_gather, call {it}")
+    ditron.free(out)
+    collectives.push_gather_direct = original
+    return len(taken)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_all_gather_direct_cuda_two_ranks():
+    """On 2 GPUs (one process each) or 1 GPU shared by 2 processes."""
+    assert ditron.launch(check_direct_cuda, 2, 9, backend="cuda") == [9, 9]
+
+
+def check_replays_cuda(calls: int, engine: str) -> dict:
+    """Eager all-gathers and reduce-scatters on ``engine`` into plain outs, replayed from
+    CUDA graphs (every size replays here), with fresh data in fixed input buffers, two
+    sizes in turn, and graph caches that differ between ranks: rank 0 writes into one
+    ``out`` per size, the others into two in turn, so in the same call one rank replays
+    while another captures or runs uncaptured. Calls without ``out`` (the raw eager path)
+    come in between. Returns how the replayed calls ran: ``{outcome: count}``."""
+    from ditron.ops import collectives, replays
+
+    outcomes: dict[str, int] = {}
+    run = replays.run
+
+    def counted(key, fn):
+        r = run(key, fn)
+        outcomes[r] = outcomes.get(r, 0) + 1
+        return r
+
+    replays.run = counted
+    collectives.REPLAY_MIN_BYTES = 0
+    poison_empty()
+    world = ditron.world()
+    w, me, device = world.world_size, world.rank, world.device
+    bf16 = torch.bfloat16
+    copies = 1 if me == 0 else 2
+    bufs = {}
+    for rows, cols in [(1000, 257), (3, 4099)]:
+        bufs[rows] = (cols, torch.empty(rows, cols, dtype=bf16, device=device),
+                      torch.empty(w * rows, cols, dtype=bf16, device=device),
+                      [torch.empty(w * rows, cols, dtype=bf16, device=device)
+                       for _ in range(copies)],
+                      [torch.empty(rows, cols, dtype=bf16, device=device)
+                       for _ in range(copies)])
+    for it in range(calls):
+        cols, x, xr, ag_outs, rs_outs = bufs[(1000, 3)[(it // 2) % 2]]
+        g = _gen(me, it, 59)
+        x.copy_(torch.randn(x.shape, generator=g))
+        xr.copy_(torch.randn(xr.shape, generator=g))
+        ag_out, rs_out = ag_outs[it % copies], rs_outs[it % copies]
+        ag_out.fill_(float("nan"))
+        rs_out.fill_(float("nan"))
+        got = ditron.ops.all_gather(x, 0, engine=engine, out=ag_out)
+        ref = torch.cat([p.to(bf16) for p in _gather_fp32(x.cpu())], 0)
+        _close(got.cpu(), ref, f"replayed all_gather, call {it}")
+        got = ditron.ops.reduce_scatter(xr, 0, engine=engine, out=rs_out)
+        rs_ref = _sum_ref(xr.cpu()).chunk(w, 0)[me]
+        _close(got.cpu(), rs_ref, f"replayed reduce_scatter, call {it}")
+        if it % 3 == 2:  # the raw eager path in between, on the same ops
+            _close(ditron.ops.reduce_scatter(xr, 0, engine=engine).cpu(), rs_ref,
+                   f"eager reduce_scatter, call {it}")
+            _close(ditron.ops.all_gather(x, 0, engine=engine).cpu(), ref,
+                   f"eager all_gather, call {it}")
+    replays.run = run
+    return outcomes
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("engine", ["copy_engine", "sm"])
+def test_replays_cuda_two_ranks(monkeypatch, engine):
+    """On 2 GPUs (one process each) or 1 GPU shared by 2 processes; several chunks per
+    part. Rank 0 has 4 keys (2 ops, 2 sizes), rank 1 has 8."""
+    monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "40000")
+    calls = 12
+    outcomes = ditron.launch(check_replays_cuda, 2, calls, engine, backend="cuda")
+    assert outcomes[0] == {"eager": 4, "captured": 4, "replayed": 16}, outcomes
+    assert outcomes[1] == {"eager": 8, "captured": 8, "replayed": 8}, outcomes
