@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
         return 0
     world = args.world_size or (max(torch.cuda.device_count(), 1) if backend == "cuda" else 2)
     if "DITRON_HEAP_SIZE" not in os.environ:
-        need = 4 * world * max(sizes) + (1 << 30)
+        need = 6 * world * max(sizes) + (1 << 30)
         os.environ["DITRON_HEAP_SIZE"] = str(need if backend == "cuda" else
                                              max(need, 256 << 20))
     ditron.launch(_run, world, args, sizes, backend=backend)

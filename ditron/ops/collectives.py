@@ -128,8 +128,8 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int,
         rt = current()
         if rt.world.backend == "cpu":
             return "copy_engine"
-        return _auto_engine(op, nbytes_per_peer, fusable and op in _FUSED_OPS,
-                            graph_mode() or replay, rt.topo.num_nodes)
+        return _auto_engine(op, nbytes_per_peer, fusable and op in _FUSED_OPS, graph_mode(),
+                            rt.topo.num_nodes, replay)
     if name not in ENGINES:
         raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}; choose 'auto' or one of "
                          f"{', '.join(ENGINES)}")
@@ -137,15 +137,18 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int,
 
 
 def _auto_engine(op: str, nbytes_per_peer: int, fusable: bool, graph: bool,
-                 nodes: int) -> str:
+                 nodes: int, replay: bool = False) -> str:
     """``"auto"``'s engine on GPU for a call of ``op`` moving ``nbytes_per_peer`` bytes per
-    peer (``fusable``: it has a fused path; ``graph``: it must be graph-safe)."""
+    peer (``fusable``: it has a fused path; ``graph``: it must be graph-safe; ``replay``:
+    it will be a replayed graph, ``ops/replays.py``)."""
     if fusable and graph and (op not in _CHUNKED_GRAPH_OPS or nodes > 1):
         return "sm"  # the graph-safe path
     if fusable and nodes == 1:
         limit = _fused_limit(op)
         if graph:
             limit = min(limit, FUSED_GRAPH_MAX_BYTES)
+        elif replay:
+            limit = REPLAY_FUSED_MAX_BYTES.get(op, limit)
         return "sm" if nbytes_per_peer < limit else "copy_engine"
     return "sm" if nbytes_per_peer < SM_MAX_BYTES else "copy_engine"
 
@@ -290,6 +293,11 @@ def _check_out(op: str, out: torch.Tensor, shape: tuple, dtype: torch.dtype) -> 
 #: eagerly back to back, into preallocated outputs (docs/perf.md, session 22): <fill>
 REPLAY_MIN_BYTES = 1 << 20
 _REPLAYED_ENGINES = ("copy_engine", "sm")
+#: replayed calls: ``"auto"`` takes the fused kernel below this many bytes per peer, the
+#: copy engine's exchange from there. 2 H200s, eagerly back to back (docs/perf.md, session
+#: 22): all-gather fused / copy engine 122.8 / 130.6 us at 32 MB per peer, 187.3 / 172.4
+#: at 48 MB; reduce-scatter 68.6 / 78.1 at 16 MB, 130.0 / 124.3 at 32 MB
+REPLAY_FUSED_MAX_BYTES = {"all_gather": 48 << 20, "reduce_scatter": 32 << 20}
 
 
 def _replayable(x: torch.Tensor, dim: int, out: torch.Tensor | None, nbytes: int) -> bool:

@@ -486,7 +486,8 @@ def check_engine_choice() -> tuple[str, str, str]:
 def test_auto_engine_rules():
     """``"auto"`` on GPU (a pure function): the fused kernels below the op's limit per peer
     eagerly, below ``FUSED_GRAPH_MAX_BYTES`` under graphs for the ops whose copy-engine
-    exchange is graph-safe; always the fused path under graphs for the others."""
+    exchange is graph-safe, below ``REPLAY_FUSED_MAX_BYTES`` for replayed calls; always the
+    fused path under graphs for the others."""
     from ditron.ops import collectives as c
 
     mb = 1 << 20
@@ -507,6 +508,12 @@ def test_auto_engine_rules():
     assert pick("all_reduce", 1 << 30, True, True, 1) == "sm"
     assert pick("all_to_all", 512 << 10, False, False, 1) == "sm"  # uneven splits
     assert pick("all_to_all", 2 * mb, False, False, 1) == "copy_engine"
+    # replayed graphs (a given out): the all-gather's fused kernel below 48 MB per peer,
+    # the reduce-scatter's below 32 MB
+    assert pick("all_gather", 40 * mb, True, False, 1, replay=True) == "sm"
+    assert pick("all_gather", 48 * mb, True, False, 1, replay=True) == "copy_engine"
+    assert pick("reduce_scatter", 16 * mb, True, False, 1, replay=True) == "sm"
+    assert pick("reduce_scatter", 32 * mb, True, False, 1, replay=True) == "copy_engine"
 
 
 def test_env_override_selects_engine(monkeypatch):
