@@ -34,6 +34,7 @@ from .exchange import (
     engine_instance,
     exchange,
     gather_on_node,
+    next_turn,
     push_gather,
     push_reduce_scatter,
     refuse_capture,
@@ -250,13 +251,14 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
         return out
     if replay:
         flat, flat_out = x.view(-1), out.view(-1)
+        key = ("all_gather", eng, *replays.key_of(x, out))
         if eng == "sm":
-            fn = lambda: _fused(flat, kfc.ALL_GATHER, flat_out)  # noqa: E731
+            replays.run(key, lambda: _fused(flat, kfc.ALL_GATHER, flat_out))
         else:
             rows = flat_out.view(w, -1)
-            fn = lambda: push_gather("all_gather.replay", flat, rows, eng, True,  # noqa: E731
-                                     halves=1)
-        replays.run(("all_gather", eng, *replays.key_of(x, out)), fn)
+            turn = next_turn("all_gather.replay", out.numel() * out.element_size())
+            replays.run((*key, turn), lambda: push_gather("all_gather.replay", flat, rows,
+                                                          eng, True, turn))
         return out
     flat_out = out.view(-1) if out is not None and d == 0 and out.is_contiguous() else None
     if _fused_ok(eng, xm.numel(), "all_gather"):
@@ -368,12 +370,13 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
         return _into(out, x) if out is not None else _copy_out(x)
     if replay:
         parts, flat_out = x.view(w, -1), out.view(-1)
+        key = ("reduce_scatter", eng, *replays.key_of(x, out))
         if eng == "sm":
-            fn = lambda: _fused(parts.view(-1), kfc.REDUCE_SCATTER, flat_out)  # noqa: E731
+            replays.run(key, lambda: _fused(parts.view(-1), kfc.REDUCE_SCATTER, flat_out))
         else:
-            fn = lambda: push_reduce_scatter("reduce_scatter.replay", parts,  # noqa: E731
-                                             eng, True, halves=1, out=flat_out)
-        replays.run(("reduce_scatter", eng, *replays.key_of(x, out)), fn)
+            turn = next_turn("reduce_scatter.replay", x.numel() * x.element_size())
+            replays.run((*key, turn), lambda: push_reduce_scatter(
+                "reduce_scatter.replay", parts, eng, True, turn, out=flat_out))
         return out
     xm = (x if d == 0 else x.movedim(d, 0)).contiguous()
     rows = xm.shape[0] // w

@@ -336,12 +336,12 @@ class Chunked:
 
 
 def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
-                 graph: bool, halves: int | None = None) -> Chunked:
+                 graph: bool, turn: Turn | None = None) -> Chunked:
     """Open one call of the chunked exchange ``key`` with an inbox of ``numel`` elements:
     host epochs (:func:`open_exchange`) or, with ``graph``, device epochs
-    (:func:`graph_pad`, with ``halves``)."""
+    (:func:`graph_pad`, with ``turn``)."""
     if graph:
-        g = graph_pad(key, dtype, numel, halves)
+        g = graph_pad(key, dtype, numel, turn)
         return Chunked(g.inbox, current().topo.node_ranks(), g.pad, True, g.epoch, g.ack,
                        implied=g.implied)
     call = open_exchange(key, dtype, numel, {}, engine)
@@ -497,7 +497,7 @@ def gather_on_node(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
 
 
 def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
-                graph: bool = False, halves: int | None = None) -> None:
+                graph: bool = False, turn: Turn | None = None) -> None:
     """All-gather on one node by pushes: ``out[q]`` (``out``: ``[W, n]``) receives rank
     ``q``'s ``flat`` (``[n]``, contiguous).
 
@@ -510,7 +510,7 @@ def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
 
     ``graph``: the graph-safe variant (:func:`graph_pad`; the pushes take turns over
     ``PUSH_LANES`` streams, the first push to ``q`` on each waiting for ``q``'s ack of the
-    previous call; ``halves``: :func:`graph_pad`'s)."""
+    previous call; ``turn``: :func:`graph_pad`'s)."""
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
     n = flat.numel()
@@ -519,7 +519,7 @@ def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
         _push_gather_raw(key, flat, out, bounds)
         return
     start = _early_mark(engine, graph)
-    x = open_chunked(key, flat.dtype, w * n, engine, graph, halves)
+    x = open_chunked(key, flat.dtype, w * n, engine, graph, turn)
     slots = x.inbox.view(w, n)
     eng = _push_chunks(x, engine, [[Transfer(flat[lo:hi], slots[me, lo:hi], me, q,
                                              x.ready(i, me)) for q in x.node if q != me]
@@ -597,7 +597,7 @@ def _spans(node: range, me: int) -> list[range]:
 
 
 def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
-                        graph: bool = False, halves: int | None = None,
+                        graph: bool = False, turn: Turn | None = None,
                         out: torch.Tensor | None = None) -> torch.Tensor:
     """Reduce-scatter on one node by pushes: returns the sum over ranks of their row ``me``
     of ``parts`` (``[W, c]``, contiguous), accumulated in fp32, in ``parts``' dtype (into
@@ -612,7 +612,7 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
 
     ``graph``: the graph-safe variant (:func:`graph_pad`: one inbox, device epochs; the
     pushes take turns over ``PUSH_LANES`` streams, the first push to ``q`` on each waiting
-    for ``q``'s ack of the previous call; ``halves``: :func:`graph_pad`'s).
+    for ``q``'s ack of the previous call; ``turn``: :func:`graph_pad`'s).
     """
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
@@ -621,7 +621,7 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     if usable(engine, graph) and parts.is_contiguous():
         return _push_reduce_scatter_raw(key, parts, bounds, out)
     start = _early_mark(engine, graph)
-    x = open_chunked(key, parts.dtype, w * c, engine, graph, halves)
+    x = open_chunked(key, parts.dtype, w * c, engine, graph, turn)
     slots = x.inbox.view(w, c)
     eng = _push_chunks(x, engine, [[Transfer(parts[q, lo:hi], slots[me, lo:hi], me, q,
                                              x.ready(i, me)) for q in x.node if q != me]
@@ -679,8 +679,45 @@ class GraphPad:
     implied: bool = False  # the readers' acknowledgement is implied: no wait
 
 
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """A graph-safe call's half of a two-half inbox and whether the readers'
+    acknowledgement is implied, decided by the caller (:func:`next_turn`) instead of
+    :func:`graph_pad`'s capture bookkeeping."""
+
+    half: int
+    implied: bool
+
+
+def next_turn(key: str, nbytes: int) -> Turn:
+    """The :class:`Turn` of the next eager call of the graph-safe exchange ``key`` whose
+    inbox holds ``nbytes``, replayed from a graph or not (``ops/replays.py``).
+
+    Calls on one inbox take turns over its halves by a count on the host, which every rank
+    advances alike (every rank makes every call), and follow each other in stream order on
+    every rank: a call on another stream than the inbox's previous one first makes its
+    stream wait for that one. So a call's writes into a peer's half come after my previous
+    call's waits for every peer's data, and each peer sent that data after its own call
+    before, the reads of the half written now included: the acknowledgement is implied
+    (as with ``ACK_BY_DATA`` inside one capture), except for the first call on an inbox
+    (or on a new one, after the workspaces were released), whose writes wait for it."""
+    rt = current()
+    inbox_key = f"{key}:graph2:{_inbox_cap(nbytes)}"
+    ws = rt.cache.get(("workspace", "inbox", inbox_key))
+    inbox = ws.tensors[0].data_ptr() if ws is not None else None
+    # calls so far, the last one's stream and inbox address
+    turns = rt.cache.setdefault(("replay_turns", inbox_key), [0, None, None])
+    stream = torch.cuda.current_stream()
+    if turns[1] is not None and turns[1] != stream:
+        stream.wait_stream(turns[1])
+    implied = ACK_BY_DATA and turns[0] > 0 and inbox is not None and inbox == turns[2]
+    turn = Turn(turns[0] % 2, implied)
+    turns[:] = [turns[0] + 1, stream, inbox]
+    return turn
+
+
 def graph_pad(key: str, dtype: torch.dtype, numel: int,
-              halves: int | None = None) -> GraphPad:
+              turn: Turn | None = None) -> GraphPad:
     """The graph-safe variant of the chunked exchanges (what a CUDA graph replays): an inbox
     of ``numel`` elements, its epoch ``E`` counted on the device (bumped here), and a pad of
     ``(PULL_MAX_CHUNKS + 1) * W`` slots: ``ready`` of chunk ``i`` from rank ``q`` at ``i * W
@@ -701,14 +738,14 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
     finished, the reads of this half included. The first call of a capture on each inbox,
     and every call outside a capture, waits.
 
-    ``halves`` overrides ``GRAPH_HALVES`` for this call. With one inbox the protocol does
-    not depend on which calls were captured together, so ranks may mix captured and
-    uncaptured calls on it freely (``ops/replays.py``).
+    ``turn`` (:func:`next_turn`) sets the half and whether the acknowledgement is implied
+    (two halves, whatever ``GRAPH_HALVES`` says): the eager calls that ``ops/replays.py``
+    replays or runs uncaptured, whose turns cannot depend on what was captured together.
 
     Each power-of-two size class has its own inbox, never regrown: a graph captured with a
     small size keeps its buffer when a larger size is warmed up later. Every size shares the
     pad and its epoch."""
-    halves = GRAPH_HALVES if halves is None else halves
+    halves = GRAPH_HALVES if turn is None else 2
     if halves not in (1, 2):
         raise ValueError(f"exchange.GRAPH_HALVES must be 1 or 2, got {halves!r}")
     rt = current()
@@ -727,6 +764,8 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
     notify_peers(pad, ack + me, epoch - 1, rt.topo.node_ranks(), skip=me)
     if halves == 1:
         return GraphPad(pad, raw[0, :nbytes].view(dtype), epoch, ack)
+    if turn is not None:
+        return GraphPad(pad, raw[turn.half, :nbytes].view(dtype), epoch, ack, turn.implied)
     turns = rt.cache.setdefault(turns_key, [0, None])  # calls so far, the last one's capture
     half = turns[0] % 2
     graph = capture_id()

@@ -13,10 +13,12 @@ exactly those addresses:
   uncaptured (it also makes its workspace, collectively, as a warm-up does);
 * the second captures it in a graph of its own and replays that graph; later ones replay.
 
-Every call, captured or not, runs the graph-safe protocol once (the exchange on one inbox,
-``halves=1`` of ``exchange.graph_pad``, whose protocol does not depend on which calls were
-captured together; the fused kernel's epochs live on the device anyway), so ranks whose
-caches differ (one reuses its ``out``, another does not) stay in step. A replay reads and
+Every call, captured or not, runs the graph-safe protocol once, so ranks whose caches
+differ (one reuses its ``out``, another does not) stay in step: the fused kernel's epochs
+live on the device; the exchange's calls take turns over the two halves of its inbox by a
+count on the host that every rank advances alike (``exchange.next_turn``, part of the key),
+with the readers' acknowledgement implied by the previous call's data, so a replay starts
+pushing without a handshake. A replay reads and
 writes the addresses it was captured with; the key holds them, so a replay only runs for
 tensors at those addresses with that shape, dtype and strides.
 
