@@ -13,7 +13,8 @@ NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 echo "== $NGPU GPU(s); results in $OUT/collectives"
 
 # 1. GPU tests (2 ranks; they share the GPU when only one is visible)
-timeout 170 python3 -m pytest -q -m gpu tests/ops/test_collectives.py tests/engines/test_engines.py \
+timeout 240 python3 -m pytest -q -m gpu tests/ops/test_collectives.py tests/ops/test_out.py \
+  tests/engines/test_engines.py \
   2>&1 | tee "$OUT/collectives/gpu_tests.log" || echo "GPU TESTS FAILED (see gpu_tests.log)"
 
 # 2. benchmark: 2 ranks, bf16, 4 KB .. 256 MB (1 GB with FULL=1), every op and engine vs torch
