@@ -7,6 +7,8 @@ from CUDA graphs (``ops/replays.py``), with ranks whose graph caches differ."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
@@ -27,6 +29,22 @@ def _outs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device):
     return [("plain", plain), ("strided", strided), ("symmetric", symmetric)]
 
 
+def _into_each_out(op: str, x: torch.Tensor, dim: int, engine: str, ref: torch.Tensor,
+                   what: str) -> int:
+    """``op(x, dim)`` into each kind of ``out`` (:func:`_outs`), each compared with ``ref``;
+    returns the number of checks."""
+    device = ditron.world().device
+    checks = 0
+    for kind, out in _outs(tuple(ref.shape), ref.dtype, device):
+        got = getattr(ditron.ops, op)(x, dim, engine=engine, out=out)
+        assert got is out, f"{op} {engine} {kind} dim {dim}: did not return out"
+        _close(out.cpu(), ref, f"{op} {engine} into {kind} out, dim {dim}, {what}")
+        checks += 1
+        if kind == "symmetric":
+            ditron.free(out)
+    return checks
+
+
 def check_out(engines: tuple[str, ...], calls: int) -> int:
     poison_empty()
     world = ditron.world()
@@ -40,14 +58,7 @@ def check_out(engines: tuple[str, ...], calls: int) -> int:
             x = x.to(device)
             for dim in (0, 1):
                 ref = torch.cat(parts, dim)
-                for kind, out in _outs(tuple(ref.shape), dtype, device):
-                    got = ditron.ops.all_gather(x, dim, engine=eng, out=out)
-                    assert got is out, f"{eng} {kind} dim {dim}: did not return out"
-                    _close(out.cpu(), ref, f"all_gather {eng} into {kind} out, dim {dim}, "
-                                           f"call {it}")
-                    checks += 1
-                    if kind == "symmetric":
-                        ditron.free(out)
+                checks += _into_each_out("all_gather", x, dim, eng, ref, f"call {it}")
     return checks
 
 
@@ -65,14 +76,7 @@ def check_rs_out(engines: tuple[str, ...], calls: int) -> int:
                 x = torch.randn(*shape, generator=_gen(me, it, dim, 37)).to(dtype)
                 ref = _sum_ref(x).chunk(w, dim)[me]
                 x = x.to(device)
-                for kind, out in _outs(tuple(ref.shape), dtype, device):
-                    got = ditron.ops.reduce_scatter(x, dim, engine=eng, out=out)
-                    assert got is out, f"{eng} {kind} dim {dim}: did not return out"
-                    _close(out.cpu(), ref, f"reduce_scatter {eng} into {kind} out, dim {dim}, "
-                                           f"call {it}")
-                    checks += 1
-                    if kind == "symmetric":
-                        ditron.free(out)
+                checks += _into_each_out("reduce_scatter", x, dim, eng, ref, f"call {it}")
     return checks
 
 
@@ -222,3 +226,49 @@ def test_replays_cuda_two_ranks(monkeypatch, engine):
     assert all(sum(seen.values()) == 2 * calls for seen in outcomes), outcomes
     assert outcomes[0].get("replayed", 0) >= calls // 2, outcomes
     assert outcomes[0] != outcomes[1], outcomes  # the ranks' caches differed
+
+
+class _Stream:
+    """Stands in for ``torch.cuda.Stream`` in :func:`check_turns`: records waits."""
+
+    def __init__(self, name: str, waits: list) -> None:
+        self.name, self.waits = name, waits
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Stream) and other.name == self.name
+
+    def wait_stream(self, other: _Stream) -> None:
+        self.waits.append((self.name, other.name))
+
+
+def check_turns() -> list:
+    """``exchange.next_turn`` on the CPU backend with stand-in streams: halves alternate,
+    the acknowledgement is implied only after a call on the same inbox, a call on another
+    stream waits for the previous one's, and a new inbox (the workspaces released) starts
+    over."""
+    from ditron.ops import exchange
+    from ditron.runtime.world import current
+
+    waits: list = []
+    streams = {name: _Stream(name, waits) for name in ("a", "b")}
+    use = ["a"]
+    torch.cuda.current_stream = lambda: streams[use[0]]
+    key, nbytes = "test.turns", 1000
+    inbox_key = ("workspace", "inbox", f"{key}:graph2:{exchange._inbox_cap(nbytes)}")
+    cache = current().cache
+    turns = [exchange.next_turn(key, nbytes)]  # no inbox yet: waits
+    cache[inbox_key] = types.SimpleNamespace(tensors=[torch.empty(8)])
+    turns.append(exchange.next_turn(key, nbytes))  # the inbox is new: waits
+    turns.append(exchange.next_turn(key, nbytes))  # implied
+    use[0] = "b"
+    turns.append(exchange.next_turn(key, nbytes))  # another stream: waits for a, implied
+    cache[inbox_key] = types.SimpleNamespace(tensors=[torch.empty(16)])  # a new inbox
+    turns.append(exchange.next_turn(key, nbytes))
+    turns.append(exchange.next_turn(key, nbytes))
+    return [(t.half, t.implied) for t in turns] + waits
+
+
+def test_turns_of_replayed_exchanges():
+    got = ditron.launch(check_turns, 1, backend="cpu")[0]
+    assert got == [(0, False), (1, False), (0, True), (1, True), (0, False), (1, True),
+                   ("b", "a")]
