@@ -87,8 +87,13 @@ def run(key: tuple, fn: Callable[[], object]) -> str:
         graph.capture_begin(capture_error_mode="thread_local")
         try:
             fn()
-        finally:
-            graph.capture_end()
+        except BaseException:
+            try:  # end the capture; the call's own error is the one to report
+                graph.capture_end()
+            except Exception:
+                pass
+            raise
+        graph.capture_end()
     torch.cuda.current_stream().wait_stream(stream)
     cache.graphs[key] = graph
     if len(cache.graphs) > MAX_GRAPHS:
