@@ -124,7 +124,7 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int,
     """The engine for this call: the argument, else ``DITRON_<OP>_ENGINE``, else
     ``DITRON_ENGINE``, else ``"auto"``'s choice (``fusable``: whether this call has a fused
     path, i.e. the op has one and, for all_to_all, the splits are even; ``replay``: the
-    copy engine's call would be a graph replay, so ``"auto"`` chooses as under graphs)."""
+    call would be a graph replay, so ``"auto"`` chooses by ``REPLAY_FUSED_MAX_BYTES``)."""
     name = (engine or os.environ.get(f"DITRON_{op.upper()}_ENGINE")
             or os.environ.get("DITRON_ENGINE") or "auto")
     if name == "auto":
@@ -229,8 +229,9 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     every rank's part straight into the peers' ``out``: no inbox and no copy out of it
     (:func:`~ditron.ops.raw_pushes.push_gather_direct`). Every rank must then pass such an
     ``out``; ranks that disagree raise ``ValueError``. Any other contiguous ``out`` with
-    ``dim=0`` and a contiguous ``x`` of at least ``REPLAY_MIN_BYTES`` lets the eager copy
-    engine replay a CUDA graph of the call (``ops/replays.py``), as does ``reduce_scatter``.
+    ``dim=0`` and a contiguous ``x`` of at least ``REPLAY_MIN_BYTES`` per peer makes an
+    eager call on one GPU node (copy engine or fused kernel) the replay of a CUDA graph of
+    the call (``ops/replays.py``), as for ``reduce_scatter``.
     """
     _check_tensor("all_gather", x)
     d = _dim("all_gather", x, dim)
@@ -348,11 +349,11 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
 
     ``out`` (optional): the result's tensor (its shape, dtype and device; must not overlap
     ``x``), filled and returned. With a contiguous ``out``, ``dim=0``, a contiguous ``x``
-    and at least ``REPLAY_MIN_BYTES`` per peer, the eager copy engine on one GPU node runs
-    the call as the replay of a CUDA graph captured on ``x`` and ``out`` (the second call
-    on those addresses captures it; ``ops/replays.py``): the graph-safe exchange's finer
-    chunks at the cost of one launch. Every rank must then pass such an ``out``; ranks
-    that disagree raise ``ValueError``.
+    and at least ``REPLAY_MIN_BYTES`` per peer, an eager call on one GPU node (copy engine
+    or fused kernel) runs as the replay of a CUDA graph captured on ``x`` and ``out`` (the
+    second call on those addresses captures it; ``ops/replays.py``): the graph-safe
+    variant's work (the exchange's finer chunks) at the host cost of one launch. Every
+    rank must then pass such an ``out``; ranks that disagree raise ``ValueError``.
     """
     _check_tensor("reduce_scatter", x)
     d = _dim("reduce_scatter", x, dim)
