@@ -25,7 +25,7 @@ from .. import language as dl
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, register_engine
-from .streams import allocator_tensors, join, mark_current, start_after
+from .streams import SideLane
 
 # Descriptor row: src address, dst address, numel, src rank, dst rank, signal address
 # (0: none), signal rank.
@@ -98,13 +98,7 @@ class SmEngine(Engine):
         cpu = current().world.backend == "cpu"
         self.block = block or (4096 if cpu else 2048)
         self._tables: OrderedDict = OrderedDict()
-        # concurrent (CUDA): launch on a side stream that first waits for the issuing
-        # stream, so later work of the issuing stream (a GEMM) runs beside the moves on the
-        # SMs it leaves free; drain() makes the issuing stream wait for it
-        self._side = torch.cuda.Stream(current().world.device) if concurrent and not cpu \
-            else None
-        self._pending = False
-        self._held: list[torch.Tensor] = []
+        self._lane = SideLane(current().world.device, concurrent)
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rt = current()
@@ -113,23 +107,14 @@ class SmEngine(Engine):
             _check(t, rt.world.rank)
             value = t.signal.value if t.signal is not None else 0
             groups.setdefault((t.src.dtype, t.reduce, value), []).append(t)
-        if self._side is None:
+        with self._lane.launching(transfers, since):
             self._launch(groups, rt.context())
-            return
-        start_after(self._side, since)
-        self._held += allocator_tensors(transfers)
-        with torch.cuda.stream(self._side):
-            self._launch(groups, rt.context())
-        self._pending = True
 
     def mark(self) -> object | None:
-        return mark_current(self._side.device.index) if self._side is not None else None
+        return self._lane.mark()
 
     def drain(self) -> None:
-        if self._pending:
-            join(self._side)
-            self._pending = False
-            self._held = []
+        self._lane.drain()
 
     def _launch(self, groups: dict, ctx) -> None:
         for (_, reduce, value), batch in groups.items():

@@ -25,6 +25,7 @@ session 17).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import torch
@@ -102,3 +103,38 @@ def follow(waiter: int, side: torch.cuda.Stream) -> None:
     event = _events(side.device.index).join
     stream_memops.record_event(event, side.cuda_stream)
     stream_memops.wait_event(waiter, event)
+
+
+class SideLane:
+    """Where an SM-based engine (``sm``, ``tma``) launches: inline on the issuing stream,
+    or (``concurrent``, CUDA) on a side stream that first waits for the issuing stream (or
+    a mark), so later work of the issuing stream (a GEMM) runs beside the moves on the SMs
+    it leaves free; :meth:`drain` makes the issuing stream wait for it."""
+
+    def __init__(self, device: torch.device, concurrent: bool) -> None:
+        self.side = torch.cuda.Stream(device) if concurrent and device.type == "cuda" \
+            else None
+        self._pending = False
+        self._held: list[torch.Tensor] = []
+
+    @contextlib.contextmanager
+    def launching(self, transfers, since: object | None = None):
+        """Context for the launches of ``transfers``: the side stream (after ``since``)
+        holding their allocator tensors until :meth:`drain`, or the current stream."""
+        if self.side is None:
+            yield
+            return
+        start_after(self.side, since)
+        self._held += allocator_tensors(transfers)
+        with torch.cuda.stream(self.side):
+            yield
+        self._pending = True
+
+    def mark(self) -> object | None:
+        return mark_current(self.side.device.index) if self.side is not None else None
+
+    def drain(self) -> None:
+        if self._pending:
+            join(self.side)
+            self._pending = False
+            self._held = []

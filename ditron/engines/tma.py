@@ -1,19 +1,25 @@
 """TMA engine: bulk tensor copies (Hopper's Tensor Memory Accelerator) on a few programs.
 
 One launch per transfer. The transfer's ``n`` elements are viewed as ``rows = n // C`` rows
-of ``C`` elements (512 bytes) plus a tail of ``n - rows * C`` elements. The rows move as
-``[BLOCK_R, C]`` boxes through two host-side tensor descriptors (source and destination,
-either of them a peer's heap seen through ``ditron.peer``: one address space), program ``p``
-taking boxes ``p, p + P, ...``; program 0 also copies the tail with plain loads and stores.
-The last program to finish raises the transfer's signal with ``notify`` (release, system
-scope), as the SM engine does; on the GPU each program first waits for its bulk stores to
-complete and fences the async proxy, so the data is visible before the signal. A transfer
-whose addresses break the TMA rules (16-byte aligned base) moves with plain loads and stores
-in the same kernel.
+of ``C`` elements (512 bytes, at most 256 elements) plus a tail of ``n - rows * C``
+elements. The rows move as ``[BLOCK_R, C]`` boxes through two host-side tensor descriptors
+(source and destination, either of them a peer's heap seen through ``ditron.peer``: one
+address space), program ``p`` taking boxes ``p, p + P, ...``; program 0 also copies the tail
+with plain loads and stores. The last program to finish raises the transfer's signal with
+``notify`` (release, system scope), as the SM engine does; on the GPU each program first
+waits for its bulk stores to complete and fences the async proxy, so the data is visible
+before the signal. A transfer whose addresses break the TMA rules (16-byte aligned base)
+moves with plain loads and stores in the same kernel.
+
+Where it pays (2 H200s, ``docs/perf.md`` session 23): per program it moves 2-4x what the
+``sm`` engine's load/store programs move, so it is the SM engine for moves that must leave
+most SMs to a GEMM (AG-GEMM's ``engine="tma"``); with 16 programs and 256 MB each way at
+once, pushes 312 GB/s against 147, pulls 217 against 58; at 132 programs both move about
+300. The collectives use the copy engine or their fused kernels instead: ``engine="tma"``
+there launches once per transfer and is host-bound.
 
 The CPU backend runs it under Triton's interpreter, which emulates descriptors; that checks
-the indexing and the protocol, not the speed. Whether TMA pays over the ``sm`` engine's
-load/store programs on a given GPU is for ``ditron bench collectives --engines tma,sm``.
+the indexing and the protocol, not the speed.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ import triton.language as tl
 from .. import language as dl
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, register_engine
+from .streams import SideLane
 
 _BOX_BYTES = 512  # one box row: C elements
+_BOX_DIM_MAX = 256  # elements per box dimension (a TMA rule)
 
 
 def _row_elems(t: torch.Tensor) -> int:
-    return _BOX_BYTES // t.element_size()
+    return min(_BOX_BYTES // t.element_size(), _BOX_DIM_MAX)
 
 
 @triton.jit(do_not_specialize=["value"])
@@ -65,15 +73,24 @@ def _tma_copy_kernel(src_desc, dst_desc, src, dst, rows, n, counter, sig_ptr, va
             dl.notify(sig_ptr, value, sig_rank, ctx)
 
 
+def check_supported(device: torch.device) -> None:
+    """Raise ``NotImplementedError`` on a GPU older than Hopper (no TMA); the CPU backend
+    emulates it."""
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] < 9:
+        raise NotImplementedError("the 'tma' engine needs a Hopper (sm_90) or newer GPU; "
+                                  "use engine='sm' or 'copy_engine'")
+
+
 @register_engine
 class TmaEngine(Engine):
     """Bulk tensor copies on ``programs`` programs per transfer (``block_rows`` x 512-byte
-    boxes)."""
+    boxes). ``concurrent`` (CUDA): on a side stream, as the ``sm`` engine."""
 
     name = "tma"
     can_reduce = False
 
-    def __init__(self, programs: int | None = None, block_rows: int = 32) -> None:
+    def __init__(self, programs: int | None = None, block_rows: int = 128,
+                 concurrent: bool = False) -> None:
         rt = current()
         if programs is not None and programs < 1:
             raise ValueError(f"tma engine: programs must be >= 1, got {programs}")
@@ -81,57 +98,66 @@ class TmaEngine(Engine):
             raise ValueError(f"tma engine: block_rows must be a power of two in [1, 256], "
                              f"got {block_rows}")
         cpu = rt.world.backend == "cpu"
-        if not cpu and torch.cuda.get_device_capability(rt.world.device)[0] < 9:
-            raise NotImplementedError("the 'tma' engine needs a Hopper (sm_90) or newer GPU; "
-                                      "use engine='sm' or 'copy_engine'")
-        self.programs = programs or (1 if cpu else 8)
+        check_supported(rt.world.device)
+        self.programs = programs or (1 if cpu else 16)
         self.block_rows = block_rows
+        self._lane = SideLane(rt.world.device, concurrent)
         # programs count themselves out here; the last one resets it, and launches of one
         # process are stream-ordered, so one counter serves every transfer
         self._counter = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
+        me = current().world.rank
+        for t in transfers:
+            _check(t, me)
+        with self._lane.launching(transfers, since):
+            for t in transfers:
+                self._launch(t)
+
+    def mark(self) -> object | None:
+        return self._lane.mark()
+
+    def drain(self) -> None:
+        self._lane.drain()
+
+    def _launch(self, t: Transfer) -> None:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         from ..runtime.symmetric import peer
 
         rt = current()
         me = rt.world.rank
-        ctx = rt.context()
-        gpu = rt.world.device.type == "cuda"
-        for t in transfers:
-            _check(t, me)
-            n = t.src.numel()
-            if n == 0 and t.signal is None:
-                continue
-            # the remote side as this rank sees it: a view of the peer's heap (an empty
-            # transfer only raises its signal; any valid pointer stands in for its tensors)
-            if n == 0:
-                src = dst = t.src.new_empty(1)
-            else:
-                src = t.src if t.src_rank == me else peer(t.src, t.src_rank)
-                dst = t.dst if t.dst_rank == me else peer(t.dst, t.dst_rank)
-            C = _row_elems(src)
-            rows = n // C
-            use_tma = rows > 0 and src.data_ptr() % 16 == 0 and dst.data_ptr() % 16 == 0
-            if use_tma:
-                box = [min(self.block_rows, triton.next_power_of_2(rows)), C]
-                src_desc = TensorDescriptor(src.view(-1)[: rows * C].view(rows, C), [rows, C],
-                                            [C, 1], box)
-                dst_desc = TensorDescriptor(dst.view(-1)[: rows * C].view(rows, C), [rows, C],
-                                            [C, 1], box)
-                block_r = box[0]
-            else:
-                src_desc, dst_desc, block_r = src, dst, 1
-            counter = self._counter
-            sig_ptr, value, sig_rank = counter, 0, me
-            if t.signal is not None:
-                sig_ptr = t.signal.pad.signals[t.signal.index:]
-                value, sig_rank = t.signal.value, t.dst_rank
-            _tma_copy_kernel[(self.programs,)](
-                src_desc, dst_desc, src, dst, rows, n, counter, sig_ptr, value, sig_rank, ctx,
-                C=C, BLOCK_R=block_r, TAIL_BLOCK=1024, USE_TMA=use_tma,
-                SIGNAL=t.signal is not None, GPU=gpu, num_warps=4)
+        n = t.src.numel()
+        if n == 0 and t.signal is None:
+            return
+        # the remote side as this rank sees it: a view of the peer's heap (an empty
+        # transfer only raises its signal; any valid pointer stands in for its tensors)
+        if n == 0:
+            src = dst = t.src.new_empty(1)
+        else:
+            src = t.src if t.src_rank == me else peer(t.src, t.src_rank)
+            dst = t.dst if t.dst_rank == me else peer(t.dst, t.dst_rank)
+        C = _row_elems(src)
+        rows = n // C
+        use_tma = rows > 0 and src.data_ptr() % 16 == 0 and dst.data_ptr() % 16 == 0
+        if use_tma:
+            box = [min(self.block_rows, triton.next_power_of_2(rows)), C]
+            src_desc = TensorDescriptor(src.view(-1)[: rows * C].view(rows, C), [rows, C],
+                                        [C, 1], box)
+            dst_desc = TensorDescriptor(dst.view(-1)[: rows * C].view(rows, C), [rows, C],
+                                        [C, 1], box)
+            block_r = box[0]
+        else:
+            src_desc, dst_desc, block_r = src, dst, 1
+        counter = self._counter
+        sig_ptr, value, sig_rank = counter, 0, me
+        if t.signal is not None:
+            sig_ptr = t.signal.pad.signals[t.signal.index:]
+            value, sig_rank = t.signal.value, t.dst_rank
+        _tma_copy_kernel[(self.programs,)](
+            src_desc, dst_desc, src, dst, rows, n, counter, sig_ptr, value, sig_rank,
+            rt.context(), C=C, BLOCK_R=block_r, TAIL_BLOCK=1024, USE_TMA=use_tma,
+            SIGNAL=t.signal is not None, GPU=rt.world.device.type == "cuda", num_warps=4)
 
 
 def _check(t: Transfer, rank: int) -> None:

@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 import triton
 
+from ..engines import tma
 from ..engines.base import Signal, Transfer
 from ..engines.streams import MARK_RING
 from ..engines.sync import bump, notify_one, notify_peers, use_stream_memops, wait_one
@@ -64,10 +65,12 @@ from .graphs import capturing, graph_mode, require_warm
 from .workspaces import alloc_buffers, cached
 
 METHODS = ("auto", "overlap", "fallback")
-AG_ENGINES = ("copy_engine", "colocated", "sm", "copy_engine_matmul")
+AG_ENGINES = ("copy_engine", "colocated", "sm", "tma", "copy_engine_matmul")
+#: AG-GEMM engines that push on SMs beside the GEMM (their epochs live on the host)
+AG_SM_ENGINES = ("sm", "tma")
 #: AG-GEMM engines with a graph-safe variant (the others fall back, or raise when forced)
 AG_GRAPH_ENGINES = ("copy_engine", "copy_engine_matmul")
-#: SMs the "sm" AG-GEMM engine takes for its pushes when the tile config does not say
+#: SMs the "sm" / "tma" AG-GEMM engines take for their pushes when the tile config does not say
 #: (``GemmConfig.programs``: the GEMM's programs; the engine gets the device's other SMs)
 COMM_SMS = 16
 RS_ENGINES = ("colocated", "copy_engine", "copy_engine_pull")
@@ -230,7 +233,8 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     (DMA on GPU, no SMs taken from the GEMM), raising one chunk signal per shard, and the
     GEMM reads A locally; ``"sm"`` makes the same pushes with a load/store kernel on
     dedicated SMs beside the GEMM (``config.programs`` GEMM programs, by default all SMs but
-    ``COMM_SMS``: the SMs given to communication are a tuning knob);
+    ``COMM_SMS``: the SMs given to communication are a tuning knob), ``"tma"`` (Hopper) the
+    same with bulk tensor copies on those SMs;
     ``"copy_engine_matmul"`` makes the copy engine's pushes but computes with
     ``torch.matmul`` (cuBLAS) per chunk instead of the persistent GEMM: the own rows
     straight from ``a`` at once, each peer's chunk after a stream-ordered wait for its
@@ -255,7 +259,7 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     if choice.overlap and W % rt.world.local_world_size != 0:
         choice = dataclasses.replace(choice, overlap=False)
     graph = choice.overlap and graph_mode()
-    if graph and (rt.topo.num_nodes > 1 or forced in ("colocated", "sm")):
+    if graph and (rt.topo.num_nodes > 1 or forced in ("colocated", *AG_SM_ENGINES)):
         why = ("ranks span nodes" if rt.topo.num_nodes > 1
                else f"the {forced} engine keeps its epochs on the host; use one of "
                     f"{AG_GRAPH_ENGINES}")
@@ -271,7 +275,9 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     engine = forced or (choice.engine if choice.engine in AG_ENGINES else "copy_engine")
     if graph and engine not in AG_GRAPH_ENGINES:  # the graph-safe variants push by DMA
         engine = "copy_engine"
-    if engine in ("copy_engine", "copy_engine_matmul", "sm") and rt.topo.num_nodes == 1:
+    if engine == "tma":
+        tma.check_supported(a.device)
+    if engine != "colocated" and rt.topo.num_nodes == 1:
         return _ag_pushed(a, b, choice.config, return_gathered,
                           chunk_rows if chunk_rows is not None else choice.chunk_rows, graph,
                           engine)
@@ -323,12 +329,13 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     transfers, has every rank push its shard into rows ``[rank*m, (rank+1)*m)`` of each
     peer's gathered buffer ``e % 2`` and raise the peer's chunk signal ``rank`` to ``e``; the
     GEMM waits per tile for the chunks its rows read (waits derived from the same plan).
-    ``engine_name``: ``"copy_engine"`` (DMA, no SMs) or ``"sm"`` (a load/store kernel on a
-    side stream, on the SMs the GEMM leaves free: ``cfg.programs`` GEMM programs, default
-    all SMs but ``COMM_SMS``), both feeding the persistent GEMM, or ``"copy_engine_matmul"``
-    (DMA pushes, ``torch.matmul`` per chunk: :func:`_ag_by_chunks`). Pushes read the shard
-    from ``a``; so does the persistent GEMM for my own rows where ``m`` is a whole number
-    of tile rows (``GemmHooks.own_a``), else it reads a copy of them in the buffer.
+    ``engine_name``: ``"copy_engine"`` (DMA, no SMs), ``"sm"`` or ``"tma"`` (a load/store or
+    bulk-copy kernel on a side stream, on the SMs the GEMM leaves free: ``cfg.programs`` GEMM
+    programs, default all SMs but ``COMM_SMS``), all feeding the persistent GEMM, or
+    ``"copy_engine_matmul"`` (DMA pushes, ``torch.matmul`` per chunk:
+    :func:`_ag_by_chunks`). Pushes read the shard from ``a``; so does the persistent GEMM
+    for my own rows where ``m`` is a whole number of tile rows (``GemmHooks.own_a``), else
+    it reads a copy of them in the buffer.
 
     Reuse: the engine's side stream first waits for this rank's stream, so the push of call
     ``e`` starts after this rank's GEMM of call ``e - 1``, which waited for every peer's
@@ -373,12 +380,13 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
                 notify_one(pad, first + chunk, epoch, rank)
         else:
             pad.signals.index_fill_(0, ws["own"], epoch)
-    if engine_name == "sm":
+    if engine_name in AG_SM_ENGINES:
         sms = (torch.cuda.get_device_properties(a.device).multi_processor_count
                if a.device.type == "cuda" else 2)
         gemm_programs = cfg.programs or max(1, sms - COMM_SMS)
         cfg = dataclasses.replace(cfg, programs=gemm_programs)
-        engine = engine_instance("sm", programs=max(1, sms - gemm_programs), concurrent=True)
+        engine = engine_instance(engine_name, programs=max(1, sms - gemm_programs),
+                                 concurrent=True)
     else:
         engine = engine_instance("copy_engine")
     src = lambda chunk, _rank: a[chunk.start - rank * m:chunk.stop - rank * m]  # noqa: E731

@@ -181,7 +181,8 @@ def test_engine_errors():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name,options", [("copy_engine", {}), ("copy_engine", {"lanes": 2}),
                                           ("sm", {}), ("sm", {"programs": 4, "block": 256}),
-                                          ("tma", {})])
+                                          ("sm", {"concurrent": True}), ("tma", {}),
+                                          ("tma", {"programs": 4, "concurrent": True})])
 def test_engine_cuda_two_ranks(name, options):
     counts = ditron.launch(check_engine, 2, name, options, 100_003, backend="cuda")
     self_ok = name in ("sm", "tma")

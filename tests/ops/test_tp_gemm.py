@@ -355,10 +355,11 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
     w = ditron.world()
     checks = 0
     # the copy engine with whole shards, with 4-row chunks (13 = 4+4+4+1), pushes by the SM
-    # engine (whole shards and chunks), colocated pulls, and the copy engine's pushes with
-    # torch.matmul per chunk
+    # and TMA engines (whole shards and chunks), colocated pulls, and the copy engine's
+    # pushes with torch.matmul per chunk
     variants = [("copy_engine", None), ("copy_engine", 4), ("sm", None), ("sm", 4),
-                ("colocated", None), ("copy_engine_matmul", None), ("copy_engine_matmul", 4)]
+                ("tma", None), ("tma", 4), ("colocated", None), ("copy_engine_matmul", None),
+                ("copy_engine_matmul", 4)]
     for it in range(reps):
         for engine, chunk_rows in variants:
             torch.manual_seed(100 * it + w.rank)
@@ -599,7 +600,7 @@ def test_gemm_rs_pulled_matches_torch(backend, world_size):
 def test_tp_gemm_engines_agree_with_torch(backend, world_size):
     # 13 rows per rank: tiles straddle chunks; calls alternate engines on shared signals.
     assert ditron.launch(_engines_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [48] * world_size
+                         backend=backend) == [54] * world_size
 
 
 def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -> int:
@@ -654,7 +655,7 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
         checks += 1
     with ditron.ops.graph_safe():
         # paths that keep their epochs on the host: "overlap" refuses, "auto" falls back
-        for engine in ("colocated", "sm"):
+        for engine in ("colocated", "sm", "tma"):
             with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
                 ditron.ops.ag_gemm(a, b, method="overlap", engine=engine)
         if fallback:
