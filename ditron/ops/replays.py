@@ -23,7 +23,10 @@ writes the addresses it was captured with; the key holds them, so a replay only 
 tensors at those addresses with that shape, dtype and strides.
 
 Graphs are kept per process, the ``MAX_GRAPHS`` most recently used (env
-``DITRON_REPLAY_GRAPHS``); ``release()`` drops them (``ditron.release_workspaces`` does).
+``DITRON_REPLAY_GRAPHS``); ``release()`` drops them (``ditron.release_workspaces`` does). A
+key whose graph was dropped to make room is not captured again: it runs uncaptured from
+then on. So a working set larger than the cache (more ``out`` buffers in a step than
+``MAX_GRAPHS``) costs at most one capture per key, never a capture per call.
 """
 
 from __future__ import annotations
@@ -44,16 +47,48 @@ _CACHE = "ops:replays"
 
 
 class _Cache:
-    """Keys seen once (no graph yet) and the captured graphs, least recently used first."""
+    """Keys seen once (no graph yet), the captured graphs (least recently used first) and
+    the keys whose graphs were dropped; :meth:`step` is the policy of :func:`run`."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_graphs: int) -> None:
+        self.max_graphs = max_graphs
         self.seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
-        self.graphs: collections.OrderedDict[tuple, torch.cuda.CUDAGraph] = \
-            collections.OrderedDict()
+        self.graphs: collections.OrderedDict[tuple, object] = collections.OrderedDict()
+        self.dropped: collections.OrderedDict[tuple, None] = collections.OrderedDict()
+
+    def step(self, key: tuple) -> str:
+        """What the call on ``key`` does: ``"replay"`` its graph, ``"capture"`` one (the
+        second call on a key), or run ``"eager"`` (uncaptured: the first call, or a key
+        whose graph was dropped)."""
+        if key in self.graphs:
+            self.graphs.move_to_end(key)
+            return "replay"
+        if key in self.dropped:
+            self.dropped.move_to_end(key)
+            return "eager"
+        if key not in self.seen:
+            _remember(self.seen, key, 4 * self.max_graphs)
+            return "eager"
+        del self.seen[key]
+        return "capture"
+
+    def add(self, key: tuple, graph: object) -> None:
+        """Keep ``graph`` for ``key``, dropping the least recently used one beyond
+        ``max_graphs`` (its key is then never captured again)."""
+        self.graphs[key] = graph
+        if len(self.graphs) > self.max_graphs:
+            old, _ = self.graphs.popitem(last=False)
+            _remember(self.dropped, old, 64 * self.max_graphs)
+
+
+def _remember(keys: collections.OrderedDict, key: tuple, most: int) -> None:
+    keys[key] = None
+    if len(keys) > most:
+        keys.popitem(last=False)
 
 
 def _cache() -> _Cache:
-    return current().cache.setdefault(_CACHE, _Cache())
+    return current().cache.setdefault(_CACHE, _Cache(MAX_GRAPHS))
 
 
 def key_of(*tensors: torch.Tensor) -> tuple:
@@ -67,19 +102,14 @@ def run(key: tuple, fn: Callable[[], object]) -> str:
     same calls) uncaptured, by capturing it, or by replaying its graph, as the module
     docstring says; returns which (``"eager"``, ``"captured"``, ``"replayed"``)."""
     cache = _cache()
-    graph = cache.graphs.get(key)
-    if graph is not None:
-        cache.graphs.move_to_end(key)
-        graph.replay()
+    what = cache.step(key)
+    if what == "replay":
+        cache.graphs[key].replay()
         return "replayed"
-    if key not in cache.seen:
-        cache.seen[key] = None
-        if len(cache.seen) > 4 * MAX_GRAPHS:
-            cache.seen.popitem(last=False)
+    if what == "eager":
         with graph_safe():
             fn()
         return "eager"
-    del cache.seen[key]
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -95,9 +125,7 @@ def run(key: tuple, fn: Callable[[], object]) -> str:
             raise
         graph.capture_end()
     torch.cuda.current_stream().wait_stream(stream)
-    cache.graphs[key] = graph
-    if len(cache.graphs) > MAX_GRAPHS:
-        cache.graphs.popitem(last=False)
+    cache.add(key, graph)
     graph.replay()
     return "captured"
 

@@ -272,3 +272,32 @@ def test_turns_of_replayed_exchanges():
     got = ditron.launch(check_turns, 1, backend="cpu")[0]
     assert got == [(0, False), (1, False), (0, True), (1, True), (0, False), (1, True),
                    ("b", "a")]
+
+
+def test_replay_policy_captures_each_key_at_most_once():
+    from ditron.ops import replays
+
+    # a working set within the cache: seen, captured, then replayed every step
+    cache = replays._Cache(max_graphs=4)
+    steps = []
+    for _ in range(4):
+        steps.append([cache.step(k) for k in ("a", "b", "c")])
+        for k, what in zip(("a", "b", "c"), steps[-1], strict=True):
+            if what == "capture":
+                cache.add(k, object())
+    assert steps == [["eager"] * 3, ["capture"] * 3, ["replay"] * 3, ["replay"] * 3]
+    # a working set larger than the cache, called round robin: no key is captured twice,
+    # the graphs kept are replayed, the dropped keys run uncaptured
+    cache = replays._Cache(max_graphs=4)
+    keys = [f"k{i}" for i in range(7)]
+    counts: dict[str, dict[str, int]] = {k: {"eager": 0, "capture": 0, "replay": 0}
+                                         for k in keys}
+    for _ in range(12):
+        for k in keys:
+            what = cache.step(k)
+            counts[k][what] += 1
+            if what == "capture":
+                cache.add(k, object())
+    assert all(c["capture"] == 1 for c in counts.values()), counts
+    assert sum(c["replay"] for c in counts.values()) >= 4 * 9, counts
+    assert len(cache.graphs) == 4 and len(cache.dropped) == 3
