@@ -11,12 +11,13 @@ waits for its bulk stores to complete and fences the async proxy, so the data is
 before the signal. A transfer whose addresses break the TMA rules (16-byte aligned base)
 moves with plain loads and stores in the same kernel.
 
-Where it pays (2 H200s, ``docs/perf.md`` session 23): per program it moves 2-4x what the
-``sm`` engine's load/store programs move, so it is the SM engine for moves that must leave
-most SMs to a GEMM (AG-GEMM's ``engine="tma"``); with 16 programs and 256 MB each way at
-once, pushes 312 GB/s against 147, pulls 217 against 58; at 132 programs both move about
-300. The collectives use the copy engine or their fused kernels instead: ``engine="tma"``
-there launches once per transfer and is host-bound.
+Where it pays (2 H200s, ``docs/perf.md`` session 23): with few programs it moves several
+times what the ``sm`` engine's load/store programs move, so it is the SM engine for moves
+that must leave most SMs to a GEMM (AG-GEMM's ``engine="tma"``). With 16 programs and 256
+MB each way at once: pushes 306 GB/s against 151, pulls 308 against 58 (a load/store
+program waits for each remote load; a TMA program keeps ``stages`` boxes in flight); at 132
+programs both move about 300. The collectives use the copy engine or their fused kernels
+instead: ``engine="tma"`` there launches once per transfer and is host-bound.
 
 The CPU backend runs it under Triton's interpreter, which emulates descriptors; that checks
 the indexing and the protocol, not the speed.
@@ -35,6 +36,7 @@ from .streams import SideLane
 
 _BOX_BYTES = 512  # one box row: C elements
 _BOX_DIM_MAX = 256  # elements per box dimension (a TMA rule)
+_SMEM_SPARE = 8 << 10  # shared memory bytes left to the kernel besides its boxes
 
 
 def _row_elems(t: torch.Tensor) -> int:
@@ -43,12 +45,13 @@ def _row_elems(t: torch.Tensor) -> int:
 
 @triton.jit(do_not_specialize=["value"])
 def _tma_copy_kernel(src_desc, dst_desc, src, dst, rows, n, counter, sig_ptr, value, sig_rank,
-                     ctx, C: tl.constexpr, BLOCK_R: tl.constexpr, TAIL_BLOCK: tl.constexpr,
-                     USE_TMA: tl.constexpr, SIGNAL: tl.constexpr, GPU: tl.constexpr):
+                     ctx, C: tl.constexpr, BLOCK_R: tl.constexpr, STAGES: tl.constexpr,
+                     TAIL_BLOCK: tl.constexpr, USE_TMA: tl.constexpr, SIGNAL: tl.constexpr,
+                     GPU: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     if USE_TMA:
-        for box in tl.range(pid, tl.cdiv(rows, BLOCK_R), nprog):
+        for box in tl.range(pid, tl.cdiv(rows, BLOCK_R), nprog, num_stages=STAGES):
             tile = src_desc.load([box * BLOCK_R, 0])
             dst_desc.store([box * BLOCK_R, 0], tile)
         if pid == 0:  # the tail
@@ -84,13 +87,15 @@ def check_supported(device: torch.device) -> None:
 @register_engine
 class TmaEngine(Engine):
     """Bulk tensor copies on ``programs`` programs per transfer (``block_rows`` x 512-byte
-    boxes). ``concurrent`` (CUDA): on a side stream, as the ``sm`` engine."""
+    boxes), each program keeping up to ``stages`` boxes in flight (fewer where the GPU's
+    shared memory per block cannot hold them). ``concurrent`` (CUDA): on a side stream, as
+    the ``sm`` engine."""
 
     name = "tma"
     can_reduce = False
 
     def __init__(self, programs: int | None = None, block_rows: int = 128,
-                 concurrent: bool = False) -> None:
+                 concurrent: bool = False, stages: int = 3) -> None:
         rt = current()
         if programs is not None and programs < 1:
             raise ValueError(f"tma engine: programs must be >= 1, got {programs}")
@@ -101,6 +106,12 @@ class TmaEngine(Engine):
         check_supported(rt.world.device)
         self.programs = programs or (1 if cpu else 16)
         self.block_rows = block_rows
+        if stages < 1:
+            raise ValueError(f"tma engine: stages must be >= 1, got {stages}")
+        if not cpu:  # a box is block_rows x 512 bytes; leave room for the compiler's own
+            smem = torch.cuda.get_device_properties(rt.world.device).shared_memory_per_block_optin
+            stages = max(1, min(stages, (smem - _SMEM_SPARE) // (block_rows * _BOX_BYTES)))
+        self.stages = stages
         self._lane = SideLane(rt.world.device, concurrent)
         # programs count themselves out here; the last one resets it, and launches of one
         # process are stream-ordered, so one counter serves every transfer
@@ -156,8 +167,9 @@ class TmaEngine(Engine):
             value, sig_rank = t.signal.value, t.dst_rank
         _tma_copy_kernel[(self.programs,)](
             src_desc, dst_desc, src, dst, rows, n, counter, sig_ptr, value, sig_rank,
-            rt.context(), C=C, BLOCK_R=block_r, TAIL_BLOCK=1024, USE_TMA=use_tma,
-            SIGNAL=t.signal is not None, GPU=rt.world.device.type == "cuda", num_warps=4)
+            rt.context(), C=C, BLOCK_R=block_r, STAGES=self.stages, TAIL_BLOCK=1024,
+            USE_TMA=use_tma, SIGNAL=t.signal is not None, GPU=rt.world.device.type == "cuda",
+            num_warps=4)
 
 
 def _check(t: Transfer, rank: int) -> None:

@@ -164,13 +164,15 @@ def check_engine_errors() -> int:
         get_engine("tma", programs=0)
     with pytest.raises(ValueError, match="block_rows"):
         get_engine("tma", block_rows=3)
+    with pytest.raises(ValueError, match="stages must be >= 1"):
+        get_engine("tma", stages=0)
     with pytest.raises(ValueError, match="cannot reduce"):
         get_engine("tma").issue([Transfer(x, buf, me, 1 - me, reduce=True)])
-    return 8
+    return 9
 
 
 def test_engine_errors():
-    assert ditron.launch(check_engine_errors, 2, backend="cpu") == [8, 8]
+    assert ditron.launch(check_engine_errors, 2, backend="cpu") == [9, 9]
     with pytest.raises(ValueError, match="unknown transfer engine"):
         get_engine("pigeon")
     with pytest.raises(ValueError, match="lanes must be a positive int"):
@@ -182,7 +184,8 @@ def test_engine_errors():
 @pytest.mark.parametrize("name,options", [("copy_engine", {}), ("copy_engine", {"lanes": 2}),
                                           ("sm", {}), ("sm", {"programs": 4, "block": 256}),
                                           ("sm", {"concurrent": True}), ("tma", {}),
-                                          ("tma", {"programs": 4, "concurrent": True})])
+                                          ("tma", {"programs": 4, "concurrent": True}),
+                                          ("tma", {"stages": 1, "block_rows": 32})])
 def test_engine_cuda_two_ranks(name, options):
     counts = ditron.launch(check_engine, 2, name, options, 100_003, backend="cuda")
     self_ok = name in ("sm", "tma")
