@@ -23,7 +23,8 @@ and the margin keeps ``auto`` from trading a sure baseline for a gain inside the
 
 On CUDA a second pass decides for calls captured in CUDA graphs (``Decision.graph``, read
 by the ops in graph mode): every candidate that ran is captured and its replays timed in
-rotating rounds, with the same margin against the captured fallback. Graph replays have no
+rotating rounds, then the close ones, the default and the captured fallback again, as
+eagerly, with the same margin against the fallback. Graph replays have no
 host time and the graph-safe variants count epochs on the device, so the two modes can
 rank candidates differently (the pulled GEMM-RS, docs/perf.md session 10).
 
@@ -299,7 +300,9 @@ def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str,
     inside ``ops.graph_safe()``); a trial that cannot be captured on some rank, such as an
     engine with no graph-safe variant, drops out on every rank, and the fallback is not
     tried where the default group's collectives cannot be captured (ranks sharing a GPU).
-    The replays are timed in ``max(CONFIRM_ROUNDS, graphs)`` rounds whose order rotates.
+    The replays are timed in ``max(CONFIRM_ROUNDS, graphs)`` rounds whose order rotates;
+    then, as eagerly, the trials of :func:`confirm_set` (over these times) and the fallback
+    are timed again in fresh rounds, and those times decide.
     Returns ``(trial, us per call)``: the fastest overlapped trial if it beats the fallback
     by ``MARGIN`` (or the fallback was not captured), else the fallback; ``None`` when
     nothing could be captured."""
@@ -325,12 +328,14 @@ def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str,
             graphs[j] = graph
     if not graphs:
         return None
-    samples: dict[int, list[float]] = {j: [] for j in graphs}
-    for r, order in enumerate(rotations(list(graphs), CONFIRM_ROUNDS)):
-        for j in order:
-            samples[j] += [t / batch for t in time_calls(graphs[j].replay, 2 if r == 0 else 1,
-                                                         iters, dev)]
-    medians = {j: agreed_median(samples[j]) for j in graphs}
+    medians = _time_graphs(graphs, list(graphs), iters, dev, batch)
+    first = dict(medians)
+    # the fastest of many noisy medians is biased low: as eagerly, the close ones, the
+    # default and the fallback are timed again in fresh rounds, and those times decide
+    close = confirm_set(trials, [medians.get(j, float("inf")) for j in range(len(trials))])
+    if close:
+        medians = _time_graphs(graphs, [j for j in (0, *close) if j in graphs], iters, dev,
+                               batch)
     del graphs
     torch.cuda.synchronize()
     overlapped = [j for j in medians if trials[j].method == "overlap"]
@@ -339,12 +344,25 @@ def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str,
                          or not prefer_overlap(medians[0], medians[best], margin)):
         best = 0
     if show:
-        for j in sorted(medians, key=lambda j: medians[j]):
-            print(f"[ditron tune]   graph {medians[j]:10.1f} us  {trials[j].label()}",
+        for j in sorted(first, key=lambda j: first[j]):
+            again = f" (again: {medians[j]:.1f})" if close and j in medians else ""
+            print(f"[ditron tune]   graph {first[j]:10.1f} us{again}  {trials[j].label()}",
                   file=sys.stderr)
         print(f"[ditron tune]   under CUDA graphs -> {trials[best].label()} "
               f"(margin {margin:.0%})", file=sys.stderr)
     return best, medians[best]
+
+
+def _time_graphs(graphs: dict, which: list[int], iters: int, dev: torch.device,
+                 batch: int) -> dict[int, float]:
+    """Agreed median us per call of the graphs ``which`` (``batch`` calls each), replayed in
+    ``max(CONFIRM_ROUNDS, len(which))`` rounds whose order rotates (collective)."""
+    samples: dict[int, list[float]] = {j: [] for j in which}
+    for r, order in enumerate(rotations(which, CONFIRM_ROUNDS)):
+        for j in order:
+            samples[j] += [t / batch for t in time_calls(graphs[j].replay, 2 if r == 0 else 1,
+                                                         iters, dev)]
+    return {j: agreed_median(samples[j]) for j in which}
 
 
 def _call(fn_op, a, b, op: str, trial: Trial):
