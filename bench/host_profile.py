@@ -84,6 +84,7 @@ def _tp_impls(m: int, n: int, k: int):
             ("gemm_rs/colocated",
              lambda: ops.gemm_rs(a_rs, b_rs, method="overlap", engine="colocated")),
             ("gemm_rs/baseline", base_rs),
+            ("gemm_rs/gemm", lambda: a_rs @ b_rs),  # the local GEMM alone (T_gemm)
             # the graph-safe variants (what a CUDA graph replays), run eagerly
             ("gemm_rs/copy_engine_pull graph-safe",
              lambda: _graph_safe(ops.gemm_rs, a_rs, b_rs, engine="copy_engine_pull")),

@@ -11,8 +11,12 @@ them) under ``torch.profiler`` (CUDA activity); rank 0 prints, per implementatio
 
 ``--head-start-us`` makes the GPU sleep before the batch while the host queues it, so that
 host costs leave the timeline and what remains is the GPU side (waits for peers included).
+``--graph``: the batch is one CUDA graph of ``--batch`` calls (captured after a warm-up
+inside ``ditron.ops.graph_safe()``, as ``ditron bench tp-gemm --graphs`` does), replayed
+under the profiler: the graph-safe variants, with no host time between their steps.
 
     python bench/op_timeline.py [--world-size 2] [--shape 8192,4096,11008] [--impls ...]
+        [--graph]
 
 ``--impls``: names of ``bench/host_profile.py``'s ``_tp_impls`` (e.g. ``gemm_rs/copy_engine``).
 """
@@ -108,11 +112,12 @@ def _report(label: str, per_call: float, evs: list[dict], calls: int) -> None:
 
 
 def _run(shape: tuple[int, int, int], impls: list[str], batch: int,
-         head_start_us: float) -> None:
+         head_start_us: float, graph: bool = False) -> None:
     import torch.distributed as dist
     from host_profile import _tp_impls  # bench/ is the script's folder
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    from ditron.ops.graphs import capture
     from ditron.runtime.world import current
 
     rank = ditron.world().rank
@@ -123,21 +128,27 @@ def _run(shape: tuple[int, int, int], impls: list[str], batch: int,
         raise SystemExit(f"unknown --impls {unknown}; known: {sorted(table)}")
     for label in impls:
         fn = table[label]
-        for _ in range(3):
-            fn()
+        if graph:  # the ops' graph-safe variants; the bare GEMM and NCCL as they are
+            g = capture(fn, batch, safe_warm_up=not label.endswith(("/baseline", "/gemm")))
+            run_batch = g.replay
+        else:
+            def run_batch(fn=fn):
+                for _ in range(batch):
+                    fn()
+        for _ in range(3 if not graph else 1):
+            run_batch()
         torch.cuda.synchronize()
         dist.barrier(group=group)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            fn()
+            run_batch()
             torch.cuda.synchronize()
             dist.barrier(group=group)
             with record_function(MARKER):
                 if head_start_us > 0:  # the GPU idles while the host queues the batch
                     torch.cuda._sleep(int(head_start_us * CYCLES_PER_US))
                 start.record()
-                for _ in range(batch):
-                    fn()
+                run_batch()
                 end.record()
             torch.cuda.synchronize()
         dist.barrier(group=group)
@@ -148,7 +159,8 @@ def _run(shape: tuple[int, int, int], impls: list[str], batch: int,
             prof.export_chrome_trace(path)
             with open(path) as f:
                 evs = _intervals(json.load(f))
-        _report(label, start.elapsed_time(end) * 1e3 / batch, evs, batch)
+        _report(label + (" (graph)" if graph else ""), start.elapsed_time(end) * 1e3 / batch,
+                evs, batch)
 
 
 def main() -> int:
@@ -160,13 +172,15 @@ def main() -> int:
     p.add_argument("--head-start-us", type=float, default=0.0,
                    help="let the GPU sleep this long before the batch, so that the host has "
                         "queued it all and the timeline shows the GPU side alone")
+    p.add_argument("--graph", action="store_true",
+                   help="replay the batch as one CUDA graph (the graph-safe variants)")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("op_timeline needs CUDA (the CUDA activity of torch.profiler)")
     w = args.world_size or max(2, torch.cuda.device_count())
     shape = tuple(int(v) for v in args.shape.split(","))
     ditron.launch(_run, w, shape, args.impls.split(","), args.batch, args.head_start_us,
-                  backend="cuda")
+                  args.graph, backend="cuda")
     return 0
 
 
