@@ -58,7 +58,15 @@ def _bump(cell):
     tl.store(cell, tl.load(cell) + 1)
 
 
+@triton.jit(do_not_specialize=["slot", "first", "count", "skip"])
+def _bump_notify(sig_ptr, slot, cell, first, count, skip, ctx):
+    old = tl.load(cell)
+    tl.store(cell, old + 1)
+    notify_range(sig_ptr, slot, old, first, count, skip, ctx)
+
+
 _FAST_BUMP = FastKernel(_bump)
+_FAST_BUMP_NOTIFY = FastKernel(_bump_notify)
 _FAST_NOTIFY_AT = FastKernel(_notify_at)
 _FAST_WAIT_AT = FastKernel(_wait_at)
 _FAST_NOTIFY_RANGE = FastKernel(notify_range)
@@ -71,6 +79,25 @@ def bump(pad: SignalPad) -> DeviceValue:
     value = pad.device_epoch()
     _FAST_BUMP[(1,)](value.cell)
     return value
+
+
+def bump_and_notify(pad: SignalPad, slot: int, peers: range, skip: int = -1) -> DeviceValue:
+    """:func:`bump`, and set slot ``slot`` to the epoch before it (``E - 1``) on every rank
+    in ``peers`` but ``skip`` (release), in one kernel; returns the new epoch ``E``."""
+    value = pad.device_epoch()
+    _FAST_BUMP_NOTIFY[(1,)](pad.signals, slot, value.cell, peers.start, len(peers), skip,
+                            current().context())
+    return value
+
+
+def copy_value(pad: SignalPad, slot: int, value: DeviceValue, rank: int) -> None:
+    """Set slot ``slot`` of ``pad`` on ``rank`` to ``value``'s cell as it is when the copy
+    runs, after the current stream's work (CUDA; a copy-engine write: no kernel, no SM).
+    ``value.offset`` must be 0."""
+    if value.offset != 0:
+        raise ValueError(f"copy_value copies a cell as it is; offset {value.offset} != 0")
+    stream_memops.memcpy(_raw_stream(), slot_address(pad, slot, rank),
+                         value.cell.data_ptr(), 8)
 
 
 def use_stream_memops() -> bool:

@@ -36,7 +36,17 @@ import os
 import torch
 
 from ..engines.base import Engine, Signal, Transfer, get_engine
-from ..engines.sync import bump, notify_peers, use_stream_memops, wait_slots
+from ..engines.copy_engine import side_stream
+from ..engines.streams import join, mark_current, start_after
+from ..engines.sync import (
+    bump,
+    bump_and_notify,
+    copy_value,
+    notify_one,
+    notify_peers,
+    use_stream_memops,
+    wait_slots,
+)
 from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import DeviceValue, SignalPad, signal_pad
 from ..runtime.world import current
@@ -265,6 +275,9 @@ ACK_BY_DATA = os.environ.get("DITRON_ACK_BY_DATA", "1") not in ("", "0")
 #: queued before the call, not behind its epoch bump (the chunk signals, which carry the
 #: epoch, still follow the bump): one kernel less before the first copy
 EARLY_PUSHES = True
+#: a graph-safe signal lane's publishes and acknowledgements are copy-engine writes of the
+#: epoch cell (no kernel, no SM; :func:`graph_pad`), else one-thread kernels on the lane
+LANE_COPIES = os.environ.get("DITRON_LANE_COPIES", "1") not in ("", "0")
 
 
 @dataclasses.dataclass
@@ -297,6 +310,8 @@ class Chunked:
     #: device epochs: the readers' acknowledgement is implied (:func:`graph_pad`), writes
     #: into their inboxes need not wait
     implied: bool = False
+    #: device epochs, CUDA: the side stream this call's signals run on (:func:`graph_pad`)
+    lane: torch.cuda.Stream | None = None
 
     def ready(self, i: int, q: int) -> Signal:
         if self.graph:
@@ -312,6 +327,28 @@ class Chunked:
     def after(self, q: int) -> Signal | None:
         return Signal(self.pad, self.ack + q, self.base - 1) if self.waits else None
 
+    def publish(self, i: int, q: int) -> None:
+        """Raise :meth:`ready` of my chunk ``i`` on ``q`` once the current stream's work so
+        far is done (on the lane when there is one: the current stream goes on)."""
+        sig = self.ready(i, current().world.rank)
+        if self.lane is None:
+            notify_one(self.pad, sig.index, sig.value, q)
+            return
+        start_after(self.lane, None)
+        with torch.cuda.stream(self.lane):
+            if LANE_COPIES:
+                copy_value(self.pad, sig.index, sig.value, q)
+            else:
+                notify_one(self.pad, sig.index, sig.value, q)
+
+    def mark(self, engine: Engine) -> object | None:
+        """What ``engine``'s work that reads this call's epoch starts after (``since=``):
+        this call's signals so far (on its lane, or the current stream)."""
+        if self.lane is None:
+            return engine.mark()
+        with torch.cuda.stream(self.lane):
+            return mark_current(self.lane.device.index)
+
     @property
     def waits(self) -> bool:
         """Whether writes into the readers' inboxes wait for their acknowledgement."""
@@ -320,6 +357,8 @@ class Chunked:
     def free(self) -> None:
         if self.waits:
             me = current().world.rank
+            if self.lane is not None:  # the epoch is bumped there
+                join(self.lane)
             wait_slots(self.pad, self.ack, self.node, self.base - 1, skip=me)
 
     def finish(self, engines: list[Engine]) -> None:
@@ -332,18 +371,20 @@ class Chunked:
             return
         for engine in engines:
             engine.drain()
+        if self.lane is not None:
+            join(self.lane)
         _check_waits()
 
 
 def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
-                 graph: bool, turn: Turn | None = None) -> Chunked:
+                 graph: bool, turn: Turn | None = None, lane: bool = False) -> Chunked:
     """Open one call of the chunked exchange ``key`` with an inbox of ``numel`` elements:
     host epochs (:func:`open_exchange`) or, with ``graph``, device epochs
-    (:func:`graph_pad`, with ``turn``)."""
+    (:func:`graph_pad`, with ``turn``; ``lane``: its signals on a side stream, CUDA)."""
     if graph:
-        g = graph_pad(key, dtype, numel, turn)
+        g = graph_pad(key, dtype, numel, turn, lane)
         return Chunked(g.inbox, current().topo.node_ranks(), g.pad, True, g.epoch, g.ack,
-                       implied=g.implied)
+                       implied=g.implied, lane=g.lane)
     call = open_exchange(key, dtype, numel, {}, engine)
     return Chunked(call.inbox, call.node, call.pad, False, call.epoch * CHUNK_SLOTS,
                    call=call)
@@ -677,6 +718,7 @@ class GraphPad:
     epoch: DeviceValue  # ``E``
     ack: int  # the first acknowledgement slot
     implied: bool = False  # the readers' acknowledgement is implied: no wait
+    lane: torch.cuda.Stream | None = None  # where the bump and the acknowledgement ran
 
 
 @dataclasses.dataclass(frozen=True)
@@ -717,7 +759,7 @@ def next_turn(key: str, nbytes: int) -> Turn:
 
 
 def graph_pad(key: str, dtype: torch.dtype, numel: int,
-              turn: Turn | None = None) -> GraphPad:
+              turn: Turn | None = None, lane: bool = False) -> GraphPad:
     """The graph-safe variant of the chunked exchanges (what a CUDA graph replays): an inbox
     of ``numel`` elements, its epoch ``E`` counted on the device (bumped here), and a pad of
     ``(PULL_MAX_CHUNKS + 1) * W`` slots: ``ready`` of chunk ``i`` from rank ``q`` at ``i * W
@@ -737,6 +779,11 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
     received every peer's data, which each peer sent after its own earlier calls had
     finished, the reads of this half included. The first call of a capture on each inbox,
     and every call outside a capture, waits.
+
+    ``lane`` (CUDA): the bump and the acknowledgements run on a side stream that first
+    waits for the current stream (``GraphPad.lane``), so that the current stream goes on
+    at once; work that reads the epoch must follow that stream. With ``LANE_COPIES`` the
+    acknowledgements are copies of the epoch cell before the bump (no kernel but the bump).
 
     ``turn`` (:func:`next_turn`) sets the half and whether the acknowledgement is implied
     (two halves, whatever ``GRAPH_HALVES`` says): the eager calls that ``ops/replays.py``
@@ -760,19 +807,37 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
         require_warm(key, pad_key)
     pad = signal_pad(pad_key, (PULL_MAX_CHUNKS + 1) * w)
     raw = _inbox(inbox_key, nbytes)
-    epoch, ack = bump(pad), PULL_MAX_CHUNKS * w
-    notify_peers(pad, ack + me, epoch - 1, rt.topo.node_ranks(), skip=me)
+    ack = PULL_MAX_CHUNKS * w
+    side = _signal_lane() if lane and rt.world.backend == "cuda" else None
+    if side is None:
+        epoch = bump_and_notify(pad, ack + me, rt.topo.node_ranks(), skip=me)
+    else:
+        start_after(side, None)
+        with torch.cuda.stream(side):
+            if LANE_COPIES:
+                for q in rt.topo.node_ranks():
+                    if q != me:
+                        copy_value(pad, ack + me, pad.device_epoch(), q)
+                epoch = bump(pad)
+            else:
+                epoch = bump_and_notify(pad, ack + me, rt.topo.node_ranks(), skip=me)
     if halves == 1:
-        return GraphPad(pad, raw[0, :nbytes].view(dtype), epoch, ack)
+        return GraphPad(pad, raw[0, :nbytes].view(dtype), epoch, ack, lane=side)
     if turn is not None:
-        return GraphPad(pad, raw[turn.half, :nbytes].view(dtype), epoch, ack, turn.implied)
+        return GraphPad(pad, raw[turn.half, :nbytes].view(dtype), epoch, ack, turn.implied,
+                        side)
     turns = rt.cache.setdefault(turns_key, [0, None])  # calls so far, the last one's capture
     half = turns[0] % 2
     graph = capture_id()
     implied = ACK_BY_DATA and graph is not None and turns[1] == graph
     turns[0] += 1
     turns[1] = graph
-    return GraphPad(pad, raw[half, :nbytes].view(dtype), epoch, ack, implied)
+    return GraphPad(pad, raw[half, :nbytes].view(dtype), epoch, ack, implied, side)
+
+
+def _signal_lane() -> torch.cuda.Stream:
+    """The side stream of graph-safe exchanges' signals (:func:`graph_pad`'s ``lane``)."""
+    return side_stream(current().world.device, "exchange_signals")
 
 
 def _check_waits() -> None:

@@ -547,6 +547,10 @@ RS_CHUNKS = 1
 #: default chunks per segment of the pulled copy-engine GEMM-RS: the own rows' first chunk
 #: needs only the peers' first chunks, which land while the peers compute their second
 RS_PULL_CHUNKS = 2
+#: graph-safe pulled GEMM-RS: the exchange's signals (its acknowledgement, the epoch bump,
+#: the chunk publishes) run on a side stream (``exchange.graph_pad``'s ``lane``), so that
+#: the compute stream runs nothing but the GEMM pieces (``docs/perf.md``, session 24)
+RS_SIGNAL_LANE = True
 
 
 def _early_span(W: int, me: int, seg: int, early_rows: int) -> tuple[int, int]:
@@ -625,7 +629,7 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
 
 
 def _open_segments(key: str, a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None,
-                   default_chunks: int, graph: bool):
+                   default_chunks: int, graph: bool, lane: bool = False):
     """What both copy-engine GEMM-RS variants start with: ``(W, me, seg, N, bounds, x,
     slots, engine)``, the segment of ``seg = M / W`` rows cut into chunks of ``chunk_rows``
     rows (default: ``default_chunks`` chunks; at most as many as the exchange has signals
@@ -639,7 +643,7 @@ def _open_segments(key: str, a: torch.Tensor, b: torch.Tensor, chunk_rows: int |
     most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
     chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
     bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
-    x = open_chunked(key, a.dtype, W * seg * N, "copy_engine", graph)
+    x = open_chunked(key, a.dtype, W * seg * N, "copy_engine", graph, lane=lane)
     return W, me, seg, N, bounds, x, x.inbox.view(W, seg, N), engine_instance("copy_engine")
 
 
@@ -665,12 +669,13 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
     ``graph``: device epochs (``exchange.graph_pad``); each rank waits for every reader's
     acknowledgement of the previous call before its first GEMM writes into its inbox."""
     W, me, seg, N, bounds, x, slots, engine = _open_segments(
-        "gemm_rs:copy_engine_pull", a, b, chunk_rows, RS_PULL_CHUNKS, graph)
+        "gemm_rs:copy_engine_pull", a, b, chunk_rows, RS_PULL_CHUNKS, graph,
+        lane=RS_SIGNAL_LANE)
     # what the pulls write into exists before the mark they start after: anything queued
     # on it (a fill, a previous owner's kernels) is then behind them
     out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
     extra = torch.empty((W - 2, seg, N), dtype=a.dtype, device=a.device) if W > 2 else None
-    start = engine.mark()
+    start = x.mark(engine)
     x.free()
     # Where the engine's waits are spinning kernels (graph-safe, or no stream memory
     # operations), a wait queued from the start holds an SM for the whole GEMM it waits
@@ -684,10 +689,9 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
         d = (me + step) % W
         for i, (lo, hi) in enumerate(bounds):
             torch.matmul(a[d * seg + lo:d * seg + hi], b, out=slots[d, lo:hi])
-            published = x.ready(i, me)
-            notify_one(x.pad, published.index, published.value, d)
+            x.publish(i, d)
             if spins and len(marks) < MARK_RING - 2:  # ``start`` must stay valid
-                marks[step, i] = engine.mark()
+                marks[step, i] = x.mark(engine)
     peers = [(me - step) % W for step in range(1, W)]  # in the order they reach my rows
     land = {q: out if k == 0 else extra[k - 1] for k, q in enumerate(peers)}
     own = a[me * seg:(me + 1) * seg]
