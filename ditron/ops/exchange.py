@@ -288,9 +288,12 @@ class Chunked:
     its reader; :meth:`wait` waits (stream-ordered) for chunk ``i`` from every node peer;
     :meth:`after` is what a write into ``q``'s inbox waits for on the engine's stream, and
     :meth:`free` what a write into my own inbox waits for (``None`` / nothing with host
-    epochs: the call waited when it opened); :meth:`finish` drains the engines and, with
-    host epochs, acknowledges that this rank is done reading (drain a pulling engine
-    before it).
+    epochs: the call waited when it opened); :meth:`publish` raises my chunk's ``ready``
+    on its reader and :meth:`mark` is where work reading this call's epoch may start;
+    :meth:`finish` drains the engines and, with host epochs, acknowledges that this rank
+    is done reading (drain a pulling engine before it). With device epochs and a ``lane``
+    (CUDA), the bump, the acknowledgement and the publishes run on that side stream, and
+    :meth:`free` and :meth:`finish` join it.
 
     Two epoch sources, one protocol: host-counted (:func:`open_exchange`: a double-buffered
     inbox, ready values ``e * CHUNK_SLOTS + i + 1`` in slot ``q``) and device-counted
