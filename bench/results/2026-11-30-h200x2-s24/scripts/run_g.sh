@@ -1,0 +1,12 @@
+#!/bin/bash
+# s24g: the final code: TP-GEMM GPU tests, then GEMM-RS on all six shapes after the tuner,
+# eagerly and under graphs
+export PYTHONPATH=$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+O=$OUT/s24g; mkdir -p $O
+{ git log --oneline -1; git status --short; nvidia-smi -L; } > $O/commit.txt
+timeout 150 python3 -m pytest -q -m gpu tests/ops/test_tp_gemm.py > $O/pytest_tp_gemm.txt 2>&1
+echo "rc=$?" >> $O/pytest_tp_gemm.txt; tail -2 $O/pytest_tp_gemm.txt
+DITRON_CACHE_DIR=$(mktemp -d) timeout 380 python3 -m ditron bench tp-gemm --world-size 2 --ops rs --tune --graphs \
+  --out $O/tp_rs > $O/tp_rs.txt 2>&1
+echo "rc=$?" >> $O/tp_rs.txt
+tail -22 $O/tp_rs.txt | grep "gemm_rs\|eff\|rc="
