@@ -27,6 +27,9 @@ NGPU=$(python3 -c "import torch; print(torch.cuda.device_count())")
 status=0
 STEPS=" ${STEPS:-0 5 1 2 3 4} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
+# a step that failed or ran out of the budget (timeout's status 124) is named in run.txt
+failed() { local rc=$?; status=1; echo "step $1 failed (status $rc; 124: out of budget)" \
+  | tee -a "$OUT/run.txt"; }
 # BUDGET (seconds, default 560) bounds the whole call; each step gets what is left of it.
 START=$SECONDS
 left() { local l=$(( ${BUDGET:-560} - (SECONDS - START) )); echo $(( l > 10 ? l : 10 )); }
@@ -44,20 +47,20 @@ date -u | tee -a "$OUT/run.txt"
 if want 0 && [ "$NGPU" -ge 2 ] && [ "${FOUNDATION:-1}" = 1 ]; then
   echo "== (0) foundation tests on the cuda backend, one rank per GPU (ranks 1-4 share GPUs)"
   timeout $(left) python3 -m pytest -q -p no:cacheprovider --ditron-backend cuda tests/language \
-    tests/runtime > "$OUT/foundation_tests_cuda.txt" 2>&1 || status=1
+    tests/runtime > "$OUT/foundation_tests_cuda.txt" 2>&1 || failed 0
   tail -n 3 "$OUT/foundation_tests_cuda.txt"
 fi
 if want 5; then
   echo "== (5) every GPU-marked test"
   timeout $(left) python3 -m pytest -q -p no:cacheprovider -m gpu tests/ \
-    > "$OUT/gpu_marked_tests.txt" 2>&1 || status=1
+    > "$OUT/gpu_marked_tests.txt" 2>&1 || failed 5
   tail -n 3 "$OUT/gpu_marked_tests.txt"
 fi
 
 if want 1; then
   echo "== (1) topology, copy-engine and SM-kernel ceilings"
   nvidia-smi topo -m > "$OUT/topo.txt" 2>&1; head -12 "$OUT/topo.txt"
-  timeout $(( $(left) < 120 ? $(left) : 120 )) python3 bench/peer_bandwidth.py --sm --out "$OUT" || status=1
+  timeout $(( $(left) < 120 ? $(left) : 120 )) python3 bench/peer_bandwidth.py --sm --out "$OUT" || failed 1
 fi
 
 if want 2; then
@@ -65,7 +68,7 @@ if want 2; then
   timeout $(left) python3 -m ditron bench collectives --world-size "$W" --sizes "$SIZES" \
     --engines "${ENGINES:-copy_engine,sm}" --graphs --graph-max "${GRAPH_MAX:-4M}" --busy \
     --out "$OUT/collectives" \
-    > "$OUT/collectives.txt" 2>&1 || status=1
+    > "$OUT/collectives.txt" 2>&1 || failed 2
   tail -n 40 "$OUT/collectives.txt"
 fi
 
@@ -74,20 +77,21 @@ if want 3; then
   for TW in $TP_WORLDS; do
     [ "$TW" -le "$NGPU" ] || continue
     timeout $(left) python3 -m ditron bench tp-gemm --world-size "$TW" --scale "$TP_SCALE" \
-      --tune --graphs --out "$OUT/tp_gemm_w$TW" > "$OUT/tp_gemm_w$TW.txt" 2>&1 || status=1
+      --tune --graphs --out "$OUT/tp_gemm_w$TW" > "$OUT/tp_gemm_w$TW.txt" 2>&1 || failed 3
     tail -n 34 "$OUT/tp_gemm_w$TW.txt"
   done
 fi
 
 if want 4; then
   echo "== (4) correctness of every op at W=$W"
-  timeout $(left) python3 bench/check_ops_at_scale.py --world-size "$W" 2>&1 \
-    | tee "$OUT/check_ops.txt" | tail -n 6 || status=1
+  timeout $(left) python3 bench/check_ops_at_scale.py --world-size "$W" \
+    > "$OUT/check_ops.txt" 2>&1 || failed 4
+  tail -n 6 "$OUT/check_ops.txt"
 fi
 if want 6; then
   echo "== (6) fused-collective variants under CUDA graphs (bench/fused_lab.py)"
   timeout $(left) python3 bench/fused_lab.py --world-size "$W" --sizes "${LAB_SIZES:-256K,1M,4M,16M}" --out "$OUT/fused_lab" \
-    > "$OUT/fused_lab.txt" 2>&1 || status=1
+    > "$OUT/fused_lab.txt" 2>&1 || failed 6
   tail -n 100 "$OUT/fused_lab.txt"
 fi
 
@@ -96,14 +100,14 @@ if want 7; then
   for spec in "ag_gemm 11008 4096" "gemm_rs 4096 11008"; do
     set -- $spec
     timeout $(left) python3 -m ditron trace --op "$1" --world-size "$W" --m 8192 --n "$2" \
-      --k "$3" --calls 3 --out "$OUT/trace_$1" > "$OUT/trace_$1.txt" 2>&1 || status=1
+      --k "$3" --calls 3 --out "$OUT/trace_$1" > "$OUT/trace_$1.txt" 2>&1 || failed 7
     grep "call 2" "$OUT/trace_$1.txt"
   done
 fi
 if want 8; then
   echo "== (8) host time per function of one call (bench/host_breakdown.py)"
   timeout $(( $(left) < 120 ? $(left) : 120 )) python3 bench/host_breakdown.py --world-size "$W" \
-    > "$OUT/host_breakdown.txt" 2>&1 || status=1
+    > "$OUT/host_breakdown.txt" 2>&1 || failed 8
   grep "==" "$OUT/host_breakdown.txt"
 fi
 echo "status $status" | tee -a "$OUT/run.txt"

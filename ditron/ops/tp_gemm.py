@@ -667,7 +667,9 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
     pass over the received partials after the GEMM. I acknowledge once my last pull landed.
 
     ``graph``: device epochs (``exchange.graph_pad``); each rank waits for every reader's
-    acknowledgement of the previous call before its first GEMM writes into its inbox."""
+    acknowledgement of the previous call before its first GEMM writes into its inbox. The
+    signals then run on the exchange's signal lane (``RS_SIGNAL_LANE``): the pulls start
+    after its marks, which follow the epoch bump and the publish of the matching chunk."""
     W, me, seg, N, bounds, x, slots, engine = _open_segments(
         "gemm_rs:copy_engine_pull", a, b, chunk_rows, RS_PULL_CHUNKS, graph,
         lane=RS_SIGNAL_LANE)
