@@ -47,6 +47,7 @@ from ..engines.sync import (
     use_stream_memops,
     wait_slots,
 )
+from ..runtime import stream_memops
 from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import DeviceValue, SignalPad, signal_pad
 from ..runtime.world import current
@@ -339,7 +340,7 @@ class Chunked:
             return
         start_after(self.lane, None)
         with torch.cuda.stream(self.lane):
-            if LANE_COPIES:
+            if _lane_copies():
                 copy_value(self.pad, sig.index, sig.value, q)
             else:
                 notify_one(self.pad, sig.index, sig.value, q)
@@ -817,7 +818,7 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
     else:
         start_after(side, None)
         with torch.cuda.stream(side):
-            if LANE_COPIES:
+            if _lane_copies():
                 for q in rt.topo.node_ranks():
                     if q != me:
                         copy_value(pad, ack + me, pad.device_epoch(), q)
@@ -836,6 +837,12 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
     turns[0] += 1
     turns[1] = graph
     return GraphPad(pad, raw[half, :nbytes].view(dtype), epoch, ack, implied, side)
+
+
+def _lane_copies() -> bool:
+    """Whether a signal lane writes by copies (``LANE_COPIES``, and the driver's copy call
+    is usable: ``DITRON_STREAM_MEMOPS=0`` turns it off with the other driver calls)."""
+    return LANE_COPIES and stream_memops.available()
 
 
 def _signal_lane() -> torch.cuda.Stream:
