@@ -32,6 +32,7 @@ then hang in its waits until ``DITRON_WAIT_TIMEOUT`` raises.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 
 import torch
@@ -139,7 +140,7 @@ class Choice:
     overlap: bool
     config: GemmConfig
     engine: str | None = None  # a tuned transfer engine, if any
-    chunk_rows: int | None = None  # a tuned chunk size, if any
+    chunk_rows: int | tuple[int, ...] | None = None  # a tuned chunking, if any
     early_rows: int = 0  # a tuned early_rows (GEMM-RS by the copy engine)
     graph: Choice | None = None  # the tuned choice for calls captured in CUDA graphs
 
@@ -468,7 +469,8 @@ def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
 # -- GEMM-RS / GEMM-AR ----------------------------------------------------------------------
 def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
             config: GemmConfig | None = None, engine: str | None = None,
-            chunk_rows: int | None = None, early_rows: int | None = None) -> torch.Tensor:
+            chunk_rows: int | tuple[int, ...] | None = None,
+            early_rows: int | None = None) -> torch.Tensor:
     """``reduce_scatter(a @ b, dim=0)``, overlapped.
 
     ``a``: ``[M, k]``, ``b``: ``[k, N]`` (the rank's slice of the K dimension, any strides);
@@ -495,13 +497,16 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
       the result, and its own rows' GEMM accumulates onto them (``addmm``) chunk by chunk
       (default ``RS_PULL_CHUNKS`` chunks per segment): no separate sum.
 
+    ``chunk_rows`` (the copy engines): an int cuts each segment of ``M / W`` rows into
+    equal chunks of at most that many rows; a tuple gives the chunks' rows in order
+    (positive, summing to ``M / W``), e.g. ``(2304, 1792)``: the tuner picks such a split
+    for the pulled engine where two uneven GEMMs run in fewer waves than halves.
+
     Partials travel in the input dtype; sums accumulate in fp32 (``"copy_engine_pull"``
     adds the peers' partials to the own rows' fp32 accumulator; the other engines sum in
     rank order).
     """
     _validate("gemm_rs", a, b, method)
-    if chunk_rows is not None and (not isinstance(chunk_rows, int) or chunk_rows <= 0):
-        raise ValueError(f"gemm_rs: chunk_rows must be a positive int, got {chunk_rows!r}")
     forced = engine or os.environ.get("DITRON_RS_ENGINE")
     if forced is not None and forced not in RS_ENGINES:
         raise ValueError(f"gemm_rs: engine must be one of {RS_ENGINES}, got {forced!r}")
@@ -509,6 +514,7 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     W = rt.world.world_size
     M, k = a.shape
     N = b.shape[1]
+    chunk_rows = _rs_chunk_rows(chunk_rows, M // W)
     if early_rows is not None and (not isinstance(early_rows, int) or isinstance(early_rows, bool)
                                    or not 0 <= early_rows < max(M // W, 1)):
         raise ValueError(f"gemm_rs: early_rows must be an int in [0, M / W = {M // W}), got "
@@ -540,6 +546,24 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     return _scatter_overlap("gemm_rs", a, b, choice.config, graph)
 
 
+def _rs_chunk_rows(chunk_rows, seg: int) -> int | tuple[int, ...] | None:
+    """``gemm_rs``'s ``chunk_rows`` checked: ``None``, a positive int, or the rows of each
+    chunk of a segment of ``seg`` rows (a tuple; a list is accepted)."""
+    if chunk_rows is None or (isinstance(chunk_rows, int) and not isinstance(chunk_rows, bool)
+                              and chunk_rows > 0):
+        return chunk_rows
+    if isinstance(chunk_rows, (tuple, list)):
+        sizes = tuple(chunk_rows)
+        if (sizes and all(isinstance(r, int) and not isinstance(r, bool) and r > 0
+                          for r in sizes) and sum(sizes) == seg):
+            return sizes
+        raise ValueError(f"gemm_rs: chunk_rows as a sequence gives the rows of each chunk of "
+                         f"a segment: positive ints summing to M / W = {seg}, got "
+                         f"{chunk_rows!r}")
+    raise ValueError(f"gemm_rs: chunk_rows must be a positive int or a tuple of chunk sizes, "
+                     f"got {chunk_rows!r}")
+
+
 #: default chunks per segment of the copy-engine GEMM-RS (``chunk_rows`` overrides): on 2
 #: H200s each extra chunk cost ~100 us of host time (``docs/perf.md``, session 6), so only
 #: the tuner splits segments, where that paid
@@ -563,10 +587,11 @@ def _early_span(W: int, me: int, seg: int, early_rows: int) -> tuple[int, int]:
     return (0, early_rows) if me > 0 else (seg - early_rows, seg)
 
 
-def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
-                    graph: bool = False, early_rows: int = 0) -> torch.Tensor:
+def _rs_by_segments(a: torch.Tensor, b: torch.Tensor,
+                    chunk_rows: int | tuple[int, ...] | None = None, graph: bool = False,
+                    early_rows: int = 0) -> torch.Tensor:
     """GEMM-RS on one node with the copy engine, by segments, in chunks of ``chunk_rows``
-    rows (default: a segment in ``RS_CHUNKS``, i.e. whole).
+    rows or of the sizes it lists (default: a segment in ``RS_CHUNKS``, i.e. whole).
 
     For ``d = r+1, r+2, ...`` the partial of each chunk of ``d``'s rows is computed
     (``torch.matmul``) and pushed by the copy engine into slot ``me`` of ``d``'s inbox,
@@ -628,30 +653,39 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = N
     return out
 
 
-def _open_segments(key: str, a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None,
-                   default_chunks: int, graph: bool, lane: bool = False):
+def _open_segments(key: str, a: torch.Tensor, b: torch.Tensor,
+                   chunk_rows: int | tuple[int, ...] | None, default_chunks: int,
+                   graph: bool, lane: bool = False):
     """What both copy-engine GEMM-RS variants start with: ``(W, me, seg, N, bounds, x,
-    slots, engine)``, the segment of ``seg = M / W`` rows cut into chunks of ``chunk_rows``
-    rows (default: ``default_chunks`` chunks; at most as many as the exchange has signals
-    for, ``PULL_MAX_CHUNKS`` with device epochs) at ``bounds``, one call ``x`` of the
-    chunked exchange ``key`` with its inbox as ``slots`` (``[W, seg, N]``), and the copy
-    engine."""
+    slots, engine)``, the segment of ``seg = M / W`` rows cut into chunks at ``bounds``:
+    equal ones of at most ``chunk_rows`` rows (default: ``default_chunks`` chunks; at most
+    as many as the exchange has signals for, ``PULL_MAX_CHUNKS`` with device epochs), or
+    the sizes ``chunk_rows`` lists; one call ``x`` of the chunked exchange ``key`` with its
+    inbox as ``slots`` (``[W, seg, N]``), and the copy engine."""
     rt = current()
     W, me = rt.world.world_size, rt.world.rank
     seg, N = a.shape[0] // W, b.shape[1]
-    rows = chunk_rows or -(-seg // default_chunks)
     most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
-    chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
-    bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
+    if isinstance(chunk_rows, tuple):
+        if len(chunk_rows) > most:
+            raise ValueError(f"gemm_rs: at most {most} chunks per segment here"
+                             f"{' (graph-safe)' if graph else ''}, got chunk_rows={chunk_rows}")
+        ends = list(itertools.accumulate(chunk_rows))
+        bounds = list(zip([0, *ends[:-1]], ends, strict=True))
+    else:
+        rows = chunk_rows or -(-seg // default_chunks)
+        chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
+        bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
     x = open_chunked(key, a.dtype, W * seg * N, "copy_engine", graph, lane=lane)
     return W, me, seg, N, bounds, x, x.inbox.view(W, seg, N), engine_instance("copy_engine")
 
 
-def _rs_pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | None = None,
+def _rs_pulled(a: torch.Tensor, b: torch.Tensor,
+               chunk_rows: int | tuple[int, ...] | None = None,
                graph: bool = False) -> torch.Tensor:
     """GEMM-RS on one node with the copy engine: peers' partials pulled into the result,
     the own rows' GEMM accumulating onto them (``addmm``), in chunks of ``chunk_rows`` rows
-    (default: a segment in ``RS_PULL_CHUNKS``).
+    or of the sizes it lists (default: a segment in ``RS_PULL_CHUNKS``).
 
     For ``d = r+1, r+2, ...`` the partial of each chunk ``i`` of ``d``'s rows is computed
     (``torch.matmul``) into slot ``d`` of my inbox, then published: ``ready[me]`` on ``d``

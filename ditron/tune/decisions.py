@@ -23,7 +23,8 @@ class Decision:
     config: GemmConfig = GemmConfig()
     engine: str = "colocated"
     time_us: float = 0.0
-    chunk_rows: int | None = None  # rows per chunk (None: one chunk per shard)
+    #: rows per chunk, or each chunk's rows of a GEMM-RS segment (None: the op's default)
+    chunk_rows: int | tuple[int, ...] | None = None
     early_rows: int = 0  # own rows in the last peer's GEMM (GEMM-RS by the copy engine)
     graph: Decision | None = None  # the choice under CUDA graphs (its own ``graph``: None)
 
@@ -33,9 +34,10 @@ class Decision:
     @classmethod
     def from_json(cls, entry: dict) -> Decision:
         graph = entry.get("graph")
+        chunks = entry.get("chunk_rows")
         return cls(entry["method"], GemmConfig(**entry["config"]), entry["engine"],
-                   entry["time_us"], entry.get("chunk_rows"), entry.get("early_rows", 0),
-                   cls.from_json(graph) if graph else None)
+                   entry["time_us"], tuple(chunks) if isinstance(chunks, list) else chunks,
+                   entry.get("early_rows", 0), cls.from_json(graph) if graph else None)
 
 
 def _device_name() -> str:

@@ -32,9 +32,10 @@ Knobs (:class:`Trial`): overlap vs fallback, the tile configuration, for ``ag_ge
 transfer engine, the chunk size and, with the ``sm`` engine, the SMs given to communication
 (``COMM_SMS``; the GEMM's ``GemmConfig.programs`` is the rest), for ``gemm_rs`` the engine
 (colocated stores from the GEMM, or the copy engine by segments, pushed or pulled), the
-copy engine's chunk size and, pushed, ``early_rows`` (own rows in the last peer's GEMM;
-the candidate comes from timing ``torch.matmul`` on the row counts it would launch,
-:func:`early_rows_for`). Engines that compute with ``torch.matmul`` (``MATMUL_ENGINES``)
+copy engine's chunk size and, pushed, ``early_rows`` (own rows in the last peer's GEMM),
+pulled, two uneven chunks (``chunk_rows=(seg - r, r)``); their candidates come from timing
+``torch.matmul`` on the row counts they would launch (:func:`early_rows_for`,
+:func:`split_rows_for`). Engines that compute with ``torch.matmul`` (``MATMUL_ENGINES``)
 are tried with the first tile config only.
 """
 
@@ -54,7 +55,7 @@ from . import cache
 from .decisions import Decision, key_for, lookup
 
 __all__ = ["Decision", "Trial", "agreed_median", "early_rows_for", "key_for", "lookup",
-           "rotations", "time_calls", "tune"]
+           "rotations", "split_rows_for", "time_calls", "tune"]
 
 # measured on one H200 (docs/perf.md, bench/gemm_lab.py): the first is the default; the
 # others win on some shapes; 256x128 never did
@@ -106,6 +107,9 @@ COMM_SMS = (16, 32)
 #: the ``EARLY_TRIALS`` best of them, timed in ``EARLY_PASSES`` passes
 EARLY_STEP = 128
 EARLY_GAIN = 0.01
+#: two-chunk splits for the pulled GEMM-RS: the smaller chunk has at least this fraction of
+#: a segment (:func:`split_rows_for`)
+SPLIT_LEAST = 0.375
 EARLY_TRIALS = 2
 EARLY_PASSES = 4
 
@@ -113,13 +117,13 @@ EARLY_PASSES = 4
 @dataclasses.dataclass(frozen=True)
 class Trial:
     """One candidate: ``method`` ("overlap" | "fallback"), the tile config, the transfer
-    engine and its knobs (``chunk_rows``: rows per chunk, None for one chunk per segment or
-    shard; ``early_rows``: GEMM-RS by the copy engine only)."""
+    engine and its knobs (``chunk_rows``: rows per chunk, or each chunk's rows of a GEMM-RS
+    segment, None for the op's default; ``early_rows``: GEMM-RS by the copy engine only)."""
 
     method: str
     config: GemmConfig
     engine: str
-    chunk_rows: int | None = None
+    chunk_rows: int | tuple[int, ...] | None = None
     early_rows: int = 0
 
     def label(self) -> str:
@@ -230,6 +234,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
                 if e == "copy_engine":
                     trials += [Trial("overlap", c, e, None, x)
                                for x in early_rows_for(a, b, seg, batch)]
+                elif e == "copy_engine_pull":
+                    trials += [Trial("overlap", c, e, split)
+                               for split in split_rows_for(a, b, seg, batch)]
                 continue
             if e == "sm" and dev.type == "cuda":  # the knob: SMs given to communication
                 sms = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -380,22 +387,49 @@ def early_rows_for(a: torch.Tensor, b: torch.Tensor, seg: int, batch: int = 1) -
     ``EARLY_STEP`` up to ``seg / 2``, at least two steps apart) whose two GEMMs, ``a[:seg +
     x] @ b`` and ``a[:seg - x] @ b``, take the least time and beat two halves by
     ``EARLY_GAIN``, fastest first; none where no split does. The GEMMs are timed where the
-    pushed copy-engine GEMM-RS would launch them (collective: every rank times the same row
-    counts, in ``EARLY_PASSES`` passes of alternating direction, and the slowest rank's
-    medians decide). More than one, since single-GEMM timings on two busy GPUs are noisier
-    than the differences between neighbouring splits: the op's own trials decide."""
+    pushed copy-engine GEMM-RS would launch them (collective, :func:`_row_times`). More than
+    one, since single-GEMM timings on two busy GPUs are noisier than the differences
+    between neighbouring splits: the op's own trials decide."""
     step = min(EARLY_STEP, max(seg // 8, 1))
-    xs = range(0, min(seg // 2, a.shape[0] - seg) + 1, step)
-    rows = sorted({seg + x for x in xs} | {seg - x for x in xs})
-    samples: dict[int, list[float]] = {m: [] for m in rows}
+    xs = range(step, min(seg // 2, a.shape[0] - seg) + 1, step)
+    t = _row_times(a, b, {seg} | {seg + x for x in xs} | {seg - x for x in xs}, batch)
+    return _fastest(xs, lambda x: t[seg + x] + t[seg - x], 2 * t[seg], step)
+
+
+def split_rows_for(a: torch.Tensor, b: torch.Tensor, seg: int,
+                   batch: int = 1) -> list[tuple[int, int]]:
+    """Two-chunk splits of a segment of ``seg`` rows worth trying with the pulled GEMM-RS
+    (``chunk_rows=(seg - r, r)``, the larger chunk first): up to ``EARLY_TRIALS`` values of
+    ``r`` (multiples of ``EARLY_STEP`` from ``SPLIT_LEAST * seg`` to below ``seg / 2``)
+    whose GEMMs ``a[:seg - r] @ b`` and ``a[:r] @ b`` beat two halves by ``EARLY_GAIN``,
+    fastest first. The engine computes every chunk twice (the peer's rows, then its own),
+    so the split saves twice what it saves here; the bound keeps each chunk's pull hidden
+    under the other chunk's GEMM. Collective (:func:`_row_times`)."""
+    step = min(EARLY_STEP, max(seg // 8, 1))
+    rs = range(-(-int(SPLIT_LEAST * seg) // step) * step, -(-seg // 2), step)
+    halves = (seg // 2, seg - seg // 2)
+    t = _row_times(a, b, {*halves} | {r for r in rs} | {seg - r for r in rs}, batch)
+    return [(seg - r, r) for r in _fastest(rs, lambda r: t[r] + t[seg - r],
+                                            t[halves[0]] + t[halves[1]], step)]
+
+
+def _row_times(a: torch.Tensor, b: torch.Tensor, rows: set[int], batch: int) -> dict[int, float]:
+    """``{m: time of a[:m] @ b}`` (us): every rank times the same row counts in
+    ``EARLY_PASSES`` passes of alternating direction; the slowest rank's medians count."""
+    ordered = sorted(m for m in rows if m > 0)
+    samples: dict[int, list[float]] = {m: [] for m in ordered}
     for p in range(EARLY_PASSES):
-        for m in rows if p % 2 == 0 else rows[::-1]:
+        for m in ordered if p % 2 == 0 else ordered[::-1]:
             samples[m] += time_calls(lambda m=m: torch.matmul(a[:m], b), 1, 3, a.device, batch)
-    t = {m: agreed_median(samples[m]) for m in rows}
-    halves = 2 * t[seg] * (1 - EARLY_GAIN)
-    picks: list[int] = []
-    for x in sorted(xs, key=lambda x: t[seg + x] + t[seg - x]):
-        if len(picks) == EARLY_TRIALS or t[seg + x] + t[seg - x] >= halves:
+    return {m: agreed_median(samples[m]) for m in ordered}
+
+
+def _fastest(knobs, cost, base: float, step: int) -> list:
+    """Up to ``EARLY_TRIALS`` of ``knobs`` (ints), cheapest ``cost`` first, each beating
+    ``base`` by ``EARLY_GAIN`` and at least two steps from the ones already picked."""
+    picks: list = []
+    for x in sorted(knobs, key=cost):
+        if len(picks) == EARLY_TRIALS or cost(x) >= base * (1 - EARLY_GAIN):
             break
         if all(abs(x - y) >= 2 * step for y in picks):
             picks.append(x)

@@ -368,6 +368,32 @@ def test_early_rows_for_picks_the_fewest_waves():
                          backend="cpu") == [[agreed, []]] * 2
 
 
+def _split_rows_case(seg: int, wave: int) -> list[list[tuple[int, int]]]:
+    """``split_rows_for`` on GEMMs that take whole waves of ``wave`` rows, and on times
+    linear in the rows."""
+    from ditron.tune import tuner
+
+    real = tuner.time_calls
+    a = torch.randn(seg, 4)
+    b = torch.randn(4, 3)
+    picks = []
+    try:
+        for cost in (lambda m: -(-m // wave), float):
+            tuner.time_calls = lambda fn, *args, cost=cost: [cost(fn().shape[0])] * 3
+            picks.append(tuner.split_rows_for(a, b, seg))
+    finally:
+        tuner.time_calls = real
+    return picks
+
+
+def test_split_rows_for_picks_fewer_waves_than_halves():
+    # 128 rows in waves of 48: halves take 2 + 2 waves, 80 + 48 rows 2 + 1 (48 is the only
+    # candidate: a multiple of seg / 8 from 3/8 of the segment to below half); linear
+    # times: no split beats halves
+    assert ditron.launch(_split_rows_case, 1, 128, 48, backend="cpu") == [[[(80, 48)], []]]
+    assert ditron.launch(_split_rows_case, 1, 128, 64, backend="cpu") == [[[], []]]
+
+
 def test_rotations_put_every_candidate_at_every_position():
     from ditron.tune.tuner import rotations
 
@@ -432,10 +458,10 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
             assert torch.equal(ga, _gather(a)), f"{name}: gathered A differs"
             checks += 1
         # GEMM-RS by the copy engine, pushed and pulled: 13-row segments in 4-row chunks
-        # (4+4+4+1, each summed or accumulated onto as it lands), in one 13-row chunk, and
-        # by default
+        # (4+4+4+1, each summed or accumulated onto as it lands), in one 13-row chunk, by
+        # default, and in chunks of given sizes (8+5, 1+7+5)
         for engine in ("copy_engine", "copy_engine_pull"):
-            for chunk_rows in (4, 13, None):
+            for chunk_rows in (4, 13, None, (8, 5), (1, 7, 5)):
                 torch.manual_seed(200 * it + w.rank)
                 a2 = torch.randn(w.world_size * m, K, device=w.device)
                 b2 = torch.randn(N, K, device=w.device).t()
@@ -472,6 +498,13 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
         ditron.ops.ag_gemm(a, b, chunk_rows=0)
     with pytest.raises(ValueError, match="chunk_rows must be a positive int"):
         ditron.ops.gemm_rs(torch.cat([a] * w.world_size), b, chunk_rows=-3)
+    for sizes in ((8, 4), (8, 5, 0), (True, 12), (), (13.0,)):
+        with pytest.raises(ValueError, match=f"positive ints summing to M / W = {m}"):
+            ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine_pull",
+                               chunk_rows=sizes)
+    with ditron.ops.graph_safe(), pytest.raises(ValueError, match="at most 8 chunks"):
+        ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine_pull",
+                           chunk_rows=(1,) * m)
     return checks
 
 
@@ -532,7 +565,7 @@ def _pulled_case(m: int, K: int, N: int, reps: int) -> int:
     checks = 0
     for it in range(reps):
         for dtype in (torch.float32, torch.bfloat16):
-            for chunk_rows in (10, None):
+            for chunk_rows in (10, None, (m - 12, 12)):
                 torch.manual_seed(300 * it + rank)
                 a = torch.randn(W * m, K, device=w.device).to(dtype)
                 b = torch.randn(N, K, device=w.device).to(dtype).t()
@@ -586,9 +619,9 @@ def _failed_launch_case(m: int, K: int, N: int) -> int:
 
 def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
     """A tuned decision with a part for CUDA graphs: eager ``auto`` calls run the eager
-    choice (the pulled copy engine), graph-safe ones (what a CUDA graph captures) the graph
-    choice (the pushed one, with its tuned ``early_rows``); an entry without a graph part
-    (tuned before there was one) serves both modes."""
+    choice (the pulled copy engine in chunks of 5 and 4 rows), graph-safe ones (what a CUDA
+    graph captures) the graph choice (the pushed one, with its tuned ``early_rows``); an
+    entry without a graph part (tuned before there was one) serves both modes."""
     import dataclasses
     import os
 
@@ -611,7 +644,8 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
 
     def spy(name):
         def run(*args, **kwargs):
-            ran.append(name if name == "_rs_pulled" else f"{name}:early={args[4]}")
+            ran.append(f"{name}:chunks={args[2]}" if name == "_rs_pulled"
+                       else f"{name}:early={args[4]}")
             return real[name](*args, **kwargs)
         return run
 
@@ -621,7 +655,7 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
         for graph_part in (True, False):
             if w.rank == 0:  # rank 0 decides for every rank
                 graph = decisions.Decision("overlap", cfg, "copy_engine", 1.0, early_rows=3)
-                tuned = decisions.Decision("overlap", cfg, "copy_engine_pull", 2.0,
+                tuned = decisions.Decision("overlap", cfg, "copy_engine_pull", 2.0, (m - 4, 4),
                                            graph=graph if graph_part else None)
                 cache.put(key, dataclasses.asdict(tuned))
                 assert decisions.Decision.from_json(cache.get(key)) == tuned
@@ -639,7 +673,8 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
 
 def test_tuned_decisions_per_mode(backend, tmp_path):
     assert ditron.launch(_per_mode_case, 2, str(tmp_path), 9, 16, 24, backend=backend) == [
-        ["_rs_pulled", "_rs_by_segments:early=3", "_rs_pulled", "_rs_pulled"]] * 2
+        ["_rs_pulled:chunks=(5, 4)", "_rs_by_segments:early=3", "_rs_pulled:chunks=(5, 4)",
+         "_rs_pulled:chunks=(5, 4)"]] * 2
 
 
 def test_tp_gemms_survive_a_failed_launch(backend):
@@ -648,16 +683,16 @@ def test_tp_gemms_survive_a_failed_launch(backend):
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_gemm_rs_pulled_matches_torch(backend, world_size):
-    # 37 rows per rank in 10-row chunks (10+9+9+9) or the default halves (18+19)
+    # 37 rows per rank in 10-row chunks (10+9+9+9), the default halves (18+19), or 25+12
     assert ditron.launch(_pulled_case, world_size, 37, 24, 40, 2,
-                         backend=backend) == [8] * world_size
+                         backend=backend) == [12] * world_size
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_tp_gemm_engines_agree_with_torch(backend, world_size):
     # 13 rows per rank: tiles straddle chunks; calls alternate engines on shared signals.
     assert ditron.launch(_engines_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [54] * world_size
+                         backend=backend) == [66] * world_size
 
 
 def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -> int:
@@ -694,19 +729,20 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
                 _close(what, c, ref, torch.float32)
                 assert torch.equal(ga, _gather(a)), f"{what}: gathered A differs"
             # the colocated epilogue, and the copy engine by segments, pushed and pulled
-            # (by default; 4-row chunks)
-            # (by default; 4-row chunks; pushed with 6 own rows in the last peer's GEMM)
+            # (by default; 4-row chunks; chunks of 9 and 4 rows; pushed with 6 own rows in
+            # the last peer's GEMM)
             for engine, chunk_rows, early in (
                     ("colocated", None, None), ("copy_engine", None, None),
                     ("copy_engine", 4, None), ("copy_engine", None, 6),
-                    ("copy_engine_pull", None, None), ("copy_engine_pull", 4, None)):
+                    ("copy_engine", (m - 4, 4), None), ("copy_engine_pull", None, None),
+                    ("copy_engine_pull", 4, None), ("copy_engine_pull", (m - 4, 4), None)):
                 rs = ditron.ops.gemm_rs(a2, b, method="overlap", engine=engine,
                                         chunk_rows=chunk_rows, early_rows=early)
                 _close(f"graph-safe gemm_rs {engine} chunk_rows={chunk_rows} early_rows="
                        f"{early}", rs, full[rank * m:(rank + 1) * m], torch.float32)
             ar = ditron.ops.gemm_ar(a3, b, method="overlap")
             _close("graph-safe gemm_ar", ar, _sum(a3.double() @ b.double()), torch.float32)
-            checks += 11
+            checks += 13
         # the eager variants between graph-safe calls
         _close("eager ag_gemm", ditron.ops.ag_gemm(a, b, method="overlap"), ref, torch.float32)
         checks += 1
@@ -726,7 +762,7 @@ def _graph_safe_case(m: int, K: int, N: int, reps: int, fallback: bool = True) -
 def test_graph_safe_variants_match_torch(world_size, backend):
     # 13 rows per rank: AG tiles straddle chunks, and 4-row chunks (4+4+4+1) too
     assert ditron.launch(_graph_safe_case, world_size, 13, 20, 40, 3,
-                         backend=backend) == [39] * world_size
+                         backend=backend) == [45] * world_size
 
 
 def _captured_case(m: int, K: int, N: int, replays: int) -> int:
