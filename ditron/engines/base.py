@@ -46,6 +46,10 @@ class Transfer:
     reduce: bool = False
     #: start only once the issuing rank's signal ``after.index`` is >= ``after.value``
     after: Signal | None = None
+    #: then set that signal back to 0: a flag with one writer and this one waiter, so its
+    #: value can be a constant (what stream waits inside a CUDA graph compare with). The
+    #: writer must raise it again only after learning that this transfer has landed
+    clear_after: bool = False
 
 
 def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = False,
@@ -62,6 +66,8 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
                          f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
     if contiguous and not (t.src.is_contiguous() and t.dst.is_contiguous()):
         raise ValueError(f"{engine}: src and dst must be contiguous")
+    if t.clear_after and t.after is None:
+        raise ValueError(f"{engine}: clear_after needs a signal to wait for (after=)")
     if t.after is not None and not can_wait:
         raise ValueError(f"{engine}: cannot wait for a signal before a transfer (after=); "
                          f"use an engine with can_wait, e.g. copy_engine")

@@ -4,7 +4,8 @@ CUDA: each batch runs on a side stream that first waits for the issuing stream (
 ``lanes > 1``, batches take turns over that many side streams, so that one batch's wait
 can run while another's copy does); every transfer is a ``copy_`` (or ``add_`` for
 ``reduce``) between a local tensor and a peer view (``ditron.peer``), preceded by a
-stream-ordered wait for ``after`` when given and followed in the side stream's order by
+stream-ordered wait for ``after`` when given (and, with ``clear_after``, a reset of that
+signal to 0) and followed in the side stream's order by
 the signal's release store (stream memory operations, or one-program kernels when a wait
 timeout is set; see ``sync.py``). When stream memory operations are available and the
 batch has only plain copies of contiguous tensors with host-known signal values, every
@@ -113,7 +114,7 @@ class CopyEngine(Engine):
                                                                          t.signal.index + 1]
                 after = _poll_args(t.after) if t.after is not None else None
                 value = host_value(t.signal.value) if t.signal else 0
-                jobs.append((src, dst, t.reduce, sig, value, after))
+                jobs.append((src, dst, t.reduce, sig, value, after, t.clear_after))
             self._pending.append(_executor().submit(_run_host, jobs))
             return
         self._issue_cuda(transfers, rank, since)
@@ -144,6 +145,8 @@ class CopyEngine(Engine):
                 src, dst = _endpoints(t, rank)
                 if t.after is not None:
                     wait_one(t.after.pad, t.after.index, t.after.value)
+                    if t.clear_after:
+                        notify_one(t.after.pad, t.after.index, 0, rank)
                 if src.numel():
                     if t.reduce:
                         dst.add_(src)
@@ -185,8 +188,10 @@ def _issue_raw(transfers: list[Transfer], rank: int, side) -> None:
     stream = side.cuda_stream
     for t in transfers:
         if t.after is not None:
-            stream_memops.wait_value(stream, slot_address(t.after.pad, t.after.index, rank),
-                                     t.after.value)
+            slot = slot_address(t.after.pad, t.after.index, rank)
+            stream_memops.wait_value(stream, slot, t.after.value)
+            if t.clear_after:
+                stream_memops.write_value(stream, slot, 0)
         if t.src.numel():
             stream_memops.memcpy(stream, _address(t.dst, t.dst_rank, rank),
                                  _address(t.src, t.src_rank, rank),
@@ -197,9 +202,11 @@ def _issue_raw(transfers: list[Transfer], rank: int, side) -> None:
 
 
 def _run_host(jobs) -> None:
-    for src, dst, reduce, sig, value, after in jobs:
+    for src, dst, reduce, sig, value, after, clear in jobs:
         if after is not None:
             _spin(*after)
+            if clear:
+                after[0].fill_(0)
         if src.numel():
             if reduce:
                 dst.add_(src)

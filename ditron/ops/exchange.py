@@ -279,6 +279,18 @@ EARLY_PUSHES = True
 #: a graph-safe signal lane's publishes and acknowledgements are copy-engine writes of the
 #: epoch cell (no kernel, no SM; :func:`graph_pad`), else one-thread kernels on the lane
 LANE_COPIES = os.environ.get("DITRON_LANE_COPIES", "1") not in ("", "0")
+#: a graph-safe exchange opened with ``flags`` (the pulled GEMM-RS) signals its chunks by
+#: flags that their one reader clears (``Transfer.clear_after``), one set per inbox half,
+#: instead of the epoch: a flag's value is a constant, so the reader's engine waits with
+#: stream memory operations inside a CUDA graph too (no spinning kernel needing an SM
+#: beside the GEMM). A writer raises a flag only after writing the inbox half it
+#: announces, and may write that half again only once the reader is done reading it, so
+#: after the reader cleared the flag (:func:`graph_pad`). Unlike an epoch, a flag can go
+#: stale: a call that raises after its peers raised its flags but before its pulls were
+#: issued leaves them raised, and the next call on that half would not wait. Env
+#: ``DITRON_PULL_FLAGS``; off by default, not yet measured on two GPUs (``docs/perf.md``,
+#: session 25)
+PULL_FLAGS = os.environ.get("DITRON_PULL_FLAGS", "0") not in ("", "0")
 
 
 @dataclasses.dataclass
@@ -311,6 +323,9 @@ class Chunked:
     base: int | DeviceValue
     ack: int = 0  # device epochs: the first acknowledgement slot
     call: Call | None = None  # host epochs
+    #: device epochs with flags (:func:`graph_pad`): the first flag slot of this call's
+    #: half; ``ready`` is then a flag its reader clears
+    flags: int | None = None
     #: device epochs: the readers' acknowledgement is implied (:func:`graph_pad`), writes
     #: into their inboxes need not wait
     implied: bool = False
@@ -318,11 +333,16 @@ class Chunked:
     lane: torch.cuda.Stream | None = None
 
     def ready(self, i: int, q: int) -> Signal:
+        if self.flags is not None:
+            return Signal(self.pad, self.flags + i * current().world.world_size + q, 1)
         if self.graph:
             return Signal(self.pad, i * current().world.world_size + q, self.base)
         return Signal(self.pad, q, self.base + i + 1)
 
     def wait(self, i: int) -> None:
+        if self.flags is not None:
+            raise RuntimeError("Chunked.wait: flags are waited for by the pulls that clear "
+                               "them (Transfer.clear_after)")
         sig = self.ready(i, 0)
         me = current().world.rank
         # the ready slots of chunk i are consecutive in q, from slot ``sig.index``
@@ -340,7 +360,7 @@ class Chunked:
             return
         start_after(self.lane, None)
         with torch.cuda.stream(self.lane):
-            if _lane_copies():
+            if _lane_copies() and not isinstance(sig.value, int):
                 copy_value(self.pad, sig.index, sig.value, q)
             else:
                 notify_one(self.pad, sig.index, sig.value, q)
@@ -381,14 +401,16 @@ class Chunked:
 
 
 def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
-                 graph: bool, turn: Turn | None = None, lane: bool = False) -> Chunked:
+                 graph: bool, turn: Turn | None = None, lane: bool = False,
+                 flags: bool = False) -> Chunked:
     """Open one call of the chunked exchange ``key`` with an inbox of ``numel`` elements:
     host epochs (:func:`open_exchange`) or, with ``graph``, device epochs
-    (:func:`graph_pad`, with ``turn``; ``lane``: its signals on a side stream, CUDA)."""
+    (:func:`graph_pad`, with ``turn``; ``lane``: its signals on a side stream, CUDA;
+    ``flags``: chunk flags its readers clear, ``PULL_FLAGS``)."""
     if graph:
-        g = graph_pad(key, dtype, numel, turn, lane)
+        g = graph_pad(key, dtype, numel, turn, lane, flags)
         return Chunked(g.inbox, current().topo.node_ranks(), g.pad, True, g.epoch, g.ack,
-                       implied=g.implied, lane=g.lane)
+                       implied=g.implied, lane=g.lane, flags=g.flags)
     call = open_exchange(key, dtype, numel, {}, engine)
     return Chunked(call.inbox, call.node, call.pad, False, call.epoch * CHUNK_SLOTS,
                    call=call)
@@ -723,6 +745,7 @@ class GraphPad:
     ack: int  # the first acknowledgement slot
     implied: bool = False  # the readers' acknowledgement is implied: no wait
     lane: torch.cuda.Stream | None = None  # where the bump and the acknowledgement ran
+    flags: int | None = None  # the first chunk-flag slot of this call's half, if asked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -763,7 +786,7 @@ def next_turn(key: str, nbytes: int) -> Turn:
 
 
 def graph_pad(key: str, dtype: torch.dtype, numel: int,
-              turn: Turn | None = None, lane: bool = False) -> GraphPad:
+              turn: Turn | None = None, lane: bool = False, flags: bool = False) -> GraphPad:
     """The graph-safe variant of the chunked exchanges (what a CUDA graph replays): an inbox
     of ``numel`` elements, its epoch ``E`` counted on the device (bumped here), and a pad of
     ``(PULL_MAX_CHUNKS + 1) * W`` slots: ``ready`` of chunk ``i`` from rank ``q`` at ``i * W
@@ -793,6 +816,13 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
     (two halves, whatever ``GRAPH_HALVES`` says): the eager calls that ``ops/replays.py``
     replays or runs uncaptured, whose turns cannot depend on what was captured together.
 
+    ``flags``: the call's chunk flags (``GraphPad.flags``; chunk ``i`` from rank ``q`` at
+    ``flags + i * W + q``): one set of ``PULL_MAX_CHUNKS * W`` slots per half after the
+    acknowledgements, raised to 1 by the writer and cleared by the reader's wait. A writer
+    raises a flag after writing the half it announces, which it does only once the reader
+    is done reading that half (the acknowledgement, or the data that implies it), so after
+    the reader cleared the flag of the half's previous call.
+
     Each power-of-two size class has its own inbox, never regrown: a graph captured with a
     small size keeps its buffer when a larger size is warmed up later. Every size shares the
     pad and its epoch."""
@@ -809,7 +839,7 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
         if rt.cache.get(("workspace", "inbox", inbox_key)) is None:
             raise not_warmed(key)
         require_warm(key, pad_key)
-    pad = signal_pad(pad_key, (PULL_MAX_CHUNKS + 1) * w)
+    pad = signal_pad(pad_key, (3 * PULL_MAX_CHUNKS + 1) * w)
     raw = _inbox(inbox_key, nbytes)
     ack = PULL_MAX_CHUNKS * w
     side = _signal_lane() if lane and rt.world.backend == "cuda" else None
@@ -825,18 +855,22 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
                 epoch = bump(pad)
             else:
                 epoch = bump_and_notify(pad, ack + me, rt.topo.node_ranks(), skip=me)
+    def share(half: int, implied: bool) -> GraphPad:
+        first_flag = (PULL_MAX_CHUNKS * (1 + half) + 1) * w if flags else None
+        return GraphPad(pad, raw[half, :nbytes].view(dtype), epoch, ack, implied, side,
+                        first_flag)
+
     if halves == 1:
-        return GraphPad(pad, raw[0, :nbytes].view(dtype), epoch, ack, lane=side)
+        return share(0, False)
     if turn is not None:
-        return GraphPad(pad, raw[turn.half, :nbytes].view(dtype), epoch, ack, turn.implied,
-                        side)
+        return share(turn.half, turn.implied)
     turns = rt.cache.setdefault(turns_key, [0, None])  # calls so far, the last one's capture
     half = turns[0] % 2
     graph = capture_id()
     implied = ACK_BY_DATA and graph is not None and turns[1] == graph
     turns[0] += 1
     turns[1] = graph
-    return GraphPad(pad, raw[half, :nbytes].view(dtype), epoch, ack, implied, side)
+    return share(half, implied)
 
 
 def _lane_copies() -> bool:

@@ -61,6 +61,7 @@ from ..runtime.diagnostics import check_waits
 from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
 from ..runtime.world import current
+from . import exchange
 from .exchange import CHUNK_SLOTS, PULL_MAX_CHUNKS, engine_instance, open_chunked, sum_slots
 from .graphs import capturing, graph_mode, require_warm
 from .workspaces import alloc_buffers, cached
@@ -655,7 +656,7 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor,
 
 def _open_segments(key: str, a: torch.Tensor, b: torch.Tensor,
                    chunk_rows: int | tuple[int, ...] | None, default_chunks: int,
-                   graph: bool, lane: bool = False):
+                   graph: bool, lane: bool = False, flags: bool = False):
     """What both copy-engine GEMM-RS variants start with: ``(W, me, seg, N, bounds, x,
     slots, engine)``, the segment of ``seg = M / W`` rows cut into chunks at ``bounds``:
     equal ones of at most ``chunk_rows`` rows (default: ``default_chunks`` chunks; at most
@@ -676,7 +677,7 @@ def _open_segments(key: str, a: torch.Tensor, b: torch.Tensor,
         rows = chunk_rows or -(-seg // default_chunks)
         chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
         bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
-    x = open_chunked(key, a.dtype, W * seg * N, "copy_engine", graph, lane=lane)
+    x = open_chunked(key, a.dtype, W * seg * N, "copy_engine", graph, lane=lane, flags=flags)
     return W, me, seg, N, bounds, x, x.inbox.view(W, seg, N), engine_instance("copy_engine")
 
 
@@ -703,10 +704,12 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor,
     ``graph``: device epochs (``exchange.graph_pad``); each rank waits for every reader's
     acknowledgement of the previous call before its first GEMM writes into its inbox. The
     signals then run on the exchange's signal lane (``RS_SIGNAL_LANE``): the pulls start
-    after its marks, which follow the epoch bump and the publish of the matching chunk."""
+    after its marks, which follow the epoch bump and the publish of the matching chunk.
+    With ``exchange.PULL_FLAGS`` the chunks are announced by flags that the pulls clear,
+    so the engine's waits are stream waits (no SM) under graphs too."""
     W, me, seg, N, bounds, x, slots, engine = _open_segments(
         "gemm_rs:copy_engine_pull", a, b, chunk_rows, RS_PULL_CHUNKS, graph,
-        lane=RS_SIGNAL_LANE)
+        lane=RS_SIGNAL_LANE, flags=graph and exchange.PULL_FLAGS)
     # what the pulls write into exists before the mark they start after: anything queued
     # on it (a fill, a previous owner's kernels) is then behind them
     out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
@@ -719,7 +722,7 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor,
     # GEMM's time on an H200, docs/perf.md session 15). So the pull of chunk i from the
     # peer of step s starts after my own step-s GEMM of chunk i, when that peer's is
     # about done too.
-    spins = graph or not use_stream_memops()
+    spins = not use_stream_memops() or (graph and x.flags is None)
     marks: dict[tuple[int, int], object] = {}
     for step in range(1, W):
         d = (me + step) % W
@@ -732,8 +735,8 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor,
     land = {q: out if k == 0 else extra[k - 1] for k, q in enumerate(peers)}
     own = a[me * seg:(me + 1) * seg]
     for i, (lo, hi) in enumerate(bounds):
-        pulls = [Transfer(slots[me, lo:hi], land[q][lo:hi], q, me, after=x.ready(i, q))
-                 for q in peers]
+        pulls = [Transfer(slots[me, lo:hi], land[q][lo:hi], q, me, after=x.ready(i, q),
+                          clear_after=x.flags is not None) for q in peers]
         if spins:
             for step, pull in enumerate(pulls, start=1):
                 engine.issue([pull], since=marks.get((step, i), start))

@@ -168,11 +168,13 @@ def check_engine_errors() -> int:
         get_engine("tma", stages=0)
     with pytest.raises(ValueError, match="cannot reduce"):
         get_engine("tma").issue([Transfer(x, buf, me, 1 - me, reduce=True)])
-    return 9
+    with pytest.raises(ValueError, match="clear_after needs a signal to wait for"):
+        get_engine("copy_engine").issue([Transfer(buf, x, 1 - me, me, clear_after=True)])
+    return 10
 
 
 def test_engine_errors():
-    assert ditron.launch(check_engine_errors, 2, backend="cpu") == [9, 9]
+    assert ditron.launch(check_engine_errors, 2, backend="cpu") == [10, 10]
     with pytest.raises(ValueError, match="unknown transfer engine"):
         get_engine("pigeon")
     with pytest.raises(ValueError, match="lanes must be a positive int"):
@@ -246,6 +248,12 @@ def check_after_signal() -> tuple[bool, str]:
     notify_peers(pad, me, 1, range(2), skip=me)
     engine.drain()
     landed = bool((out == peer + 1).all())
+    # a flag that its one waiter clears: the second pull waits for the same value, then
+    # sets the slot back to 0
+    out.fill_(float("nan"))
+    engine.issue([Transfer(box, out, peer, me, after=Signal(pad, peer, 1), clear_after=True)])
+    engine.drain()
+    landed = landed and bool((out == peer + 1).all()) and int(pad.signals[peer]) == 0
     ditron.barrier()
     try:
         get_engine("sm").issue([Transfer(box, out, peer, me, after=Signal(pad, peer, 1))])
@@ -264,4 +272,4 @@ def check_after_signal() -> tuple[bool, str]:
 
 def test_transfer_after_signal():
     got = ditron.launch(check_after_signal, 2, backend="cpu")
-    assert got == [(True, "0 99 1 signals:test_after[1]"), (True, "1 99 1 signals:test_after[0]")]
+    assert got == [(True, "0 99 0 signals:test_after[1]"), (True, "1 99 0 signals:test_after[0]")]

@@ -765,6 +765,66 @@ def test_graph_safe_variants_match_torch(world_size, backend):
                          backend=backend) == [45] * world_size
 
 
+def _pull_flags_case(m: int, K: int, N: int, reps: int) -> list[tuple[bool, int]]:
+    """The graph-safe pulled GEMM-RS with chunk flags (``exchange.PULL_FLAGS``): repeated
+    calls over one inbox and two halves, as if captured together (implied
+    acknowledgements) and not, in halves and in given chunks. Returns, per call, whether
+    every pull waited for a flag of 1 that it clears, and how many of my flags are still
+    raised once the call is done (none may be)."""
+    from ditron.engines.copy_engine import CopyEngine
+    from ditron.ops import exchange
+
+    poison_empty()
+    w = ditron.world()
+    W, rank = w.world_size, w.rank
+    engine = exchange.engine_instance("copy_engine")
+    seen: list[tuple[int, bool]] = []
+
+    def issue(transfers, since=None):
+        seen.extend((t.after.value, t.clear_after) for t in transfers if t.after is not None)
+        return CopyEngine.issue(engine, transfers, since)
+
+    exchange.PULL_FLAGS, engine.issue = True, issue
+    out = []
+    try:
+        for it in range(reps):
+            exchange.GRAPH_HALVES = 1 + (it // 2) % 2
+            exchange.capture_id = (lambda: 5) if it % 2 else (lambda: None)
+            torch.manual_seed(400 * it + rank)
+            a = torch.randn(W * m, K, device=w.device)
+            b = torch.randn(N, K, device=w.device).t()
+            full = _sum(a.double() @ b.double())
+            seen.clear()
+            with ditron.ops.graph_safe():
+                rs = ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_pull",
+                                        chunk_rows=None if it % 3 else (m - 3, 3))
+            _close(f"graph-safe gemm_rs copy_engine_pull with flags, call {it}", rs,
+                   full[rank * m:(rank + 1) * m], torch.float32)
+            key = "gemm_rs:copy_engine_pull:graph" + ("2" if exchange.GRAPH_HALVES == 2 else "")
+            pad = current_pad(key)
+            first = (exchange.PULL_MAX_CHUNKS + 1) * W
+            raised = int((pad.signals[first:(3 * exchange.PULL_MAX_CHUNKS + 1) * W] != 0).sum())
+            out.append((bool(seen) and all(v == 1 and c for v, c in seen), raised))
+            dist.barrier(group=_host_group())  # nobody raises a flag of the next call yet
+    finally:
+        exchange.PULL_FLAGS = False
+        exchange.GRAPH_HALVES = 2
+        del engine.issue
+    return out
+
+
+def current_pad(key: str):
+    from ditron.runtime.world import current
+
+    return current().cache[("signal_pad", key)]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_graph_safe_pulled_gemm_rs_with_flags(backend, world_size):
+    assert ditron.launch(_pull_flags_case, world_size, 11, 16, 24, 6,
+                         backend=backend) == [[(True, 0)] * 6] * world_size
+
+
 def _captured_case(m: int, K: int, N: int, replays: int) -> int:
     """AG-GEMM, GEMM-RS and GEMM-AR (overlapped) captured in one CUDA graph after a warm-up
     inside ``graph_safe()``, replayed with new inputs (GPU only)."""

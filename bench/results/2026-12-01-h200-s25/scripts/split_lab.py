@@ -31,17 +31,17 @@ def main() -> None:
         out = torch.zeros(seg, N, device=dev, dtype=torch.bfloat16)
         whole = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
 
-        def call(bounds):
+        def call(bounds, a=a, b=b, slots=slots, out=out):
             for lo, hi in bounds:
                 torch.matmul(a[lo:hi], b, out=slots[lo:hi])
             for lo, hi in bounds:
                 out[lo:hi].addmm_(a[seg + lo:seg + hi], b)
 
-        variants = {"whole": lambda: torch.matmul(a, b, out=whole)}
+        variants = {"whole": lambda a=a, b=b, whole=whole: torch.matmul(a, b, out=whole)}
         for r in range(args.step, seg, args.step):
-            variants[r] = (lambda bd: (lambda: call(bd)))(((0, r), (r, seg)))
-        variants["3 equal"] = lambda: call(((0, seg // 3), (seg // 3, 2 * seg // 3),
-                                            (2 * seg // 3, seg)))
+            variants[r] = (lambda bd, call=call: (lambda: call(bd)))(((0, r), (r, seg)))
+        variants["3 equal"] = lambda call=call: call(((0, seg // 3), (seg // 3, 2 * seg // 3),
+                                                      (2 * seg // 3, seg)))
 
         def timed(fn):
             torch.cuda.synchronize()
