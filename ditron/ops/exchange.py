@@ -280,16 +280,16 @@ EARLY_PUSHES = True
 #: epoch cell (no kernel, no SM; :func:`graph_pad`), else one-thread kernels on the lane
 LANE_COPIES = os.environ.get("DITRON_LANE_COPIES", "1") not in ("", "0")
 #: a graph-safe exchange opened with ``flags`` (the pulled GEMM-RS) signals its chunks by
-#: flags that their one reader clears (``Transfer.clear_after``), one set per inbox half,
-#: instead of the epoch: a flag's value is a constant, so the reader's engine waits with
-#: stream memory operations inside a CUDA graph too (no spinning kernel needing an SM
+#: flags that their one reader clears (``Transfer.clear_after``), one set per half of each
+#: inbox, instead of the epoch: a flag's value is a constant, so the reader's engine waits
+#: with stream memory operations inside a CUDA graph too (no spinning kernel needing an SM
 #: beside the GEMM). A writer raises a flag only after writing the inbox half it
 #: announces, and may write that half again only once the reader is done reading it, so
 #: after the reader cleared the flag (:func:`graph_pad`). Unlike an epoch, a flag can go
-#: stale: a call that raises after its peers raised its flags but before its pulls were
-#: issued leaves them raised, and the next call on that half would not wait. Env
-#: ``DITRON_PULL_FLAGS``; off by default, not yet measured on two GPUs (``docs/perf.md``,
-#: session 25)
+#: stale: a call that raises after its peers may have raised its flags but before its
+#: pulls were issued leaves them raised (:meth:`Chunked.abandon`); later calls on that
+#: inbox then raise instead of reading early. Env ``DITRON_PULL_FLAGS``; off by default,
+#: not yet measured on two GPUs (``docs/perf.md``, session 25)
 PULL_FLAGS = os.environ.get("DITRON_PULL_FLAGS", "0") not in ("", "0")
 
 
@@ -323,9 +323,9 @@ class Chunked:
     base: int | DeviceValue
     ack: int = 0  # device epochs: the first acknowledgement slot
     call: Call | None = None  # host epochs
-    #: device epochs with flags (:func:`graph_pad`): the first flag slot of this call's
-    #: half; ``ready`` is then a flag its reader clears
-    flags: int | None = None
+    #: device epochs with flags (:func:`graph_pad`): the pad of this call's inbox's flags
+    #: and the first slot of its half; ``ready`` is then a flag its reader clears
+    flags: tuple[SignalPad, int] | None = None
     #: device epochs: the readers' acknowledgement is implied (:func:`graph_pad`), writes
     #: into their inboxes need not wait
     implied: bool = False
@@ -334,10 +334,17 @@ class Chunked:
 
     def ready(self, i: int, q: int) -> Signal:
         if self.flags is not None:
-            return Signal(self.pad, self.flags + i * current().world.world_size + q, 1)
+            pad, first = self.flags
+            return Signal(pad, first + i * current().world.world_size + q, 1)
         if self.graph:
             return Signal(self.pad, i * current().world.world_size + q, self.base)
         return Signal(self.pad, q, self.base + i + 1)
+
+    def abandon(self) -> None:
+        """This call failed before all its pulls were issued: with flags, some may stay
+        raised, so later calls on this inbox refuse to run (:func:`graph_pad`)."""
+        if self.flags is not None:
+            current().cache[("stale_flags", self.flags[0].signals.data_ptr())] = True
 
     def wait(self, i: int) -> None:
         if self.flags is not None:
@@ -356,14 +363,14 @@ class Chunked:
         far is done (on the lane when there is one: the current stream goes on)."""
         sig = self.ready(i, current().world.rank)
         if self.lane is None:
-            notify_one(self.pad, sig.index, sig.value, q)
+            notify_one(sig.pad, sig.index, sig.value, q)
             return
         start_after(self.lane, None)
         with torch.cuda.stream(self.lane):
             if _lane_copies() and not isinstance(sig.value, int):
-                copy_value(self.pad, sig.index, sig.value, q)
+                copy_value(sig.pad, sig.index, sig.value, q)
             else:
-                notify_one(self.pad, sig.index, sig.value, q)
+                notify_one(sig.pad, sig.index, sig.value, q)
 
     def mark(self, engine: Engine) -> object | None:
         """What ``engine``'s work that reads this call's epoch starts after (``since=``):
@@ -745,7 +752,8 @@ class GraphPad:
     ack: int  # the first acknowledgement slot
     implied: bool = False  # the readers' acknowledgement is implied: no wait
     lane: torch.cuda.Stream | None = None  # where the bump and the acknowledgement ran
-    flags: int | None = None  # the first chunk-flag slot of this call's half, if asked
+    #: if asked: this inbox's chunk-flag pad and the first slot of this call's half
+    flags: tuple[SignalPad, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -816,12 +824,14 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
     (two halves, whatever ``GRAPH_HALVES`` says): the eager calls that ``ops/replays.py``
     replays or runs uncaptured, whose turns cannot depend on what was captured together.
 
-    ``flags``: the call's chunk flags (``GraphPad.flags``; chunk ``i`` from rank ``q`` at
-    ``flags + i * W + q``): one set of ``PULL_MAX_CHUNKS * W`` slots per half after the
-    acknowledgements, raised to 1 by the writer and cleared by the reader's wait. A writer
-    raises a flag after writing the half it announces, which it does only once the reader
-    is done reading that half (the acknowledgement, or the data that implies it), so after
-    the reader cleared the flag of the half's previous call.
+    ``flags``: the call's chunk flags (``GraphPad.flags``: a pad per inbox, of
+    ``PULL_MAX_CHUNKS * W`` slots per half; chunk ``i`` from rank ``q`` at ``i * W + q``
+    from its half's first slot), raised to 1 by the writer and cleared by the reader's
+    wait. A writer raises a flag after writing the half it announces, which it does only
+    once the reader is done reading that half (the acknowledgement, or the data that
+    implies it), so after the reader cleared the flag of the half's previous call. (Flags
+    shared by inboxes of several sizes would not be safe: each inbox takes turns over its
+    halves on its own.)
 
     Each power-of-two size class has its own inbox, never regrown: a graph captured with a
     small size keeps its buffer when a larger size is warmed up later. Every size shares the
@@ -839,7 +849,7 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
         if rt.cache.get(("workspace", "inbox", inbox_key)) is None:
             raise not_warmed(key)
         require_warm(key, pad_key)
-    pad = signal_pad(pad_key, (3 * PULL_MAX_CHUNKS + 1) * w)
+    pad = signal_pad(pad_key, (PULL_MAX_CHUNKS + 1) * w)
     raw = _inbox(inbox_key, nbytes)
     ack = PULL_MAX_CHUNKS * w
     side = _signal_lane() if lane and rt.world.backend == "cuda" else None
@@ -855,10 +865,21 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
                 epoch = bump(pad)
             else:
                 epoch = bump_and_notify(pad, ack + me, rt.topo.node_ranks(), skip=me)
+    flag_pad = None
+    if flags:
+        flags_key = f"{inbox_key}:flags"
+        if capturing() and rt.cache.get(("signal_pad", flags_key)) is None:
+            raise not_warmed(key)
+        flag_pad = signal_pad(flags_key, 2 * PULL_MAX_CHUNKS * w)
+        if rt.cache.get(("stale_flags", flag_pad.signals.data_ptr())):
+            raise RuntimeError(f"{key}: an earlier call on this inbox failed before it had "
+                               f"pulled what its peers announced, so its chunk flags may "
+                               f"still be raised; this process cannot run it with flags again "
+                               f"(DITRON_PULL_FLAGS=0 uses the device epochs)")
+
     def share(half: int, implied: bool) -> GraphPad:
-        first_flag = (PULL_MAX_CHUNKS * (1 + half) + 1) * w if flags else None
-        return GraphPad(pad, raw[half, :nbytes].view(dtype), epoch, ack, implied, side,
-                        first_flag)
+        first = (flag_pad, half * PULL_MAX_CHUNKS * w) if flag_pad is not None else None
+        return GraphPad(pad, raw[half, :nbytes].view(dtype), epoch, ack, implied, side, first)
 
     if halves == 1:
         return share(0, False)

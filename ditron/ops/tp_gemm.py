@@ -723,32 +723,36 @@ def _rs_pulled(a: torch.Tensor, b: torch.Tensor,
     # peer of step s starts after my own step-s GEMM of chunk i, when that peer's is
     # about done too.
     spins = not use_stream_memops() or (graph and x.flags is None)
-    marks: dict[tuple[int, int], object] = {}
-    for step in range(1, W):
-        d = (me + step) % W
+    try:
+        marks: dict[tuple[int, int], object] = {}
+        for step in range(1, W):
+            d = (me + step) % W
+            for i, (lo, hi) in enumerate(bounds):
+                torch.matmul(a[d * seg + lo:d * seg + hi], b, out=slots[d, lo:hi])
+                x.publish(i, d)
+                if spins and len(marks) < MARK_RING - 2:  # ``start`` must stay valid
+                    marks[step, i] = x.mark(engine)
+        peers = [(me - step) % W for step in range(1, W)]  # in the order they reach my rows
+        land = {q: out if k == 0 else extra[k - 1] for k, q in enumerate(peers)}
+        own = a[me * seg:(me + 1) * seg]
         for i, (lo, hi) in enumerate(bounds):
-            torch.matmul(a[d * seg + lo:d * seg + hi], b, out=slots[d, lo:hi])
-            x.publish(i, d)
-            if spins and len(marks) < MARK_RING - 2:  # ``start`` must stay valid
-                marks[step, i] = x.mark(engine)
-    peers = [(me - step) % W for step in range(1, W)]  # in the order they reach my rows
-    land = {q: out if k == 0 else extra[k - 1] for k, q in enumerate(peers)}
-    own = a[me * seg:(me + 1) * seg]
-    for i, (lo, hi) in enumerate(bounds):
-        pulls = [Transfer(slots[me, lo:hi], land[q][lo:hi], q, me, after=x.ready(i, q),
-                          clear_after=x.flags is not None) for q in peers]
-        if spins:
-            for step, pull in enumerate(pulls, start=1):
-                engine.issue([pull], since=marks.get((step, i), start))
-        else:
-            engine.issue(pulls, since=start)
-        engine.drain()
-        if i == len(bounds) - 1:
-            x.finish([engine])
-        if hi > lo:
-            if extra is not None:
-                sum_slots([out[lo:hi], *extra[:, lo:hi]], out[lo:hi])
-            out[lo:hi].addmm_(own[lo:hi], b)
+            pulls = [Transfer(slots[me, lo:hi], land[q][lo:hi], q, me, after=x.ready(i, q),
+                              clear_after=x.flags is not None) for q in peers]
+            if spins:
+                for step, pull in enumerate(pulls, start=1):
+                    engine.issue([pull], since=marks.get((step, i), start))
+            else:
+                engine.issue(pulls, since=start)
+            engine.drain()
+            if i == len(bounds) - 1:
+                x.finish([engine])
+            if hi > lo:
+                if extra is not None:
+                    sum_slots([out[lo:hi], *extra[:, lo:hi]], out[lo:hi])
+                out[lo:hi].addmm_(own[lo:hi], b)
+    except BaseException:
+        x.abandon()  # with flags, some may stay raised
+        raise
     return out
 
 

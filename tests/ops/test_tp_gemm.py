@@ -768,19 +768,26 @@ def test_graph_safe_variants_match_torch(world_size, backend):
 def _pull_flags_case(m: int, K: int, N: int, reps: int) -> list[tuple[bool, int]]:
     """The graph-safe pulled GEMM-RS with chunk flags (``exchange.PULL_FLAGS``): repeated
     calls over one inbox and two halves, as if captured together (implied
-    acknowledgements) and not, in halves and in given chunks. Returns, per call, whether
-    every pull waited for a flag of 1 that it clears, and how many of my flags are still
-    raised once the call is done (none may be)."""
+    acknowledgements) and not, in halves and in given chunks, alternating between two
+    sizes (two inboxes, each taking turns over its halves). Returns, per call, whether
+    every pull waited for a flag of 1 that it clears, and how many flags are still raised
+    on this rank once the call is done (none may be). Then a call that fails on rank 0
+    before its pulls (its peers complete theirs): rank 0's next call with flags refuses to
+    run (its flags may be stale)."""
     from ditron.engines.copy_engine import CopyEngine
     from ditron.ops import exchange
+    from ditron.runtime.world import current
 
     poison_empty()
     w = ditron.world()
     W, rank = w.world_size, w.rank
     engine = exchange.engine_instance("copy_engine")
     seen: list[tuple[int, bool]] = []
+    fail = [False]
 
     def issue(transfers, since=None):
+        if fail[0] and rank == 0:
+            raise RuntimeError("injected failure before the pulls")
         seen.extend((t.after.value, t.clear_after) for t in transfers if t.after is not None)
         return CopyEngine.issue(engine, transfers, since)
 
@@ -788,24 +795,39 @@ def _pull_flags_case(m: int, K: int, N: int, reps: int) -> list[tuple[bool, int]
     out = []
     try:
         for it in range(reps):
-            exchange.GRAPH_HALVES = 1 + (it // 2) % 2
-            exchange.capture_id = (lambda: 5) if it % 2 else (lambda: None)
+            exchange.GRAPH_HALVES = 1 + (it // 4) % 2
+            exchange.capture_id = (lambda: 5) if it % 3 else (lambda: None)
+            rows = m if it % 2 else 3 * m  # an inbox of another size class every other call
             torch.manual_seed(400 * it + rank)
-            a = torch.randn(W * m, K, device=w.device)
+            a = torch.randn(W * rows, K, device=w.device)
             b = torch.randn(N, K, device=w.device).t()
             full = _sum(a.double() @ b.double())
             seen.clear()
             with ditron.ops.graph_safe():
                 rs = ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_pull",
-                                        chunk_rows=None if it % 3 else (m - 3, 3))
+                                        chunk_rows=(rows - 3, 3) if it % 4 == 1 else None)
             _close(f"graph-safe gemm_rs copy_engine_pull with flags, call {it}", rs,
-                   full[rank * m:(rank + 1) * m], torch.float32)
-            key = "gemm_rs:copy_engine_pull:graph" + ("2" if exchange.GRAPH_HALVES == 2 else "")
-            pad = current_pad(key)
-            first = (exchange.PULL_MAX_CHUNKS + 1) * W
-            raised = int((pad.signals[first:(3 * exchange.PULL_MAX_CHUNKS + 1) * W] != 0).sum())
+                   full[rank * rows:(rank + 1) * rows], torch.float32)
+            pads = [p for k, p in current().cache.items()
+                    if isinstance(k, tuple) and k[0] == "signal_pad" and k[1].endswith(":flags")]
+            raised = sum(int((p.signals != 0).sum()) for p in pads)
             out.append((bool(seen) and all(v == 1 and c for v, c in seen), raised))
             dist.barrier(group=_host_group())  # nobody raises a flag of the next call yet
+        out.append((len(pads) == 4, 0))  # two sizes, one and two halves
+        fail[0] = True
+        a = torch.randn(W * m, K, device=w.device)
+        b = torch.randn(N, K, device=w.device).t()
+        with ditron.ops.graph_safe():
+            if rank == 0:
+                with pytest.raises(RuntimeError, match="injected failure"):
+                    ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_pull")
+            else:
+                ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_pull")
+        dist.barrier(group=_host_group())
+        if rank == 0:
+            with ditron.ops.graph_safe(), pytest.raises(RuntimeError, match="may still be"):
+                ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_pull")
+        out.append((True, 0))
     finally:
         exchange.PULL_FLAGS = False
         exchange.GRAPH_HALVES = 2
@@ -813,16 +835,10 @@ def _pull_flags_case(m: int, K: int, N: int, reps: int) -> list[tuple[bool, int]
     return out
 
 
-def current_pad(key: str):
-    from ditron.runtime.world import current
-
-    return current().cache[("signal_pad", key)]
-
-
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_graph_safe_pulled_gemm_rs_with_flags(backend, world_size):
-    assert ditron.launch(_pull_flags_case, world_size, 11, 16, 24, 6,
-                         backend=backend) == [[(True, 0)] * 6] * world_size
+    assert ditron.launch(_pull_flags_case, world_size, 11, 16, 24, 8,
+                         backend=backend) == [[(True, 0)] * 10] * world_size
 
 
 def _captured_case(m: int, K: int, N: int, replays: int) -> int:
