@@ -852,6 +852,17 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
     pad = signal_pad(pad_key, (PULL_MAX_CHUNKS + 1) * w)
     raw = _inbox(inbox_key, nbytes)
     ack = PULL_MAX_CHUNKS * w
+    flag_pad = None
+    if flags:  # made (zeroed, then a barrier on this stream) before the lane follows it
+        flags_key = f"{inbox_key}:flags"
+        if capturing() and rt.cache.get(("signal_pad", flags_key)) is None:
+            raise not_warmed(key)
+        flag_pad = signal_pad(flags_key, 2 * PULL_MAX_CHUNKS * w)
+        if rt.cache.get(("stale_flags", flag_pad.signals.data_ptr())):
+            raise RuntimeError(f"{key}: an earlier call on this inbox failed before it had "
+                               f"pulled what its peers announced, so its chunk flags may "
+                               f"still be raised; this process cannot run it with flags again "
+                               f"(DITRON_PULL_FLAGS=0 uses the device epochs)")
     side = _signal_lane() if lane and rt.world.backend == "cuda" else None
     if side is None:
         epoch = bump_and_notify(pad, ack + me, rt.topo.node_ranks(), skip=me)
@@ -865,17 +876,6 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
                 epoch = bump(pad)
             else:
                 epoch = bump_and_notify(pad, ack + me, rt.topo.node_ranks(), skip=me)
-    flag_pad = None
-    if flags:
-        flags_key = f"{inbox_key}:flags"
-        if capturing() and rt.cache.get(("signal_pad", flags_key)) is None:
-            raise not_warmed(key)
-        flag_pad = signal_pad(flags_key, 2 * PULL_MAX_CHUNKS * w)
-        if rt.cache.get(("stale_flags", flag_pad.signals.data_ptr())):
-            raise RuntimeError(f"{key}: an earlier call on this inbox failed before it had "
-                               f"pulled what its peers announced, so its chunk flags may "
-                               f"still be raised; this process cannot run it with flags again "
-                               f"(DITRON_PULL_FLAGS=0 uses the device epochs)")
 
     def share(half: int, implied: bool) -> GraphPad:
         first = (flag_pad, half * PULL_MAX_CHUNKS * w) if flag_pad is not None else None
