@@ -322,23 +322,31 @@ def _fake_waves(m: int, rank: int, wave: int, slow: int) -> int:
     return -(-m // wave) + (5 if rank == 1 and m == slow else 0)
 
 
-def _early_rows_case(seg: int, wave: int, slow: int) -> list[int]:
+def _picks_on_fake_times(pick, costs, a: torch.Tensor, b: torch.Tensor, seg: int) -> list:
+    """``pick(a, b, seg)`` (a tuner's candidate finder) with ``time_calls`` answering
+    ``cost(rows)`` for each cost in ``costs``."""
+    from ditron.tune import tuner
+
+    real = tuner.time_calls
+    picks = []
+    try:
+        for cost in costs:
+            tuner.time_calls = lambda fn, *args, cost=cost: [cost(fn().shape[0])] * 3
+            picks.append(pick(a, b, seg))
+    finally:
+        tuner.time_calls = real
+    return picks
+
+
+def _early_rows_case(seg: int, wave: int, slow: int) -> list[list[int]]:
     """``early_rows_for`` on fake GEMM times (:func:`_fake_waves`), and on times linear in
     the rows (no split beats halves: no candidate)."""
     from ditron.tune import tuner
 
     rank = ditron.world().rank
-    real = tuner.time_calls
-    a = torch.randn(2 * seg, 4)
-    b = torch.randn(4, 3)
-    picks = []
-    try:
-        for cost in (lambda m: _fake_waves(m, rank, wave, slow), float):
-            tuner.time_calls = lambda fn, *args, cost=cost: [cost(fn().shape[0])] * 3
-            picks.append(tuner.early_rows_for(a, b, seg))
-    finally:
-        tuner.time_calls = real
-    return picks
+    return _picks_on_fake_times(tuner.early_rows_for,
+                                (lambda m: _fake_waves(m, rank, wave, slow), float),
+                                torch.randn(2 * seg, 4), torch.randn(4, 3), seg)
 
 
 def test_early_rows_for_picks_the_fewest_waves():
@@ -373,17 +381,8 @@ def _split_rows_case(seg: int, wave: int) -> list[list[tuple[int, int]]]:
     linear in the rows."""
     from ditron.tune import tuner
 
-    real = tuner.time_calls
-    a = torch.randn(seg, 4)
-    b = torch.randn(4, 3)
-    picks = []
-    try:
-        for cost in (lambda m: -(-m // wave), float):
-            tuner.time_calls = lambda fn, *args, cost=cost: [cost(fn().shape[0])] * 3
-            picks.append(tuner.split_rows_for(a, b, seg))
-    finally:
-        tuner.time_calls = real
-    return picks
+    return _picks_on_fake_times(tuner.split_rows_for, (lambda m: -(-m // wave), float),
+                                torch.randn(seg, 4), torch.randn(4, 3), seg)
 
 
 def test_split_rows_for_picks_fewer_waves_than_halves():
