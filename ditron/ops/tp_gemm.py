@@ -616,11 +616,13 @@ def _rs_by_segments(a: torch.Tensor, b: torch.Tensor,
     engine's stream for ``d``'s acknowledgement of call ``E - 1`` (it has summed what this
     rank sent it), and this rank acknowledges after its sums. At most
     ``exchange.PULL_MAX_CHUNKS`` chunks per segment."""
+    chunks = len(_segment_bounds(a.shape[0] // current().world.world_size, chunk_rows,
+                                 RS_CHUNKS, graph))
+    if early_rows and chunks > 1:  # before the exchange opens
+        raise ValueError(f"gemm_rs: early_rows={early_rows} needs one chunk per segment, "
+                         f"got chunk_rows={chunk_rows} ({chunks} chunks)")
     W, me, seg, N, bounds, x, slots, engine = _open_segments(
         "gemm_rs:copy_engine", a, b, chunk_rows, RS_CHUNKS, graph)
-    if early_rows and len(bounds) > 1:
-        raise ValueError(f"gemm_rs: early_rows={early_rows} needs one chunk per segment, "
-                         f"got chunk_rows={chunk_rows} ({len(bounds)} chunks)")
     e_lo, e_hi = _early_span(W, me, seg, early_rows)
     early = None
     for step in range(1, W):
@@ -658,27 +660,33 @@ def _open_segments(key: str, a: torch.Tensor, b: torch.Tensor,
                    chunk_rows: int | tuple[int, ...] | None, default_chunks: int,
                    graph: bool, lane: bool = False, flags: bool = False):
     """What both copy-engine GEMM-RS variants start with: ``(W, me, seg, N, bounds, x,
-    slots, engine)``, the segment of ``seg = M / W`` rows cut into chunks at ``bounds``:
-    equal ones of at most ``chunk_rows`` rows (default: ``default_chunks`` chunks; at most
-    as many as the exchange has signals for, ``PULL_MAX_CHUNKS`` with device epochs), or
-    the sizes ``chunk_rows`` lists; one call ``x`` of the chunked exchange ``key`` with its
+    slots, engine)``, the segment of ``seg = M / W`` rows cut into chunks at ``bounds``
+    (:func:`_segment_bounds`), one call ``x`` of the chunked exchange ``key`` with its
     inbox as ``slots`` (``[W, seg, N]``), and the copy engine."""
     rt = current()
     W, me = rt.world.world_size, rt.world.rank
     seg, N = a.shape[0] // W, b.shape[1]
+    bounds = _segment_bounds(seg, chunk_rows, default_chunks, graph)
+    x = open_chunked(key, a.dtype, W * seg * N, "copy_engine", graph, lane=lane, flags=flags)
+    return W, me, seg, N, bounds, x, x.inbox.view(W, seg, N), engine_instance("copy_engine")
+
+
+def _segment_bounds(seg: int, chunk_rows: int | tuple[int, ...] | None, default_chunks: int,
+                    graph: bool) -> list[tuple[int, int]]:
+    """A segment of ``seg`` rows cut into chunks ``[(lo, hi), ...]``: equal ones of at most
+    ``chunk_rows`` rows (default: ``default_chunks`` chunks; at most as many as the exchange
+    has signals for, ``PULL_MAX_CHUNKS`` with device epochs), or the sizes ``chunk_rows``
+    lists."""
     most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
     if isinstance(chunk_rows, tuple):
         if len(chunk_rows) > most:
             raise ValueError(f"gemm_rs: at most {most} chunks per segment here"
                              f"{' (graph-safe)' if graph else ''}, got chunk_rows={chunk_rows}")
         ends = list(itertools.accumulate(chunk_rows))
-        bounds = list(zip([0, *ends[:-1]], ends, strict=True))
-    else:
-        rows = chunk_rows or -(-seg // default_chunks)
-        chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
-        bounds = [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
-    x = open_chunked(key, a.dtype, W * seg * N, "copy_engine", graph, lane=lane, flags=flags)
-    return W, me, seg, N, bounds, x, x.inbox.view(W, seg, N), engine_instance("copy_engine")
+        return list(zip([0, *ends[:-1]], ends, strict=True))
+    rows = chunk_rows or -(-seg // default_chunks)
+    chunks = min(-(-seg // max(rows, 1)), most) if seg else 1
+    return [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
 
 
 def _rs_pulled(a: torch.Tensor, b: torch.Tensor,

@@ -486,9 +486,14 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
         ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine", early_rows=m)
     with pytest.raises(ValueError, match="early_rows applies to engine='copy_engine' only"):
         ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine_pull", early_rows=2)
+    from ditron.runtime.world import current
+
+    pad = current().cache[("signal_pad", "gemm_rs:copy_engine")]  # the pushed exchange's
+    epoch = pad.epoch
     with pytest.raises(ValueError, match="needs one chunk per segment"):
         ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine", chunk_rows=4,
                            early_rows=2)
+    assert pad.epoch == epoch, "the exchange opened before the bad input was refused"
     with pytest.raises(ValueError, match="engine must be one of"):
         ditron.ops.ag_gemm(a, b, engine="pigeon")
     with pytest.raises(ValueError, match="engine must be one of"):
