@@ -10,8 +10,3 @@ DITRON_CACHE_DIR=$(mktemp -d) timeout 300 python3 -m ditron bench tp-gemm --worl
 echo "rc=$?" >> $O/tp_rs.txt
 grep -v "ditron tune\] gemm_rs M=" $O/tp_rs.txt | tail -40
 # the graph-safe pulled engine (the alt column) with its chunk flags off and on
-for f in 0 1; do
-  DITRON_PULL_FLAGS=$f DITRON_CACHE_DIR=$(mktemp -d) timeout 150 python3 -m ditron bench tp-gemm --world-size 2 --ops rs --graphs \
-    --shapes 4608x36864,4096x11008 --out $O/flags$f > $O/flags$f.txt 2>&1
-  echo "rc=$?" >> $O/flags$f.txt; echo "== flags $f"; tail -8 $O/flags$f.txt
-done
