@@ -460,7 +460,7 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
         # (4+4+4+1, each summed or accumulated onto as it lands), in one 13-row chunk, by
         # default, and in chunks of given sizes (8+5, 1+7+5)
         for engine in ("copy_engine", "copy_engine_pull"):
-            for chunk_rows in (4, 13, None, (8, 5), (1, 7, 5)):
+            for chunk_rows in (4, 13, None, (m - 5, 5), (1, 7, m - 8)):
                 torch.manual_seed(200 * it + w.rank)
                 a2 = torch.randn(w.world_size * m, K, device=w.device)
                 b2 = torch.randn(N, K, device=w.device).t()
