@@ -406,7 +406,7 @@ def split_rows_for(a: torch.Tensor, b: torch.Tensor, seg: int,
     so the split saves twice what it saves here; the bound keeps each chunk's pull hidden
     under the other chunk's GEMM. Collective (:func:`_row_times`)."""
     step = min(EARLY_STEP, max(seg // 8, 1))
-    rs = range(-(-int(SPLIT_LEAST * seg) // step) * step, -(-seg // 2), step)
+    rs = range(max(-(-int(SPLIT_LEAST * seg) // step) * step, step), -(-seg // 2), step)
     halves = (seg // 2, seg - seg // 2)
     t = _row_times(a, b, {*halves} | {r for r in rs} | {seg - r for r in rs}, batch)
     return [(seg - r, r) for r in _fastest(rs, lambda r: t[r] + t[seg - r],
@@ -415,13 +415,14 @@ def split_rows_for(a: torch.Tensor, b: torch.Tensor, seg: int,
 
 def _row_times(a: torch.Tensor, b: torch.Tensor, rows: set[int], batch: int) -> dict[int, float]:
     """``{m: time of a[:m] @ b}`` (us): every rank times the same row counts in
-    ``EARLY_PASSES`` passes of alternating direction; the slowest rank's medians count."""
+    ``EARLY_PASSES`` passes of alternating direction; the slowest rank's medians count. No
+    rows take no time."""
     ordered = sorted(m for m in rows if m > 0)
     samples: dict[int, list[float]] = {m: [] for m in ordered}
     for p in range(EARLY_PASSES):
         for m in ordered if p % 2 == 0 else ordered[::-1]:
             samples[m] += time_calls(lambda m=m: torch.matmul(a[:m], b), 1, 3, a.device, batch)
-    return {m: agreed_median(samples[m]) for m in ordered}
+    return {0: 0.0} | {m: agreed_median(samples[m]) for m in ordered}
 
 
 def _fastest(knobs, cost, base: float, step: int) -> list:

@@ -391,6 +391,9 @@ def test_split_rows_for_picks_fewer_waves_than_halves():
     # times: no split beats halves
     assert ditron.launch(_split_rows_case, 1, 128, 48, backend="cpu") == [[[(80, 48)], []]]
     assert ditron.launch(_split_rows_case, 1, 128, 64, backend="cpu") == [[[], []]]
+    # segments of one to three rows: no split with an empty chunk, and no error
+    assert ditron.launch(_split_rows_case, 1, 1, 1, backend="cpu") == [[[], []]]
+    assert ditron.launch(_split_rows_case, 1, 3, 2, backend="cpu") == [[[], []]]
 
 
 def test_rotations_put_every_candidate_at_every_position():
