@@ -44,6 +44,7 @@ from ..engines.sync import (
     copy_value,
     notify_one,
     notify_peers,
+    slot_address,
     use_stream_memops,
     wait_slots,
 )
@@ -120,6 +121,9 @@ class Call:
     recvs: dict[int, tuple[int, int]]
     engines: list[Engine] = dataclasses.field(default_factory=list)
     net_transfers: list[Transfer] = dataclasses.field(default_factory=list)
+    #: whether :meth:`finish` acknowledges (``False``: acknowledgements implied by data,
+    #: :func:`open_exchange`'s ``implied``)
+    acks: bool = True
 
     def _remote(self, q: int) -> bool:
         return self.engine == "network" or not current().topo.same_node(q)
@@ -166,7 +170,8 @@ class Call:
     def finish(self) -> None:
         rt = current()
         me = rt.world.rank
-        notify_peers(self.pad, rt.world.world_size + me, self.epoch, self.node, skip=me)
+        if self.acks:
+            notify_peers(self.pad, rt.world.world_size + me, self.epoch, self.node, skip=me)
         for engine in self.engines:
             engine.drain()
         if rt.wait_timeout > 0 or rt.world.backend == "cpu":
@@ -176,7 +181,8 @@ class Call:
 
 
 def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
-                  recvs: dict[int, tuple[int, int]], engine: str) -> Call:
+                  recvs: dict[int, tuple[int, int]], engine: str,
+                  implied: bool = False) -> Call:
     """Start an exchange whose parts are pushed later, one :meth:`Call.push` at a time (to
     overlap them with the computation of the next part); then :meth:`Call.wait`, read
     ``call.inbox``, :meth:`Call.finish`. Waits (stream-ordered) until the inbox half this call
@@ -185,6 +191,16 @@ def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
     ``recvs[q] = (offset, numel)``: where rank ``q``'s part lands in my inbox (needed for
     peers reached through the network engine). ``engine`` names the engine for node peers;
     ``"network"`` sends every part through it.
+
+    ``implied`` (with ``ACK_BY_DATA``; every call on ``key`` must pass the same): the
+    caller's protocol implies the acknowledgement, so no rank waits for it or sends it.
+    That holds where, in every call, each rank waits (stream-ordered, before the call
+    returns) for data from every node peer that the peer wrote or announced only after the
+    reads of its previous call were done, in its stream order: then my call ``e - 1``
+    waited for what each peer sent after it had read its share of call ``e - 2``, the half
+    call ``e`` writes. It takes the calls on ``key`` to follow each other in one stream
+    order per rank, so a call on another stream than the previous one first waits for
+    that one (CUDA).
     """
     refuse_capture(key)
     rt = current()
@@ -195,9 +211,22 @@ def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
     raw = _inbox(key, inbox_numel * itemsize)
     inbox = raw[epoch % 2, : inbox_numel * itemsize].view(dtype)
     shm = range(0, 0) if engine == "network" else rt.topo.node_ranks()
-    if epoch > 2:
+    acks = not (implied and ACK_BY_DATA)
+    if not acks and rt.world.backend == "cuda":
+        _follow_last_call(key)
+    if epoch > 2 and acks:
         wait_slots(pad, w, shm, epoch - 2, skip=me)
-    return Call(pad, epoch, inbox, shm, engine, recvs)
+    return Call(pad, epoch, inbox, shm, engine, recvs, acks=acks)
+
+
+def _follow_last_call(key: str) -> None:
+    """Order this call of the exchange ``key`` after its previous one on this rank: the
+    current stream waits for the previous call's stream if that was another."""
+    last = current().cache.get(("exchange_stream", key))
+    stream = torch.cuda.current_stream()
+    if last is not None and last != stream:
+        stream.wait_stream(last)
+    current().cache[("exchange_stream", key)] = stream
 
 
 def exchange(key: str, dtype: torch.dtype, inbox_numel: int, parts: list[Part],
@@ -270,7 +299,9 @@ GRAPH_HALVES = int(os.environ.get("DITRON_GRAPH_HALVES") or 2)
 #: with two halves, a captured call whose inbox's previous call was captured in the same
 #: graph writes without waiting for the readers' acknowledgement: that call received every
 #: peer's data, which each peer sent after finishing its own earlier calls, the reads of
-#: this half included (:func:`graph_pad`). Off: every call waits (as with one half)
+#: this half included (:func:`graph_pad`). Eagerly, exchanges opened with ``implied``
+#: (the copy-engine GEMM-RS) neither wait for acknowledgements nor send them, by the same
+#: argument (:func:`open_exchange`). Off: every call waits (as with one half)
 ACK_BY_DATA = os.environ.get("DITRON_ACK_BY_DATA", "1") not in ("", "0")
 #: a graph-safe push whose first copy waits for no acknowledgement starts after the work
 #: queued before the call, not behind its epoch bump (the chunk signals, which carry the
@@ -291,6 +322,11 @@ LANE_COPIES = os.environ.get("DITRON_LANE_COPIES", "1") not in ("", "0")
 #: inbox then raise instead of reading early. Env ``DITRON_PULL_FLAGS``; off by default,
 #: not yet measured on two GPUs (``docs/perf.md``, session 25)
 PULL_FLAGS = os.environ.get("DITRON_PULL_FLAGS", "0") not in ("", "0")
+#: eager exchanges opened with ``lane`` (the pulled GEMM-RS) raise their chunks' ready
+#: values from the signal lane too (a stream write there after an event of the current
+#: stream), not between the current stream's GEMM pieces, where each cost 10-12 us on 2
+#: H200s (``docs/perf.md``, session 24). Env ``DITRON_EAGER_SIGNAL_LANE``
+EAGER_SIGNAL_LANE = os.environ.get("DITRON_EAGER_SIGNAL_LANE", "1") not in ("", "0")
 
 
 @dataclasses.dataclass
@@ -366,6 +402,10 @@ class Chunked:
             notify_one(sig.pad, sig.index, sig.value, q)
             return
         start_after(self.lane, None)
+        if not self.graph:  # a host value: one stream write on the lane
+            stream_memops.write_value(self.lane.cuda_stream,
+                                      slot_address(sig.pad, sig.index, q), sig.value)
+            return
         with torch.cuda.stream(self.lane):
             if _lane_copies() and not isinstance(sig.value, int):
                 copy_value(sig.pad, sig.index, sig.value, q)
@@ -374,8 +414,9 @@ class Chunked:
 
     def mark(self, engine: Engine) -> object | None:
         """What ``engine``'s work that reads this call's epoch starts after (``since=``):
-        this call's signals so far (on its lane, or the current stream)."""
-        if self.lane is None:
+        this call's signals so far (on its lane with device epochs, else the current
+        stream)."""
+        if self.lane is None or not self.graph:
             return engine.mark()
         with torch.cuda.stream(self.lane):
             return mark_current(self.lane.device.index)
@@ -409,18 +450,20 @@ class Chunked:
 
 def open_chunked(key: str, dtype: torch.dtype, numel: int, engine: str,
                  graph: bool, turn: Turn | None = None, lane: bool = False,
-                 flags: bool = False) -> Chunked:
+                 flags: bool = False, implied: bool = False) -> Chunked:
     """Open one call of the chunked exchange ``key`` with an inbox of ``numel`` elements:
-    host epochs (:func:`open_exchange`) or, with ``graph``, device epochs
-    (:func:`graph_pad`, with ``turn``; ``lane``: its signals on a side stream, CUDA;
+    host epochs (:func:`open_exchange`, with ``implied``; ``lane``: the publishes on a side
+    stream with ``EAGER_SIGNAL_LANE``, stream memory operations) or, with ``graph``, device
+    epochs (:func:`graph_pad`, with ``turn``; ``lane``: its signals on a side stream, CUDA;
     ``flags``: chunk flags its readers clear, ``PULL_FLAGS``)."""
     if graph:
         g = graph_pad(key, dtype, numel, turn, lane, flags)
         return Chunked(g.inbox, current().topo.node_ranks(), g.pad, True, g.epoch, g.ack,
                        implied=g.implied, lane=g.lane, flags=g.flags)
-    call = open_exchange(key, dtype, numel, {}, engine)
+    call = open_exchange(key, dtype, numel, {}, engine, implied)
+    side = _signal_lane() if lane and EAGER_SIGNAL_LANE and use_stream_memops() else None
     return Chunked(call.inbox, call.node, call.pad, False, call.epoch * CHUNK_SLOTS,
-                   call=call)
+                   call=call, lane=side)
 
 
 def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,

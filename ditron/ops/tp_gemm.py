@@ -667,7 +667,10 @@ def _open_segments(key: str, a: torch.Tensor, b: torch.Tensor,
     W, me = rt.world.world_size, rt.world.rank
     seg, N = a.shape[0] // W, b.shape[1]
     bounds = _segment_bounds(seg, chunk_rows, default_chunks, graph)
-    x = open_chunked(key, a.dtype, W * seg * N, "copy_engine", graph, lane=lane, flags=flags)
+    # every rank waits for every peer's chunks, sent after its previous call's reads:
+    # acknowledgements implied by data eagerly (exchange.open_exchange)
+    x = open_chunked(key, a.dtype, W * seg * N, "copy_engine", graph, lane=lane, flags=flags,
+                     implied=True)
     return W, me, seg, N, bounds, x, x.inbox.view(W, seg, N), engine_instance("copy_engine")
 
 

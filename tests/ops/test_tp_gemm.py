@@ -586,6 +586,51 @@ def _pulled_case(m: int, K: int, N: int, reps: int) -> int:
     return checks
 
 
+def _slow_reader_case(m: int, K: int, N: int, reps: int, acks_by_data: bool) -> list[int]:
+    """Eager copy-engine GEMM-RS (pulled and pushed) with rank 1's copies held back 30 ms
+    each: repeated calls, each writing the inbox half that the peers read two calls before,
+    stay right although no rank waits for an acknowledgement (every call waits for the
+    peers' chunks, which they send only after their reads of the call before). Returns the
+    acknowledgement slots of both exchanges' pads (``ACK_BY_DATA``: never raised)."""
+    import time
+
+    from ditron.engines import copy_engine
+    from ditron.ops import exchange
+    from ditron.runtime.signals import signal_pad
+
+    exchange.ACK_BY_DATA = acks_by_data
+    w = ditron.world()
+    W, rank = w.world_size, w.rank
+    run = copy_engine._run_host
+    if rank == 1:
+        copy_engine._run_host = lambda jobs: (time.sleep(0.03), run(jobs))
+    try:
+        for it in range(reps):
+            for engine in ("copy_engine_pull", "copy_engine"):
+                torch.manual_seed(50 * it + rank)
+                a = torch.randn(W * m, K, device=w.device)
+                b = torch.randn(K, N, device=w.device)
+                rs = ditron.ops.gemm_rs(a, b, method="overlap", engine=engine, chunk_rows=4)
+                _close(f"gemm_rs[{engine}] call {it}, slow reader", rs,
+                       _sum(a.double() @ b.double())[rank * m:(rank + 1) * m],
+                       torch.float32)
+    finally:
+        copy_engine._run_host = run
+        exchange.ACK_BY_DATA = True
+    return [int(signal_pad(f"gemm_rs:{e}", 2 * W).signals[W:].max())
+            for e in ("copy_engine_pull", "copy_engine")]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_eager_copy_engine_gemm_rs_acknowledged_by_data(world_size):
+    # five calls per engine: the third writes the half the slow rank read in the first
+    assert ditron.launch(_slow_reader_case, world_size, 9, 16, 24, 5,
+                         True) == [[0, 0]] * world_size
+    # with ACK_BY_DATA off the acknowledgements are sent (epoch 5 of each pad)
+    assert ditron.launch(_slow_reader_case, world_size, 9, 16, 24, 5,
+                         False) == [[5, 5]] * world_size
+
+
 def _failed_launch_case(m: int, K: int, N: int) -> int:
     """A GEMM launch that fails after the pushes (a kernel that does not load, say) still
     acknowledges, so the next call does not wait forever for this one's acknowledgement:
