@@ -340,9 +340,11 @@ class Chunked:
     epochs: the call waited when it opened); :meth:`publish` raises my chunk's ``ready``
     on its reader and :meth:`mark` is where work reading this call's epoch may start;
     :meth:`finish` drains the engines and, with host epochs, acknowledges that this rank
-    is done reading (drain a pulling engine before it). With device epochs and a ``lane``
-    (CUDA), the bump, the acknowledgement and the publishes run on that side stream, and
-    :meth:`free` and :meth:`finish` join it.
+    is done reading (drain a pulling engine before it), unless that is implied
+    (:func:`open_exchange`). With device epochs and a ``lane`` (CUDA), the bump, the
+    acknowledgement and the publishes run on that side stream, and :meth:`free` and
+    :meth:`finish` join it; with host epochs only the publishes do (nothing joins it: they
+    follow the current stream's work, and the peers wait for them).
 
     Two epoch sources, one protocol: host-counted (:func:`open_exchange`: a double-buffered
     inbox, ready values ``e * CHUNK_SLOTS + i + 1`` in slot ``q``) and device-counted
@@ -365,7 +367,8 @@ class Chunked:
     #: device epochs: the readers' acknowledgement is implied (:func:`graph_pad`), writes
     #: into their inboxes need not wait
     implied: bool = False
-    #: device epochs, CUDA: the side stream this call's signals run on (:func:`graph_pad`)
+    #: CUDA: the side stream this call's signals (device epochs, :func:`graph_pad`) or
+    #: publishes (host epochs, ``EAGER_SIGNAL_LANE``) run on
     lane: torch.cuda.Stream | None = None
 
     def ready(self, i: int, q: int) -> Signal:
