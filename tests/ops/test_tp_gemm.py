@@ -679,7 +679,7 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
 
     import torch.distributed as dist
 
-    from ditron.ops import tp_gemm
+    from ditron.ops import rs_copy_engine, tp_gemm
     from ditron.runtime.world import current
     from ditron.tune import cache, decisions
 
@@ -692,17 +692,17 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
     cfg = tp_gemm.default_config(w.device, a.dtype)
     key = decisions.key_for("gemm_rs", W * m, N, K, a.dtype, W)
     ran: list[str] = []
-    real = {name: getattr(tp_gemm, name) for name in ("_rs_pulled", "_rs_by_segments")}
+    real = {name: getattr(rs_copy_engine, name) for name in ("pulled", "pushed")}
 
     def spy(name):
         def run(*args, **kwargs):
-            ran.append(f"{name}:chunks={args[2]}" if name == "_rs_pulled"
+            ran.append(f"{name}:chunks={args[2]}" if name == "pulled"
                        else f"{name}:early={args[4]}")
             return real[name](*args, **kwargs)
         return run
 
     for name in real:
-        setattr(tp_gemm, name, spy(name))
+        setattr(rs_copy_engine, name, spy(name))
     try:
         for graph_part in (True, False):
             if w.rank == 0:  # rank 0 decides for every rank
@@ -719,14 +719,14 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
                 _close("tuned, graph-safe", ditron.ops.gemm_rs(a, b), ref, torch.float32)
     finally:
         for name, fn in real.items():
-            setattr(tp_gemm, name, fn)
+            setattr(rs_copy_engine, name, fn)
     return ran
 
 
 def test_tuned_decisions_per_mode(backend, tmp_path):
     assert ditron.launch(_per_mode_case, 2, str(tmp_path), 9, 16, 24, backend=backend) == [
-        ["_rs_pulled:chunks=(5, 4)", "_rs_by_segments:early=3", "_rs_pulled:chunks=(5, 4)",
-         "_rs_pulled:chunks=(5, 4)"]] * 2
+        ["pulled:chunks=(5, 4)", "pushed:early=3", "pulled:chunks=(5, 4)",
+         "pulled:chunks=(5, 4)"]] * 2
 
 
 def test_tp_gemms_survive_a_failed_launch(backend):
