@@ -37,7 +37,7 @@ import torch
 
 from ..engines.base import Engine, Signal, Transfer, get_engine
 from ..engines.copy_engine import side_stream
-from ..engines.streams import join, mark_current, start_after
+from ..engines.streams import follow, join, mark_current, start_after
 from ..engines.sync import (
     bump,
     bump_and_notify,
@@ -222,11 +222,14 @@ def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
 def _follow_last_call(key: str) -> None:
     """Order this call of the exchange ``key`` after its previous one on this rank: the
     current stream waits for the previous call's stream if that was another."""
-    last = current().cache.get(("exchange_stream", key))
-    stream = torch.cuda.current_stream()
-    if last is not None and last != stream:
-        stream.wait_stream(last)
-    current().cache[("exchange_stream", key)] = stream
+    rt = current()
+    device = rt.world.device.index
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    last = rt.cache.get(("exchange_stream", key))  # a Stream: kept alive for the wait
+    if last is None or last.cuda_stream != stream:
+        if last is not None:
+            follow(stream, last)
+        rt.cache[("exchange_stream", key)] = torch.cuda.current_stream(device)
 
 
 def exchange(key: str, dtype: torch.dtype, inbox_numel: int, parts: list[Part],

@@ -46,9 +46,8 @@ def _early_span(W: int, me: int, seg: int, early_rows: int) -> tuple[int, int]:
     return (0, early_rows) if me > 0 else (seg - early_rows, seg)
 
 
-def pushed(a: torch.Tensor, b: torch.Tensor,
-                    chunk_rows: int | tuple[int, ...] | None = None, graph: bool = False,
-                    early_rows: int = 0) -> torch.Tensor:
+def pushed(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | tuple[int, ...] | None = None,
+           graph: bool = False, early_rows: int = 0) -> torch.Tensor:
     """GEMM-RS on one node with the copy engine, by segments, in chunks of ``chunk_rows``
     rows or of the sizes it lists (default: a segment in ``RS_CHUNKS``, i.e. whole).
 
@@ -150,9 +149,8 @@ def segment_bounds(seg: int, chunk_rows: int | tuple[int, ...] | None, default_c
     return [(seg * i // chunks, seg * (i + 1) // chunks) for i in range(chunks)]
 
 
-def pulled(a: torch.Tensor, b: torch.Tensor,
-               chunk_rows: int | tuple[int, ...] | None = None,
-               graph: bool = False) -> torch.Tensor:
+def pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | tuple[int, ...] | None = None,
+           graph: bool = False) -> torch.Tensor:
     """GEMM-RS on one node with the copy engine: peers' partials pulled into the result,
     the own rows' GEMM accumulating onto them (``addmm``), in chunks of ``chunk_rows`` rows
     or of the sizes it lists (default: a segment in ``RS_PULL_CHUNKS``).
@@ -162,9 +160,10 @@ def pulled(a: torch.Tensor, b: torch.Tensor,
     only (chunk signals of ``exchange.Chunked``). Meanwhile my engine pulls chunk ``i`` of my
     rows from slot ``me`` of each peer's inbox once that peer published it: from ``r-1``
     (the first to compute my rows) straight into the result, from the others into a
-    scratch that is added to it. The pulls start after the work queued before the call
-    (``Engine.mark``), so they run beside my peers' GEMMs (where the engine's waits spin
-    on an SM: after my own GEMM of the same step and chunk); they are issued after every
+    scratch that is added to it. The pulls start after my first GEMM (``Engine.mark``;
+    queued first, so that the host's prologue is short), so they run beside my peers'
+    GEMMs (where the engine's waits spin on an SM: after my own GEMM of the same step and
+    chunk); they are issued after every
     publish (a spinning wait must never be queued before what the peers wait for,
     ``docs/developing.md``, "host order"). Chunk ``i`` of the result is then
     ``out += a_own @ b`` (``addmm_``, fp32 accumulation, one rounding with two ranks): no
@@ -179,11 +178,6 @@ def pulled(a: torch.Tensor, b: torch.Tensor,
     W, me, seg, N, bounds, x, slots, engine = _open_segments(
         "gemm_rs:copy_engine_pull", a, b, chunk_rows, RS_PULL_CHUNKS, graph,
         lane=RS_SIGNAL_LANE, flags=graph and exchange.PULL_FLAGS)
-    # what the pulls write into exists before the mark they start after: anything queued
-    # on it (a fill, a previous owner's kernels) is then behind them
-    out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
-    extra = torch.empty((W - 2, seg, N), dtype=a.dtype, device=a.device) if W > 2 else None
-    start = x.mark(engine)
     x.free()
     # Where the engine's waits are spinning kernels (graph-safe, or no stream memory
     # operations), a wait queued from the start holds an SM for the whole GEMM it waits
@@ -199,7 +193,14 @@ def pulled(a: torch.Tensor, b: torch.Tensor,
             for i, (lo, hi) in enumerate(bounds):
                 torch.matmul(a[d * seg + lo:d * seg + hi], b, out=slots[d, lo:hi])
                 x.publish(i, d)
-                if spins and len(marks) < MARK_RING - 2:  # ``start`` must stay valid
+                if not marks:  # after the first GEMM is queued: the host's prologue is short
+                    # what the pulls write into exists before the mark they start after:
+                    # anything queued on it (a fill, a previous owner's kernels) is behind it
+                    out = torch.empty((seg, N), dtype=a.dtype, device=a.device)
+                    extra = (torch.empty((W - 2, seg, N), dtype=a.dtype, device=a.device)
+                             if W > 2 else None)
+                    start = marks[step, i] = x.mark(engine)
+                elif spins and len(marks) < MARK_RING - 1:  # ``start`` must stay valid
                     marks[step, i] = x.mark(engine)
         peers = [(me - step) % W for step in range(1, W)]  # in the order they reach my rows
         land = {q: out if k == 0 else extra[k - 1] for k, q in enumerate(peers)}

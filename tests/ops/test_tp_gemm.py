@@ -553,10 +553,11 @@ def _pull_marks_case(m: int, K: int, N: int, chunks: int) -> list[tuple[int, int
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_pulled_gemm_rs_starts_spinning_waits_after_the_matching_gemm(backend, world_size):
     # one issue per pull; the pull of chunk i from the peer of step s starts after the mark
-    # taken after this rank's own step-s GEMM of chunk i (marks: the call's, then one per
-    # GEMM in compute order, step by step, chunk by chunk)
+    # taken after this rank's own step-s GEMM of chunk i (marks: one per GEMM in compute
+    # order, step by step, chunk by chunk; the first one is also where the call's pulls
+    # start)
     chunks = 2
-    expected = [(1, 1 + (s - 1) * chunks + i) for i in range(chunks)
+    expected = [(1, (s - 1) * chunks + i) for i in range(chunks)
                 for s in range(1, world_size)]
     assert ditron.launch(_pull_marks_case, world_size, 10, 16, 24, chunks,
                          backend=backend) == [expected] * world_size
@@ -565,10 +566,14 @@ def test_pulled_gemm_rs_starts_spinning_waits_after_the_matching_gemm(backend, w
 def _pulled_case(m: int, K: int, N: int, reps: int) -> int:
     """GEMM-RS with the peers' partials pulled into the result and the own rows' GEMM
     accumulating onto them: uneven chunks, repeated calls, two dtypes, and (W > 2) the
-    scratch for the peers after the first."""
+    scratch for the peers after the first. On CUDA the calls take turns on two streams (the
+    exchange orders a call on another stream than the last one after that one)."""
+    import contextlib
+
     poison_empty()
     w = ditron.world()
     W, rank = w.world_size, w.rank
+    side = torch.cuda.Stream(w.device) if w.device.type == "cuda" else None
     checks = 0
     for it in range(reps):
         for dtype in (torch.float32, torch.bfloat16):
@@ -577,8 +582,14 @@ def _pulled_case(m: int, K: int, N: int, reps: int) -> int:
                 a = torch.randn(W * m, K, device=w.device).to(dtype)
                 b = torch.randn(N, K, device=w.device).to(dtype).t()
                 full = _sum(a.double() @ b.double())
-                rs = ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_pull",
-                                        chunk_rows=chunk_rows)
+                on_side = side is not None and checks % 2 == 1
+                if on_side:
+                    side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side) if on_side else contextlib.nullcontext():
+                    rs = ditron.ops.gemm_rs(a, b, method="overlap", engine="copy_engine_pull",
+                                            chunk_rows=chunk_rows)
+                if on_side:
+                    torch.cuda.current_stream().wait_stream(side)
                 assert rs.shape == (m, N) and rs.dtype == dtype
                 _close(f"gemm_rs[copy_engine_pull, {dtype}, chunk_rows={chunk_rows}]", rs,
                        full[rank * m:(rank + 1) * m], dtype)
