@@ -3,8 +3,8 @@ memory the GPU can read, a peer's buffer included, and is read once, by the GEMM
 
 ``torch.addmm(c, a, b, out=out)`` copies ``c`` into ``out`` before its GEMM (a pass over
 ``c`` on the SMs); cuBLASLt's matmul takes ``C`` and ``D`` as separate operands, so the
-partial a peer computed is added where the tile is stored. Used by the ring GEMM-RS
-(a ring GEMM-RS was the idea: not built, docs/perf.md session 27). Shapes: ``a`` ``[M, k]``, ``b`` ``[k, N]`` (each with a unit stride in
+partial a peer computed is added where the tile is stored. For a ring GEMM-RS (not built:
+docs/perf.md, session 27). Shapes: ``a`` ``[M, k]``, ``b`` ``[k, N]`` (each with a unit stride in
 one dimension), ``c`` and ``out`` ``[M, N]`` with unit column stride and the same row
 stride; fp16 / bf16 / fp32, fp32 accumulation, one rounding. Ordered on the current stream.
 Off CUDA, or where cuBLASLt cannot be loaded, :func:`gemm_add` is ``torch.addmm``.

@@ -3,11 +3,9 @@
 us per call: graphs of 10 back-to-back calls, variants taking turns over rounds, median."""
 import json
 import sys
-import time
-
-import torch
 
 import cublaslt_lab as cublaslt  # beside this script
+import torch
 
 torch.manual_seed(0)
 dev = torch.device("cuda")
@@ -52,12 +50,14 @@ def timed(graphs, rounds=9, reps=10):
     for _ in range(rounds):
         for k, g in graphs.items():
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record(); g.replay(); e1.record(); torch.cuda.synchronize()
+            e0.record()
+            g.replay()
+            e1.record()
+            torch.cuda.synchronize()
             res[k].append(e0.elapsed_time(e1) * 1000 / reps)
     return {k: sorted(v)[len(v) // 2] for k, v in res.items()}
 
-results = {}
-for M, N, K in ((8192, 4096, 5504), (8192, 4096, 7168), (8192, 3584, 7168), (8192, 4608, 18432)):
+def run_shape(M, N, K):
     h = M // 2
     a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
     w = torch.randn(N, K, device=dev, dtype=torch.bfloat16)
@@ -67,25 +67,37 @@ for M, N, K in ((8192, 4096, 5504), (8192, 4096, 7168), (8192, 3584, 7168), (819
     c = torch.randn(h, N, device=dev, dtype=torch.bfloat16)
     c_host = torch.randn(h, N, dtype=torch.bfloat16).pin_memory()
     lt_a, lt_b = cublaslt._operand(b), cublaslt._operand(a[:h])
+
+    def host_c():
+        cublaslt.launch(a[h:], b, c_host.data_ptr(), out, lt_a, lt_b)
+
     fns = {
         "whole matmul (M rows)": lambda: torch.matmul(a, b, out=out_full),
-        "two halves matmul": lambda: (torch.matmul(a[:h], b, out=out), torch.matmul(a[h:], b, out=out)),
-        "half + half addmm_ (C local, in place)": lambda: (torch.matmul(a[:h], b, out=out), out.addmm_(a[h:], b)),
-        "half + half gemm_add (C local)": lambda: (torch.matmul(a[:h], b, out=out), cublaslt.gemm_add(a[h:], b, c, out)),
-        "half + half gemm_add (C pinned host)": lambda: (torch.matmul(a[:h], b, out=out), cublaslt.launch(a[h:], b, c_host.data_ptr(), out, lt_a, lt_b)),
+        "two halves matmul": lambda: (torch.matmul(a[:h], b, out=out),
+                                      torch.matmul(a[h:], b, out=out)),
+        "half + half addmm_ (C local, in place)": lambda: (torch.matmul(a[:h], b, out=out),
+                                                           out.addmm_(a[h:], b)),
+        "half + half gemm_add (C local)": lambda: (torch.matmul(a[:h], b, out=out),
+                                                   cublaslt.gemm_add(a[h:], b, c, out)),
+        "half + half gemm_add (C pinned host)": lambda: (torch.matmul(a[:h], b, out=out),
+                                                         host_c()),
         "half gemm_add (C local) only": lambda: cublaslt.gemm_add(a[h:], b, c, out),
-        "half gemm_add (C pinned host) only": lambda: cublaslt.launch(a[h:], b, c_host.data_ptr(), out, lt_a, lt_b),
+        "half gemm_add (C pinned host) only": host_c,
         "half matmul only": lambda: torch.matmul(a[h:], b, out=out),
     }
-    # check the host-C path once
-    cublaslt.launch(a[h:], b, c_host.data_ptr(), out, lt_a, lt_b)
+    host_c()  # check the host-C path once
     ref = c_host.to(dev).float() + a[h:].float() @ b.float()
     err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
     graphs = {k: graph_of(f) for k, f in fns.items()}
     t = timed(graphs)
     t["host-C rel err"] = err
-    results[f"{M}x{N}x{K}"] = t
-    print(f"{M}x{N}x{K}:", json.dumps(t, indent=1), flush=True)
+    return t
+
+
+results = {}
+for M, N, K in ((8192, 4096, 5504), (8192, 4096, 7168), (8192, 3584, 7168), (8192, 4608, 18432)):
+    results[f"{M}x{N}x{K}"] = run_shape(M, N, K)
+    print(f"{M}x{N}x{K}:", json.dumps(results[f"{M}x{N}x{K}"], indent=1), flush=True)
 
 if len(sys.argv) > 1:
     json.dump(results, open(sys.argv[1], "w"), indent=1)
