@@ -18,7 +18,6 @@ cached; ``all_to_all`` gathers its split sizes on every call).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import zlib
@@ -28,9 +27,8 @@ import torch
 import torch.distributed as dist
 
 from ..kernels import fused_collective as kfc
-from ..runtime.diagnostics import check_waits
 from ..runtime.world import current
-from . import replays
+from . import fused_launch, replays
 from .exchange import (
     Part,
     engine_instance,
@@ -42,9 +40,9 @@ from .exchange import (
     refuse_capture,
     sum_slots,
 )
-from .graphs import capturing, graph_mode
+from .graphs import graph_mode
 from .raw_pushes import push_gather_direct, usable
-from .workspaces import cached, release_workspaces
+from .workspaces import release_workspaces
 
 __all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "recv",
            "reduce_scatter", "release_workspaces", "send"]
@@ -256,7 +254,7 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
         flat, flat_out = x.view(-1), out.view(-1)
         key = ("all_gather", eng, *replays.key_of(x, out))
         if eng == "sm":
-            replays.run(key, lambda: _fused(flat, kfc.ALL_GATHER, flat_out))
+            replays.run(key, lambda: fused_launch.run(flat, kfc.ALL_GATHER, flat_out))
         else:
             rows = flat_out.view(w, -1)
             turn = next_turn("all_gather.replay", out.numel() * out.element_size())
@@ -265,8 +263,9 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
         return out
     flat_out = out.view(-1) if out is not None and d == 0 and out.is_contiguous() else None
     if _fused_ok(eng, xm.numel(), "all_gather"):
-        flat = _fused(xm.view(-1), kfc.ALL_GATHER, flat_out if flat_out is not None else
-                      torch.empty(w * xm.numel(), dtype=x.dtype, device=x.device))
+        dst = (flat_out if flat_out is not None
+               else torch.empty(w * xm.numel(), dtype=x.dtype, device=x.device))
+        flat = fused_launch.run(xm.view(-1), kfc.ALL_GATHER, dst)
         result = flat.view(w * xm.shape[0], *xm.shape[1:]).movedim(0, d)
         return _into(out, result) if out is not None else result.contiguous()
     if eng == "copy_engine" and rt.topo.num_nodes == 1:
@@ -376,7 +375,8 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
         parts, flat_out = x.view(w, -1), out.view(-1)
         key = ("reduce_scatter", eng, *replays.key_of(x, out))
         if eng == "sm":
-            replays.run(key, lambda: _fused(parts.view(-1), kfc.REDUCE_SCATTER, flat_out))
+            replays.run(key, lambda: fused_launch.run(parts.view(-1), kfc.REDUCE_SCATTER,
+                                                      flat_out))
         else:
             turn = next_turn("reduce_scatter.replay", x.numel() * x.element_size())
             replays.run((*key, turn), lambda: push_reduce_scatter(
@@ -386,8 +386,9 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     rows = xm.shape[0] // w
     flat_out = out.view(-1) if out is not None and d == 0 and out.is_contiguous() else None
     if _fused_ok(eng, xm.numel(), "reduce_scatter"):
-        mine = _fused(xm.view(-1), kfc.REDUCE_SCATTER, flat_out if flat_out is not None else
-                      torch.empty(xm.numel() // w, dtype=x.dtype, device=x.device))
+        dst = (flat_out if flat_out is not None
+               else torch.empty(xm.numel() // w, dtype=x.dtype, device=x.device))
+        mine = fused_launch.run(xm.view(-1), kfc.REDUCE_SCATTER, dst)
     else:
         graph = graph_mode() and eng == "copy_engine" and rt.topo.num_nodes == 1
         mine = _reduce_scatter_flat("reduce_scatter", xm.view(w, -1), eng, graph, flat_out)
@@ -422,7 +423,7 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
         return _copy_out(x)
     if _fused_ok(eng, x.numel(), "all_reduce"):
         flat = x.contiguous().view(-1)
-        return _fused(flat, kfc.MODES[method], torch.empty_like(flat)).view(x.shape)
+        return fused_launch.run(flat, kfc.MODES[method], torch.empty_like(flat)).view(x.shape)
     refuse_capture(f"all_reduce with engine {eng!r}")
     flat = x.contiguous().view(-1)
     n = flat.numel()
@@ -448,168 +449,10 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
     return out.view(x.shape)
 
 
-#: largest input (elements) one fused launch handles; larger inputs run as pieces of it
-#: a fused launch moves at most this many input elements; larger inputs run as pieces, one
-#: launch each
-FUSED_MAX_ELEMENTS = 1 << 24
-#: the same for the reduce-scatter: a 64-128 MB bf16 reduce-scatter in one launch instead
-#: of 2-4 ran 1.2-1.4x faster eagerly and as fast or faster under graphs (2 H200s,
-#: docs/perf.md, session 20; the other modes were not measured with larger launches)
-FUSED_RS_MAX_ELEMENTS = 1 << 26
-
-
 def _fused_ok(engine: str, n: int, op: str) -> bool:
     """Whether ``op`` runs as fused kernels (``kernels/fused_collective.py``): the SM
     engine on one node."""
     return engine == "sm" and current().topo.num_nodes == 1
-
-
-#: fused collectives at or above this many input bytes use the push variant
-PUSH_MIN_BYTES = 512 << 10
-#: launches of at least this many bytes move 16384-element blocks with 16 warps per
-#: program (all-gather by pulls, reduce-scatter and all-to-all by pushes) when every rank
-#: has a GPU of its own: on 2 H200s, 64 MB-1 GB all-gathers 1.18-1.20x and reduce-scatters
-#: 1.11-1.12x faster than 4096-element pushes (``bench/fused_lab.py``, session 6); the
-#: reduce-scatter takes ``WIDE_RS_BLOCK`` elements. Ranks that share a GPU keep the narrower
-#: programs: every rank's programs must fit on it at once.
-WIDE_MIN_BYTES = 32 << 20
-#: the wide reduce-scatter's block: 128.9 against 137.7 us (16384) for 64 MB under CUDA
-#: graphs on 2 H200s (``bench/fused_lab.py``, session 8)
-WIDE_RS_BLOCK = 32768
-#: programs per SM of the wide all-gather (by pulls): more programs than SMs, so that one
-#: program's publishing overlaps another's pulls (2 H200s, 64-128 MB: 528 programs against
-#: 128 1.05-1.33x faster eagerly, 1.01-1.04x under graphs; docs/perf.md, session 20)
-WIDE_AG_PROGRAMS_PER_SM = 4
-
-
-@dataclasses.dataclass(frozen=True)
-class FusedVariant:
-    """How one fused launch runs: ``push`` or pull, ``block`` elements per program step,
-    ``programs`` (0: one block each, up to 128) and ``num_warps`` per program."""
-
-    push: bool
-    block: int
-    num_warps: int
-    programs: int = 0
-
-
-def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
-                  shared_gpu: bool = False, sms: int = 0) -> FusedVariant:
-    """The variant of ``mode`` for a launch of ``nbytes`` input bytes on a device of ``sms``
-    SMs (0: unknown). Environment overrides, for experiments: ``DITRON_FUSED_PUSH=0/1``
-    (pull / push), ``DITRON_FUSED_BLOCK``, ``DITRON_FUSED_PROGRAMS``,
-    ``DITRON_FUSED_WARPS``."""
-    env = os.environ
-    if backend == "cpu":  # the interpreter: pull and one block size unless forced
-        return FusedVariant(env.get("DITRON_FUSED_PUSH", "0") == "1",
-                            int(env.get("DITRON_FUSED_BLOCK") or 0) or 1024, 1)
-    wide = (nbytes >= WIDE_MIN_BYTES and not shared_gpu
-            and mode in (kfc.ALL_GATHER, kfc.REDUCE_SCATTER, kfc.ALL_TO_ALL))
-    forced = env.get("DITRON_FUSED_PUSH", "")
-    if forced:
-        push = forced == "1"
-    else:
-        push = mode != kfc.ALL_GATHER if wide else nbytes >= PUSH_MIN_BYTES
-    block = int(env.get("DITRON_FUSED_BLOCK") or 0) or (
-        (WIDE_RS_BLOCK if mode == kfc.REDUCE_SCATTER else 16384) if wide
-        else 4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20) else 1024)
-    warps = int(env.get("DITRON_FUSED_WARPS") or 0) or (
-        16 if wide and block >= 16384 else 4 if block <= 1024 else 8)
-    programs = int(env.get("DITRON_FUSED_PROGRAMS") or 0) or (
-        WIDE_AG_PROGRAMS_PER_SM * sms if wide and mode == kfc.ALL_GATHER and not push else 0)
-    return FusedVariant(push, block, warps, programs)
-
-
-def _max_elements(mode: int) -> int:
-    """Input elements of one fused launch of ``mode`` at most."""
-    return FUSED_RS_MAX_ELEMENTS if mode == kfc.REDUCE_SCATTER else FUSED_MAX_ELEMENTS
-
-
-_SMS: dict[torch.device, int] = {}
-
-
-def _sm_count(device: torch.device) -> int:
-    sms = _SMS.get(device)
-    if sms is None:
-        sms = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return sms
-
-
-def _fused_workspace(dtype: torch.dtype, mode: int, n: int, variant: FusedVariant):
-    """The cached fused-collective workspace for ``n`` input elements (collective when new)."""
-    rt = current()
-    w = rt.world.world_size
-    cap = kfc.bucket(n, _max_elements(mode))
-    key = ("fused_collective", dtype, mode, cap, variant)
-    ws = rt.cache.get(("workspace", *key))
-    if ws is not None:
-        return ws
-    if capturing():
-        raise RuntimeError(f"ditron.ops: no fused-collective workspace yet for {n} {dtype} "
-                           f"elements; call the op once with this size and dtype before "
-                           f"capturing a CUDA graph (workspaces are allocated collectively)")
-    return cached(key, lambda: _new_fused_workspace(dtype, mode, cap, w, variant))
-
-
-def _new_fused_workspace(dtype: torch.dtype, mode: int, cap: int, w: int,
-                         variant: FusedVariant):
-    from ..runtime.signals import signal_pad
-
-    rt = current()
-    # GPU: one block per program up to 128 programs (latency-bound small sizes finish in one
-    # step per program); the CPU interpreter runs programs one by one: two suffice to test
-    programs = (2 if rt.world.backend == "cpu"
-                else variant.programs or max(1, min(128, cap // variant.block)))
-    half, red_offset, slot_len = kfc.workspace_shape(cap, w, mode, variant.push)
-    name = (f"fused:{str(dtype).removeprefix('torch.')}:{mode}:{cap}:"
-            f"{'push' if variant.push else 'pull'}:{variant.block}:{programs}:{variant.num_warps}")
-    buf = rt.heap.alloc((2, half), dtype, name=name)
-    try:
-        pad = signal_pad(name, 2 * programs * w).signals
-    except BaseException:
-        rt.heap.free(buf)
-        raise
-    epochs = torch.zeros(programs, dtype=torch.int64, device=rt.world.device)
-    return kfc.Workspace(buf, pad, epochs, cap, programs, red_offset, name, variant.push,
-                         slot_len)
-
-
-def _fused(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
-    """Run the fused collective ``mode`` on ``flat`` into ``out`` (see
-    ``kernels/fused_collective.py``), in pieces of at most ``FUSED_MAX_ELEMENTS`` input
-    elements (``FUSED_RS_MAX_ELEMENTS`` for a reduce-scatter). No host state per call:
-    CUDA-graph safe."""
-    rt = current()
-    n = flat.numel()
-    cpu = rt.world.backend == "cpu"
-    piece = min(n, _max_elements(mode))
-    variant = fused_variant(piece * flat.element_size(), rt.world.backend, mode,
-                            rt.backend.shares_devices(rt.world.local_world_size),
-                            0 if cpu else _sm_count(flat.device))
-    ws = _fused_workspace(flat.dtype, mode, n, variant)
-    ctx = rt.context()
-    block, warps = variant.block, variant.num_warps
-    if n <= ws.cap:  # one piece (for segmented modes too: W divides n): no views to cut
-        kfc.launch(flat, out, ws, mode, ctx, block, warps)
-    elif mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT):
-        for start in range(0, n, ws.cap):
-            part = slice(start, min(n, start + ws.cap))
-            kfc.launch(flat[part], out[part], ws, mode, ctx, block, warps)
-    elif mode == kfc.ALL_GATHER:  # pieces of x; rank blocks of out stay n apart
-        for start in range(0, n, ws.cap):
-            kfc.launch(flat[start:min(n, start + ws.cap)], out[start:], ws, mode, ctx, block,
-                       warps, stride=n)
-    else:  # reduce-scatter, all-to-all: the same columns of every rank's segment per piece
-        w = rt.world.world_size
-        seg, step = n // w, max(ws.cap // w, 1)
-        for start in range(0, seg, step):
-            cols = min(step, seg - start)
-            dst = out[start:start + cols] if mode == kfc.REDUCE_SCATTER else out[start:]
-            kfc.launch(flat[start:], dst, ws, mode, ctx, block, warps, n=n - start, seg=cols,
-                       stride=seg)
-    if (rt.wait_timeout > 0 or cpu) and not capturing():
-        check_waits()
-    return out
 
 
 def _splits(op: str, splits: Sequence[int] | None, total: int, w: int, what: str) -> list[int]:
@@ -694,7 +537,7 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
         return _copy_out(x)
     if uniform and _fused_ok(eng, x.numel(), op):
         flat = x.contiguous().view(-1)
-        return _fused(flat, kfc.ALL_TO_ALL, torch.empty_like(flat)).view(x.shape)
+        return fused_launch.run(flat, kfc.ALL_TO_ALL, torch.empty_like(flat)).view(x.shape)
     xc = x.contiguous().view(x.shape[0], row)
     capacity = max(sum(matrix[p][q] for p in range(w)) for q in range(w)) * row
     parts, start = [], 0

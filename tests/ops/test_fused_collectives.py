@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 import ditron
 from ditron.kernels import fused_collective as kfc
-from ditron.ops import collectives
+from ditron.ops import collectives, fused_launch
 from ditron.runtime.world import current
 
 from .poison import poison_empty
@@ -91,8 +91,8 @@ def _rank_sizes_and_repeats() -> int:
             _check(got, xr.view(w, n), f"all_to_all n={n} {dtype} call {it}", kfc.ALL_TO_ALL)
             checks += 3
     # a 2-D input and one larger than a launch (pieces of FUSED_MAX_ELEMENTS)
-    default_max = collectives.FUSED_MAX_ELEMENTS, collectives.FUSED_RS_MAX_ELEMENTS
-    collectives.FUSED_MAX_ELEMENTS = collectives.FUSED_RS_MAX_ELEMENTS = 2048
+    default_max = fused_launch.FUSED_MAX_ELEMENTS, fused_launch.FUSED_RS_MAX_ELEMENTS
+    fused_launch.FUSED_MAX_ELEMENTS = fused_launch.FUSED_RS_MAX_ELEMENTS = 2048
     try:
         g = torch.Generator().manual_seed(77 + me)
         x = torch.randn(9, 700, generator=g).to(dev)
@@ -109,7 +109,7 @@ def _rank_sizes_and_repeats() -> int:
         _check(got, rows, "pieces a2a", kfc.ALL_TO_ALL)
         checks += 3
     finally:
-        collectives.FUSED_MAX_ELEMENTS, collectives.FUSED_RS_MAX_ELEMENTS = default_max
+        fused_launch.FUSED_MAX_ELEMENTS, fused_launch.FUSED_RS_MAX_ELEMENTS = default_max
     return checks
 
 
@@ -149,8 +149,8 @@ def _rank_replay() -> int:
         x = torch.empty(n, dtype=torch.bfloat16, device=dev)
         out_n = {kfc.REDUCE_SCATTER: n // w, kfc.ALL_GATHER: n * w}.get(mode, n)
         out = torch.empty(out_n, dtype=x.dtype, device=dev)
-        variant = collectives.fused_variant(x.numel() * x.element_size(), "cpu")
-        ws = collectives._fused_workspace(x.dtype, mode, n, variant)
+        variant = fused_launch.fused_variant(x.numel() * x.element_size(), "cpu")
+        ws = fused_launch.workspace(x.dtype, mode, n, variant)
         assert ws.push == (os.environ.get("DITRON_FUSED_PUSH") == "1")
         ctx = current().context()
         for it in range(4):
@@ -342,16 +342,16 @@ def test_fused_variant_rules(monkeypatch):
     for knob in ("DITRON_FUSED_PUSH", "DITRON_FUSED_BLOCK", "DITRON_FUSED_PROGRAMS",
                  "DITRON_FUSED_WARPS"):
         monkeypatch.delenv(knob, raising=False)
-    V = collectives.FusedVariant
-    pick = collectives.fused_variant
-    big = collectives.WIDE_MIN_BYTES
+    V = fused_launch.FusedVariant
+    pick = fused_launch.fused_variant
+    big = fused_launch.WIDE_MIN_BYTES
     assert pick(4 << 10, "cuda", kfc.ALL_GATHER) == V(False, 1024, 4)
     assert pick(1 << 20, "cuda", kfc.ALL_REDUCE) == V(True, 2048, 8)
     assert pick(8 << 20, "cuda", kfc.REDUCE_SCATTER) == V(True, 4096, 8)
     # from WIDE_MIN_BYTES: 16384-element steps on 16 warps; all-gather pulls, the rest push
     assert pick(big, "cuda", kfc.ALL_GATHER) == V(False, 16384, 16)
     # the wide all-gather by pulls: WIDE_AG_PROGRAMS_PER_SM programs per SM where known
-    per_sm = collectives.WIDE_AG_PROGRAMS_PER_SM
+    per_sm = fused_launch.WIDE_AG_PROGRAMS_PER_SM
     assert pick(big, "cuda", kfc.ALL_GATHER, sms=132) == V(False, 16384, 16, per_sm * 132)
     assert pick(big, "cuda", kfc.REDUCE_SCATTER, sms=132) == V(True, 32768, 16)
     assert pick(big // 2, "cuda", kfc.ALL_GATHER, sms=132).programs == 0
