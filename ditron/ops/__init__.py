@@ -1,9 +1,9 @@
 """Public operators: local kernel + chunk plan + tuned choice + plain fallback.
 
 Collectives (``collectives.py``): ``all_gather``, ``reduce_scatter``, ``all_reduce``,
-``all_to_all``, ``send``, ``recv``. Overlapped GEMMs (``tp_gemm.py``): ``ag_gemm``,
-``gemm_rs``, ``gemm_ar``. ``graph_safe`` (``graphs.py``): the warm-up of the graph-safe
-variants before a CUDA-graph capture.
+``all_to_all``; point-to-point (``p2p.py``): ``send``, ``recv``. Overlapped GEMMs
+(``tp_gemm.py``): ``ag_gemm``, ``gemm_rs``, ``gemm_ar``. ``graph_safe`` (``graphs.py``): the
+warm-up of the graph-safe variants before a CUDA-graph capture.
 Every op equals its torch / torch.distributed reference.
 """
 
@@ -17,8 +17,8 @@ _HOME = {
     "all_reduce": "collectives",
     "all_to_all": "collectives",
     "all_to_all_device": "collectives",
-    "send": "collectives",
-    "recv": "collectives",
+    "send": "p2p",
+    "recv": "p2p",
     "ag_gemm": "tp_gemm",
     "gemm_rs": "tp_gemm",
     "gemm_ar": "tp_gemm",

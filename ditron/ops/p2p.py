@@ -1,0 +1,98 @@
+"""Point-to-point: :func:`send` and :func:`recv`, like ``dist.send`` / ``dist.recv``, over
+the network engine (no symmetric channel: the two ranks need not allocate anything
+together). A small header (shape, dtype) goes first over the host group, so the receiver
+reports a mismatch instead of receiving garbage.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+from ..engines.base import Transfer
+from ..runtime.world import current
+from .collectives import DTYPES, ENGINES, _check_tensor
+from .exchange import engine_instance
+
+__all__ = ["recv", "send"]
+
+_DTYPE_CODES = {d: i for i, d in enumerate(DTYPES)}
+_HEADER = 10
+
+
+def _p2p_engine(op: str, engine: str | None) -> None:
+    name = engine or os.environ.get("DITRON_P2P_ENGINE") or "auto"
+    if name in ("auto", "network"):
+        return
+    if name in ENGINES:
+        raise NotImplementedError(
+            f"ditron.ops.{op}: engine {name!r} needs a symmetric channel allocated by both "
+            f"ranks; point-to-point currently goes through the network engine only")
+    raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}")
+
+
+def _peer(op: str, peer: int) -> None:
+    rt = current()
+    if not 0 <= peer < rt.world.world_size or peer == rt.world.rank:
+        raise ValueError(f"ditron.ops.{op}: peer {peer} must be another rank in "
+                         f"[0, {rt.world.world_size})")
+
+
+def _header(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    if len(shape) > _HEADER - 2:
+        raise ValueError(f"point-to-point supports at most {_HEADER - 2} dimensions")
+    h = torch.full((_HEADER,), -1, dtype=torch.int64)
+    h[0], h[1] = len(shape), _DTYPE_CODES[dtype]
+    h[2: 2 + len(shape)] = torch.tensor(list(shape), dtype=torch.int64)
+    return h
+
+
+def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
+    """Send ``x`` to rank ``dst`` (which calls :func:`recv`). Equivalent: ``dist.send(x, dst)``.
+
+    A small header (shape, dtype) goes first over the host group so that the receiver can
+    report a mismatch instead of receiving garbage.
+    """
+    _check_tensor("send", x)
+    _peer("send", dst)
+    _p2p_engine("send", engine)
+    dist.send(_header(x.shape, x.dtype), dst, group=current().host_group)
+    net = engine_instance("network")
+    flat = x.contiguous()
+    net.issue([Transfer(flat, flat, current().world.rank, dst)])
+    net.drain()
+
+
+def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
+         dtype: torch.dtype = torch.float32, engine: str | None = None) -> torch.Tensor:
+    """Receive from rank ``src`` into ``x_or_shape`` (a tensor, filled and returned) or a new
+    tensor of that shape and ``dtype``. Equivalent: ``dist.recv(out, src); out``.
+    """
+    rt = current()
+    if isinstance(x_or_shape, torch.Tensor):
+        out = x_or_shape
+    else:
+        out = torch.empty(tuple(int(s) for s in x_or_shape), dtype=dtype,
+                          device=rt.world.device)
+    _check_tensor("recv", out)
+    _peer("recv", src)
+    _p2p_engine("recv", engine)
+    header = torch.empty(_HEADER, dtype=torch.int64)
+    dist.recv(header, src, group=rt.host_group)
+    if not torch.equal(header, _header(out.shape, out.dtype)):
+        nd, code = int(header[0]), int(header[1])
+        sent = torch.empty(tuple(header[2: 2 + nd].tolist()), dtype=DTYPES[code],
+                           device=out.device)
+        net = engine_instance("network")
+        net.issue([Transfer(sent, sent, src, rt.world.rank)])  # keep the channel in step
+        net.drain()
+        raise ValueError(f"ditron.ops.recv: rank {src} sent shape "
+                         f"{tuple(header[2: 2 + nd].tolist())} {DTYPES[code]}, but this rank "
+                         f"receives {tuple(out.shape)} {out.dtype}")
+    net = engine_instance("network")
+    net.issue([Transfer(out, out, src, rt.world.rank)])
+    net.drain()
+    return out
