@@ -6,7 +6,7 @@ same processes.
 
 A variant is ``NAME:SETTING[,SETTING...]``; a setting is ``ENV_VAR=value`` (an environment
 variable, names in upper case) or ``module.attr=value`` (an attribute of an importable
-module, the value a Python literal), e.g. ``ditron.ops.exchange.PULL_LANES=1``. Settings
+module, the value a Python literal), e.g. ``ditron.ops.chunked_exchanges.PULL_LANES=1``. Settings
 are applied before every call of their variant (and before its CUDA graph is captured), so
 they must be read at call time. Each variant is checked against torch's result first.
 

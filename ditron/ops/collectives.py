@@ -29,17 +29,8 @@ import torch.distributed as dist
 from ..kernels import fused_collective as kfc
 from ..runtime.world import current
 from . import fused_launch, replays
-from .exchange import (
-    Part,
-    engine_instance,
-    exchange,
-    gather_on_node,
-    next_turn,
-    push_gather,
-    push_reduce_scatter,
-    refuse_capture,
-    sum_slots,
-)
+from .chunked_exchanges import gather_on_node, push_gather, push_reduce_scatter
+from .exchange import Part, engine_instance, exchange, next_turn, refuse_capture, sum_slots
 from .graphs import graph_mode
 from .raw_pushes import push_gather_direct, usable
 from .workspaces import release_workspaces
@@ -439,7 +430,7 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
         flat = padded
     mine = _reduce_scatter_flat("all_reduce.two_shot.rs", flat.view(w, c), eng)
     if rt.topo.num_nodes == 1 and engine_instance(eng).can_wait:
-        # the sums gathered as the all-gather's are (exchange.GATHER_BY)
+        # the sums gathered as the all-gather's are (chunked_exchanges.GATHER_BY)
         rows = torch.empty((w, c), dtype=x.dtype, device=x.device)
         gather_on_node("all_reduce.two_shot", mine, rows, eng)
         return rows.view(-1)[:n].view(x.shape)

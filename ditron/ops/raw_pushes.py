@@ -1,11 +1,11 @@
 """The eager chunked exchanges of one node as driver calls (CUDA with stream memory
 operations).
 
-:func:`~ditron.ops.exchange.push_gather`, :func:`~ditron.ops.exchange.pull_gather` and
-:func:`~ditron.ops.exchange.push_reduce_scatter` run the exchange's protocol (the module
-docstring of ``exchange.py``: host-counted epochs, a double-buffered inbox, ``ready``
-counting chunks as ``e * CHUNK_SLOTS + i + 1``, ``ack`` after the last read). Eagerly, on
-CUDA without a wait timeout, every step of that protocol is a driver call by address:
+``push_gather``, ``pull_gather`` and ``push_reduce_scatter`` (``chunked_exchanges.py``)
+run the exchange's protocol (the module docstring of ``exchange.py``: host-counted
+epochs, a double-buffered inbox, ``ready`` counting chunks as ``e * CHUNK_SLOTS + i + 1``,
+``ack`` after the last read). Eagerly, on CUDA without a wait timeout, every step of that
+protocol is a driver call by address:
 ``cuStreamWaitValue64`` / ``cuStreamWriteValue64`` for the signals, ``cuMemcpyAsync`` for
 the pushes, pulls and local copies, event records and waits between the streams. The
 generic path builds the same steps from ``Transfer`` objects, tensor views and the copy
@@ -30,6 +30,7 @@ from ..engines.sync import use_stream_memops
 from ..runtime import stream_memops
 from ..runtime.signals import SignalPad, signal_pad
 from ..runtime.world import current
+from .exchange import CHUNK_SLOTS, _inbox
 
 #: take the raw path where it can run (env ``DITRON_RAW_PUSHES=0``: always the generic one)
 ENABLED = os.environ.get("DITRON_RAW_PUSHES", "1") != "0"
@@ -203,8 +204,6 @@ def open_raw(key: str, inbox_nbytes: int) -> RawExchange:
     epoch, the current stream waits for the acknowledgement of the call two epochs back on
     every node peer (the half this call writes is free), the side stream starts after the
     current stream's queue."""
-    from .exchange import CHUNK_SLOTS, _inbox
-
     rt = current()
     pad = signal_pad(key, 2 * rt.world.world_size)
     raw = _inbox(key, inbox_nbytes)

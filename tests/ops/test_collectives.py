@@ -187,29 +187,29 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
     (``exchange.ACK_BY_DATA``)."""
     import contextlib
 
-    from ditron.ops import exchange
-    from ditron.ops.exchange import chunk_bounds
+    from ditron.ops import chunked_exchanges, exchange
+    from ditron.ops.chunked_exchanges import chunk_bounds
 
     poison_empty()
     w, me = ditron.world().world_size, ditron.world().rank
     ops = _OnDevice(ditron.world().device)
     checks = 0
     for it in range(calls):
-        exchange.PULL_LANES = 1 + it % 3  # the all-gather's pulls on one to three lanes
+        chunked_exchanges.PULL_LANES = 1 + it % 3  # the all-gather's pulls on one to three lanes
         # its first chunks small, of one size, or as the size and mode choose
-        exchange.PULL_TAPER = (True, False, None)[it % 3]
+        chunked_exchanges.PULL_TAPER = (True, False, None)[it % 3]
         # graph-safe: one inbox, or two taking turns (each setting with its own pad)
         exchange.GRAPH_HALVES = (2, 2, 1, 2, 2)[it % 5]
         # the all-gather by pulls or by pushes (with one inbox and with two halves)
-        exchange.GATHER_BY = ("pull", "push", "push", None, "push")[it % 5]
-        exchange.PUSH_LANES = 1 + it % 2  # pushes on one or two of the engine's streams
-        exchange.PUSH_SIGNAL_LANE = it % 3 != 2  # their signals on a stream of their own
+        chunked_exchanges.GATHER_BY = ("pull", "push", "push", None, "push")[it % 5]
+        chunked_exchanges.PUSH_LANES = 1 + it % 2  # pushes on one or two of the engine's streams
+        chunked_exchanges.PUSH_SIGNAL_LANE = it % 3 != 2  # their signals on a stream of their own
         dtype = DTYPES[it % len(DTYPES)]
         g = _gen(me, it, 77)
         x = torch.randn(3 + it, 7 + 5 * it, generator=g).to(dtype)
-        head = chunk_bounds(x.numel(), x.element_size(), exchange.PULL_TAPER, head=True)
+        head = chunk_bounds(x.numel(), x.element_size(), chunked_exchanges.PULL_TAPER, head=True)
         assert len(head) > 1
-        if exchange.PULL_TAPER:  # the first chunk is the smallest
+        if chunked_exchanges.PULL_TAPER:  # the first chunk is the smallest
             assert head[0][1] - head[0][0] < head[-1][1] - head[-1][0]
         ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)], 0)
         xr = torch.randn(2 * w, 9 + 4 * it, generator=g).to(dtype)
@@ -258,7 +258,7 @@ def _sizes(bounds: list[tuple[int, int]], n: int) -> list[int]:
 
 
 def test_chunk_bounds(monkeypatch):
-    from ditron.ops.exchange import PULL_MAX_CHUNKS, chunk_bounds
+    from ditron.ops.chunked_exchanges import PULL_MAX_CHUNKS, chunk_bounds
 
     mb = 1 << 20
     monkeypatch.delenv("DITRON_PULL_CHUNK_BYTES", raising=False)
@@ -351,7 +351,7 @@ def check_slow_reader(halves: int, calls: int = 4) -> int:
     inbox, never over data it still has to read; one: they wait for its acknowledgement."""
     import time
 
-    from ditron.ops import exchange
+    from ditron.ops import chunked_exchanges, exchange
 
     w, me = ditron.world().world_size, ditron.world().rank
     if me == w - 1:
@@ -363,7 +363,7 @@ def check_slow_reader(halves: int, calls: int = 4) -> int:
 
         exchange.Chunked.wait = slow
     exchange.capture_id = lambda: 7
-    exchange.GATHER_BY = "push"
+    chunked_exchanges.GATHER_BY = "push"
     exchange.GRAPH_HALVES = halves
     checks = 0
     with ditron.ops.graph_safe():  # calls of one op back to back, so ranks can run ahead
@@ -392,11 +392,11 @@ def test_slow_reader(monkeypatch, world_size, halves):
 
 
 def test_gather_by_checked(monkeypatch):
-    from ditron.ops import exchange
+    from ditron.ops import chunked_exchanges
 
-    monkeypatch.setattr(exchange, "GATHER_BY", "pulls")
+    monkeypatch.setattr(chunked_exchanges, "GATHER_BY", "pulls")
     with pytest.raises(ValueError, match="GATHER_BY must be 'pull', 'push' or None"):
-        exchange.gather_on_node("test", torch.zeros(4), torch.zeros(2, 4), "copy_engine")
+        chunked_exchanges.gather_on_node("test", torch.zeros(4), torch.zeros(2, 4), "copy_engine")
 
 
 class _Recorder:
@@ -420,7 +420,7 @@ def test_push_lanes(monkeypatch, graph):
     import types
 
     from ditron.engines.base import Transfer
-    from ditron.ops import exchange
+    from ditron.ops import chunked_exchanges
 
     made = []
 
@@ -428,16 +428,16 @@ def test_push_lanes(monkeypatch, graph):
         made.append(options)
         return _Recorder()
 
-    monkeypatch.setattr(exchange, "engine_instance", instance)
-    monkeypatch.setattr(exchange, "PUSH_LANES", 2)
+    monkeypatch.setattr(chunked_exchanges, "engine_instance", instance)
+    monkeypatch.setattr(chunked_exchanges, "PUSH_LANES", 2)
     x = types.SimpleNamespace(graph=graph, waits=graph,
                               after=lambda q: ("ack", q) if graph else None)
     t = torch.zeros(4)
     chunks = [[Transfer(t, t, 0, q) for q in (1, 2)] for _ in range(3)]
     for signal_lane in (True, False):
         made.clear()
-        monkeypatch.setattr(exchange, "PUSH_SIGNAL_LANE", signal_lane)
-        eng = exchange._push_chunks(x, "copy_engine", chunks, "mark")
+        monkeypatch.setattr(chunked_exchanges, "PUSH_SIGNAL_LANE", signal_lane)
+        eng = chunked_exchanges._push_chunks(x, "copy_engine", chunks, "mark")
         flat = [tr for batch in eng.batches for tr in batch]
         assert len(flat) == 6 and [tr.dst_rank for tr in flat] == [1, 2] * 3
         assert eng.since == [None] * len(eng.batches)  # pushes that wait follow the bump
@@ -448,7 +448,7 @@ def test_push_lanes(monkeypatch, graph):
             # implied acknowledgements: no waits; the pushes start at the early mark when
             # their signals (which need the bump) run on a lane of their own
             x.waits, x.after = False, lambda q: None
-            eng = exchange._push_chunks(x, "copy_engine", chunks, "mark")
+            eng = chunked_exchanges._push_chunks(x, "copy_engine", chunks, "mark")
             assert all(tr.after is None for batch in eng.batches for tr in batch)
             assert eng.since == ["mark" if signal_lane else None] * 3
             x.waits, x.after = True, lambda q: ("ack", q)
@@ -635,7 +635,7 @@ def _chunked_graph(calls: int = 3, replays: int = 4) -> int:
     capture every call after the first on an inbox writes without an acknowledgement wait
     (``exchange.ACK_BY_DATA``); ``calls`` is odd, so each replay's first call writes the
     half the previous replay's last call wrote, behind its wait."""
-    from ditron.ops import exchange
+    from ditron.ops import chunked_exchanges
     from ditron.ops.graphs import capture_id
 
     w, me = ditron.world().world_size, ditron.world().rank
@@ -646,7 +646,7 @@ def _chunked_graph(calls: int = 3, replays: int = 4) -> int:
     def run() -> tuple[dict, list]:
         ags = {}
         for by, group in xs.items():
-            exchange.GATHER_BY = by
+            chunked_exchanges.GATHER_BY = by
             ags[by] = [ditron.ops.all_gather(x, 0, engine="copy_engine") for x in group]
         return ags, [ditron.ops.reduce_scatter(x, 0, engine="copy_engine") for x in xrs]
 

@@ -56,7 +56,7 @@ def _emulate() -> tuple[_Driver, dict]:
     """Route the raw path's driver calls to :class:`_Driver`; returns it and a switch
     (``switch["raw"]``) that picks the raw or the generic path for the next calls."""
     from ditron.engines import copy_engine
-    from ditron.ops import collectives, exchange, raw_pushes
+    from ditron.ops import chunked_exchanges, collectives, raw_pushes
 
     driver = _Driver()
     switch = {"raw": True}
@@ -65,7 +65,7 @@ def _emulate() -> tuple[_Driver, dict]:
     raw_pushes.start_after = lambda side, since: None
     raw_pushes.join = lambda side: None
     copy_engine.side_stream = lambda device, lane=0: types.SimpleNamespace(cuda_stream=0)
-    exchange.usable = collectives.usable = lambda engine, graph: (
+    chunked_exchanges.usable = collectives.usable = lambda engine, graph: (
         switch["raw"] and not graph and engine == "copy_engine")
     return driver, switch
 
@@ -75,11 +75,11 @@ def check_raw_pushes(calls: int) -> int:
     driver, switch = _emulate()
     w, me = ditron.world().world_size, ditron.world().rank
     checks = 0
-    from ditron.ops import exchange
+    from ditron.ops import chunked_exchanges
 
     for it in range(calls):
         switch["raw"] = it % 4 != 2  # every fourth call on the generic path
-        exchange.GATHER_BY = "pull" if it % 3 else "push"  # both ways, raw and generic
+        chunked_exchanges.GATHER_BY = "pull" if it % 3 else "push"  # both ways, raw and generic
         before = driver.calls
         dtype = DTYPES[it % len(DTYPES)]
         g = _gen(me, it, 91)
