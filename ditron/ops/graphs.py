@@ -20,8 +20,10 @@ _GRAPH_SAFE = "ops:graph_safe"
 
 
 def capturing() -> bool:
-    """Whether this thread's current CUDA stream is capturing a graph."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    """Whether this thread's current CUDA stream is capturing a graph. Never asks CUDA in a
+    process where torch has not initialised it (nothing can capture there): the CPU
+    backend's ranks, forked on a host with GPUs, may not touch the CUDA runtime."""
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
 
 
 def capture_id() -> int | None:

@@ -160,6 +160,51 @@ def test_collectives_match_torch(world_size):
     assert all(c == 9 * 3 * len(engines) for c in counts)
 
 
+def _rank_on_gpu_host() -> int:
+    """A CPU-backend rank on a host with GPUs: forked from a process that may have
+    initialised CUDA, so any call into the CUDA runtime would fail ("initialization
+    error"). Pretend GPUs are there and make the runtime calls raise; every op must still
+    run (and match torch) without touching them."""
+    import torch.cuda
+
+    def touched(*args, **kw):
+        raise AssertionError("a CPU-backend op called into the CUDA runtime")
+
+    names = ("is_available", "is_current_stream_capturing", "current_stream", "current_device",
+             "synchronize", "set_device", "Stream", "Event")
+    real = {name: getattr(torch.cuda, name) for name in names}
+    for name in names[1:]:
+        setattr(torch.cuda, name, touched)
+    torch.cuda.is_available = lambda: True
+    w, me = ditron.world().world_size, ditron.world().rank
+    checks = 0
+    try:
+        for it in range(2):
+            g = _gen(me, it, 313)
+            x = torch.randn(2 * w, 3 + it, generator=g)
+            parts = _gather_fp32(x)
+            for engine in ("copy_engine", "sm"):
+                _close(ditron.ops.all_gather(x, engine=engine), torch.cat(parts), "all_gather")
+                _close(ditron.ops.reduce_scatter(x, engine=engine),
+                       sum(parts).chunk(w)[me], "reduce_scatter")
+                _close(ditron.ops.all_reduce(x, engine=engine), sum(parts), "all_reduce")
+                checks += 3
+            k = 4 * w
+            a, b = torch.randn(6 * w, k // w, generator=g), torch.randn(k // w, 5, generator=g)
+            full = sum(p.view(6 * w, -1) for p in _gather_fp32(a @ b))
+            _close(ditron.ops.gemm_rs(a, b, method="overlap"), full.chunk(w)[me], "gemm_rs")
+            _close(ditron.ops.gemm_ar(a, b, method="overlap"), full, "gemm_ar")
+            checks += 2
+    finally:
+        for name, fn in real.items():
+            setattr(torch.cuda, name, fn)
+    return checks
+
+
+def test_cpu_backend_on_a_gpu_host_leaves_cuda_alone():
+    assert ditron.launch(_rank_on_gpu_host, 2, backend="cpu") == [16, 16]
+
+
 def test_network_engine_forced():
     counts = ditron.launch(check_ops, 3, ("network",), backend="cpu")
     assert all(c == 27 for c in counts)

@@ -307,8 +307,8 @@ def _rank_refuses_capture() -> int:
     w = ditron.world().world_size
     x = torch.randn(6 * w, 4)
     ditron.ops.all_reduce(x, engine="sm")  # workspaces exist before the "capture"
-    real = (torch.cuda.is_available, torch.cuda.is_current_stream_capturing)
-    torch.cuda.is_available = lambda: True
+    real = (torch.cuda.is_initialized, torch.cuda.is_current_stream_capturing)
+    torch.cuda.is_initialized = lambda: True
     torch.cuda.is_current_stream_capturing = lambda: True
     try:
         checks = 0
@@ -328,7 +328,7 @@ def _rank_refuses_capture() -> int:
             ditron.ops.all_gather(x, engine="copy_engine")
         got = ditron.ops.all_reduce(x, engine="sm")
     finally:
-        torch.cuda.is_available, torch.cuda.is_current_stream_capturing = real
+        torch.cuda.is_initialized, torch.cuda.is_current_stream_capturing = real
     _check(got, x, "fused all_reduce during a (pretended) capture")
     return checks + 4
 
