@@ -21,6 +21,10 @@ def pytest_configure(config):
     # A test whose ranks stop making progress fails with their names instead of hanging.
     os.environ.setdefault("DITRON_LAUNCH_TIMEOUT", "300")
     os.environ["DITRON_TEST_BACKEND"] = config.getoption("--ditron-backend")
+    if config.getoption("--ditron-backend") == "cpu":
+        # on a host with GPUs too: the tests that run kernels in this process (not in
+        # launched ranks) need the interpreter, which ``import ditron`` arranges for "cpu"
+        os.environ.setdefault("DITRON_BACKEND", "cpu")
 
 
 def pytest_collection_modifyitems(config, items):

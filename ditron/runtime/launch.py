@@ -1,15 +1,20 @@
 """``ditron.launch``: start local rank processes, run a function on each, gather results.
 
 CPU ranks are forked from a fork server that has already imported torch, triton and ditron
-with Triton's interpreter on, so starting a world costs a fork per rank, not an import.
-CUDA ranks are spawned fresh (CUDA cannot be forked). Ranks rendezvous through a file in a
-private temporary directory. If a rank raises, the others are killed and the original
-exception is re-raised in the caller with the rank and the remote traceback attached as a
-note; nothing is left behind: no process, no shared-memory segment, no temporary file.
+with Triton's interpreter on, so starting a world costs a fork per rank, not an import; the
+server never touches CUDA (a process forked after CUDA was initialised cannot use it, and
+neither can the server's children). CUDA ranks are spawned fresh (CUDA cannot be forked),
+as the CUDA backend whatever the caller's default (a caller on the CPU backend has the
+interpreter on: its ranks must not inherit that when they import ditron). Ranks
+rendezvous through a file in a private temporary directory. If a rank raises, the others
+are killed and the original exception is re-raised in the caller with the rank and the
+remote traceback attached as a note; nothing is left behind: no process, no shared-memory
+segment, no temporary file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import multiprocessing as mp
@@ -71,19 +76,47 @@ def _cpu_context():
     if _CPU_CONTEXT is None:
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["ditron"])
-        saved = os.environ.get("TRITON_INTERPRET")
-        os.environ["TRITON_INTERPRET"] = "1"
-        try:
+        # DITRON_BACKEND: the server's ``import ditron`` must not probe for GPUs, which
+        # initialises CUDA in the process every rank is forked from
+        with _environment(TRITON_INTERPRET="1", DITRON_BACKEND="cpu"):
             from multiprocessing import forkserver
 
             forkserver.ensure_running()
-        finally:
-            if saved is None:
-                os.environ.pop("TRITON_INTERPRET", None)
-            else:
-                os.environ["TRITON_INTERPRET"] = saved
         _CPU_CONTEXT = ctx
     return _CPU_CONTEXT
+
+
+def _rank_interpreter(backend: str) -> tuple[str, dict[str, str | None]]:
+    """``TRITON_INTERPRET`` for ranks of ``backend``, and the environment changes their
+    processes start with (:func:`_environment`; CPU ranks fork from the server and need
+    none). A caller whose default is the CPU backend has the interpreter on for itself:
+    CUDA ranks start without it, as the CUDA backend; a caller on a GPU passes its own
+    ``TRITON_INTERPRET`` on (someone debugging CUDA ranks with the interpreter)."""
+    if backend == "cpu":
+        return "1", {}
+    interpret = "" if default_backend() == "cpu" else os.environ.get("TRITON_INTERPRET", "")
+    return interpret, {"DITRON_BACKEND": backend, "TRITON_INTERPRET": interpret or None}
+
+
+@contextlib.contextmanager
+def _environment(**values: str | None):
+    """Environment variables set (``None``: removed) for the processes started inside: a
+    new process imports ditron, and so decides about the interpreter, with the environment
+    it starts with."""
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None = None,
@@ -111,6 +144,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     settings = Settings.from_env(backend)
     ctx = _cpu_context() if backend == "cpu" else mp.get_context("spawn")
 
+    interpret, start = _rank_interpreter(backend)
     workdir = tempfile.mkdtemp(prefix="ditron-launch-")
     job = uuid.uuid4().hex[:12]
     job_env = {
@@ -118,7 +152,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
         "WORLD_SIZE": str(world_size),
         "LOCAL_WORLD_SIZE": str(world_size),
         "DITRON_INIT_METHOD": f"file://{os.path.join(workdir, 'rendezvous')}",
-        "TRITON_INTERPRET": "1" if backend == "cpu" else os.environ.get("TRITON_INTERPRET", ""),
+        "TRITON_INTERPRET": interpret,
     }
     procs, conns = [], []
     failed = True
@@ -128,7 +162,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
             parent, child = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_rank_main, args=(child, fn, args, kw, env, backend),
                             name=f"ditron-rank{rank}", daemon=True)
-            p.start()
+            with _environment(**start):
+                p.start()
             child.close()
             procs.append(p)
             conns.append(parent)

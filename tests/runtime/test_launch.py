@@ -110,3 +110,28 @@ def _shutdown_itself() -> int:
 
 def test_fn_may_shut_down_itself(backend):
     assert ditron.launch(_shutdown_itself, 2, backend=backend) == [0, 1]
+
+
+def test_cuda_ranks_do_not_inherit_a_cpu_callers_interpreter(monkeypatch):
+    """A caller on the CPU backend (the test suite on a GPU host) has ``TRITON_INTERPRET=1``
+    and ``DITRON_BACKEND=cpu``; CUDA ranks import ditron with the environment they start
+    with, so they must start as the CUDA backend without the interpreter. A caller whose
+    default is CUDA passes its own ``TRITON_INTERPRET`` on."""
+    from ditron.runtime import launch as launch_mod
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("DITRON_BACKEND", "cpu")
+    assert launch_mod._rank_interpreter("cpu") == ("1", {})
+    assert launch_mod._rank_interpreter("cuda") == (
+        "", {"DITRON_BACKEND": "cuda", "TRITON_INTERPRET": None})
+    monkeypatch.setattr(launch_mod, "default_backend", lambda: "cuda")
+    assert launch_mod._rank_interpreter("cuda") == (
+        "1", {"DITRON_BACKEND": "cuda", "TRITON_INTERPRET": "1"})
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert launch_mod._rank_interpreter("cuda") == (
+        "", {"DITRON_BACKEND": "cuda", "TRITON_INTERPRET": None})
+    # what the processes started inside see, and nothing changed afterwards
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with launch_mod._environment(DITRON_BACKEND="cuda", TRITON_INTERPRET=None):
+        assert os.environ["DITRON_BACKEND"] == "cuda" and "TRITON_INTERPRET" not in os.environ
+    assert os.environ["DITRON_BACKEND"] == "cpu" and os.environ["TRITON_INTERPRET"] == "1"
