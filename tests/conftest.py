@@ -21,10 +21,10 @@ def pytest_configure(config):
     # A test whose ranks stop making progress fails with their names instead of hanging.
     os.environ.setdefault("DITRON_LAUNCH_TIMEOUT", "300")
     os.environ["DITRON_TEST_BACKEND"] = config.getoption("--ditron-backend")
-    if config.getoption("--ditron-backend") == "cpu":
-        # on a host with GPUs too: the tests that run kernels in this process (not in
-        # launched ranks) need the interpreter, which ``import ditron`` arranges for "cpu"
-        os.environ.setdefault("DITRON_BACKEND", "cpu")
+    # The tests that run kernels in this process (not in launched ranks) are interpreter
+    # tests, which ``import ditron`` arranges for the CPU backend only; on a host with GPUs
+    # too. Ranks launched with backend="cuda" start as the CUDA backend regardless.
+    os.environ.setdefault("DITRON_BACKEND", "cpu")
 
 
 def pytest_collection_modifyitems(config, items):
