@@ -103,20 +103,19 @@ def _environment(**values: str | None):
     """Environment variables set (``None``: removed) for the processes started inside: a
     new process imports ditron, and so decides about the interpreter, with the environment
     it starts with."""
-    saved = {name: os.environ.get(name) for name in values}
-    try:
-        for name, value in values.items():
+    def put(items) -> None:
+        for name, value in items:
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+    saved = [(name, os.environ.get(name)) for name in values]
+    try:
+        put(values.items())
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        put(saved)
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None = None,
