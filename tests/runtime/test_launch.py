@@ -135,3 +135,25 @@ def test_cuda_ranks_do_not_inherit_a_cpu_callers_interpreter(monkeypatch):
     with launch_mod._environment(DITRON_BACKEND="cuda", TRITON_INTERPRET=None):
         assert os.environ["DITRON_BACKEND"] == "cuda" and "TRITON_INTERPRET" not in os.environ
     assert os.environ["DITRON_BACKEND"] == "cpu" and os.environ["TRITON_INTERPRET"] == "1"
+
+
+def test_fork_server_starts_on_the_cpu_backend(monkeypatch):
+    """The CPU ranks' fork server imports ditron as it starts; with ``DITRON_BACKEND`` unset
+    that would probe for GPUs, which initialises CUDA in the process every CPU rank is
+    forked from (and those ranks then fail on any CUDA call, as on a GPU host)."""
+    from multiprocessing import forkserver
+
+    from ditron.runtime import launch as launch_mod
+
+    seen = {}
+
+    def ensure_running():
+        seen.update({k: os.environ.get(k) for k in ("DITRON_BACKEND", "TRITON_INTERPRET")})
+
+    monkeypatch.setattr(launch_mod, "_CPU_CONTEXT", None)
+    monkeypatch.setattr(forkserver, "ensure_running", ensure_running)
+    monkeypatch.delenv("DITRON_BACKEND", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    launch_mod._cpu_context()
+    assert seen == {"DITRON_BACKEND": "cpu", "TRITON_INTERPRET": "1"}
+    assert "DITRON_BACKEND" not in os.environ and "TRITON_INTERPRET" not in os.environ
