@@ -190,7 +190,9 @@ def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
     ``"network"`` sends every part through it.
 
     ``implied`` (with ``ACK_BY_DATA``; every call on ``key`` must pass the same): the
-    caller's protocol implies the acknowledgement, so no rank waits for it or sends it.
+    caller's protocol implies the acknowledgement, so no rank waits for it or sends it
+    (``ACK_BY_DATA`` may change between calls: a call with acknowledgements waits only for
+    those that were sent).
     That holds where, in every call, each rank waits (stream-ordered, before the call
     returns) for data from every node peer that the peer wrote or announced only after the
     reads of its previous call were done, in its stream order: then my call ``e - 1``
@@ -211,9 +213,25 @@ def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
     acks = not (implied and ACK_BY_DATA)
     if not acks and rt.world.backend == "cuda":
         _follow_last_call(key)
-    if epoch > 2 and acks:
+    # with ``implied`` (one setting per key), ``ACK_BY_DATA`` may differ from call to call
+    sent = _acknowledged(key, pad, epoch, acks) if implied else True
+    if epoch > 2 and acks and sent:
         wait_slots(pad, w, shm, epoch - 2, skip=me)
     return Call(pad, epoch, inbox, shm, engine, recvs, acks=acks)
+
+
+def _acknowledged(key: str, pad: SignalPad, epoch: int, acks: bool) -> bool:
+    """Record whether call ``epoch`` of ``key`` acknowledges; return whether call
+    ``epoch - 2`` did. A call whose acknowledgement was implied sent none, and needs none:
+    its key's protocol implies it (``open_exchange``'s ``implied``), so ``ACK_BY_DATA`` may
+    change between calls (an A/B switch) without a call waiting for what nobody sent."""
+    cache = current().cache
+    last = cache.get(("exchange_acks", key))
+    if last is None or last[0] is not pad:  # a new pad counts its epochs from 1 again
+        last = cache[("exchange_acks", key)] = (pad, {})
+    sent = last[1]
+    sent[epoch] = acks
+    return sent.pop(epoch - 2, True)
 
 
 def _follow_last_call(key: str) -> None:

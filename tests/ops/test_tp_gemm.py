@@ -597,19 +597,22 @@ def _pulled_case(m: int, K: int, N: int, reps: int) -> int:
     return checks
 
 
-def _slow_reader_case(m: int, K: int, N: int, reps: int, acks_by_data: bool) -> list[int]:
+def _slow_reader_case(m: int, K: int, N: int, reps: int,
+                      acks_by_data: bool | tuple[bool, ...]) -> list[int]:
     """Eager copy-engine GEMM-RS (pulled and pushed) with rank 1's copies held back 30 ms
     each: repeated calls, each writing the inbox half that the peers read two calls before,
     stay right although no rank waits for an acknowledgement (every call waits for the
     peers' chunks, which they send only after their reads of the call before). Returns the
-    acknowledgement slots of both exchanges' pads (``ACK_BY_DATA``: never raised)."""
+    acknowledgement slots of both exchanges' pads (``ACK_BY_DATA``: never raised).
+    ``acks_by_data`` as a tuple: ``ACK_BY_DATA`` of each call in turn (a call that sends
+    acknowledgements must not wait for ones an earlier call did not send)."""
     import time
 
     from ditron.engines import copy_engine
     from ditron.ops import exchange
     from ditron.runtime.signals import signal_pad
 
-    exchange.ACK_BY_DATA = acks_by_data
+    pattern = acks_by_data if isinstance(acks_by_data, tuple) else (acks_by_data,)
     w = ditron.world()
     W, rank = w.world_size, w.rank
     run = copy_engine._run_host
@@ -617,6 +620,7 @@ def _slow_reader_case(m: int, K: int, N: int, reps: int, acks_by_data: bool) -> 
         copy_engine._run_host = lambda jobs: (time.sleep(0.03), run(jobs))
     try:
         for it in range(reps):
+            exchange.ACK_BY_DATA = pattern[it % len(pattern)]
             for engine in ("copy_engine_pull", "copy_engine"):
                 torch.manual_seed(50 * it + rank)
                 a = torch.randn(W * m, K, device=w.device)
@@ -640,6 +644,10 @@ def test_eager_copy_engine_gemm_rs_acknowledged_by_data(world_size):
     # with ACK_BY_DATA off the acknowledgements are sent (epoch 5 of each pad)
     assert ditron.launch(_slow_reader_case, world_size, 9, 16, 24, 5,
                          False) == [[5, 5]] * world_size
+    # switched between calls: calls 3-5 acknowledge (3 and 4 do not wait for calls 1 and
+    # 2, which sent nothing; 5 waits for 3's), call 6 is implied again
+    assert ditron.launch(_slow_reader_case, world_size, 9, 16, 24, 6,
+                         (True, True, False, False, False, True)) == [[5, 5]] * world_size
 
 
 def _failed_launch_case(m: int, K: int, N: int) -> int:
