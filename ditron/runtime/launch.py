@@ -152,6 +152,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
         "LOCAL_WORLD_SIZE": str(world_size),
         "DITRON_INIT_METHOD": f"file://{os.path.join(workdir, 'rendezvous')}",
         "TRITON_INTERPRET": interpret,
+        "DITRON_BACKEND": backend,  # what the rank runs as, should it ask default_backend()
     }
     procs, conns = [], []
     failed = True
