@@ -2,7 +2,7 @@
 
 Host API (see DESIGN.md): ``launch``, ``init``, ``world``, ``shutdown``, ``empty``,
 ``zeros``, ``free``, ``peer``, ``barrier``, ``context``; device primitives live in
-``ditron.language``; operators in ``ditron.ops``.
+``ditron.language``; operators in ``ditron.ops``; torch modules in ``ditron.nn``.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # ``ditron.ops`` imports kernels and is loaded on first use.
-    if name == "ops":
+    # ``ditron.ops`` and ``ditron.nn`` import kernels: loaded on first use.
+    if name in ("ops", "nn"):
         import importlib
 
-        return importlib.import_module(".ops", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'ditron' has no attribute {name!r}")

@@ -201,6 +201,7 @@ def _issue_raw(transfers: list[Transfer], rank: int, side) -> None:
                 stream, slot_address(t.signal.pad, t.signal.index, t.dst_rank), t.signal.value)
 
 
+@torch.no_grad()  # the worker thread's grad mode is its own; views may come from no_grad code
 def _run_host(jobs) -> None:
     for src, dst, reduce, sig, value, after, clear in jobs:
         if after is not None:

@@ -1,0 +1,244 @@
+"""Differentiable tensor-parallel building blocks on Ditron's overlapped ops.
+
+Weights are in ``torch.nn.Linear``'s layout (``[out_features, in_features]``). ``W`` is the
+world size; "rows" is dim 0 (the sequence in sequence parallelism: a tensor ``[s, b, h]``
+split by ``s``); inputs may have any number of dims, the last one being the features.
+
+| function | forward | backward (of the input) |
+|---|---|---|
+| ``all_gather_linear`` | ``all_gather(x) @ w.T + b`` (``ag_gemm``) | ``gemm_rs(g, w)`` |
+| ``linear_reduce_scatter`` | ``reduce_scatter(x @ w.T) + b`` (``gemm_rs``) | ``ag_gemm(g, w)`` |
+| ``linear_all_reduce`` | ``all_reduce(x @ w.T) + b`` (``gemm_ar``) | ``g @ w`` |
+| ``all_gather(x)`` | ``all_gather(x)`` | ``reduce_scatter(g)`` |
+| ``reduce_scatter(x)`` | ``reduce_scatter(x)`` | ``all_gather(g)`` |
+| ``all_reduce(x)`` | ``all_reduce(x)`` | ``g`` |
+| ``copy_to_tensor_parallel(x)`` | ``x`` | ``all_reduce(g)`` |
+
+The conventions are Megatron-LM's: a replicated tensor's gradient is the same on every rank
+and already complete (so ``all_reduce`` passes it through), and the gradient of a
+replicated input to sharded work is the sum of the shards' parts (``copy_to_tensor_parallel``).
+Weight gradients are complete on the rank that owns the shard. The bias of
+``linear_reduce_scatter`` is replicated while its output is split by rows, so its gradient
+is all-reduced in the backward pass: every rank gets the whole gradient.
+
+Every function is a collective: all ranks call it in the same order (forward and backward)
+with matching shapes. ``method`` is passed to the op (``"auto"``, ``"overlap"``,
+``"fallback"``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..runtime.world import world
+from . import library  # noqa: F401  (registers torch.ops.ditron.*)
+
+_ditron = torch.ops.ditron
+
+
+def _rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+          name: str, min_dims: int = 1) -> torch.Tensor:
+    """``x`` as a 2-D ``[rows, in_features]`` tensor, after the checks a layer can make."""
+    if x.dim() < min_dims:
+        raise ValueError(f"ditron.nn.{name}: input must have at least {min_dims} dims "
+                         f"(rows first, features last), got {tuple(x.shape)}")
+    if weight.dim() != 2:
+        raise ValueError(f"ditron.nn.{name}: weight must be 2-D [out, in], got "
+                         f"{tuple(weight.shape)}")
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"ditron.nn.{name}: input's last dim must be in_features = "
+                         f"{weight.shape[1]}, got input {tuple(x.shape)}")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"ditron.nn.{name}: bias must be [{weight.shape[0]}], got "
+                         f"{tuple(bias.shape)}")
+    if x.device != weight.device:
+        raise ValueError(f"ditron.nn.{name}: input on {x.device}, weight on {weight.device}")
+    if x.dtype != weight.dtype:
+        raise ValueError(f"ditron.nn.{name}: input dtype {x.dtype} != weight dtype "
+                         f"{weight.dtype}")
+    return x.reshape(-1, x.shape[-1])
+
+
+def _split_rows(x: torch.Tensor, name: str) -> None:
+    W = world().world_size
+    if x.dim() == 0 or x.shape[0] % W:
+        raise ValueError(f"ditron.nn.{name}: dim 0 of {tuple(x.shape)} does not split over "
+                         f"{W} ranks")
+
+
+# The Functions below take no bias: it is added outside them by plain autograd, as an
+# in-place add on a Function's output gives wrong gradients under torch.compile in torch
+# 2.11 (pytorch/pytorch#180642).
+
+
+class _AllGatherLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x2, weight, keep_gathered: bool, method: str):
+        ctx.method = method
+        ctx.kept = keep_gathered and ctx.needs_input_grad[1]
+        if ctx.kept:
+            y, gathered = _ditron.ag_gemm_gathered(x2, weight.t(), method)
+            ctx.save_for_backward(gathered, weight)
+        else:
+            y = _ditron.ag_gemm(x2, weight.t(), method)
+            ctx.save_for_backward(x2, weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        rows, weight = ctx.saved_tensors
+        gy = gy.contiguous()
+        gx = gw = None
+        if ctx.needs_input_grad[0]:
+            gx = _ditron.gemm_rs(gy, weight, ctx.method)
+        if ctx.needs_input_grad[1]:
+            gathered = rows if ctx.kept else _ditron.all_gather(rows)
+            gw = gy.t() @ gathered
+        return gx, gw, None, None
+
+
+class _LinearReduceScatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x2, weight, method: str):
+        ctx.method = method
+        ctx.save_for_backward(x2, weight)
+        return _ditron.gemm_rs(x2, weight.t(), method)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x2, weight = ctx.saved_tensors
+        gy = gy.contiguous()
+        need_x, need_w = ctx.needs_input_grad[:2]
+        gx = gw = None
+        if need_x and need_w:
+            gx, gathered = _ditron.ag_gemm_gathered(gy, weight, ctx.method)
+            gw = gathered.t() @ x2
+        elif need_x:
+            gx = _ditron.ag_gemm(gy, weight, ctx.method)
+        elif need_w:
+            gw = _ditron.all_gather(gy).t() @ x2
+        return gx, gw, None
+
+
+class _LinearAllReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x2, weight, method: str):
+        ctx.save_for_backward(x2, weight)
+        return _ditron.gemm_ar(x2, weight.t(), method)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x2, weight = ctx.saved_tensors
+        gx = gy @ weight if ctx.needs_input_grad[0] else None
+        gw = gy.t() @ x2 if ctx.needs_input_grad[1] else None
+        return gx, gw, None
+
+
+class _AllGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return _ditron.all_gather(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _ditron.reduce_scatter(g.contiguous())
+
+
+class _ReduceScatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return _ditron.reduce_scatter(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _ditron.all_gather(g.contiguous())
+
+
+class _AllReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return _ditron.all_reduce(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _CopyToTensorParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _ditron.all_reduce(g.contiguous())
+
+
+def all_gather_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                      *, keep_gathered: bool = True, method: str = "auto") -> torch.Tensor:
+    """Column-parallel linear on a sequence-parallel input, by ``ag_gemm``.
+
+    ``x``: this rank's rows ``[m, ..., in]``; ``weight``: this rank's output features
+    ``[out/W, in]``; ``bias``: ``[out/W]``. Returns ``[W*m, ..., out/W]``: every rank's
+    rows (rank order) times this rank's columns. ``keep_gathered`` keeps the gathered input
+    from the forward pass for the weight's gradient (memory ``W*m x in``); otherwise the
+    backward pass gathers it again.
+    """
+    x2 = _rows(x, weight, bias, "all_gather_linear", 2)
+    y = _AllGatherLinear.apply(x2, weight, keep_gathered, method)
+    if bias is not None:
+        y = y + bias
+    return y.view(world().world_size * x.shape[0], *x.shape[1:-1], weight.shape[0])
+
+
+def linear_reduce_scatter(x: torch.Tensor, weight: torch.Tensor,
+                          bias: torch.Tensor | None = None, *,
+                          method: str = "auto") -> torch.Tensor:
+    """Row-parallel linear whose output is split by rows (sequence parallel), by ``gemm_rs``.
+
+    ``x``: ``[M, ..., in/W]`` (all rows, this rank's input features); ``weight``:
+    ``[out, in/W]``; ``bias``: ``[out]``, the same on every rank. Returns this rank's
+    ``[M/W, ..., out]`` slice of the sum over ranks. ``M`` must divide by ``W``.
+    """
+    x2 = _rows(x, weight, bias, "linear_reduce_scatter", 2)
+    _split_rows(x, "linear_reduce_scatter")
+    y = _LinearReduceScatter.apply(x2, weight, method)
+    if bias is not None:  # replicated, while the rows are split: its gradient is summed
+        y = y + copy_to_tensor_parallel(bias)
+    return y.view(x.shape[0] // world().world_size, *x.shape[1:-1], weight.shape[0])
+
+
+def linear_all_reduce(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                      *, method: str = "auto") -> torch.Tensor:
+    """Row-parallel linear with a replicated output, by ``gemm_ar``.
+
+    ``x``: ``[..., in/W]``; ``weight``: ``[out, in/W]``; ``bias``: ``[out]``, the same on
+    every rank. Returns ``[..., out]``, the sum over ranks, on every rank.
+    """
+    x2 = _rows(x, weight, bias, "linear_all_reduce")
+    y = _LinearAllReduce.apply(x2, weight, method)
+    if bias is not None:
+        y = y + bias
+    return y.view(*x.shape[:-1], weight.shape[0])
+
+
+def all_gather(x: torch.Tensor) -> torch.Tensor:
+    """Every rank's ``x`` concatenated along dim 0; backward: reduce-scatter."""
+    return _AllGather.apply(x)
+
+
+def reduce_scatter(x: torch.Tensor) -> torch.Tensor:
+    """This rank's slice (dim 0) of the sum over ranks; backward: all-gather."""
+    _split_rows(x, "reduce_scatter")
+    return _ReduceScatter.apply(x)
+
+
+def all_reduce(x: torch.Tensor) -> torch.Tensor:
+    """The sum over ranks; backward passes the (replicated) gradient through."""
+    return _AllReduce.apply(x)
+
+
+def copy_to_tensor_parallel(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself; backward sums the gradient over ranks (a replicated input feeding
+    sharded work)."""
+    return _CopyToTensorParallel.apply(x)

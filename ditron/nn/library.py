@@ -1,0 +1,128 @@
+"""Ditron's operators as torch custom ops: ``torch.ops.ditron.<name>``.
+
+Registered with ``torch.library.custom_op`` when ``ditron.nn`` is imported, so that
+``torch.compile`` keeps each call as one opaque node of its graph (a *fake* implementation
+gives the output's shape and dtype without running anything) and autograd formulas
+(``functional.py``) can call them. Each op is the ``ditron.ops`` function of the same name,
+with the same semantics and checks, and returns new tensors (never a view of an input):
+
+- ``ag_gemm(a, b, method) -> c``: ``all_gather(a, dim=0) @ b``, ``a: [m, K]``, ``c: [W*m, N]``;
+- ``ag_gemm_gathered(a, b, method) -> (c, gathered_a)``: the same, also returning the
+  gathered ``[W*m, K]`` input (what a backward pass reuses);
+- ``gemm_rs(a, b, method) -> c``: ``reduce_scatter(a @ b, dim=0)``, ``c: [M/W, N]``;
+- ``gemm_ar(a, b, method) -> c``: ``all_reduce(a @ b)``;
+- ``all_gather(x) / reduce_scatter(x)``: along dim 0; ``all_reduce(x)``.
+
+They are collectives: every rank must call them in the same order with matching shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..runtime.world import world
+
+
+def _own(out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+    """``out``, copied if it shares memory with an input (a custom op may not alias one)."""
+    ptr = out.untyped_storage().data_ptr()
+    if any(t.untyped_storage().data_ptr() == ptr for t in inputs):
+        return out.clone()
+    return out
+
+
+def _ops():
+    from .. import ops  # loaded on first use, as ``ditron.ops`` itself is
+
+    return ops
+
+
+def _inner(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
+    """What a fake call can check: 2-D operands with matching inner dimensions."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"ditron::{op}: need a: [M, K] and b: [K, N], got a "
+                         f"{tuple(a.shape)} and b {tuple(b.shape)}")
+
+
+def _rows(op: str, rows: int, W: int) -> int:
+    if rows % W:
+        raise ValueError(f"ditron::{op}: {rows} rows do not split over {W} ranks")
+    return rows // W
+
+
+@torch.library.custom_op("ditron::ag_gemm", mutates_args=())
+def ag_gemm(a: torch.Tensor, b: torch.Tensor, method: str = "auto") -> torch.Tensor:
+    return _own(_ops().ag_gemm(a, b, method=method), a, b)
+
+
+@ag_gemm.register_fake
+def _(a, b, method="auto"):
+    _inner("ag_gemm", a, b)
+    return a.new_empty((world().world_size * a.shape[0], b.shape[1]))
+
+
+@torch.library.custom_op("ditron::ag_gemm_gathered", mutates_args=())
+def ag_gemm_gathered(a: torch.Tensor, b: torch.Tensor,
+                     method: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
+    c, gathered = _ops().ag_gemm(a, b, return_gathered=True, method=method)
+    return _own(c, a, b), _own(gathered, a, b)
+
+
+@ag_gemm_gathered.register_fake
+def _(a, b, method="auto"):
+    _inner("ag_gemm_gathered", a, b)
+    M = world().world_size * a.shape[0]
+    return a.new_empty((M, b.shape[1])), a.new_empty((M, a.shape[1]))
+
+
+@torch.library.custom_op("ditron::gemm_rs", mutates_args=())
+def gemm_rs(a: torch.Tensor, b: torch.Tensor, method: str = "auto") -> torch.Tensor:
+    return _own(_ops().gemm_rs(a, b, method=method), a, b)
+
+
+@gemm_rs.register_fake
+def _(a, b, method="auto"):
+    _inner("gemm_rs", a, b)
+    return a.new_empty((_rows("gemm_rs", a.shape[0], world().world_size), b.shape[1]))
+
+
+@torch.library.custom_op("ditron::gemm_ar", mutates_args=())
+def gemm_ar(a: torch.Tensor, b: torch.Tensor, method: str = "auto") -> torch.Tensor:
+    return _own(_ops().gemm_ar(a, b, method=method), a, b)
+
+
+@gemm_ar.register_fake
+def _(a, b, method="auto"):
+    _inner("gemm_ar", a, b)
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+@torch.library.custom_op("ditron::all_gather", mutates_args=())
+def all_gather(x: torch.Tensor) -> torch.Tensor:
+    return _own(_ops().all_gather(x, 0), x)
+
+
+@all_gather.register_fake
+def _(x):
+    return x.new_empty((world().world_size * x.shape[0], *x.shape[1:]))
+
+
+@torch.library.custom_op("ditron::reduce_scatter", mutates_args=())
+def reduce_scatter(x: torch.Tensor) -> torch.Tensor:
+    return _own(_ops().reduce_scatter(x, 0), x)
+
+
+@reduce_scatter.register_fake
+def _(x):
+    return x.new_empty((_rows("reduce_scatter", x.shape[0], world().world_size),
+                        *x.shape[1:]))
+
+
+@torch.library.custom_op("ditron::all_reduce", mutates_args=())
+def all_reduce(x: torch.Tensor) -> torch.Tensor:
+    return _own(_ops().all_reduce(x), x)
+
+
+@all_reduce.register_fake
+def _(x):
+    return torch.empty_like(x)

@@ -1,0 +1,130 @@
+"""Tensor-parallel linear layers whose matmuls overlap their communication.
+
+A transformer MLP (or attention's in / out projections) in Megatron-LM's sequence-parallel
+style is ``RowParallelLinear(act(ColumnParallelLinear(x)))``: the column layer all-gathers
+the sequence and multiplies by its output features (``ag_gemm``), the row layer multiplies
+by its input features and reduce-scatters the sum back to the sequence split (``gemm_rs``);
+in the backward pass the two swap roles. Without sequence parallelism the input and output
+are replicated and the row layer all-reduces (``gemm_ar``). Layers are built inside a rank
+(``ditron.launch`` or after ``ditron.init``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..runtime.world import world
+from . import functional as F
+
+
+def _shard(features: int, what: str) -> int:
+    W = world().world_size
+    if features % W:
+        raise ValueError(f"ditron.nn: {what} = {features} does not split over {W} ranks")
+    return features // W
+
+
+class _ParallelLinear(torch.nn.Module):
+    def __init__(self, in_features: int, out_features: int, weight_shape: tuple[int, int],
+                 bias_size: int | None, sequence_parallel: bool, method: str, device,
+                 dtype) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.sequence_parallel, self.method = sequence_parallel, method
+        kw = {"device": device if device is not None else world().device, "dtype": dtype}
+        self.weight = torch.nn.Parameter(torch.empty(weight_shape, **kw))
+        self.bias = (torch.nn.Parameter(torch.empty(bias_size, **kw))
+                     if bias_size is not None else None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """``torch.nn.Linear``'s weight distribution for the whole layer (uniform, bound
+        ``1/sqrt(in_features)``), drawn per shard; biases start at zero (so a replicated
+        bias is the same on every rank)."""
+        bound = 1.0 / math.sqrt(self.in_features)
+        with torch.no_grad():
+            self.weight.uniform_(-bound, bound)
+            if self.bias is not None:
+                self.bias.zero_()
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}, "
+                f"shard={tuple(self.weight.shape)}")
+
+
+class ColumnParallelLinear(_ParallelLinear):
+    """``y = x @ weight.T + bias`` with the output features split over ranks: this rank
+    holds ``weight[r*out/W:(r+1)*out/W]`` and the matching bias slice.
+
+    ``sequence_parallel=True`` (default): ``x`` is this rank's ``[m, ..., in]`` slice of the
+    rows (dim 0); returns ``[W*m, ..., out/W]`` (``ag_gemm``; ``keep_gathered`` keeps the
+    gathered input for the weight's gradient instead of gathering it again). Otherwise ``x``
+    is the same ``[..., in]`` on every rank and the result ``[..., out/W]``; the input's
+    gradient is summed over ranks.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 sequence_parallel: bool = True, keep_gathered: bool = True,
+                 method: str = "auto", device=None, dtype=None) -> None:
+        n = _shard(out_features, "out_features")
+        super().__init__(in_features, out_features, (n, in_features), n if bias else None,
+                         sequence_parallel, method, device, dtype)
+        self.keep_gathered = keep_gathered
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sequence_parallel:
+            return F.all_gather_linear(x, self.weight, self.bias,
+                                       keep_gathered=self.keep_gathered, method=self.method)
+        return torch.nn.functional.linear(F.copy_to_tensor_parallel(x), self.weight, self.bias)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, **kwargs) -> ColumnParallelLinear:
+        """This rank's shard of ``linear`` (which every rank must hold the same of)."""
+        layer = cls(linear.in_features, linear.out_features, linear.bias is not None,
+                    dtype=kwargs.pop("dtype", linear.weight.dtype), **kwargs)
+        rows = slice(world().rank * layer.weight.shape[0],
+                     (world().rank + 1) * layer.weight.shape[0])
+        with torch.no_grad():
+            layer.weight.copy_(linear.weight[rows])
+            if layer.bias is not None:
+                layer.bias.copy_(linear.bias[rows])
+        return layer
+
+
+class RowParallelLinear(_ParallelLinear):
+    """``y = x @ weight.T + bias`` with the input features split over ranks: this rank
+    holds ``weight[:, r*in/W:(r+1)*in/W]`` and the whole bias (the same on every rank).
+
+    ``x``: ``[M, ..., in/W]``, this rank's features (a column layer's output).
+    ``sequence_parallel=True`` (default): returns this rank's ``[M/W, ..., out]`` rows of the
+    sum over ranks (``gemm_rs``; ``M`` must divide by ``W``); the bias's gradient is
+    summed over ranks. Otherwise the whole ``[M, ..., out]`` on every rank (``gemm_ar``).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 sequence_parallel: bool = True, method: str = "auto", device=None,
+                 dtype=None) -> None:
+        k = _shard(in_features, "in_features")
+        super().__init__(in_features, out_features, (out_features, k),
+                         out_features if bias else None, sequence_parallel, method, device,
+                         dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sequence_parallel:
+            return F.linear_reduce_scatter(x, self.weight, self.bias, method=self.method)
+        return F.linear_all_reduce(x, self.weight, self.bias, method=self.method)
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, **kwargs) -> RowParallelLinear:
+        """This rank's shard of ``linear`` (which every rank must hold the same of)."""
+        layer = cls(linear.in_features, linear.out_features, linear.bias is not None,
+                    dtype=kwargs.pop("dtype", linear.weight.dtype), **kwargs)
+        k = layer.weight.shape[1]
+        with torch.no_grad():
+            layer.weight.copy_(linear.weight[:, world().rank * k:(world().rank + 1) * k])
+            if layer.bias is not None:
+                layer.bias.copy_(linear.bias)
+        return layer

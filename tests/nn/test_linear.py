@@ -1,0 +1,217 @@
+"""ditron.nn: tensor-parallel layers and differentiable collectives against a torch model
+that one process computes whole (outputs and every gradient), on 1-4 ranks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ditron
+
+from ..ops.poison import poison_empty
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
+
+
+def _close(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
+    assert got.shape == ref.shape, f"{name}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
+    tol = TOL[got.dtype]
+    got, ref = got.detach().double().cpu(), ref.detach().double().cpu()
+    assert torch.isfinite(got).all(), f"{name}: unwritten (NaN) or non-finite elements"
+    err = (got - ref).abs().max().item()
+    scale = max(ref.abs().max().item(), 1e-6)
+    assert err <= 4 * tol * scale, f"{name}: max error {err} vs scale {scale}"
+
+
+def _mlp_case(m: int, hidden: int, per_rank_ffn: int, specs) -> int:
+    """``specs``: (dtype, sequence_parallel, keep_gathered, method, calls). Each call: a
+    two-layer MLP (column layer, GELU, row layer) on fresh inputs against ``torch.nn.Linear``
+    layers that every rank builds alike and runs on the whole input; returns the checks."""
+    from ditron import nn
+
+    poison_empty()
+    w = ditron.world()
+    W, rank, dev = w.world_size, w.rank, w.device
+    ffn = per_rank_ffn * W
+    shard = slice(rank * per_rank_ffn, (rank + 1) * per_rank_ffn)
+    checks = 0
+    for dtype, sp, keep, method, calls in specs:
+        torch.manual_seed(5)  # the same reference layers on every rank
+        fc1 = torch.nn.Linear(hidden, ffn, dtype=torch.float64)
+        fc2 = torch.nn.Linear(ffn, hidden, dtype=torch.float64)
+        with torch.no_grad():
+            fc2.bias.uniform_(-1, 1)  # a non-zero bias, so its gradient is not trivially right
+        col = nn.ColumnParallelLinear.from_linear(fc1, sequence_parallel=sp, keep_gathered=keep,
+                                                  method=method, dtype=dtype, device=dev)
+        row = nn.RowParallelLinear.from_linear(fc2, sequence_parallel=sp, method=method,
+                                               dtype=dtype, device=dev)
+        for call in range(calls):
+            torch.manual_seed(100 + call)  # fresh inputs per call, the same on every rank
+            x = torch.randn(W * m, 2, hidden, dtype=torch.float64)
+            g = torch.randn(W * m, 2, hidden, dtype=torch.float64)
+            xr = x.clone().requires_grad_()
+            y = fc2(torch.nn.functional.gelu(fc1(xr)))
+            (y * g).sum().backward()
+            rows = slice(rank * m, (rank + 1) * m) if sp else slice(None)
+            xs = x[rows].to(dev, dtype).requires_grad_()
+            ys = row(torch.nn.functional.gelu(col(xs)))
+            (ys * g[rows].to(dev, dtype)).sum().backward()
+            tag = f"{dtype} sp={sp} keep={keep} {method} call {call}"
+            _close(f"output [{tag}]", ys, y[rows])
+            _close(f"input grad [{tag}]", xs.grad, xr.grad[rows])
+            _close(f"column weight grad [{tag}]", col.weight.grad, fc1.weight.grad[shard])
+            _close(f"column bias grad [{tag}]", col.bias.grad, fc1.bias.grad[shard])
+            _close(f"row weight grad [{tag}]", row.weight.grad, fc2.weight.grad[:, shard])
+            _close(f"row bias grad [{tag}]", row.bias.grad, fc2.bias.grad)
+            for p in (*fc1.parameters(), *fc2.parameters(), *col.parameters(),
+                      *row.parameters()):
+                p.grad = None
+            checks += 6
+    return checks
+
+
+SPECS = [(torch.float32, True, True, "overlap", 2), (torch.float32, True, False, "overlap", 1),
+         (torch.float32, False, True, "overlap", 1), (torch.bfloat16, True, True, "auto", 1)]
+# "overlap" only on GPUs: with ranks sharing one GPU the host group is gloo, which the
+# fallback's CUDA collectives do not run on
+GPU_SPECS = [*SPECS[:3], (torch.bfloat16, True, True, "overlap", 1)]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_parallel_mlp_matches_torch(world_size, backend):
+    # 7 rows per rank (not a multiple of the 16-row tile), hidden 20 (not a multiple of the
+    # 16-wide K block), 6 ffn columns per rank; two calls on fresh inputs.
+    specs = SPECS if backend == "cpu" else GPU_SPECS
+    res = ditron.launch(_mlp_case, world_size, 7, 20, 6, specs, backend=backend)
+    assert res == [6 * sum(s[-1] for s in specs)] * world_size
+
+
+def _collectives_case() -> int:
+    """Forward and backward of the differentiable collectives, against the whole
+    computation: every rank's loss term is ``(y_r * G_r).sum()`` with its own ``G_r``
+    (the replicated output of ``all_reduce`` shares one ``G``)."""
+    from ditron.nn import functional as F
+
+    poison_empty()
+    w = ditron.world()
+    W, rank, dev = w.world_size, w.rank, w.device
+    torch.manual_seed(3)
+    xs = torch.randn(W, 2 * W, 3, dtype=torch.float64)  # every rank's input
+    gs = torch.randn(W, 2 * W, 3, dtype=torch.float64)  # every rank's loss weights
+    checks = 0
+    for name in ("all_gather", "reduce_scatter", "all_reduce", "copy_to_tensor_parallel"):
+        x = xs[rank].float().to(dev).requires_grad_()
+        rows = slice(rank * 2, rank * 2 + 2)
+        if name == "all_gather":
+            y = F.all_gather(x[:2])
+            ref_y, ref_gx = xs[:, :2].reshape(2 * W, 3), gs.sum(0)[:2 * W].reshape(W, 2, 3)
+            ref_gx = torch.cat([ref_gx[rank], torch.zeros(2 * W - 2, 3, dtype=torch.float64)])
+            g = gs[rank][:2 * W]
+        elif name == "reduce_scatter":
+            y = F.reduce_scatter(x)
+            ref_y = xs.sum(0)[rows]
+            ref_gx = torch.cat([gs[r][:2] for r in range(W)])
+            g = gs[rank][:2]
+        elif name == "all_reduce":
+            y = F.all_reduce(x)
+            ref_y, g = xs.sum(0), gs[0]
+            ref_gx = gs[0]
+        else:
+            x_same = xs[0].float().to(dev).requires_grad_()  # a replicated input
+            y = F.copy_to_tensor_parallel(x_same)
+            ref_y, g, ref_gx, x = xs[0], gs[rank], gs.sum(0), x_same
+        (y * g.to(dev, y.dtype)).sum().backward()
+        _close(f"{name} forward", y, ref_y)
+        _close(f"{name} input grad", x.grad, ref_gx)
+        checks += 2
+    return checks
+
+
+def test_differentiable_collectives(backend):
+    assert ditron.launch(_collectives_case, 3, backend=backend) == [8] * 3
+
+
+def _compile_case() -> list[str]:
+    """Both MLPs (sequence-parallel and not) under ``torch.compile`` (one graph, the ops
+    opaque) equal the eager runs, and the custom ops pass ``torch.library.opcheck``."""
+    from ditron import nn
+
+    w = ditron.world()
+    dev = w.device
+    for sp in (True, False):
+        torch.manual_seed(1)
+        col = nn.ColumnParallelLinear(20, 8 * w.world_size, sequence_parallel=sp,
+                                      method="overlap")
+        row = nn.RowParallelLinear(8 * w.world_size, 20, sequence_parallel=sp, method="overlap")
+        with torch.no_grad():
+            col.bias.uniform_(-1, 1)
+            row.bias.uniform_(-1, 1)
+
+        def loss(x, col=col, row=row):
+            return row(torch.nn.functional.gelu(col(x))).square().sum()
+
+        torch.manual_seed(2)  # the same input on every rank
+        x = torch.randn(5, 3, 20, device=dev, requires_grad=True)
+        params = [x, *col.parameters(), *row.parameters()]
+        loss(x).backward()
+        eager = [p.grad.clone() for p in params]
+        for p in params:
+            p.grad = None
+        torch.compile(loss, backend="aot_eager", fullgraph=True)(x).backward()
+        for i, (p, ref) in enumerate(zip(params, eager, strict=True)):
+            _close(f"compiled grad {i} (sequence_parallel={sp})", p.grad, ref)
+
+    a, b = torch.randn(6, 8, device=dev), torch.randn(5, 8, device=dev).t()
+    results = []
+    for name, args in [("ag_gemm", (a, b, "overlap")), ("ag_gemm_gathered", (a, b, "overlap")),
+                       ("gemm_rs", (a, b, "overlap")), ("gemm_ar", (a, b, "overlap")),
+                       ("all_gather", (a,)), ("reduce_scatter", (a,)), ("all_reduce", (a,))]:
+        report = torch.library.opcheck(getattr(torch.ops.ditron, name).default, args)
+        assert set(report.values()) == {"SUCCESS"}, (name, report)
+        results.append(name)
+    return results
+
+
+def test_compile_and_opcheck(backend):
+    res = ditron.launch(_compile_case, 2, backend=backend)
+    assert res[0] == res[1] and len(res[0]) == 7
+
+
+def _bad_inputs_case() -> int:
+    from ditron import nn
+    from ditron.nn import functional as F
+
+    col, row = nn.ColumnParallelLinear(6, 4), nn.RowParallelLinear(4, 6)
+    cases = {
+        "out_features": lambda: nn.ColumnParallelLinear(6, 5),
+        "in_features": lambda: nn.RowParallelLinear(5, 6),
+        "features": lambda: col(torch.randn(3, 5)),
+        "dtype": lambda: col(torch.randn(3, 6, dtype=torch.float64)),
+        "one dim": lambda: col(torch.randn(6)),
+        "device": lambda: col(torch.randn(3, 6, device="meta")),
+        "rows": lambda: row(torch.randn(3, 2)),
+        "bias": lambda: F.linear_all_reduce(torch.randn(3, 2), row.weight, torch.zeros(5)),
+        "scatter rows": lambda: F.reduce_scatter(torch.randn(3, 2)),
+    }
+    for name, fn in cases.items():
+        with pytest.raises(ValueError, match="ditron"):
+            fn()
+            pytest.fail(f"{name}: no error")
+    x = torch.randn(4, 6, device=ditron.world().device, requires_grad=True)  # still usable
+    row(col(x)).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    return len(cases)
+
+
+def test_bad_inputs_raise_before_any_kernel(backend):
+    assert ditron.launch(_bad_inputs_case, 2, backend=backend) == [9, 9]
+
+
+@pytest.mark.gpu
+def test_parallel_mlp_two_ranks_gpu():
+    # "overlap" only: with ranks sharing one GPU the host group is gloo, which the
+    # fallback's CUDA collectives do not run on.
+    specs = [(torch.bfloat16, True, True, "overlap", 2), (torch.float32, True, False, "overlap", 1),
+             (torch.float32, False, True, "overlap", 1)]
+    res = ditron.launch(_mlp_case, 2, 300, 256, 192, specs, backend="cuda")
+    assert res == [6 * sum(s[-1] for s in specs)] * 2
