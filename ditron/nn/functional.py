@@ -21,12 +21,15 @@ Weight gradients are complete on the rank that owns the shard. The bias of
 ``linear_reduce_scatter`` is replicated while its output is split by rows, so its gradient
 is all-reduced in the backward pass: every rank gets the whole gradient.
 
-Every function is a collective: all ranks call it in the same order (forward and backward)
-with matching shapes. ``method`` is passed to the op (``"auto"``, ``"overlap"``,
-``"fallback"``).
+Under ``torch.autocast`` the linear functions compute in its dtype, as
+``torch.nn.functional.linear`` does. Every function is a collective: all ranks call it in
+the same order (forward and backward) with matching shapes. ``method`` is passed to the op
+(``"auto"``, ``"overlap"``, ``"fallback"``).
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -51,12 +54,24 @@ def _rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     if bias is not None and bias.shape != (weight.shape[0],):
         raise ValueError(f"ditron.nn.{name}: bias must be [{weight.shape[0]}], got "
                          f"{tuple(bias.shape)}")
-    if x.device != weight.device:
-        raise ValueError(f"ditron.nn.{name}: input on {x.device}, weight on {weight.device}")
     if x.dtype != weight.dtype:
         raise ValueError(f"ditron.nn.{name}: input dtype {x.dtype} != weight dtype "
                          f"{weight.dtype}")
     return x.reshape(-1, x.shape[-1])
+
+
+def _autocast(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, name: str):
+    """Under ``torch.autocast``, the operands in its dtype (as ``torch.nn.functional.linear``
+    would compute them; the casts are differentiable, so fp32 weights get fp32 gradients),
+    and a context that turns autocast off around the op (it keeps its own dtypes)."""
+    if x.device != weight.device:
+        raise ValueError(f"ditron.nn.{name}: input on {x.device}, weight on {weight.device}")
+    kind = x.device.type
+    if kind not in ("cpu", "cuda") or not torch.is_autocast_enabled(kind):
+        return x, weight, bias, contextlib.nullcontext()
+    dtype = torch.get_autocast_dtype(kind)
+    cast = (x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
+    return (*cast, torch.autocast(kind, enabled=False))
 
 
 def _split_rows(x: torch.Tensor, name: str) -> None:
@@ -184,8 +199,10 @@ def all_gather_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     from the forward pass for the weight's gradient (memory ``W*m x in``); otherwise the
     backward pass gathers it again.
     """
+    x, weight, bias, plain = _autocast(x, weight, bias, "all_gather_linear")
     x2 = _rows(x, weight, bias, "all_gather_linear", 2)
-    y = _AllGatherLinear.apply(x2, weight, keep_gathered, method)
+    with plain:
+        y = _AllGatherLinear.apply(x2, weight, keep_gathered, method)
     if bias is not None:
         y = y + bias
     return y.view(world().world_size * x.shape[0], *x.shape[1:-1], weight.shape[0])
@@ -200,9 +217,11 @@ def linear_reduce_scatter(x: torch.Tensor, weight: torch.Tensor,
     ``[out, in/W]``; ``bias``: ``[out]``, the same on every rank. Returns this rank's
     ``[M/W, ..., out]`` slice of the sum over ranks. ``M`` must divide by ``W``.
     """
+    x, weight, bias, plain = _autocast(x, weight, bias, "linear_reduce_scatter")
     x2 = _rows(x, weight, bias, "linear_reduce_scatter", 2)
     _split_rows(x, "linear_reduce_scatter")
-    y = _LinearReduceScatter.apply(x2, weight, method)
+    with plain:
+        y = _LinearReduceScatter.apply(x2, weight, method)
     if bias is not None:  # replicated, while the rows are split: its gradient is summed
         y = y + copy_to_tensor_parallel(bias)
     return y.view(x.shape[0] // world().world_size, *x.shape[1:-1], weight.shape[0])
@@ -215,8 +234,10 @@ def linear_all_reduce(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     ``x``: ``[..., in/W]``; ``weight``: ``[out, in/W]``; ``bias``: ``[out]``, the same on
     every rank. Returns ``[..., out]``, the sum over ranks, on every rank.
     """
+    x, weight, bias, plain = _autocast(x, weight, bias, "linear_all_reduce")
     x2 = _rows(x, weight, bias, "linear_all_reduce")
-    y = _LinearAllReduce.apply(x2, weight, method)
+    with plain:
+        y = _LinearAllReduce.apply(x2, weight, method)
     if bias is not None:
         y = y + bias
     return y.view(*x.shape[:-1], weight.shape[0])

@@ -86,6 +86,49 @@ def test_parallel_mlp_matches_torch(world_size, backend):
     assert res == [6 * sum(s[-1] for s in specs)] * world_size
 
 
+def _autocast_case() -> int:
+    """fp32 layers and input under ``torch.autocast`` (bf16): bf16 outputs and fp32 gradients,
+    both within bf16's tolerance of the float64 model, in both layer modes."""
+    from ditron import nn
+
+    poison_empty()
+    w = ditron.world()
+    W, rank, dev = w.world_size, w.rank, w.device
+    checks = 0
+    for sp in (True, False):
+        torch.manual_seed(7)
+        fc1 = torch.nn.Linear(16, 4 * W, dtype=torch.float64)
+        fc2 = torch.nn.Linear(4 * W, 16, dtype=torch.float64)
+        col = nn.ColumnParallelLinear.from_linear(fc1, sequence_parallel=sp, method="overlap",
+                                                  dtype=torch.float32, device=dev)
+        row = nn.RowParallelLinear.from_linear(fc2, sequence_parallel=sp, method="overlap",
+                                               dtype=torch.float32, device=dev)
+        x = torch.randn(9 * W, 16, dtype=torch.float64)
+        xr = x.clone().requires_grad_()
+        y = fc2(torch.nn.functional.gelu(fc1(xr)))
+        y.square().sum().backward()
+        rows = slice(rank * 9, rank * 9 + 9) if sp else slice(None)
+        xs = x[rows].float().to(dev).requires_grad_()
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            ys = row(torch.nn.functional.gelu(col(xs)))
+        assert ys.dtype == torch.bfloat16, ys.dtype
+        ys.float().square().sum().backward()
+        assert xs.grad.dtype == col.weight.grad.dtype == row.bias.grad.dtype == torch.float32
+        _close(f"autocast output sp={sp}", ys, y[rows])
+        shard = slice(rank * 4, rank * 4 + 4)
+        for name, got, ref in [("input", xs.grad, xr.grad[rows]),
+                               ("column weight", col.weight.grad, fc1.weight.grad[shard]),
+                               ("row weight", row.weight.grad, fc2.weight.grad[:, shard]),
+                               ("row bias", row.bias.grad, fc2.bias.grad)]:
+            _close(f"autocast {name} grad sp={sp}", got.bfloat16(), ref)
+        checks += 5
+    return checks
+
+
+def test_autocast(backend):
+    assert ditron.launch(_autocast_case, 2, backend=backend) == [10, 10]
+
+
 def _collectives_case() -> int:
     """Forward and backward of the differentiable collectives, against the whole
     computation: every rank's loss term is ``(y_r * G_r).sum()`` with its own ``G_r``
