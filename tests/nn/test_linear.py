@@ -174,9 +174,10 @@ def test_differentiable_collectives(backend):
     assert ditron.launch(_collectives_case, 3, backend=backend) == [8] * 3
 
 
-def _compile_case() -> list[str]:
-    """Both MLPs (sequence-parallel and not) under ``torch.compile`` (one graph, the ops
-    opaque) equal the eager runs, and the custom ops pass ``torch.library.opcheck``."""
+def _compile_case(compiler: str = "aot_eager", opcheck: bool = True) -> list[str]:
+    """Both MLPs (sequence-parallel and not) under ``torch.compile(backend=compiler)`` (one
+    graph, the ops opaque) equal the eager runs, and the custom ops pass
+    ``torch.library.opcheck``."""
     from ditron import nn
 
     w = ditron.world()
@@ -200,12 +201,14 @@ def _compile_case() -> list[str]:
         eager = [p.grad.clone() for p in params]
         for p in params:
             p.grad = None
-        torch.compile(loss, backend="aot_eager", fullgraph=True)(x).backward()
+        torch.compile(loss, backend=compiler, fullgraph=True)(x).backward()
         for i, (p, ref) in enumerate(zip(params, eager, strict=True)):
             _close(f"compiled grad {i} (sequence_parallel={sp})", p.grad, ref)
 
     a, b = torch.randn(6, 8, device=dev), torch.randn(5, 8, device=dev).t()
     results = []
+    if not opcheck:
+        return results
     for name, args in [("ag_gemm", (a, b, "overlap")), ("ag_gemm_gathered", (a, b, "overlap")),
                        ("gemm_rs", (a, b, "overlap")), ("gemm_ar", (a, b, "overlap")),
                        ("all_gather", (a,)), ("reduce_scatter", (a,)), ("all_reduce", (a,))]:
@@ -218,6 +221,12 @@ def _compile_case() -> list[str]:
 def test_compile_and_opcheck(backend):
     res = ditron.launch(_compile_case, 2, backend=backend)
     assert res[0] == res[1] and len(res[0]) == 7
+
+
+@pytest.mark.gpu
+def test_inductor_compiles_the_mlp_gpu():
+    # torch.compile's default backend (Triton kernels around the opaque ops), 2 ranks
+    assert ditron.launch(_compile_case, 2, "inductor", False, backend="cuda") == [[], []]
 
 
 def _bad_inputs_case() -> int:
@@ -258,3 +267,53 @@ def test_parallel_mlp_two_ranks_gpu():
              (torch.float32, False, True, "overlap", 1)]
     res = ditron.launch(_mlp_case, 2, 300, 256, 192, specs, backend="cuda")
     assert res == [6 * sum(s[-1] for s in specs)] * 2
+
+
+def _reduce_overhead_case() -> int:
+    """A training step under ``torch.compile(mode="reduce-overhead")`` (inductor's CUDA
+    graphs): warmed up uncompiled inside ``graph_safe()`` (the ops' workspaces outside
+    inductor's graph pool), then compiled there (recorded); replays on new inputs equal the
+    uncompiled step."""
+    from ditron import nn
+
+    w = ditron.world()
+    dev = w.device
+    torch.manual_seed(1)
+    kw = {"method": "overlap", "dtype": torch.bfloat16}
+    col = nn.ColumnParallelLinear(256, 128 * w.world_size, **kw)
+    row = nn.RowParallelLinear(128 * w.world_size, 256, **kw)
+    params = [*col.parameters(), *row.parameters()]
+
+    def step(x):
+        y = row(torch.nn.functional.gelu(col(x)))
+        y.float().square().sum().backward()
+        return y
+
+    def fresh():
+        return torch.randn(96, 2, 256, device=dev, dtype=torch.bfloat16, requires_grad=True)
+
+    compiled = torch.compile(step, mode="reduce-overhead")
+    with ditron.ops.graph_safe():
+        step(fresh())
+        for _ in range(2):
+            compiled(fresh())
+    checks = 0
+    for call in range(3):
+        x = fresh()
+        for p in params:
+            p.grad = None
+        got = compiled(x).clone()
+        grads = [p.grad.clone() for p in params]
+        for p in params:
+            p.grad = None
+        ref = step(x.detach().requires_grad_())
+        _close(f"replay {call} output", got, ref)
+        for i, (g, p) in enumerate(zip(grads, params, strict=True)):
+            _close(f"replay {call} grad {i}", g, p.grad)
+        checks += 1 + len(params)
+    return checks
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_training_step_gpu():
+    assert ditron.launch(_reduce_overhead_case, 2, backend="cuda") == [15, 15]
