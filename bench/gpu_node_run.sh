@@ -11,7 +11,8 @@
 # shapes. QUICK=1 shortens all. STEPS picks steps (default "0 5 1 2 3 4"): a device call is
 # limited to 10 minutes, so on a multi-GPU machine run one or two steps per call (STEPS=0,
 # STEPS=5, STEPS="1 2", STEPS=3, STEPS=4; BUDGET bounds the call; 6: fused-collective
-# variants, 7: overlap traces, 8: host time per function of the overlapped ops);
+# variants, 7: overlap traces, 8: host time per function of the overlapped ops, 9: a
+# sequence-parallel MLP of ditron.nn against cuBLAS + NCCL, two or more GPUs);
 # ENGINES=copy_engine,sm,tma adds the TMA engine to the sweep; GRAPH_MAX (default 4M) is the
 # largest size timed under CUDA graphs. tp-gemm also times the ops under CUDA graphs.
 # A device call returns at most 8 files: tar "$OUT" into one file of the call's output.
@@ -109,6 +110,12 @@ if want 8; then
   timeout $(( $(left) < 120 ? $(left) : 120 )) python3 bench/host_breakdown.py --world-size "$W" \
     > "$OUT/host_breakdown.txt" 2>&1 || failed 8
   grep "==" "$OUT/host_breakdown.txt"
+fi
+if want 9 && [ "$NGPU" -ge 2 ]; then
+  echo "== (9) a sequence-parallel MLP (ditron.nn) against cuBLAS + NCCL at W=$W"
+  timeout $(left) python3 bench/tp_mlp.py --world-size "$W" --out "$OUT/tp_mlp_w$W.json" \
+    > "$OUT/tp_mlp.txt" 2>&1 || failed 9
+  tail -n 3 "$OUT/tp_mlp.txt"
 fi
 echo "status $status" | tee -a "$OUT/run.txt"
 exit $status

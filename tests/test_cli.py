@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,16 @@ def test_bench_tp_gemm_shape_subset():
         shapes(["ag"], 1.0, False, 2, "4096x11008")  # a GEMM-RS shape
     with pytest.raises(ValueError, match="'4096by11008' is not one"):
         shapes(["rs"], 1.0, False, 2, "4096by11008")
+
+
+def test_bench_tp_mlp_smoke(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "bench" / "tp_mlp.py"
+    out = subprocess.run([sys.executable, str(script), "--smoke", "--world-size", "2", "--out",
+                          str(tmp_path / "mlp.json")], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    row = json.loads((tmp_path / "mlp.json").read_text())
+    for kind in ("forward", "step"):
+        assert row[f"fallback_{kind}"] > 0 and row[f"overlap_{kind}"] > 0
+        assert row[f"speedup_{kind}"] == row[f"fallback_{kind}"] / row[f"overlap_{kind}"]
+    assert "speed-up" in out.stdout
