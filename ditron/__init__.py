@@ -2,7 +2,8 @@
 
 Host API (see DESIGN.md): ``launch``, ``init``, ``world``, ``shutdown``, ``empty``,
 ``zeros``, ``free``, ``peer``, ``barrier``, ``context``; device primitives live in
-``ditron.language``; operators in ``ditron.ops``; torch modules in ``ditron.nn``.
+``ditron.language``; operators in ``ditron.ops``; torch modules in ``ditron.nn``; task
+graphs run as megakernels in ``ditron.task``.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # ``ditron.ops`` and ``ditron.nn`` import kernels: loaded on first use.
-    if name in ("ops", "nn"):
+    # ``ditron.ops``, ``ditron.nn`` and ``ditron.task`` import kernels: loaded on first use.
+    if name in ("ops", "nn", "task"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

@@ -81,3 +81,16 @@ def test_bench_tp_mlp_smoke(tmp_path):
         assert row[f"fallback_{kind}"] > 0 and row[f"overlap_{kind}"] > 0
         assert row[f"speedup_{kind}"] == row[f"fallback_{kind}"] / row[f"overlap_{kind}"]
     assert "speed-up" in out.stdout
+
+
+def test_bench_megakernel_smoke(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "bench" / "megakernel.py"
+    out = subprocess.run([sys.executable, str(script), "--smoke", "--world-size", "2", "--out",
+                          str(tmp_path / "mk.json")], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    row = json.loads((tmp_path / "mk.json").read_text())
+    for batch in ("batch1", "batch8"):
+        assert row[batch]["torch"] > 0 and row[batch]["megakernel_16x16x16x32x2"] > 0
+    assert row["max_rel_error"]["16x16x16x32x2"] < 5e-2  # bf16 against torch's bf16 ops
+    assert "torch / this" in out.stdout

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import glob
 import importlib
+import importlib.util
 import json
 import os
+import re
 import sys
 
 os.environ["DITRON_BACKEND"] = "cuda"
@@ -52,9 +54,24 @@ class _Hopper(CudaDriver):
 _ON_GPU = {"GPU_TIMER": True, "UPCAST": False, "GPU": True}
 
 
-def _resolve(qualified: str):
+def _on_gpu(name: str):
+    """The GPU value of switch ``name``, also as a task's parameter of a megakernel
+    (``t<k>_UPCAST``, ``ditron.task.codegen``); None if ``name`` is no such switch."""
+    match = re.fullmatch(r"t\d+_(\w+)", name)
+    return _ON_GPU.get(name, _ON_GPU.get(match[1]) if match else None)
+
+
+def _resolve(qualified: str, path: str | None = None):
     module, _, name = qualified.partition(":")
-    obj = importlib.import_module(module)
+    try:
+        obj = importlib.import_module(module)
+    except ModuleNotFoundError:
+        if not path or not os.path.exists(path):  # a generated module (ditron.task) is
+            raise  # loaded from its file
+        spec = importlib.util.spec_from_file_location(module, path)
+        obj = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(obj)
+        sys.modules[module] = obj
     for part in name.split("."):
         obj = getattr(obj, part)
     return obj
@@ -99,7 +116,8 @@ def _key(kernel, rec) -> str:
     """Launches that compile to the same binary share a key (runtime ints by class)."""
     pairs = zip(kernel.params, rec["args"], strict=False)
     args = [d if p.is_constexpr else _specialized(d) for p, d in pairs]
-    kwargs = {k: ({"value": _ON_GPU[k]} if k in _ON_GPU else d) for k, d in rec["kwargs"].items()}
+    kwargs = {k: (d if _on_gpu(k) is None else {"value": _on_gpu(k)})
+              for k, d in rec["kwargs"].items()}
     return json.dumps([rec["kernel"], args, kwargs], sort_keys=True)
 
 
@@ -121,14 +139,14 @@ def main(directory: str) -> int:
                 if rec["kernel"].startswith("__main__:"):
                     skipped += 1  # defined in a script: not importable here
                     continue
-                kernel = _resolve(rec["kernel"])
+                kernel = _resolve(rec["kernel"], rec.get("file"))
                 key = _key(kernel, rec)
                 if key in done:
                     continue
                 done.add(key)
                 args = [_build(d) for d in rec["args"]]
                 kwargs = {k: _build(d) for k, d in rec["kwargs"].items()}
-                kwargs.update({k: v for k, v in _ON_GPU.items() if k in kwargs})
+                kwargs.update({k: _on_gpu(k) for k in kwargs if _on_gpu(k) is not None})
                 try:
                     kernel.warmup(*args, grid=(1,), **kwargs)
                 except Exception as exc:  # noqa: BLE001 - report every failing kernel

@@ -19,7 +19,7 @@ from .core import (
     translate,
     translate_each,
 )
-from .signal import fence, notify, rank, wait, world_size
+from .signal import fence, notify, rank, wait, wait_all, world_size
 
 __all__ = [
     "DIAG_WORDS",
@@ -38,5 +38,6 @@ __all__ = [
     "translate",
     "translate_each",
     "wait",
+    "wait_all",
     "world_size",
 ]

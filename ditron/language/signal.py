@@ -1,4 +1,4 @@
-"""Signals: ``notify`` a peer, ``wait`` for a value, ``fence``.
+"""Signals: ``notify`` a peer, ``wait`` for a value (``wait_all`` for a block), ``fence``.
 
 A signal is an int64 word in the symmetric heap (see ``ditron.SignalPad``). The protocol:
 a producer writes data (plain stores, local or remote), then ``notify``s the consumer's
@@ -60,11 +60,16 @@ def notify(sig_ptr, value, peer, ctx, op: tl.constexpr = SET):
 
 @triton.jit
 def _record_timeout(sig_ptr, value, seen, ctx):
+    local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
+    _record_offset((sig_ptr.to(tl.uint64, bitcast=True) - local_base).to(tl.int64), value,
+                   seen, ctx)
+
+
+@triton.jit
+def _record_offset(offset, value, seen, ctx):
     zero = tl.full((), 0, tl.int64)
     first = tl.atomic_cas(ctx.diag + DIAG_FLAG, zero, zero + 1, sem="acq_rel", scope="sys")
     if first == 0:
-        local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
-        offset = (sig_ptr.to(tl.uint64, bitcast=True) - local_base).to(tl.int64)
         tl.store(ctx.diag + DIAG_RANK, ctx.rank)
         tl.store(ctx.diag + DIAG_OFFSET, offset)
         tl.store(ctx.diag + DIAG_EXPECTED, value)
@@ -94,6 +99,41 @@ def wait(sig_ptr, value, ctx):
     if seen < value:
         _record_timeout(sig_ptr, value, seen, ctx)
     return seen
+
+
+@triton.jit
+def wait_all(sig_ptrs, value, ctx, mask=None):
+    """Spin until every local signal of the block ``sig_ptrs`` (``mask``-ed lanes only) is
+    ``>= value``; return the smallest value seen.
+
+    :func:`wait` for many signals at once: each lane polls its own signal with an acquire
+    atomic at system scope, all lanes in parallel, so the cost is that of the slowest
+    signal, not the sum. Timeout behaviour as :func:`wait` (the record names a signal that
+    was still short)."""
+    if mask is None:
+        mask = tl.full(sig_ptrs.shape, True, tl.int1)
+    big = tl.full(sig_ptrs.shape, 0x7FFFFFFFFFFFFFFF, tl.int64)
+    seen = tl.where(mask, tl.atomic_add(sig_ptrs, 0, mask=mask, sem="acquire", scope="sys"),
+                    big)
+    least = tl.min(seen, axis=0)
+    limit = ctx.spin_limit
+    polls = 0
+    while (least < value) & ((limit == 0) | (polls < limit)):
+        seen = tl.where(mask & (seen < value),
+                        tl.atomic_add(sig_ptrs, 0, mask=mask & (seen < value), sem="acquire",
+                                      scope="sys"), seen)
+        least = tl.min(seen, axis=0)
+        polls += 1
+        if (limit > 0) & (polls % _ABORT_CHECK_EVERY == 0):
+            if tl.atomic_add(ctx.diag + DIAG_FLAG, 0, sem="relaxed", scope="sys") != 0:
+                polls = limit
+    if least < value:  # record the lowest-addressed signal still short
+        local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
+        offsets = (sig_ptrs.to(tl.uint64, bitcast=True) - local_base).to(tl.int64)
+        offset = tl.min(tl.where(mask & (seen < value), offsets, big), axis=0)
+        _record_offset(offset, value, least, ctx)
+    tl.debug_barrier()  # every thread's later loads are ordered after the lanes' acquires
+    return least
 
 
 @triton.jit

@@ -1,7 +1,7 @@
 """Record the kernels the CPU backend launches, so they can be compiled for a GPU later.
 
 With ``DITRON_RECORD_LAUNCHES=DIR`` every interpreted launch appends one line to
-``DIR/launches-<pid>.jsonl``: the kernel (module and name) and a description of its
+``DIR/launches-<pid>.jsonl``: the kernel (module, name and source file) and a description of its
 arguments (tensor dtypes, tensor descriptors, integer values, named tuples, keyword
 options). The tool
 ``tools/cuda_compile_check.py`` replays each distinct launch through Triton's CUDA compiler
@@ -57,6 +57,7 @@ def install(directory: str) -> None:
     def run(self, *args, grid, warmup, **kwargs):
         record = {
             "kernel": f"{self.fn.__module__}:{self.fn.__qualname__}",
+            "file": self.fn.__code__.co_filename,  # for generated modules (ditron.task)
             "args": [describe(a) for a in args],
             "kwargs": {k: describe(v) for k, v in kwargs.items()},
         }

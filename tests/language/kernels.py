@@ -84,3 +84,10 @@ def get_from_left(src, dst, n, BLOCK: tl.constexpr, ctx):
     """Bulk-copy the left neighbour's ``src`` into local ``dst`` (published by a barrier)."""
     left = (ctx.rank + ctx.world_size - 1) % ctx.world_size
     dl.get(dst, src, n, left, ctx, BLOCK)
+
+
+@triton.jit
+def wait_block(sig, value, n, out, BLOCK: tl.constexpr, ctx):
+    """Wait until the first ``n`` local signals reach ``value``; store the least seen."""
+    offs = tl.arange(0, BLOCK)
+    tl.store(out, dl.wait_all(sig + offs, value, ctx, mask=offs < n))

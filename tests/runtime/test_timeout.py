@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 
 import ditron
 
@@ -61,3 +62,27 @@ def _set_timeout_api():
 def test_timeout_api(backend):
     assert ditron.launch(_set_timeout_api, 1, backend=backend) == [True]
 
+
+
+def _block_wait():
+    """A block wait returns once every unmasked signal is set, and times out naming the
+    first signal still short."""
+    from ..language.kernels import wait_block
+
+    pad = ditron.signal_pad("test.block", 6)
+    out = torch.zeros(1, dtype=torch.int64, device=ditron.world().device)
+    ctx = ditron.context()
+    pad.signals[:] = torch.tensor([5, 7, 5, 0, 9, 5])
+    wait_block[(1,)](pad.signals, 5, 3, out, 8, ctx)  # slots 0-2 only
+    ditron.check_waits()
+    assert out.item() == 5
+    ditron.set_wait_timeout(0.3)
+    with pytest.raises(ditron.WaitTimeoutError,
+                       match=r"signals:test.block\[3\] .*expected >= 5, saw 0"):
+        wait_block[(1,)](pad.signals, 5, 6, out, 8, ditron.context())
+        ditron.check_waits()
+    return True
+
+
+def test_block_wait(backend):
+    assert ditron.launch(_block_wait, 1, backend=backend) == [True]

@@ -1,0 +1,156 @@
+"""Time a decode-size MLP stack as one megakernel (``ditron.task``) against torch.
+
+    python3 bench/megakernel.py --shape 16,4096,11008 --layers 4 --out mk.json
+
+Each of ``--layers`` layers is ``x = all_reduce(silu(x @ Wg) * (x @ Wu) @ Wd) + x`` with
+``x`` ``[tokens, hidden]`` replicated and the weights this rank's shards of a ``ffn``-wide MLP
+(``ditron.task.tp_mlp``), bf16. Variants, timed in the same processes in rounds whose order
+rotates: ``megakernel`` for each ``--blocks`` tile configuration (one launch per call),
+``torch`` (cuBLAS and elementwise kernels, ``torch.distributed.all_reduce`` when
+``W > 1``: six to seven launches per layer) and, at one rank, ``torch_graph`` (the same calls
+replayed from a CUDA graph). Per-call times are the slower rank's median (CUDA events, fixed
+counts on every rank, warm-up excluded), for one call from an idle GPU (``batch 1``) and
+for calls back to back (``batch 8``: the host runs ahead). Every megakernel output is
+checked against ``torch``'s. ``--smoke`` runs tiny shapes on the CPU backend to check the
+script; its times mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.distributed as dist
+
+import ditron
+from ditron.tune.tuner import agreed_median, rotations, time_calls
+
+
+def _blocks(spec: str):
+    from ditron.task.tp_mlp import MlpBlocks
+
+    return MlpBlocks(*(int(v) for v in spec.split("x")))
+
+
+def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str], warmup: int,
+             iters: int, rounds: int, stages: int | None, programs: int | None) -> dict:
+    from ditron import task as dt
+    from ditron.task.tp_mlp import add_tp_mlp
+
+    w = ditron.world()
+    W, dev = w.world_size, w.device
+    dtype = torch.bfloat16
+    F = ffn // W
+    torch.manual_seed(1)  # the replicated input and residual stream
+    x0 = torch.randn(tokens, hidden, device=dev, dtype=dtype)
+    torch.manual_seed(100 + w.rank)
+    weights = [(torch.randn(hidden, F, device=dev, dtype=dtype) / hidden ** 0.5,
+                torch.randn(hidden, F, device=dev, dtype=dtype) / hidden ** 0.5,
+                torch.randn(F, hidden, device=dev, dtype=dtype) / ffn ** 0.5)
+               for _ in range(layers)]
+
+    def torch_mlp():
+        x = x0
+        for wg, wu, wd in weights:
+            p = (torch.nn.functional.silu(x @ wg) * (x @ wu)) @ wd
+            if W > 1:
+                dist.all_reduce(p)
+            x = p + x
+        return x
+
+    cands = {"torch": torch_mlp}
+    ref = torch_mlp().float()
+    errors, build = {}, {}
+    for spec in blocks:
+        start = time.perf_counter()
+        graph = dt.TaskGraph(f"bench_{spec}")
+        xs = [x0]
+        h = inbox = None
+        for i, (wg, wu, wd) in enumerate(weights):
+            out = torch.empty_like(x0)
+            h, inbox = add_tp_mlp(graph, xs[-1], wg, wu, wd, out, residual=xs[-1], h=h,
+                                  inbox=inbox, blocks=_blocks(spec), name=f"layer{i}")
+            xs.append(out)
+        options = {} if stages is None else {"num_stages": stages}
+        mk = graph.compile(programs=programs, **options)
+        mk()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        build[spec] = time.perf_counter() - start  # graph, schedule, codegen, Triton compile
+        errors[spec] = float((xs[-1].float() - ref).abs().max() / ref.abs().max())
+        cands[f"megakernel_{spec}"] = mk
+    if W == 1 and dev.type == "cuda":
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            torch_mlp()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph_ = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph_):
+            torch_mlp()
+        cands["torch_graph"] = graph_.replay
+    row = {"tokens": tokens, "hidden": hidden, "ffn": ffn, "layers": layers, "world_size": W,
+           "dtype": str(dtype), "device": torch.cuda.get_device_name(dev)
+           if dev.type == "cuda" else "cpu", "max_rel_error": errors,
+           "build_s": build}
+    for batch in (1, 8):
+        samples: dict[str, list[float]] = {name: [] for name in cands}
+        schedule = rotations(list(cands), rounds)
+        per_round = max(2, -(-iters // len(schedule)))
+        for r, order in enumerate(schedule):
+            for name in order:
+                samples[name] += time_calls(cands[name], warmup if r == 0 else 1, per_round,
+                                            dev, batch)
+        row[f"batch{batch}"] = {name: agreed_median(t) for name, t in samples.items()}
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--shape", default="16,4096,11008", help="tokens,hidden,ffn (global)")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--blocks", default="16x64x128x256x4,16x64x128x256x8",
+                   help="comma-separated block_m x block_n x block_k x reduce_n [x split_k] "
+                        "configs (MlpBlocks)")
+    p.add_argument("--stages", type=int, help="num_stages of the megakernel (Triton's default)")
+    p.add_argument("--programs", type=int, help="programs per rank (ditron.task's default)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=40)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
+    p.add_argument("--out", help="write the result row as JSON here")
+    args = p.parse_args(argv)
+    tokens, hidden, ffn = (int(v) for v in args.shape.split(","))
+    backend = "cpu" if args.smoke else "cuda"
+    blocks = args.blocks.split(",")
+    if args.smoke:
+        tokens, hidden, ffn, args.layers = 4, 32, 16 * args.world_size, 2
+        blocks = ["16x16x16x32x2"]
+        args.warmup, args.iters, args.rounds = 1, 2, 1
+    if ffn % args.world_size:
+        p.error(f"ffn must divide by the world size {args.world_size}")
+    row = ditron.launch(_measure, args.world_size, tokens, hidden, ffn, args.layers, blocks,
+                        args.warmup, args.iters, args.rounds, args.stages, args.programs,
+                        backend=backend)[0]
+    print(f"{args.layers} layers: tokens {tokens}, hidden {hidden}, ffn {ffn}, "
+          f"W = {args.world_size}, bf16, num_stages {args.stages}, programs {args.programs}; "
+          f"us per call (slower rank's median)")
+    for batch in (1, 8):
+        base = row[f"batch{batch}"]["torch"]
+        for name, t in row[f"batch{batch}"].items():
+            err = row["max_rel_error"].get(name.removeprefix("megakernel_"))
+            note = (f"   max rel error vs torch {err:.2e}, built in "
+                    f"{row['build_s'][name.removeprefix('megakernel_')]:.1f} s"
+                    if err is not None else "")
+            print(f"  batch {batch}  {name:28s} {t:10.1f}   torch / this {base / t:6.3f}{note}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(row, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""Tile functions: one output tile per call, for task graphs (``ditron.task``).
+
+Each function computes the tile ``tile`` of a row-major tiling of its ``[M, N]`` output
+(``tile = mb * cdiv(N, BLOCK_N) + nb``), with fp32 accumulation and masks for edges, so any
+``M``, ``N``, ``K`` work. ``tile_box`` gives the same tiling on the host (for regions).
+``BLOCK_M`` must be at least 16 (``tl.dot``); ``UPCAST`` is the CPU backend's fp32 upcast
+(``kernels/gemm.py`` says why) and ``DOT_PRECISION`` Triton's ``input_precision``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .. import language as dl
+
+
+def tile_box(tile: int, N: int, block_m: int, block_n: int) -> tuple[tuple[int, int], ...]:
+    """Rows and columns ``((m0, m1), (n0, n1))`` of tile ``tile`` (stops may pass the end;
+    regions clip them)."""
+    mb, nb = divmod(tile, -(-N // block_n))
+    return (mb * block_m, (mb + 1) * block_m), (nb * block_n, (nb + 1) * block_n)
+
+
+def num_tiles(M: int, N: int, block_m: int, block_n: int) -> int:
+    return -(-M // block_m) * -(-N // block_n)
+
+
+@triton.jit
+def _coords(tile, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    offs_m = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return offs_m, offs_n
+
+
+@triton.jit
+def _dot(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs_n,
+         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+         DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, k_lo=0):
+    """``a[offs_m, k_lo:K] @ b[k_lo:K, offs_n]`` in fp32."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K - k_lo, BLOCK_K):
+        offs_k = k_lo + k0 + tl.arange(0, BLOCK_K)
+        a_tile = tl.load(a + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak,
+                         mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
+        b_tile = tl.load(b + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+                         mask=(offs_k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        if UPCAST:
+            a_tile = a_tile.to(tl.float32)
+            b_tile = b_tile.to(tl.float32)
+        acc = tl.dot(a_tile, b_tile, acc, input_precision=DOT_PRECISION)
+    return acc
+
+
+@triton.jit
+def matmul_tile(tile, a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """``c[tile] = a[rows, :] @ b[:, cols]`` (``a``: [M, K], ``b``: [K, N], any strides)."""
+    offs_m, offs_n = _coords(tile, N, BLOCK_M, BLOCK_N)
+    acc = _dot(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs_n,
+               BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(c + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
+             acc.to(c.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def gated_matmul_tile(tile, x, w_gate, w_up, h, M, N, K, stride_xm, stride_xk, stride_gk,
+                      stride_gn, stride_uk, stride_un, stride_hm, stride_hn,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """``h[tile] = silu(x @ w_gate) * (x @ w_up)`` (SwiGLU; ``w_gate``, ``w_up``: [K, N])."""
+    offs_m, offs_n = _coords(tile, N, BLOCK_M, BLOCK_N)
+    gate = _dot(x, w_gate, M, N, K, stride_xm, stride_xk, stride_gk, stride_gn, offs_m,
+                offs_n, BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST)
+    up = _dot(x, w_up, M, N, K, stride_xm, stride_xk, stride_uk, stride_un, offs_m, offs_n,
+              BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST)
+    gate = gate.to(h.dtype.element_ty).to(tl.float32)  # as torch rounds between its ops
+    up = up.to(h.dtype.element_ty).to(tl.float32)
+    act = (gate / (1.0 + tl.exp(-gate))).to(h.dtype.element_ty).to(tl.float32)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(h + offs_m[:, None] * stride_hm + offs_n[None, :] * stride_hn,
+             (act * up).to(h.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def matmul_push_tile(tile, a, b, inbox, M, N, K, K_CHUNK, SPLIT, stride_am, stride_ak,
+                     stride_bk, stride_bn, stride_im, stride_in, ctx, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """Tile of a split-K partial of ``a @ b``, stored into every rank's ``inbox`` by plain
+    remote stores.
+
+    Tiles ``tile = kc * tiles + t`` (``tiles`` the ``[M, N]`` tiles, ``kc < SPLIT``) take
+    the ``K`` range ``[kc * K_CHUNK, (kc + 1) * K_CHUNK)``; the partial goes to slot
+    ``rank * SPLIT + kc`` (rows ``slot * M ..``) of the symmetric ``[world_size * SPLIT * M,
+    N]`` inbox of every rank."""
+    tiles_mn = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    kc = tile // tiles_mn
+    offs_m, offs_n = _coords(tile % tiles_mn, N, BLOCK_M, BLOCK_N)
+    k_hi = tl.minimum(K, (kc + 1) * K_CHUNK)
+    acc = _dot(a, b, M, N, k_hi, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs_n,
+               BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST, kc * K_CHUNK)
+    value = acc.to(inbox.dtype.element_ty)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    slot = ctx.rank * SPLIT + kc
+    ptrs = inbox + (slot * M + offs_m)[:, None] * stride_im + offs_n[None, :] * stride_in
+    for i in range(0, ctx.world_size):
+        dl.store(ptrs, value, (ctx.rank + i) % ctx.world_size, ctx, mask=mask)
+
+
+@triton.jit
+def sum_slots_tile(tile, inbox, residual, out, M, N, SLOTS, stride_im, stride_in, stride_rm,
+                   stride_rn, stride_om, stride_on, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """``out[tile] = sum_s inbox[s * M + rows, cols] (+ residual[tile])``, summed in fp32."""
+    offs_m, offs_n = _coords(tile, N, BLOCK_M, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in range(0, SLOTS):
+        ptrs = inbox + (s * M + offs_m)[:, None] * stride_im + offs_n[None, :] * stride_in
+        acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        acc = acc.to(out.dtype.element_ty).to(tl.float32)
+        acc += tl.load(residual + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn,
+                       mask=mask, other=0.0).to(tl.float32)
+    tl.store(out + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
+             acc.to(out.dtype.element_ty), mask=mask)

@@ -1,0 +1,343 @@
+"""Task graphs: Triton tile functions registered as tasks, and the schedule derived from them.
+
+A :class:`Task` is a ``@triton.jit`` *tile function* ``fn(tile, *args)`` run for
+``tile = 0 .. tiles - 1``, plus two host callables saying which :class:`Region` s tile
+``tile`` reads and writes when run on rank ``rank``. Tasks run in the order they were added
+(program order); tiles of one task are independent of each other.
+
+:func:`derive` turns the tasks into one rank's :class:`Schedule` for the megakernel
+(``megakernel.py``). Every (task, tile) pair is an *item*; item ``i`` done on rank ``p`` sets
+the scoreboard slot ``p * n_items + i`` of each rank that needs it. Derived from the regions of
+every rank (every rank runs the same graph, so each can work out the others' accesses):
+
+* **waits**: an item waits for every earlier item (any rank) whose access conflicts with one
+  of its own: same tensor on the same rank, intersecting boxes, at least one of them a
+  write; less the waits that another of its waits implies (one level, ``_prune``).
+  Conflicts between tiles of one task are an error.
+* **begin**: an item that touches another rank ``q``'s memory also waits until ``q`` has
+  started this call (slot ``world_size * n_items + q``), i.e. finished the previous one.
+* **tail**: a call ends on a rank only when every item of other ranks that touches its
+  memory is done; so between two calls the host may read and write its own buffers freely.
+
+Deadlock freedom: each rank's queue lists the items task by task in program order, and all
+waits point to items of earlier tasks (or to the start of another rank's call), so the
+lowest-numbered item in flight anywhere can always proceed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+from .region import Region
+
+
+class _Context:
+    def __repr__(self) -> str:
+        return "ditron.task.CTX"
+
+
+#: Put in a task's arguments where the tile function takes the device context
+#: (``ditron.language`` primitives need it): the megakernel passes its own.
+CTX = _Context()
+
+Regions = Callable[[int, int], Iterable[Region]]
+
+
+def _no_regions(tile: int, rank: int) -> Iterable[Region]:
+    return ()
+
+
+def _constexpr(annotation) -> bool:
+    import triton.language as tl
+
+    if annotation is tl.constexpr:
+        return True
+    return isinstance(annotation, str) and annotation.split(".")[-1] == "constexpr"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Task:
+    """One tile function bound to its arguments. See the module docstring."""
+
+    name: str
+    fn: Any
+    params: tuple[str, ...]  # the tile function's parameters after ``tile``
+    constexprs: tuple[bool, ...]
+    args: tuple
+    tiles: int
+    reads: Regions
+    writes: Regions
+    order: Callable[[int], Sequence[int]] | None = None
+
+    @classmethod
+    def make(cls, name: str, fn, args: tuple, kwargs: dict, *, tiles: int,
+             reads: Regions | None, writes: Regions | None,
+             order: Callable[[int], Sequence[int]] | None) -> Task:
+        raw = getattr(fn, "fn", None)
+        if raw is None or not hasattr(fn, "arg_names"):
+            raise TypeError(f"task {name!r}: fn must be a @triton.jit function, "
+                            f"got {type(fn).__name__}")
+        sig = inspect.signature(raw)
+        params = list(sig.parameters.values())
+        if not params:
+            raise TypeError(f"task {name!r}: the tile function must take the tile index "
+                            f"as its first parameter")
+        try:
+            bound = sig.bind(0, *args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {name!r}: arguments do not match "
+                            f"{raw.__name__}{sig}: {exc}") from None
+        bound.apply_defaults()
+        values = tuple(bound.arguments[p.name] for p in params[1:])
+        for p in params:
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                raise TypeError(f"task {name!r}: parameter {p.name!r} of {raw.__name__} "
+                                f"must be positional")
+        if not isinstance(tiles, int) or isinstance(tiles, bool) or tiles < 0:
+            raise ValueError(f"task {name!r}: tiles must be an int >= 0, got {tiles!r}")
+        return cls(name, fn, tuple(p.name for p in params[1:]),
+                   tuple(_constexpr(p.annotation) for p in params[1:]), values, tiles,
+                   reads or _no_regions, writes or _no_regions, order)
+
+    def tile_order(self, rank: int) -> list[int]:
+        if self.order is None:
+            return list(range(self.tiles))
+        order = [int(t) for t in self.order(rank)]
+        if sorted(order) != list(range(self.tiles)):
+            raise ValueError(f"task {self.name!r}: order({rank}) is not a permutation of "
+                             f"its {self.tiles} tiles")
+        return order
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """One rank's tables for the megakernel (all int32, CSR lists by item id).
+
+    ``order``: item ids in queue order; ``item_task``, ``item_tile``: what item ``i`` runs;
+    ``dep_ptr``/``dep_slot``: scoreboard slots item ``i`` waits for; ``ntf_ptr``/``ntf_rank``:
+    the ranks whose slot ``rank * n_items + i`` it sets when done; ``begin_ranks``: ranks to
+    tell at the start of a call; ``tail_slots``: slots to wait for at its end.
+    """
+
+    rank: int
+    world_size: int
+    n_items: int
+    order: list[int]
+    item_task: list[int]
+    item_tile: list[int]
+    dep_ptr: list[int]
+    dep_slot: list[int]
+    ntf_ptr: list[int]
+    ntf_rank: list[int]
+    begin_ranks: list[int]
+    tail_slots: list[int]
+
+    @property
+    def slots(self) -> int:
+        return self.world_size * self.n_items + self.world_size
+
+    def begin_slot(self, rank: int) -> int:
+        return self.world_size * self.n_items + rank
+
+    def waits(self, item: int) -> list[int]:
+        return self.dep_slot[self.dep_ptr[item]:self.dep_ptr[item + 1]]
+
+    def notifies(self, item: int) -> list[int]:
+        return self.ntf_rank[self.ntf_ptr[item]:self.ntf_ptr[item + 1]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Access:
+    item: int
+    task: int
+    rank: int  # the rank running the tile
+    region: Region
+    write: bool
+
+
+def _accesses(tasks: Sequence[Task], offsets: list[int], world_size: int,
+              node: range, is_symmetric: Callable[[torch.Tensor], bool]) -> dict:
+    """Every rank's accesses, grouped by (tensor, rank holding the memory)."""
+    by_location: dict[tuple, list[_Access]] = {}
+    for rank in range(world_size):
+        for k, task in enumerate(tasks):
+            for tile in range(task.tiles):
+                for write, fn in ((False, task.reads), (True, task.writes)):
+                    for reg in fn(tile, rank):
+                        if not isinstance(reg, Region):
+                            kind = "writes" if write else "reads"
+                            raise TypeError(f"task {task.name!r}: {kind}({tile}, {rank}) must "
+                                            f"yield ditron.task.region(...) boxes, got "
+                                            f"{type(reg).__name__}")
+                        if reg.empty:
+                            continue
+                        holder = rank if reg.rank is None else reg.rank
+                        if holder != rank:
+                            if not (0 <= holder < world_size) or holder not in node or (
+                                    rank not in node):
+                                raise ValueError(
+                                    f"task {task.name!r}: tile {tile} on rank {rank} reaches "
+                                    f"rank {holder}, which is not a rank of its node "
+                                    f"({node.start}..{node.stop - 1})")
+                            if not is_symmetric(reg.tensor):
+                                raise ValueError(
+                                    f"task {task.name!r}: tile {tile} reaches rank {holder}'s "
+                                    f"copy of a tensor that is not symmetric; allocate it "
+                                    f"with ditron.empty / ditron.zeros")
+                        acc = _Access(offsets[k] + tile, k, rank, reg, write)
+                        by_location.setdefault((reg.key, holder), []).append(acc)
+    return by_location
+
+
+def _same_node_range(rank: int, world_size: int, local_world_size: int) -> range:
+    start = rank // local_world_size * local_world_size
+    return range(start, min(start + local_world_size, world_size))
+
+
+def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
+           local_world_size: int | None = None,
+           is_symmetric: Callable[[torch.Tensor], bool] = lambda t: True) -> Schedule:
+    """``rank``'s :class:`Schedule` (pure host work; see the module docstring).
+
+    Raises ``ValueError`` for tiles of one task that conflict, regions on ranks of another
+    node, and remote regions of tensors that are not symmetric."""
+    local = local_world_size or world_size
+    offsets, n = [], 0
+    for task in tasks:
+        offsets.append(n)
+        n += task.tiles
+    node = _same_node_range(rank, world_size, local)
+    by_location = _accesses(tasks, offsets, world_size, node, is_symmetric)
+
+    deps: list[set[int]] = [set() for _ in range(n)]  # this rank's waits
+    notify: list[set[int]] = [set() for _ in range(n)]  # ranks this rank tells per item
+    begin: set[int] = set()
+    tail: set[int] = set()
+
+    def edge(a: _Access, b: _Access) -> None:
+        if b.rank == rank:
+            deps[b.item].add(a.rank * n + a.item)
+        if a.rank == rank:
+            notify[a.item].add(b.rank)
+
+    for (_, holder), accs in by_location.items():
+        for j, b in enumerate(accs):
+            for a in accs[:j]:
+                if not (a.write or b.write) or (a.item == b.item and a.rank == b.rank):
+                    continue
+                if not a.region.overlaps(b.region):
+                    continue
+                if a.task == b.task:
+                    name = tasks[a.task].name
+                    raise ValueError(
+                        f"task {name!r}: tile {a.item - offsets[a.task]} on rank {a.rank} "
+                        f"and tile {b.item - offsets[b.task]} on rank {b.rank} access an "
+                        f"overlapping box of one tensor on rank {holder} and one of them "
+                        f"writes it; tiles of a task must be independent")
+                first, second = (a, b) if a.task < b.task else (b, a)
+                edge(first, second)
+        for acc in accs:
+            if acc.rank == holder:
+                continue
+            if acc.rank == rank:  # touches another rank's memory: wait for its start
+                deps[acc.item].add(world_size * n + holder)
+                notify[acc.item].add(holder)
+            if holder == rank:  # a peer touches mine: my call ends after it
+                tail.add(acc.rank * n + acc.item)
+                begin.add(acc.rank)
+
+    _prune(deps, rank * n)
+
+    order: list[int] = []
+    item_task: list[int] = []
+    item_tile: list[int] = []
+    for k, task in enumerate(tasks):
+        order.extend(offsets[k] + t for t in task.tile_order(rank))
+        item_task.extend([k] * task.tiles)
+        item_tile.extend(range(task.tiles))
+    dep_ptr, dep_slot, ntf_ptr, ntf_rank = [0], [], [0], []
+    for i in range(n):
+        dep_slot.extend(sorted(deps[i]))
+        dep_ptr.append(len(dep_slot))
+        ntf_rank.extend(sorted(notify[i]))
+        ntf_ptr.append(len(ntf_rank))
+    return Schedule(rank, world_size, n, order, item_task, item_tile, dep_ptr, dep_slot,
+                    ntf_ptr, ntf_rank, sorted(begin), sorted(tail))
+
+
+def _prune(deps: list[set[int]], first: int) -> None:
+    """Drop the waits an item's other waits already imply: if the item waits for local item
+    ``d`` and ``d`` itself waited for slot ``s``, the item need not wait for ``s`` (release
+    and acquire chain: ``s`` set, ``d`` saw it, then set its own slot). One level, with the
+    unpruned sets of the local items."""
+    n = len(deps)
+    implied = []
+    for i in range(n):
+        covered: set[int] = set()
+        for d in deps[i]:
+            if first <= d < first + n:
+                covered |= deps[d - first]
+        implied.append(covered)
+    for i in range(n):
+        deps[i] -= implied[i]
+
+
+def describe_slot(tasks: Sequence[Task], world_size: int, slot: int) -> str:
+    """What scoreboard slot ``slot`` stands for, in words (for timeout errors)."""
+    n = sum(t.tiles for t in tasks)
+    if slot >= world_size * n:
+        return f"the start of rank {slot - world_size * n}'s call"
+    rank, item = divmod(slot, n)
+    for task in tasks:
+        if item < task.tiles:
+            return f"task {task.name!r} tile {item} on rank {rank}"
+        item -= task.tiles
+    return f"slot {slot}"
+
+
+class TaskGraph:
+    """Tasks in program order; :meth:`compile` makes them one persistent megakernel.
+
+    ``graph.add(name, fn, *args, tiles=n, reads=..., writes=..., order=...)`` registers the
+    tile function ``fn(tile, *args)`` for ``n`` tiles (see :class:`Task`; ``reads`` and
+    ``writes`` map ``(tile, rank)`` to regions, ``order`` maps a rank to its tile order, a
+    distributed swizzle). Every rank builds the same graph.
+    """
+
+    def __init__(self, name: str = "megakernel") -> None:
+        self.name = name
+        self.tasks: list[Task] = []
+
+    def add(self, name: str, fn, *args, tiles: int, reads: Regions | None = None,
+            writes: Regions | None = None,
+            order: Callable[[int], Sequence[int]] | None = None, **kwargs) -> Task:
+        if any(t.name == name for t in self.tasks):
+            raise ValueError(f"graph {self.name!r} already has a task named {name!r}")
+        task = Task.make(name, fn, args, kwargs, tiles=tiles, reads=reads, writes=writes,
+                         order=order)
+        self.tasks.append(task)
+        return task
+
+    def schedule(self, rank: int, world_size: int, **kw) -> Schedule:
+        """``rank``'s schedule in a world of ``world_size`` ranks (host only; see
+        :func:`derive`)."""
+        return derive(self.tasks, rank, world_size, **kw)
+
+    def compile(self, **kw):
+        """The megakernel of this graph on the current world (collective); see
+        :func:`ditron.task.megakernel.compile_graph` for the options."""
+        from .megakernel import compile_graph
+
+        return compile_graph(self, **kw)
+
+    def __str__(self) -> str:
+        lines = [f"TaskGraph {self.name!r}: {len(self.tasks)} tasks, "
+                 f"{sum(t.tiles for t in self.tasks)} tiles"]
+        for t in self.tasks:
+            lines.append(f"  {t.name}: {t.fn.fn.__name__} x {t.tiles} tiles")
+        return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""The megakernel: a task graph run as one persistent launch per call, on every rank.
+
+``P`` programs share a queue (an int64 ticket counter): each takes the next ticket, waits
+for the scoreboard slots of that item (acquire, system scope), runs the item's tile, then
+sets its slot on each rank that waits for it (release, system scope), until the queue is
+empty. Slots follow the signal-pad protocol (``runtime/signals.py``): call ``e`` waits for
+and sets the value ``e``, so nothing is ever reset. The ticket counter is not reset either:
+each call takes exactly ``n_items + P`` tickets (one failing ticket per program), so call
+``c`` starts at ``c * (n_items + P)``.
+
+Calls are collective when the graph reaches other ranks, and run on the tensors the tasks
+were given: write new inputs into them between calls. When a call returns (stream order on
+CUDA), no rank touches this rank's memory for that call any more.
+
+Progress: a program takes a ticket only once it runs, and waits only for items of lower
+queue position (on any rank), so the lowest item in flight can always finish; programs that
+do not fit on the GPU yet simply start later. So ``P`` may exceed what fits, except when
+ranks share a GPU: a rank whose programs all wait for another rank's next item while that
+rank has no program on the GPU would never finish. CUDA: ``P`` defaults to
+``PROGRAMS_PER_SM`` per SM, and to the SMs divided among the ranks when ranks share a GPU
+(one program per SM in all, which always fits). CPU backend: the interpreter runs program 0
+to the end before program 1 starts; program 0 then takes every ticket in queue order, which
+is a valid order, so any ``P`` works (default 1).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.distributed as dist
+
+from ..runtime.barrier import barrier
+from ..runtime.diagnostics import WaitTimeoutError, check_waits
+from ..runtime.signals import SignalPad
+from ..runtime.symmetric import is_symmetric
+from ..runtime.triton_launch import FastKernel
+from ..runtime.world import current
+from . import codegen
+from .graph import CTX, Schedule, TaskGraph, derive, describe_slot
+
+#: default programs per SM on a GPU of its own: programs that do not fit wait for an SM and
+#: take no ticket until they run, so more than fit is safe (module docstring)
+PROGRAMS_PER_SM = 4
+
+
+def _default_programs(device: torch.device, local_world_size: int) -> int:
+    if device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    share = -(-local_world_size // max(torch.cuda.device_count(), 1))
+    if share > 1:  # every rank's programs must be resident at once: one per SM in all
+        return max(1, sms // share)
+    return PROGRAMS_PER_SM * sms
+
+
+def _fingerprint(graph: TaskGraph) -> list:
+    return [(t.name, t.fn.fn.__module__, t.fn.fn.__qualname__, t.tiles,
+             tuple(type(a).__name__ for a in t.args)) for t in graph.tasks]
+
+
+class Megakernel:
+    """A compiled :class:`TaskGraph`; call it to run the graph once (see module docstring).
+
+    Attributes: ``schedule`` (this rank's :class:`Schedule`), ``programs`` (``P``),
+    ``launch_options`` (``num_warps``... given to Triton)."""
+
+    def __init__(self, graph: TaskGraph, schedule: Schedule, programs: int,
+                 launch_options: dict) -> None:
+        rt = current()
+        self.graph = graph
+        self.schedule = schedule
+        self.programs = programs
+        self.launch_options = launch_options
+        device = rt.world.device
+        s = schedule
+        tables = [s.order, s.item_task, s.item_tile, s.dep_ptr, s.dep_slot, s.ntf_ptr,
+                  s.ntf_rank, s.begin_ranks, s.tail_slots]
+        flat = torch.tensor([v for t in tables for v in t] or [0], dtype=torch.int32)
+        self._tables = flat.to(device)
+        views, at = [], 0
+        for t in tables:  # an empty table is still a valid (never read) pointer
+            views.append(self._tables[at:at + max(len(t), 1)] if t else self._tables)
+            at += len(t)
+        (self._order, self._item_task, self._item_tile, self._dep_ptr, self._dep_slot,
+         self._ntf_ptr, self._ntf_rank, self._begin, self._tail) = views
+        self._pad = SignalPad.allocate(s.slots, name=f"megakernel:{graph.name}")
+        self._queue = torch.zeros(1, dtype=torch.int64, device=device)
+        self._calls = 0
+        self._kernel = FastKernel(codegen.load(graph.tasks).megakernel)
+        self._args, self._constexprs = [], dict(launch_options)
+        for k, task in enumerate(graph.tasks):
+            for name, const, value in zip(task.params, task.constexprs, task.args,
+                                          strict=True):
+                if value is CTX:
+                    continue
+                if const:
+                    self._constexprs[codegen.param_name(k, name)] = value
+                else:
+                    self._args.append(value)
+
+    @property
+    def calls(self) -> int:
+        """How many times this megakernel has been run."""
+        return self._calls
+
+    def __call__(self) -> None:
+        """Run every task's tiles once (collective when the graph reaches other ranks)."""
+        rt = current()
+        device = rt.world.device
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("ditron.task: a megakernel cannot be captured in a CUDA graph "
+                               "(its epochs are host values); it is already one launch per "
+                               "call")
+        s = self.schedule
+        epoch = self._pad.next_epoch()
+        base = self._calls * (s.n_items + self.programs)
+        self._calls += 1
+        self._kernel[(self.programs,)](
+            self._queue, self._order, self._item_task, self._item_tile, self._dep_ptr,
+            self._dep_slot, self._ntf_ptr, self._ntf_rank, self._begin, len(s.begin_ranks),
+            self._tail, len(s.tail_slots), self._pad.signals, epoch, s.n_items, base,
+            rt.context(), *self._args, **self._constexprs)
+        if rt.wait_timeout > 0 or rt.world.backend == "cpu":
+            try:
+                check_waits()
+            except WaitTimeoutError as exc:
+                raise self._explain(exc) from None
+
+    def _explain(self, exc: WaitTimeoutError) -> WaitTimeoutError:
+        match = re.fullmatch(r"megakernel:.*\[(\d+)\]", exc.signal)
+        if not match:
+            return exc
+        what = describe_slot(self.graph.tasks, self.schedule.world_size, int(match[1]))
+        return WaitTimeoutError(exc.rank, f"{exc.signal} ({what}, call {self._calls})",
+                                exc.expected, exc.seen, exc.timeout)
+
+    def __repr__(self) -> str:
+        s = self.schedule
+        waits = len(s.dep_slot)
+        return (f"Megakernel({self.graph.name!r}: {len(self.graph.tasks)} tasks, "
+                f"{s.n_items} tiles, {waits} waits on rank {s.rank}, {self.programs} "
+                f"programs)")
+
+
+def compile_graph(graph: TaskGraph, *, programs: int | None = None, num_warps: int = 4,
+                  **launch_options) -> Megakernel:
+    """Derive this rank's schedule and build the megakernel (collective: every rank calls it
+    for the same graph; it allocates the scoreboard in the symmetric heap).
+
+    ``programs``: persistent programs per rank (default: see the module docstring);
+    ``num_warps`` and other keywords (``num_stages``...) go to the Triton launch. Raises
+    ``ValueError`` before any kernel runs when ranks built different graphs, a region is
+    invalid (see :func:`derive`) or a tensor argument is on another device."""
+    rt = current()
+    w = rt.world
+    if programs is not None and (not isinstance(programs, int) or programs < 1):
+        raise ValueError(f"programs must be an int >= 1, got {programs!r}")
+    for task in graph.tasks:
+        for name, value in zip(task.params, task.args, strict=True):
+            if isinstance(value, torch.Tensor) and value.device != w.device:
+                raise ValueError(f"task {task.name!r}: argument {name!r} is on "
+                                 f"{value.device}, the world computes on {w.device}")
+    if w.world_size > 1:
+        prints: list = [None] * w.world_size
+        dist.all_gather_object(prints, _fingerprint(graph), group=rt.host_group)
+        for r, fp in enumerate(prints):
+            if fp != prints[0]:
+                raise ValueError(f"ditron.task: rank {r} built a different graph than rank 0 "
+                                 f"(tasks, tile counts and argument kinds must agree): "
+                                 f"{fp} vs {prints[0]}")
+    schedule = derive(graph.tasks, w.rank, w.world_size, local_world_size=w.local_world_size,
+                      is_symmetric=is_symmetric)
+    mk = Megakernel(graph, schedule, programs or _default_programs(w.device,
+                                                                     w.local_world_size),
+                    {"num_warps": num_warps, **launch_options})
+    if w.world_size > 1:
+        barrier()  # every scoreboard is zeroed before any rank's first call
+    return mk

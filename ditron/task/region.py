@@ -1,0 +1,84 @@
+"""Regions: the boxes of tensors a task's tile reads or writes.
+
+A :class:`Region` is a box of one tensor (a half-open range per dimension) on one rank's copy
+of it. Dependencies between tiles are derived from regions alone: two accesses conflict when
+they name the same tensor on the same rank, their boxes intersect and at least one writes.
+Aliasing views are not traced through: name a buffer by the same tensor object (or the same
+view of it) wherever it is read or written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+
+Range = tuple[int, int]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Region:
+    """A box of ``tensor`` on ``rank``'s copy (``None``: the rank running the tile).
+
+    ``box[d]`` is the half-open index range ``[start, stop)`` of dimension ``d``. A region on
+    another rank needs a symmetric tensor (``ditron.empty``) and a rank of the same node.
+    """
+
+    tensor: torch.Tensor
+    box: tuple[Range, ...]
+    rank: int | None = None
+
+    @property
+    def key(self) -> tuple:
+        """Identity of the tensor (view) the box indexes."""
+        t = self.tensor
+        return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+                tuple(t.stride()), t.dtype)
+
+    @property
+    def empty(self) -> bool:
+        return any(lo >= hi for lo, hi in self.box)
+
+    def overlaps(self, other: Region) -> bool:
+        """Whether the boxes intersect (the caller has matched tensor and rank)."""
+        return all(a0 < b1 and b0 < a1
+                   for (a0, a1), (b0, b1) in zip(self.box, other.box, strict=True))
+
+
+def _range(spec, size: int, dim: int) -> Range:
+    if isinstance(spec, slice):
+        if spec.step not in (None, 1):
+            raise ValueError(f"region: dimension {dim} has step {spec.step}; only boxes")
+        start, stop, _ = spec.indices(size)
+        return start, max(start, stop)
+    if isinstance(spec, int):
+        if not -size <= spec < size:
+            raise ValueError(f"region: index {spec} out of range for dimension {dim} "
+                             f"of size {size}")
+        spec %= size
+        return spec, spec + 1
+    if isinstance(spec, Sequence) and len(spec) == 2:
+        start, stop = (int(v) for v in spec)
+        if not 0 <= start <= size or stop < start:
+            raise ValueError(f"region: range ({start}, {stop}) is not within dimension {dim} "
+                             f"of size {size}")
+        return start, min(stop, size)
+    raise TypeError(f"region: dimension {dim} takes a slice, an int or a (start, stop) pair, "
+                    f"got {spec!r}")
+
+
+def region(tensor: torch.Tensor, *ranges, rank: int | None = None) -> Region:
+    """The box of ``tensor`` given per leading dimension by ``ranges`` (a ``slice``, an
+    ``int`` or a ``(start, stop)`` pair; stops past the end are clipped, dimensions not
+    given are whole), on ``rank``'s copy (``None``: the rank running the tile).
+
+    ``region(c, (m0, m0 + 64), (n0, n0 + 128))`` is a 64 x 128 tile of ``c``;
+    ``region(x)`` is all of ``x``."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"region: expected a tensor, got {type(tensor).__name__}")
+    if len(ranges) > tensor.dim():
+        raise ValueError(f"region: {len(ranges)} ranges for a {tensor.dim()}-d tensor")
+    box = tuple(_range(s, tensor.shape[d], d) for d, s in enumerate(ranges))
+    box += tuple((0, tensor.shape[d]) for d in range(len(ranges), tensor.dim()))
+    return Region(tensor, box, rank)

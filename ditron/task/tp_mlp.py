@@ -1,0 +1,150 @@
+"""A tensor-parallel SwiGLU MLP as three tasks: the task level's worked example.
+
+Per rank, with ``x`` ``[M, H]`` replicated, ``w_gate``/``w_up`` ``[H, F]`` this rank's column
+shards and ``w_down`` ``[F, H]`` its row shard::
+
+    up:     h[M, F]         = silu(x @ w_gate) * (x @ w_up)           (local tiles)
+    down:   inbox_q[rank, c] = h[:, chunk c] @ w_down[chunk c, :],
+                              pushed to every rank q                  (remote stores)
+    reduce: out[M, H]       = sum_{r, c} inbox[r, c] (+ residual)      (local tiles)
+
+which is ``out = all_reduce(silu(x @ Wg) * (x @ Wu) @ Wd) + residual``. Nothing in the tasks
+says when a tile may run: a ``down`` tile waits for the ``up`` tiles of its rows and its
+chunk ``c`` of ``h``'s columns, a ``reduce`` tile for the ``down`` tiles of its columns on
+every rank, a
+``down`` tile of a later layer that reuses ``inbox`` for the ``reduce`` tiles that read the
+slot it overwrites, all derived from the regions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..kernels import tiles
+from ..runtime.symmetric import empty
+from ..runtime.world import current
+from .graph import CTX, TaskGraph
+from .region import region
+
+
+@dataclasses.dataclass(frozen=True)
+class MlpBlocks:
+    """Tile sizes: ``block_m`` rows (>= 16), ``block_n`` output columns, ``block_k`` per
+    step of the reduction, for the two GEMM tasks; the reduce task uses ``block_m`` x
+    ``reduce_n``. ``split_k``: the down GEMM's reduction is cut in that many chunks, each a
+    tile of its own (more tiles in flight, and each can start as soon as the ``up`` tiles
+    of its chunk of ``h`` are done); the reduce task sums their partials."""
+
+    block_m: int = 16
+    block_n: int = 64
+    block_k: int = 128
+    reduce_n: int = 256
+    split_k: int = 4
+
+
+def _check(x, w_gate, w_up, w_down, out, residual) -> None:
+    M, H = x.shape
+    F = w_gate.shape[1]
+    want = {"w_gate": (H, F), "w_up": (H, F), "w_down": (F, H), "out": (M, H)}
+    got = {"w_gate": w_gate, "w_up": w_up, "w_down": w_down, "out": out}
+    if residual is not None:
+        want["residual"], got["residual"] = (M, H), residual
+    for name, shape in want.items():
+        t = got[name]
+        if tuple(t.shape) != shape:
+            raise ValueError(f"add_tp_mlp: {name} has shape {tuple(t.shape)}, expected "
+                             f"{shape} for x {tuple(x.shape)} and w_gate {tuple(w_gate.shape)}")
+        if t.dtype != x.dtype or t.device != x.device:
+            raise ValueError(f"add_tp_mlp: {name} is {t.dtype} on {t.device}, x is {x.dtype} "
+                             f"on {x.device}")
+
+
+def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+               w_down: torch.Tensor, out: torch.Tensor, *, residual: torch.Tensor | None = None,
+               h: torch.Tensor | None = None, inbox: torch.Tensor | None = None,
+               blocks: MlpBlocks = MlpBlocks(), name: str = "mlp"
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Add the three tasks of one MLP (see the module docstring) to ``graph``; return its
+    scratch buffers ``(h, inbox)`` so that later layers can reuse them.
+
+    ``h`` (``[M, F]``, local) and ``inbox`` (symmetric ``[world_size * split_k * M, H]``;
+    allocating it
+    is collective) are made when not given. ``out`` may be ``x`` (in place: the ``reduce``
+    tiles then also wait for the ``up`` tiles that read their rows) or the next layer's
+    input."""
+    if x.dim() != 2 or w_gate.dim() != 2:
+        raise ValueError("add_tp_mlp: x and the weights must be 2-d")
+    if blocks.block_m < 16:
+        raise ValueError(f"add_tp_mlp: block_m must be >= 16 (tl.dot), got {blocks.block_m}")
+    if blocks.split_k < 1:
+        raise ValueError(f"add_tp_mlp: split_k must be >= 1, got {blocks.split_k}")
+    _check(x, w_gate, w_up, w_down, out, residual)
+    rt = current()
+    W = rt.world.world_size
+    M, H = x.shape
+    F = w_gate.shape[1]
+    if h is None:
+        h = torch.empty((M, F), dtype=x.dtype, device=x.device)
+    bm, bn, bk, rn = blocks.block_m, blocks.block_n, blocks.block_k, blocks.reduce_n
+    chunk = -(-F // blocks.split_k // bk) * bk  # the down tiles' K range, whole K blocks
+    S = -(-F // chunk)  # split_k, less chunks that would be empty
+    if inbox is None:
+        inbox = empty((W * S * M, H), x.dtype, name=f"{graph.name}.{name}.inbox")
+    if tuple(h.shape) != (M, F) or tuple(inbox.shape) != (W * S * M, H):
+        raise ValueError(f"add_tp_mlp: h must be [{M}, {F}] and inbox [{W * S * M}, {H}], "
+                         f"got {tuple(h.shape)} and {tuple(inbox.shape)}")
+    precision = "ieee" if x.dtype == torch.float32 else "tf32"
+    upcast = rt.world.backend == "cpu"
+
+    def box(t, n, block_n):
+        return tiles.tile_box(t, n, bm, block_n)
+
+    graph.add(
+        f"{name}.up", tiles.gated_matmul_tile, x, w_gate, w_up, h, M, F, H, *x.stride(),
+        *w_gate.stride(), *w_up.stride(), *h.stride(), bm, bn, bk, precision, upcast,
+        tiles=tiles.num_tiles(M, F, bm, bn),
+        reads=lambda t, r: (region(x, box(t, F, bn)[0]),
+                            region(w_gate, (0, H), box(t, F, bn)[1]),
+                            region(w_up, (0, H), box(t, F, bn)[1])),
+        writes=lambda t, r: (region(h, *box(t, F, bn)),))
+
+    down_mn = tiles.num_tiles(M, H, bm, bn)
+
+    def down_box(t):  # rows, columns and K range of down tile t
+        kc, mn = divmod(t, down_mn)
+        rows, cols = box(mn, H, bn)
+        return kc, rows, cols, (kc * chunk, min(F, (kc + 1) * chunk))
+
+    def down_reads(t, r):
+        _, rows, cols, ks = down_box(t)
+        return region(h, rows, ks), region(w_down, ks, cols)
+
+    def down_writes(t, r):
+        kc, rows, cols, _ = down_box(t)
+        slot = (r * S + kc) * M
+        return tuple(region(inbox, (slot + rows[0], slot + min(rows[1], M)), cols, rank=q)
+                     for q in range(W))
+
+    graph.add(
+        f"{name}.down", tiles.matmul_push_tile, h, w_down, inbox, M, H, F, chunk, S,
+        *h.stride(), *w_down.stride(), *inbox.stride(), CTX, bm, bn, bk, precision, upcast,
+        tiles=S * down_mn, reads=down_reads, writes=down_writes)
+
+    def reduce_reads(t, r):
+        rows, cols = box(t, H, rn)
+        stop = min(rows[1], M)
+        regions = [region(inbox, (s * M + rows[0], s * M + stop), cols) for s in range(W * S)]
+        if residual is not None:
+            regions.append(region(residual, rows, cols))
+        return regions
+
+    res = residual if residual is not None else out
+    graph.add(
+        f"{name}.reduce", tiles.sum_slots_tile, inbox, res, out, M, H, W * S, *inbox.stride(),
+        *res.stride(), *out.stride(), bm, rn, residual is not None,
+        tiles=tiles.num_tiles(M, H, bm, rn),
+        reads=reduce_reads,
+        writes=lambda t, r: (region(out, *box(t, H, rn)),))
+    return h, inbox

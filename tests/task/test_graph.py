@@ -1,0 +1,160 @@
+"""Task graphs on the host: regions, derived waits and notifies, bad graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from ditron import task as dt
+
+
+@triton.jit
+def _noop(tile, x, n, BLOCK: tl.constexpr):
+    pass
+
+
+def _rows(t: torch.Tensor, block: int):
+    return lambda tile, rank: [dt.region(t, (tile * block, (tile + 1) * block))]
+
+
+def test_region_boxes_clip_and_validate():
+    t = torch.empty(10, 6)
+    assert dt.region(t).box == ((0, 10), (0, 6))
+    assert dt.region(t, (8, 16)).box == ((8, 10), (0, 6))
+    assert dt.region(t, slice(2, None), 3).box == ((2, 10), (3, 4))
+    assert dt.region(t, (4, 4)).empty
+    assert dt.region(t, (0, 5)).overlaps(dt.region(t, (4, 9)))
+    assert not dt.region(t, (0, 5)).overlaps(dt.region(t, (5, 9)))
+    assert not dt.region(t, (0, 5), (0, 3)).overlaps(dt.region(t, (0, 5), (3, 6)))
+    with pytest.raises(ValueError, match="not within dimension 0"):
+        dt.region(t, (11, 12))
+    with pytest.raises(ValueError, match="3 ranges for a 2-d tensor"):
+        dt.region(t, 0, 0, 0)
+    with pytest.raises(ValueError, match="step"):
+        dt.region(t, slice(0, 10, 2))
+    with pytest.raises(TypeError, match="expected a tensor"):
+        dt.region([1, 2])
+
+
+def test_straddling_tiles_wait_for_every_producer_they_read():
+    # producer tiles of 32 rows, consumer tiles of 48 rows over 100 rows
+    buf, src, dst = torch.empty(100), torch.empty(100), torch.empty(100)
+    g = dt.TaskGraph()
+    g.add("produce", _noop, buf, 100, 32, tiles=4, reads=_rows(src, 32), writes=_rows(buf, 32))
+    g.add("consume", _noop, buf, 100, 48, tiles=3, reads=_rows(buf, 48), writes=_rows(dst, 48))
+    s = g.schedule(0, 1)
+    assert s.n_items == 7
+    assert [s.waits(i) for i in range(4)] == [[], [], [], []]
+    # rows 0-48: producer tiles 0, 1; rows 48-96: tiles 1, 2; rows 96-100: tile 3
+    assert [s.waits(4 + c) for c in range(3)] == [[0, 1], [1, 2], [3]]
+    assert [s.notifies(i) for i in range(7)] == [[0]] * 4 + [[]] * 3
+    assert s.begin_ranks == [] and s.tail_slots == []
+    assert s.order == list(range(7))
+
+
+def test_write_after_read_and_independent_tasks():
+    a, b, c = torch.empty(64), torch.empty(64), torch.empty(64)
+    g = dt.TaskGraph()
+    g.add("read_a", _noop, a, 64, 16, tiles=4, reads=_rows(a, 16), writes=_rows(b, 16))
+    g.add("other", _noop, c, 64, 16, tiles=4, reads=_rows(c, 16))
+    g.add("write_a", _noop, a, 64, 32, tiles=2, writes=_rows(a, 32))
+    s = g.schedule(0, 1)
+    assert [s.waits(i) for i in range(4, 8)] == [[]] * 4  # "other" touches nothing shared
+    assert [s.waits(8), s.waits(9)] == [[0, 1], [2, 3]]  # write after read
+
+
+def test_waits_implied_by_other_waits_are_dropped():
+    # a -> b -> c, and c also reads a's output: c need not wait for a (b did)
+    x, y, z = torch.empty(32), torch.empty(32), torch.empty(32)
+    g = dt.TaskGraph()
+    g.add("a", _noop, x, 32, 16, tiles=2, writes=_rows(x, 16))
+    g.add("b", _noop, x, 32, 16, tiles=2, reads=_rows(x, 16), writes=_rows(y, 16))
+    g.add("c", _noop, x, 32, 32, tiles=1, reads=lambda t, r: [dt.region(x), dt.region(y)],
+          writes=_rows(z, 32))
+    s = g.schedule(0, 1)
+    assert s.waits(2) == [0] and s.waits(3) == [1]
+    assert s.waits(4) == [2, 3]
+
+
+def test_cross_rank_waits_notifies_begin_and_tail():
+    # each rank pushes tile t of its buffer into the next rank's inbox, then reads its own
+    W, n = 3, 2
+    inbox, src, out = torch.empty(2 * 8), torch.empty(2 * 8), torch.empty(2 * 8)
+
+    def push(tile, rank):
+        return [dt.region(inbox, (tile * 8, tile * 8 + 8), rank=(rank + 1) % W)]
+
+    g = dt.TaskGraph()
+    g.add("push", _noop, src, 16, 8, tiles=n, reads=_rows(src, 8), writes=push)
+    g.add("use", _noop, inbox, 16, 8, tiles=n, reads=_rows(inbox, 8), writes=_rows(out, 8))
+    items = 2 * n
+    for r in range(W):
+        s = g.schedule(r, W)
+        left, right = (r - 1) % W, (r + 1) % W
+        begin_right = W * items + right
+        # a push waits for the right neighbour's start, and tells it when done
+        assert s.waits(0) == [begin_right] and s.waits(1) == [begin_right]
+        assert s.notifies(0) == [right] and s.notifies(1) == [right]
+        # a use tile waits for the left neighbour's push of the same tile
+        assert s.waits(2) == [left * items + 0] and s.waits(3) == [left * items + 1]
+        # the left neighbour writes my memory: it waits for my start, my call ends after it
+        assert s.begin_ranks == [left]
+        assert s.tail_slots == [left * items + 0, left * items + 1]
+        assert s.slots == W * items + W
+
+
+def test_tile_order_is_per_rank():
+    x = torch.empty(40)
+    g = dt.TaskGraph()
+    g.add("t", _noop, x, 40, 8, tiles=5, writes=_rows(x, 8),
+          order=lambda rank: [(i + rank) % 5 for i in range(5)])
+    assert g.schedule(2, 4).order == [2, 3, 4, 0, 1]
+    g2 = dt.TaskGraph()
+    g2.add("t", _noop, x, 40, 8, tiles=5, order=lambda rank: [0, 1])
+    with pytest.raises(ValueError, match="not a permutation"):
+        g2.schedule(0, 1)
+
+
+def test_bad_graphs_raise():
+    x = torch.empty(32)
+    g = dt.TaskGraph("bad")
+    with pytest.raises(TypeError, match="must be a @triton.jit function"):
+        g.add("py", lambda tile: None, tiles=1)
+    with pytest.raises(TypeError, match="arguments do not match"):
+        g.add("few", _noop, x, tiles=1)
+    with pytest.raises(ValueError, match="tiles must be an int >= 0"):
+        g.add("neg", _noop, x, 32, 8, tiles=-1)
+    g.add("a", _noop, x, 32, 8, tiles=2)
+    with pytest.raises(ValueError, match="already has a task named 'a'"):
+        g.add("a", _noop, x, 32, 8, tiles=1)
+
+    clash = dt.TaskGraph()
+    clash.add("w", _noop, x, 32, 8, tiles=2, writes=lambda t, r: [dt.region(x, (t, 20))])
+    with pytest.raises(ValueError, match="tiles of a task must be independent"):
+        clash.schedule(0, 1)
+
+    far = dt.TaskGraph()
+    far.add("w", _noop, x, 32, 8, tiles=1, writes=lambda t, r: [dt.region(x, rank=3)])
+    with pytest.raises(ValueError, match="not a rank of its node"):
+        far.schedule(0, 4, local_world_size=2)
+
+    local = dt.TaskGraph()
+    local.add("w", _noop, x, 32, 8, tiles=1, writes=lambda t, r: [dt.region(x, rank=1 - r)])
+    with pytest.raises(ValueError, match="not symmetric"):
+        local.schedule(0, 2, is_symmetric=lambda t: False)
+
+    wrong = dt.TaskGraph()
+    wrong.add("w", _noop, x, 32, 8, tiles=1, writes=lambda t, r: [x])
+    with pytest.raises(TypeError, match="must yield ditron.task.region"):
+        wrong.schedule(0, 1)
+
+
+def test_constexpr_parameters_are_found():
+    g = dt.TaskGraph()
+    task = g.add("t", _noop, torch.empty(4), 4, BLOCK=16, tiles=1)
+    assert task.params == ("x", "n", "BLOCK")
+    assert task.constexprs == (False, False, True)
+    assert task.args[2] == 16
+    assert "t: _noop x 1 tiles" in str(g)

@@ -1,0 +1,243 @@
+"""Megakernels on 1-4 ranks against torch: a tensor-parallel MLP stack, tile orders,
+repeated calls, timeouts that name the tile, and graphs that differ across ranks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import ditron
+from ditron import task as dt
+
+from ..ops.poison import poison_empty
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
+
+
+def _close(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
+    tol = TOL[got.dtype]
+    got, ref = got.double().cpu(), ref.double().cpu()
+    assert torch.isfinite(got).all(), f"{name}: unwritten (NaN) or non-finite elements"
+    err = (got - ref).abs().max().item()
+    scale = max(ref.abs().max().item(), 1e-6)
+    assert err <= 4 * tol * scale, f"{name}: max error {err} vs scale {scale}"
+
+
+def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks) -> int:
+    """``layers`` MLPs chained (each layer's output is the next one's input and its residual,
+    ``h`` and ``inbox`` shared by all layers) on fresh inputs per call, against the whole
+    MLP in float64 (every rank builds every rank's weights from one seed)."""
+    from ditron.task.tp_mlp import add_tp_mlp
+
+    poison_empty()
+    w = ditron.world()
+    W, rank, dev = w.world_size, w.rank, w.device
+    torch.manual_seed(7)
+    full = [(torch.randn(H, F * W, dtype=torch.float64) / H ** 0.5,
+             torch.randn(H, F * W, dtype=torch.float64) / H ** 0.5,
+             torch.randn(F * W, H, dtype=torch.float64) / (F * W) ** 0.5) for _ in range(layers)]
+    cols = slice(rank * F, (rank + 1) * F)
+    graph = dt.TaskGraph("mlp")
+    xs = [torch.empty(M, H, dtype=dtype, device=dev)]
+    h = inbox = None
+    for i, (wg, wu, wd) in enumerate(full):
+        # the gate weight as a transposed view: weights with any strides
+        wg_local = wg[:, cols].t().contiguous().to(dev, dtype).t()
+        out = torch.empty(M, H, dtype=dtype, device=dev)
+        h, inbox = add_tp_mlp(graph, xs[-1], wg_local, wu[:, cols].to(dev, dtype),
+                              wd[cols].to(dev, dtype), out, residual=xs[-1], h=h, inbox=inbox,
+                              blocks=blocks, name=f"layer{i}")
+        xs.append(out)
+    mk = graph.compile()
+    checks = 0
+    for call in range(calls):
+        torch.manual_seed(100 + call)  # the same input on every rank (replicated)
+        x = torch.randn(M, H, dtype=torch.float64)
+        xs[0].copy_(x)
+        for t in xs[1:]:
+            t.fill_(float("nan"))
+        mk()
+        ref = xs[0].double().cpu()
+        for wg, wu, wd in full:
+            ref = (torch.nn.functional.silu(ref @ wg) * (ref @ wu)) @ wd + ref
+        _close(f"call {call}", xs[-1], ref)
+        checks += 1
+    assert mk.calls == calls
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_tp_mlp_stack_matches_torch(world_size, backend):
+    from ditron.task.tp_mlp import MlpBlocks
+
+    # 20 rows (a partial row tile), hidden 72 and 40 ffn columns per rank: no dimension
+    # divides into its tiles; two layers sharing the scratch buffers; three calls
+    blocks = MlpBlocks(block_m=16, block_n=32, block_k=32, reduce_n=64)
+    res = ditron.launch(_mlp_case, world_size, 20, 72, 40, 2, torch.float32, 3, blocks,
+                        backend=backend)
+    assert res == [3] * world_size
+
+
+def test_tp_mlp_bf16(backend):
+    from ditron.task.tp_mlp import MlpBlocks
+
+    blocks = MlpBlocks(block_m=16, block_n=64, block_k=32, reduce_n=128)
+    res = ditron.launch(_mlp_case, 2, 5, 96, 80, 1, torch.bfloat16, 2, blocks,
+                        backend=backend)
+    assert res == [2, 2]
+
+
+@triton.jit
+def _scale_tile(tile, x, y, n, factor, BLOCK: tl.constexpr):
+    offs = tile * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y + offs, tl.load(x + offs, mask=mask) * factor, mask=mask)
+
+
+@triton.jit
+def _reverse_tile(tile, y, z, n, BLOCK: tl.constexpr):
+    offs = tile * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(z + offs, tl.load(y + (n - 1 - offs), mask=mask, other=0.0), mask=mask)
+
+
+def _chain_case(programs: int | None) -> int:
+    """z = reverse(3 x): the second task's tiles read the first task's tiles of the mirrored
+    rows; tiles run in a per-rank rotated order (a swizzle)."""
+    poison_empty()
+    w = ditron.world()
+    n, block = 100, 16
+    tiles = -(-n // block)
+    x = torch.empty(n, device=w.device)
+    y, z = torch.empty_like(x), torch.empty_like(x)
+
+    def rows(t, tile):
+        return [dt.region(t, (tile * block, (tile + 1) * block))]
+
+    def mirrored(tile, rank):
+        stop = n - tile * block
+        return [dt.region(y, (max(stop - block, 0), stop))]
+
+    g = dt.TaskGraph("chain")
+    g.add("scale", _scale_tile, x, y, n, 3.0, block, tiles=tiles,
+          reads=lambda t, r: rows(x, t), writes=lambda t, r: rows(y, t),
+          order=lambda r: [(i + r + 1) % tiles for i in range(tiles)])
+    g.add("reverse", _reverse_tile, y, z, n, BLOCK=block, tiles=tiles, reads=mirrored,
+          writes=lambda t, r: rows(z, t), order=lambda r: list(reversed(range(tiles))))
+    mk = g.compile(programs=programs)
+    mine = w.rank * 2 * tiles  # slot of item i done by this rank: rank * n_items + i
+    assert mk.schedule.waits(tiles) == [mine + tiles - 2, mine + tiles - 1]  # rows 84-100
+    for call in range(3):
+        x.copy_(torch.randn(n))
+        z.fill_(float("nan"))
+        mk()
+        assert torch.equal(z.cpu(), (3.0 * x).flip(0).cpu()), f"call {call}"
+    return mk.programs
+
+
+@pytest.mark.parametrize("programs", [None, 3])
+def test_chain_with_tile_orders_and_programs(programs, backend):
+    res = ditron.launch(_chain_case, 2, programs, backend=backend)
+    assert all(p >= 1 for p in res)
+    if programs is not None:
+        assert res == [programs] * 2
+
+
+def _missing_rank_case() -> None:
+    from ditron.task.tp_mlp import MlpBlocks, add_tp_mlp
+
+    w = ditron.world()
+    x = torch.randn(16, 32, device=w.device)
+    wg, wu, wd = torch.randn(32, 16), torch.randn(32, 16), torch.randn(16, 32)
+    g = dt.TaskGraph("lonely")
+    add_tp_mlp(g, x, wg.to(w.device), wu.to(w.device), wd.to(w.device), torch.empty_like(x),
+               blocks=MlpBlocks(16, 16, 16, 32))
+    mk = g.compile()
+    if w.rank == 0:
+        mk()  # rank 1 never calls
+
+
+def test_wait_timeout_names_the_tile(backend, monkeypatch):
+    monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "0.5")
+    # rank 0 waits for rank 1's start (its down tiles push into rank 1) and, on a GPU where
+    # programs run side by side, for rank 1's down tiles (its reduce tiles): either may
+    # give up first
+    with pytest.raises(ditron.WaitTimeoutError,
+                       match=r"rank 0: wait on signal megakernel:lonely\[\d+\] \((the start of "
+                             r"rank 1's call|task 'mlp.down' tile \d+ on rank 1), call 1\) "
+                             r".*expected >= 1, saw 0"):
+        ditron.launch(_missing_rank_case, 2, backend=backend)
+
+
+def _different_graphs_case() -> None:
+    w = ditron.world()
+    x = torch.empty(64, device=w.device)
+    g = dt.TaskGraph("differs")
+    g.add("scale", _scale_tile, x, x, 64, 2.0, 16, tiles=4 + w.rank,
+          writes=lambda t, r: [dt.region(x, (t * 16, t * 16 + 16))])
+    g.compile()
+
+
+def test_ranks_building_different_graphs_raise(backend):
+    with pytest.raises(ValueError, match="rank 1 built a different graph than rank 0"):
+        ditron.launch(_different_graphs_case, 2, backend=backend)
+
+
+def _bad_compile_case() -> int:
+    w = ditron.world()
+    x = torch.empty(64, device=w.device)
+    g = dt.TaskGraph("bad")
+    g.add("scale", _scale_tile, x, x, 64, 2.0, 16, tiles=4)
+    with pytest.raises(ValueError, match="programs must be an int >= 1"):
+        g.compile(programs=0)
+    # a remote region of a tensor that is not symmetric
+    far = dt.TaskGraph("far")
+    far.add("w", _scale_tile, x, x, 64, 2.0, 16, tiles=1,
+            writes=lambda t, r: [dt.region(x, rank=(r + 1) % 2)])
+    with pytest.raises(ValueError, match="not symmetric"):
+        far.compile()
+    return 2
+
+
+def test_bad_compiles_raise_before_any_kernel(backend):
+    assert ditron.launch(_bad_compile_case, 2, backend=backend) == [2, 2]
+
+
+def _matmul_case(M: int, N: int, K: int, dtype) -> int:
+    from ditron.kernels import tiles
+
+    poison_empty()
+    dev = ditron.world().device
+    a = torch.randn(M, K, dtype=dtype, device=dev)
+    b = torch.randn(N, K, dtype=dtype, device=dev).t()  # a transposed weight
+    c = torch.empty(M, N, dtype=dtype, device=dev)
+    bm, bn, bk = 16, 32, 32
+    g = dt.TaskGraph("matmul")
+    upcast = ditron.world().backend == "cpu"
+    g.add("mm", tiles.matmul_tile, a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(),
+          bm, bn, bk, "ieee" if dtype == torch.float32 else "tf32", upcast,
+          tiles=tiles.num_tiles(M, N, bm, bn))
+    g.compile()()
+    _close("matmul", c, a.double() @ b.double())
+    return 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matmul_tile(dtype, backend):
+    assert ditron.launch(_matmul_case, 1, 33, 70, 45, dtype, backend=backend) == [1]
+
+
+@pytest.mark.gpu
+def test_tp_mlp_stack_gpu():
+    from ditron.task.tp_mlp import MlpBlocks
+
+    # two ranks sharing the GPU (half its SMs each), then one rank with a decode-size layer
+    blocks = MlpBlocks()
+    res = ditron.launch(_mlp_case, 2, 8, 512, 352, 3, torch.bfloat16, 4, blocks,
+                        backend="cuda")
+    assert res == [4, 4]
+    res = ditron.launch(_mlp_case, 1, 16, 2048, 2816, 2, torch.bfloat16, 3, blocks,
+                        backend="cuda")
+    assert res == [3]
