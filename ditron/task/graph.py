@@ -215,7 +215,7 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
     by_location = _accesses(tasks, offsets, world_size, node, is_symmetric)
 
     deps: list[set[int]] = [set() for _ in range(n)]  # this rank's waits
-    notify: list[set[int]] = [set() for _ in range(n)]  # ranks this rank tells per item
+    tell: list[set[int]] = [set() for _ in range(n)]  # ranks this rank tells, per item
     begin: set[int] = set()
     tail: set[int] = set()
 
@@ -223,7 +223,7 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
         if b.rank == rank:
             deps[b.item].add(a.rank * n + a.item)
         if a.rank == rank:
-            notify[a.item].add(b.rank)
+            tell[a.item].add(b.rank)
 
     for (_, holder), accs in by_location.items():
         for j, b in enumerate(accs):
@@ -246,7 +246,7 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
                 continue
             if acc.rank == rank:  # touches another rank's memory: wait for its start
                 deps[acc.item].add(world_size * n + holder)
-                notify[acc.item].add(holder)
+                tell[acc.item].add(holder)
             if holder == rank:  # a peer touches mine: my call ends after it
                 tail.add(acc.rank * n + acc.item)
                 begin.add(acc.rank)
@@ -264,7 +264,7 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
     for i in range(n):
         dep_slot.extend(sorted(deps[i]))
         dep_ptr.append(len(dep_slot))
-        ntf_rank.extend(sorted(notify[i]))
+        ntf_rank.extend(sorted(tell[i]))
         ntf_ptr.append(len(ntf_rank))
     return Schedule(rank, world_size, n, order, item_task, item_tile, dep_ptr, dep_slot,
                     ntf_ptr, ntf_rank, sorted(begin), sorted(tail))
