@@ -77,6 +77,17 @@ def _resolve(qualified: str, path: str | None = None):
     return obj
 
 
+def _injected(rec) -> bool:
+    """A megakernel (``ditron.task``) calling tile functions of a script: they are set on
+    its module after loading, which this process cannot repeat."""
+    path = rec.get("file") or ""
+    if not os.path.basename(path).startswith("ditron_megakernel_") or not os.path.exists(path):
+        return False
+    with open(path) as f:
+        return any(line.startswith("# task_") and line.rstrip().endswith(", injected")
+                   for line in f)
+
+
 def _build(desc):
     if "tensordesc" in desc:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -136,7 +147,7 @@ def main(directory: str) -> int:
         with open(path) as f:
             for line in f:
                 rec = json.loads(line)
-                if rec["kernel"].startswith("__main__:"):
+                if rec["kernel"].startswith(("__main__:", "__mp_main__:")) or _injected(rec):
                     skipped += 1  # defined in a script: not importable here
                     continue
                 kernel = _resolve(rec["kernel"], rec.get("file"))

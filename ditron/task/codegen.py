@@ -25,6 +25,8 @@ from .graph import CTX, Task
 FIXED_PARAMS = ("queue", "order", "item_task", "item_tile", "dep_ptr", "dep_slot", "ntf_ptr",
                 "ntf_rank", "begin_rank", "n_begin", "tail_slot", "n_tail", "board", "epoch",
                 "n_items", "ticket_base", "ctx")
+#: marks a generated module some of whose tile functions are set after loading it
+INJECTED = "injected"
 #: scoreboard slots one ``wait_all`` polls at once
 WAIT_BLOCK = 32
 
@@ -69,8 +71,10 @@ def megakernel({params}):
 
 
 def _importable(fn) -> bool:
+    """A top-level function of a module other than a script (``__main__``, or
+    ``__mp_main__`` in a process started by ``multiprocessing``)."""
     raw = fn.fn
-    return raw.__module__ != "__main__" and "." not in raw.__qualname__
+    return raw.__module__ not in ("__main__", "__mp_main__") and "." not in raw.__qualname__
 
 
 def param_name(k: int, name: str) -> str:
@@ -92,7 +96,7 @@ def source(tasks: Sequence[Task]) -> tuple[str, dict[str, object]]:
         if _importable(task.fn):
             head.append(f"from {raw.__module__} import {raw.__qualname__} as {alias}")
         else:  # named in a comment so that distinct functions get distinct modules
-            head.append(f"# {alias}: {raw.__module__}.{raw.__qualname__}, injected")
+            head.append(f"# {alias}: {raw.__module__}.{raw.__qualname__}, {INJECTED}")
             inject[alias] = task.fn
         call = []
         for name, const, value in zip(task.params, task.constexprs, task.args, strict=True):

@@ -161,7 +161,7 @@ class _Access:
 
 
 def _accesses(tasks: Sequence[Task], offsets: list[int], world_size: int,
-              node: range, is_symmetric: Callable[[torch.Tensor], bool]) -> dict:
+              local_world_size: int, is_symmetric: Callable[[torch.Tensor], bool]) -> dict:
     """Every rank's accesses, grouped by (tensor, rank holding the memory)."""
     by_location: dict[tuple, list[_Access]] = {}
     for rank in range(world_size):
@@ -178,8 +178,8 @@ def _accesses(tasks: Sequence[Task], offsets: list[int], world_size: int,
                             continue
                         holder = rank if reg.rank is None else reg.rank
                         if holder != rank:
-                            if not (0 <= holder < world_size) or holder not in node or (
-                                    rank not in node):
+                            node = _same_node_range(rank, world_size, local_world_size)
+                            if holder not in node:
                                 raise ValueError(
                                     f"task {task.name!r}: tile {tile} on rank {rank} reaches "
                                     f"rank {holder}, which is not a rank of its node "
@@ -211,8 +211,7 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
     for task in tasks:
         offsets.append(n)
         n += task.tiles
-    node = _same_node_range(rank, world_size, local)
-    by_location = _accesses(tasks, offsets, world_size, node, is_symmetric)
+    by_location = _accesses(tasks, offsets, world_size, local, is_symmetric)
 
     deps: list[set[int]] = [set() for _ in range(n)]  # this rank's waits
     tell: list[set[int]] = [set() for _ in range(n)]  # ranks this rank tells, per item

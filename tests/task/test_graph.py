@@ -105,6 +105,20 @@ def test_cross_rank_waits_notifies_begin_and_tail():
         assert s.slots == W * items + W
 
 
+def test_two_nodes_each_reach_their_own_peer():
+    # 2 nodes of 2 ranks: every rank writes into its node peer's buffer, then reads its own
+    W, local = 4, 2
+    box, src = torch.empty(8), torch.empty(8)
+    g = dt.TaskGraph()
+    g.add("push", _noop, src, 8, 8, tiles=1,
+          writes=lambda t, r: [dt.region(box, rank=r ^ 1)])
+    g.add("use", _noop, box, 8, 8, tiles=1, reads=lambda t, r: [dt.region(box)])
+    for r in range(W):
+        s = g.schedule(r, W, local_world_size=local)
+        assert s.waits(1) == [(r ^ 1) * 2 + 0]  # the node peer's push
+        assert s.notifies(0) == [r ^ 1] and s.begin_ranks == [r ^ 1]
+
+
 def test_tile_order_is_per_rank():
     x = torch.empty(40)
     g = dt.TaskGraph()
@@ -137,8 +151,9 @@ def test_bad_graphs_raise():
 
     far = dt.TaskGraph()
     far.add("w", _noop, x, 32, 8, tiles=1, writes=lambda t, r: [dt.region(x, rank=3)])
-    with pytest.raises(ValueError, match="not a rank of its node"):
-        far.schedule(0, 4, local_world_size=2)
+    with pytest.raises(ValueError, match="tile 0 on rank 0 reaches rank 3, which is not a "
+                                         r"rank of its node \(0..1\)"):
+        far.schedule(2, 4, local_world_size=2)  # rank 2 derives rank 0's accesses too
 
     local = dt.TaskGraph()
     local.add("w", _noop, x, 32, 8, tiles=1, writes=lambda t, r: [dt.region(x, rank=1 - r)])

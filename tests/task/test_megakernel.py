@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 import ditron
+import ditron.language as dl
 from ditron import task as dt
 
 from ..ops.poison import poison_empty
@@ -241,3 +242,46 @@ def test_tp_mlp_stack_gpu():
     res = ditron.launch(_mlp_case, 1, 16, 2048, 2816, 2, torch.bfloat16, 3, blocks,
                         backend="cuda")
     assert res == [3]
+
+
+@triton.jit
+def _push_to_peer_tile(tile, src, box, n, ctx, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    peer = ctx.rank ^ 1
+    dl.store(box + offs, tl.load(src + offs, mask=offs < n), peer, ctx, mask=offs < n)
+
+
+@triton.jit
+def _double_tile(tile, box, out, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out + offs, 2 * tl.load(box + offs, mask=offs < n), mask=offs < n)
+
+
+def _two_nodes_case() -> int:
+    """Simulated nodes of two ranks: each rank pushes into its node peer's symmetric box,
+    which doubles it; three calls."""
+    poison_empty()
+    w = ditron.world()
+    assert w.local_world_size == 2
+    n = 40
+    src = torch.empty(n, device=w.device)
+    box = ditron.empty(n, torch.float32)
+    out = torch.empty(n, device=w.device)
+    g = dt.TaskGraph("nodes")
+    g.add("push", _push_to_peer_tile, src, box, n, dt.CTX, 64, tiles=1,
+          reads=lambda t, r: [dt.region(src)], writes=lambda t, r: [dt.region(box, rank=r ^ 1)])
+    g.add("double", _double_tile, box, out, n, 64, tiles=1,
+          reads=lambda t, r: [dt.region(box)], writes=lambda t, r: [dt.region(out)])
+    mk = g.compile()
+    for call in range(3):
+        src.copy_(torch.arange(n) + 100.0 * (w.rank ^ 1) + call)  # what the peer expects
+        out.fill_(float("nan"))
+        mk()
+        expected = 2 * (torch.arange(n) + 100.0 * w.rank + call)
+        assert torch.equal(out.cpu(), expected), f"call {call}"
+    return 3
+
+
+def test_two_simulated_nodes(monkeypatch):
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
+    assert ditron.launch(_two_nodes_case, 4, backend="cpu") == [3] * 4
