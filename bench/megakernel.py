@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
-from ditron.tune.tuner import agreed_median, rotations, time_calls
+from ditron.tune.tuner import agreed_median, time_in_rounds
 
 
 def _blocks(spec: str):
@@ -96,13 +96,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
            if dev.type == "cuda" else "cpu", "max_rel_error": errors,
            "build_s": build}
     for batch in (1, 8):
-        samples: dict[str, list[float]] = {name: [] for name in cands}
-        schedule = rotations(list(cands), rounds)
-        per_round = max(2, -(-iters // len(schedule)))
-        for r, order in enumerate(schedule):
-            for name in order:
-                samples[name] += time_calls(cands[name], warmup if r == 0 else 1, per_round,
-                                            dev, batch)
+        samples = time_in_rounds(cands, rounds, iters, warmup, dev, batch)
         row[f"batch{batch}"] = {name: agreed_median(t) for name, t in samples.items()}
     return row
 

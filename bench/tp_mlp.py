@@ -23,7 +23,7 @@ import json
 import torch
 
 import ditron
-from ditron.tune.tuner import agreed_median, rotations, time_calls
+from ditron.tune.tuner import agreed_median, time_in_rounds
 
 VARIANTS = {"fallback": "fallback", "overlap": "auto"}
 
@@ -63,13 +63,7 @@ def _measure(tokens: int, hidden: int, ffn: int, warmup: int, iters: int, batch:
     for name in VARIANTS:
         cands[f"{name}_forward"] = forward(name)
         cands[f"{name}_step"] = step(name)
-    samples: dict[str, list[float]] = {name: [] for name in cands}
-    schedule = rotations(list(cands), rounds)
-    per_round = max(2, -(-iters // len(schedule)))
-    for r, order in enumerate(schedule):
-        for name in order:
-            samples[name] += time_calls(cands[name], warmup if r == 0 else 1, per_round, dev,
-                                        batch)
+    samples = time_in_rounds(cands, rounds, iters, warmup, dev, batch)
     row = {"tokens": tokens, "hidden": hidden, "ffn": ffn, "world_size": W,
            "dtype": str(dtype), "device": torch.cuda.get_device_name(dev)
            if dev.type == "cuda" else "cpu"}

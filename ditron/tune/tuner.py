@@ -445,6 +445,22 @@ def rotations(names: list, rounds: int) -> list[list]:
     return [names[r % n:] + names[:r % n] for r in range(max(rounds, len(names)))]
 
 
+def time_in_rounds(fns: dict, rounds: int, iters: int, warmup: int, device: torch.device,
+                   batch: int = 1) -> dict:
+    """Per-call samples (us) of each of ``fns`` (name -> callable), timed in the rounds of
+    :func:`rotations`: ``warmup`` calls before a function's first round, one before each
+    later one, ``iters`` samples in all (at least 2 per round). Collective like
+    :func:`time_calls`: every rank must pass the same names in the same order."""
+    samples: dict = {name: [] for name in fns}
+    schedule = rotations(list(fns), rounds)
+    per_round = max(2, -(-iters // len(schedule)))
+    for r, order in enumerate(schedule):
+        for name in order:
+            samples[name] += time_calls(fns[name], warmup if r == 0 else 1, per_round, device,
+                                        batch)
+    return samples
+
+
 def confirm_set(trials: list[Trial], results: list[float]) -> list[int]:
     """The overlapped trials the confirmation rounds measure again: of those within
     ``CONFIRM_WITHIN`` of the first pass's fastest, the fastest of each engine, then the
