@@ -8,9 +8,12 @@ Each of ``--layers`` layers is ``x = all_reduce(silu(x @ Wg) * (x @ Wu) @ Wd) + 
 rotates: ``megakernel`` for each ``--blocks`` tile configuration (one launch per call),
 ``torch`` (cuBLAS and elementwise kernels, ``torch.distributed.all_reduce`` when
 ``W > 1``: six to seven launches per layer) and, at one rank, ``torch_graph`` (the same calls
+replayed from a CUDA graph) and, on a GPU, ``megakernel_graph`` (each megakernel's launch
 replayed from a CUDA graph). Per-call times are the slower rank's median (CUDA events, fixed
 counts on every rank, warm-up excluded), for one call from an idle GPU (``batch 1``) and
-for calls back to back (``batch 8``: the host runs ahead). Every megakernel output is
+for calls back to back (``batch 8``: the host runs ahead), and the GPU's own time per call
+(``kernels``: the sum of the kernels' durations, from the profiler) and the host's
+(``host``: the launch cost, timed while the GPU runs behind). Every megakernel output is
 checked against ``torch``'s. ``--smoke`` runs tiny shapes on the CPU backend to check the
 script; its times mean nothing.
 """
@@ -25,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
-from ditron.tune.tuner import agreed_median, time_in_rounds
+from ditron.tune.tuner import agreed_median, kernel_time, time_in_rounds
 
 
 def _blocks(spec: str):
@@ -81,6 +84,11 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
         build[spec] = time.perf_counter() - start  # graph, schedule, codegen, Triton compile
         errors[spec] = float((xs[-1].float() - ref).abs().max() / ref.abs().max())
         cands[f"megakernel_{spec}"] = mk
+        if dev.type == "cuda":  # the same launch replayed from a CUDA graph
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured):
+                mk()
+            cands[f"megakernel_graph_{spec}"] = captured.replay
     if W == 1 and dev.type == "cuda":
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -98,7 +106,22 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
     for batch in (1, 8):
         samples = time_in_rounds(cands, rounds, iters, warmup, dev, batch)
         row[f"batch{batch}"] = {name: agreed_median(t) for name, t in samples.items()}
+    if dev.type == "cuda":
+        row["kernels"] = {name: agreed_median([kernel_time(fn, 2, 10)])
+                          for name, fn in cands.items()}
+        row["host"] = {name: agreed_median([_host_time(fn, dev)]) for name, fn in cands.items()}
     return row
+
+
+def _host_time(fn, dev, calls: int = 20) -> float:
+    """The host's time per call (us) while the GPU runs behind: the launch cost alone."""
+    torch.cuda.synchronize(dev)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    took = time.perf_counter() - start
+    torch.cuda.synchronize(dev)
+    return took * 1e6 / calls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,14 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.layers} layers: tokens {tokens}, hidden {hidden}, ffn {ffn}, "
           f"W = {args.world_size}, bf16, num_stages {args.stages}, programs {args.programs}; "
           f"us per call (slower rank's median)")
-    for batch in (1, 8):
-        base = row[f"batch{batch}"]["torch"]
-        for name, t in row[f"batch{batch}"].items():
-            err = row["max_rel_error"].get(name.removeprefix("megakernel_"))
-            note = (f"   max rel error vs torch {err:.2e}, built in "
-                    f"{row['build_s'][name.removeprefix('megakernel_')]:.1f} s"
+    for batch in ("batch1", "batch8", "kernels", "host"):
+        if batch not in row:
+            continue
+        base = row[batch]["torch"]
+        for name, t in row[batch].items():
+            spec = name.removeprefix("megakernel_")
+            err = row["max_rel_error"].get(spec)
+            note = (f"   max rel error vs torch {err:.2e}, built in {row['build_s'][spec]:.1f} s"
                     if err is not None else "")
-            print(f"  batch {batch}  {name:28s} {t:10.1f}   torch / this {base / t:6.3f}{note}")
+            print(f"  {batch:8s} {name:34s} {t:10.1f}   torch / this {base / t:6.3f}{note}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(row, f, indent=1)

@@ -145,8 +145,7 @@ class FastKernel:
             return
         device = torch.cuda.current_device()
         try:
-            key = (device, tuple(map(_arg_key, args, self._specialize)),
-                   tuple(kwargs.items()), tuple(map(type, kwargs.values())))
+            key = self._key(device, args, kwargs)
             kernel = self._entries.get(key)
         except (_Unkeyable, TypeError):  # TypeError: an unhashable keyword value
             self.fn[grid](*args, **kwargs)
@@ -159,13 +158,49 @@ class FastKernel:
                 self._entries.clear()
             self._entries[key] = kernel
             return
+        self._run(kernel, device, grid, self._full(args, kwargs))
+
+    def _key(self, device: int, args: tuple, kwargs: dict) -> tuple:
+        return (device, tuple(map(_arg_key, args, self._specialize)), tuple(kwargs.items()),
+                tuple(map(type, kwargs.values())))
+
+    def _full(self, args: tuple, kwargs: dict) -> list:
         full = list(args)
         for p in self._params[len(args):]:
             full.append(kwargs[p.name] if p.name in kwargs else p.default)
+        return full
+
+    @staticmethod
+    def _run(kernel, device: int, grid: tuple, full: list) -> None:
         g = tuple(grid) + (1, 1)
         stream = torch._C._cuda_getCurrentRawStream(device)
         kernel.run(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata, None,
                    None, None, *full)
+
+    def bind(self, grid: tuple, args: tuple, kwargs: dict):
+        """A launch whose arguments never change: ``bind(grid, args, kwargs)()`` launches
+        like ``self[grid](*args, **kwargs)`` but keys the arguments once, on its first
+        call, not at every call (for kernels of many arguments: a megakernel's are
+        hundreds). The tensors must stay the same objects with the same storage."""
+        bound: list = []
+
+        def launch() -> None:
+            if bound and self._enabled() and torch.cuda.current_device() == bound[1]:
+                self._run(*bound)
+                return
+            bound.clear()
+            self.launch(grid, args, kwargs)
+            if not self._enabled() or not self._runtime_names.isdisjoint(kwargs):
+                return
+            device = torch.cuda.current_device()
+            try:
+                kernel = self._entries.get(self._key(device, args, kwargs))
+            except (_Unkeyable, TypeError):
+                return
+            if kernel is not None:
+                bound.extend((kernel, device, tuple(grid), self._full(args, kwargs)))
+
+        return launch
 
 
 __all__ = ["FastKernel", "MAX_ENTRIES"]

@@ -3,10 +3,12 @@
 ``P`` programs share a queue (an int64 ticket counter): each takes the next ticket, waits
 for the scoreboard slots of that item (acquire, system scope), runs the item's tile, then
 sets its slot on each rank that waits for it (release, system scope), until the queue is
-empty. Slots follow the signal-pad protocol (``runtime/signals.py``): call ``e`` waits for
-and sets the value ``e``, so nothing is ever reset. The ticket counter is not reset either:
-each call takes exactly ``n_items + P`` tickets (one failing ticket per program), so call
-``c`` starts at ``c * (n_items + P)``.
+empty. Slots follow the signal-pad protocol (``runtime/signals.py``): call ``e`` (from 1)
+waits for and sets the value ``e``, so nothing is ever reset. The ticket counter is not reset
+either: each call takes exactly ``n_items + P`` tickets (one failing ticket per program), so
+call ``e`` starts at ``(e - 1) * (n_items + P)`` and a program's first ticket tells it the
+call's epoch. The kernel's arguments are therefore the same at every call: it is launched
+without per-call host work beyond the launch itself, and can be captured in a CUDA graph.
 
 Calls are collective when the graph reaches other ranks, and run on the tensors the tasks
 were given: write new inputs into them between calls. When a call returns (stream order on
@@ -87,41 +89,43 @@ class Megakernel:
         self._pad = SignalPad.allocate(s.slots, name=f"megakernel:{graph.name}")
         self._queue = torch.zeros(1, dtype=torch.int64, device=device)
         self._calls = 0
-        self._kernel = FastKernel(codegen.load(graph.tasks).megakernel)
-        self._args, self._constexprs = [], dict(launch_options)
+        args, constexprs = [], dict(launch_options)
         for k, task in enumerate(graph.tasks):
             for name, const, value in zip(task.params, task.constexprs, task.args,
                                           strict=True):
                 if value is CTX:
                     continue
                 if const:
-                    self._constexprs[codegen.param_name(k, name)] = value
+                    constexprs[codegen.param_name(k, name)] = value
                 else:
-                    self._args.append(value)
+                    args.append(value)
+        fixed = (self._queue, self._order, self._item_task, self._item_tile, self._dep_ptr,
+                 self._dep_slot, self._ntf_ptr, self._ntf_rank, self._begin,
+                 len(s.begin_ranks), self._tail, len(s.tail_slots), self._pad.signals,
+                 s.n_items, rt.context())
+        kernel = FastKernel(codegen.load(graph.tasks).megakernel)
+        self._launch = kernel.bind((programs,), (*fixed, *args), constexprs)
 
     @property
     def calls(self) -> int:
-        """How many times this megakernel has been run."""
+        """How many times this megakernel has been called from the host (replays of a CUDA
+        graph that captured it are not counted)."""
         return self._calls
 
     def __call__(self) -> None:
-        """Run every task's tiles once (collective when the graph reaches other ranks)."""
+        """Run every task's tiles once (collective when the graph reaches other ranks).
+
+        May be captured in a CUDA graph once it has run eagerly (the first call compiles);
+        each replay is a call. Timeout mode checks the waits after eager calls only."""
         rt = current()
-        device = rt.world.device
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("ditron.task: a megakernel cannot be captured in a CUDA graph "
-                               "(its epochs are host values); it is already one launch per "
-                               "call")
-        s = self.schedule
-        epoch = self._pad.next_epoch()
-        base = self._calls * (s.n_items + self.programs)
+        capturing = (rt.world.device.type == "cuda"
+                     and torch.cuda.is_current_stream_capturing())
+        if capturing and self._calls == 0:
+            raise RuntimeError("ditron.task: run the megakernel once before capturing it in "
+                               "a CUDA graph (its first call compiles it)")
         self._calls += 1
-        self._kernel[(self.programs,)](
-            self._queue, self._order, self._item_task, self._item_tile, self._dep_ptr,
-            self._dep_slot, self._ntf_ptr, self._ntf_rank, self._begin, len(s.begin_ranks),
-            self._tail, len(s.tail_slots), self._pad.signals, epoch, s.n_items, base,
-            rt.context(), *self._args, **self._constexprs)
-        if rt.wait_timeout > 0 or rt.world.backend == "cpu":
+        self._launch()
+        if not capturing and (rt.wait_timeout > 0 or rt.world.backend == "cpu"):
             try:
                 check_waits()
             except WaitTimeoutError as exc:
@@ -132,7 +136,7 @@ class Megakernel:
         if not match:
             return exc
         what = describe_slot(self.graph.tasks, self.schedule.world_size, int(match[1]))
-        return WaitTimeoutError(exc.rank, f"{exc.signal} ({what}, call {self._calls})",
+        return WaitTimeoutError(exc.rank, f"{exc.signal} ({what}, call {exc.expected})",
                                 exc.expected, exc.seen, exc.timeout)
 
     def __repr__(self) -> str:

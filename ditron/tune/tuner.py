@@ -461,6 +461,22 @@ def time_in_rounds(fns: dict, rounds: int, iters: int, warmup: int, device: torc
     return samples
 
 
+def kernel_time(fn, warmup: int, calls: int) -> float:
+    """Per-call sum of the durations of the GPU kernels (and copies) that ``calls`` calls of
+    ``fn`` run, in microseconds, from the profiler: the device's work without the host's
+    launch costs or gaps (CUDA only; the same ``warmup + calls`` calls on every rank)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    device = torch.autograd.DeviceType.CUDA
+    return sum(e.time_range.elapsed_us() for e in prof.events()
+               if e.device_type == device) / calls
+
+
 def confirm_set(trials: list[Trial], results: list[float]) -> list[int]:
     """The overlapped trials the confirmation rounds measure again: of those within
     ``CONFIRM_WITHIN`` of the first pass's fastest, the fastest of each engine, then the

@@ -121,6 +121,26 @@ def test_plain_triton_path_when_disabled_or_unkeyable(fast, monkeypatch):
     assert log[-1][0] == "fast"
 
 
+def test_bound_launch_keys_once(fast, monkeypatch):
+    kernel, log = fast
+    x = torch.zeros(64)
+    ctx = (torch.zeros(2, dtype=torch.int64), 0, 2)
+    launch = kernel.bind((4,), (x, 100, 7, ctx), {"BLOCK": 128})
+    launch()
+    assert [entry[0] for entry in log] == ["triton"]
+    keyed = []
+    monkeypatch.setattr(triton_launch, "_arg_key",
+                        lambda *a: keyed.append(a) or triton_launch._tensor_key(*a))
+    launch()
+    launch()
+    assert not keyed  # later calls launch the kept kernel without keying the arguments
+    assert [entry[0] for entry in log] == ["triton", "fast", "fast"]
+    assert log[-1][1][:4] == (4, 1, 1, 1234) and log[-1][1][9:] == (x, 100, 7, ctx, 128, 3)
+    monkeypatch.setenv("DITRON_FAST_LAUNCH", "0")  # switched off: Triton's own path again
+    launch()
+    assert log[-1][0] == "triton"
+
+
 class _Ctx(NamedTuple):
     heap_bases: torch.Tensor
     rank: int

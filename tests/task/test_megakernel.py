@@ -26,10 +26,12 @@ def _close(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
     assert err <= 4 * tol * scale, f"{name}: max error {err} vs scale {scale}"
 
 
-def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks) -> int:
+def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks,
+              graphed: bool = False) -> int:
     """``layers`` MLPs chained (each layer's output is the next one's input and its residual,
     ``h`` and ``inbox`` shared by all layers) on fresh inputs per call, against the whole
-    MLP in float64 (every rank builds every rank's weights from one seed)."""
+    MLP in float64 (every rank builds every rank's weights from one seed). ``graphed``
+    (CUDA): calls after the first replay a CUDA graph that captured the megakernel."""
     from ditron.task.tp_mlp import add_tp_mlp
 
     poison_empty()
@@ -52,6 +54,13 @@ def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks) ->
                               blocks=blocks, name=f"layer{i}")
         xs.append(out)
     mk = graph.compile()
+    run = mk
+    if graphed:
+        cuda_graph = torch.cuda.CUDAGraph()
+        with pytest.raises(RuntimeError, match="once before capturing"):
+            with torch.cuda.graph(cuda_graph):
+                mk()
+        cuda_graph = torch.cuda.CUDAGraph()
     checks = 0
     for call in range(calls):
         torch.manual_seed(100 + call)  # the same input on every rank (replicated)
@@ -59,13 +68,17 @@ def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks) ->
         xs[0].copy_(x)
         for t in xs[1:]:
             t.fill_(float("nan"))
-        mk()
+        run()
+        if graphed and call == 0:
+            with torch.cuda.graph(cuda_graph):
+                mk()  # captured, not run
+            run = cuda_graph.replay
         ref = xs[0].double().cpu()
         for wg, wu, wd in full:
             ref = (torch.nn.functional.silu(ref @ wg) * (ref @ wu)) @ wd + ref
         _close(f"call {call}", xs[-1], ref)
         checks += 1
-    assert mk.calls == calls
+    assert mk.calls == (2 if graphed else calls)
     return checks
 
 
@@ -242,6 +255,18 @@ def test_tp_mlp_stack_gpu():
     res = ditron.launch(_mlp_case, 1, 16, 2048, 2816, 2, torch.bfloat16, 3, blocks,
                         backend="cuda")
     assert res == [3]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_megakernel_in_cuda_graph(world_size):
+    from ditron.task.tp_mlp import MlpBlocks
+
+    # one eager call, then replays of a captured call on fresh inputs (ranks share the GPU)
+    blocks = MlpBlocks(block_m=16, block_n=32, block_k=64, reduce_n=128)
+    res = ditron.launch(_mlp_case, world_size, 20, 264, 200, 2, torch.bfloat16, 4, blocks,
+                        True, backend="cuda")
+    assert res == [4] * world_size
 
 
 @triton.jit
