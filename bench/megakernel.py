@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
+from ditron import trace
 from ditron.tune.tuner import agreed_median, kernel_time, time_in_rounds
 
 
@@ -38,7 +39,8 @@ def _blocks(spec: str):
 
 
 def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str], warmup: int,
-             iters: int, rounds: int, stages: int | None, programs: int | None) -> dict:
+             iters: int, rounds: int, stages: int | None, programs: int | None,
+             trace_prefix: str | None = None) -> dict:
     from ditron import task as dt
     from ditron.task.tp_mlp import add_tp_mlp
 
@@ -65,7 +67,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
 
     cands = {"torch": torch_mlp}
     ref = torch_mlp().float()
-    errors, build = {}, {}
+    errors, build, traces = {}, {}, {}
     for spec in blocks:
         start = time.perf_counter()
         graph = dt.TaskGraph(f"bench_{spec}")
@@ -84,6 +86,13 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
         build[spec] = time.perf_counter() - start  # graph, schedule, codegen, Triton compile
         errors[spec] = float((xs[-1].float() - ref).abs().max() / ref.abs().max())
         cands[f"megakernel_{spec}"] = mk
+        if trace_prefix:  # the same graph traced: a second call after the one that compiles
+            traced = graph.compile(programs=programs, trace=True, **options)
+            traced()
+            trace.clear()
+            traced()
+            traces[spec] = trace.events()[-1]["args"]["tasks"]
+            trace.write(trace.events(), f"{trace_prefix}_{spec}_rank{w.rank}")
         if dev.type == "cuda":  # the same launch replayed from a CUDA graph
             captured = torch.cuda.CUDAGraph()
             with torch.cuda.graph(captured):
@@ -102,7 +111,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
     row = {"tokens": tokens, "hidden": hidden, "ffn": ffn, "layers": layers, "world_size": W,
            "dtype": str(dtype), "device": torch.cuda.get_device_name(dev)
            if dev.type == "cuda" else "cpu", "max_rel_error": errors,
-           "build_s": build}
+           "build_s": build, "trace": traces}
     for batch in (1, 8):
         samples = time_in_rounds(cands, rounds, iters, warmup, dev, batch)
         row[f"batch{batch}"] = {name: agreed_median(t) for name, t in samples.items()}
@@ -139,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", help="write the result row as JSON here")
+    p.add_argument("--trace", metavar="PREFIX",
+                   help="also run each config traced (ditron.trace) and write "
+                        "PREFIX_<config>_rank<r>.json / .png; print where each task's time went")
     args = p.parse_args(argv)
     tokens, hidden, ffn = (int(v) for v in args.shape.split(","))
     backend = "cpu" if args.smoke else "cuda"
@@ -151,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"ffn must divide by the world size {args.world_size}")
     row = ditron.launch(_measure, args.world_size, tokens, hidden, ffn, args.layers, blocks,
                         args.warmup, args.iters, args.rounds, args.stages, args.programs,
-                        backend=backend)[0]
+                        args.trace, backend=backend)[0]
     print(f"{args.layers} layers: tokens {tokens}, hidden {hidden}, ffn {ffn}, "
           f"W = {args.world_size}, bf16, num_stages {args.stages}, programs {args.programs}; "
           f"us per call (slower rank's median)")
@@ -165,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
             note = (f"   max rel error vs torch {err:.2e}, built in {row['build_s'][spec]:.1f} s"
                     if err is not None else "")
             print(f"  {batch:8s} {name:34s} {t:10.1f}   torch / this {base / t:6.3f}{note}")
+    for spec, tasks in row["trace"].items():
+        print(f"  traced call of {spec} (rank 0; us from the launch; waits summed over tiles):")
+        for name, t in tasks.items():
+            print(f"    {name:16s} {t['tiles']:5d} tiles  {t['first_start_us']:8.1f} - "
+                  f"{t['last_end_us']:8.1f}   waits {t['wait_us_total']:9.1f}   tile mean "
+                  f"{t['tile_us_mean']:7.2f}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(row, f, indent=1)

@@ -1,4 +1,5 @@
-"""Opt-in overlap trace: when each GEMM tile starts, when its chunks are in, when it ends.
+"""Opt-in overlap trace: when each GEMM tile starts, when its chunks are in, when it ends;
+and for a megakernel (``ditron.task``) when each item waits and runs, per program.
 
 Turn it on with ``DITRON_TRACE=1`` or :func:`enable`. The ops then give the persistent GEMM a
 trace buffer; per tile it records (tile id, start, chunks ready = after its waits, main loop
@@ -92,6 +93,62 @@ def record(op: str, buf: torch.Tensor, n_blocks: int, t0: int, t1: int) -> None:
                         "args": {"tile": tile}})
 
 
+#: trace threads of a megakernel's programs: program p is thread PROGRAM_TID + p
+PROGRAM_TID = 10
+
+
+def record_items(op: str, rows: list[list[int]], labels: list[tuple[str, int]], clock: int,
+                 t0: int, t1: int) -> dict:
+    """Turn one megakernel call's item rows into events (``ditron.task``); return the call's
+    per-task summary (also the call event's ``args["tasks"]``).
+
+    ``rows``: one ``[item, program, start, waits done, tile done, end]`` per queue position
+    (device clock, or logical clock on the CPU backend with ``clock`` events in all);
+    ``labels[item]``: ``(task name, tile)``; ``t0``/``t1``: host clock around the launch.
+    Each program is a thread of the rank: its items' waits (``wait``) and tiles (``task
+    tile``, up to the end of its notifies) in the order it ran them."""
+    from .runtime.world import current
+
+    rt = current()
+    rank = rt.world.rank
+    gpu = rt.world.device.type == "cuda"
+    base = min((r[2] for r in rows), default=0)
+
+    def conv(v: int) -> float:  # us, host time base
+        if gpu:
+            return (t0 + (v - base)) / 1e3
+        return (t0 + (t1 - t0) * (v + 0.5) / max(clock, 1)) / 1e3
+
+    tasks: dict[str, dict] = {}
+    for item, program, start, ready, tile_done, end in rows:
+        name, tile = labels[item]
+        s = tasks.setdefault(name, {"tiles": 0, "first_start_us": float("inf"),
+                                    "last_end_us": 0.0, "wait_us_total": 0.0,
+                                    "tile_us_total": 0.0})
+        s["tiles"] += 1
+        s["first_start_us"] = min(s["first_start_us"], conv(start) - t0 / 1e3)
+        s["last_end_us"] = max(s["last_end_us"], conv(end) - t0 / 1e3)
+        s["wait_us_total"] += conv(ready) - conv(start)
+        s["tile_us_total"] += conv(tile_done) - conv(ready)
+        tid = PROGRAM_TID + program
+        if ready > start:
+            _EVENTS.append({"name": "wait", "ph": "X", "pid": rank, "tid": tid,
+                            "ts": conv(start), "dur": max(conv(ready) - conv(start), 0.001),
+                            "args": {"task": name, "tile": tile}})
+        _EVENTS.append({"name": f"{name} {tile}", "ph": "X", "pid": rank, "tid": tid,
+                        "ts": conv(ready), "dur": max(conv(end) - conv(ready), 0.001),
+                        "args": {"task": name, "tile": tile, "item": item,
+                                 "notify_us": conv(end) - conv(tile_done)}})
+    for s in tasks.values():
+        s["tile_us_mean"] = s.pop("tile_us_total") / s["tiles"]
+    call = sum(1 for e in _EVENTS if e.get("name") == f"{op} call" and e["pid"] == rank)
+    _EVENTS.append({"name": f"{op} call", "ph": "X", "pid": rank, "tid": 0, "ts": t0 / 1e3,
+                    "dur": (t1 - t0) / 1e3,
+                    "args": {"call": call, "items": len(rows), "clock": "device" if gpu
+                             else "logical (order only)", "tasks": tasks}})
+    return tasks
+
+
 def events() -> list[dict]:
     return list(_EVENTS)
 
@@ -107,8 +164,10 @@ def write(all_events: list[dict], prefix: str) -> list[str]:
     for pid in sorted({e["pid"] for e in all_events}):
         meta.append({"name": "process_name", "ph": "M", "pid": pid,
                      "args": {"name": f"rank {pid}"}})
-        for tid, name in ((0, "op"), (1, "waits / chunk arrivals"), (2, "tiles (main loop)"),
-                          (3, "epilogues")):
+        names = {0: "op", 1: "waits / chunk arrivals", 2: "tiles (main loop)",
+                 3: "epilogues"}
+        for tid in sorted({e.get("tid", 0) for e in all_events if e["pid"] == pid} | {0}):
+            name = names.get(tid, f"program {tid - PROGRAM_TID}")
             meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                          "args": {"name": name}})
     paths = [prefix + ".json"]

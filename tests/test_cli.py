@@ -86,11 +86,18 @@ def test_bench_tp_mlp_smoke(tmp_path):
 def test_bench_megakernel_smoke(tmp_path):
     script = Path(__file__).resolve().parents[1] / "bench" / "megakernel.py"
     out = subprocess.run([sys.executable, str(script), "--smoke", "--world-size", "2", "--out",
-                          str(tmp_path / "mk.json")], capture_output=True, text=True,
-                         timeout=300)
+                          str(tmp_path / "mk.json"), "--trace", str(tmp_path / "mk")],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     row = json.loads((tmp_path / "mk.json").read_text())
     for batch in ("batch1", "batch8"):
         assert row[batch]["torch"] > 0 and row[batch]["megakernel_16x16x16x32x2"] > 0
     assert row["max_rel_error"]["16x16x16x32x2"] < 5e-2  # bf16 against torch's bf16 ops
     assert "torch / this" in out.stdout
+    # the traced call: every task of both layers, and a trace file per rank
+    tasks = row["trace"]["16x16x16x32x2"]
+    assert sorted(tasks) == sorted(f"layer{i}.{t}" for i in (0, 1)
+                                   for t in ("up", "down", "reduce"))
+    assert all(t["tiles"] > 0 for t in tasks.values())
+    for r in (0, 1):
+        assert (tmp_path / f"mk_16x16x16x32x2_rank{r}.json").exists()

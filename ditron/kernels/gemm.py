@@ -165,18 +165,6 @@ def _tile_rows(mb, seg_rows, blocks_per_seg, M, BLOCK_M: tl.constexpr):
     return seg, seg_start, row0, row_end
 
 
-@triton.jit
-def _clock(trace_ptr, GPU_TIMER: tl.constexpr):
-    """A timestamp for the overlap trace: the GPU's global timer in ns, or on the CPU
-    backend (no inline asm) a logical clock: the next value of the counter ``trace_ptr[0]``."""
-    if GPU_TIMER:
-        t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
-                                      is_pure=False, pack=1)
-    else:
-        t = tl.atomic_add(trace_ptr, 1, sem="relaxed")
-    return t
-
-
 @triton.jit(do_not_specialize=["wait_target", "epoch", "own_lo", "own_hi"])
 def persistent_gemm(
     a_ptr, b_ptr, c_ptr, M, N, K,
@@ -229,7 +217,7 @@ def persistent_gemm(
         seg, seg_start, row0, row_end = _tile_rows(mb, seg_rows, blocks_per_seg, M, BLOCK_M)
         waited = False
         if TRACE:
-            t_start = _clock(trace_ptr, GPU_TIMER)
+            t_start = dl.timestamp(trace_ptr, GPU_TIMER)
             tl.store(trace_ptr + 1 + i * 5, tile.to(tl.int64))
             tl.store(trace_ptr + 2 + i * 5, t_start)
         if WAIT:
@@ -249,7 +237,7 @@ def persistent_gemm(
                                           [], dtype=tl.int32, is_pure=False, pack=1)
         if TRACE:
             if waited:
-                tl.store(trace_ptr + 3 + i * 5, _clock(trace_ptr, GPU_TIMER))
+                tl.store(trace_ptr + 3 + i * 5, dl.timestamp(trace_ptr, GPU_TIMER))
             else:
                 tl.store(trace_ptr + 3 + i * 5, t_start)
         rm = row0 + offs_m
@@ -299,7 +287,7 @@ def persistent_gemm(
                 a_ptrs += BLOCK_K * stride_ak
                 b_ptrs += BLOCK_K * stride_bk
         if TRACE:  # the main loop is done (its last MMAs may still be in flight)
-            tl.store(trace_ptr + 4 + i * 5, _clock(trace_ptr, GPU_TIMER))
+            tl.store(trace_ptr + 4 + i * 5, dl.timestamp(trace_ptr, GPU_TIMER))
         tile_mask = m_mask[:, None] & n_mask[None, :]
         if C_TMA:
             c_ptr.store([row0, nb * BLOCK_N], acc.to(c_ptr.dtype))
@@ -345,7 +333,7 @@ def persistent_gemm(
                             dl.notify(bc_sig_ptr + tile, epoch, p, ctx)
                         p += 1
         if TRACE:
-            tl.store(trace_ptr + 5 + i * 5, _clock(trace_ptr, GPU_TIMER))
+            tl.store(trace_ptr + 5 + i * 5, dl.timestamp(trace_ptr, GPU_TIMER))
     if EPILOGUE != 0:
         if pend_slot >= 0:
             dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)

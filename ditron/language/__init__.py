@@ -20,6 +20,7 @@ from .core import (
     translate_each,
 )
 from .signal import fence, notify, rank, wait, wait_all, world_size
+from .timer import timestamp
 
 __all__ = [
     "DIAG_WORDS",
@@ -35,6 +36,7 @@ __all__ = [
     "put",
     "rank",
     "store",
+    "timestamp",
     "translate",
     "translate_each",
     "wait",

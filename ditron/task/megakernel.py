@@ -32,6 +32,7 @@ import re
 import torch
 import torch.distributed as dist
 
+from .. import trace as tracing
 from ..runtime.barrier import barrier
 from ..runtime.diagnostics import WaitTimeoutError, check_waits
 from ..runtime.signals import SignalPad
@@ -65,15 +66,20 @@ class Megakernel:
     """A compiled :class:`TaskGraph`; call it to run the graph once (see module docstring).
 
     Attributes: ``schedule`` (this rank's :class:`Schedule`), ``programs`` (``P``),
-    ``launch_options`` (``num_warps``... given to Triton)."""
+    ``launch_options`` (``num_warps``... given to Triton), ``traced`` (whether each call
+    records its items for ``ditron.trace``)."""
 
     def __init__(self, graph: TaskGraph, schedule: Schedule, programs: int,
-                 launch_options: dict) -> None:
+                 launch_options: dict, traced: bool = False) -> None:
         rt = current()
         self.graph = graph
         self.schedule = schedule
         self.programs = programs
         self.launch_options = launch_options
+        self.traced = traced
+        #: the last traced call's rows, one per queue position: item, program, start, waits
+        #: done, tile done, end (device ns, or a logical clock on the CPU backend)
+        self.last_trace: list[list[int]] = []
         device = rt.world.device
         s = schedule
         tables = [s.order, s.item_task, s.item_tile, s.dep_ptr, s.dep_slot, s.ntf_ptr,
@@ -88,8 +94,12 @@ class Megakernel:
          self._ntf_ptr, self._ntf_rank, self._begin, self._tail) = views
         self._pad = SignalPad.allocate(s.slots, name=f"megakernel:{graph.name}")
         self._queue = torch.zeros(1, dtype=torch.int64, device=device)
+        # word 0: the CPU backend's logical clock; then one row per queue position
+        self._trace = torch.zeros(1 + s.n_items * codegen.TRACE_FIELDS if traced else 1,
+                                  dtype=torch.int64, device=device)
         self._calls = 0
         args, constexprs = [], dict(launch_options)
+        constexprs.update(TRACE=traced, GPU_TIMER=device.type == "cuda")
         for k, task in enumerate(graph.tasks):
             for name, const, value in zip(task.params, task.constexprs, task.args,
                                           strict=True):
@@ -102,7 +112,7 @@ class Megakernel:
         fixed = (self._queue, self._order, self._item_task, self._item_tile, self._dep_ptr,
                  self._dep_slot, self._ntf_ptr, self._ntf_rank, self._begin,
                  len(s.begin_ranks), self._tail, len(s.tail_slots), self._pad.signals,
-                 s.n_items, rt.context())
+                 s.n_items, self._trace, rt.context())
         kernel = FastKernel(codegen.load(graph.tasks).megakernel)
         self._launch = kernel.bind((programs,), (*fixed, *args), constexprs)
 
@@ -123,8 +133,23 @@ class Megakernel:
         if capturing and self._calls == 0:
             raise RuntimeError("ditron.task: run the megakernel once before capturing it in "
                                "a CUDA graph (its first call compiles it)")
+        if capturing and self.traced:
+            raise RuntimeError("ditron.task: a traced megakernel cannot be captured in a CUDA "
+                               "graph (it synchronises after each call)")
         self._calls += 1
+        if self.traced:
+            self._trace.zero_()
+            rt.backend.synchronize(rt.world.device)
+            t0 = tracing.host_clock()
         self._launch()
+        if self.traced:
+            rt.backend.synchronize(rt.world.device)
+            t1 = tracing.host_clock()
+            rows = self.last_trace = self._trace[1:].view(-1, codegen.TRACE_FIELDS).tolist()
+            labels = [(self.graph.tasks[k].name, tile) for k, tile in
+                      zip(self.schedule.item_task, self.schedule.item_tile, strict=True)]
+            tracing.record_items(f"megakernel {self.graph.name}", rows, labels,
+                               int(self._trace[0]), t0, t1)
         if not capturing and (rt.wait_timeout > 0 or rt.world.backend == "cpu"):
             try:
                 check_waits()
@@ -148,12 +173,15 @@ class Megakernel:
 
 
 def compile_graph(graph: TaskGraph, *, programs: int | None = None, num_warps: int = 4,
-                  **launch_options) -> Megakernel:
+                  trace: bool | None = None, **launch_options) -> Megakernel:
     """Derive this rank's schedule and build the megakernel (collective: every rank calls it
     for the same graph; it allocates the scoreboard in the symmetric heap).
 
     ``programs``: persistent programs per rank (default: see the module docstring);
-    ``num_warps`` and other keywords (``num_stages``...) go to the Triton launch. Raises
+    ``num_warps`` and other keywords (``num_stages``...) go to the Triton launch;
+    ``trace``: record every item's start, end of waits, end of tile and end (after its
+    notifies) and hand them to ``ditron.trace`` after each call, which then synchronises
+    (default: ``ditron.trace.enabled()``, i.e. ``DITRON_TRACE=1``). Raises
     ``ValueError`` before any kernel runs when ranks built different graphs, a region is
     invalid (see :func:`derive`) or a tensor argument is on another device."""
     rt = current()
@@ -177,7 +205,8 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None, num_warps: i
                       is_symmetric=is_symmetric)
     mk = Megakernel(graph, schedule, programs or _default_programs(w.device,
                                                                      w.local_world_size),
-                    {"num_warps": num_warps, **launch_options})
+                    {"num_warps": num_warps, **launch_options},
+                    tracing.enabled() if trace is None else trace)
     if w.world_size > 1:
         barrier()  # every scoreboard is zeroed before any rank's first call
     return mk
