@@ -34,6 +34,16 @@ INJECTED = "injected"
 #: scoreboard slots one ``wait_all`` polls at once
 WAIT_BLOCK = 32
 
+#: a task's tile function called out of line: inlined into the item loop, its loop-invariant
+#: values (addresses, offsets of every pipeline stage) would be hoisted out of the loop and
+#: stay live for the whole kernel, for every task at once, which exhausts the registers
+_CALLER = '''
+@triton.jit(noinline=True)
+def {name}({sig}):
+    {fn}({args})
+
+'''
+
 _BODY = '''
 @triton.jit
 def megakernel({params}):
@@ -114,6 +124,8 @@ def source(tasks: Sequence[Task]) -> tuple[str, dict[str, object]]:
     params = list(FIXED_PARAMS)
     constexprs = []  # after every runtime parameter: the host passes those positionally
     dispatch = []
+    wrappers: dict[int, str] = {}  # id(tile function) -> its out-of-line caller
+    bodies = []
     for k, task in enumerate(tasks):
         alias = f"task_{k}"
         raw = task.fn.fn
@@ -122,6 +134,13 @@ def source(tasks: Sequence[Task]) -> tuple[str, dict[str, object]]:
         else:  # named in a comment so that distinct functions get distinct modules
             head.append(f"# {alias}: {raw.__module__}.{raw.__qualname__}, {INJECTED}")
             inject[alias] = task.fn
+        caller = wrappers.get(id(task.fn))
+        if caller is None:
+            caller = wrappers[id(task.fn)] = f"tile_{len(wrappers)}"
+            sig = [f"{n}: tl.constexpr" if c else n
+                   for n, c in zip(task.params, task.constexprs, strict=True)]
+            bodies.append(_CALLER.format(name=caller, sig=", ".join(["tile", *sig]),
+                                         fn=alias, args=", ".join(["tile", *task.params])))
         call = []
         for name, const, value in zip(task.params, task.constexprs, task.args, strict=True):
             if value is CTX:
@@ -132,14 +151,14 @@ def source(tasks: Sequence[Task]) -> tuple[str, dict[str, object]]:
             call.append(p)
         keyword = "if" if k == 0 else "elif"
         dispatch.append(f"        {keyword} task == {k}:\n"
-                        f"            {alias}(tile, {', '.join(call)})")
+                        f"            {caller}(tile, {', '.join(call)})")
     if not dispatch:
         dispatch.append("        pass")
     names = ", ".join(t.name for t in tasks) or "no tasks"
     constexprs += [f"{name}: tl.constexpr" for name in FIXED_CONSTEXPRS]
     body = _BODY.format(params=",\n               ".join(params + constexprs),
                         dispatch="\n".join(dispatch), names=names)
-    return "\n".join(head) + "\n\n" + body, inject
+    return "\n".join(head) + "\n\n" + "".join(bodies) + body, inject
 
 
 def load(tasks: Sequence[Task]) -> ModuleType:
