@@ -40,7 +40,7 @@ def _blocks(spec: str):
 
 def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str], warmup: int,
              iters: int, rounds: int, stages: int | None, programs: int | None,
-             trace_prefix: str | None = None, warps: int = 4) -> dict:
+             trace_prefix: str | None = None, warps: int = 4, inline: bool = False) -> dict:
     from ditron import task as dt
     from ditron.task.tp_mlp import add_tp_mlp
 
@@ -78,8 +78,9 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
             h, inbox = add_tp_mlp(graph, xs[-1], wg, wu, wd, out, residual=xs[-1], h=h,
                                   inbox=inbox, blocks=_blocks(spec), name=f"layer{i}")
             xs.append(out)
-        options = {"num_warps": warps} if stages is None else {"num_warps": warps,
-                                                                "num_stages": stages}
+        options = {"num_warps": warps, "outline": not inline}
+        if stages is not None:
+            options["num_stages"] = stages
         mk = graph.compile(programs=programs, **options)
         mk()
         if dev.type == "cuda":
@@ -145,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", type=int, help="num_stages of the megakernel (Triton's default)")
     p.add_argument("--programs", type=int, help="programs per rank (ditron.task's default)")
     p.add_argument("--warps", type=int, default=4, help="num_warps of the megakernel")
+    p.add_argument("--inline", action="store_true",
+                   help="inline the tile functions into the item loop (compile(outline=False))")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=40)
     p.add_argument("--rounds", type=int, default=4)
@@ -165,10 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"ffn must divide by the world size {args.world_size}")
     row = ditron.launch(_measure, args.world_size, tokens, hidden, ffn, args.layers, blocks,
                         args.warmup, args.iters, args.rounds, args.stages, args.programs,
-                        args.trace, args.warps, backend=backend)[0]
+                        args.trace, args.warps, args.inline, backend=backend)[0]
     print(f"{args.layers} layers: tokens {tokens}, hidden {hidden}, ffn {ffn}, "
           f"W = {args.world_size}, bf16, num_warps {args.warps}, num_stages {args.stages}, "
-          f"programs {args.programs}; "
+          f"programs {args.programs}, tiles {'inlined' if args.inline else 'out of line'}; "
           f"us per call (slower rank's median)")
     for batch in ("batch1", "batch8", "kernels", "host"):
         if batch not in row:

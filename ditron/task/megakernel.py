@@ -70,7 +70,7 @@ class Megakernel:
     records its items for ``ditron.trace``)."""
 
     def __init__(self, graph: TaskGraph, schedule: Schedule, programs: int,
-                 launch_options: dict, traced: bool = False) -> None:
+                 launch_options: dict, traced: bool = False, outline: bool = True) -> None:
         rt = current()
         self.graph = graph
         self.schedule = schedule
@@ -113,7 +113,7 @@ class Megakernel:
                  self._dep_slot, self._ntf_ptr, self._ntf_rank, self._begin,
                  len(s.begin_ranks), self._tail, len(s.tail_slots), self._pad.signals,
                  s.n_items, self._trace, rt.context())
-        kernel = FastKernel(codegen.load(graph.tasks).megakernel)
+        kernel = FastKernel(codegen.load(graph.tasks, outline).megakernel)
         self._launch = kernel.bind((programs,), (*fixed, *args), constexprs)
 
     @property
@@ -173,7 +173,8 @@ class Megakernel:
 
 
 def compile_graph(graph: TaskGraph, *, programs: int | None = None, num_warps: int = 4,
-                  trace: bool | None = None, **launch_options) -> Megakernel:
+                  trace: bool | None = None, outline: bool = True,
+                  **launch_options) -> Megakernel:
     """Derive this rank's schedule and build the megakernel (collective: every rank calls it
     for the same graph; it allocates the scoreboard in the symmetric heap).
 
@@ -181,7 +182,11 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None, num_warps: i
     ``num_warps`` and other keywords (``num_stages``...) go to the Triton launch;
     ``trace``: record every item's start, end of waits, end of tile and end (after its
     notifies) and hand them to ``ditron.trace`` after each call, which then synchronises
-    (default: ``ditron.trace.enabled()``, i.e. ``DITRON_TRACE=1``). Raises
+    (default: ``ditron.trace.enabled()``, i.e. ``DITRON_TRACE=1``); ``outline``: call the
+    tile functions out of line (default), which keeps the kernel's registers near those of
+    its largest tile however many tasks it has; ``False`` inlines them into the item loop,
+    faster for a few small tasks (their loop-invariant values are computed once per
+    program), slower or spilling for many (``docs/megakernel.md``). Raises
     ``ValueError`` before any kernel runs when ranks built different graphs, a region is
     invalid (see :func:`derive`) or a tensor argument is on another device."""
     rt = current()
@@ -206,7 +211,7 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None, num_warps: i
     mk = Megakernel(graph, schedule, programs or _default_programs(w.device,
                                                                      w.local_world_size),
                     {"num_warps": num_warps, **launch_options},
-                    tracing.enabled() if trace is None else trace)
+                    tracing.enabled() if trace is None else trace, outline)
     if w.world_size > 1:
         barrier()  # every scoreboard is zeroed before any rank's first call
     return mk

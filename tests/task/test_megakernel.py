@@ -27,7 +27,7 @@ def _close(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
 
 
 def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks,
-              graphed: bool = False) -> int:
+              graphed: bool = False, outline: bool = True) -> int:
     """``layers`` MLPs chained (each layer's output is the next one's input and its residual,
     ``h`` and ``inbox`` shared by all layers) on fresh inputs per call, against the whole
     MLP in float64 (every rank builds every rank's weights from one seed). ``graphed``
@@ -53,7 +53,7 @@ def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks,
                               wd[cols].to(dev, dtype), out, residual=xs[-1], h=h, inbox=inbox,
                               blocks=blocks, name=f"layer{i}")
         xs.append(out)
-    mk = graph.compile()
+    mk = graph.compile(outline=outline)
     run = mk
     if graphed:
         cuda_graph = torch.cuda.CUDAGraph()
@@ -92,6 +92,27 @@ def test_tp_mlp_stack_matches_torch(world_size, backend):
     res = ditron.launch(_mlp_case, world_size, 20, 72, 40, 2, torch.float32, 3, blocks,
                         backend=backend)
     assert res == [3] * world_size
+
+
+def test_tile_functions_inline_or_out_of_line(backend):
+    from ditron.task import codegen
+    from ditron.task.tp_mlp import MlpBlocks
+
+    # the generated sources: one out-of-line caller per distinct tile function (two for
+    # four tasks of two functions), or none; then an inlined MLP stack against torch
+    g = dt.TaskGraph("src")
+    x = torch.zeros(16, 32)
+    for i in range(2):
+        g.add(f"a{i}", _double_tile, x, x, 8, 64, tiles=1)
+        g.add(f"b{i}", _push_to_peer_tile, x, x, 8, dt.CTX, 64, tiles=1)
+    outlined, _ = codegen.source(g.tasks)
+    inlined, _ = codegen.source(g.tasks, outline=False)
+    assert outlined.count("@triton.jit(noinline=True)") == 2
+    assert "noinline" not in inlined and "task_3(tile, " in inlined
+    blocks = MlpBlocks(block_m=16, block_n=32, block_k=32, reduce_n=64)
+    res = ditron.launch(_mlp_case, 2, 20, 72, 40, 2, torch.float32, 2, blocks, False, False,
+                        backend=backend)
+    assert res == [2, 2]
 
 
 def test_tp_mlp_bf16(backend):
