@@ -2,11 +2,12 @@
 
 Triton kernels cannot call a function chosen at run time, so the megakernel is generated:
 one ``@triton.jit`` function whose loop takes items from a queue, waits for their scoreboard
-slots, calls the item's tile function in an ``if``/``elif`` chain over task ids, then sets
-the slots of the ranks that wait for it. The source depends only on the tile functions and
-the kinds of their parameters, so graphs of the same tasks share one module (and one
-compiled kernel). Modules are written to ``<ditron cache dir>/megakernels/`` (Triton reads
-a kernel's source from its file) and loaded from there.
+slots, calls the item's tile function in an ``if``/``elif`` chain over task ids (through an
+out-of-line caller per distinct function, or inlined), then sets the slots of the ranks that
+wait for it; ``TRACE`` (a constexpr) adds time stamps per item. The source depends only on
+the tile functions and the kinds of their parameters, so graphs of the same tasks share one
+module (and one compiled kernel). Modules are written to ``<ditron cache dir>/megakernels/``
+(Triton reads a kernel's source from its file) and loaded from there.
 """
 
 from __future__ import annotations
