@@ -7,6 +7,8 @@ mismatched atomic types, non-constexpr globals, str defaults of constexpr parame
 
     DITRON_RECORD_LAUNCHES=/tmp/launches python -m pytest -q
     python tools/cuda_compile_check.py /tmp/launches
+
+Distinct launches compile in parallel, one process per CPU (``DITRON_COMPILE_JOBS=n``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import glob
 import importlib
 import importlib.util
 import json
+import multiprocessing
 import os
 import re
 import sys
@@ -138,11 +141,28 @@ def _short(exc: BaseException) -> str:
     return "\n    ".join(errors[:6] or text.splitlines()[-6:])
 
 
+def _compile(rec) -> str | None:
+    """Compile one recorded launch; the failure's report, or None."""
+    kernel = _resolve(rec["kernel"], rec.get("file"))
+    args = [_build(d) for d in rec["args"]]
+    kwargs = {k: _build(d) for k, d in rec["kwargs"].items()}
+    kwargs.update({k: _on_gpu(k) for k in kwargs if _on_gpu(k) is not None})
+    try:
+        kernel.warmup(*args, grid=(1,), **kwargs)
+    except Exception as exc:  # noqa: BLE001 - report every failing kernel
+        return (f"FAIL {rec['kernel']}:\n    {_short(exc)}\n"
+                f"    caused by: {_short(exc.__cause__ or exc)}")
+    return None
+
+
 def main(directory: str) -> int:
+    """Compile each distinct recorded launch, on ``DITRON_COMPILE_JOBS`` processes (default:
+    one per CPU; each compile is one thread of LLVM and ptxas)."""
     sys.path.insert(0, os.getcwd())  # kernels recorded from the tests import as tests.*
     driver.set_active(_Hopper())
     done: set[str] = set()
-    failures = skipped = 0
+    todo = []
+    skipped = 0
     for path in sorted(glob.glob(os.path.join(directory, "launches-*.jsonl"))):
         with open(path) as f:
             for line in f:
@@ -150,23 +170,25 @@ def main(directory: str) -> int:
                 if rec["kernel"].startswith(("__main__:", "__mp_main__:")) or _injected(rec):
                     skipped += 1  # defined in a script: not importable here
                     continue
-                kernel = _resolve(rec["kernel"], rec.get("file"))
-                key = _key(kernel, rec)
-                if key in done:
-                    continue
-                done.add(key)
-                args = [_build(d) for d in rec["args"]]
-                kwargs = {k: _build(d) for k, d in rec["kwargs"].items()}
-                kwargs.update({k: _on_gpu(k) for k in kwargs if _on_gpu(k) is not None})
-                try:
-                    kernel.warmup(*args, grid=(1,), **kwargs)
-                except Exception as exc:  # noqa: BLE001 - report every failing kernel
-                    failures += 1
-                    print(f"FAIL {rec['kernel']}:\n    {_short(exc)}\n"
-                          f"    caused by: {_short(exc.__cause__ or exc)}")
+                key = _key(_resolve(rec["kernel"], rec.get("file")), rec)
+                if key not in done:
+                    done.add(key)
+                    todo.append(rec)
+    jobs = max(1, int(os.environ.get("DITRON_COMPILE_JOBS", os.cpu_count() or 1)))
+    failures = 0
+    if jobs > 1 and len(todo) > 1:
+        # forked workers inherit the stand-in driver and the loaded modules
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            reports = list(pool.imap_unordered(_compile, todo))
+    else:
+        reports = [_compile(rec) for rec in todo]
+    for report in reports:
+        if report is not None:
+            failures += 1
+            print(report)
     kernels = {json.loads(k)[0] for k in done}
     print(f"cuda compile check (sm_90): {len(done)} distinct launches of {len(kernels)} "
-          f"kernels, {failures} failed ({skipped} launches from scripts skipped)")
+          f"kernels, {failures} failed ({skipped} launches from scripts skipped; {jobs} jobs)")
     return 1 if failures else 0
 
 
