@@ -40,7 +40,8 @@ def _blocks(spec: str):
 
 def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str], warmup: int,
              iters: int, rounds: int, stages: int | None, programs: int | None,
-             trace_prefix: str | None = None, warps: int = 4, inline: bool = False) -> dict:
+             trace_prefix: str | None = None, warps: int = 4, inline: bool = False,
+             layout: str = "linear") -> dict:
     from ditron import task as dt
     from ditron.task.tp_mlp import add_tp_mlp
 
@@ -51,10 +52,14 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
     torch.manual_seed(1)  # the replicated input and residual stream
     x0 = torch.randn(tokens, hidden, device=dev, dtype=dtype)
     torch.manual_seed(100 + w.rank)
-    weights = [(torch.randn(hidden, F, device=dev, dtype=dtype) / hidden ** 0.5,
-                torch.randn(hidden, F, device=dev, dtype=dtype) / hidden ** 0.5,
-                torch.randn(F, hidden, device=dev, dtype=dtype) / ffn ** 0.5)
-               for _ in range(layers)]
+
+    def weight(k, n, scale):  # a [k, n] weight, stored as the layout says
+        if layout == "linear":  # nn.Linear's [out, in], used transposed
+            return (torch.randn(n, k, device=dev, dtype=dtype) / scale).t()
+        return torch.randn(k, n, device=dev, dtype=dtype) / scale
+
+    weights = [(weight(hidden, F, hidden ** 0.5), weight(hidden, F, hidden ** 0.5),
+                weight(F, hidden, ffn ** 0.5)) for _ in range(layers)]
 
     def torch_mlp():
         x = x0
@@ -111,7 +116,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
             torch_mlp()
         cands["torch_graph"] = graph_.replay
     row = {"tokens": tokens, "hidden": hidden, "ffn": ffn, "layers": layers, "world_size": W,
-           "dtype": str(dtype), "device": torch.cuda.get_device_name(dev)
+           "weights": layout, "dtype": str(dtype), "device": torch.cuda.get_device_name(dev)
            if dev.type == "cuda" else "cpu", "max_rel_error": errors,
            "build_s": build, "trace": traces}
     for batch in (1, 8):
@@ -148,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warps", type=int, default=4, help="num_warps of the megakernel")
     p.add_argument("--inline", action="store_true",
                    help="inline the tile functions into the item loop (compile(outline=False))")
+    p.add_argument("--weights", choices=("linear", "kn"), default="linear",
+                   help="how the weights are stored: 'linear' as nn.Linear keeps them "
+                        "([out, in], used transposed), 'kn' as [in, out]")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=40)
     p.add_argument("--rounds", type=int, default=4)
@@ -168,10 +176,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"ffn must divide by the world size {args.world_size}")
     row = ditron.launch(_measure, args.world_size, tokens, hidden, ffn, args.layers, blocks,
                         args.warmup, args.iters, args.rounds, args.stages, args.programs,
-                        args.trace, args.warps, args.inline, backend=backend)[0]
+                        args.trace, args.warps, args.inline, args.weights,
+                        backend=backend)[0]
     print(f"{args.layers} layers: tokens {tokens}, hidden {hidden}, ffn {ffn}, "
-          f"W = {args.world_size}, bf16, num_warps {args.warps}, num_stages {args.stages}, "
-          f"programs {args.programs}, tiles {'inlined' if args.inline else 'out of line'}; "
+          f"W = {args.world_size}, bf16, {args.weights} weights, num_warps {args.warps}, "
+          f"num_stages {args.stages}, programs {args.programs}, "
+          f"tiles {'inlined' if args.inline else 'out of line'}; "
           f"us per call (slower rank's median)")
     for batch in ("batch1", "batch8", "kernels", "host"):
         if batch not in row:
