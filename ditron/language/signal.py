@@ -80,24 +80,30 @@ def _record_offset(offset, value, seen, ctx):
 def wait(sig_ptr, value, ctx):
     """Spin until the local signal ``*sig_ptr >= value``; return the value seen.
 
-    Polls with an acquire atomic at system scope, so data published before the matching
-    ``notify`` is visible to the whole program afterwards. With a timeout configured
-    (``ctx.spin_limit > 0``) the wait gives up after that many polls, or as soon as another
-    wait of this rank has given up, and records rank, signal offset, expected and seen values
-    in ``ctx.diag``; the host then raises ``ditron.WaitTimeoutError``. A program may only wait
-    for other ranks or, on the CPU backend, for programs of the same launch with a lower id.
+    Reads the signal with an acquire atomic at system scope; while it is short, polls with
+    plain volatile loads (no read-modify-write traffic at the L2 while many programs spin)
+    and, once it is reached, reads it again with the acquire atomic, so data published
+    before the matching ``notify`` is visible to the whole program afterwards. With a
+    timeout configured (``ctx.spin_limit > 0``) the wait gives up after that many polls, or
+    as soon as another wait of this rank has given up, and records rank, signal offset,
+    expected and seen values in ``ctx.diag``; the host then raises
+    ``ditron.WaitTimeoutError``. A program may only wait for other ranks or, on the CPU
+    backend, for programs of the same launch with a lower id.
     """
     seen = tl.atomic_add(sig_ptr, 0, sem="acquire", scope="sys")
-    limit = ctx.spin_limit
-    polls = 0
-    while (seen < value) & ((limit == 0) | (polls < limit)):
-        seen = tl.atomic_add(sig_ptr, 0, sem="acquire", scope="sys")
-        polls += 1
-        if (limit > 0) & (polls % _ABORT_CHECK_EVERY == 0):
-            if tl.atomic_add(ctx.diag + DIAG_FLAG, 0, sem="relaxed", scope="sys") != 0:
-                polls = limit
     if seen < value:
-        _record_timeout(sig_ptr, value, seen, ctx)
+        limit = ctx.spin_limit
+        polls = 0
+        while (seen < value) & ((limit == 0) | (polls < limit)):
+            seen = tl.load(sig_ptr, volatile=True)
+            polls += 1
+            if (limit > 0) & (polls % _ABORT_CHECK_EVERY == 0):
+                if tl.atomic_add(ctx.diag + DIAG_FLAG, 0, sem="relaxed", scope="sys") != 0:
+                    polls = limit
+        if seen < value:
+            _record_timeout(sig_ptr, value, seen, ctx)
+        else:
+            seen = tl.atomic_add(sig_ptr, 0, sem="acquire", scope="sys")
     return seen
 
 
@@ -106,32 +112,37 @@ def wait_all(sig_ptrs, value, ctx, mask=None):
     """Spin until every local signal of the block ``sig_ptrs`` (``mask``-ed lanes only) is
     ``>= value``; return the smallest value seen.
 
-    :func:`wait` for many signals at once: each lane polls its own signal with an acquire
-    atomic at system scope, all lanes in parallel, so the cost is that of the slowest
-    signal, not the sum. Timeout behaviour as :func:`wait` (the record names a signal that
-    was still short)."""
+    :func:`wait` for many signals at once: each lane reads its own signal (acquire atomic,
+    volatile loads while short, the acquire atomic again once reached), all lanes in
+    parallel, so the cost is that of the slowest signal, not the sum. Timeout behaviour as
+    :func:`wait` (the record names a signal that was still short)."""
     if mask is None:
         mask = tl.full(sig_ptrs.shape, True, tl.int1)
     big = tl.full(sig_ptrs.shape, 0x7FFFFFFFFFFFFFFF, tl.int64)
     seen = tl.where(mask, tl.atomic_add(sig_ptrs, 0, mask=mask, sem="acquire", scope="sys"),
                     big)
     least = tl.min(seen, axis=0)
-    limit = ctx.spin_limit
-    polls = 0
-    while (least < value) & ((limit == 0) | (polls < limit)):
-        seen = tl.where(mask & (seen < value),
-                        tl.atomic_add(sig_ptrs, 0, mask=mask & (seen < value), sem="acquire",
-                                      scope="sys"), seen)
-        least = tl.min(seen, axis=0)
-        polls += 1
-        if (limit > 0) & (polls % _ABORT_CHECK_EVERY == 0):
-            if tl.atomic_add(ctx.diag + DIAG_FLAG, 0, sem="relaxed", scope="sys") != 0:
-                polls = limit
-    if least < value:  # record the lowest-addressed signal still short
-        local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
-        offsets = (sig_ptrs.to(tl.uint64, bitcast=True) - local_base).to(tl.int64)
-        offset = tl.min(tl.where(mask & (seen < value), offsets, big), axis=0)
-        _record_offset(offset, value, least, ctx)
+    if least < value:
+        short = mask & (seen < value)  # the lanes that polled: read again with acquire
+        limit = ctx.spin_limit
+        polls = 0
+        while (least < value) & ((limit == 0) | (polls < limit)):
+            seen = tl.where(mask & (seen < value),
+                            tl.load(sig_ptrs, mask=mask & (seen < value), volatile=True), seen)
+            least = tl.min(seen, axis=0)
+            polls += 1
+            if (limit > 0) & (polls % _ABORT_CHECK_EVERY == 0):
+                if tl.atomic_add(ctx.diag + DIAG_FLAG, 0, sem="relaxed", scope="sys") != 0:
+                    polls = limit
+        if least < value:  # record the lowest-addressed signal still short
+            local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
+            offsets = (sig_ptrs.to(tl.uint64, bitcast=True) - local_base).to(tl.int64)
+            offset = tl.min(tl.where(mask & (seen < value), offsets, big), axis=0)
+            _record_offset(offset, value, least, ctx)
+        else:
+            seen = tl.where(short, tl.atomic_add(sig_ptrs, 0, mask=short, sem="acquire",
+                                                 scope="sys"), seen)
+            least = tl.min(seen, axis=0)
     tl.debug_barrier()  # every thread's later loads are ordered after the lanes' acquires
     return least
 

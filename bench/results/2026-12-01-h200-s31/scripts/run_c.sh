@@ -14,6 +14,7 @@ mk /tmp/base atomic_polls --blocks $B
 mk $PWD load_polls --blocks $B
 mk $PWD load_polls_p132 --blocks $B --programs 132
 mk $PWD load_polls_p264 --blocks $B --programs 264
+mk /tmp/base atomic_polls_again --blocks $B
 PYTHONPATH=$PWD timeout 170 python -m pytest -q -p no:cacheprovider --ditron-backend cuda tests/language tests/runtime/test_timeout.py tests/task/test_megakernel.py 2>&1 | tail -6 > $O/cuda_tests.txt
 tar czf $O/runs.tar.gz -C $O runs
 grep -h "layers:\|batch8\|kernels" $O/runs/*.txt > $O/summary.txt
