@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--shape", default="16,4096,11008", help="tokens,hidden,ffn (global)")
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--blocks", default="16x64x128x256x4,16x64x128x256x8",
+    p.add_argument("--blocks", default="16x128x128x256x4",
                    help="comma-separated block_m x block_n x block_k x reduce_n [x split_k] "
                         "configs (MlpBlocks)")
     p.add_argument("--stages", type=int, help="num_stages of the megakernel (Triton's default)")

@@ -35,10 +35,13 @@ class MlpBlocks:
     step of the reduction, for the two GEMM tasks; the reduce task uses ``block_m`` x
     ``reduce_n``. ``split_k``: the down GEMM's reduction is cut in that many chunks, each a
     tile of its own (more tiles in flight, and each can start as soon as the ``up`` tiles
-    of its chunk of ``h`` are done); the reduce task sums their partials."""
+    of its chunk of ``h`` are done); the reduce task sums their partials. The defaults were
+    the fastest of those measured on an H200 for 16 tokens at hidden 1024 and 4096
+    (``docs/perf.md``, session 31): wide tiles, whose weight rows are long contiguous runs,
+    and few of them."""
 
     block_m: int = 16
-    block_n: int = 64
+    block_n: int = 128
     block_k: int = 128
     reduce_n: int = 256
     split_k: int = 4
