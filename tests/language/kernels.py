@@ -91,3 +91,24 @@ def wait_block(sig, value, n, out, BLOCK: tl.constexpr, ctx):
     """Wait until the first ``n`` local signals reach ``value``; store the least seen."""
     offs = tl.arange(0, BLOCK)
     tl.store(out, dl.wait_all(sig + offs, value, ctx, mask=offs < n))
+
+
+@triton.jit
+def push_lanes(dst, sig, epoch, n, ctx):
+    """For each lane ``i < n`` in turn: store ``epoch * (i + 1)`` into the right
+    neighbour's ``dst[i]``, then raise its signal ``i`` to ``epoch``."""
+    right = (ctx.rank + 1) % ctx.world_size
+    i = 0
+    while i < n:
+        dl.store(dst + i, epoch * (i + 1), right, ctx)
+        dl.notify(sig + i, epoch, right, ctx)
+        i += 1
+
+
+@triton.jit
+def wait_lanes_then_read(sig, data, epoch, n, out, BLOCK: tl.constexpr, ctx):
+    """Wait until the first ``n`` local signals reach ``epoch``, then read ``data``:
+    ``out[0]`` is the least signal value seen, ``out[1 + i]`` is ``data[i]``."""
+    offs = tl.arange(0, BLOCK)
+    tl.store(out, dl.wait_all(sig + offs, epoch, ctx, mask=offs < n))
+    tl.store(out + 1 + offs, tl.load(data + offs, mask=offs < n), mask=offs < n)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import triton
@@ -14,8 +16,10 @@ from .kernels import (
     exchange_ops,
     get_from_left,
     pull_ring,
+    push_lanes,
     push_ring,
     self_translate,
+    wait_lanes_then_read,
 )
 
 WORLD_SIZES = [1, 2, 3, 4]
@@ -73,6 +77,36 @@ def _all_to_all(tile: int, repeats: int) -> bool:
         assert torch.equal(dst.cpu().reshape(ws, tile), data[:, w.rank]), f"iteration {it}"
         ditron.barrier()
     return True
+
+
+def _late_signals(n: int, repeats: int) -> bool:
+    """Rank 0 pushes to rank 1 only after a pause, so rank 1's block wait polls; it must
+    return the signals' value and then see every store made before each notify."""
+    w = ditron.world()
+    data = ditron.empty((n,), torch.int64, name="late.data")
+    pad = ditron.signal_pad("test.late", n)
+    out = torch.empty(n + 1, dtype=torch.int64, device=w.device)
+    block = triton.next_power_of_2(n)
+    for it in range(repeats):
+        epoch = pad.next_epoch()
+        data.fill_(-1)
+        out.fill_(-2)
+        ditron.barrier()
+        if w.rank == 0:
+            time.sleep(0.2)
+        push_lanes[(1,)](data, pad.signals, epoch, n, ctx=ditron.context())
+        wait_lanes_then_read[(1,)](pad.signals, data, epoch, n, out, BLOCK=block,
+                                   ctx=ditron.context())
+        ditron.check_waits()
+        want = torch.tensor([epoch] + [epoch * (i + 1) for i in range(n)])
+        assert torch.equal(out.cpu(), want), f"iteration {it}: {out.cpu()} != {want}"
+        ditron.barrier()
+    return True
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_block_wait_polls_until_late_signals(backend, world_size):
+    assert all(ditron.launch(_late_signals, world_size, 5, 3, backend=backend))
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
