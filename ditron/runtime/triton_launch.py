@@ -181,7 +181,10 @@ class FastKernel:
         """A launch whose arguments never change: ``bind(grid, args, kwargs)()`` launches
         like ``self[grid](*args, **kwargs)`` but keys the arguments once, on its first
         call, not at every call (for kernels of many arguments: a megakernel's are
-        hundreds). The tensors must stay the same objects with the same storage."""
+        hundreds). Its tensor arguments are then passed as their addresses, which spares
+        Triton's launcher a ``data_ptr()`` call and a driver query per tensor at every
+        launch (the first launch went through Triton, which checked them). The tensors must
+        stay the same objects with the same storage."""
         bound: list = []
 
         def launch() -> None:
@@ -198,7 +201,9 @@ class FastKernel:
             except (_Unkeyable, TypeError):
                 return
             if kernel is not None:
-                bound.extend((kernel, device, tuple(grid), self._full(args, kwargs)))
+                full = [v.data_ptr() if isinstance(v, torch.Tensor) else v
+                        for v in self._full(args, kwargs)]
+                bound.extend((kernel, device, tuple(grid), full))
 
         return launch
 
