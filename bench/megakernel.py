@@ -14,8 +14,9 @@ counts on every rank, warm-up excluded), for one call from an idle GPU (``batch 
 for calls back to back (``batch 8``: the host runs ahead), and the GPU's own time per call
 (``kernels``: the sum of the kernels' durations, from the profiler) and the host's
 (``host``: the launch cost, timed while the GPU runs behind). Every megakernel output is
-checked against ``torch``'s. ``--smoke`` runs tiny shapes on the CPU backend to check the
-script; its times mean nothing.
+checked against ``torch``'s. ``--tune`` first runs ``ditron.task.tp_mlp_tuner.tune_mlp``
+for the shape and times its choice too. ``--smoke`` runs tiny shapes on the CPU backend to
+check the script; its times mean nothing.
 """
 
 from __future__ import annotations
@@ -41,13 +42,21 @@ def _blocks(spec: str):
 def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str], warmup: int,
              iters: int, rounds: int, stages: int | None, programs: int | None,
              trace_prefix: str | None = None, warps: int = 4, inline: bool = False,
-             layout: str = "linear") -> dict:
+             layout: str = "linear", tune: bool = False) -> dict:
     from ditron import task as dt
     from ditron.task.tp_mlp import add_tp_mlp
+    from ditron.task.tp_mlp_tuner import tune_mlp
 
     w = ditron.world()
     W, dev = w.world_size, w.device
     dtype = torch.bfloat16
+    tuned = {}
+    if tune:
+        start = time.perf_counter()
+        chosen = tune_mlp(tokens, hidden, ffn, dtype, programs=programs,
+                          progress=w.rank == 0).label()
+        tuned = {"blocks": chosen, "tune_s": time.perf_counter() - start}
+        blocks = blocks + [chosen] * (chosen not in blocks)
     F = ffn // W
     torch.manual_seed(1)  # the replicated input and residual stream
     x0 = torch.randn(tokens, hidden, device=dev, dtype=dtype)
@@ -118,7 +127,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
     row = {"tokens": tokens, "hidden": hidden, "ffn": ffn, "layers": layers, "world_size": W,
            "weights": layout, "dtype": str(dtype), "device": torch.cuda.get_device_name(dev)
            if dev.type == "cuda" else "cpu", "max_rel_error": errors,
-           "build_s": build, "trace": traces}
+           "build_s": build, "trace": traces, "tuned": tuned}
     for batch in (1, 8):
         samples = time_in_rounds(cands, rounds, iters, warmup, dev, batch)
         row[f"batch{batch}"] = {name: agreed_median(t) for name, t in samples.items()}
@@ -156,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weights", choices=("linear", "kn"), default="linear",
                    help="how the weights are stored: 'linear' as nn.Linear keeps them "
                         "([out, in], used transposed), 'kn' as [in, out]")
+    p.add_argument("--tune", action="store_true",
+                   help="run the MLP tuner first (tune_mlp) and time its choice too")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=40)
     p.add_argument("--rounds", type=int, default=4)
@@ -176,13 +187,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"ffn must divide by the world size {args.world_size}")
     row = ditron.launch(_measure, args.world_size, tokens, hidden, ffn, args.layers, blocks,
                         args.warmup, args.iters, args.rounds, args.stages, args.programs,
-                        args.trace, args.warps, args.inline, args.weights,
+                        args.trace, args.warps, args.inline, args.weights, args.tune,
                         backend=backend)[0]
     print(f"{args.layers} layers: tokens {tokens}, hidden {hidden}, ffn {ffn}, "
           f"W = {args.world_size}, bf16, {args.weights} weights, num_warps {args.warps}, "
           f"num_stages {args.stages}, programs {args.programs}, "
           f"tiles {'inlined' if args.inline else 'out of line'}; "
           f"us per call (slower rank's median)")
+    if row["tuned"]:
+        print(f"  tuner chose {row['tuned']['blocks']} in {row['tuned']['tune_s']:.1f} s")
     for batch in ("batch1", "batch8", "kernels", "host"):
         if batch not in row:
             continue

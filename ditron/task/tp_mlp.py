@@ -25,6 +25,8 @@ import torch
 from ..kernels import tiles
 from ..runtime.symmetric import empty
 from ..runtime.world import current
+from ..tune import cache
+from ..tune.decisions import key_for
 from .graph import CTX, TaskGraph
 from .region import region
 
@@ -45,6 +47,25 @@ class MlpBlocks:
     block_k: int = 128
     reduce_n: int = 256
     split_k: int = 4
+
+    def label(self) -> str:
+        return (f"{self.block_m}x{self.block_n}x{self.block_k}x{self.reduce_n}x"
+                f"{self.split_k}")
+
+
+#: the tuner's cache names its MLP decisions so (``task/tp_mlp_tuner.py``)
+TUNED_OP = "tp_mlp"
+
+
+def tuned_blocks(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
+                 world_size: int) -> MlpBlocks | None:
+    """The :class:`MlpBlocks` that ``tune_mlp`` cached for this rank's shapes (``tokens``
+    x ``hidden`` input, ``ffn`` this rank's columns of the MLP) on this device, if any."""
+    entry = cache.get(key_for(TUNED_OP, tokens, hidden, ffn, dtype, world_size))
+    try:
+        return MlpBlocks(**entry["blocks"]) if entry else None
+    except (KeyError, TypeError):  # written by another version: tune again
+        return None
 
 
 def _check(x, w_gate, w_up, w_down, out, residual) -> None:
@@ -67,25 +88,28 @@ def _check(x, w_gate, w_up, w_down, out, residual) -> None:
 def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
                w_down: torch.Tensor, out: torch.Tensor, *, residual: torch.Tensor | None = None,
                h: torch.Tensor | None = None, inbox: torch.Tensor | None = None,
-               blocks: MlpBlocks = MlpBlocks(), name: str = "mlp"
+               blocks: MlpBlocks | None = None, name: str = "mlp"
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Add the three tasks of one MLP (see the module docstring) to ``graph``; return its
     scratch buffers ``(h, inbox)`` so that later layers can reuse them.
 
     ``h`` (``[M, F]``, local) and ``inbox`` (symmetric ``[world_size * split_k * M, H]``;
-    allocating it
-    is collective) are made when not given. ``out`` may be ``x`` (in place: the ``reduce``
-    tiles then also wait for the ``up`` tiles that read their rows) or the next layer's
-    input."""
+    allocating it is collective) are made when not given. ``out`` may be ``x`` (in place:
+    the ``reduce`` tiles then also wait for the ``up`` tiles that read their rows) or the
+    next layer's input. ``blocks``: the tile sizes; by default those that ``tune_mlp``
+    (``task/tp_mlp_tuner.py``) cached for these shapes, dtype and world size on this
+    device, else ``MlpBlocks()``."""
     if x.dim() != 2 or w_gate.dim() != 2:
         raise ValueError("add_tp_mlp: x and the weights must be 2-d")
+    rt = current()
+    W = rt.world.world_size
+    if blocks is None:
+        blocks = tuned_blocks(*x.shape, w_gate.shape[1], x.dtype, W) or MlpBlocks()
     if blocks.block_m < 16:
         raise ValueError(f"add_tp_mlp: block_m must be >= 16 (tl.dot), got {blocks.block_m}")
     if blocks.split_k < 1:
         raise ValueError(f"add_tp_mlp: split_k must be >= 1, got {blocks.split_k}")
     _check(x, w_gate, w_up, w_down, out, residual)
-    rt = current()
-    W = rt.world.world_size
     M, H = x.shape
     F = w_gate.shape[1]
     if h is None:

@@ -1,0 +1,159 @@
+"""Tile sizes of the tensor-parallel MLP (``tp_mlp.MlpBlocks``) chosen by measurement.
+
+``tune_mlp`` builds the megakernel of a stack of ``layers`` MLPs once per candidate and
+times them with the tuner's protocol (``tune/tuner.py``: fixed warm-up and sample counts on
+every rank, rounds whose order rotates, the slowest rank's median). The fastest candidate is
+cached (``tune/cache.py``) under the shapes one rank's ``add_tp_mlp`` sees, the dtype, the
+world size and the device, and ``add_tp_mlp(..., blocks=None)`` uses it from then on. The
+default ``MlpBlocks()`` (with ``block_m`` covering the tokens) stays unless another
+candidate beats it by ``MARGIN``: a gain inside the run-to-run noise is not taken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from ..runtime.symmetric import free
+from ..runtime.world import current
+from ..tune import cache
+from ..tune.decisions import key_for
+from ..tune.tuner import MARGIN, agreed_median, time_in_rounds
+from .graph import TaskGraph
+from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp
+
+#: (block_n, block_k) tried on GPUs, the default's first: wide tiles read long contiguous
+#: runs of the weights (docs/perf.md, session 31)
+GPU_TILES = ((128, 128), (64, 128), (128, 64), (256, 64))
+#: down-GEMM reduction splits tried on GPUs
+GPU_SPLITS = (2, 4, 8)
+#: Triton's default pipeline depth on sm_90, which the megakernel keeps unless told
+STAGES = 3
+
+
+def candidates(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
+               device: torch.device) -> list[MlpBlocks]:
+    """The configurations ``tune_mlp`` tries for one rank's shapes (``ffn``: this rank's
+    columns), the default first. On GPUs: ``block_m`` 16 and, for more than 16 tokens, 32
+    and 64 up to the power of two covering them, each with the tiles of ``GPU_TILES`` and
+    splits of ``GPU_SPLITS`` whose gated tile fits in shared memory at ``STAGES`` stages. On the
+    CPU: two small configurations (for tests; the interpreter's times say little)."""
+    if device.type != "cuda":
+        return [MlpBlocks(16, 16, 16, 32, 1), MlpBlocks(16, 32, 16, 32, 2)]
+    cover = 1 << max(tokens - 1, 1).bit_length()  # the power of two covering the tokens
+    rows = sorted({16, min(32, max(cover, 16)), min(64, max(cover, 16))})
+    smem = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+    size = torch.empty((), dtype=dtype).element_size()
+    default = MlpBlocks()
+    out = []
+    for bm in rows:
+        for bn, bk in GPU_TILES:
+            if STAGES * (bm * bk + 2 * bk * bn) * size > smem:
+                continue  # the SwiGLU tile's x, gate and up blocks per stage
+            splits = sorted(GPU_SPLITS, key=lambda s: s != default.split_k)
+            out += [MlpBlocks(bm, bn, bk, default.reduce_n, s) for s in splits]
+    return out
+
+
+def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bfloat16, *,
+             layers: int = 2, configs: list[MlpBlocks] | None = None, warmup: int = 3,
+             iters: int = 24, batch: int | None = None, programs: int | None = None,
+             progress: bool = True, save: bool = True) -> MlpBlocks:
+    """Time the megakernel of ``layers`` chained MLPs (``tokens`` x ``hidden`` input,
+    ``ffn`` the whole MLP's width, split over the ranks; weights stored as ``nn.Linear``
+    keeps them) for each of ``configs`` (default :func:`candidates`) and return the fastest,
+    cached for ``add_tp_mlp`` unless ``save`` is false (collective: every rank calls it with
+    the same arguments). Each candidate gets ``iters`` samples of ``batch`` calls back to
+    back (default 8 on GPU, 1 on CPU), in rounds whose order rotates; a candidate that
+    fails to build or compile on any rank drops out on every rank. ``programs`` goes to
+    ``TaskGraph.compile``. Raises ``ValueError`` for shapes the world size does not divide."""
+    rt = current()
+    w = rt.world
+    W, dev = w.world_size, w.device
+    if min(tokens, hidden, ffn, layers) < 1:
+        raise ValueError(f"tune_mlp: tokens, hidden, ffn and layers must be >= 1, got "
+                         f"{tokens}, {hidden}, {ffn}, {layers}")
+    if ffn % W:
+        raise ValueError(f"tune_mlp: ffn {ffn} does not divide by the world size {W}")
+    F = ffn // W
+    configs = list(configs) if configs is not None else candidates(tokens, hidden, F, dtype,
+                                                                   dev)
+    if not configs:
+        raise ValueError("tune_mlp: no candidate configuration")
+    if batch is None:
+        batch = 8 if dev.type == "cuda" else 1
+    g = torch.Generator().manual_seed(1)  # the replicated input
+    x = torch.randn(tokens, hidden, generator=g).to(dev, dtype)
+    g.manual_seed(100 + w.rank)
+    weights = [tuple((torch.randn(n, k, generator=g) / k ** 0.5).to(dev, dtype).t()
+                     for k, n in ((hidden, F), (hidden, F), (F, hidden)))
+               for _ in range(layers)]
+    show = progress and w.rank == 0
+    runs, scratch, errors = {}, [], {}
+    for i, blocks in enumerate(configs):
+        if show:
+            print(f"\r[ditron tune] tp_mlp tokens={tokens} hidden={hidden} ffn={ffn}: build "
+                  f"{i + 1}/{len(configs)} {blocks.label()}   ", end="", file=sys.stderr,
+                  flush=True)
+        try:
+            run, inbox = _build(x, weights, blocks, programs)
+            scratch.append(inbox)
+            run()  # compiles
+            ok = 1.0
+        except Exception as exc:  # noqa: BLE001 - a config that does not compile loses
+            ok, errors[i] = 0.0, f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+        flag = torch.tensor([ok])
+        if W > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=rt.host_group)
+        if flag.item() > 0:
+            runs[i] = run
+        else:
+            errors.setdefault(i, "failed on another rank")
+    if show:
+        print(file=sys.stderr)
+    if not runs:
+        raise RuntimeError(f"tune_mlp: every candidate failed: {errors}")
+    samples = time_in_rounds(runs, 1, iters, warmup, dev, batch)
+    times = {i: agreed_median(samples[i]) for i in runs}
+    best = min(times, key=times.get)
+    margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
+    if 0 in times and times[best] > times[0] * (1.0 - margin):
+        best = 0
+    if show:
+        for i, blocks in enumerate(configs):
+            shown = f"{times[i]:10.1f} us" if i in times else f"    failed    ({errors[i]})"
+            mark = "  <-" if i == best else ""
+            print(f"[ditron tune]   {shown}  {blocks.label()}{mark}", file=sys.stderr)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    del runs
+    if W > 1:  # on the host: every rank's calls have ended, no rank pushes into an inbox
+        dist.barrier(group=rt.host_group)
+    for inbox in scratch:
+        free(inbox)
+    chosen = configs[best]
+    if save and w.rank == 0:
+        cache.put(key_for(TUNED_OP, tokens, hidden, F, dtype, W),
+                  {"blocks": dataclasses.asdict(chosen), "time_us": times[best],
+                   "default_us": times.get(0), "layers": layers})
+    if W > 1:  # on the host: the cache holds the choice before any rank builds with it
+        dist.barrier(group=rt.host_group)
+    return chosen
+
+
+def _build(x: torch.Tensor, weights: list[tuple[torch.Tensor, ...]], blocks: MlpBlocks,
+           programs: int | None):
+    """The compiled megakernel of the chained MLPs with these tiles, and its inbox."""
+    graph = TaskGraph(f"tune_mlp_{blocks.label()}")
+    h = inbox = None
+    src = x
+    for i, (wg, wu, wd) in enumerate(weights):
+        out = torch.empty_like(x)
+        h, inbox = add_tp_mlp(graph, src, wg, wu, wd, out, residual=src, h=h, inbox=inbox,
+                              blocks=blocks, name=f"layer{i}")
+        src = out
+    return graph.compile(programs=programs), inbox

@@ -1,0 +1,91 @@
+"""The MLP tuner on 1-3 ranks: ranks agree, the choice is cached and ``add_tp_mlp`` builds
+with it (then matches torch), failing candidates drop out, bad shapes are refused."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import ditron
+
+from .test_megakernel import _mlp_case
+
+
+def _tune_case(cache_dir: str, M: int, H: int, F: int) -> tuple:
+    from ditron import task as dt
+    from ditron.kernels import tiles
+    from ditron.task.tp_mlp import MlpBlocks, add_tp_mlp, tuned_blocks
+    from ditron.task.tp_mlp_tuner import tune_mlp
+
+    os.environ["DITRON_CACHE_DIR"] = cache_dir
+    W = ditron.world().world_size
+    # the first candidate cannot be built (block_m < 16): it drops out on every rank
+    configs = [MlpBlocks(8, 16, 16, 32, 1), MlpBlocks(16, 16, 16, 32, 1),
+               MlpBlocks(16, 32, 16, 32, 2)]
+    assert tuned_blocks(M, H, F, torch.float32, W) is None
+    chosen = tune_mlp(M, H, F * W, torch.float32, configs=configs, warmup=1, iters=2,
+                      progress=False)
+    assert chosen in configs[1:]
+    assert tuned_blocks(M, H, F, torch.float32, W) == chosen
+    # the next MLP built without blocks takes the tuned tiles, and still matches torch
+    dev = ditron.world().device
+    x = torch.zeros(M, H, device=dev)
+    wg, wd = torch.zeros(H, F, device=dev), torch.zeros(F, H, device=dev)
+    g = dt.TaskGraph("probe")
+    add_tp_mlp(g, x, wg, wg, wd, torch.empty_like(x))
+    assert g.tasks[0].tiles == tiles.num_tiles(M, F, chosen.block_m, chosen.block_n)
+    checks = _mlp_case(M, H, F, 2, torch.float32, 2, None)
+    return chosen, checks
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_tuned_blocks_are_agreed_cached_and_used(world_size, backend, tmp_path):
+    res = ditron.launch(_tune_case, world_size, str(tmp_path), 20, 24, 40, backend=backend)
+    assert all(r == res[0] for r in res) and res[0][1] == 2
+
+
+def _refusals() -> list[str]:
+    from ditron.task.tp_mlp import MlpBlocks
+    from ditron.task.tp_mlp_tuner import tune_mlp
+
+    messages = []
+    for args, kwargs in (((8, 16, 15), {}), ((0, 16, 16), {}),
+                         ((8, 16, 16), {"configs": []}),
+                         ((8, 16, 16), {"configs": [MlpBlocks(8)]})):
+        with pytest.raises((ValueError, RuntimeError)) as info:
+            tune_mlp(*args, torch.float32, progress=False, save=False, **kwargs)
+        messages.append(str(info.value))
+    return messages
+
+
+def test_tune_mlp_refuses_bad_shapes(backend):
+    messages = ditron.launch(_refusals, 2, backend=backend)[0]
+    assert "does not divide by the world size 2" in messages[0]
+    assert "must be >= 1" in messages[1]
+    assert "no candidate" in messages[2]
+    assert "every candidate failed" in messages[3] and "block_m" in messages[3]
+
+
+def test_gpu_candidates_cover_the_tokens_and_fit(monkeypatch):
+    from ditron.task import tp_mlp_tuner
+    from ditron.task.tp_mlp import MlpBlocks
+
+    class Props:  # an H200's shared memory per block
+        shared_memory_per_block_optin = 232448
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props())
+    cuda = torch.device("cuda")
+    decode = tp_mlp_tuner.candidates(16, 4096, 5504, torch.bfloat16, cuda)
+    assert decode[0] == MlpBlocks() and len(set(decode)) == len(decode)
+    assert {b.block_m for b in decode} == {16}
+    prefill = tp_mlp_tuner.candidates(64, 4096, 5504, torch.bfloat16, cuda)
+    assert {b.block_m for b in prefill} == {16, 32, 64}
+    # 64 rows x 128 x 128 at 3 stages needs 240 KiB: left out; in fp32 fewer still fit
+    assert not [b for b in prefill if (b.block_m, b.block_n, b.block_k) == (64, 128, 128)]
+    wide = tp_mlp_tuner.candidates(64, 4096, 5504, torch.float32, cuda)
+    assert 0 < len(wide) < len(prefill)
+    for configs, size in ((prefill, 2), (wide, 4)):
+        for b in configs:
+            assert 3 * (b.block_m * b.block_k + 2 * b.block_k * b.block_n) * size <= 232448
