@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,11 +85,20 @@ def test_bench_tp_mlp_smoke(tmp_path):
 
 
 def test_bench_megakernel_smoke(tmp_path):
+    from ditron.task.tp_mlp import MlpBlocks
+
     script = Path(__file__).resolve().parents[1] / "bench" / "megakernel.py"
+    env = {**os.environ, "DITRON_CACHE_DIR": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, str(script), "--smoke", "--world-size", "2", "--out",
-                          str(tmp_path / "mk.json"), "--trace", str(tmp_path / "mk")],
-                         capture_output=True, text=True, timeout=300)
+                          str(tmp_path / "mk.json"), "--trace", str(tmp_path / "mk"), "--tune"],
+                         capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
+    # --tune: the tuner's choice (one of its CPU candidates) is cached and timed too
+    tuned = json.loads((tmp_path / "cache" / "tune.json").read_text())
+    (entry,) = tuned.values()
+    chosen = MlpBlocks(**entry["blocks"]).label()
+    assert json.loads((tmp_path / "mk.json").read_text())["tuned"]["blocks"] == chosen
+    assert chosen in ("16x16x16x32x1", "16x32x16x32x2") and f"tuner chose {chosen}" in out.stdout
     row = json.loads((tmp_path / "mk.json").read_text())
     for batch in ("batch1", "batch8"):
         assert row[batch]["torch"] > 0 and row[batch]["megakernel_16x16x16x32x2"] > 0

@@ -1,4 +1,4 @@
-"""The MLP tuner on 1-3 ranks: ranks agree, the choice is cached and ``add_tp_mlp`` builds
+"""The MLP tuner on 1-4 ranks: ranks agree, the choice is cached and ``add_tp_mlp`` builds
 with it (then matches torch), failing candidates drop out, bad shapes are refused."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _tune_case(cache_dir: str, M: int, H: int, F: int) -> tuple:
     return chosen, checks
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_tuned_blocks_are_agreed_cached_and_used(world_size, backend, tmp_path):
     res = ditron.launch(_tune_case, world_size, str(tmp_path), 20, 24, 40, backend=backend)
     assert all(r == res[0] for r in res) and res[0][1] == 2
