@@ -39,9 +39,10 @@ def candidates(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
                device: torch.device) -> list[MlpBlocks]:
     """The configurations ``tune_mlp`` tries for one rank's shapes (``ffn``: this rank's
     columns), the default first. On GPUs: ``block_m`` 16 and, for more than 16 tokens, 32
-    and 64 up to the power of two covering them, each with the tiles of ``GPU_TILES`` and
-    splits of ``GPU_SPLITS`` whose gated tile fits in shared memory at ``STAGES`` stages. On the
-    CPU: two small configurations (for tests; the interpreter's times say little)."""
+    and 64 up to the power of two covering them, each with the tiles of ``GPU_TILES`` whose
+    SwiGLU tile fits in shared memory at ``STAGES`` stages, and the splits of
+    ``GPU_SPLITS``. On the CPU: two small configurations (for tests; the interpreter's
+    times say little)."""
     if device.type != "cuda":
         return [MlpBlocks(16, 16, 16, 32, 1), MlpBlocks(16, 32, 16, 32, 2)]
     cover = 1 << max(tokens - 1, 1).bit_length()  # the power of two covering the tokens
