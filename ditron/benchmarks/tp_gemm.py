@@ -126,16 +126,6 @@ def _measure(rows, dtype, warmup: int, iters: int, tune: bool = False,
             for op, M, N, K in rows]
 
 
-def _all_ok(ok: bool) -> bool:
-    """Whether ``ok`` holds on every rank (collective)."""
-    from ditron.runtime.world import current
-
-    flag = torch.tensor([1.0 if ok else 0.0])
-    if current().world.world_size > 1:
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=current().host_group)
-    return flag.item() > 0
-
-
 def _tune(op: str, M: int, N: int, K: int, dtype) -> dict:
     """Run the tuner for this shape (shapes as one rank's op sees them); its decision is
     what ``method="auto"`` then takes."""
@@ -162,8 +152,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
                  tune: bool = False, batch: int = 1, graphs: bool = False,
                  alt_rs: str | None = None) -> dict:
     import ditron
-    from ditron.runtime.world import current
-    from ditron.tune.tuner import agreed_median, rotations, time_calls
+    from ditron.tune.tuner import agreed_median, all_ok, rotations, time_calls
 
     w = ditron.world()
     W, dev = w.world_size, w.device
@@ -190,10 +179,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
              "ditron": lambda: fn(a, b, method="overlap"),
              "auto": lambda: fn(a, b, method="auto")}
     fused = _fused(op, a, b.contiguous() if op == "ag_gemm" else b)
-    ok = torch.tensor([1.0 if fused is not None else 0.0])
-    if W > 1:
-        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=current().host_group)
-    if ok.item() > 0:
+    if all_ok(fused is not None):
         cands["torch_fused"] = fused
     if W > 1:  # each op's other engine, timed beside its default one
         alt_key, alt_engine = ALT[op]
@@ -240,7 +226,7 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
             except Exception as exc:  # noqa: BLE001 - report, keep benchmarking
                 graph = None
                 row[f"graph_{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
-            if _all_ok(graph is not None):
+            if all_ok(graph is not None):
                 captured[name] = graph
             row[f"graph_{name}"] = None
         gsamples: dict[str, list[float]] = {name: [] for name in captured}

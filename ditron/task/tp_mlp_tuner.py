@@ -22,7 +22,7 @@ from ..runtime.symmetric import free
 from ..runtime.world import current
 from ..tune import cache
 from ..tune.decisions import key_for
-from ..tune.tuner import MARGIN, agreed_median, time_in_rounds
+from ..tune.tuner import MARGIN, agreed_median, all_ok, time_in_rounds
 from .graph import TaskGraph
 from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp
 
@@ -104,13 +104,9 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
             run, inbox = _build(x, weights, blocks, programs)
             scratch.append(inbox)
             run()  # compiles
-            ok = 1.0
         except Exception as exc:  # noqa: BLE001 - a config that does not compile loses
-            ok, errors[i] = 0.0, f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-        flag = torch.tensor([ok])
-        if W > 1:
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=rt.host_group)
-        if flag.item() > 0:
+            errors[i] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+        if all_ok(i not in errors):
             runs[i] = run
         else:
             errors.setdefault(i, "failed on another rank")

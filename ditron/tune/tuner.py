@@ -54,7 +54,7 @@ from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits
 from . import cache
 from .decisions import Decision, key_for, lookup
 
-__all__ = ["Decision", "Trial", "agreed_median", "early_rows_for", "key_for", "lookup",
+__all__ = ["Decision", "Trial", "agreed_median", "all_ok", "early_rows_for", "key_for", "lookup",
            "rotations", "split_rows_for", "time_calls", "tune"]
 
 # measured on one H200 (docs/perf.md, bench/gemm_lab.py): the first is the default; the
@@ -184,6 +184,18 @@ def agreed_median(times: list[float]) -> float:
     return float(med.item())
 
 
+def all_ok(ok: bool) -> bool:
+    """Whether ``ok`` holds on every rank (collective: every rank gets the same answer), so
+    that a candidate failing on one rank drops out on all of them."""
+    from ..runtime.world import current
+
+    rt = current()
+    flag = torch.tensor([1.0 if ok else 0.0])
+    if rt.world.world_size > 1:
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=rt.host_group)
+    return flag.item() > 0
+
+
 def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
          warmup: int = 3, iters: int = 5, batch: int | None = None,
          candidates: list[GemmConfig] | None = None, progress: bool = True,
@@ -260,14 +272,10 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
             try:
                 times = time_calls(_call(fn_op, a, b, op, trials[i]),
                                    warmup if r == 0 else 1, iters, dev, batch)
-                ok = 1.0
             except Exception as exc:  # noqa: BLE001 - a config that does not compile loses
-                times, ok = [], 0.0
+                times = []
                 errors[i] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-            flag = torch.tensor([ok])
-            if W > 1:
-                dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=rt.host_group)
-            if flag.item() > 0:
+            if all_ok(i not in errors):
                 samples[i] += times
             else:
                 errors.setdefault(i, "failed on another rank")
@@ -314,9 +322,7 @@ def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str,
     by ``MARGIN`` (or the fallback was not captured), else the fallback; ``None`` when
     nothing could be captured."""
     from ..ops.graphs import capture, collectives_capturable
-    from ..runtime.world import current
 
-    rt = current()
     margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
     graphs = {}
     for j, trial in enumerate(trials):
@@ -328,10 +334,7 @@ def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str,
                             safe_warm_up=trial.method == "overlap")
         except Exception:  # noqa: BLE001 - not capturable: drops out
             graph = None
-        flag = torch.tensor([0.0 if graph is None else 1.0])
-        if rt.world.world_size > 1:
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=rt.host_group)
-        if flag.item() > 0:
+        if all_ok(graph is not None):
             graphs[j] = graph
     if not graphs:
         return None
