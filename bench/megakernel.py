@@ -30,13 +30,8 @@ import torch.distributed as dist
 
 import ditron
 from ditron import trace
+from ditron.task.tp_mlp import MlpBlocks
 from ditron.tune.tuner import agreed_median, kernel_time, time_in_rounds
-
-
-def _blocks(spec: str):
-    from ditron.task.tp_mlp import MlpBlocks
-
-    return MlpBlocks(*(int(v) for v in spec.split("x")))
 
 
 def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str], warmup: int,
@@ -90,7 +85,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
         for i, (wg, wu, wd) in enumerate(weights):
             out = torch.empty_like(x0)
             h, inbox = add_tp_mlp(graph, xs[-1], wg, wu, wd, out, residual=xs[-1], h=h,
-                                  inbox=inbox, blocks=_blocks(spec), name=f"layer{i}")
+                                  inbox=inbox, blocks=MlpBlocks.parse(spec), name=f"layer{i}")
             xs.append(out)
         options = {"num_warps": warps, "outline": not inline}
         if stages is not None:
@@ -155,9 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", default="16,4096,11008", help="tokens,hidden,ffn (global)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--blocks", default="16x128x128x256x4",
-                   help="comma-separated block_m x block_n x block_k x reduce_n [x split_k] "
-                        "configs (MlpBlocks)")
-    p.add_argument("--stages", type=int, help="num_stages of the megakernel (Triton's default)")
+                   help="comma-separated MlpBlocks labels, BMxBNxBKxRN[xSPLIT][sSTAGES] "
+                        "(sSTAGES: the GEMM loops' pipeline depth)")
+    p.add_argument("--stages", type=int,
+                   help="num_stages of the whole megakernel (Triton's default)")
     p.add_argument("--programs", type=int, help="programs per rank (ditron.task's default)")
     p.add_argument("--warps", type=int, default=4, help="num_warps of the megakernel")
     p.add_argument("--inline", action="store_true",
@@ -178,7 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     tokens, hidden, ffn = (int(v) for v in args.shape.split(","))
     backend = "cpu" if args.smoke else "cuda"
-    blocks = args.blocks.split(",")
+    try:
+        blocks = [MlpBlocks.parse(b).label() for b in args.blocks.split(",")]
+    except ValueError as exc:
+        p.error(str(exc))
     if args.smoke:
         tokens, hidden, ffn, args.layers = 4, 32, 16 * args.world_size, 2
         blocks = ["16x16x16x32x2"]

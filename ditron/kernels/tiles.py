@@ -4,7 +4,9 @@ Each function computes the tile ``tile`` of a row-major tiling of its ``[M, N]``
 (``tile = mb * cdiv(N, BLOCK_N) + nb``), with fp32 accumulation and masks for edges, so any
 ``M``, ``N``, ``K`` work. ``tile_box`` gives the same tiling on the host (for regions).
 ``BLOCK_M`` must be at least 16 (``tl.dot``); ``UPCAST`` is the CPU backend's fp32 upcast
-(``kernels/gemm.py`` says why) and ``DOT_PRECISION`` Triton's ``input_precision``.
+(``kernels/gemm.py`` says why), ``DOT_PRECISION`` Triton's ``input_precision`` and
+``NUM_STAGES`` the depth of the K loop's software pipeline (``None``, the default: the
+launch's ``num_stages``).
 """
 
 from __future__ import annotations
@@ -37,10 +39,12 @@ def _coords(tile, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 @triton.jit
 def _dot(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs_n,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-         DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, k_lo=0):
-    """``a[offs_m, k_lo:K] @ b[k_lo:K, offs_n]`` in fp32."""
+         DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, k_lo=0,
+         NUM_STAGES: tl.constexpr = None):
+    """``a[offs_m, k_lo:K] @ b[k_lo:K, offs_n]`` in fp32; the K loop pipelined
+    ``NUM_STAGES`` deep."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K - k_lo, BLOCK_K):
+    for k0 in tl.range(0, K - k_lo, BLOCK_K, num_stages=NUM_STAGES):
         offs_k = k_lo + k0 + tl.arange(0, BLOCK_K)
         a_tile = tl.load(a + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak,
                          mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
@@ -56,11 +60,12 @@ def _dot(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs
 @triton.jit
 def matmul_tile(tile, a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                 stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                NUM_STAGES: tl.constexpr = None):
     """``c[tile] = a[rows, :] @ b[:, cols]`` (``a``: [M, K], ``b``: [K, N], any strides)."""
     offs_m, offs_n = _coords(tile, N, BLOCK_M, BLOCK_N)
     acc = _dot(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs_n,
-               BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST)
+               BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST, 0, NUM_STAGES)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     tl.store(c + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
              acc.to(c.dtype.element_ty), mask=mask)
@@ -69,13 +74,14 @@ def matmul_tile(tile, a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_
 @triton.jit
 def _dot_pair(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_ck,
               stride_cn, offs_m, offs_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+              BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+              NUM_STAGES: tl.constexpr):
     """``(a[offs_m, :] @ b[:, offs_n], a[offs_m, :] @ c[:, offs_n])`` in fp32, in one K
     loop: each step loads the ``a`` tile once and both weight tiles together (more bytes in
     flight per step than two loops one after the other)."""
     acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_c = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         a_tile = tl.load(a + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak,
                          mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
@@ -97,12 +103,13 @@ def _dot_pair(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stri
 def gated_matmul_tile(tile, x, w_gate, w_up, h, M, N, K, stride_xm, stride_xk, stride_gk,
                       stride_gn, stride_uk, stride_un, stride_hm, stride_hn,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                      DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                      NUM_STAGES: tl.constexpr = None):
     """``h[tile] = silu(x @ w_gate) * (x @ w_up)`` (SwiGLU; ``w_gate``, ``w_up``: [K, N])."""
     offs_m, offs_n = _coords(tile, N, BLOCK_M, BLOCK_N)
     gate, up = _dot_pair(x, w_gate, w_up, M, N, K, stride_xm, stride_xk, stride_gk,
                          stride_gn, stride_uk, stride_un, offs_m, offs_n, BLOCK_M, BLOCK_N,
-                         BLOCK_K, DOT_PRECISION, UPCAST)
+                         BLOCK_K, DOT_PRECISION, UPCAST, NUM_STAGES)
     gate = gate.to(h.dtype.element_ty).to(tl.float32)  # as torch rounds between its ops
     up = up.to(h.dtype.element_ty).to(tl.float32)
     act = (gate / (1.0 + tl.exp(-gate))).to(h.dtype.element_ty).to(tl.float32)
@@ -115,7 +122,8 @@ def gated_matmul_tile(tile, x, w_gate, w_up, h, M, N, K, stride_xm, stride_xk, s
 def matmul_push_tile(tile, a, b, inbox, M, N, K, K_CHUNK, SPLIT, stride_am, stride_ak,
                      stride_bk, stride_bn, stride_im, stride_in, ctx, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                     NUM_STAGES: tl.constexpr = None):
     """Tile of a split-K partial of ``a @ b``, stored into every rank's ``inbox`` by plain
     remote stores.
 
@@ -128,7 +136,7 @@ def matmul_push_tile(tile, a, b, inbox, M, N, K, K_CHUNK, SPLIT, stride_am, stri
     offs_m, offs_n = _coords(tile % tiles_mn, N, BLOCK_M, BLOCK_N)
     k_hi = tl.minimum(K, (kc + 1) * K_CHUNK)
     acc = _dot(a, b, M, N, k_hi, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs_n,
-               BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST, kc * K_CHUNK)
+               BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST, kc * K_CHUNK, NUM_STAGES)
     value = acc.to(inbox.dtype.element_ty)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     slot = ctx.rank * SPLIT + kc

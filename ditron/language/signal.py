@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from . import context as _slots
-from .core import translate
+from .core import SYS, translate
 
 # Diagnostic-record slots as constexprs (kernels may only read constexpr globals).
 DIAG_FLAG = tl.constexpr(_slots.DIAG_FLAG)
@@ -42,20 +42,22 @@ def world_size(ctx):
 
 
 @triton.jit
-def notify(sig_ptr, value, peer, ctx, op: tl.constexpr = SET):
+def notify(sig_ptr, value, peer, ctx, op: tl.constexpr = SET, scope: tl.constexpr = SYS):
     """Raise ``peer``'s copy of the signal ``sig_ptr`` (a scalar int64 heap pointer).
 
     ``op="set"`` stores ``value``; ``op="add"`` adds it (for counters several producers
     bump). Every earlier store of the calling program, to any rank, happens before the
     signal change as seen by a ``wait`` that observes it: the program first synchronises
-    its threads, then one thread performs a release atomic at system scope.
+    its threads, then one thread performs a release atomic at ``scope``: system (the
+    default) for any waiter; ``"gpu"`` is enough, and cheaper, when every waiter runs on the
+    calling program's GPU (a kernel notifying itself).
     """
     tl.debug_barrier()
     remote = translate(sig_ptr, peer, ctx)
     if op == "add":
-        tl.atomic_add(remote, value, sem="release", scope="sys")
+        tl.atomic_add(remote, value, sem="release", scope=scope)
     else:
-        tl.atomic_xchg(remote, value, sem="release", scope="sys")
+        tl.atomic_xchg(remote, value, sem="release", scope=scope)
 
 
 @triton.jit

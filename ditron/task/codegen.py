@@ -84,7 +84,11 @@ def megakernel({params}):
         d = tl.load(ntf_ptr + item)
         d_end = tl.load(ntf_ptr + item + 1)
         while d < d_end:
-            dl.notify(board + me * n_items + item, epoch, tl.load(ntf_rank + d), ctx)
+            peer = tl.load(ntf_rank + d)
+            if peer == me:  # waited on by programs of this kernel only
+                dl.notify(board + me * n_items + item, epoch, peer, ctx, scope="gpu")
+            else:
+                dl.notify(board + me * n_items + item, epoch, peer, ctx)
             d += 1
         if TRACE:
             row = trace + 1 + ticket * TRACE_FIELDS

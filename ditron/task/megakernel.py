@@ -2,7 +2,8 @@
 
 ``P`` programs share a queue (an int64 ticket counter): each takes the next ticket, waits
 for the scoreboard slots of that item (acquire, system scope), runs the item's tile, then
-sets its slot on each rank that waits for it (release, system scope), until the queue is
+sets its slot on each rank that waits for it (release: at GPU scope on its own rank, whose
+waiters are programs of this kernel, at system scope on the others), until the queue is
 empty. Slots follow the signal-pad protocol (``runtime/signals.py``): call ``e`` (from 1)
 waits for and sets the value ``e``, so nothing is ever reset. The ticket counter is not reset
 either: each call takes exactly ``n_items + P`` tickets (one failing ticket per program), so
@@ -160,9 +161,29 @@ class Megakernel:
         match = re.fullmatch(r"megakernel:.*\[(\d+)\]", exc.signal)
         if not match:
             return exc
-        what = describe_slot(self.graph.tasks, self.schedule.world_size, int(match[1]))
+        slot = int(match[1])
+        words = [describe_slot(self.graph.tasks, self.schedule.world_size, s)
+                 for s in (slot, *self._blocked_by(slot, exc.expected))]
+        what = "; it waits for ".join(words)
         return WaitTimeoutError(exc.rank, f"{exc.signal} ({what}, call {exc.expected})",
                                 exc.expected, exc.seen, exc.timeout)
+
+    def _blocked_by(self, slot: int, epoch: int) -> list[int]:
+        """Why ``slot`` (short of ``epoch`` when a wait gave up) was short, when it is one of
+        this rank's own items: the chain of its waits still short after the launch, each an
+        own item's, ending at a slot another rank sets (or the start of its call), which
+        is where the hang comes from. Which of several waits gives up first is a race; the
+        chain's end does not depend on it."""
+        s = self.schedule
+        seen = self._pad.signals.tolist()
+        chain = []
+        while slot < s.world_size * s.n_items and slot // s.n_items == s.rank:
+            short = [d for d in s.waits(slot % s.n_items) if seen[d] < epoch]
+            if not short:
+                break
+            slot = next((d for d in short if d // s.n_items != s.rank), short[0])
+            chain.append(slot)
+        return chain
 
     def __repr__(self) -> str:
         s = self.schedule

@@ -19,6 +19,7 @@ slot it overwrites, all derived from the regions.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import torch
 
@@ -37,8 +38,10 @@ class MlpBlocks:
     step of the reduction, for the two GEMM tasks; the reduce task uses ``block_m`` x
     ``reduce_n``. ``split_k``: the down GEMM's reduction is cut in that many chunks, each a
     tile of its own (more tiles in flight, and each can start as soon as the ``up`` tiles
-    of its chunk of ``h`` are done); the reduce task sums their partials. The defaults were
-    the fastest of those measured on an H200 for 16 tokens at hidden 1024 and 4096
+    of its chunk of ``h`` are done); the reduce task sums their partials. ``stages``: how
+    deep the two GEMMs' K loops are software-pipelined (``None``: the megakernel's
+    ``num_stages``, Triton's default unless given to ``compile``). The defaults were the
+    fastest of those measured on an H200 for 16 tokens at hidden 1024 and 4096
     (``docs/perf.md``, session 31): wide tiles, whose weight rows are long contiguous runs,
     and few of them."""
 
@@ -47,10 +50,24 @@ class MlpBlocks:
     block_k: int = 128
     reduce_n: int = 256
     split_k: int = 4
+    stages: int | None = None
 
     def label(self) -> str:
+        """``BMxBNxBKxRNxSPLIT``, then ``sSTAGES`` when set: ``64x128x64x256x4s4``."""
+        depth = f"s{self.stages}" if self.stages is not None else ""
         return (f"{self.block_m}x{self.block_n}x{self.block_k}x{self.reduce_n}x"
-                f"{self.split_k}")
+                f"{self.split_k}{depth}")
+
+    @classmethod
+    def parse(cls, label: str) -> MlpBlocks:
+        """The inverse of :meth:`label` (``xSPLIT`` may be left out for the default)."""
+        match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:x(\d+))?(?:s(\d+))?", label.strip())
+        if not match:
+            raise ValueError(f"MlpBlocks: {label!r} is not BMxBNxBKxRN[xSPLIT][sSTAGES], e.g. "
+                             f"16x128x128x256x4 or 64x128x64x256x4s4")
+        bm, bn, bk, rn, split, stages = match.groups()
+        return cls(int(bm), int(bn), int(bk), int(rn), int(split) if split else cls.split_k,
+                   int(stages) if stages else None)
 
 
 #: the tuner's cache names its MLP decisions so (``task/tp_mlp_tuner.py``)
@@ -109,6 +126,8 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
         raise ValueError(f"add_tp_mlp: block_m must be >= 16 (tl.dot), got {blocks.block_m}")
     if blocks.split_k < 1:
         raise ValueError(f"add_tp_mlp: split_k must be >= 1, got {blocks.split_k}")
+    if blocks.stages is not None and blocks.stages < 1:
+        raise ValueError(f"add_tp_mlp: stages must be None or >= 1, got {blocks.stages}")
     _check(x, w_gate, w_up, w_down, out, residual)
     M, H = x.shape
     F = w_gate.shape[1]
@@ -131,7 +150,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     graph.add(
         f"{name}.up", tiles.gated_matmul_tile, x, w_gate, w_up, h, M, F, H, *x.stride(),
         *w_gate.stride(), *w_up.stride(), *h.stride(), bm, bn, bk, precision, upcast,
-        tiles=tiles.num_tiles(M, F, bm, bn),
+        blocks.stages, tiles=tiles.num_tiles(M, F, bm, bn),
         reads=lambda t, r: (region(x, box(t, F, bn)[0]),
                             region(w_gate, (0, H), box(t, F, bn)[1]),
                             region(w_up, (0, H), box(t, F, bn)[1])),
@@ -157,7 +176,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     graph.add(
         f"{name}.down", tiles.matmul_push_tile, h, w_down, inbox, M, H, F, chunk, S,
         *h.stride(), *w_down.stride(), *inbox.stride(), CTX, bm, bn, bk, precision, upcast,
-        tiles=S * down_mn, reads=down_reads, writes=down_writes)
+        blocks.stages, tiles=S * down_mn, reads=down_reads, writes=down_writes)
 
     def reduce_reads(t, r):
         rows, cols = box(t, H, rn)

@@ -33,30 +33,35 @@ GPU_TILES = ((128, 128), (64, 128), (128, 64), (256, 64))
 GPU_SPLITS = (2, 4, 8)
 #: Triton's default pipeline depth on sm_90, which the megakernel keeps unless told
 STAGES = 3
+#: the GEMM loops' pipeline depths tried on GPUs (``MlpBlocks.stages``; ``None``: the
+#: megakernel's): one deeper than the default paid 11% at 64 tokens (docs/perf.md, session 33)
+GPU_STAGES = (None, 4)
 
 
 def candidates(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
                device: torch.device) -> list[MlpBlocks]:
     """The configurations ``tune_mlp`` tries for one rank's shapes (``ffn``: this rank's
-    columns), the default first. On GPUs: ``block_m`` 16 and, for more than 16 tokens, 32
-    and 64 up to the power of two covering them, each with the tiles of ``GPU_TILES`` whose
-    SwiGLU tile fits in shared memory at ``STAGES`` stages, and the splits of
-    ``GPU_SPLITS``. On the CPU: two small configurations (for tests; the interpreter's
-    times say little)."""
+    columns), the default first. On GPUs: for each depth of ``GPU_STAGES``, ``block_m`` 16
+    and, for more than 16 tokens, 32 and 64 up to the power of two covering them, each with
+    the tiles of ``GPU_TILES`` whose SwiGLU tile fits in shared memory at that depth, and
+    the splits of ``GPU_SPLITS``. On the CPU: three small configurations (for tests; the
+    interpreter's times say little)."""
     if device.type != "cuda":
-        return [MlpBlocks(16, 16, 16, 32, 1), MlpBlocks(16, 32, 16, 32, 2)]
+        return [MlpBlocks(16, 16, 16, 32, 1), MlpBlocks(16, 32, 16, 32, 2),
+                MlpBlocks(16, 16, 32, 32, 2, stages=2)]
     cover = 1 << max(tokens - 1, 1).bit_length()  # the power of two covering the tokens
     rows = sorted({16, min(32, max(cover, 16)), min(64, max(cover, 16))})
     smem = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
     size = torch.empty((), dtype=dtype).element_size()
     default = MlpBlocks()
+    splits = sorted(GPU_SPLITS, key=lambda s: s != default.split_k)
     out = []
-    for bm in rows:
-        for bn, bk in GPU_TILES:
-            if STAGES * (bm * bk + 2 * bk * bn) * size > smem:
-                continue  # the SwiGLU tile's x, gate and up blocks per stage
-            splits = sorted(GPU_SPLITS, key=lambda s: s != default.split_k)
-            out += [MlpBlocks(bm, bn, bk, default.reduce_n, s) for s in splits]
+    for stages in GPU_STAGES:
+        for bm in rows:
+            for bn, bk in GPU_TILES:
+                if (stages or STAGES) * (bm * bk + 2 * bk * bn) * size > smem:
+                    continue  # the SwiGLU tile's x, gate and up blocks per stage
+                out += [MlpBlocks(bm, bn, bk, default.reduce_n, s, stages) for s in splits]
     return out
 
 

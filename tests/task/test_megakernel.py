@@ -3,6 +3,8 @@ repeated calls, timeouts that name the tile, and graphs that differ across ranks
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import triton
@@ -118,7 +120,8 @@ def test_tile_functions_inline_or_out_of_line(backend):
 def test_tp_mlp_bf16(backend):
     from ditron.task.tp_mlp import MlpBlocks
 
-    blocks = MlpBlocks(block_m=16, block_n=64, block_k=32, reduce_n=128)
+    # the GEMMs' K loops pipelined 2 deep (the interpreter runs them in order)
+    blocks = MlpBlocks(block_m=16, block_n=64, block_k=32, reduce_n=128, stages=2)
     res = ditron.launch(_mlp_case, 2, 5, 96, 80, 1, torch.bfloat16, 2, blocks,
                         backend=backend)
     assert res == [2, 2]
@@ -180,30 +183,65 @@ def test_chain_with_tile_orders_and_programs(programs, backend):
         assert res == [programs] * 2
 
 
-def _missing_rank_case() -> None:
+def _lonely_megakernel():
     from ditron.task.tp_mlp import MlpBlocks, add_tp_mlp
 
     w = ditron.world()
     x = torch.randn(16, 32, device=w.device)
     wg, wu, wd = torch.randn(32, 16), torch.randn(32, 16), torch.randn(16, 32)
     g = dt.TaskGraph("lonely")
+    # items on each rank: up 0, down 1 and 2 (they push into rank 1 too), reduce 3
     add_tp_mlp(g, x, wg.to(w.device), wu.to(w.device), wd.to(w.device), torch.empty_like(x),
                blocks=MlpBlocks(16, 16, 16, 32))
     mk = g.compile()
-    if w.rank == 0:
+    assert mk.schedule.n_items == 4
+    return mk
+
+
+def _missing_rank_case() -> None:
+    mk = _lonely_megakernel()
+    if ditron.world().rank == 0:
         mk()  # rank 1 never calls
+
+
+# rank 0 waits for rank 1's start (its down tiles push into rank 1) and, on a GPU where
+# programs run side by side, for rank 1's down tiles and its own (its reduce tile): which
+# wait gives up first is a race, but the chain the message gives always ends at rank 1
+TIMEOUT_MESSAGE = (r"rank 0: wait on signal megakernel:lonely\[\d+\] \((task 'mlp\.\w+' tile "
+                   r"\d+ on rank 0; it waits for )*(the start of rank 1's call|task 'mlp.down' "
+                   r"tile \d+ on rank 1), call 1\) .*expected >= 1, saw 0")
 
 
 def test_wait_timeout_names_the_tile(backend, monkeypatch):
     monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "0.5")
-    # rank 0 waits for rank 1's start (its down tiles push into rank 1) and, on a GPU where
-    # programs run side by side, for rank 1's down tiles (its reduce tiles): either may
-    # give up first
-    with pytest.raises(ditron.WaitTimeoutError,
-                       match=r"rank 0: wait on signal megakernel:lonely\[\d+\] \((the start of "
-                             r"rank 1's call|task 'mlp.down' tile \d+ on rank 1), call 1\) "
-                             r".*expected >= 1, saw 0"):
+    with pytest.raises(ditron.WaitTimeoutError, match=TIMEOUT_MESSAGE):
         ditron.launch(_missing_rank_case, 2, backend=backend)
+
+
+def _timeout_chain_case() -> list[str] | None:
+    mk = _lonely_megakernel()
+    if ditron.world().rank != 0:
+        return None
+    with pytest.raises(ditron.WaitTimeoutError):
+        mk()  # rank 1 never calls
+
+    def explain(slot: int) -> str:  # as if rank 0's wait for its own item had given up
+        return str(mk._explain(ditron.WaitTimeoutError(0, f"megakernel:lonely[{slot}]", 1, 0,
+                                                       0.5)))
+
+    return [explain(3), explain(1)]
+
+
+def test_wait_timeout_on_an_own_tile_names_what_it_waits_for(backend, monkeypatch):
+    monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "0.5")
+    reduce, down = ditron.launch(_timeout_chain_case, 2, backend=backend)[0]
+    assert re.search(TIMEOUT_MESSAGE, reduce) and re.search(TIMEOUT_MESSAGE, down)
+    # the reduce tile waits for both ranks' down tiles; rank 0's ran (after their own
+    # waits gave up), rank 1's never did
+    assert "(task 'mlp.reduce' tile 0 on rank 0; it waits for task 'mlp.down' tile 0 on " \
+           "rank 1, call 1)" in reduce
+    assert "(task 'mlp.down' tile 0 on rank 0; it waits for the start of rank 1's call, " \
+           "call 1)" in down
 
 
 def _different_graphs_case() -> None:
@@ -276,6 +314,10 @@ def test_tp_mlp_stack_gpu():
     res = ditron.launch(_mlp_case, 1, 16, 2048, 2816, 2, torch.bfloat16, 3, blocks,
                         backend="cuda")
     assert res == [3]
+    # 64-row tiles pipelined 4 deep (the tuner's pick for 64 tokens), 60 tokens
+    res = ditron.launch(_mlp_case, 1, 60, 1024, 1408, 2, torch.bfloat16, 2,
+                        MlpBlocks(64, 128, 64, 256, 4, stages=4), backend="cuda")
+    assert res == [2]
 
 
 @pytest.mark.gpu

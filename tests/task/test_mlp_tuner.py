@@ -23,7 +23,7 @@ def _tune_case(cache_dir: str, M: int, H: int, F: int) -> tuple:
     W = ditron.world().world_size
     # the first candidate cannot be built (block_m < 16): it drops out on every rank
     configs = [MlpBlocks(8, 16, 16, 32, 1), MlpBlocks(16, 16, 16, 32, 1),
-               MlpBlocks(16, 32, 16, 32, 2)]
+               MlpBlocks(16, 32, 16, 32, 2), MlpBlocks(16, 16, 32, 32, 2, stages=2)]
     assert tuned_blocks(M, H, F, torch.float32, W) is None
     chosen = tune_mlp(M, H, F * W, torch.float32, configs=configs, warmup=1, iters=2,
                       progress=False)
@@ -88,4 +88,40 @@ def test_gpu_candidates_cover_the_tokens_and_fit(monkeypatch):
     assert 0 < len(wide) < len(prefill)
     for configs, size in ((prefill, 2), (wide, 4)):
         for b in configs:
-            assert 3 * (b.block_m * b.block_k + 2 * b.block_k * b.block_n) * size <= 232448
+            depth = b.stages or tp_mlp_tuner.STAGES
+            assert depth * (b.block_m * b.block_k + 2 * b.block_k * b.block_n) * size <= 232448
+    # deeper pipelines too, with the tiles that fit them: 64 x 128 x 64 at 4 stages
+    assert {b.stages for b in prefill} == {None, 4}
+    assert MlpBlocks(64, 128, 64, 256, 4, 4) in prefill
+    assert not [b for b in prefill if b.stages == 4 and (b.block_n, b.block_k) == (128, 128)]
+
+
+def test_blocks_labels_round_trip():
+    from ditron.task.tp_mlp import MlpBlocks
+
+    for blocks in (MlpBlocks(), MlpBlocks(64, 128, 64, 256, 8, stages=4),
+                   MlpBlocks(32, 64, 32, 128, 1, stages=2)):
+        assert MlpBlocks.parse(blocks.label()) == blocks
+    assert MlpBlocks.parse("16x128x128x256") == MlpBlocks()
+    assert MlpBlocks.parse("64x128x64x256x4s4").stages == 4
+    for bad in ("16x128", "16x128x128x256x4s", "16x128x128x256x4x3", "big"):
+        with pytest.raises(ValueError, match="is not BMxBNxBKxRN"):
+            MlpBlocks.parse(bad)
+
+
+def _bad_stages() -> str:
+    from ditron import task as dt
+    from ditron.task.tp_mlp import MlpBlocks, add_tp_mlp
+
+    dev = ditron.world().device
+    x = torch.zeros(8, 16, device=dev)
+    w = torch.zeros(16, 16, device=dev)
+    with pytest.raises(ValueError) as info:
+        add_tp_mlp(dt.TaskGraph("bad"), x, w, w, w, torch.empty_like(x),
+                   blocks=MlpBlocks(stages=0))
+    return str(info.value)
+
+
+def test_add_tp_mlp_refuses_a_pipeline_depth_below_one(backend):
+    assert "stages must be None or >= 1, got 0" in ditron.launch(_bad_stages, 1,
+                                                                 backend=backend)[0]
