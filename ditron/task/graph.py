@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -225,21 +226,19 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
             tell[a.item].add(b.rank)
 
     for (_, holder), accs in by_location.items():
-        for j, b in enumerate(accs):
-            for a in accs[:j]:
-                if not (a.write or b.write) or (a.item == b.item and a.rank == b.rank):
-                    continue
-                if not a.region.overlaps(b.region):
-                    continue
-                if a.task == b.task:
-                    name = tasks[a.task].name
-                    raise ValueError(
-                        f"task {name!r}: tile {a.item - offsets[a.task]} on rank {a.rank} "
-                        f"and tile {b.item - offsets[b.task]} on rank {b.rank} access an "
-                        f"overlapping box of one tensor on rank {holder} and one of them "
-                        f"writes it; tiles of a task must be independent")
-                first, second = (a, b) if a.task < b.task else (b, a)
-                edge(first, second)
+        for i, j in _conflicting_pairs(accs):
+            a, b = accs[i], accs[j]
+            if a.item == b.item and a.rank == b.rank:
+                continue  # a tile that reads and writes its own box
+            if a.task == b.task:
+                name = tasks[a.task].name
+                raise ValueError(
+                    f"task {name!r}: tile {a.item - offsets[a.task]} on rank {a.rank} "
+                    f"and tile {b.item - offsets[b.task]} on rank {b.rank} access an "
+                    f"overlapping box of one tensor on rank {holder} and one of them "
+                    f"writes it; tiles of a task must be independent")
+            first, second = (a, b) if a.task < b.task else (b, a)
+            edge(first, second)
         for acc in accs:
             if acc.rank == holder:
                 continue
@@ -267,6 +266,41 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
         ntf_ptr.append(len(ntf_rank))
     return Schedule(rank, world_size, n, order, item_task, item_tile, dep_ptr, dep_slot,
                     ntf_ptr, ntf_rank, sorted(begin), sorted(tail))
+
+
+#: at most this many cells in the grid that ``_conflicting_pairs`` buckets boxes on
+_GRID_CELLS = 4096
+
+
+def _conflicting_pairs(accs: list[_Access]) -> list[tuple[int, int]]:
+    """Index pairs ``(i, j)``, ``i < j``, of the accesses (of one tensor on one rank) whose
+    boxes intersect and of which at least one writes, sorted.
+
+    Only accesses that share a cell of a grid over the boxes are compared: a cell is, per
+    dimension, as long as the shortest box (a box covers few cells) unless that would make
+    more than ``_GRID_CELLS`` cells. Read-only tensors (weights) cost nothing."""
+    if not any(a.write for a in accs):
+        return []
+    boxes = [a.region.box for a in accs]
+    ndim = len(boxes[0])
+    per_dim = max(1, int(_GRID_CELLS ** (1 / ndim))) if ndim else 1
+    cells = []
+    for d in range(ndim):
+        shortest = min(hi - lo for lo, hi in (b[d] for b in boxes))
+        end = max(b[d][1] for b in boxes)
+        cells.append(max(1, shortest, -(-end // per_dim)))
+    grid: dict[tuple[int, ...], list[int]] = {}
+    for i, box in enumerate(boxes):
+        spans = [range(lo // c, (hi - 1) // c + 1) for (lo, hi), c in zip(box, cells,
+                                                                          strict=True)]
+        for key in itertools.product(*spans):
+            grid.setdefault(key, []).append(i)
+    pairs: set[tuple[int, int]] = set()
+    for members in grid.values():
+        for i in members:
+            if accs[i].write:
+                pairs.update((min(i, j), max(i, j)) for j in members if j != i)
+    return sorted(p for p in pairs if accs[p[0]].region.overlaps(accs[p[1]].region))
 
 
 def _prune(deps: list[set[int]], first: int) -> None:

@@ -173,3 +173,33 @@ def test_constexpr_parameters_are_found():
     assert task.constexprs == (False, False, True)
     assert task.args[2] == 16
     assert "t: _noop x 1 tiles" in str(g)
+
+
+@pytest.mark.parametrize("ndim", [0, 1, 2, 3])
+def test_conflicting_pairs_match_all_pairs(ndim):
+    """The grid that finds overlapping boxes finds exactly the pairs that comparing every
+    pair finds: random boxes (thin, wide, whole-tensor ones) on random shapes."""
+    from ditron.task.graph import _Access, _conflicting_pairs
+
+    g = torch.Generator().manual_seed(ndim)
+
+    def rand(hi: int) -> int:
+        return int(torch.randint(0, hi, (), generator=g))
+
+    for trial in range(40):
+        shape = tuple(1 + rand(300) for _ in range(ndim))
+        t = torch.empty(shape, device="meta")
+        accs = []
+        for item in range(1 + rand(60)):
+            spans = []
+            for size in shape:
+                lo = rand(size)
+                kind = rand(3)  # a thin box, a wide one, the whole dimension
+                hi = lo + 1 + (rand(3) if kind == 0 else rand(size) if kind == 1 else size)
+                spans.append((0, size) if kind == 2 else (lo, min(hi, size)))
+            region = dt.region(t, *spans)
+            accs.append(_Access(item // 2, item % 3, 0, region, rand(4) == 0))
+        expected = [(i, j) for i in range(len(accs)) for j in range(i + 1, len(accs))
+                    if (accs[i].write or accs[j].write)
+                    and accs[i].region.overlaps(accs[j].region)]
+        assert _conflicting_pairs(accs) == expected, (trial, shape)
