@@ -85,6 +85,21 @@ def tuned_blocks(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
         return None
 
 
+def _check_blocks(blocks: MlpBlocks) -> None:
+    """Refuse tile sizes Triton would reject only when compiling: block extents are
+    ``tl.arange`` lengths (powers of two), the GEMM tiles' are ``tl.dot`` operands (>= 16)."""
+    for name in ("block_m", "block_n", "block_k", "reduce_n"):
+        v = getattr(blocks, name)
+        least = 1 if name == "reduce_n" else 16
+        if v < least or v & (v - 1):
+            raise ValueError(f"add_tp_mlp: {name} must be a power of two >= {least}"
+                             f"{' (tl.dot)' if least > 1 else ''}, got {v}")
+    if blocks.split_k < 1:
+        raise ValueError(f"add_tp_mlp: split_k must be >= 1, got {blocks.split_k}")
+    if blocks.stages is not None and blocks.stages < 1:
+        raise ValueError(f"add_tp_mlp: stages must be None or >= 1, got {blocks.stages}")
+
+
 def _check(x, w_gate, w_up, w_down, out, residual) -> None:
     M, H = x.shape
     F = w_gate.shape[1]
@@ -122,12 +137,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     W = rt.world.world_size
     if blocks is None:
         blocks = tuned_blocks(*x.shape, w_gate.shape[1], x.dtype, W) or MlpBlocks()
-    if blocks.block_m < 16:
-        raise ValueError(f"add_tp_mlp: block_m must be >= 16 (tl.dot), got {blocks.block_m}")
-    if blocks.split_k < 1:
-        raise ValueError(f"add_tp_mlp: split_k must be >= 1, got {blocks.split_k}")
-    if blocks.stages is not None and blocks.stages < 1:
-        raise ValueError(f"add_tp_mlp: stages must be None or >= 1, got {blocks.stages}")
+    _check_blocks(blocks)
     _check(x, w_gate, w_up, w_down, out, residual)
     M, H = x.shape
     F = w_gate.shape[1]

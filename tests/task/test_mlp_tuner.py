@@ -109,19 +109,29 @@ def test_blocks_labels_round_trip():
             MlpBlocks.parse(bad)
 
 
-def _bad_stages() -> str:
+def _bad_blocks() -> list[str]:
     from ditron import task as dt
     from ditron.task.tp_mlp import MlpBlocks, add_tp_mlp
 
     dev = ditron.world().device
     x = torch.zeros(8, 16, device=dev)
     w = torch.zeros(16, 16, device=dev)
-    with pytest.raises(ValueError) as info:
-        add_tp_mlp(dt.TaskGraph("bad"), x, w, w, w, torch.empty_like(x),
-                   blocks=MlpBlocks(stages=0))
-    return str(info.value)
+    messages = []
+    for blocks in (MlpBlocks(block_m=8), MlpBlocks(block_n=96), MlpBlocks(block_k=8),
+                   MlpBlocks(reduce_n=100), MlpBlocks(split_k=0), MlpBlocks(stages=0)):
+        graph = dt.TaskGraph("bad")
+        with pytest.raises(ValueError) as info:
+            add_tp_mlp(graph, x, w, w, w, torch.empty_like(x), blocks=blocks)
+        assert not graph.tasks  # refused before any task was added
+        messages.append(str(info.value))
+    return messages
 
 
-def test_add_tp_mlp_refuses_a_pipeline_depth_below_one(backend):
-    assert "stages must be None or >= 1, got 0" in ditron.launch(_bad_stages, 1,
-                                                                 backend=backend)[0]
+def test_add_tp_mlp_refuses_tiles_triton_would_reject(backend):
+    messages = ditron.launch(_bad_blocks, 1, backend=backend)[0]
+    assert "block_m must be a power of two >= 16 (tl.dot), got 8" in messages[0]
+    assert "block_n must be a power of two >= 16 (tl.dot), got 96" in messages[1]
+    assert "block_k must be a power of two >= 16 (tl.dot), got 8" in messages[2]
+    assert "reduce_n must be a power of two >= 1, got 100" in messages[3]
+    assert "split_k must be >= 1, got 0" in messages[4]
+    assert "stages must be None or >= 1, got 0" in messages[5]
