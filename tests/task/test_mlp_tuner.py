@@ -128,10 +128,12 @@ def _bad_blocks() -> list[str]:
 
 
 def test_add_tp_mlp_refuses_tiles_triton_would_reject(backend):
+    wanted = ("block_m must be a power of two >= 16 (tl.dot), got 8",
+              "block_n must be a power of two >= 16 (tl.dot), got 96",
+              "block_k must be a power of two >= 16 (tl.dot), got 8",
+              "reduce_n must be a power of two >= 1, got 100",
+              "split_k must be >= 1, got 0", "stages must be None or >= 1, got 0")
     messages = ditron.launch(_bad_blocks, 1, backend=backend)[0]
-    assert "block_m must be a power of two >= 16 (tl.dot), got 8" in messages[0]
-    assert "block_n must be a power of two >= 16 (tl.dot), got 96" in messages[1]
-    assert "block_k must be a power of two >= 16 (tl.dot), got 8" in messages[2]
-    assert "reduce_n must be a power of two >= 1, got 100" in messages[3]
-    assert "split_k must be >= 1, got 0" in messages[4]
-    assert "stages must be None or >= 1, got 0" in messages[5]
+    assert len(messages) == len(wanted)
+    for message, want in zip(messages, wanted, strict=True):
+        assert want in message
