@@ -80,6 +80,9 @@ def test_gpu_candidates_cover_the_tokens_and_fit(monkeypatch):
     decode = tp_mlp_tuner.candidates(16, 4096, 5504, torch.bfloat16, cuda)
     assert decode[0] == MlpBlocks() and len(set(decode)) == len(decode)
     assert {b.block_m for b in decode} == {16}
+    # narrow, deep tiles for small layers: 16 x 64 x 256 fits 3 stages, not 4
+    assert MlpBlocks(16, 64, 256, 256, 4) in decode
+    assert MlpBlocks(16, 64, 256, 256, 4, 4) not in decode
     prefill = tp_mlp_tuner.candidates(64, 4096, 5504, torch.bfloat16, cuda)
     assert {b.block_m for b in prefill} == {16, 32, 64}
     # 64 rows x 128 x 128 at 3 stages needs 240 KiB: left out; in fp32 fewer still fit
