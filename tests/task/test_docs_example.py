@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -19,7 +20,9 @@ def test_docs_example_runs(tmp_path):
                         "if __name__ == '__main__':\n    print(ditron.launch(main, 1))")
     script = tmp_path / "example.py"
     script.write_text(code)
+    # importable from this checkout whether or not it is installed
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=300, cwd=ROOT)
+                         timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": path})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[True]"
