@@ -39,7 +39,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
              trace_prefix: str | None = None, warps: int = 4, inline: bool = False,
              layout: str = "linear", tune: bool = False) -> dict:
     from ditron import task as dt
-    from ditron.task.tp_mlp import add_tp_mlp
+    from ditron.task.tp_mlp import add_tp_mlp_stack
     from ditron.task.tp_mlp_tuner import tune_mlp
 
     w = ditron.world()
@@ -80,13 +80,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
     for spec in blocks:
         start = time.perf_counter()
         graph = dt.TaskGraph(f"bench_{spec}")
-        xs = [x0]
-        h = inbox = None
-        for i, (wg, wu, wd) in enumerate(weights):
-            out = torch.empty_like(x0)
-            h, inbox = add_tp_mlp(graph, xs[-1], wg, wu, wd, out, residual=xs[-1], h=h,
-                                  inbox=inbox, blocks=MlpBlocks.parse(spec), name=f"layer{i}")
-            xs.append(out)
+        stack = add_tp_mlp_stack(graph, x0, weights, blocks=MlpBlocks.parse(spec))
         options = {"num_warps": warps, "outline": not inline}
         if stages is not None:
             options["num_stages"] = stages
@@ -95,7 +89,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         build[spec] = time.perf_counter() - start  # graph, schedule, codegen, Triton compile
-        errors[spec] = float((xs[-1].float() - ref).abs().max() / ref.abs().max())
+        errors[spec] = float((stack.out.float() - ref).abs().max() / ref.abs().max())
         cands[f"megakernel_{spec}"] = mk
         if trace_prefix:  # the same graph traced: a second call after the one that compiles
             traced = graph.compile(programs=programs, trace=True, **options)

@@ -143,7 +143,16 @@ class Schedule:
         return self.world_size * self.n_items + self.world_size
 
     def begin_slot(self, rank: int) -> int:
+        """The slot ``rank`` sets when it starts a call."""
         return self.world_size * self.n_items + rank
+
+    def setter(self, slot: int) -> tuple[int, int | None]:
+        """Who sets ``slot``: ``(rank, item)`` for an item's slot, ``(rank, None)`` for the
+        slot ``rank`` sets when it starts a call."""
+        if slot >= self.world_size * self.n_items:
+            return slot - self.world_size * self.n_items, None
+        rank, item = divmod(slot, self.n_items)
+        return rank, item
 
     def waits(self, item: int) -> list[int]:
         return self.dep_slot[self.dep_ptr[item]:self.dep_ptr[item + 1]]
@@ -320,12 +329,12 @@ def _prune(deps: list[set[int]], first: int) -> None:
         deps[i] -= implied[i]
 
 
-def describe_slot(tasks: Sequence[Task], world_size: int, slot: int) -> str:
-    """What scoreboard slot ``slot`` stands for, in words (for timeout errors)."""
-    n = sum(t.tiles for t in tasks)
-    if slot >= world_size * n:
-        return f"the start of rank {slot - world_size * n}'s call"
-    rank, item = divmod(slot, n)
+def describe_slot(tasks: Sequence[Task], schedule: Schedule, slot: int) -> str:
+    """What scoreboard slot ``slot`` of ``schedule`` stands for, in words (for timeout
+    errors)."""
+    rank, item = schedule.setter(slot)
+    if item is None:
+        return f"the start of rank {rank}'s call"
     for task in tasks:
         if item < task.tiles:
             return f"task {task.name!r} tile {item} on rank {rank}"

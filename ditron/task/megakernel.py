@@ -162,7 +162,7 @@ class Megakernel:
         if not match:
             return exc
         slot = int(match[1])
-        words = [describe_slot(self.graph.tasks, self.schedule.world_size, s)
+        words = [describe_slot(self.graph.tasks, self.schedule, s)
                  for s in (slot, *self._blocked_by(slot, exc.expected))]
         what = "; it waits for ".join(words)
         return WaitTimeoutError(exc.rank, f"{exc.signal} ({what}, call {exc.expected})",
@@ -176,12 +176,17 @@ class Megakernel:
         chain's end does not depend on it."""
         s = self.schedule
         seen = self._pad.signals.tolist()
+
+        def own_item(slot: int) -> int | None:
+            rank, item = s.setter(slot)
+            return item if rank == s.rank else None
+
         chain = []
-        while slot < s.world_size * s.n_items and slot // s.n_items == s.rank:
-            short = [d for d in s.waits(slot % s.n_items) if seen[d] < epoch]
+        while (item := own_item(slot)) is not None:
+            short = [d for d in s.waits(item) if seen[d] < epoch]
             if not short:
                 break
-            slot = next((d for d in short if d // s.n_items != s.rank), short[0])
+            slot = next((d for d in short if own_item(d) is None), short[0])
             chain.append(slot)
         return chain
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 
 import torch
 
@@ -204,3 +205,39 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
         reads=reduce_reads,
         writes=lambda t, r: (region(out, *box(t, H, rn)),))
     return h, inbox
+
+
+
+@dataclasses.dataclass(frozen=True)
+class MlpStack:
+    """What :func:`add_tp_mlp_stack` added: ``outs``, each layer's output (``out``, the
+    last, is the stack's), and the scratch all layers share: ``h`` (local) and ``inbox``
+    (symmetric; ``ditron.free`` it once no call of the graph runs any more)."""
+
+    outs: list[torch.Tensor]
+    h: torch.Tensor
+    inbox: torch.Tensor
+
+    @property
+    def out(self) -> torch.Tensor:
+        return self.outs[-1]
+
+
+def add_tp_mlp_stack(graph: TaskGraph, x: torch.Tensor,
+                     weights: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], *,
+                     blocks: MlpBlocks | None = None, name: str = "layer") -> MlpStack:
+    """Add ``len(weights)`` (>= 1) chained MLPs (:func:`add_tp_mlp`; ``weights[i]``: this
+    rank's ``(w_gate, w_up, w_down)`` of layer ``i``). Layer ``i`` takes the previous
+    layer's output (``x`` for the first) as its input and its residual, ``x_{i+1} = x_i +
+    all_reduce(silu(x_i Wg) * (x_i Wu) Wd)``; its outputs are new tensors like ``x``, its
+    tasks are named ``{name}{i}.up`` ..."""
+    if not weights:
+        raise ValueError("add_tp_mlp_stack: no layers")
+    outs: list[torch.Tensor] = []
+    h = inbox = None
+    for i, (w_gate, w_up, w_down) in enumerate(weights):
+        src = outs[-1] if outs else x
+        outs.append(torch.empty_like(x))
+        h, inbox = add_tp_mlp(graph, src, w_gate, w_up, w_down, outs[-1], residual=src, h=h,
+                              inbox=inbox, blocks=blocks, name=f"{name}{i}")
+    return MlpStack(outs, h, inbox)

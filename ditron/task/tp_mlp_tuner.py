@@ -24,7 +24,7 @@ from ..tune import cache
 from ..tune.decisions import key_for
 from ..tune.tuner import MARGIN, agreed_median, all_ok, time_in_rounds
 from .graph import TaskGraph
-from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp
+from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp_stack
 
 #: (block_n, block_k) tried on GPUs, the default's first: wide tiles read long contiguous
 #: runs of the weights (docs/perf.md, session 31); 64 x 256 keeps their bytes per pipeline
@@ -152,11 +152,5 @@ def _build(x: torch.Tensor, weights: list[tuple[torch.Tensor, ...]], blocks: Mlp
            programs: int | None):
     """The compiled megakernel of the chained MLPs with these tiles, and its inbox."""
     graph = TaskGraph(f"tune_mlp_{blocks.label()}")
-    h = inbox = None
-    src = x
-    for i, (wg, wu, wd) in enumerate(weights):
-        out = torch.empty_like(x)
-        h, inbox = add_tp_mlp(graph, src, wg, wu, wd, out, residual=src, h=h, inbox=inbox,
-                              blocks=blocks, name=f"layer{i}")
-        src = out
-    return graph.compile(programs=programs), inbox
+    stack = add_tp_mlp_stack(graph, x, weights, blocks=blocks)
+    return graph.compile(programs=programs), stack.inbox

@@ -103,6 +103,13 @@ def test_cross_rank_waits_notifies_begin_and_tail():
         assert s.begin_ranks == [left]
         assert s.tail_slots == [left * items + 0, left * items + 1]
         assert s.slots == W * items + W
+        # who sets which slot, as the megakernel's timeout messages name them
+        assert s.begin_slot(right) == begin_right and s.setter(begin_right) == (right, None)
+        assert s.setter(left * items + 1) == (left, 1)
+        assert dt.graph.describe_slot(g.tasks, s, left * items + 3) == \
+            f"task 'use' tile 1 on rank {left}"
+        assert dt.graph.describe_slot(g.tasks, s, begin_right) == \
+            f"the start of rank {right}'s call"
 
 
 def test_two_nodes_each_reach_their_own_peer():

@@ -34,7 +34,7 @@ def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks,
     ``h`` and ``inbox`` shared by all layers) on fresh inputs per call, against the whole
     MLP in float64 (every rank builds every rank's weights from one seed). ``graphed``
     (CUDA): calls after the first replay a CUDA graph that captured the megakernel."""
-    from ditron.task.tp_mlp import add_tp_mlp
+    from ditron.task.tp_mlp import add_tp_mlp_stack
 
     poison_empty()
     w = ditron.world()
@@ -45,16 +45,13 @@ def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks,
              torch.randn(F * W, H, dtype=torch.float64) / (F * W) ** 0.5) for _ in range(layers)]
     cols = slice(rank * F, (rank + 1) * F)
     graph = dt.TaskGraph("mlp")
+    # the gate weight as a transposed view: weights with any strides
+    local = [(wg[:, cols].t().contiguous().to(dev, dtype).t(), wu[:, cols].to(dev, dtype),
+              wd[cols].to(dev, dtype)) for wg, wu, wd in full]
     xs = [torch.empty(M, H, dtype=dtype, device=dev)]
-    h = inbox = None
-    for i, (wg, wu, wd) in enumerate(full):
-        # the gate weight as a transposed view: weights with any strides
-        wg_local = wg[:, cols].t().contiguous().to(dev, dtype).t()
-        out = torch.empty(M, H, dtype=dtype, device=dev)
-        h, inbox = add_tp_mlp(graph, xs[-1], wg_local, wu[:, cols].to(dev, dtype),
-                              wd[cols].to(dev, dtype), out, residual=xs[-1], h=h, inbox=inbox,
-                              blocks=blocks, name=f"layer{i}")
-        xs.append(out)
+    stack = add_tp_mlp_stack(graph, xs[0], local, blocks=blocks)
+    xs += stack.outs
+    assert stack.out is xs[-1] and len(stack.outs) == layers
     mk = graph.compile(outline=outline)
     run = mk
     if graphed:

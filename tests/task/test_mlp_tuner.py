@@ -114,7 +114,7 @@ def test_blocks_labels_round_trip():
 
 def _bad_blocks() -> list[str]:
     from ditron import task as dt
-    from ditron.task.tp_mlp import MlpBlocks, add_tp_mlp
+    from ditron.task.tp_mlp import MlpBlocks, add_tp_mlp, add_tp_mlp_stack
 
     dev = ditron.world().device
     x = torch.zeros(8, 16, device=dev)
@@ -127,15 +127,19 @@ def _bad_blocks() -> list[str]:
             add_tp_mlp(graph, x, w, w, w, torch.empty_like(x), blocks=blocks)
         assert not graph.tasks  # refused before any task was added
         messages.append(str(info.value))
+    with pytest.raises(ValueError) as info:
+        add_tp_mlp_stack(dt.TaskGraph("empty"), x, [])
+    messages.append(str(info.value))
     return messages
 
 
-def test_add_tp_mlp_refuses_tiles_triton_would_reject(backend):
+def test_add_tp_mlp_refuses_bad_tiles_and_empty_stacks(backend):
     wanted = ("block_m must be a power of two >= 16 (tl.dot), got 8",
               "block_n must be a power of two >= 16 (tl.dot), got 96",
               "block_k must be a power of two >= 16 (tl.dot), got 8",
               "reduce_n must be a power of two >= 1, got 100",
-              "split_k must be >= 1, got 0", "stages must be None or >= 1, got 0")
+              "split_k must be >= 1, got 0", "stages must be None or >= 1, got 0",
+              "add_tp_mlp_stack: no layers")
     messages = ditron.launch(_bad_blocks, 1, backend=backend)[0]
     assert len(messages) == len(wanted)
     for message, want in zip(messages, wanted, strict=True):
