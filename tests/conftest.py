@@ -46,11 +46,16 @@ def backend(request) -> str:
 
 @pytest.fixture(autouse=True)
 def _no_leaks():
-    """Every test must leave no rank process and no shared-memory segment behind."""
+    """Every test must leave no rank process and no shared-memory segment behind (segments
+    that existed before it belong to someone else: another test session on the machine)."""
     import multiprocessing
 
+    def ditron_segments() -> set[str]:
+        return {f for f in os.listdir("/dev/shm") if f.startswith("ditron-")}
+
+    before = ditron_segments()
     yield
     leftover = [p for p in multiprocessing.active_children() if p.name.startswith("ditron-rank")]
-    segments = [f for f in os.listdir("/dev/shm") if f.startswith("ditron-")]
+    segments = sorted(ditron_segments() - before)
     assert not leftover, f"rank processes left running: {leftover}"
     assert not segments, f"shared-memory segments left behind: {segments}"
