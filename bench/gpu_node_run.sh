@@ -113,7 +113,7 @@ if want 8; then
 fi
 if want 9 && [ "$NGPU" -ge 2 ]; then
   echo "== (9) a sequence-parallel MLP (ditron.nn) against cuBLAS + NCCL at W=$W"
-  timeout $(left) python3 bench/tp_mlp.py --world-size "$W" --out "$OUT/tp_mlp_w$W.json" \
+  timeout $(left) python3 -m ditron bench tp-mlp --world-size "$W" --out "$OUT/tp_mlp_w$W.json" \
     > "$OUT/tp_mlp.txt" 2>&1 || failed 9
   tail -n 3 "$OUT/tp_mlp.txt"
 fi
