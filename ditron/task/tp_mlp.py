@@ -207,7 +207,6 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     return h, inbox
 
 
-
 @dataclasses.dataclass(frozen=True)
 class MlpStack:
     """What :func:`add_tp_mlp_stack` added: ``outs``, each layer's output (``out``, the

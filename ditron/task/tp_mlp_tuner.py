@@ -28,7 +28,8 @@ from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp_stack
 
 #: (block_n, block_k) tried on GPUs, the default's first: wide tiles read long contiguous
 #: runs of the weights (docs/perf.md, session 31); 64 x 256 keeps their bytes per pipeline
-#: stage on twice as many tiles, 13% faster on layers too small to fill the GPU (session 34)
+#: stage on twice as many tiles: 11-13% less GPU time on layers too small to fill the
+#: GPU (session 34)
 GPU_TILES = ((128, 128), (64, 128), (128, 64), (256, 64), (64, 256))
 #: down-GEMM reduction splits tried on GPUs
 GPU_SPLITS = (2, 4, 8)
