@@ -30,13 +30,13 @@ import torch.distributed as dist
 
 import ditron
 from ditron import trace
-from ditron.task.tp_mlp import MlpBlocks
+from ditron.task.tp_mlp import MlpBlocks, default_blocks
 from ditron.tune.tuner import agreed_median, kernel_time, time_in_rounds
 
 
 def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str], warmup: int,
              iters: int, rounds: int, stages: int | None, programs: int | None,
-             trace_prefix: str | None = None, warps: int = 4, inline: bool = False,
+             trace_prefix: str | None = None, warps: int | None = None, inline: bool = False,
              layout: str = "linear", tune: bool = False) -> dict:
     from ditron import task as dt
     from ditron.task.tp_mlp import add_tp_mlp_stack
@@ -81,7 +81,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
         start = time.perf_counter()
         graph = dt.TaskGraph(f"bench_{spec}")
         stack = add_tp_mlp_stack(graph, x0, weights, blocks=MlpBlocks.parse(spec))
-        options = {"num_warps": warps, "outline": not inline}
+        options = {"num_warps": warps, "outline": not inline}  # None: the tiles' own
         if stages is not None:
             options["num_stages"] = stages
         mk = graph.compile(programs=programs, **options)
@@ -144,13 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--shape", default="16,4096,11008", help="tokens,hidden,ffn (global)")
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--blocks", default="16x128x128x256x4",
-                   help="comma-separated MlpBlocks labels, BMxBNxBKxRN[xSPLIT][sSTAGES] "
-                        "(sSTAGES: the GEMM loops' pipeline depth)")
+    p.add_argument("--blocks",
+                   help="comma-separated MlpBlocks labels, BMxBNxBKxRN[xSPLIT][sSTAGES][wWARPS] "
+                        "(sSTAGES: the GEMM loops' pipeline depth, wWARPS: the num_warps the "
+                        "tiles want; default: add_tp_mlp's untuned choice for the tokens)")
     p.add_argument("--stages", type=int,
                    help="num_stages of the whole megakernel (Triton's default)")
     p.add_argument("--programs", type=int, help="programs per rank (ditron.task's default)")
-    p.add_argument("--warps", type=int, default=4, help="num_warps of the megakernel")
+    p.add_argument("--warps", type=int,
+                   help="num_warps of the megakernel (default: the most its tiles want, 4 "
+                        "unless a label says wWARPS)")
     p.add_argument("--inline", action="store_true",
                    help="inline the tile functions into the item loop (compile(outline=False))")
     p.add_argument("--weights", choices=("linear", "kn"), default="linear",
@@ -170,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     tokens, hidden, ffn = (int(v) for v in args.shape.split(","))
     backend = "cpu" if args.smoke else "cuda"
     try:
-        blocks = [MlpBlocks.parse(b).label() for b in args.blocks.split(",")]
+        blocks = ([MlpBlocks.parse(b).label() for b in args.blocks.split(",")] if args.blocks
+                  else [default_blocks(tokens).label()])
     except ValueError as exc:
         p.error(str(exc))
     if args.smoke:
@@ -184,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                         args.trace, args.warps, args.inline, args.weights, args.tune,
                         backend=backend)[0]
     print(f"{args.layers} layers: tokens {tokens}, hidden {hidden}, ffn {ffn}, "
-          f"W = {args.world_size}, bf16, {args.weights} weights, num_warps {args.warps}, "
+          f"W = {args.world_size}, bf16, {args.weights} weights, "
+          f"num_warps {args.warps or 'from the tiles'}, "
           f"num_stages {args.stages}, programs {args.programs}, "
           f"tiles {'inlined' if args.inline else 'out of line'}; "
           f"us per call (slower rank's median)")

@@ -1,8 +1,11 @@
 """Tile functions: one output tile per call, for task graphs (``ditron.task``).
 
-Each function computes the tile ``tile`` of a row-major tiling of its ``[M, N]`` output
-(``tile = mb * cdiv(N, BLOCK_N) + nb``), with fp32 accumulation and masks for edges, so any
-``M``, ``N``, ``K`` work. ``tile_box`` gives the same tiling on the host (for regions).
+Each function computes the tile ``tile`` of its ``[M, N]`` output, with fp32 accumulation
+and masks for edges, so any ``M``, ``N``, ``K`` work. Tile ids follow the grouped order of
+``swizzle.grouped`` with ``GROUP_M`` row blocks: the row blocks of a group are consecutive
+ids for each column block, so tiles that read the same weight columns run at about the same
+time and share them in L2 (with up to ``GROUP_M`` row blocks, all of them do).
+``tile_box`` gives the same tiling on the host (for regions).
 ``BLOCK_M`` must be at least 16 (``tl.dot``); ``UPCAST`` is the CPU backend's fp32 upcast
 (``kernels/gemm.py`` says why), ``DOT_PRECISION`` Triton's ``input_precision`` and
 ``NUM_STAGES`` the depth of the K loop's software pipeline (``None``, the default: the
@@ -16,12 +19,25 @@ import triton.language as tl
 
 from .. import language as dl
 
+#: row blocks per group of the grouped tile order
+GROUP_M = 8
+_GROUP_M = tl.constexpr(GROUP_M)
 
-def tile_box(tile: int, N: int, block_m: int, block_n: int) -> tuple[tuple[int, int], ...]:
-    """Rows and columns ``((m0, m1), (n0, n1))`` of tile ``tile`` (stops may pass the end;
-    regions clip them)."""
-    mb, nb = divmod(tile, -(-N // block_n))
+
+def tile_box(tile: int, M: int, N: int, block_m: int, block_n: int
+             ) -> tuple[tuple[int, int], ...]:
+    """Rows and columns ``((m0, m1), (n0, n1))`` of tile ``tile`` of an ``[M, N]`` output
+    (stops may pass the end; regions clip them)."""
+    mb, nb = _grouped(tile, -(-M // block_m), -(-N // block_n))
     return (mb * block_m, (mb + 1) * block_m), (nb * block_n, (nb + 1) * block_n)
+
+
+def _grouped(tile: int, tiles_m: int, tiles_n: int) -> tuple[int, int]:
+    """``(mb, nb)`` of ``tile`` in the grouped order (as ``_coords``)."""
+    group, offset = divmod(tile, GROUP_M * tiles_n)
+    first = group * GROUP_M
+    size = min(tiles_m - first, GROUP_M)
+    return first + offset % size, offset // size
 
 
 def num_tiles(M: int, N: int, block_m: int, block_n: int) -> int:
@@ -29,10 +45,15 @@ def num_tiles(M: int, N: int, block_m: int, block_n: int) -> int:
 
 
 @triton.jit
-def _coords(tile, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    offs_m = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    in_group = _GROUP_M * tiles_n
+    first = (tile // in_group) * _GROUP_M
+    size = tl.minimum(tiles_m - first, _GROUP_M)
+    offset = tile % in_group
+    offs_m = (first + offset % size) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = (offset // size) * BLOCK_N + tl.arange(0, BLOCK_N)
     return offs_m, offs_n
 
 
@@ -63,7 +84,7 @@ def matmul_tile(tile, a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_
                 BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                 NUM_STAGES: tl.constexpr = None):
     """``c[tile] = a[rows, :] @ b[:, cols]`` (``a``: [M, K], ``b``: [K, N], any strides)."""
-    offs_m, offs_n = _coords(tile, N, BLOCK_M, BLOCK_N)
+    offs_m, offs_n = _coords(tile, M, N, BLOCK_M, BLOCK_N)
     acc = _dot(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs_n,
                BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST, 0, NUM_STAGES)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -106,7 +127,7 @@ def gated_matmul_tile(tile, x, w_gate, w_up, h, M, N, K, stride_xm, stride_xk, s
                       DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                       NUM_STAGES: tl.constexpr = None):
     """``h[tile] = silu(x @ w_gate) * (x @ w_up)`` (SwiGLU; ``w_gate``, ``w_up``: [K, N])."""
-    offs_m, offs_n = _coords(tile, N, BLOCK_M, BLOCK_N)
+    offs_m, offs_n = _coords(tile, M, N, BLOCK_M, BLOCK_N)
     gate, up = _dot_pair(x, w_gate, w_up, M, N, K, stride_xm, stride_xk, stride_gk,
                          stride_gn, stride_uk, stride_un, offs_m, offs_n, BLOCK_M, BLOCK_N,
                          BLOCK_K, DOT_PRECISION, UPCAST, NUM_STAGES)
@@ -133,7 +154,7 @@ def matmul_push_tile(tile, a, b, inbox, M, N, K, K_CHUNK, SPLIT, stride_am, stri
     N]`` inbox of every rank."""
     tiles_mn = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     kc = tile // tiles_mn
-    offs_m, offs_n = _coords(tile % tiles_mn, N, BLOCK_M, BLOCK_N)
+    offs_m, offs_n = _coords(tile % tiles_mn, M, N, BLOCK_M, BLOCK_N)
     k_hi = tl.minimum(K, (kc + 1) * K_CHUNK)
     acc = _dot(a, b, M, N, k_hi, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs_n,
                BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST, kc * K_CHUNK, NUM_STAGES)
@@ -150,7 +171,7 @@ def sum_slots_tile(tile, inbox, residual, out, M, N, SLOTS, stride_im, stride_in
                    stride_rn, stride_om, stride_on, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
     """``out[tile] = sum_s inbox[s * M + rows, cols] (+ residual[tile])``, summed in fp32."""
-    offs_m, offs_n = _coords(tile, N, BLOCK_M, BLOCK_N)
+    offs_m, offs_n = _coords(tile, M, N, BLOCK_M, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for s in range(0, SLOTS):

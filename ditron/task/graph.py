@@ -36,6 +36,11 @@ import torch
 
 from .region import Region
 
+#: ``num_warps`` Triton accepts for a launch
+WARPS = (1, 2, 4, 8, 16, 32)
+#: the megakernel's ``num_warps`` when no task asks for more (``TaskGraph.num_warps``)
+DEFAULT_WARPS = 4
+
 
 class _Context:
     def __repr__(self) -> str:
@@ -74,11 +79,13 @@ class Task:
     reads: Regions
     writes: Regions
     order: Callable[[int], Sequence[int]] | None = None
+    warps: int | None = None  # the num_warps its tiles were sized for (``TaskGraph.add``)
 
     @classmethod
     def make(cls, name: str, fn, args: tuple, kwargs: dict, *, tiles: int,
              reads: Regions | None, writes: Regions | None,
-             order: Callable[[int], Sequence[int]] | None) -> Task:
+             order: Callable[[int], Sequence[int]] | None,
+             warps: int | None = None) -> Task:
         raw = getattr(fn, "fn", None)
         if raw is None or not hasattr(fn, "arg_names"):
             raise TypeError(f"task {name!r}: fn must be a @triton.jit function, "
@@ -101,9 +108,13 @@ class Task:
                                 f"must be positional")
         if not isinstance(tiles, int) or isinstance(tiles, bool) or tiles < 0:
             raise ValueError(f"task {name!r}: tiles must be an int >= 0, got {tiles!r}")
+        if warps is not None and (not isinstance(warps, int) or isinstance(warps, bool)
+                                  or warps not in WARPS):
+            raise ValueError(f"task {name!r}: warps must be None or one of {WARPS}, "
+                             f"got {warps!r}")
         return cls(name, fn, tuple(p.name for p in params[1:]),
                    tuple(_constexpr(p.annotation) for p in params[1:]), values, tiles,
-                   reads or _no_regions, writes or _no_regions, order)
+                   reads or _no_regions, writes or _no_regions, order, warps)
 
     def tile_order(self, rank: int) -> list[int]:
         if self.order is None:
@@ -345,10 +356,11 @@ def describe_slot(tasks: Sequence[Task], schedule: Schedule, slot: int) -> str:
 class TaskGraph:
     """Tasks in program order; :meth:`compile` makes them one persistent megakernel.
 
-    ``graph.add(name, fn, *args, tiles=n, reads=..., writes=..., order=...)`` registers the
-    tile function ``fn(tile, *args)`` for ``n`` tiles (see :class:`Task`; ``reads`` and
-    ``writes`` map ``(tile, rank)`` to regions, ``order`` maps a rank to its tile order, a
-    distributed swizzle). Every rank builds the same graph.
+    ``graph.add(name, fn, *args, tiles=n, reads=..., writes=..., order=..., warps=...)``
+    registers the tile function ``fn(tile, *args)`` for ``n`` tiles (see :class:`Task`;
+    ``reads`` and ``writes`` map ``(tile, rank)`` to regions, ``order`` maps a rank to its
+    tile order, a distributed swizzle; ``warps``: the ``num_warps`` its tiles were sized
+    for, see :meth:`num_warps`). Every rank builds the same graph.
     """
 
     def __init__(self, name: str = "megakernel") -> None:
@@ -357,13 +369,21 @@ class TaskGraph:
 
     def add(self, name: str, fn, *args, tiles: int, reads: Regions | None = None,
             writes: Regions | None = None,
-            order: Callable[[int], Sequence[int]] | None = None, **kwargs) -> Task:
+            order: Callable[[int], Sequence[int]] | None = None, warps: int | None = None,
+            **kwargs) -> Task:
         if any(t.name == name for t in self.tasks):
             raise ValueError(f"graph {self.name!r} already has a task named {name!r}")
         task = Task.make(name, fn, args, kwargs, tiles=tiles, reads=reads, writes=writes,
-                         order=order)
+                         order=order, warps=warps)
         self.tasks.append(task)
         return task
+
+    def num_warps(self) -> int:
+        """The megakernel's ``num_warps`` unless ``compile`` is told: the most any task
+        asked for (the whole kernel runs with one count, and tiles sized for more warps
+        than they get spill their accumulators), else ``DEFAULT_WARPS``."""
+        return max((t.warps for t in self.tasks if t.warps is not None),
+                   default=DEFAULT_WARPS)
 
     def schedule(self, rank: int, world_size: int, **kw) -> Schedule:
         """``rank``'s schedule in a world of ``world_size`` ranks (host only; see

@@ -41,7 +41,7 @@ from ..runtime.symmetric import is_symmetric
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from . import codegen
-from .graph import CTX, Schedule, TaskGraph, derive, describe_slot
+from .graph import CTX, WARPS, Schedule, TaskGraph, derive, describe_slot
 
 #: default programs per SM on a GPU of its own: programs that do not fit wait for an SM and
 #: take no ticket until they run, so more than fit is safe (module docstring)
@@ -59,7 +59,7 @@ def _default_programs(device: torch.device, local_world_size: int) -> int:
 
 
 def _fingerprint(graph: TaskGraph) -> list:
-    return [(t.name, t.fn.fn.__module__, t.fn.fn.__qualname__, t.tiles,
+    return [(t.name, t.fn.fn.__module__, t.fn.fn.__qualname__, t.tiles, t.warps,
              tuple(type(a).__name__ for a in t.args)) for t in graph.tasks]
 
 
@@ -198,14 +198,16 @@ class Megakernel:
                 f"programs)")
 
 
-def compile_graph(graph: TaskGraph, *, programs: int | None = None, num_warps: int = 4,
+def compile_graph(graph: TaskGraph, *, programs: int | None = None,
+                  num_warps: int | None = None,
                   trace: bool | None = None, outline: bool = True,
                   **launch_options) -> Megakernel:
     """Derive this rank's schedule and build the megakernel (collective: every rank calls it
     for the same graph; it allocates the scoreboard in the symmetric heap).
 
     ``programs``: persistent programs per rank (default: see the module docstring);
-    ``num_warps`` and other keywords (``num_stages``...) go to the Triton launch;
+    ``num_warps`` (default: ``graph.num_warps()``, what its tasks asked for) and other
+    keywords (``num_stages``...) go to the Triton launch;
     ``trace``: record every item's start, end of waits, end of tile and end (after its
     notifies) and hand them to ``ditron.trace`` after each call, which then synchronises
     (default: ``ditron.trace.enabled()``, i.e. ``DITRON_TRACE=1``); ``outline``: call the
@@ -219,6 +221,8 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None, num_warps: i
     w = rt.world
     if programs is not None and (not isinstance(programs, int) or programs < 1):
         raise ValueError(f"programs must be an int >= 1, got {programs!r}")
+    if num_warps is not None and num_warps not in WARPS:
+        raise ValueError(f"num_warps must be one of {WARPS}, got {num_warps!r}")
     for task in graph.tasks:
         for name, value in zip(task.params, task.args, strict=True):
             if isinstance(value, torch.Tensor) and value.device != w.device:
@@ -230,13 +234,13 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None, num_warps: i
         for r, fp in enumerate(prints):
             if fp != prints[0]:
                 raise ValueError(f"ditron.task: rank {r} built a different graph than rank 0 "
-                                 f"(tasks, tile counts and argument kinds must agree): "
+                                 f"(tasks, tile counts, warps and argument kinds must agree): "
                                  f"{fp} vs {prints[0]}")
     schedule = derive(graph.tasks, w.rank, w.world_size, local_world_size=w.local_world_size,
                       is_symmetric=is_symmetric)
     mk = Megakernel(graph, schedule, programs or _default_programs(w.device,
                                                                      w.local_world_size),
-                    {"num_warps": num_warps, **launch_options},
+                    {"num_warps": num_warps or graph.num_warps(), **launch_options},
                     tracing.enabled() if trace is None else trace, outline)
     if w.world_size > 1:
         barrier()  # every scoreboard is zeroed before any rank's first call

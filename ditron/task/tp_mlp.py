@@ -29,7 +29,7 @@ from ..runtime.symmetric import empty
 from ..runtime.world import current
 from ..tune import cache
 from ..tune.decisions import key_for
-from .graph import CTX, TaskGraph
+from .graph import CTX, WARPS, TaskGraph
 from .region import region
 
 
@@ -41,10 +41,12 @@ class MlpBlocks:
     tile of its own (more tiles in flight, and each can start as soon as the ``up`` tiles
     of its chunk of ``h`` are done); the reduce task sums their partials. ``stages``: how
     deep the two GEMMs' K loops are software-pipelined (``None``: the megakernel's
-    ``num_stages``, Triton's default unless given to ``compile``). The defaults were the
-    fastest of those measured on an H200 for 16 tokens at hidden 1024 and 4096
-    (``docs/perf.md``, session 31): wide tiles, whose weight rows are long contiguous runs,
-    and few of them."""
+    ``num_stages``, Triton's default unless given to ``compile``). ``warps``: the
+    ``num_warps`` the tiles are sized for (``None``: the megakernel's default, 4); the
+    megakernel runs with the most any of its tasks asks for (``TaskGraph.num_warps``). The
+    defaults were the fastest of those measured on an H200 for 16 tokens at hidden 1024
+    and 4096 (``docs/perf.md``, session 31): wide tiles, whose weight rows are long
+    contiguous runs, and few of them."""
 
     block_m: int = 16
     block_n: int = 128
@@ -52,23 +54,46 @@ class MlpBlocks:
     reduce_n: int = 256
     split_k: int = 4
     stages: int | None = None
+    warps: int | None = None
 
     def label(self) -> str:
-        """``BMxBNxBKxRNxSPLIT``, then ``sSTAGES`` when set: ``64x128x64x256x4s4``."""
+        """``BMxBNxBKxRNxSPLIT``, then ``sSTAGES`` and ``wWARPS`` when set:
+        ``128x128x64x256x4s4w8``."""
         depth = f"s{self.stages}" if self.stages is not None else ""
+        warps = f"w{self.warps}" if self.warps is not None else ""
         return (f"{self.block_m}x{self.block_n}x{self.block_k}x{self.reduce_n}x"
-                f"{self.split_k}{depth}")
+                f"{self.split_k}{depth}{warps}")
 
     @classmethod
     def parse(cls, label: str) -> MlpBlocks:
         """The inverse of :meth:`label` (``xSPLIT`` may be left out for the default)."""
-        match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:x(\d+))?(?:s(\d+))?", label.strip())
+        match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:x(\d+))?(?:s(\d+))?(?:w(\d+))?",
+                             label.strip())
         if not match:
-            raise ValueError(f"MlpBlocks: {label!r} is not BMxBNxBKxRN[xSPLIT][sSTAGES], e.g. "
-                             f"16x128x128x256x4 or 64x128x64x256x4s4")
-        bm, bn, bk, rn, split, stages = match.groups()
+            raise ValueError(f"MlpBlocks: {label!r} is not BMxBNxBKxRN[xSPLIT][sSTAGES][wWARPS], "
+                             f"e.g. 16x128x128x256x4 or 128x128x64x256x4s4w8")
+        bm, bn, bk, rn, split, stages, warps = match.groups()
         return cls(int(bm), int(bn), int(bk), int(rn), int(split) if split else cls.split_k,
-                   int(stages) if stages else None)
+                   int(stages) if stages else None, int(warps) if warps else None)
+
+
+def default_blocks(tokens: int, dtype: torch.dtype = torch.bfloat16) -> MlpBlocks:
+    """The tiles ``add_tp_mlp`` uses for ``tokens`` rows of ``dtype`` when none are tuned:
+    the fastest measured on an H200 in bf16 for the power of two covering the tokens, up to
+    128 rows (``docs/perf.md``, sessions 31-35). More rows per tile read the weights fewer
+    times; 128-row tiles need 8 warps to hold their two accumulators. For 4-byte dtypes
+    ``block_k`` is halved: the same bytes per pipeline stage, which fit in shared memory."""
+    if tokens <= 16:
+        blocks = MlpBlocks()
+    elif tokens <= 32:
+        blocks = MlpBlocks(32, 128, 128, 256, 4)
+    elif tokens <= 64:
+        blocks = MlpBlocks(64, 128, 64, 256, 4, stages=4)
+    else:
+        blocks = MlpBlocks(128, 128, 64, 256, 4, stages=4, warps=8)
+    if dtype.itemsize > 2:
+        blocks = dataclasses.replace(blocks, block_k=blocks.block_k // 2)
+    return blocks
 
 
 #: the tuner's cache names its MLP decisions so (``task/tp_mlp_tuner.py``)
@@ -99,6 +124,9 @@ def _check_blocks(blocks: MlpBlocks) -> None:
         raise ValueError(f"add_tp_mlp: split_k must be >= 1, got {blocks.split_k}")
     if blocks.stages is not None and blocks.stages < 1:
         raise ValueError(f"add_tp_mlp: stages must be None or >= 1, got {blocks.stages}")
+    if blocks.warps is not None and blocks.warps not in WARPS:
+        raise ValueError(f"add_tp_mlp: warps must be None or one of {WARPS}, got "
+                         f"{blocks.warps}")
 
 
 def _check(x, w_gate, w_up, w_down, out, residual) -> None:
@@ -131,13 +159,14 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     the ``reduce`` tiles then also wait for the ``up`` tiles that read their rows) or the
     next layer's input. ``blocks``: the tile sizes; by default those that ``tune_mlp``
     (``task/tp_mlp_tuner.py``) cached for these shapes, dtype and world size on this
-    device, else ``MlpBlocks()``."""
+    device, else :func:`default_blocks` for its rows."""
     if x.dim() != 2 or w_gate.dim() != 2:
         raise ValueError("add_tp_mlp: x and the weights must be 2-d")
     rt = current()
     W = rt.world.world_size
     if blocks is None:
-        blocks = tuned_blocks(*x.shape, w_gate.shape[1], x.dtype, W) or MlpBlocks()
+        blocks = (tuned_blocks(*x.shape, w_gate.shape[1], x.dtype, W)
+                  or default_blocks(x.shape[0], x.dtype))
     _check_blocks(blocks)
     _check(x, w_gate, w_up, w_down, out, residual)
     M, H = x.shape
@@ -156,12 +185,12 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     upcast = rt.world.backend == "cpu"
 
     def box(t, n, block_n):
-        return tiles.tile_box(t, n, bm, block_n)
+        return tiles.tile_box(t, M, n, bm, block_n)
 
     graph.add(
         f"{name}.up", tiles.gated_matmul_tile, x, w_gate, w_up, h, M, F, H, *x.stride(),
         *w_gate.stride(), *w_up.stride(), *h.stride(), bm, bn, bk, precision, upcast,
-        blocks.stages, tiles=tiles.num_tiles(M, F, bm, bn),
+        blocks.stages, tiles=tiles.num_tiles(M, F, bm, bn), warps=blocks.warps,
         reads=lambda t, r: (region(x, box(t, F, bn)[0]),
                             region(w_gate, (0, H), box(t, F, bn)[1]),
                             region(w_up, (0, H), box(t, F, bn)[1])),
@@ -187,7 +216,8 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     graph.add(
         f"{name}.down", tiles.matmul_push_tile, h, w_down, inbox, M, H, F, chunk, S,
         *h.stride(), *w_down.stride(), *inbox.stride(), CTX, bm, bn, bk, precision, upcast,
-        blocks.stages, tiles=S * down_mn, reads=down_reads, writes=down_writes)
+        blocks.stages, tiles=S * down_mn, reads=down_reads, writes=down_writes,
+        warps=blocks.warps)
 
     def reduce_reads(t, r):
         rows, cols = box(t, H, rn)
@@ -201,7 +231,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     graph.add(
         f"{name}.reduce", tiles.sum_slots_tile, inbox, res, out, M, H, W * S, *inbox.stride(),
         *res.stride(), *out.stride(), bm, rn, residual is not None,
-        tiles=tiles.num_tiles(M, H, bm, rn),
+        tiles=tiles.num_tiles(M, H, bm, rn), warps=blocks.warps,
         reads=reduce_reads,
         writes=lambda t, r: (region(out, *box(t, H, rn)),))
     return h, inbox

@@ -5,13 +5,14 @@ times them with the tuner's protocol (``tune/tuner.py``: fixed warm-up and sampl
 every rank, rounds whose order rotates, the slowest rank's median). The fastest candidate is
 cached (``tune/cache.py``) under the shapes one rank's ``add_tp_mlp`` sees, the dtype, the
 world size and the device, and ``add_tp_mlp(..., blocks=None)`` uses it from then on. The
-default ``MlpBlocks()`` (with ``block_m`` covering the tokens) stays unless another
-candidate beats it by ``MARGIN``: a gain inside the run-to-run noise is not taken.
+untuned default (``tp_mlp.default_blocks(tokens)``) stays unless another candidate beats it
+by ``MARGIN``: a gain inside the run-to-run noise is not taken.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import sys
 
@@ -23,8 +24,8 @@ from ..runtime.world import current
 from ..tune import cache
 from ..tune.decisions import key_for
 from ..tune.tuner import MARGIN, agreed_median, all_ok, time_in_rounds
-from .graph import TaskGraph
-from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp_stack
+from .graph import DEFAULT_WARPS, TaskGraph
+from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp_stack, default_blocks
 
 #: (block_n, block_k) tried on GPUs, the default's first: wide tiles read long contiguous
 #: runs of the weights (docs/perf.md, session 31); 64 x 256 keeps their bytes per pipeline
@@ -38,32 +39,48 @@ STAGES = 3
 #: the GEMM loops' pipeline depths tried on GPUs (``MlpBlocks.stages``; ``None``: the
 #: megakernel's): one deeper than the default paid 11% at 64 tokens (docs/perf.md, session 33)
 GPU_STAGES = (None, 4)
+#: num_warps tried on GPUs (``MlpBlocks.warps``; ``None``: the megakernel's 4), 8 only for
+#: tiles of at least ``WIDE_ROWS`` rows: it paid 25% at 128 tokens, and cost 5% at 16
+#: (docs/perf.md, session 35)
+GPU_WARPS = (None, 8)
+WIDE_ROWS = 64
+#: the most rows a tile gets: 128 rows read the weights once for up to 128 tokens
+MAX_ROWS = 128
+#: fp32 accumulator registers per thread a candidate may need (the SwiGLU tile holds two
+#: ``block_m x block_n`` ones): beyond that they spill (4x slower, session 35)
+ACC_REGS = 128
 
 
 def candidates(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
                device: torch.device) -> list[MlpBlocks]:
     """The configurations ``tune_mlp`` tries for one rank's shapes (``ffn``: this rank's
-    columns), the default first. On GPUs: for each depth of ``GPU_STAGES``, ``block_m`` 16
-    and, for more than 16 tokens, 32 and 64 up to the power of two covering them, each with
-    the tiles of ``GPU_TILES`` whose SwiGLU tile fits in shared memory at that depth, and
-    the splits of ``GPU_SPLITS``. On the CPU: three small configurations (for tests; the
-    interpreter's times say little)."""
+    columns), ``default_blocks(tokens, dtype)`` first. On GPUs: for each depth of ``GPU_STAGES``
+    and warp count of ``GPU_WARPS``, ``block_m`` the power of two covering the tokens and
+    half that (16 to ``MAX_ROWS``), each with the tiles of ``GPU_TILES`` whose SwiGLU tile
+    fits in shared memory at that depth and in ``ACC_REGS`` registers at that warp count,
+    and the splits of ``GPU_SPLITS``. On the CPU: three small configurations (for tests;
+    the interpreter's times say little)."""
     if device.type != "cuda":
         return [MlpBlocks(16, 16, 16, 32, 1), MlpBlocks(16, 32, 16, 32, 2),
                 MlpBlocks(16, 16, 32, 32, 2, stages=2)]
     cover = 1 << max(tokens - 1, 1).bit_length()  # the power of two covering the tokens
-    rows = sorted({16, min(32, max(cover, 16)), min(64, max(cover, 16))})
+    rows = sorted({min(MAX_ROWS, max(16, cover >> i)) for i in (0, 1)})
     smem = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
     size = torch.empty((), dtype=dtype).element_size()
-    default = MlpBlocks()
-    splits = sorted(GPU_SPLITS, key=lambda s: s != default.split_k)
-    out = []
-    for stages in GPU_STAGES:
-        for bm in rows:
-            for bn, bk in GPU_TILES:
-                if (stages or STAGES) * (bm * bk + 2 * bk * bn) * size > smem:
-                    continue  # the SwiGLU tile's x, gate and up blocks per stage
-                out += [MlpBlocks(bm, bn, bk, default.reduce_n, s, stages) for s in splits]
+    first = default_blocks(tokens, dtype)
+    splits = sorted(GPU_SPLITS, key=lambda s: s != first.split_k)
+    out = [first]
+    for stages, warps, bm in itertools.product(GPU_STAGES, GPU_WARPS, rows):
+        threads = 32 * (warps or DEFAULT_WARPS)
+        if warps is not None and bm < WIDE_ROWS:
+            continue
+        for bn, bk in GPU_TILES:
+            if (stages or STAGES) * (bm * bk + 2 * bk * bn) * size > smem:
+                continue  # the SwiGLU tile's x, gate and up blocks per stage
+            if 2 * bm * bn > ACC_REGS * threads:
+                continue
+            out += [b for s in splits
+                    if (b := MlpBlocks(bm, bn, bk, first.reduce_n, s, stages, warps)) != first]
     return out
 
 

@@ -173,6 +173,21 @@ def test_bad_graphs_raise():
         wrong.schedule(0, 1)
 
 
+def test_the_graph_runs_with_the_most_warps_a_task_asks_for():
+    x = torch.empty(32)
+    g = dt.TaskGraph("warps")
+    assert g.num_warps() == dt.graph.DEFAULT_WARPS == 4
+    g.add("a", _noop, x, 32, 8, tiles=1)
+    g.add("b", _noop, x, 32, 8, tiles=1, warps=8)
+    g.add("c", _noop, x, 32, 8, tiles=1, warps=2)
+    assert [t.warps for t in g.tasks] == [None, 8, 2]
+    assert g.num_warps() == 8
+    for bad in (3, 0, 64, True, 8.0):
+        with pytest.raises(ValueError, match="warps must be None or one of"):
+            g.add("bad", _noop, x, 32, 8, tiles=1, warps=bad)
+    assert len(g.tasks) == 3
+
+
 def test_constexpr_parameters_are_found():
     g = dt.TaskGraph()
     task = g.add("t", _noop, torch.empty(4), 4, BLOCK=16, tiles=1)

@@ -262,6 +262,9 @@ def _bad_compile_case() -> int:
     g.add("scale", _scale_tile, x, x, 64, 2.0, 16, tiles=4)
     with pytest.raises(ValueError, match="programs must be an int >= 1"):
         g.compile(programs=0)
+    with pytest.raises(ValueError, match=r"num_warps must be one of \(1, 2, 4, 8, 16, 32\), "
+                                         "got 6"):
+        g.compile(num_warps=6)
     # a remote region of a tensor that is not symmetric
     far = dt.TaskGraph("far")
     far.add("w", _scale_tile, x, x, 64, 2.0, 16, tiles=1,
@@ -297,11 +300,13 @@ def _matmul_case(M: int, N: int, K: int, dtype) -> int:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_matmul_tile(dtype, backend):
     assert ditron.launch(_matmul_case, 1, 33, 70, 45, dtype, backend=backend) == [1]
+    # 10 row blocks: a full group of the grouped tile order, then a short one
+    assert ditron.launch(_matmul_case, 1, 150, 40, 20, dtype, backend=backend) == [1]
 
 
 @pytest.mark.gpu
 def test_tp_mlp_stack_gpu():
-    from ditron.task.tp_mlp import MlpBlocks
+    from ditron.task.tp_mlp import MlpBlocks, default_blocks
 
     # two ranks sharing the GPU (half its SMs each), then one rank with a decode-size layer
     blocks = MlpBlocks()
@@ -315,6 +320,13 @@ def test_tp_mlp_stack_gpu():
     res = ditron.launch(_mlp_case, 1, 60, 1024, 1408, 2, torch.bfloat16, 2,
                         MlpBlocks(64, 128, 64, 256, 4, stages=4), backend="cuda")
     assert res == [2]
+    # the default for 100 tokens: one 128-row block, 8 warps; grouped tile order on 2 ranks
+    res = ditron.launch(_mlp_case, 1, 100, 1024, 1408, 2, torch.bfloat16, 2,
+                        default_blocks(100), backend="cuda")
+    assert res == [2]
+    res = ditron.launch(_mlp_case, 2, 100, 512, 704, 2, torch.bfloat16, 2,
+                        MlpBlocks(32, 64, 64, 128, 2, warps=8), backend="cuda")
+    assert res == [2, 2]
 
 
 @pytest.mark.gpu

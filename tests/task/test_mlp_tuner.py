@@ -21,6 +21,15 @@ def _tune_case(cache_dir: str, M: int, H: int, F: int) -> tuple:
 
     os.environ["DITRON_CACHE_DIR"] = cache_dir
     W = ditron.world().world_size
+    dev = ditron.world().device
+    wg, wd = torch.zeros(H, F, device=dev), torch.zeros(F, H, device=dev)
+    # untuned: the default for the rows, here 128-row tiles that ask for 8 warps
+    x = torch.zeros(100, H, device=dev)
+    g = dt.TaskGraph("untuned")
+    add_tp_mlp(g, x, wg, wg, wd, torch.empty_like(x))
+    assert [t.warps for t in g.tasks] == [8, 8, 8]
+    assert g.tasks[0].tiles == tiles.num_tiles(100, F, 128, 128)
+    assert g.compile().launch_options["num_warps"] == 8
     # the first candidate cannot be built (block_m < 16): it drops out on every rank
     configs = [MlpBlocks(8, 16, 16, 32, 1), MlpBlocks(16, 16, 16, 32, 1),
                MlpBlocks(16, 32, 16, 32, 2), MlpBlocks(16, 16, 32, 32, 2, stages=2)]
@@ -30,9 +39,7 @@ def _tune_case(cache_dir: str, M: int, H: int, F: int) -> tuple:
     assert chosen in configs[1:]
     assert tuned_blocks(M, H, F, torch.float32, W) == chosen
     # the next MLP built without blocks takes the tuned tiles, and still matches torch
-    dev = ditron.world().device
     x = torch.zeros(M, H, device=dev)
-    wg, wd = torch.zeros(H, F, device=dev), torch.zeros(F, H, device=dev)
     g = dt.TaskGraph("probe")
     add_tp_mlp(g, x, wg, wg, wd, torch.empty_like(x))
     assert g.tasks[0].tiles == tiles.num_tiles(M, F, chosen.block_m, chosen.block_n)
@@ -70,7 +77,7 @@ def test_tune_mlp_refuses_bad_shapes(backend):
 
 def test_gpu_candidates_cover_the_tokens_and_fit(monkeypatch):
     from ditron.task import tp_mlp_tuner
-    from ditron.task.tp_mlp import MlpBlocks
+    from ditron.task.tp_mlp import MlpBlocks, default_blocks
 
     class Props:  # an H200's shared memory per block
         shared_memory_per_block_optin = 232448
@@ -78,24 +85,35 @@ def test_gpu_candidates_cover_the_tokens_and_fit(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props())
     cuda = torch.device("cuda")
     decode = tp_mlp_tuner.candidates(16, 4096, 5504, torch.bfloat16, cuda)
-    assert decode[0] == MlpBlocks() and len(set(decode)) == len(decode)
-    assert {b.block_m for b in decode} == {16}
+    assert decode[0] == MlpBlocks() == default_blocks(16)
+    assert {b.block_m for b in decode} == {16} and {b.warps for b in decode} == {None}
     # narrow, deep tiles for small layers: 16 x 64 x 256 fits 3 stages, not 4
     assert MlpBlocks(16, 64, 256, 256, 4) in decode
     assert MlpBlocks(16, 64, 256, 256, 4, 4) not in decode
     prefill = tp_mlp_tuner.candidates(64, 4096, 5504, torch.bfloat16, cuda)
-    assert {b.block_m for b in prefill} == {16, 32, 64}
+    assert prefill[0] == default_blocks(64) == MlpBlocks(64, 128, 64, 256, 4, 4)
+    assert {b.block_m for b in prefill} == {32, 64}  # covering the tokens, and half
     # 64 rows x 128 x 128 at 3 stages needs 240 KiB: left out; in fp32 fewer still fit
     assert not [b for b in prefill if (b.block_m, b.block_n, b.block_k) == (64, 128, 128)]
     wide = tp_mlp_tuner.candidates(64, 4096, 5504, torch.float32, cuda)
     assert 0 < len(wide) < len(prefill)
-    for configs, size in ((prefill, 2), (wide, 4)):
+    assert wide[0] == default_blocks(64, torch.float32) == MlpBlocks(64, 128, 32, 256, 4, 4)
+    batch = tp_mlp_tuner.candidates(100, 4096, 5504, torch.bfloat16, cuda)
+    assert batch[0] == default_blocks(100) == MlpBlocks(128, 128, 64, 256, 4, 4, warps=8)
+    assert {b.block_m for b in batch} == {64, 128}
+    # 128 x 128 needs 8 warps for its two accumulators; 8 warps only from 64 rows on
+    assert MlpBlocks(128, 128, 64, 256, 4, 4) not in batch
+    assert MlpBlocks(64, 128, 64, 256, 4, 4, warps=8) in batch
+    assert {b.warps for b in prefill} == {b.warps for b in batch} == {None, 8}
+    for configs, size in ((decode, 2), (prefill, 2), (wide, 4), (batch, 2)):
+        assert len(set(configs)) == len(configs)
         for b in configs:
             depth = b.stages or tp_mlp_tuner.STAGES
             assert depth * (b.block_m * b.block_k + 2 * b.block_k * b.block_n) * size <= 232448
+            assert 2 * b.block_m * b.block_n <= tp_mlp_tuner.ACC_REGS * 32 * (b.warps or 4)
+            assert b.warps is None or b.block_m >= tp_mlp_tuner.WIDE_ROWS
     # deeper pipelines too, with the tiles that fit them: 64 x 128 x 64 at 4 stages
     assert {b.stages for b in prefill} == {None, 4}
-    assert MlpBlocks(64, 128, 64, 256, 4, 4) in prefill
     assert not [b for b in prefill if b.stages == 4 and (b.block_n, b.block_k) == (128, 128)]
 
 
@@ -103,11 +121,14 @@ def test_blocks_labels_round_trip():
     from ditron.task.tp_mlp import MlpBlocks
 
     for blocks in (MlpBlocks(), MlpBlocks(64, 128, 64, 256, 8, stages=4),
-                   MlpBlocks(32, 64, 32, 128, 1, stages=2)):
+                   MlpBlocks(32, 64, 32, 128, 1, stages=2), MlpBlocks(128, warps=8),
+                   MlpBlocks(128, 128, 64, 256, 4, stages=4, warps=8)):
         assert MlpBlocks.parse(blocks.label()) == blocks
     assert MlpBlocks.parse("16x128x128x256") == MlpBlocks()
     assert MlpBlocks.parse("64x128x64x256x4s4").stages == 4
-    for bad in ("16x128", "16x128x128x256x4s", "16x128x128x256x4x3", "big"):
+    assert MlpBlocks(128, 128, 64, 256, 4, 4, 8).label() == "128x128x64x256x4s4w8"
+    for bad in ("16x128", "16x128x128x256x4s", "16x128x128x256x4x3", "big",
+                "16x128x128x256x4w8s4"):
         with pytest.raises(ValueError, match="is not BMxBNxBKxRN"):
             MlpBlocks.parse(bad)
 
@@ -121,7 +142,8 @@ def _bad_blocks() -> list[str]:
     w = torch.zeros(16, 16, device=dev)
     messages = []
     for blocks in (MlpBlocks(block_m=8), MlpBlocks(block_n=96), MlpBlocks(block_k=8),
-                   MlpBlocks(reduce_n=100), MlpBlocks(split_k=0), MlpBlocks(stages=0)):
+                   MlpBlocks(reduce_n=100), MlpBlocks(split_k=0), MlpBlocks(stages=0),
+                   MlpBlocks(warps=6)):
         graph = dt.TaskGraph("bad")
         with pytest.raises(ValueError) as info:
             add_tp_mlp(graph, x, w, w, w, torch.empty_like(x), blocks=blocks)
@@ -139,6 +161,7 @@ def test_add_tp_mlp_refuses_bad_tiles_and_empty_stacks(backend):
               "block_k must be a power of two >= 16 (tl.dot), got 8",
               "reduce_n must be a power of two >= 1, got 100",
               "split_k must be >= 1, got 0", "stages must be None or >= 1, got 0",
+              "warps must be None or one of (1, 2, 4, 8, 16, 32), got 6",
               "add_tp_mlp_stack: no layers")
     messages = ditron.launch(_bad_blocks, 1, backend=backend)[0]
     assert len(messages) == len(wanted)
