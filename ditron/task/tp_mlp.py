@@ -32,6 +32,9 @@ from ..tune.decisions import key_for
 from .graph import CTX, WARPS, TaskGraph
 from .region import region
 
+#: Triton's default pipeline depth on sm_90, which the megakernel keeps unless told
+STAGES = 3
+
 
 @dataclasses.dataclass(frozen=True)
 class MlpBlocks:
@@ -56,6 +59,12 @@ class MlpBlocks:
     stages: int | None = None
     warps: int | None = None
 
+    def smem_bytes(self, itemsize: int) -> int:
+        """Shared memory of the largest tile's pipeline (``up``'s: the ``x``, gate and up
+        blocks of every stage, ``STAGES`` deep unless ``stages`` says)."""
+        return ((self.stages or STAGES) * (self.block_m * self.block_k
+                                           + 2 * self.block_k * self.block_n) * itemsize)
+
     def label(self) -> str:
         """``BMxBNxBKxRNxSPLIT``, then ``sSTAGES`` and ``wWARPS`` when set:
         ``128x128x64x256x4s4w8``."""
@@ -77,12 +86,14 @@ class MlpBlocks:
                    int(stages) if stages else None, int(warps) if warps else None)
 
 
-def default_blocks(tokens: int, dtype: torch.dtype = torch.bfloat16) -> MlpBlocks:
+def default_blocks(tokens: int, dtype: torch.dtype = torch.bfloat16,
+                   smem: int | None = None) -> MlpBlocks:
     """The tiles ``add_tp_mlp`` uses for ``tokens`` rows of ``dtype`` when none are tuned:
     the fastest measured on an H200 in bf16 for the power of two covering the tokens, up to
     128 rows (``docs/perf.md``, sessions 31-35). More rows per tile read the weights fewer
-    times; 128-row tiles need 8 warps to hold their two accumulators. For 4-byte dtypes
-    ``block_k`` is halved: the same bytes per pipeline stage, which fit in shared memory."""
+    times; 128-row tiles need 8 warps to hold their two accumulators. ``smem``: the shared
+    memory a program may use (``shared_memory``); ``block_k`` is halved until the tiles
+    fit in it (fp32, or GPUs with less than an H200's)."""
     if tokens <= 16:
         blocks = MlpBlocks()
     elif tokens <= 32:
@@ -91,9 +102,16 @@ def default_blocks(tokens: int, dtype: torch.dtype = torch.bfloat16) -> MlpBlock
         blocks = MlpBlocks(64, 128, 64, 256, 4, stages=4)
     else:
         blocks = MlpBlocks(128, 128, 64, 256, 4, stages=4, warps=8)
-    if dtype.itemsize > 2:
+    while smem is not None and blocks.block_k > 16 and blocks.smem_bytes(dtype.itemsize) > smem:
         blocks = dataclasses.replace(blocks, block_k=blocks.block_k // 2)
     return blocks
+
+
+def shared_memory(device: torch.device) -> int | None:
+    """Shared memory per program on ``device`` (opt-in), ``None`` off GPUs."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
 
 
 #: the tuner's cache names its MLP decisions so (``task/tp_mlp_tuner.py``)
@@ -166,7 +184,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     W = rt.world.world_size
     if blocks is None:
         blocks = (tuned_blocks(*x.shape, w_gate.shape[1], x.dtype, W)
-                  or default_blocks(x.shape[0], x.dtype))
+                  or default_blocks(x.shape[0], x.dtype, shared_memory(x.device)))
     _check_blocks(blocks)
     _check(x, w_gate, w_up, w_down, out, residual)
     M, H = x.shape

@@ -25,7 +25,7 @@ from ..tune import cache
 from ..tune.decisions import key_for
 from ..tune.tuner import MARGIN, agreed_median, all_ok, time_in_rounds
 from .graph import DEFAULT_WARPS, TaskGraph
-from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp_stack, default_blocks
+from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp_stack, default_blocks, shared_memory
 
 #: (block_n, block_k) tried on GPUs, the default's first: wide tiles read long contiguous
 #: runs of the weights (docs/perf.md, session 31); 64 x 256 keeps their bytes per pipeline
@@ -34,8 +34,6 @@ from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp_stack, default_blocks
 GPU_TILES = ((128, 128), (64, 128), (128, 64), (256, 64), (64, 256))
 #: down-GEMM reduction splits tried on GPUs
 GPU_SPLITS = (2, 4, 8)
-#: Triton's default pipeline depth on sm_90, which the megakernel keeps unless told
-STAGES = 3
 #: the GEMM loops' pipeline depths tried on GPUs (``MlpBlocks.stages``; ``None``: the
 #: megakernel's): one deeper than the default paid 11% at 64 tokens (docs/perf.md, session 33)
 GPU_STAGES = (None, 4)
@@ -54,7 +52,7 @@ ACC_REGS = 128
 def candidates(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
                device: torch.device) -> list[MlpBlocks]:
     """The configurations ``tune_mlp`` tries for one rank's shapes (``ffn``: this rank's
-    columns), ``default_blocks(tokens, dtype)`` first. On GPUs: for each depth of ``GPU_STAGES``
+    columns), ``default_blocks`` first. On GPUs: for each depth of ``GPU_STAGES``
     and warp count of ``GPU_WARPS``, ``block_m`` the power of two covering the tokens and
     half that (16 to ``MAX_ROWS``), each with the tiles of ``GPU_TILES`` whose SwiGLU tile
     fits in shared memory at that depth and in ``ACC_REGS`` registers at that warp count,
@@ -65,9 +63,8 @@ def candidates(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
                 MlpBlocks(16, 16, 32, 32, 2, stages=2)]
     cover = 1 << max(tokens - 1, 1).bit_length()  # the power of two covering the tokens
     rows = sorted({min(MAX_ROWS, max(16, cover >> i)) for i in (0, 1)})
-    smem = torch.cuda.get_device_properties(device).shared_memory_per_block_optin
-    size = torch.empty((), dtype=dtype).element_size()
-    first = default_blocks(tokens, dtype)
+    smem = shared_memory(device)
+    first = default_blocks(tokens, dtype, smem)
     splits = sorted(GPU_SPLITS, key=lambda s: s != first.split_k)
     out = [first]
     for stages, warps, bm in itertools.product(GPU_STAGES, GPU_WARPS, rows):
@@ -75,12 +72,13 @@ def candidates(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
         if warps is not None and bm < WIDE_ROWS:
             continue
         for bn, bk in GPU_TILES:
-            if (stages or STAGES) * (bm * bk + 2 * bk * bn) * size > smem:
-                continue  # the SwiGLU tile's x, gate and up blocks per stage
             if 2 * bm * bn > ACC_REGS * threads:
                 continue
+            tile = MlpBlocks(bm, bn, bk, first.reduce_n, 1, stages, warps)
+            if tile.smem_bytes(dtype.itemsize) > smem:
+                continue
             out += [b for s in splits
-                    if (b := MlpBlocks(bm, bn, bk, first.reduce_n, s, stages, warps)) != first]
+                    if (b := dataclasses.replace(tile, split_k=s)) != first]
     return out
 
 

@@ -265,6 +265,12 @@ def _bad_compile_case() -> int:
     with pytest.raises(ValueError, match=r"num_warps must be one of \(1, 2, 4, 8, 16, 32\), "
                                          "got 6"):
         g.compile(num_warps=6)
+    # the launch takes the most warps a task asks for, unless compile is told
+    wide = dt.TaskGraph("wide")
+    wide.add("scale", _scale_tile, x, x, 64, 2.0, 16, tiles=4, warps=8)
+    assert wide.compile().launch_options["num_warps"] == 8
+    assert wide.compile(num_warps=2).launch_options["num_warps"] == 2
+    assert g.compile().launch_options["num_warps"] == 4
     # a remote region of a tensor that is not symmetric
     far = dt.TaskGraph("far")
     far.add("w", _scale_tile, x, x, 64, 2.0, 16, tiles=1,

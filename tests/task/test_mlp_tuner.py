@@ -27,9 +27,8 @@ def _tune_case(cache_dir: str, M: int, H: int, F: int) -> tuple:
     x = torch.zeros(100, H, device=dev)
     g = dt.TaskGraph("untuned")
     add_tp_mlp(g, x, wg, wg, wd, torch.empty_like(x))
-    assert [t.warps for t in g.tasks] == [8, 8, 8]
+    assert [t.warps for t in g.tasks] == [8, 8, 8] and g.num_warps() == 8
     assert g.tasks[0].tiles == tiles.num_tiles(100, F, 128, 128)
-    assert g.compile().launch_options["num_warps"] == 8
     # the first candidate cannot be built (block_m < 16): it drops out on every rank
     configs = [MlpBlocks(8, 16, 16, 32, 1), MlpBlocks(16, 16, 16, 32, 1),
                MlpBlocks(16, 32, 16, 32, 2), MlpBlocks(16, 16, 32, 32, 2, stages=2)]
@@ -97,7 +96,7 @@ def test_gpu_candidates_cover_the_tokens_and_fit(monkeypatch):
     assert not [b for b in prefill if (b.block_m, b.block_n, b.block_k) == (64, 128, 128)]
     wide = tp_mlp_tuner.candidates(64, 4096, 5504, torch.float32, cuda)
     assert 0 < len(wide) < len(prefill)
-    assert wide[0] == default_blocks(64, torch.float32) == MlpBlocks(64, 128, 32, 256, 4, 4)
+    assert wide[0] == default_blocks(64, torch.float32, 232448) == MlpBlocks(64, 128, 32, 256, 4, 4)
     batch = tp_mlp_tuner.candidates(100, 4096, 5504, torch.bfloat16, cuda)
     assert batch[0] == default_blocks(100) == MlpBlocks(128, 128, 64, 256, 4, 4, warps=8)
     assert {b.block_m for b in batch} == {64, 128}
@@ -108,13 +107,33 @@ def test_gpu_candidates_cover_the_tokens_and_fit(monkeypatch):
     for configs, size in ((decode, 2), (prefill, 2), (wide, 4), (batch, 2)):
         assert len(set(configs)) == len(configs)
         for b in configs:
-            depth = b.stages or tp_mlp_tuner.STAGES
+            depth = b.stages or 3
             assert depth * (b.block_m * b.block_k + 2 * b.block_k * b.block_n) * size <= 232448
             assert 2 * b.block_m * b.block_n <= tp_mlp_tuner.ACC_REGS * 32 * (b.warps or 4)
             assert b.warps is None or b.block_m >= tp_mlp_tuner.WIDE_ROWS
     # deeper pipelines too, with the tiles that fit them: 64 x 128 x 64 at 4 stages
     assert {b.stages for b in prefill} == {None, 4}
     assert not [b for b in prefill if b.stages == 4 and (b.block_n, b.block_k) == (128, 128)]
+
+
+def test_default_blocks_follow_the_tokens_and_fit_shared_memory():
+    from ditron.task.tp_mlp import MlpBlocks, default_blocks
+
+    h200, a100 = 232448, 166912
+    assert [default_blocks(t).label() for t in (1, 16, 17, 32, 33, 64, 65, 128, 4096)] == [
+        "16x128x128x256x4", "16x128x128x256x4", "32x128x128x256x4", "32x128x128x256x4",
+        "64x128x64x256x4s4", "64x128x64x256x4s4", "128x128x64x256x4s4w8",
+        "128x128x64x256x4s4w8", "128x128x64x256x4s4w8"]
+    assert default_blocks(16, torch.bfloat16, h200) == MlpBlocks()
+    # less shared memory, or 4-byte elements: block_k halved until the stages fit
+    assert default_blocks(16, torch.bfloat16, a100) == MlpBlocks(block_k=64)
+    assert default_blocks(16, torch.float32, h200) == MlpBlocks(block_k=64)
+    assert default_blocks(128, torch.float32, a100).block_k == 16
+    for t in (16, 32, 64, 128):
+        for dtype in (torch.bfloat16, torch.float32):
+            for smem in (h200, a100):
+                assert default_blocks(t, dtype, smem).smem_bytes(dtype.itemsize) <= smem
+    assert default_blocks(16, torch.float32) == MlpBlocks()  # no limit given (CPU)
 
 
 def test_blocks_labels_round_trip():
