@@ -42,6 +42,12 @@ WARPS = (1, 2, 4, 8, 16, 32)
 DEFAULT_WARPS = 4
 
 
+def check_warps(warps: int | None, where: str) -> None:
+    """Refuse a ``num_warps`` Triton would reject (``None`` is accepted: not given)."""
+    if warps is not None and (type(warps) is not int or warps not in WARPS):
+        raise ValueError(f"{where}: warps must be None or one of {WARPS}, got {warps!r}")
+
+
 class _Context:
     def __repr__(self) -> str:
         return "ditron.task.CTX"
@@ -108,10 +114,7 @@ class Task:
                                 f"must be positional")
         if not isinstance(tiles, int) or isinstance(tiles, bool) or tiles < 0:
             raise ValueError(f"task {name!r}: tiles must be an int >= 0, got {tiles!r}")
-        if warps is not None and (not isinstance(warps, int) or isinstance(warps, bool)
-                                  or warps not in WARPS):
-            raise ValueError(f"task {name!r}: warps must be None or one of {WARPS}, "
-                             f"got {warps!r}")
+        check_warps(warps, f"task {name!r}")
         return cls(name, fn, tuple(p.name for p in params[1:]),
                    tuple(_constexpr(p.annotation) for p in params[1:]), values, tiles,
                    reads or _no_regions, writes or _no_regions, order, warps)

@@ -41,7 +41,7 @@ from ..runtime.symmetric import is_symmetric
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from . import codegen
-from .graph import CTX, WARPS, Schedule, TaskGraph, derive, describe_slot
+from .graph import CTX, Schedule, TaskGraph, check_warps, derive, describe_slot
 
 #: default programs per SM on a GPU of its own: programs that do not fit wait for an SM and
 #: take no ticket until they run, so more than fit is safe (module docstring)
@@ -221,8 +221,7 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
     w = rt.world
     if programs is not None and (not isinstance(programs, int) or programs < 1):
         raise ValueError(f"programs must be an int >= 1, got {programs!r}")
-    if num_warps is not None and num_warps not in WARPS:
-        raise ValueError(f"num_warps must be one of {WARPS}, got {num_warps!r}")
+    check_warps(num_warps, "compile: num_warps")
     for task in graph.tasks:
         for name, value in zip(task.params, task.args, strict=True):
             if isinstance(value, torch.Tensor) and value.device != w.device:

@@ -29,7 +29,7 @@ from ..runtime.symmetric import empty
 from ..runtime.world import current
 from ..tune import cache
 from ..tune.decisions import key_for
-from .graph import CTX, WARPS, TaskGraph
+from .graph import CTX, TaskGraph, check_warps
 from .region import region
 
 #: Triton's default pipeline depth on sm_90, which the megakernel keeps unless told
@@ -142,9 +142,7 @@ def _check_blocks(blocks: MlpBlocks) -> None:
         raise ValueError(f"add_tp_mlp: split_k must be >= 1, got {blocks.split_k}")
     if blocks.stages is not None and blocks.stages < 1:
         raise ValueError(f"add_tp_mlp: stages must be None or >= 1, got {blocks.stages}")
-    if blocks.warps is not None and blocks.warps not in WARPS:
-        raise ValueError(f"add_tp_mlp: warps must be None or one of {WARPS}, got "
-                         f"{blocks.warps}")
+    check_warps(blocks.warps, "add_tp_mlp")
 
 
 def _check(x, w_gate, w_up, w_down, out, residual) -> None:
