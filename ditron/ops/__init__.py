@@ -4,7 +4,9 @@ Collectives (``collectives.py``): ``all_gather``, ``reduce_scatter``, ``all_redu
 ``all_to_all``; point-to-point (``p2p.py``): ``send``, ``recv``. Overlapped GEMMs
 (``tp_gemm.py``): ``ag_gemm``, ``gemm_rs``, ``gemm_ar``. ``graph_safe`` (``graphs.py``): the
 warm-up of the graph-safe variants before a CUDA-graph capture.
-Every op equals its torch / torch.distributed reference.
+Every op equals its torch / torch.distributed reference and, like torch.distributed's,
+records no autograd history (each runs under ``torch.no_grad``); ``ditron.nn.functional``
+has the differentiable forms.
 """
 
 from __future__ import annotations

@@ -162,6 +162,7 @@ def _new_workspace(dtype: torch.dtype, row: int, cap_rows: int, w: int) -> _Work
     return _Workspace(mat, inbox, pad, epoch, tag)
 
 
+@torch.no_grad()
 def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
                       max_out_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Send rows ``splits[q]`` of ``x`` (dim 0, in order) to rank ``q``; ``splits`` is an

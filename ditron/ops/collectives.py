@@ -206,6 +206,7 @@ def _reduce_scatter_flat(key: str, chunks: torch.Tensor, engine: str,
 
 
 # -- public ops ---------------------------------------------------------------------------------
+@torch.no_grad()
 def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
                out: torch.Tensor | None = None) -> torch.Tensor:
     """Concatenate every rank's ``x`` along ``dim`` (rank order).
@@ -330,6 +331,7 @@ def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@torch.no_grad()
 def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
                    out: torch.Tensor | None = None) -> torch.Tensor:
     """Sum ``x`` over ranks and keep this rank's ``1/W`` slice along ``dim``.
@@ -389,6 +391,7 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     return result if d == 0 else result.contiguous()
 
 
+@torch.no_grad()
 def all_reduce(x: torch.Tensor, method: str = "auto", *,
                engine: str | None = None) -> torch.Tensor:
     """Sum ``x`` over ranks; returns a new tensor (``x`` is unchanged).
@@ -480,6 +483,7 @@ def _gather_splits(op: str, sig: tuple, ins: list[int], out_splits: Sequence[int
     return [t[1:w + 1] for t in table], [None if t[w + 1] < 0 else t[w + 1:] for t in table]
 
 
+@torch.no_grad()
 def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
                out_splits: Sequence[int] | None = None, *,
                engine: str | None = None) -> torch.Tensor:

@@ -50,6 +50,7 @@ def _header(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return h
 
 
+@torch.no_grad()
 def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     """Send ``x`` to rank ``dst`` (which calls :func:`recv`). Equivalent: ``dist.send(x, dst)``.
 
@@ -66,6 +67,7 @@ def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     net.drain()
 
 
+@torch.no_grad()
 def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
          dtype: torch.dtype = torch.float32, engine: str | None = None) -> torch.Tensor:
     """Receive from rank ``src`` into ``x_or_shape`` (a tensor, filled and returned) or a new

@@ -210,6 +210,7 @@ def _traced_launch(op: str, a, b, c, M: int, *, order, seg_rows: int, cfg: GemmC
 
 
 # -- AG-GEMM ---------------------------------------------------------------------------------
+@torch.no_grad()
 def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
             method: str = "auto", config: GemmConfig | None = None,
             engine: str | None = None, chunk_rows: int | None = None):
@@ -466,6 +467,7 @@ def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
 
 
 # -- GEMM-RS / GEMM-AR ----------------------------------------------------------------------
+@torch.no_grad()
 def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
             config: GemmConfig | None = None, engine: str | None = None,
             chunk_rows: int | tuple[int, ...] | None = None,
@@ -563,6 +565,7 @@ def _rs_chunk_rows(chunk_rows, seg: int) -> int | tuple[int, ...] | None:
                      f"got {chunk_rows!r}")
 
 
+@torch.no_grad()
 def gemm_ar(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
             config: GemmConfig | None = None) -> torch.Tensor:
     """``all_reduce(a @ b)``, overlapped. ``a``: ``[M, k]``, ``b``: ``[k, N]`` (any strides);
