@@ -201,7 +201,9 @@ def _issue_raw(transfers: list[Transfer], rank: int, side) -> None:
                 stream, slot_address(t.signal.pad, t.signal.index, t.dst_rank), t.signal.value)
 
 
-@torch.no_grad()  # the worker thread's grad mode is its own; views may come from no_grad code
+# Grad and inference modes are per thread: this worker writes tensors that callers made
+# under no_grad or inference_mode, which only inference mode lets it update in place.
+@torch.inference_mode()
 def _run_host(jobs) -> None:
     for src, dst, reduce, sig, value, after, clear in jobs:
         if after is not None:

@@ -124,6 +124,7 @@ class SmEngine(Engine):
                              BLOCK=self.block, REDUCE=reduce, VEC=_vector(batch),
                              num_warps=8)
 
+    @torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
     def _table(self, batch: list[Transfer]):
         rows = []
         sig_typed = None

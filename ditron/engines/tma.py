@@ -94,6 +94,7 @@ class TmaEngine(Engine):
     name = "tma"
     can_reduce = False
 
+    @torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
     def __init__(self, programs: int | None = None, block_rows: int = 128,
                  concurrent: bool = False, stages: int = 3) -> None:
         rt = current()

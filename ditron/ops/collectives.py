@@ -281,6 +281,16 @@ def _check_out(op: str, out: torch.Tensor, shape: tuple, dtype: torch.dtype) -> 
     if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != device:
         raise ValueError(f"ditron.ops.{op}: out is {tuple(out.shape)} {out.dtype} on "
                          f"{out.device}; expected {tuple(shape)} {dtype} on {device}")
+    check_writable(op, out)
+
+
+def check_writable(op: str, out: torch.Tensor) -> None:
+    """Refuse an ``out`` that torch would refuse to write mid-call (peers would then wait):
+    an inference tensor outside ``torch.inference_mode``."""
+    if out.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError(f"ditron.ops.{op}: out was made under torch.inference_mode and torch "
+                         f"writes such tensors only inside that mode; call {op} inside it, "
+                         f"or pass a tensor made outside it")
 
 
 #: eager all-gathers and reduce-scatters into a given ``out`` replay a CUDA graph of the

@@ -115,6 +115,7 @@ def workspace(dtype: torch.dtype, mode: int, n: int, variant: FusedVariant):
     return cached(key, lambda: _new_fused_workspace(dtype, mode, cap, w, variant))
 
 
+@torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
 def _new_fused_workspace(dtype: torch.dtype, mode: int, cap: int, w: int,
                          variant: FusedVariant):
     from ..runtime.signals import signal_pad

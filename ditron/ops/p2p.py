@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from ..engines.base import Transfer
 from ..runtime.world import current
-from .collectives import DTYPES, ENGINES, _check_tensor
+from .collectives import DTYPES, ENGINES, _check_tensor, check_writable
 from .exchange import engine_instance
 
 __all__ = ["recv", "send"]
@@ -80,6 +80,7 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
         out = torch.empty(tuple(int(s) for s in x_or_shape), dtype=dtype,
                           device=rt.world.device)
     _check_tensor("recv", out)
+    check_writable("recv", out)
     _peer("recv", src)
     _p2p_engine("recv", engine)
     header = torch.empty(_HEADER, dtype=torch.int64)

@@ -62,6 +62,9 @@ class SymmetricHeap:
         self._views: dict[tuple, torch.Tensor] = {}  # peer() results: the mapping never moves
 
     # -- allocation -------------------------------------------------------------------------
+    # Heap tensors outlive the call that made them: made under inference_mode, dtype views
+    # would be inference tensors, which no later call outside that mode may write.
+    @torch.inference_mode(False)
     def alloc(self, shape, dtype: torch.dtype, name: str | None = None) -> torch.Tensor:
         dims = normalize_shape(shape)
         if not isinstance(dtype, torch.dtype):
@@ -187,6 +190,7 @@ class SymmetricHeap:
         self._views[key] = view
         return view
 
+    @torch.inference_mode(False)
     def _peer_view(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
         if not 0 <= rank < len(self.mapping.peers):
             raise ValueError(f"ditron.peer: rank {rank} is outside [0, {len(self.mapping.peers)})")

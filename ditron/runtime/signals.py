@@ -69,6 +69,7 @@ class SignalPad:
     def has_device_epoch(self) -> bool:
         return self._cell is not None
 
+    @torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
     def device_epoch(self) -> DeviceValue:
         """The pad's epoch counted on the device (a local int64 cell, 0 when made; made on
         first use, which cannot happen while a CUDA graph is being captured). Bump it with

@@ -70,6 +70,7 @@ class Megakernel:
     ``launch_options`` (``num_warps``... given to Triton), ``traced`` (whether each call
     records its items for ``ditron.trace``)."""
 
+    @torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
     def __init__(self, graph: TaskGraph, schedule: Schedule, programs: int,
                  launch_options: dict, traced: bool = False, outline: bool = True) -> None:
         rt = current()

@@ -172,6 +172,40 @@ def _chain_case(programs: int | None) -> int:
     return mk.programs
 
 
+def _inference_compiled_case() -> list[str]:
+    """A megakernel built and compiled under ``torch.inference_mode`` (as a server might at
+    start-up) runs inside it and outside it, traced: its state is no inference tensor."""
+    w = ditron.world()
+    n, block = 100, 16
+    tiles = -(-n // block)
+    x = torch.empty(n, device=w.device)
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    with torch.inference_mode():
+        g = dt.TaskGraph("inference")
+        g.add("scale", _scale_tile, x, y, n, 3.0, block, tiles=tiles,
+              reads=lambda t, r: [dt.region(x, (t * block, (t + 1) * block))],
+              writes=lambda t, r: [dt.region(y, (t * block, (t + 1) * block))])
+        g.add("reverse", _reverse_tile, y, z, n, BLOCK=block, tiles=tiles,
+              reads=lambda t, r: [dt.region(y, (0, n))],
+              writes=lambda t, r: [dt.region(z, (t * block, (t + 1) * block))])
+        mk = g.compile(trace=True)
+    modes = []
+    for mode in ("inference", "plain", "inference", "plain"):
+        x.copy_(torch.randn(n))
+        z.fill_(float("nan"))
+        with torch.inference_mode(mode == "inference"):
+            mk()
+        assert torch.equal(z.cpu(), (3.0 * x).flip(0).cpu()), mode
+        assert len(mk.last_trace) == 2 * tiles, mode
+        modes.append(mode)
+    return modes
+
+
+def test_compiled_under_inference_mode(backend):
+    res = ditron.launch(_inference_compiled_case, 2, backend=backend)
+    assert res == [["inference", "plain", "inference", "plain"]] * 2
+
+
 @pytest.mark.parametrize("programs", [None, 3])
 def test_chain_with_tile_orders_and_programs(programs, backend):
     res = ditron.launch(_chain_case, 2, programs, backend=backend)
