@@ -4,9 +4,10 @@ Collectives (``collectives.py``): ``all_gather``, ``reduce_scatter``, ``all_redu
 ``all_to_all``; point-to-point (``p2p.py``): ``send``, ``recv``. Overlapped GEMMs
 (``tp_gemm.py``): ``ag_gemm``, ``gemm_rs``, ``gemm_ar``. ``graph_safe`` (``graphs.py``): the
 warm-up of the graph-safe variants before a CUDA-graph capture.
-Every op equals its torch / torch.distributed reference and, like torch.distributed's,
-records no autograd history (each runs under ``torch.no_grad``); ``ditron.nn.functional``
-has the differentiable forms.
+Every op equals its torch / torch.distributed reference, computes in its inputs' dtype
+and, like torch.distributed's, records no autograd history: each runs with gradients and
+autocast off (``modes.public_op``); ``ditron.nn.functional`` has the differentiable forms,
+which follow autocast.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from ..runtime.signals import signal_pad
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from .graphs import capturing
+from .modes import public_op
 from .workspaces import alloc_buffers, cached
 
 #: programs per destination in ``_data_kernel`` (fixed: the counters' targets depend on it)
@@ -162,7 +163,7 @@ def _new_workspace(dtype: torch.dtype, row: int, cap_rows: int, w: int) -> _Work
     return _Workspace(mat, inbox, pad, epoch, tag)
 
 
-@torch.no_grad()
+@public_op
 def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
                       max_out_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Send rows ``splits[q]`` of ``x`` (dim 0, in order) to rank ``q``; ``splits`` is an

@@ -32,6 +32,7 @@ from . import fused_launch, replays
 from .chunked_exchanges import gather_on_node, push_gather, push_reduce_scatter
 from .exchange import Part, engine_instance, exchange, next_turn, refuse_capture, sum_slots
 from .graphs import graph_mode
+from .modes import public_op
 from .raw_pushes import push_gather_direct, usable
 from .workspaces import release_workspaces
 
@@ -206,7 +207,7 @@ def _reduce_scatter_flat(key: str, chunks: torch.Tensor, engine: str,
 
 
 # -- public ops ---------------------------------------------------------------------------------
-@torch.no_grad()
+@public_op
 def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
                out: torch.Tensor | None = None) -> torch.Tensor:
     """Concatenate every rank's ``x`` along ``dim`` (rank order).
@@ -341,7 +342,7 @@ def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@torch.no_grad()
+@public_op
 def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
                    out: torch.Tensor | None = None) -> torch.Tensor:
     """Sum ``x`` over ranks and keep this rank's ``1/W`` slice along ``dim``.
@@ -401,7 +402,7 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     return result if d == 0 else result.contiguous()
 
 
-@torch.no_grad()
+@public_op
 def all_reduce(x: torch.Tensor, method: str = "auto", *,
                engine: str | None = None) -> torch.Tensor:
     """Sum ``x`` over ranks; returns a new tensor (``x`` is unchanged).
@@ -493,7 +494,7 @@ def _gather_splits(op: str, sig: tuple, ins: list[int], out_splits: Sequence[int
     return [t[1:w + 1] for t in table], [None if t[w + 1] < 0 else t[w + 1:] for t in table]
 
 
-@torch.no_grad()
+@public_op
 def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
                out_splits: Sequence[int] | None = None, *,
                engine: str | None = None) -> torch.Tensor:

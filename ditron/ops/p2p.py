@@ -16,6 +16,7 @@ from ..engines.base import Transfer
 from ..runtime.world import current
 from .collectives import DTYPES, ENGINES, _check_tensor, check_writable
 from .exchange import engine_instance
+from .modes import public_op
 
 __all__ = ["recv", "send"]
 
@@ -50,7 +51,7 @@ def _header(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return h
 
 
-@torch.no_grad()
+@public_op
 def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     """Send ``x`` to rank ``dst`` (which calls :func:`recv`). Equivalent: ``dist.send(x, dst)``.
 
@@ -67,7 +68,7 @@ def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     net.drain()
 
 
-@torch.no_grad()
+@public_op
 def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
          dtype: torch.dtype = torch.float32, engine: str | None = None) -> torch.Tensor:
     """Receive from rank ``src`` into ``x_or_shape`` (a tensor, filled and returned) or a new

@@ -62,6 +62,7 @@ from ..runtime.world import current
 from . import rs_copy_engine
 from .exchange import engine_instance
 from .graphs import capturing, graph_mode, require_warm
+from .modes import public_op
 from .workspaces import alloc_buffers, cached
 
 METHODS = ("auto", "overlap", "fallback")
@@ -210,7 +211,7 @@ def _traced_launch(op: str, a, b, c, M: int, *, order, seg_rows: int, cfg: GemmC
 
 
 # -- AG-GEMM ---------------------------------------------------------------------------------
-@torch.no_grad()
+@public_op
 def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
             method: str = "auto", config: GemmConfig | None = None,
             engine: str | None = None, chunk_rows: int | None = None):
@@ -467,7 +468,7 @@ def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
 
 
 # -- GEMM-RS / GEMM-AR ----------------------------------------------------------------------
-@torch.no_grad()
+@public_op
 def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
             config: GemmConfig | None = None, engine: str | None = None,
             chunk_rows: int | tuple[int, ...] | None = None,
@@ -565,7 +566,7 @@ def _rs_chunk_rows(chunk_rows, seg: int) -> int | tuple[int, ...] | None:
                      f"got {chunk_rows!r}")
 
 
-@torch.no_grad()
+@public_op
 def gemm_ar(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
             config: GemmConfig | None = None) -> torch.Tensor:
     """``all_reduce(a @ b)``, overlapped. ``a``: ``[M, k]``, ``b``: ``[k, N]`` (any strides);

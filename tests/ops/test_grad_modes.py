@@ -1,8 +1,10 @@
-"""The ops under every grad mode. Inputs that require grad: results equal the torch
-references and carry no autograd history (a partial history gave wrong gradients, and some
-paths raised; ``ditron.nn`` has the differentiable forms). ``torch.inference_mode``: calls
-inside it, outside it and inside again all work (workspaces made in the first call must not
-become inference tensors), and an inference ``out`` outside it is refused up front."""
+"""The ops under the caller's torch modes. Inputs that require grad: results equal the
+torch references and carry no autograd history (a partial history gave wrong gradients, and
+some paths raised; ``ditron.nn`` has the differentiable forms). ``torch.autocast``: every
+path computes and returns the inputs' dtype (the fallback's matmul followed autocast and
+crashed the gloo reduction). ``torch.inference_mode``: calls inside it, outside it and
+inside again all work (workspaces made in the first call must not become inference
+tensors), and an inference ``out`` outside it is refused up front."""
 
 from __future__ import annotations
 
@@ -137,3 +139,20 @@ def _inference_case(m: int, K: int, N: int) -> list[str]:
 def test_ops_under_inference_mode(world_size, backend):
     res = ditron.launch(_inference_case, world_size, 5, 24, 20, backend=backend)
     assert res == [["inference", "plain", "inference", "no_grad", "plain"]] * world_size
+
+
+def _autocast_case(m: int, K: int, N: int) -> int:
+    poison_empty()
+    a, b, out = _inputs(m, K, N, grad=False)
+    calls = _calls(a, b, out, m)
+    with torch.autocast(ditron.world().device.type, dtype=torch.bfloat16):
+        for name, (call, ref) in calls.items():
+            _close(name, call(), ref, torch.float32)  # float32 out, to float32's tolerance
+        assert torch.is_autocast_enabled(ditron.world().device.type)  # restored
+    return len(calls)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_ops_ignore_autocast(world_size, backend):
+    counts = ditron.launch(_autocast_case, world_size, 5, 24, 20, backend=backend)
+    assert counts == [counts[0]] * world_size and counts[0] >= 20
