@@ -41,7 +41,8 @@ def grouped(mbs: Sequence[int], n_blocks: int, group_m: int) -> list[int]:
 
 def linear_order(m_blocks: int, n_blocks: int, group_m: int = 8) -> torch.Tensor:
     """The plain single-GPU order (grouped), as an int32 tensor."""
-    return torch.tensor(grouped(range(m_blocks), n_blocks, group_m), dtype=torch.int32)
+    return torch.tensor(grouped(range(m_blocks), n_blocks, group_m), dtype=torch.int32,
+                        device="cpu")
 
 
 def _segment_blocks(seg_of_block: Sequence[int], segments: Sequence[int]) -> list[int]:
@@ -64,7 +65,7 @@ def gather_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_si
         arrival = [(rank + i) % world_size for i in range(1, world_size)]
     segs = [rank] + [s for s in arrival if s != rank]
     mbs = _segment_blocks(seg_of_block, segs)
-    return torch.tensor(grouped(mbs, n_blocks, group_m), dtype=torch.int32)
+    return torch.tensor(grouped(mbs, n_blocks, group_m), dtype=torch.int32, device="cpu")
 
 
 def scatter_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_size: int,
@@ -76,7 +77,7 @@ def scatter_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_s
     tiles: list[int] = []
     for s in segs:
         tiles += grouped(_segment_blocks(seg_of_block, [s]), n_blocks, group_m)
-    return torch.tensor(tiles, dtype=torch.int32)
+    return torch.tensor(tiles, dtype=torch.int32, device="cpu")
 
 
 def allreduce_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_size: int,

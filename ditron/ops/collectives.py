@@ -481,7 +481,8 @@ def _gather_splits(op: str, sig: tuple, ins: list[int], out_splits: Sequence[int
     rt = current()
     w = rt.world.world_size
     outs = [-1] * w if out_splits is None else [int(s) for s in out_splits]
-    mine = torch.tensor([zlib.crc32(repr(sig).encode()), *ins, *outs], dtype=torch.int64)
+    mine = torch.tensor([zlib.crc32(repr(sig).encode()), *ins, *outs], dtype=torch.int64,
+                        device="cpu")
     rows = [torch.empty_like(mine) for _ in range(w)] if w > 1 else [mine]
     if w > 1:
         dist.all_gather(rows, mine, group=rt.host_group)

@@ -7,7 +7,7 @@
   ``ditron.nn``'s linear functions cast for autocast before they call an op.
 
 Inference mode is left as the caller set it: state kept across calls is made outside it
-(``docs/developing.md``, "Grad and inference modes").
+(``docs/developing.md``, "The caller's torch modes").
 """
 
 from __future__ import annotations

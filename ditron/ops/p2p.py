@@ -45,9 +45,9 @@ def _peer(op: str, peer: int) -> None:
 def _header(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     if len(shape) > _HEADER - 2:
         raise ValueError(f"point-to-point supports at most {_HEADER - 2} dimensions")
-    h = torch.full((_HEADER,), -1, dtype=torch.int64)
+    h = torch.full((_HEADER,), -1, dtype=torch.int64, device="cpu")
     h[0], h[1] = len(shape), _DTYPE_CODES[dtype]
-    h[2: 2 + len(shape)] = torch.tensor(list(shape), dtype=torch.int64)
+    h[2: 2 + len(shape)] = torch.tensor(list(shape), dtype=torch.int64, device="cpu")
     return h
 
 
@@ -84,7 +84,7 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
     check_writable("recv", out)
     _peer("recv", src)
     _p2p_engine("recv", engine)
-    header = torch.empty(_HEADER, dtype=torch.int64)
+    header = torch.empty(_HEADER, dtype=torch.int64, device="cpu")
     dist.recv(header, src, group=rt.host_group)
     if not torch.equal(header, _header(out.shape, out.dtype)):
         nd, code = int(header[0]), int(header[1])

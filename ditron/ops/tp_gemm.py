@@ -309,12 +309,13 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
         if chunk_rows is not None and 0 < chunk_rows < m:
             plan = plan_ir.split(plan, chunk_rows)
         own_ids = [c.id for c in plan.chunks if c.owner == rank]
-        own = torch.tensor(own_ids, dtype=torch.int64)
+        own = torch.tensor(own_ids, dtype=torch.int64, device="cpu")
         waits = plan_deps.consumer_waits(plan, plan_deps.TileMapping(W * m, cfg.block_m), rank)
         n_blocks = triton.cdiv(N, cfg.block_n)
         order = swizzle.gather_order(waits.owner, n_blocks, rank, W,
                                      arrival=plan.arrival_order(rank), group_m=cfg.group_m)
-        held = torch.tensor([q for q in range(W) if q % L == rank % L], dtype=torch.int32)
+        held = torch.tensor([q for q in range(W) if q % L == rank % L], dtype=torch.int32,
+                            device="cpu")
         ws = dict(plan=plan, waits=waits.to(a.device), order=order.to(a.device),
                   held=held.to(a.device), n_blocks=n_blocks, own=own.to(a.device),
                   own_ids=own_ids)

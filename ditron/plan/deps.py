@@ -80,8 +80,8 @@ def consumer_waits(plan: Plan, mapping: TileMapping, rank: int | None = None) ->
         lo.append(ids[0] if ids else 0)
         hi.append(ids[-1] if ids else -1)
         owner.append(last_owner)
-    return TileDeps(torch.tensor(lo, dtype=torch.int32), torch.tensor(hi, dtype=torch.int32),
-                    owner)
+    return TileDeps(torch.tensor(lo, dtype=torch.int32, device="cpu"),
+                    torch.tensor(hi, dtype=torch.int32, device="cpu"), owner)
 
 
 def producer_chunks(plan: Plan, mapping: TileMapping) -> tuple[TileDeps, torch.Tensor]:
@@ -89,7 +89,7 @@ def producer_chunks(plan: Plan, mapping: TileMapping) -> tuple[TileDeps, torch.T
     it (a counter signal of chunk ``c`` is complete at ``epoch * count[c] * column_blocks``
     when each tile adds 1)."""
     deps = consumer_waits(plan, mapping)
-    count = torch.zeros(plan.num_chunks, dtype=torch.int32)
+    count = torch.zeros(plan.num_chunks, dtype=torch.int32, device="cpu")
     for mb in range(mapping.m_blocks):
         for c in range(int(deps.lo[mb]), int(deps.hi[mb]) + 1):
             count[c] += 1

@@ -86,7 +86,7 @@ class Megakernel:
         s = schedule
         tables = [s.order, s.item_task, s.item_tile, s.dep_ptr, s.dep_slot, s.ntf_ptr,
                   s.ntf_rank, s.begin_ranks, s.tail_slots]
-        flat = torch.tensor([v for t in tables for v in t] or [0], dtype=torch.int32)
+        flat = torch.tensor([v for t in tables for v in t] or [0], dtype=torch.int32, device="cpu")
         self._tables = flat.to(device)
         views, at = [], 0
         for t in tables:  # an empty table is still a valid (never read) pointer

@@ -178,7 +178,7 @@ def agreed_median(times: list[float]) -> float:
     from ..runtime.world import current
 
     rt = current()
-    med = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    med = torch.tensor([statistics.median(times)], dtype=torch.float64, device="cpu")
     if rt.world.world_size > 1:
         dist.all_reduce(med, op=dist.ReduceOp.MAX, group=rt.host_group)
     return float(med.item())
@@ -190,7 +190,7 @@ def all_ok(ok: bool) -> bool:
     from ..runtime.world import current
 
     rt = current()
-    flag = torch.tensor([1.0 if ok else 0.0])
+    flag = torch.tensor([1.0 if ok else 0.0], device="cpu")
     if rt.world.world_size > 1:
         dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=rt.host_group)
     return flag.item() > 0

@@ -4,7 +4,9 @@ some paths raised; ``ditron.nn`` has the differentiable forms). ``torch.autocast
 path computes and returns the inputs' dtype (the fallback's matmul followed autocast and
 crashed the gloo reduction). ``torch.inference_mode``: calls inside it, outside it and
 inside again all work (workspaces made in the first call must not become inference
-tensors), and an inference ``out`` outside it is refused up front."""
+tensors), and an inference ``out`` outside it is refused up front. A default device other
+than the ranks' (``with torch.device(...)``; here ``meta``, which holds no data): host-side
+tables used to follow it."""
 
 from __future__ import annotations
 
@@ -155,4 +157,22 @@ def _autocast_case(m: int, K: int, N: int) -> int:
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_ops_ignore_autocast(world_size, backend):
     counts = ditron.launch(_autocast_case, world_size, 5, 24, 20, backend=backend)
+    assert counts == [counts[0]] * world_size and counts[0] >= 20
+
+
+def _default_device_case(m: int, K: int, N: int) -> int:
+    poison_empty()
+    a, b, out = _inputs(m, K, N, grad=False)
+    calls = _calls(a, b, out, m)  # references first: they need data
+    with torch.device("meta"):
+        for name, (call, ref) in calls.items():
+            _close(name, call(), ref, torch.float32)
+        if ditron.world().world_size > 1:
+            _point_to_point(a)
+    return len(calls)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_ops_ignore_the_default_device(world_size, backend):
+    counts = ditron.launch(_default_device_case, world_size, 5, 24, 20, backend=backend)
     assert counts == [counts[0]] * world_size and counts[0] >= 20
