@@ -5,6 +5,9 @@
 - autocast off on the ranks' device type: an op computes in its inputs' dtype and returns
   that dtype on every path (an overlapped kernel and the ``torch.matmul`` fallback alike);
   ``ditron.nn``'s linear functions cast for autocast before they call an op.
+- ``torch.compiler.disable``: in a function that ``torch.compile`` traces, an op is a graph
+  break and runs eagerly (Dynamo failed inside the ops' host code); the ops registered by
+  ``ditron.nn`` (``torch.ops.ditron.*``) go into compiled graphs without a break.
 
 Inference mode is left as the caller set it: state kept across calls is made outside it
 (``docs/developing.md``, "The caller's torch modes").
@@ -25,7 +28,8 @@ R = TypeVar("R")
 
 
 def public_op(fn: Callable[P, R]) -> Callable[P, R]:
-    """Run ``fn`` with gradients and autocast off (see the module docstring)."""
+    """Run ``fn`` with gradients and autocast off, never traced by Dynamo (see the module
+    docstring)."""
 
     @functools.wraps(fn)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -45,4 +49,4 @@ def public_op(fn: Callable[P, R]) -> Callable[P, R]:
             if cast:
                 torch.set_autocast_enabled(device, True)
 
-    return run
+    return torch.compiler.disable(run)

@@ -6,7 +6,8 @@ crashed the gloo reduction). ``torch.inference_mode``: calls inside it, outside 
 inside again all work (workspaces made in the first call must not become inference
 tensors), and an inference ``out`` outside it is refused up front. A default device other
 than the ranks' (``with torch.device(...)``; here ``meta``, which holds no data): host-side
-tables used to follow it."""
+tables used to follow it. ``torch.compile`` over code that calls the ops: each op is a
+graph break (Dynamo used to fail inside the ops' host code)."""
 
 from __future__ import annotations
 
@@ -176,3 +177,27 @@ def _default_device_case(m: int, K: int, N: int) -> int:
 def test_ops_ignore_the_default_device(world_size, backend):
     counts = ditron.launch(_default_device_case, world_size, 5, 24, 20, backend=backend)
     assert counts == [counts[0]] * world_size and counts[0] >= 20
+
+
+def _compiled_case(m: int, K: int, N: int) -> int:
+    poison_empty()
+    torch._dynamo.reset()
+    a, b, _ = _inputs(m, K, N, grad=False)
+    mine = slice(ditron.world().rank * m, (ditron.world().rank + 1) * m)
+    ref = (_gather(a[mine]).double() @ b.double(), _sum(a.double() @ b.double())[mine],
+           2 * _sum(a.double()) + 1)
+
+    def layer(a, b):  # torch ops around the ops: compiled pieces between the breaks
+        return (ditron.ops.ag_gemm(a[mine] * 1.0, b), ditron.ops.gemm_rs(a, b),
+                ditron.ops.all_reduce(a * 2) + 1)
+
+    compiled = torch.compile(layer, backend="aot_eager")
+    for call in range(2):
+        got = compiled(a, b)
+        for name, out, want in zip(("ag_gemm", "gemm_rs", "all_reduce"), got, ref, strict=True):
+            _close(f"compiled {name}, call {call}", out, want, torch.float32)
+    return 3
+
+
+def test_ops_inside_torch_compile(backend):
+    assert ditron.launch(_compiled_case, 2, 5, 24, 20, backend=backend) == [3, 3]
