@@ -8,6 +8,7 @@ so it is also a host barrier. Ranks on other nodes are joined through the host g
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 import triton
 
@@ -37,6 +38,7 @@ def _pad() -> SignalPad:
     return pad
 
 
+@torch.compiler.disable  # in torch.compile'd code: a graph break, run eagerly
 def barrier() -> None:
     """Wait until every rank has reached this call (collective)."""
     rt = current()

@@ -124,6 +124,7 @@ class Megakernel:
         graph that captured it are not counted)."""
         return self._calls
 
+    @torch.compiler.disable  # in torch.compile'd code: a graph break, run eagerly
     def __call__(self) -> None:
         """Run every task's tiles once (collective when the graph reaches other ranks).
 

@@ -206,6 +206,41 @@ def test_compiled_under_inference_mode(backend):
     assert res == [["inference", "plain", "inference", "plain"]] * 2
 
 
+def _compiled_caller_case() -> int:
+    """``mk()`` and ``ditron.barrier()`` inside a ``torch.compile``'d function: graph
+    breaks around them, the torch ops between compiled (Dynamo used to fail on them)."""
+    torch._dynamo.reset()
+    w = ditron.world()
+    n, block = 100, 16
+    tiles = -(-n // block)
+    x = torch.empty(n, device=w.device)
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    g = dt.TaskGraph("compiled caller")
+    g.add("scale", _scale_tile, x, y, n, 3.0, block, tiles=tiles,
+          reads=lambda t, r: [dt.region(x, (t * block, (t + 1) * block))],
+          writes=lambda t, r: [dt.region(y, (t * block, (t + 1) * block))])
+    g.add("reverse", _reverse_tile, y, z, n, BLOCK=block, tiles=tiles,
+          reads=lambda t, r: [dt.region(y, (0, n))],
+          writes=lambda t, r: [dt.region(z, (t * block, (t + 1) * block))])
+    mk = g.compile()
+
+    def step(v):
+        x.copy_(v + 1)
+        mk()
+        ditron.barrier()
+        return z * 2
+
+    compiled = torch.compile(step, backend="aot_eager")
+    for call in range(2):
+        v = torch.randn(n, device=w.device)
+        assert torch.allclose(compiled(v), (6 * (v + 1)).flip(0)), f"call {call}"
+    return mk.calls
+
+
+def test_called_from_compiled_code(backend):
+    assert ditron.launch(_compiled_caller_case, 2, backend=backend) == [2, 2]
+
+
 @pytest.mark.parametrize("programs", [None, 3])
 def test_chain_with_tile_orders_and_programs(programs, backend):
     res = ditron.launch(_chain_case, 2, programs, backend=backend)
