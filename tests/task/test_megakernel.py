@@ -172,26 +172,35 @@ def _chain_case(programs: int | None) -> int:
     return mk.programs
 
 
+def _tensors(n: int, block: int = 16) -> tuple[torch.Tensor, torch.Tensor, int]:
+    x = torch.empty(n, device=ditron.world().device)
+    return x, torch.empty_like(x), -(-n // block)
+
+
+def _scale_reverse(name: str, x: torch.Tensor, z: torch.Tensor, block: int = 16):
+    """``z = reverse(3 x)`` as two tasks in row-major tile order (each reverse tile waits
+    for every scale tile)."""
+    n, tiles = x.numel(), -(-x.numel() // block)
+    y = torch.empty_like(x)
+    g = dt.TaskGraph(name)
+    g.add("scale", _scale_tile, x, y, n, 3.0, block, tiles=tiles,
+          reads=lambda t, r: [dt.region(x, (t * block, (t + 1) * block))],
+          writes=lambda t, r: [dt.region(y, (t * block, (t + 1) * block))])
+    g.add("reverse", _reverse_tile, y, z, n, BLOCK=block, tiles=tiles,
+          reads=lambda t, r: [dt.region(y, (0, n))],
+          writes=lambda t, r: [dt.region(z, (t * block, (t + 1) * block))])
+    return g
+
+
 def _inference_compiled_case() -> list[str]:
     """A megakernel built and compiled under ``torch.inference_mode`` (as a server might at
     start-up) runs inside it and outside it, traced: its state is no inference tensor."""
-    w = ditron.world()
-    n, block = 100, 16
-    tiles = -(-n // block)
-    x = torch.empty(n, device=w.device)
-    y, z = torch.empty_like(x), torch.empty_like(x)
+    x, z, tiles = _tensors(100)
     with torch.inference_mode():
-        g = dt.TaskGraph("inference")
-        g.add("scale", _scale_tile, x, y, n, 3.0, block, tiles=tiles,
-              reads=lambda t, r: [dt.region(x, (t * block, (t + 1) * block))],
-              writes=lambda t, r: [dt.region(y, (t * block, (t + 1) * block))])
-        g.add("reverse", _reverse_tile, y, z, n, BLOCK=block, tiles=tiles,
-              reads=lambda t, r: [dt.region(y, (0, n))],
-              writes=lambda t, r: [dt.region(z, (t * block, (t + 1) * block))])
-        mk = g.compile(trace=True)
+        mk = _scale_reverse("inference", x, z).compile(trace=True)
     modes = []
     for mode in ("inference", "plain", "inference", "plain"):
-        x.copy_(torch.randn(n))
+        x.copy_(torch.randn(x.numel()))
         z.fill_(float("nan"))
         with torch.inference_mode(mode == "inference"):
             mk()
@@ -210,19 +219,8 @@ def _compiled_caller_case() -> int:
     """``mk()`` and ``ditron.barrier()`` inside a ``torch.compile``'d function: graph
     breaks around them, the torch ops between compiled (Dynamo used to fail on them)."""
     torch._dynamo.reset()
-    w = ditron.world()
-    n, block = 100, 16
-    tiles = -(-n // block)
-    x = torch.empty(n, device=w.device)
-    y, z = torch.empty_like(x), torch.empty_like(x)
-    g = dt.TaskGraph("compiled caller")
-    g.add("scale", _scale_tile, x, y, n, 3.0, block, tiles=tiles,
-          reads=lambda t, r: [dt.region(x, (t * block, (t + 1) * block))],
-          writes=lambda t, r: [dt.region(y, (t * block, (t + 1) * block))])
-    g.add("reverse", _reverse_tile, y, z, n, BLOCK=block, tiles=tiles,
-          reads=lambda t, r: [dt.region(y, (0, n))],
-          writes=lambda t, r: [dt.region(z, (t * block, (t + 1) * block))])
-    mk = g.compile()
+    x, z, _ = _tensors(100)
+    mk = _scale_reverse("compiled caller", x, z).compile()
 
     def step(v):
         x.copy_(v + 1)
@@ -232,7 +230,7 @@ def _compiled_caller_case() -> int:
 
     compiled = torch.compile(step, backend="aot_eager")
     for call in range(2):
-        v = torch.randn(n, device=w.device)
+        v = torch.randn(x.numel(), device=x.device)
         assert torch.allclose(compiled(v), (6 * (v + 1)).flip(0)), f"call {call}"
     return mk.calls
 
