@@ -6,8 +6,8 @@ Collectives (``collectives.py``): ``all_gather``, ``reduce_scatter``, ``all_redu
 warm-up of the graph-safe variants before a CUDA-graph capture.
 Every op equals its torch / torch.distributed reference, computes in its inputs' dtype
 and, like torch.distributed's, records no autograd history: each runs with gradients and
-autocast off (``modes.public_op``); ``ditron.nn.functional`` has the differentiable forms,
-which follow autocast.
+autocast off and is a graph break under ``torch.compile`` (``modes.public_op``);
+``ditron.nn.functional`` has the differentiable forms, which follow autocast and compile.
 """
 
 from __future__ import annotations

@@ -107,12 +107,6 @@ def _no_history_case(m: int, K: int, N: int) -> int:
     return checks
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
-def test_ops_record_no_history(world_size, backend):
-    counts = ditron.launch(_no_history_case, world_size, 5, 24, 20, backend=backend)
-    assert counts == [counts[0]] * world_size and counts[0] >= 20
-
-
 def _inference_case(m: int, K: int, N: int) -> list[str]:
     poison_empty()
     checks = []
@@ -155,12 +149,6 @@ def _autocast_case(m: int, K: int, N: int) -> int:
     return len(calls)
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
-def test_ops_ignore_autocast(world_size, backend):
-    counts = ditron.launch(_autocast_case, world_size, 5, 24, 20, backend=backend)
-    assert counts == [counts[0]] * world_size and counts[0] >= 20
-
-
 def _default_device_case(m: int, K: int, N: int) -> int:
     poison_empty()
     a, b, out = _inputs(m, K, N, grad=False)
@@ -173,9 +161,15 @@ def _default_device_case(m: int, K: int, N: int) -> int:
     return len(calls)
 
 
+#: the cases that run every op, method and engine against its reference under one mode
+MODE_CASES = {"requires_grad": _no_history_case, "autocast": _autocast_case,
+              "default_device": _default_device_case}
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3])
-def test_ops_ignore_the_default_device(world_size, backend):
-    counts = ditron.launch(_default_device_case, world_size, 5, 24, 20, backend=backend)
+@pytest.mark.parametrize("mode", sorted(MODE_CASES))
+def test_ops_under_the_callers_mode(mode, world_size, backend):
+    counts = ditron.launch(MODE_CASES[mode], world_size, 5, 24, 20, backend=backend)
     assert counts == [counts[0]] * world_size and counts[0] >= 20
 
 
