@@ -4,10 +4,10 @@ some paths raised; ``ditron.nn`` has the differentiable forms). ``torch.autocast
 path computes and returns the inputs' dtype (the fallback's matmul followed autocast and
 crashed the gloo reduction). ``torch.inference_mode``: calls inside it, outside it and
 inside again all work (workspaces made in the first call must not become inference
-tensors), and an inference ``out`` outside it is refused up front. A default device other
-than the ranks' (``with torch.device(...)``; here ``meta``, which holds no data): host-side
-tables used to follow it. ``torch.compile`` over code that calls the ops: each op is a
-graph break (Dynamo used to fail inside the ops' host code)."""
+tensors), and an inference ``out`` outside it is refused up front. A default device
+(``with torch.device(...)``: ``meta``, which holds no data, and the ranks' own, as GPU code
+sets it): host-side tables used to follow it. ``torch.compile`` over code that calls the
+ops: each op is a graph break (Dynamo used to fail inside the ops' host code)."""
 
 from __future__ import annotations
 
@@ -153,11 +153,14 @@ def _default_device_case(m: int, K: int, N: int) -> int:
     poison_empty()
     a, b, out = _inputs(m, K, N, grad=False)
     calls = _calls(a, b, out, m)  # references first: they need data
-    with torch.device("meta"):
-        for name, (call, ref) in calls.items():
-            _close(name, call(), ref, torch.float32)
-        if ditron.world().world_size > 1:
-            _point_to_point(a)
+    # meta holds no data; the ranks' own device as the default is what GPU code sets
+    # (torch.set_default_device("cuda")): host tables must stay on the host under both
+    for device in ("meta", ditron.world().device):
+        with torch.device(device):
+            for name, (call, ref) in calls.items():
+                _close(f"default {device}: {name}", call(), ref, torch.float32)
+            if ditron.world().world_size > 1:
+                _point_to_point(a)
     return len(calls)
 
 

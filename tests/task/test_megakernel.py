@@ -215,6 +215,29 @@ def test_compiled_under_inference_mode(backend):
     assert res == [["inference", "plain", "inference", "plain"]] * 2
 
 
+def _default_device_case() -> list[str]:
+    """A megakernel built and called under a default device (``meta``, which holds no data,
+    and the ranks' own, as GPU code sets it): its host-side tables stay on the host."""
+    x, z, tiles = _tensors(100)
+    done = []
+    for device in ("meta", ditron.world().device):
+        with torch.device(device):
+            mk = _scale_reverse(f"default {device}", x, z).compile(trace=True)
+            for call in range(2):
+                x.copy_(torch.randn(x.numel(), device=x.device))
+                z.fill_(float("nan"))
+                mk()
+                assert torch.equal(z.cpu(), (3.0 * x).flip(0).cpu()), (device, call)
+                assert len(mk.last_trace) == 2 * tiles, (device, call)
+        done.append(torch.device(device).type)
+    return done
+
+
+def test_built_and_called_under_a_default_device(backend):
+    kinds = ["meta", "cuda" if backend == "cuda" else "cpu"]
+    assert ditron.launch(_default_device_case, 2, backend=backend) == [kinds] * 2
+
+
 def _compiled_caller_case() -> int:
     """``mk()`` and ``ditron.barrier()`` inside a ``torch.compile``'d function: graph
     breaks around them, the torch ops between compiled (Dynamo used to fail on them)."""
