@@ -481,11 +481,15 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
 
     ``a``: ``[M, K]`` (or the local symmetric shard buffer when ``hooks.a_remote``), ``b``:
     ``[K, N]`` with any strides, ``c``: output (``[M, N]``, or ``[seg_rows, N]`` for the
-    reduce-scatter epilogue). ``order``: int32 tile ids on ``c``'s device. ``use_tma``: see
-    :func:`tma_wanted`; the TMA path is taken only for a local A whose operands meet the TMA
-    rules (:func:`tma_operands`), else the pointer path.
+    reduce-scatter epilogue). ``order`` (int32 tile ids) and the hooks' tensors: on ``c``'s
+    device. ``use_tma``: see :func:`tma_wanted`; the TMA path is taken only for a local A
+    whose operands meet the TMA rules (:func:`tma_operands`), else the pointer path.
     """
     hooks = hooks or _NO_HOOKS
+    for name, t in (("order", order), ("hooks.wait_lo", hooks.wait_lo),
+                    ("hooks.wait_hi", hooks.wait_hi)):
+        if t is not None and t.device != c.device:  # the kernel reads them
+            raise ValueError(f"launch_gemm: {name} is on {t.device}, c on {c.device}")
     K, N = b.shape
     num_tiles = order.numel()
     if num_tiles == 0:

@@ -48,7 +48,11 @@ def publish(signals: torch.Tensor, chunk_ids: torch.Tensor, epoch: int, peers: r
             ctx) -> None:
     """Set ``signals[c] = epoch`` for every ``c`` in ``chunk_ids`` on every rank of ``peers``
     (a contiguous range, the own rank included), ordered after this rank's earlier writes
-    on the same stream (release at system scope)."""
+    on the same stream (release at system scope). ``chunk_ids``: int32, on the signals'
+    device."""
+    if chunk_ids.device != signals.device:
+        raise ValueError(f"publish: chunk_ids are on {chunk_ids.device}, the signals on "
+                         f"{signals.device}; the kernel reads both")
     if chunk_ids.numel() == 0 or len(peers) == 0:
         return
     _FAST_PUBLISH[(1,)](signals, chunk_ids, chunk_ids.numel(), epoch, peers.start,

@@ -129,3 +129,22 @@ def test_gemm_rs_and_ar_with_tma_two_ranks(monkeypatch):
     monkeypatch.setenv("DITRON_GEMM_TMA", "1")
     monkeypatch.setenv("DITRON_GEMM_BLOCKS", "16x32x16")
     assert ditron.launch(_scatter_case, 2, 19, 32, 40, backend="cpu") == [True, True]
+
+
+def test_tables_on_another_device_raise_before_the_kernel():
+    """The kernel reads the tile order and the wait tables: one left on another device
+    (a CPU table beside CUDA operands, the usual slip; here ``meta`` beside the CPU's) is
+    refused by name instead of failing inside Triton's launcher."""
+    a, b = _operands(37, 72, 40, torch.float32, False, seed=3)
+    c = torch.full((37, 72), float("nan"))
+    order = linear_order(3, 3, CFG.group_m)
+    meta = order.to("meta")
+    cases = {"order": (meta, None),
+             "hooks.wait_lo": (order, GemmHooks(wait_lo=meta, wait_hi=order)),
+             "hooks.wait_hi": (order, GemmHooks(wait_lo=order, wait_hi=meta))}
+    for name, (tiles, hooks) in cases.items():
+        with pytest.raises(ValueError, match=f"{name} is on meta, c on cpu"):
+            launch_gemm(a, b, c, 37, order=tiles, seg_rows=37, cfg=CFG, hooks=hooks)
+    assert c.isnan().all()
+    launch_gemm(a, b, c, 37, order=order, seg_rows=37, cfg=CFG)  # the same call, all on cpu
+    _check(c, a.double() @ b.double(), torch.float32)

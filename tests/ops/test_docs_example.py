@@ -19,9 +19,12 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "tp_gemm.md"
 
 
 def _example() -> str:
+    """The example's code, after blank lines that put it at its own lines of the doc (a
+    traceback through it then names the doc's lines)."""
     text = DOC.read_text()
     start = text.index("A worked example, an overlapped all-gather + GEMM")
-    return re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+    found = re.search(r"```python\n(.*?)```", text[start:], re.S)
+    return "\n" * text[: start + found.start(1)].count("\n") + found.group(1)
 
 
 def _example_case(code: str, m: int, K: int, N: int, calls: int) -> int:

@@ -148,3 +148,15 @@ def test_cost_model_and_tune_cache(tmp_path, monkeypatch):
     assert big.pays and big.t_overlap < big.t_serial
     assert not cost_model.overlap_pays("gemm_rs", 64, 64, 64, 8, 2, "cuda", "NVIDIA H200")
     assert not cost_model.overlap_pays("ag_gemm", 8192, 8192, 8192, 1, 2, "cuda", "H200")
+
+
+def test_publish_refuses_chunk_ids_on_another_device():
+    """The publish kernel reads the chunk ids: ids on another device than the signals are
+    refused by name before any launch (the context is not even looked at)."""
+    from ditron.plan import lowering
+
+    signals = torch.zeros(4, dtype=torch.int32)
+    with pytest.raises(ValueError, match="chunk_ids are on meta, the signals on cpu"):
+        lowering.publish(signals, torch.tensor([1], dtype=torch.int32, device="meta"), 1,
+                         range(2), None)
+    assert signals.eq(0).all()
