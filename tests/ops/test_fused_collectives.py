@@ -294,9 +294,17 @@ def _rank_graph() -> int:
     return checks + 1
 
 
+def _rank_graph_in(inference: bool) -> int:
+    """``_rank_graph`` under ``torch.inference_mode(inference)`` (inputs, warm-ups, captures
+    and replays), as a serving engine captures its graphs."""
+    with torch.inference_mode(inference):
+        return _rank_graph()
+
+
 @pytest.mark.gpu
-def test_fused_collectives_in_cuda_graph():
-    assert ditron.launch(_rank_graph, 2, backend="cuda") == [37, 37]
+@pytest.mark.parametrize("inference", [False, True])
+def test_fused_collectives_in_cuda_graph(inference):
+    assert ditron.launch(_rank_graph_in, 2, inference, backend="cuda") == [37, 37]
 
 
 def _rank_refuses_capture() -> int:

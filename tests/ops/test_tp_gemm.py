@@ -967,9 +967,18 @@ def _captured_case(m: int, K: int, N: int, replays: int) -> int:
     return checks
 
 
+def _captured_case_in(inference: bool, *args) -> int:
+    """``_captured_case`` with everything in it (inputs, warm-up, capture, replays) under
+    ``torch.inference_mode(inference)``, as a serving engine captures its graphs."""
+    with torch.inference_mode(inference):
+        return _captured_case(*args)
+
+
 @pytest.mark.gpu
-def test_tp_gemms_in_cuda_graph():
-    assert ditron.launch(_captured_case, 2, 300, 256, 384, 4, backend="cuda") == [28, 28]
+@pytest.mark.parametrize("inference", [False, True])
+def test_tp_gemms_in_cuda_graph(inference):
+    assert ditron.launch(_captured_case_in, 2, inference, 300, 256, 384, 4,
+                         backend="cuda") == [28, 28]
 
 
 def _own_rows_case(m: int, K: int, N: int, reps: int) -> list[bool]:

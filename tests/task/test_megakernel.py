@@ -425,15 +425,22 @@ def test_tp_mlp_stack_gpu():
     assert res == [2, 2]
 
 
+def _mlp_case_in(inference: bool, *args) -> int:
+    """``_mlp_case`` with everything (build, compile, capture, replays) under
+    ``torch.inference_mode(inference)``, as a serving engine captures its graphs."""
+    with torch.inference_mode(inference):
+        return _mlp_case(*args)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_megakernel_in_cuda_graph(world_size):
+@pytest.mark.parametrize("world_size, inference", [(1, False), (2, False), (2, True)])
+def test_megakernel_in_cuda_graph(world_size, inference):
     from ditron.task.tp_mlp import MlpBlocks
 
     # one eager call, then replays of a captured call on fresh inputs (ranks share the GPU)
     blocks = MlpBlocks(block_m=16, block_n=32, block_k=64, reduce_n=128)
-    res = ditron.launch(_mlp_case, world_size, 20, 264, 200, 2, torch.bfloat16, 4, blocks,
-                        True, backend="cuda")
+    res = ditron.launch(_mlp_case_in, world_size, inference, 20, 264, 200, 2, torch.bfloat16,
+                        4, blocks, True, backend="cuda")
     assert res == [4] * world_size
 
 
