@@ -1,4 +1,5 @@
-"""README's first kernel runs as printed: every rank reads its left neighbour's rank."""
+"""README's first kernel runs as printed (as a script, on the backend under test): every
+rank reads its left neighbour's rank."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_first_kernel(tmp_path):
+def test_readme_first_kernel(tmp_path, backend):
     text = (ROOT / "README.md").read_text()
     start = text.index("## A first kernel")
     code = re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
@@ -21,7 +22,7 @@ def test_readme_first_kernel(tmp_path):
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          timeout=300, cwd=tmp_path,
-                         env={**os.environ, "PYTHONPATH": path, "DITRON_BACKEND": "cpu"})
+                         env={**os.environ, "PYTHONPATH": path, "DITRON_BACKEND": backend})
     assert out.returncode == 0, out.stderr
     got = ast.literal_eval(out.stdout.strip().splitlines()[-1])  # one list per rank
     assert got == [[float((r - 1) % 4)] * 16 for r in range(4)]
