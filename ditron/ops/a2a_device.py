@@ -31,6 +31,7 @@ import triton.language as tl
 
 from .. import language as dl
 from ..engines.sync import notify_range, wait_range
+from ..runtime.agreement import agree
 from ..runtime.signals import signal_pad
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
@@ -188,10 +189,11 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
     if max_out_rows < 0:
         raise ValueError(f"all_to_all_device: max_out_rows must be >= 0, got {max_out_rows}")
     row = math.prod(x.shape[1:])
-    from .collectives import _agree, _check_tensor
+    from .collectives import _check_tensor
 
     _check_tensor("all_to_all_device", x)
-    _agree("all_to_all_device", (tuple(x.shape[1:]), str(x.dtype), int(max_out_rows)))
+    agree("ditron.ops.all_to_all_device", row_shape=tuple(x.shape[1:]), dtype=x.dtype,
+          max_out_rows=int(max_out_rows))
     ws = _workspace(x.dtype, row, max_out_rows)
     ctx = rt.context()
     wb = triton.next_power_of_2(w)

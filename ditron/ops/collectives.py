@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from ..kernels import fused_collective as kfc
+from ..runtime.agreement import agree
 from ..runtime.world import current
 from . import fused_launch, replays
 from .chunked_exchanges import gather_on_node, push_gather, push_reduce_scatter
@@ -59,7 +60,6 @@ FUSED_AG_MAX_BYTES = 48 << 20
 FUSED_RS_MAX_BYTES = 64 << 20
 #: the same for all_to_all with even splits (the reduce-scatter's movement without the sum)
 FUSED_A2A_MAX_BYTES = 64 << 20
-_AGREED = "collectives:agreed"
 #: ops with a fused, CUDA-graph-safe path (``engine="sm"``, one node; all_to_all: even
 #: splits)
 _FUSED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -146,33 +146,6 @@ def _auto_engine(op: str, nbytes_per_peer: int, fusable: bool, graph: bool,
     return "sm" if nbytes_per_peer < SM_MAX_BYTES else "copy_engine"
 
 
-def _gather_objects(obj) -> list:
-    rt = current()
-    if rt.world.world_size == 1:
-        return [obj]
-    out: list = [None] * rt.world.world_size
-    dist.all_gather_object(out, obj, group=rt.host_group)
-    return out
-
-
-def _agree(op: str, signature: tuple) -> None:
-    """Raise ValueError unless every rank calls ``op`` with the same signature.
-
-    One host gather per new signature; later calls with a known signature cost nothing.
-    """
-    agreed = current().cache.setdefault(_AGREED, set())
-    if (op, signature) in agreed:
-        return
-    sigs = _gather_objects(signature)
-    if any(s != sigs[0] for s in sigs):
-        lines = "\n".join(f"  rank {r}: {s}" for r, s in enumerate(sigs))
-        raise ValueError(f"ditron.ops.{op}: ranks disagree on the call (every rank must pass "
-                         f"the same shape, dtype, dim and method):\n{lines}")
-    if len(agreed) > 4096:
-        agreed.clear()
-    agreed.add((op, signature))
-
-
 def _copy_out(view: torch.Tensor) -> torch.Tensor:
     out = torch.empty(view.shape, dtype=view.dtype, device=view.device)
     out.copy_(view)
@@ -236,7 +209,8 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     eng = _engine("all_gather", engine, nbytes, replay=can_replay)
     direct = _direct_offset(eng, d, out)
     replay = can_replay and eng in _REPLAYED_ENGINES
-    _agree("all_gather", (tuple(x.shape), str(x.dtype), d, eng == "network", direct, replay))
+    agree("ditron.ops.all_gather", shape=tuple(x.shape), dtype=x.dtype, dim=d,
+          network=eng == "network", symmetric_out_offset=direct, replayed=replay)
     if w == 1:
         return _into(out, x) if out is not None else _copy_out(x)
     xm = (x if d == 0 else x.movedim(d, 0)).contiguous()
@@ -372,7 +346,8 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     can_replay = _replayable(x, d, out, nbytes)
     eng = _engine("reduce_scatter", engine, nbytes, replay=can_replay)
     replay = can_replay and eng in _REPLAYED_ENGINES
-    _agree("reduce_scatter", (tuple(x.shape), str(x.dtype), d, eng == "network", replay))
+    agree("ditron.ops.reduce_scatter", shape=tuple(x.shape), dtype=x.dtype, dim=d,
+          network=eng == "network", replayed=replay)
     if w == 1:
         return _into(out, x) if out is not None else _copy_out(x)
     if replay:
@@ -423,7 +398,8 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
     if method == "auto":
         method = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or w <= 2 else "two_shot"
     eng = _engine("all_reduce", engine, nbytes if method == "one_shot" else nbytes // w)
-    _agree("all_reduce", (tuple(x.shape), str(x.dtype), method, eng == "network"))
+    agree("ditron.ops.all_reduce", shape=tuple(x.shape), dtype=x.dtype, method=method,
+          network=eng == "network")
     if w == 1:
         return _copy_out(x)
     if _fused_ok(eng, x.numel(), "all_reduce"):
@@ -472,26 +448,24 @@ def _splits(op: str, splits: Sequence[int] | None, total: int, w: int, what: str
     return out
 
 
-def _gather_splits(op: str, sig: tuple, ins: list[int], out_splits: Sequence[int] | None
+def _gather_splits(op: str, fields: dict, ins: list[int], out_splits: Sequence[int] | None
                    ) -> tuple[list[list[int]], list[list[int] | None]]:
     """Every rank's ``in_splits`` (the send matrix, ``[sender][receiver]``) and its
     ``out_splits`` (``None`` where not given), in one small tensor all-gather over the host
     group (a third of ``all_gather_object``'s cost: no pickling, one collective). A checksum
-    of ``sig`` (row shape, dtype, engine) travels along; ranks that disagree raise."""
+    of the call's ``fields`` (row shape, dtype, engine) travels along; ranks that disagree
+    raise."""
     rt = current()
     w = rt.world.world_size
     outs = [-1] * w if out_splits is None else [int(s) for s in out_splits]
-    mine = torch.tensor([zlib.crc32(repr(sig).encode()), *ins, *outs], dtype=torch.int64,
+    mine = torch.tensor([zlib.crc32(repr(fields).encode()), *ins, *outs], dtype=torch.int64,
                         device="cpu")
     rows = [torch.empty_like(mine) for _ in range(w)] if w > 1 else [mine]
     if w > 1:
         dist.all_gather(rows, mine, group=rt.host_group)
     table = [r.tolist() for r in rows]
-    if any(t[0] != table[0][0] for t in table):
-        sigs = _gather_objects(sig)  # every rank saw the mismatch: name the differences
-        lines = "\n".join(f"  rank {r}: row shape, dtype, network = {s}"
-                          for r, s in enumerate(sigs))
-        raise ValueError(f"ditron.ops.{op}: ranks disagree on the rows:\n{lines}")
+    if any(t[0] != table[0][0] for t in table):  # every rank saw it: name the differences
+        agree(f"ditron.ops.{op}", remember=False, **fields)
     return [t[1:w + 1] for t in table], [None if t[w + 1] < 0 else t[w + 1:] for t in table]
 
 
@@ -521,14 +495,15 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     even = all(s == ins[0] for s in ins) and (
         out_splits is None or all(int(s) == ins[0] for s in out_splits))
     eng = _engine(op, engine, x.numel() * x.element_size() // w, fusable=even)
-    sig = (tuple(x.shape[1:]), str(x.dtype), eng == "network")
+    fields = {"row_shape": tuple(x.shape[1:]), "dtype": x.dtype, "network": eng == "network"}
     if in_splits is None and out_splits is None:
         # even splits: the matrix is known once the ranks agree on the shape (checked once
         # per shape, no host round trip on later calls)
-        _agree(op, (tuple(x.shape), str(x.dtype), eng == "network", "even"))
+        agree(f"ditron.ops.{op}", shape=tuple(x.shape), dtype=x.dtype,
+              network=eng == "network", splits="even")
         matrix, given = [ins] * w, [None] * w
     else:
-        matrix, given = _gather_splits(op, sig, ins, out_splits)
+        matrix, given = _gather_splits(op, fields, ins, out_splits)
     outs = [matrix[r][me] for r in range(w)]
     if out_splits is not None and [int(s) for s in out_splits] != outs:
         raise ValueError(f"ditron.ops.{op}: out_splits {list(out_splits)} on rank {me} do not "

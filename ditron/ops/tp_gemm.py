@@ -24,9 +24,10 @@ kernel picks from the epoch's parity; GEMM-RS by the copy engine (``rs_copy_engi
 uses the exchange's graph-safe inbox (``exchange.graph_pad``). They use their own pads and
 buffers, allocated by the warm-up.
 
-Shapes are checked across ranks (through the host gloo group) the first time each shape
-signature is seen on a rank; a rank whose shapes change later without the others would
-then hang in its waits until ``DITRON_WAIT_TIMEOUT`` raises.
+Shapes are checked across ranks (``runtime.agreement``, through the host gloo group) the
+first time each shape signature is seen on a rank; a rank whose shapes change later
+without the others then hangs in its waits until ``DITRON_WAIT_TIMEOUT`` raises, unless
+``DITRON_CHECK_CALLS=1`` checks every call.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from ..kernels.gemm import (
 from ..plan import deps as plan_deps
 from ..plan import ir as plan_ir
 from ..plan import lowering, templates
+from ..runtime.agreement import agree
 from ..runtime.diagnostics import check_waits
 from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
@@ -86,7 +88,7 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
     seen = (op, method, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device) \
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else None
     valid = rt.cache.setdefault("tp_gemm_valid", set())
-    if seen in valid:
+    if seen in valid and not rt.settings.check_calls:
         return
     if method not in METHODS:
         raise ValueError(f"{op}: method must be one of {METHODS}, got {method!r}")
@@ -110,17 +112,7 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
     if op == "gemm_rs" and a.shape[0] % W != 0:
         raise ValueError(f"{op}: M = {a.shape[0]} rows is not divisible by the world size "
                          f"{W} (reduce_scatter splits rows evenly)")
-    sig = (op, tuple(a.shape), tuple(b.shape), str(a.dtype), method)
-    checked = rt.cache.setdefault("tp_gemm_checked", set())
-    if sig not in checked:
-        if W > 1:
-            sigs: list = [None] * W
-            dist.all_gather_object(sigs, sig, group=rt.host_group)
-            if any(s != sigs[0] for s in sigs):
-                lines = "\n".join(f"  rank {r}: {s}" for r, s in enumerate(sigs))
-                raise ValueError(f"{op}: ranks disagree on the call (shapes/dtype/method):\n"
-                                 f"{lines}")
-        checked.add(sig)
+    agree(op, a_shape=tuple(a.shape), b_shape=tuple(b.shape), dtype=a.dtype, method=method)
     valid.add(seen)
 
 

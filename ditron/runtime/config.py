@@ -9,6 +9,9 @@
 - ``DITRON_LAUNCH_TIMEOUT``: seconds ``ditron.launch`` waits, once every rank has started,
   for ranks to return before it names the stuck ones and kills them (0: forever). Start-up
   (spawn, CUDA context, rendezvous) is bounded separately by ``max(timeout, 300 s)``.
+- ``DITRON_CHECK_CALLS``: check on every collective call that the ranks agree on it (one
+  host gather per call), not only on the first call of each signature; off. For debugging
+  a rank whose shapes change without the others' (``runtime/agreement.py``).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class Settings:
     local_world_size: int | None = None
     poison: bool = False
     launch_timeout: float = 0.0
+    check_calls: bool = False
 
     @classmethod
     def from_env(cls, backend: str | None = None, **overrides) -> Settings:
@@ -78,6 +82,7 @@ class Settings:
             local_world_size=int(lws) if lws else None,
             poison=env.get("DITRON_POISON", "0") not in ("", "0", "false", "False"),
             launch_timeout=float(env.get("DITRON_LAUNCH_TIMEOUT", "0")),
+            check_calls=env.get("DITRON_CHECK_CALLS", "0") not in ("", "0", "false", "False"),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "heap_size" in overrides and overrides["heap_size"] is not None:

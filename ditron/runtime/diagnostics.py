@@ -15,7 +15,8 @@ class WaitTimeoutError(RuntimeError):
         super().__init__(
             f"rank {rank}: wait on signal {signal} timed out after about {timeout:g} s: "
             f"expected >= {expected}, saw {seen}. A peer never notified it: check that every "
-            f"rank makes the same collective calls in the same order.")
+            f"rank makes the same collective calls in the same order (DITRON_CHECK_CALLS=1 "
+            f"compares every call's shapes across ranks).")
 
     def __reduce__(self):
         return type(self), (self.rank, self.signal, self.expected, self.seen, self.timeout)

@@ -139,11 +139,11 @@ class SymmetricHeap:
         if failed:
             raise HeapExhausted(failed[0][1] + f" (exhausted on ranks {[r for r, _ in failed]})")
         if any(m != metas[0][0] for m, _ in metas):
-            lines = [f"  rank {r}: shape={m[0]} dtype={m[1]} heap offset={m[2]}"
-                     for r, (m, _) in enumerate(metas)]
-            raise ValueError("ditron.empty: ranks disagree on a symmetric buffer (every rank "
-                             "must allocate the same shapes in the same order)\n"
-                             + "\n".join(lines))
+            from .agreement import disagreement  # agreement -> world -> heap
+
+            raise ValueError(disagreement(
+                "ditron.empty (every rank must allocate the same shapes in the same order)",
+                ("shape", "dtype", "heap_offset"), [m for m, _ in metas]))
 
     def _give_back(self, offset: int, nbytes: int) -> None:
         i = bisect.bisect(self._free, (offset, 0))

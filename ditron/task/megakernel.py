@@ -31,9 +31,9 @@ from __future__ import annotations
 import re
 
 import torch
-import torch.distributed as dist
 
 from .. import trace as tracing
+from ..runtime.agreement import agree
 from ..runtime.barrier import barrier
 from ..runtime.diagnostics import WaitTimeoutError, check_waits
 from ..runtime.signals import SignalPad
@@ -58,9 +58,13 @@ def _default_programs(device: torch.device, local_world_size: int) -> int:
     return PROGRAMS_PER_SM * sms
 
 
-def _fingerprint(graph: TaskGraph) -> list:
-    return [(t.name, t.fn.fn.__module__, t.fn.fn.__qualname__, t.tiles, t.warps,
-             tuple(type(a).__name__ for a in t.args)) for t in graph.tasks]
+def _fingerprint(graph: TaskGraph) -> dict:
+    """What every rank's graph must share, by field (argument values may differ)."""
+    tasks = graph.tasks
+    return {"tasks": tuple(t.name for t in tasks),
+            "functions": tuple(f"{t.fn.fn.__module__}.{t.fn.fn.__qualname__}" for t in tasks),
+            "tiles": tuple(t.tiles for t in tasks), "warps": tuple(t.warps for t in tasks),
+            "argument_kinds": tuple(tuple(type(a).__name__ for a in t.args) for t in tasks)}
 
 
 class Megakernel:
@@ -229,14 +233,8 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
             if isinstance(value, torch.Tensor) and value.device != w.device:
                 raise ValueError(f"task {task.name!r}: argument {name!r} is on "
                                  f"{value.device}, the world computes on {w.device}")
-    if w.world_size > 1:
-        prints: list = [None] * w.world_size
-        dist.all_gather_object(prints, _fingerprint(graph), group=rt.host_group)
-        for r, fp in enumerate(prints):
-            if fp != prints[0]:
-                raise ValueError(f"ditron.task: rank {r} built a different graph than rank 0 "
-                                 f"(tasks, tile counts, warps and argument kinds must agree): "
-                                 f"{fp} vs {prints[0]}")
+    agree(f"ditron.task: compile of graph {graph.name!r}", remember=False,
+          **_fingerprint(graph))
     schedule = derive(graph.tasks, w.rank, w.world_size, local_world_size=w.local_world_size,
                       is_symmetric=is_symmetric)
     mk = Megakernel(graph, schedule, programs or _default_programs(w.device,

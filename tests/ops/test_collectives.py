@@ -622,8 +622,10 @@ def check_bad_inputs() -> int:
         (ValueError, "meta", lambda: ops.all_reduce(torch.empty(4, device="meta"))),
         (ValueError, "method", lambda: ops.all_reduce(x, "three_shot")),
         (ValueError, "engine", lambda: ops.all_gather(x, engine="pigeon")),
-        (ValueError, "disagree", lambda: ops.all_gather(torch.randn(2 + me, 3))),
-        (ValueError, "disagree", lambda: ops.all_reduce(x.to(DTYPES[me]))),
+        (ValueError, r"disagree on the call \(shape differs\)",
+         lambda: ops.all_gather(torch.randn(2 + me, 3))),
+        (ValueError, r"disagree on the call \(dtype differs\)",
+         lambda: ops.all_reduce(x.to(DTYPES[me]))),
         (ValueError, "in_splits", lambda: ops.all_to_all(x, [1, 1])),
         (ValueError, "out_splits", lambda: ops.all_to_all(x, [1, 3], [3, 1] if me else [1, 1])),
         (ValueError, "disagree", lambda: ops.all_to_all(torch.randn(2 * (1 + me), 3))),
@@ -652,6 +654,33 @@ def check_bad_inputs() -> int:
 def test_bad_inputs_raise_before_kernels():
     counts = ditron.launch(check_bad_inputs, 2, backend="cpu")
     assert all(c == 18 for c in counts)
+
+
+def check_rank_changing_alone() -> int:
+    """Every call agreed once; then the last rank alone changes its shape while the others
+    repeat theirs: ``DITRON_CHECK_CALLS=1`` makes every rank raise before any transfer."""
+    w = ditron.world()
+    last = w.rank == w.world_size - 1
+    b = torch.randn(3, 5)
+    calls = {
+        "all_reduce": lambda rows: ditron.ops.all_reduce(torch.randn(rows, 3)),
+        "all_gather": lambda rows: ditron.ops.all_gather(torch.randn(rows, 3)),
+        "ag_gemm": lambda rows: ditron.ops.ag_gemm(torch.randn(rows, 3), b),
+        "gemm_rs": lambda rows: ditron.ops.gemm_rs(torch.randn(rows * w.world_size, 3), b),
+    }
+    for name, call in calls.items():
+        call(4)
+        words = rf"(?s){name}: ranks disagree on the call \((a_)?shape differs\).*rank 0: "
+        with pytest.raises(ValueError, match=words + r"(a_)?shape=\(\d+, 3\)"):
+            call(5 if last else 4)
+        call(4)  # still works
+    return len(calls)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_check_calls_catches_a_rank_changing_alone(world_size, monkeypatch):
+    monkeypatch.setenv("DITRON_CHECK_CALLS", "1")
+    assert ditron.launch(check_rank_changing_alone, world_size, backend="cpu") == [4] * world_size
 
 
 @pytest.mark.gpu

@@ -1,0 +1,59 @@
+"""Checking that every rank makes the same collective call, before any transfer starts.
+
+A collective call (an op, a megakernel's compile) that ranks make with different shapes or
+options would leave some of them waiting for data that never comes. :func:`agree` gathers a
+named signature of the call over the host group and raises on every rank, naming what
+differs, when they disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import torch.distributed as dist
+
+from .world import current
+
+#: the runtime cache's key of the signatures this process has agreed on
+_AGREED = "agreed_calls"
+#: agreed signatures kept before the set starts over
+_MAX_AGREED = 4096
+
+
+def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
+    """Raise ``ValueError`` on every rank unless every rank passes equal ``fields`` (picklable
+    values) for ``what`` (the call's name, e.g. ``"ditron.ops.all_gather"``).
+
+    One all-gather over the host group. ``remember``: a signature agreed on once costs a
+    set lookup afterwards. A rank that then repeats an agreed call while another makes a
+    new one is not caught (the first skips the gather the second waits in), unless
+    ``DITRON_CHECK_CALLS=1`` gathers on every call.
+    """
+    rt = current()
+    if rt.world.world_size == 1:
+        return
+    values = tuple(fields.values())
+    key = (what, tuple(fields), values)
+    agreed = rt.cache.setdefault(_AGREED, set())
+    remember = remember and not rt.settings.check_calls
+    if remember and key in agreed:
+        return
+    every: list = [None] * rt.world.world_size
+    dist.all_gather_object(every, values, group=rt.host_group)
+    if any(v != every[0] for v in every):
+        raise ValueError(disagreement(what, tuple(fields), every))
+    if remember:
+        if len(agreed) >= _MAX_AGREED:
+            agreed.clear()
+        agreed.add(key)
+
+
+def disagreement(what: str, names: Sequence[str], every: Sequence[Sequence]) -> str:
+    """The message for ranks whose ``names`` fields took the values ``every[rank]``: the
+    fields that differ, then each rank's values."""
+    differ = [n for i, n in enumerate(names) if any(v[i] != every[0][i] for v in every)]
+    lines = "\n".join(f"  rank {r}: " + ", ".join(f"{n}={x!r}" for n, x in zip(names, v,
+                                                                                 strict=True))
+                      for r, v in enumerate(every))
+    verb = "differs" if len(differ) == 1 else "differ"
+    return f"{what}: ranks disagree on the call ({', '.join(differ)} {verb}):\n{lines}"

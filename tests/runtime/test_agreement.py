@@ -1,0 +1,76 @@
+"""``runtime.agreement.agree``: ranks that pass different fields for a call raise on every
+rank, naming the fields that differ and each rank's values; an agreed call is remembered
+(no second host gather) unless ``remember=False`` or ``DITRON_CHECK_CALLS=1``, which also
+catches a rank repeating an agreed call while another makes a new one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ditron
+from ditron.runtime.agreement import agree
+from ditron.runtime.world import current
+
+SAME = {"shape": (4, 3), "dtype": torch.bfloat16, "method": "one_shot"}
+
+
+def _agreement_case() -> tuple[list[str], int]:
+    """The messages of the disagreeing calls (none at W = 1) and the host gathers made."""
+    w = ditron.world()
+    gathers = []
+    real = dist.all_gather_object
+
+    def counted(*args, **kw):
+        gathers.append(1)
+        return real(*args, **kw)
+
+    dist.all_gather_object = counted
+    try:
+        agree("op", **SAME)
+        agree("op", **SAME)  # remembered unless DITRON_CHECK_CALLS=1
+        agree("op", remember=False, **SAME)
+        calls = [{**SAME, "shape": (6 + w.rank % 2, 3)},  # new on every rank
+                 {**SAME, "dtype": torch.float32 if w.rank else torch.bfloat16,
+                  "method": f"m{w.rank}"}]
+        if current().settings.check_calls:  # rank 0 repeats the agreed call
+            calls.append(SAME if w.rank == 0 else {**SAME, "shape": (5, 3)})
+        messages = []
+        for fields in calls:
+            if w.world_size == 1:
+                agree("op", **fields)  # nobody to disagree with
+                continue
+            with pytest.raises(ValueError) as info:
+                agree("op", **fields)
+            messages.append(str(info.value))
+        agree("op", **SAME)  # a failed check leaves the agreed ones usable
+    finally:
+        dist.all_gather_object = real
+    return messages, len(gathers)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("check_calls", [False, True])
+def test_disagreeing_ranks_raise_on_every_rank(world_size, check_calls, backend,
+                                               monkeypatch):
+    monkeypatch.setenv("DITRON_CHECK_CALLS", "1" if check_calls else "0")
+    res = ditron.launch(_agreement_case, world_size, backend=backend)
+    messages, gathers = res[0]
+    assert all(r == res[0] for r in res), "every rank raises the same messages"
+    if world_size == 1:
+        assert res == [([], 0)]
+        return
+    # 2 of the 3 agreed calls gather (3 with check_calls), then each disagreeing call, and
+    # the last agreed call only with check_calls
+    assert gathers == (3 + 3 + 1 if check_calls else 2 + 2)
+    one, two = messages[:2]
+    assert one.startswith("op: ranks disagree on the call (shape differs):\n")
+    assert "  rank 1: shape=(7, 3), dtype=torch.bfloat16, method='one_shot'" in one
+    assert two.startswith("op: ranks disagree on the call (dtype, method differ):\n")
+    for r in range(world_size):
+        dtype = "torch.float32" if r else "torch.bfloat16"
+        assert f"  rank {r}: shape=(4, 3), dtype={dtype}, method='m{r}'" in two
+    if check_calls:
+        assert "  rank 0: shape=(4, 3)," in messages[2]
+        assert "  rank 1: shape=(5, 3)," in messages[2]
