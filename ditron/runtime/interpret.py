@@ -24,6 +24,13 @@ def arrange(backend: str) -> None:
             install(os.environ["DITRON_RECORD_LAUNCHES"])
 
 
+#: why the cuda backend refuses a process (or ranks) with the interpreter on
+NOT_WITH_CUDA = ("Triton's interpreter (TRITON_INTERPRET=1) cannot run the cuda backend: "
+                 "interpreted kernels work on host copies of their arguments and cannot "
+                 "reach the peers' GPU memory. Unset TRITON_INTERPRET, or run the "
+                 "interpreter on the CPU backend (backend='cpu')")
+
+
 def active() -> bool:
     from triton import knobs
 

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from . import interpret as interpret_mod
 from .config import Settings, default_backend
 
 
@@ -89,13 +90,16 @@ def _cpu_context():
 def _rank_interpreter(backend: str) -> tuple[str, dict[str, str | None]]:
     """``TRITON_INTERPRET`` for ranks of ``backend``, and the environment changes their
     processes start with (:func:`_environment`; CPU ranks fork from the server and need
-    none). A caller whose default is the CPU backend has the interpreter on for itself:
-    CUDA ranks start without it, as the CUDA backend; a caller on a GPU passes its own
-    ``TRITON_INTERPRET`` on (someone debugging CUDA ranks with the interpreter)."""
+    none). CUDA ranks start without the interpreter, as the CUDA backend: a caller whose
+    default is the CPU backend has it on for itself (the test suite on a GPU host); a
+    caller whose default is CUDA and who set ``TRITON_INTERPRET`` asked for what the cuda
+    backend cannot do, and is told so before any rank starts."""
     if backend == "cpu":
         return "1", {}
-    interpret = "" if default_backend() == "cpu" else os.environ.get("TRITON_INTERPRET", "")
-    return interpret, {"DITRON_BACKEND": backend, "TRITON_INTERPRET": interpret or None}
+    asked = os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes")
+    if asked and default_backend() != "cpu":
+        raise RuntimeError(f"ditron.launch: {interpret_mod.NOT_WITH_CUDA}.")
+    return "", {"DITRON_BACKEND": backend, "TRITON_INTERPRET": None}
 
 
 @contextlib.contextmanager

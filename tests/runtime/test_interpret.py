@@ -6,6 +6,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+import torch
+
+from ditron.runtime import interpret
+from ditron.runtime.backends import get_backend
+
 SCRIPT = """
 import torch, triton, triton.language as tl   # triton first: its stdlib is already compiled
 import ditron
@@ -29,3 +35,13 @@ def test_triton_imported_before_ditron():
                          env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str([-(-(i + 6) // 4) for i in range(6)])
+
+
+def test_cuda_backend_refuses_the_interpreter():
+    """The interpreter (on in this process, for the CPU backend) cannot run the cuda
+    backend: preparing a process for it says so before touching CUDA, instead of failing
+    later inside an interpreted kernel."""
+    assert interpret.active()
+    with pytest.raises(RuntimeError, match=r"ditron cuda backend: Triton's interpreter "
+                                           r"\(TRITON_INTERPRET=1\) cannot run the cuda"):
+        get_backend("cuda").prepare_process(torch.device("cuda", 0), 1)

@@ -116,7 +116,8 @@ def test_cuda_ranks_do_not_inherit_a_cpu_callers_interpreter(monkeypatch):
     """A caller on the CPU backend (the test suite on a GPU host) has ``TRITON_INTERPRET=1``
     and ``DITRON_BACKEND=cpu``; CUDA ranks import ditron with the environment they start
     with, so they must start as the CUDA backend without the interpreter. A caller whose
-    default is CUDA passes its own ``TRITON_INTERPRET`` on."""
+    default is CUDA and who set ``TRITON_INTERPRET`` is refused before any rank starts
+    (the interpreter cannot run the cuda backend)."""
     from ditron.runtime import launch as launch_mod
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -125,8 +126,13 @@ def test_cuda_ranks_do_not_inherit_a_cpu_callers_interpreter(monkeypatch):
     assert launch_mod._rank_interpreter("cuda") == (
         "", {"DITRON_BACKEND": "cuda", "TRITON_INTERPRET": None})
     monkeypatch.setattr(launch_mod, "default_backend", lambda: "cuda")
-    assert launch_mod._rank_interpreter("cuda") == (
-        "1", {"DITRON_BACKEND": "cuda", "TRITON_INTERPRET": "1"})
+    with pytest.raises(RuntimeError, match=r"ditron.launch: Triton's interpreter "
+                                           r"\(TRITON_INTERPRET=1\) cannot run the cuda"):
+        launch_mod._rank_interpreter("cuda")
+    for value in ("0", ""):
+        monkeypatch.setenv("TRITON_INTERPRET", value)
+        assert launch_mod._rank_interpreter("cuda") == (
+            "", {"DITRON_BACKEND": "cuda", "TRITON_INTERPRET": None})
     monkeypatch.delenv("TRITON_INTERPRET")
     assert launch_mod._rank_interpreter("cuda") == (
         "", {"DITRON_BACKEND": "cuda", "TRITON_INTERPRET": None})

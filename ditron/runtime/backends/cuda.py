@@ -39,6 +39,10 @@ class CudaBackend(Backend):
         return local_world_size > torch.cuda.device_count()
 
     def prepare_process(self, device: torch.device, local_world_size: int) -> None:
+        from .. import interpret
+
+        if interpret.active():
+            raise RuntimeError(f"ditron cuda backend: {interpret.NOT_WITH_CUDA}.")
         for key, value in _NO_MULTICAST.items():
             os.environ.setdefault(key, value)
         if self.shares_devices(local_world_size):
