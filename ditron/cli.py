@@ -28,6 +28,8 @@ def _info(args: argparse.Namespace) -> int:
     print(f"heap     {settings.heap_size / 2**20:.0f} MiB per rank (DITRON_HEAP_SIZE)")
     timeout = f"{settings.wait_timeout:g} s" if settings.wait_timeout > 0 else "off"
     print(f"timeout  {timeout} (DITRON_WAIT_TIMEOUT)")
+    checks = "every call" if settings.check_calls else "first call of each shape"
+    print(f"agree    {checks} checked across ranks (DITRON_CHECK_CALLS)")
     return 0
 
 

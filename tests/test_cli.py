@@ -18,6 +18,11 @@ def test_info_reports_versions_and_backend():
     out = _run("info", "--backend", "cpu")
     assert out.returncode == 0, out.stderr
     assert "triton   3." in out.stdout and "backend  cpu" in out.stdout
+    assert "agree    first call of each shape checked" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "ditron", "info", "--backend", "cpu"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "DITRON_CHECK_CALLS": "1"})
+    assert "agree    every call checked across ranks" in out.stdout, out.stderr
 
 
 def test_demo_verifies_against_torch():
