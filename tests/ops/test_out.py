@@ -1,6 +1,7 @@
 """``ditron.ops.all_gather(x, dim, out=...)`` and ``reduce_scatter(x, dim, out=...)``: the
 result written into a given tensor on every path (plain, strided and symmetric ``out``, every
-engine), against torch on fresh random data for world sizes 1-3; bad ``out`` raises before
+engine), and torch.distributed's in-place forms (input inside ``out``, ``out`` inside the
+input), against torch on fresh random data for world sizes 1-3; bad ``out`` raises before
 any kernel. On the GPU: the all-gather's direct path into a symmetric ``out`` (also run with
 emulated driver calls on the CPU in ``test_raw_pushes.py``) and the eager calls replayed
 from CUDA graphs (``ops/replays.py``), with ranks whose graph caches differ."""
@@ -78,6 +79,47 @@ def check_rs_out(engines: tuple[str, ...], calls: int) -> int:
                 x = x.to(device)
                 checks += _into_each_out("reduce_scatter", x, dim, eng, ref, f"call {it}")
     return checks
+
+
+def check_in_place(engines: tuple[str, ...], calls: int) -> int:
+    """torch.distributed's in-place forms: an all-gather whose input is this rank's rows of
+    ``out`` (a plain and a symmetric ``out``), and a reduce-scatter into this rank's rows of
+    its own input."""
+    poison_empty()
+    world = ditron.world()
+    w, me, device = world.world_size, world.rank, world.device
+    checks = 0
+    for it in range(calls):
+        for eng in engines:
+            dtype = DTYPES[(it + checks) % len(DTYPES)]
+            m, n = 2 + it, 3 + 2 * it
+            mine = slice(me * m, (me + 1) * m)
+            x = torch.randn(m, n, generator=_gen(me, it, 41)).to(dtype)
+            ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)])
+            for kind, buf in (("plain", torch.empty(w * m, n, dtype=dtype, device=device)),
+                              ("symmetric", ditron.empty((w * m, n), dtype))):
+                buf.fill_(float("nan"))
+                buf[mine] = x.to(device)
+                got = ditron.ops.all_gather(buf[mine], engine=eng, out=buf)
+                assert got is buf
+                _close(buf.cpu(), ref, f"in-place all_gather {eng} {kind} out, call {it}")
+                checks += 1
+                if kind == "symmetric":
+                    ditron.free(buf)
+            x = torch.randn(w * m, n, generator=_gen(me, it, 43)).to(dtype)
+            ref = _sum_ref(x)[mine]
+            x = x.to(device)
+            got = ditron.ops.reduce_scatter(x, engine=eng, out=x[mine])
+            _close(got.cpu(), ref, f"in-place reduce_scatter {eng}, call {it}")
+            checks += 1
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_in_place_forms(world_size):
+    engines = ("copy_engine", "sm", "network")
+    counts = ditron.launch(check_in_place, world_size, engines, 2, backend="cpu")
+    assert counts == [2 * len(engines) * 3] * world_size
 
 
 def check_bad_out() -> int:
