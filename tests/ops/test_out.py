@@ -46,38 +46,41 @@ def _into_each_out(op: str, x: torch.Tensor, dim: int, engine: str, ref: torch.T
     return checks
 
 
-def check_out(engines: tuple[str, ...], calls: int) -> int:
+def _rounds(engines: tuple[str, ...], calls: int):
+    """``(call, engine, dtype)`` for each engine in each of ``calls`` rounds, the dtype
+    alternating, after poisoning fresh symmetric memory."""
     poison_empty()
-    world = ditron.world()
-    me, device = world.rank, world.device
-    checks = 0
+    k = 0
     for it in range(calls):
         for eng in engines:
-            dtype = DTYPES[(it + checks) % len(DTYPES)]
-            x = torch.randn(2 + it, 3 + 2 * it, generator=_gen(me, it, 31)).to(dtype)
-            parts = [p.to(dtype) for p in _gather_fp32(x)]
-            x = x.to(device)
-            for dim in (0, 1):
-                ref = torch.cat(parts, dim)
-                checks += _into_each_out("all_gather", x, dim, eng, ref, f"call {it}")
+            yield it, eng, DTYPES[k % len(DTYPES)]
+            k += 1
+
+
+def check_out(engines: tuple[str, ...], calls: int) -> int:
+    me = ditron.world().rank
+    checks = 0
+    for it, eng, dtype in _rounds(engines, calls):
+        x = torch.randn(2 + it, 3 + 2 * it, generator=_gen(me, it, 31)).to(dtype)
+        parts = [p.to(dtype) for p in _gather_fp32(x)]
+        x = x.to(ditron.world().device)
+        for dim in (0, 1):
+            ref = torch.cat(parts, dim)
+            checks += _into_each_out("all_gather", x, dim, eng, ref, f"call {it}")
     return checks
 
 
 def check_rs_out(engines: tuple[str, ...], calls: int) -> int:
-    poison_empty()
-    world = ditron.world()
-    w, me, device = world.world_size, world.rank, world.device
+    w, me = ditron.world().world_size, ditron.world().rank
     checks = 0
-    for it in range(calls):
-        for eng in engines:
-            dtype = DTYPES[(it + checks) % len(DTYPES)]
-            for dim in (0, 1):
-                shape = [2 + it, 3 + 2 * it]
-                shape[dim] *= w
-                x = torch.randn(*shape, generator=_gen(me, it, dim, 37)).to(dtype)
-                ref = _sum_ref(x).chunk(w, dim)[me]
-                x = x.to(device)
-                checks += _into_each_out("reduce_scatter", x, dim, eng, ref, f"call {it}")
+    for it, eng, dtype in _rounds(engines, calls):
+        for dim in (0, 1):
+            shape = [2 + it, 3 + 2 * it]
+            shape[dim] *= w
+            x = torch.randn(*shape, generator=_gen(me, it, dim, 37)).to(dtype)
+            ref = _sum_ref(x).chunk(w, dim)[me]
+            x = x.to(ditron.world().device)
+            checks += _into_each_out("reduce_scatter", x, dim, eng, ref, f"call {it}")
     return checks
 
 
@@ -85,33 +88,30 @@ def check_in_place(engines: tuple[str, ...], calls: int) -> int:
     """torch.distributed's in-place forms: an all-gather whose input is this rank's rows of
     ``out`` (a plain and a symmetric ``out``), and a reduce-scatter into this rank's rows of
     its own input."""
-    poison_empty()
     world = ditron.world()
     w, me, device = world.world_size, world.rank, world.device
     checks = 0
-    for it in range(calls):
-        for eng in engines:
-            dtype = DTYPES[(it + checks) % len(DTYPES)]
-            m, n = 2 + it, 3 + 2 * it
-            mine = slice(me * m, (me + 1) * m)
-            x = torch.randn(m, n, generator=_gen(me, it, 41)).to(dtype)
-            ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)])
-            for kind, buf in (("plain", torch.empty(w * m, n, dtype=dtype, device=device)),
-                              ("symmetric", ditron.empty((w * m, n), dtype))):
-                buf.fill_(float("nan"))
-                buf[mine] = x.to(device)
-                got = ditron.ops.all_gather(buf[mine], engine=eng, out=buf)
-                assert got is buf
-                _close(buf.cpu(), ref, f"in-place all_gather {eng} {kind} out, call {it}")
-                checks += 1
-                if kind == "symmetric":
-                    ditron.free(buf)
-            x = torch.randn(w * m, n, generator=_gen(me, it, 43)).to(dtype)
-            ref = _sum_ref(x)[mine]
-            x = x.to(device)
-            got = ditron.ops.reduce_scatter(x, engine=eng, out=x[mine])
-            _close(got.cpu(), ref, f"in-place reduce_scatter {eng}, call {it}")
+    for it, eng, dtype in _rounds(engines, calls):
+        m, n = 2 + it, 3 + 2 * it
+        mine = slice(me * m, (me + 1) * m)
+        x = torch.randn(m, n, generator=_gen(me, it, 41)).to(dtype)
+        ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)])
+        for kind, buf in (("plain", torch.empty(w * m, n, dtype=dtype, device=device)),
+                          ("symmetric", ditron.empty((w * m, n), dtype))):
+            buf.fill_(float("nan"))
+            buf[mine] = x.to(device)
+            got = ditron.ops.all_gather(buf[mine], engine=eng, out=buf)
+            assert got is buf
+            _close(buf.cpu(), ref, f"in-place all_gather {eng} {kind} out, call {it}")
             checks += 1
+            if kind == "symmetric":
+                ditron.free(buf)
+        x = torch.randn(w * m, n, generator=_gen(me, it, 43)).to(dtype)
+        ref = _sum_ref(x)[mine]
+        x = x.to(device)
+        got = ditron.ops.reduce_scatter(x, engine=eng, out=x[mine])
+        _close(got.cpu(), ref, f"in-place reduce_scatter {eng}, call {it}")
+        checks += 1
     return checks
 
 
