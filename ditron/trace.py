@@ -29,6 +29,8 @@ import time
 
 import torch
 
+from .runtime.config import env_flag
+
 _ENABLED: bool | None = None
 _EVENTS: list[dict] = []
 
@@ -36,7 +38,7 @@ _EVENTS: list[dict] = []
 def enabled() -> bool:
     if _ENABLED is not None:
         return _ENABLED
-    return os.environ.get("DITRON_TRACE", "0") not in ("", "0", "false", "False")
+    return env_flag("DITRON_TRACE")
 
 
 def enable(on: bool = True) -> None:

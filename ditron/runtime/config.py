@@ -39,6 +39,12 @@ def parse_bytes(text: str | int) -> int:
     return value
 
 
+def env_flag(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to something other than empty,
+    ``0``, ``false``, ``off`` or ``no`` (any case)."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "off", "no")
+
+
 def check_backend(name: str) -> str:
     name = name.lower()
     if name not in BACKENDS:
@@ -80,9 +86,9 @@ class Settings:
             heap_size=parse_bytes(heap),
             wait_timeout=float(timeout),
             local_world_size=int(lws) if lws else None,
-            poison=env.get("DITRON_POISON", "0") not in ("", "0", "false", "False"),
+            poison=env_flag("DITRON_POISON"),
             launch_timeout=float(env.get("DITRON_LAUNCH_TIMEOUT", "0")),
-            check_calls=env.get("DITRON_CHECK_CALLS", "0") not in ("", "0", "false", "False"),
+            check_calls=env_flag("DITRON_CHECK_CALLS"),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "heap_size" in overrides and overrides["heap_size"] is not None:

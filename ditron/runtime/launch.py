@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import interpret as interpret_mod
-from .config import Settings, default_backend
+from .config import Settings, default_backend, env_flag
 
 
 class RankError(RuntimeError):
@@ -96,8 +96,7 @@ def _rank_interpreter(backend: str) -> tuple[str, dict[str, str | None]]:
     backend cannot do, and is told so before any rank starts."""
     if backend == "cpu":
         return "1", {}
-    asked = os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes")
-    if asked and default_backend() != "cpu":
+    if env_flag("TRITON_INTERPRET") and default_backend() != "cpu":
         raise RuntimeError(f"ditron.launch: {interpret_mod.NOT_WITH_CUDA}.")
     return "", {"DITRON_BACKEND": backend, "TRITON_INTERPRET": None}
 

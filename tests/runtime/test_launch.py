@@ -163,3 +163,18 @@ def test_fork_server_starts_on_the_cpu_backend(monkeypatch):
     launch_mod._cpu_context()
     assert seen == {"DITRON_BACKEND": "cpu", "TRITON_INTERPRET": "1"}
     assert "DITRON_BACKEND" not in os.environ and "TRITON_INTERPRET" not in os.environ
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("Yes", True), ("2", True),
+                                       ("", False), ("0", False), ("False", False),
+                                       (" off ", False), ("no", False)])
+def test_env_flags_read_one_way(value, on, monkeypatch):
+    """Every on/off variable (DITRON_POISON, DITRON_CHECK_CALLS, DITRON_TRACE, and
+    TRITON_INTERPRET where launch reads it) is read by ``config.env_flag``."""
+    from ditron.runtime.config import Settings, env_flag
+
+    monkeypatch.setenv("DITRON_CHECK_CALLS", value)
+    monkeypatch.setenv("DITRON_POISON", value)
+    assert env_flag("DITRON_CHECK_CALLS") is on
+    settings = Settings.from_env("cpu")
+    assert settings.check_calls is on and settings.poison is on
