@@ -62,6 +62,8 @@ import triton.language as tl
 
 from .. import language as dl
 from ..runtime.triton_launch import FastKernel
+from . import descriptors
+from .descriptors import describe, tma_wanted
 
 EPI_STORE = 0
 EPI_REDUCE_SCATTER = 1
@@ -231,10 +233,8 @@ def persistent_gemm(
                     if c < 64:
                         seen = seen | bit
                 c += 1
-            if USE_TMA and GPU_TIMER:
-                # TMA loads go through the async proxy: order them after the acquire
-                tl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r",
-                                          [], dtype=tl.int32, is_pure=False, pack=1)
+            if USE_TMA:  # TMA loads go through the async proxy: order them after the acquire
+                dl.fence_async_proxy(GPU_TIMER)
         if TRACE:
             if waited:
                 tl.store(trace_ptr + 3 + i * 5, dl.timestamp(trace_ptr, GPU_TIMER))
@@ -400,65 +400,18 @@ def own_rows_ok(own: torch.Tensor, a: torch.Tensor, cfg: GemmConfig) -> bool:
             and own.data_ptr() % 16 == 0 and (own.stride(0) * es) % 16 == 0)
 
 
-_TMA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_CAPABILITY: dict[int, tuple[int, int]] = {}
-
-
-def tma_wanted(device: torch.device, use_tma: bool | None = None) -> bool:
-    """Whether the TMA load path is requested on ``device`` (operand rules aside).
-
-    ``use_tma`` forces it on or off; otherwise ``DITRON_GEMM_TMA=0|1`` does (``1`` also turns
-    it on for the CPU backend's interpreter); otherwise it is on for CUDA capability >= 9."""
-    if use_tma is None:
-        env = os.environ.get("DITRON_GEMM_TMA", "")
-        if env in ("0", "1"):
-            use_tma = env == "1"
-    if use_tma is not None:
-        return use_tma and (device.type != "cuda" or _capability(device)[0] >= 9)
-    return device.type == "cuda" and _capability(device)[0] >= 9
-
-
-def _capability(device: torch.device) -> tuple[int, int]:
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    cap = _CAPABILITY.get(index)
-    if cap is None:
-        cap = _CAPABILITY[index] = torch.cuda.get_device_capability(index)
-    return cap
-
-
-def _tma_ok(t: torch.Tensor, block_inner: int, cuda: bool) -> bool:
-    """TMA rules for a 2-D row-major view ``t``: last dim contiguous, 16-byte aligned base
-    and row stride, non-empty; on CUDA the box's inner extent must span >= 16 bytes."""
-    es = t.element_size()
-    return (t.dtype in _TMA_DTYPES and t.dim() == 2 and t.shape[0] > 0 and t.shape[1] > 0
-            and t.stride(1) == 1 and (t.stride(0) * es) % 16 == 0 and t.data_ptr() % 16 == 0
-            and (not cuda or block_inner * es >= 16))
-
-
 def tma_operands(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig):
     """``(a_desc, b_desc, b_nk)`` for the TMA load path, or ``None`` when the operands
-    break the TMA rules. B is described on ``[K, N]`` when row-major, else on the
-    contiguous ``[N, K]`` of ``b.t()`` (``b_nk``: the kernel transposes the loaded tile)."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    cuda = a.device.type == "cuda"
-    if a.dtype != b.dtype or max(cfg.block_m, cfg.block_n, cfg.block_k) > 256:
+    break the TMA rules (``descriptors.describe``). B is described on ``[K, N]`` when
+    row-major, else on the contiguous ``[N, K]`` of ``b.t()`` (``b_nk``: the kernel
+    transposes the loaded tile); A only row-major."""
+    if a.dtype != b.dtype:
         return None
-    if not _tma_ok(a, cfg.block_k, cuda):
+    a_tma = describe(a, (cfg.block_m, cfg.block_k))
+    b_tma = describe(b, (cfg.block_k, cfg.block_n))
+    if a_tma is None or a_tma[1] or b_tma is None:
         return None
-    K, N = b.shape
-    if _tma_ok(b, cfg.block_n, cuda):
-        b_desc = TensorDescriptor(b, [K, N], [b.stride(0), 1], [cfg.block_k, cfg.block_n])
-        b_nk = False
-    elif _tma_ok(b.t(), cfg.block_k, cuda):
-        w = b.t()
-        b_desc = TensorDescriptor(w, [N, K], [w.stride(0), 1], [cfg.block_n, cfg.block_k])
-        b_nk = True
-    else:
-        return None
-    a_desc = TensorDescriptor(a, [a.shape[0], a.shape[1]], [a.stride(0), 1],
-                              [cfg.block_m, cfg.block_k])
-    return a_desc, b_desc, b_nk
+    return a_tma[0], b_tma[0], b_tma[1]
 
 
 def launch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
@@ -575,7 +528,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
             tma_b = "nk" if tma[2] else "kn"
             c_tma = (cfg.tma_store and hooks.epilogue == EPI_STORE
                      and (seg_rows >= M or seg_rows % cfg.block_m == 0)
-                     and _tma_ok(c, cfg.block_n, c.device.type == "cuda"))
+                     and descriptors.fits(c, cfg.block_n))
     kwargs = dict(
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         A_REMOTE=hooks.a_remote, STORE_A=hooks.gathered is not None,

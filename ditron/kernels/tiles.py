@@ -45,32 +45,57 @@ def num_tiles(M: int, N: int, block_m: int, block_n: int) -> int:
 
 
 @triton.jit
-def _coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _origin(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """First row and column ``(m0, n0)`` of ``tile`` in the grouped order."""
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     in_group = _GROUP_M * tiles_n
     first = (tile // in_group) * _GROUP_M
     size = tl.minimum(tiles_m - first, _GROUP_M)
     offset = tile % in_group
-    offs_m = (first + offset % size) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = (offset // size) * BLOCK_N + tl.arange(0, BLOCK_N)
-    return offs_m, offs_n
+    return (first + offset % size) * BLOCK_M, (offset // size) * BLOCK_N
 
 
 @triton.jit
-def _dot(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs_n,
+def _coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rows and columns of ``tile`` (``tl.arange`` vectors, past the ends at the edges)."""
+    m0, n0 = _origin(tile, M, N, BLOCK_M, BLOCK_N)
+    return m0 + tl.arange(0, BLOCK_M), n0 + tl.arange(0, BLOCK_N)
+
+
+@triton.jit
+def _block(a, r0, c0, R, C, stride_r, stride_c, BLOCK_R: tl.constexpr,
+           BLOCK_C: tl.constexpr, TMA: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """``a[r0:r0 + BLOCK_R, c0:c0 + BLOCK_C]`` of an ``[R, C]`` operand, zeros past ``R`` and
+    ``C``. ``TMA``: ``a`` is a descriptor (``descriptors.describe``), on ``a.t()`` when
+    ``TRANSPOSED`` (the block is loaded as ``[BLOCK_C, BLOCK_R]`` and transposed); its own
+    shape bounds the load instead of ``R``, ``C``."""
+    if TMA:
+        if TRANSPOSED:
+            block = a.load([c0, r0]).T
+        else:
+            block = a.load([r0, c0])
+    else:
+        offs_r = r0 + tl.arange(0, BLOCK_R)
+        offs_c = c0 + tl.arange(0, BLOCK_C)
+        block = tl.load(a + offs_r[:, None] * stride_r + offs_c[None, :] * stride_c,
+                        mask=(offs_r[:, None] < R) & (offs_c[None, :] < C), other=0.0)
+    return block
+
+
+@triton.jit
+def _dot(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, m0, n0,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
          DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, k_lo=0,
-         NUM_STAGES: tl.constexpr = None):
-    """``a[offs_m, k_lo:K] @ b[k_lo:K, offs_n]`` in fp32; the K loop pipelined
-    ``NUM_STAGES`` deep."""
+         NUM_STAGES: tl.constexpr = None, TMA: tl.constexpr = False,
+         B_NK: tl.constexpr = False):
+    """``a[m0:, k_lo:K] @ b[k_lo:K, n0:]`` (a ``BLOCK_M x BLOCK_N`` block) in fp32; the K
+    loop pipelined ``NUM_STAGES`` deep."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in tl.range(0, K - k_lo, BLOCK_K, num_stages=NUM_STAGES):
-        offs_k = k_lo + k0 + tl.arange(0, BLOCK_K)
-        a_tile = tl.load(a + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak,
-                         mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
-        b_tile = tl.load(b + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn,
-                         mask=(offs_k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        k = k_lo + k0
+        a_tile = _block(a, m0, k, M, K, stride_am, stride_ak, BLOCK_M, BLOCK_K, TMA, False)
+        b_tile = _block(b, k, n0, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, TMA, B_NK)
         if UPCAST:
             a_tile = a_tile.to(tl.float32)
             b_tile = b_tile.to(tl.float32)
@@ -82,11 +107,15 @@ def _dot(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs
 def matmul_tile(tile, a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                 stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                NUM_STAGES: tl.constexpr = None):
-    """``c[tile] = a[rows, :] @ b[:, cols]`` (``a``: [M, K], ``b``: [K, N], any strides)."""
-    offs_m, offs_n = _coords(tile, M, N, BLOCK_M, BLOCK_N)
-    acc = _dot(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs_n,
-               BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST, 0, NUM_STAGES)
+                NUM_STAGES: tl.constexpr = None, TMA: tl.constexpr = False,
+                B_NK: tl.constexpr = False):
+    """``c[tile] = a[rows, :] @ b[:, cols]`` (``a``: [M, K], ``b``: [K, N], any strides;
+    with ``TMA``, descriptors of them, ``b``'s on ``b.t()`` when ``B_NK``)."""
+    m0, n0 = _origin(tile, M, N, BLOCK_M, BLOCK_N)
+    acc = _dot(a, b, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, m0, n0,
+               BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST, 0, NUM_STAGES, TMA, B_NK)
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     tl.store(c + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
              acc.to(c.dtype.element_ty), mask=mask)
@@ -94,23 +123,19 @@ def matmul_tile(tile, a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_
 
 @triton.jit
 def _dot_pair(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_ck,
-              stride_cn, offs_m, offs_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              stride_cn, m0, n0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-              NUM_STAGES: tl.constexpr):
-    """``(a[offs_m, :] @ b[:, offs_n], a[offs_m, :] @ c[:, offs_n])`` in fp32, in one K
-    loop: each step loads the ``a`` tile once and both weight tiles together (more bytes in
-    flight per step than two loops one after the other)."""
+              NUM_STAGES: tl.constexpr, TMA: tl.constexpr, B_NK: tl.constexpr,
+              C_NK: tl.constexpr):
+    """``(a[m0:, :] @ b[:, n0:], a[m0:, :] @ c[:, n0:])`` in fp32, in one K loop: each step
+    loads the ``a`` tile once and both weight tiles together (more bytes in flight per step
+    than two loops one after the other)."""
     acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_c = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        a_tile = tl.load(a + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak,
-                         mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)
-        mask_kn = (offs_k[:, None] < K) & (offs_n[None, :] < N)
-        b_tile = tl.load(b + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn,
-                         mask=mask_kn, other=0.0)
-        c_tile = tl.load(c + offs_k[:, None] * stride_ck + offs_n[None, :] * stride_cn,
-                         mask=mask_kn, other=0.0)
+    for k in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
+        a_tile = _block(a, m0, k, M, K, stride_am, stride_ak, BLOCK_M, BLOCK_K, TMA, False)
+        b_tile = _block(b, k, n0, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, TMA, B_NK)
+        c_tile = _block(c, k, n0, K, N, stride_ck, stride_cn, BLOCK_K, BLOCK_N, TMA, C_NK)
         if UPCAST:
             a_tile = a_tile.to(tl.float32)
             b_tile = b_tile.to(tl.float32)
@@ -125,15 +150,20 @@ def gated_matmul_tile(tile, x, w_gate, w_up, h, M, N, K, stride_xm, stride_xk, s
                       stride_gn, stride_uk, stride_un, stride_hm, stride_hn,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                      NUM_STAGES: tl.constexpr = None):
-    """``h[tile] = silu(x @ w_gate) * (x @ w_up)`` (SwiGLU; ``w_gate``, ``w_up``: [K, N])."""
-    offs_m, offs_n = _coords(tile, M, N, BLOCK_M, BLOCK_N)
+                      NUM_STAGES: tl.constexpr = None, TMA: tl.constexpr = False,
+                      GATE_NK: tl.constexpr = False, UP_NK: tl.constexpr = False):
+    """``h[tile] = silu(x @ w_gate) * (x @ w_up)`` (SwiGLU; ``w_gate``, ``w_up``: [K, N];
+    with ``TMA``, descriptors of ``x`` and the weights, a weight's on its transpose when
+    its ``_NK`` is set)."""
+    m0, n0 = _origin(tile, M, N, BLOCK_M, BLOCK_N)
     gate, up = _dot_pair(x, w_gate, w_up, M, N, K, stride_xm, stride_xk, stride_gk,
-                         stride_gn, stride_uk, stride_un, offs_m, offs_n, BLOCK_M, BLOCK_N,
-                         BLOCK_K, DOT_PRECISION, UPCAST, NUM_STAGES)
+                         stride_gn, stride_uk, stride_un, m0, n0, BLOCK_M, BLOCK_N,
+                         BLOCK_K, DOT_PRECISION, UPCAST, NUM_STAGES, TMA, GATE_NK, UP_NK)
     gate = gate.to(h.dtype.element_ty).to(tl.float32)  # as torch rounds between its ops
     up = up.to(h.dtype.element_ty).to(tl.float32)
     act = (gate / (1.0 + tl.exp(-gate))).to(h.dtype.element_ty).to(tl.float32)
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     tl.store(h + offs_m[:, None] * stride_hm + offs_n[None, :] * stride_hn,
              (act * up).to(h.dtype.element_ty), mask=mask)
@@ -144,21 +174,27 @@ def matmul_push_tile(tile, a, b, inbox, M, N, K, K_CHUNK, SPLIT, stride_am, stri
                      stride_bk, stride_bn, stride_im, stride_in, ctx, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                     NUM_STAGES: tl.constexpr = None):
+                     NUM_STAGES: tl.constexpr = None, TMA: tl.constexpr = False,
+                     B_NK: tl.constexpr = False):
     """Tile of a split-K partial of ``a @ b``, stored into every rank's ``inbox`` by plain
     remote stores.
 
     Tiles ``tile = kc * tiles + t`` (``tiles`` the ``[M, N]`` tiles, ``kc < SPLIT``) take
     the ``K`` range ``[kc * K_CHUNK, (kc + 1) * K_CHUNK)``; the partial goes to slot
     ``rank * SPLIT + kc`` (rows ``slot * M ..``) of the symmetric ``[world_size * SPLIT * M,
-    N]`` inbox of every rank."""
+    N]`` inbox of every rank. With ``TMA`` (descriptors of ``a`` and ``b`` as in
+    :func:`matmul_tile`) ``K_CHUNK`` must be a multiple of ``BLOCK_K``: a descriptor's
+    loads stop only at ``K``."""
     tiles_mn = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     kc = tile // tiles_mn
-    offs_m, offs_n = _coords(tile % tiles_mn, M, N, BLOCK_M, BLOCK_N)
+    m0, n0 = _origin(tile % tiles_mn, M, N, BLOCK_M, BLOCK_N)
     k_hi = tl.minimum(K, (kc + 1) * K_CHUNK)
-    acc = _dot(a, b, M, N, k_hi, stride_am, stride_ak, stride_bk, stride_bn, offs_m, offs_n,
-               BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST, kc * K_CHUNK, NUM_STAGES)
+    acc = _dot(a, b, M, N, k_hi, stride_am, stride_ak, stride_bk, stride_bn, m0, n0,
+               BLOCK_M, BLOCK_N, BLOCK_K, DOT_PRECISION, UPCAST, kc * K_CHUNK, NUM_STAGES,
+               TMA, B_NK)
     value = acc.to(inbox.dtype.element_ty)
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     slot = ctx.rank * SPLIT + kc
     ptrs = inbox + (slot * M + offs_m)[:, None] * stride_im + offs_n[None, :] * stride_in

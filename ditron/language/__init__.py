@@ -19,7 +19,7 @@ from .core import (
     translate,
     translate_each,
 )
-from .signal import fence, notify, rank, wait, wait_all, world_size
+from .signal import fence, fence_async_proxy, notify, rank, wait, wait_all, world_size
 from .timer import timestamp
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "atomic_max",
     "atomic_xchg",
     "fence",
+    "fence_async_proxy",
     "get",
     "load",
     "notify",

@@ -159,3 +159,15 @@ def fence(ctx):
     """
     tl.debug_barrier()
     tl.atomic_add(ctx.diag + DIAG_SCRATCH, 0, sem="acq_rel", scope="sys")
+
+
+@triton.jit
+def fence_async_proxy(ON_GPU: tl.constexpr):
+    """Order the thread's earlier memory accesses through the generic proxy (plain loads
+    and stores, and what its acquires made visible) before its later ones through the async
+    proxy (TMA loads of a tensor descriptor). Needed between a ``wait`` for data that
+    another program or rank stored and a descriptor load of that data. ``ON_GPU``: the
+    CUDA backend; on the CPU backend (no proxies, no inline assembly) it does nothing."""
+    if ON_GPU:
+        tl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r", [],
+                                  dtype=tl.int32, is_pure=False, pack=1)

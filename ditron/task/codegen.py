@@ -4,9 +4,11 @@ Triton kernels cannot call a function chosen at run time, so the megakernel is g
 one ``@triton.jit`` function whose loop takes items from a queue, waits for their scoreboard
 slots, calls the item's tile function in an ``if``/``elif`` chain over task ids (through an
 out-of-line caller per distinct function, or inlined), then sets the slots of the ranks that
-wait for it; ``TRACE`` (a constexpr) adds time stamps per item. The source depends only on
-the tile functions and the kinds of their parameters, so graphs of the same tasks share one
-module (and one compiled kernel). Modules are written to ``<ditron cache dir>/megakernels/``
+wait for it; ``TRACE`` (a constexpr) adds time stamps per item. Tasks given TMA
+descriptors fence the async proxy before their tiles (their loads must see what the waits
+acquired). The source depends only on the tile functions, the kinds of their parameters and
+which tasks take descriptors, so graphs of the same tasks share one module (and one
+compiled kernel). Modules are written to ``<ditron cache dir>/megakernels/``
 (Triton reads a kernel's source from its file) and loaded from there.
 """
 
@@ -19,6 +21,8 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from triton.tools.tensor_descriptor import TensorDescriptor
+
 from ..tune.cache import cache_dir
 from .graph import CTX, Task
 
@@ -27,7 +31,7 @@ FIXED_PARAMS = ("queue", "order", "item_task", "item_tile", "dep_ptr", "dep_slot
                 "ntf_rank", "begin_rank", "n_begin", "tail_slot", "n_tail", "board", "n_items",
                 "trace", "ctx")
 #: the kernel's own constexprs, after the tasks' (``megakernel.py`` passes them by keyword)
-FIXED_CONSTEXPRS = ("TRACE", "GPU_TIMER")
+FIXED_CONSTEXPRS = ("TRACE", "ON_GPU")
 #: int64 words per traced item: item, program, start, waits done, tile done, end
 TRACE_FIELDS = 6
 #: marks a generated module some of whose tile functions are set after loading it
@@ -65,7 +69,7 @@ def megakernel({params}):
             j += 1
     while ticket < n_items:
         if TRACE:
-            t_start = dl.timestamp(trace, GPU_TIMER)
+            t_start = dl.timestamp(trace, ON_GPU)
         item = tl.load(order + ticket)
         d = tl.load(dep_ptr + item)
         d_end = tl.load(dep_ptr + item + 1)
@@ -75,12 +79,12 @@ def megakernel({params}):
                         ctx, mask=lanes < d_end)
             d += WAIT_BLOCK
         if TRACE:
-            t_ready = dl.timestamp(trace, GPU_TIMER)
+            t_ready = dl.timestamp(trace, ON_GPU)
         task = tl.load(item_task + item)
         tile = tl.load(item_tile + item)
 {dispatch}
         if TRACE:
-            t_tile = dl.timestamp(trace, GPU_TIMER)
+            t_tile = dl.timestamp(trace, ON_GPU)
         d = tl.load(ntf_ptr + item)
         d_end = tl.load(ntf_ptr + item + 1)
         while d < d_end:
@@ -97,7 +101,7 @@ def megakernel({params}):
             tl.store(row + 2, t_start)
             tl.store(row + 3, t_ready)
             tl.store(row + 4, t_tile)
-            tl.store(row + 5, dl.timestamp(trace, GPU_TIMER))
+            tl.store(row + 5, dl.timestamp(trace, ON_GPU))
         ticket = tl.atomic_add(queue, 1) - call * span
     if tl.program_id(0) == 0:
         j = 0
@@ -158,8 +162,11 @@ def source(tasks: Sequence[Task], outline: bool = True) -> tuple[str, dict[str, 
             (constexprs if const else params).append(f"{p}: tl.constexpr" if const else p)
             call.append(p)
         keyword = "if" if k == 0 else "elif"
-        dispatch.append(f"        {keyword} task == {k}:\n"
-                        f"            {caller}(tile, {', '.join(call)})")
+        dispatch.append(f"        {keyword} task == {k}:")
+        if any(isinstance(a, TensorDescriptor) for a in task.args):
+            # what the item waited for was stored through the generic proxy
+            dispatch.append("            dl.fence_async_proxy(ON_GPU)")
+        dispatch.append(f"            {caller}(tile, {', '.join(call)})")
     if not dispatch:
         dispatch.append("        pass")
     names = ", ".join(t.name for t in tasks) or "no tasks"

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 
 import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import trace as tracing
 from ..runtime.agreement import agree
@@ -105,7 +106,7 @@ class Megakernel:
                                   dtype=torch.int64, device=device)
         self._calls = 0
         args, constexprs = [], dict(launch_options)
-        constexprs.update(TRACE=traced, GPU_TIMER=device.type == "cuda")
+        constexprs.update(TRACE=traced, ON_GPU=device.type == "cuda")
         for k, task in enumerate(graph.tasks):
             for name, const, value in zip(task.params, task.constexprs, task.args,
                                           strict=True):
@@ -230,6 +231,8 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
     check_warps(num_warps, "compile: num_warps")
     for task in graph.tasks:
         for name, value in zip(task.params, task.args, strict=True):
+            if isinstance(value, TensorDescriptor):
+                value = value.base
             if isinstance(value, torch.Tensor) and value.device != w.device:
                 raise ValueError(f"task {task.name!r}: argument {name!r} is on "
                                  f"{value.device}, the world computes on {w.device}")

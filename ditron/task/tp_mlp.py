@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import torch
 
 from ..kernels import tiles
+from ..kernels.descriptors import describe, tma_wanted
 from ..runtime.symmetric import empty
 from ..runtime.world import current
 from ..tune import cache
@@ -46,7 +47,11 @@ class MlpBlocks:
     deep the two GEMMs' K loops are software-pipelined (``None``: the megakernel's
     ``num_stages``, Triton's default unless given to ``compile``). ``warps``: the
     ``num_warps`` the tiles are sized for (``None``: the megakernel's default, 4); the
-    megakernel runs with the most any of its tasks asks for (``TaskGraph.num_warps``). The
+    megakernel runs with the most any of its tasks asks for (``TaskGraph.num_warps``).
+    ``tma``: the two GEMM tasks load their operands through TMA descriptors
+    (``kernels/descriptors.py``) instead of pointers, where the operands allow it (16-byte
+    aligned, one dim contiguous) on CUDA capability >= 9 (``True`` also on the CPU
+    backend, whose interpreter emulates them); ``None``: :data:`TMA_FROM_ROWS` decides. The
     defaults were the fastest of those measured on an H200 for 16 tokens at hidden 1024
     and 4096 (``docs/perf.md``, session 31): wide tiles, whose weight rows are long
     contiguous runs, and few of them."""
@@ -58,6 +63,7 @@ class MlpBlocks:
     split_k: int = 4
     stages: int | None = None
     warps: int | None = None
+    tma: bool | None = None
 
     def smem_bytes(self, itemsize: int) -> int:
         """Shared memory of the largest tile's pipeline (``up``'s: the ``x``, gate and up
@@ -66,24 +72,28 @@ class MlpBlocks:
                                            + 2 * self.block_k * self.block_n) * itemsize)
 
     def label(self) -> str:
-        """``BMxBNxBKxRNxSPLIT``, then ``sSTAGES`` and ``wWARPS`` when set:
-        ``128x128x64x256x4s4w8``."""
+        """``BMxBNxBKxRNxSPLIT``, then ``sSTAGES``, ``wWARPS`` and ``t1`` or ``t0``
+        (``tma``) when set: ``128x128x64x256x4s4w8t1``."""
         depth = f"s{self.stages}" if self.stages is not None else ""
         warps = f"w{self.warps}" if self.warps is not None else ""
+        tma = "" if self.tma is None else f"t{int(self.tma)}"
         return (f"{self.block_m}x{self.block_n}x{self.block_k}x{self.reduce_n}x"
-                f"{self.split_k}{depth}{warps}")
+                f"{self.split_k}{depth}{warps}{tma}")
 
     @classmethod
     def parse(cls, label: str) -> MlpBlocks:
         """The inverse of :meth:`label` (``xSPLIT`` may be left out for the default)."""
-        match = re.fullmatch(r"(\d+)x(\d+)x(\d+)x(\d+)(?:x(\d+))?(?:s(\d+))?(?:w(\d+))?",
-                             label.strip())
+        match = re.fullmatch(
+            r"(\d+)x(\d+)x(\d+)x(\d+)(?:x(\d+))?(?:s(\d+))?(?:w(\d+))?(?:t([01]))?",
+            label.strip())
         if not match:
-            raise ValueError(f"MlpBlocks: {label!r} is not BMxBNxBKxRN[xSPLIT][sSTAGES][wWARPS], "
-                             f"e.g. 16x128x128x256x4 or 128x128x64x256x4s4w8")
-        bm, bn, bk, rn, split, stages, warps = match.groups()
+            raise ValueError(f"MlpBlocks: {label!r} is not "
+                             f"BMxBNxBKxRN[xSPLIT][sSTAGES][wWARPS][t0|t1], "
+                             f"e.g. 16x128x128x256x4 or 128x128x64x256x4s4w8t1")
+        bm, bn, bk, rn, split, stages, warps, tma = match.groups()
         return cls(int(bm), int(bn), int(bk), int(rn), int(split) if split else cls.split_k,
-                   int(stages) if stages else None, int(warps) if warps else None)
+                   int(stages) if stages else None, int(warps) if warps else None,
+                   None if tma is None else tma == "1")
 
 
 def default_blocks(tokens: int, dtype: torch.dtype = torch.bfloat16,
@@ -112,6 +122,25 @@ def shared_memory(device: torch.device) -> int | None:
     if device.type != "cuda":
         return None
     return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+
+
+#: rows from which the GEMM tasks load through TMA descriptors unless ``MlpBlocks.tma`` says
+TMA_FROM_ROWS = 128
+
+
+def _gemm_operands(wanted: bool, a: torch.Tensor, a_box: tuple[int, int],
+                   weights: Sequence[torch.Tensor], w_box: tuple[int, int]):
+    """``(operands, transposed)`` for a GEMM task's TMA path: descriptors of the row-major
+    activations ``a`` and of every weight, and per weight whether its descriptor is on its
+    ``.t()``; ``None`` (the pointer path) when not ``wanted`` or an operand breaks the TMA
+    rules."""
+    if not wanted:
+        return None
+    a_desc = describe(a, a_box)
+    w_descs = [describe(w, w_box) for w in weights]
+    if a_desc is None or a_desc[1] or None in w_descs:
+        return None
+    return (a_desc[0], *(d for d, _ in w_descs)), tuple(t for _, t in w_descs)
 
 
 #: the tuner's cache names its MLP decisions so (``task/tp_mlp_tuner.py``)
@@ -199,14 +228,22 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
                          f"got {tuple(h.shape)} and {tuple(inbox.shape)}")
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     upcast = rt.world.backend == "cpu"
+    wanted = blocks.tma if blocks.tma is not None else (M >= TMA_FROM_ROWS
+                                                         and x.device.type == "cuda")
+    wanted = tma_wanted(x.device, wanted)
+    up_tma = _gemm_operands(wanted, x, (bm, bk), (w_gate, w_up), (bk, bn))
+    up_ops, up_flags = up_tma or ((x, w_gate, w_up), (False, False))
+    down_tma = _gemm_operands(wanted, h, (bm, bk), (w_down,), (bk, bn))
+    down_ops, down_flags = down_tma or ((h, w_down), (False,))
 
     def box(t, n, block_n):
         return tiles.tile_box(t, M, n, bm, block_n)
 
     graph.add(
-        f"{name}.up", tiles.gated_matmul_tile, x, w_gate, w_up, h, M, F, H, *x.stride(),
+        f"{name}.up", tiles.gated_matmul_tile, *up_ops, h, M, F, H, *x.stride(),
         *w_gate.stride(), *w_up.stride(), *h.stride(), bm, bn, bk, precision, upcast,
-        blocks.stages, tiles=tiles.num_tiles(M, F, bm, bn), warps=blocks.warps,
+        blocks.stages, up_tma is not None, *up_flags,
+        tiles=tiles.num_tiles(M, F, bm, bn), warps=blocks.warps,
         reads=lambda t, r: (region(x, box(t, F, bn)[0]),
                             region(w_gate, (0, H), box(t, F, bn)[1]),
                             region(w_up, (0, H), box(t, F, bn)[1])),
@@ -230,9 +267,10 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
                      for q in range(W))
 
     graph.add(
-        f"{name}.down", tiles.matmul_push_tile, h, w_down, inbox, M, H, F, chunk, S,
+        f"{name}.down", tiles.matmul_push_tile, *down_ops, inbox, M, H, F, chunk, S,
         *h.stride(), *w_down.stride(), *inbox.stride(), CTX, bm, bn, bk, precision, upcast,
-        blocks.stages, tiles=S * down_mn, reads=down_reads, writes=down_writes,
+        blocks.stages, down_tma is not None, *down_flags,
+        tiles=S * down_mn, reads=down_reads, writes=down_writes,
         warps=blocks.warps)
 
     def reduce_reads(t, r):

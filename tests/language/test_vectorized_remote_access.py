@@ -87,6 +87,7 @@ def test_remote_accesses_compile_to_16_byte_vectors(tmp_path):
     script.write_text(_COMPILE)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["DITRON_BACKEND"] = "cuda"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, str(script), ROOT], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -9,6 +9,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 import ditron
 import ditron.language as dl
@@ -29,11 +30,13 @@ def _close(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
 
 
 def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks,
-              graphed: bool = False, outline: bool = True) -> int:
+              graphed: bool = False, outline: bool = True,
+              descriptor_tasks: int | None = None) -> int:
     """``layers`` MLPs chained (each layer's output is the next one's input and its residual,
     ``h`` and ``inbox`` shared by all layers) on fresh inputs per call, against the whole
     MLP in float64 (every rank builds every rank's weights from one seed). ``graphed``
-    (CUDA): calls after the first replay a CUDA graph that captured the megakernel."""
+    (CUDA): calls after the first replay a CUDA graph that captured the megakernel.
+    ``descriptor_tasks``: how many tasks must load through TMA descriptors."""
     from ditron.task.tp_mlp import add_tp_mlp_stack
 
     poison_empty()
@@ -52,6 +55,10 @@ def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks,
     stack = add_tp_mlp_stack(graph, xs[0], local, blocks=blocks)
     xs += stack.outs
     assert stack.out is xs[-1] and len(stack.outs) == layers
+    if descriptor_tasks is not None:
+        described = [t.name for t in graph.tasks
+                     if any(isinstance(a, TensorDescriptor) for a in t.args)]
+        assert len(described) == descriptor_tasks, described
     mk = graph.compile(outline=outline)
     run = mk
     if graphed:
@@ -122,6 +129,21 @@ def test_tp_mlp_bf16(backend):
     res = ditron.launch(_mlp_case, 2, 5, 96, 80, 1, torch.bfloat16, 2, blocks,
                         backend=backend)
     assert res == [2, 2]
+
+
+@pytest.mark.parametrize("world_size, dtype", [(1, torch.float32), (2, torch.bfloat16),
+                                               (3, torch.float32)])
+def test_tp_mlp_through_descriptors(world_size, dtype, backend):
+    from ditron.task.tp_mlp import MlpBlocks
+
+    # the GEMM tasks load x, h and the weights (the gate's transposed, the others row-major)
+    # through TMA descriptors, emulated by the interpreter on the CPU backend: boxes past
+    # the ends of 20 rows, hidden 72 and 40 ffn columns per rank load zeros; the down
+    # tiles' split-K chunks stop at whole K blocks
+    blocks = MlpBlocks(block_m=16, block_n=32, block_k=16, reduce_n=64, split_k=2, tma=True)
+    res = ditron.launch(_mlp_case, world_size, 20, 72, 40, 2, dtype, 3, blocks, False, True,
+                        4, backend=backend)
+    assert res == [3] * world_size
 
 
 @triton.jit
@@ -424,6 +446,15 @@ def test_tp_mlp_stack_gpu():
     res = ditron.launch(_mlp_case, 2, 100, 512, 704, 2, torch.bfloat16, 2,
                         MlpBlocks(32, 64, 64, 128, 2, warps=8), backend="cuda")
     assert res == [2, 2]
+    # TMA descriptor loads: the default from TMA_FROM_ROWS (130 tokens: a partial second
+    # row block), and forced on two ranks with 16-row tiles
+    res = ditron.launch(_mlp_case, 1, 130, 1024, 1408, 2, torch.bfloat16, 2,
+                        default_blocks(130), False, True, 4, backend="cuda")
+    assert res == [2]
+    res = ditron.launch(_mlp_case, 2, 40, 512, 704, 2, torch.bfloat16, 3,
+                        MlpBlocks(16, 64, 64, 128, 2, tma=True), False, True, 4,
+                        backend="cuda")
+    assert res == [3, 3]
 
 
 def _mlp_case_in(inference: bool, *args) -> int:
