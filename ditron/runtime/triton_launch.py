@@ -24,6 +24,7 @@ plain Triton path.
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
@@ -171,11 +172,11 @@ class FastKernel:
         return full
 
     @staticmethod
-    def _run(kernel, device: int, grid: tuple, full: list) -> None:
+    def _run(kernel, device: int, grid: tuple, full: list, run=None) -> None:
         g = tuple(grid) + (1, 1)
         stream = torch._C._cuda_getCurrentRawStream(device)
-        kernel.run(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata, None,
-                   None, None, *full)
+        (run or kernel.run)(g[0], g[1], g[2], stream, kernel.function, kernel.packed_metadata,
+                            None, None, None, *full)
 
     def bind(self, grid: tuple, args: tuple, kwargs: dict):
         """A launch whose arguments never change: ``bind(grid, args, kwargs)()`` launches
@@ -184,7 +185,8 @@ class FastKernel:
         hundreds). Its tensor arguments are then passed as their addresses, which spares
         Triton's launcher a ``data_ptr()`` call and a driver query per tensor at every
         launch (the first launch went through Triton, which checked them). The tensors must
-        stay the same objects with the same storage."""
+        stay the same objects with the same storage, and so must the tensors of its host TMA
+        descriptors, which are encoded once (:func:`_encoded_once`)."""
         bound: list = []
 
         def launch() -> None:
@@ -203,9 +205,44 @@ class FastKernel:
             if kernel is not None:
                 full = [v.data_ptr() if isinstance(v, torch.Tensor) else v
                         for v in self._full(args, kwargs)]
-                bound.extend((kernel, device, tuple(grid), full))
+                bound.extend((kernel, device, tuple(grid), full, _encoded_once(kernel.run, full)))
 
         return launch
+
+
+def _encoded_once(run, full: list):
+    """``run`` (a compiled kernel's launcher), made to pass the host TMA descriptors among
+    its arguments ``full`` as encoded once, here: Triton 3.6's launcher encodes every
+    descriptor with the driver at every launch (~5 us apiece on the H200 hosts: 98 us per
+    call of a 4-layer megakernel's 20, ``docs/perf.md``, session 38). ``run`` itself when
+    it takes no descriptor, or when its launcher is not built the way this expects (another
+    Triton)."""
+    launch = getattr(run, "launch", None)
+    names = getattr(getattr(launch, "__code__", None), "co_freevars", ())
+    if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= set(names):
+        return run
+    try:
+        from triton.backends.nvidia.driver import _BASE_ARGS_FORMAT_LEN, make_tensordesc_arg
+    except ImportError:
+        return run
+    cells = dict(zip(names, (c.cell_contents for c in launch.__closure__), strict=True))
+    indices, metas, raw = (cells["tensordesc_indices"], cells["tensordesc_meta"],
+                           cells["launcher"])
+    encoded_args: list = []
+    descs = 0
+    for i, v in enumerate(full):
+        if i in indices:
+            encoded_args.extend(make_tensordesc_arg(v, metas[descs]))
+            descs += 1
+        else:
+            encoded_args.append(v)
+
+    def launch_encoded(*given):
+        raw(*given[:_BASE_ARGS_FORMAT_LEN], *encoded_args)
+
+    encoded = copy.copy(run)
+    encoded.launch = launch_encoded
+    return encoded
 
 
 __all__ = ["FastKernel", "MAX_ENTRIES"]

@@ -49,9 +49,10 @@ class MlpBlocks:
     ``num_warps`` the tiles are sized for (``None``: the megakernel's default, 4); the
     megakernel runs with the most any of its tasks asks for (``TaskGraph.num_warps``).
     ``tma``: the two GEMM tasks load their operands through TMA descriptors
-    (``kernels/descriptors.py``) instead of pointers, where the operands allow it (16-byte
-    aligned, one dim contiguous) on CUDA capability >= 9 (``True`` also on the CPU
-    backend, whose interpreter emulates them); ``None``: :data:`TMA_FROM_ROWS` decides. The
+    (``kernels/descriptors.py``) instead of pointers where the operands allow it (16-byte
+    aligned, one dim contiguous), on CUDA capability >= 9 (``True`` also on the CPU
+    backend, whose interpreter emulates them); ``None``: as the persistent GEMM decides
+    (``descriptors.tma_wanted``: on for capability >= 9 unless ``DITRON_GEMM_TMA=0``). The
     defaults were the fastest of those measured on an H200 for 16 tokens at hidden 1024
     and 4096 (``docs/perf.md``, session 31): wide tiles, whose weight rows are long
     contiguous runs, and few of them."""
@@ -122,10 +123,6 @@ def shared_memory(device: torch.device) -> int | None:
     if device.type != "cuda":
         return None
     return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
-
-
-#: rows from which the GEMM tasks load through TMA descriptors unless ``MlpBlocks.tma`` says
-TMA_FROM_ROWS = 128
 
 
 def _gemm_operands(wanted: bool, a: torch.Tensor, a_box: tuple[int, int],
@@ -228,9 +225,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
                          f"got {tuple(h.shape)} and {tuple(inbox.shape)}")
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     upcast = rt.world.backend == "cpu"
-    wanted = blocks.tma if blocks.tma is not None else (M >= TMA_FROM_ROWS
-                                                         and x.device.type == "cuda")
-    wanted = tma_wanted(x.device, wanted)
+    wanted = tma_wanted(x.device, blocks.tma)
     up_tma = _gemm_operands(wanted, x, (bm, bk), (w_gate, w_up), (bk, bn))
     up_ops, up_flags = up_tma or ((x, w_gate, w_up), (False, False))
     down_tma = _gemm_operands(wanted, h, (bm, bk), (w_down,), (bk, bn))

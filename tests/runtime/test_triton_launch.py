@@ -180,3 +180,49 @@ def test_descriptor_keys_follow_tritons_specialisation():
                            == native_specialize_impl(BaseBackend, e, False, True, True))
             assert same_key == same_triton
     assert triton_launch._arg_key(descs[0]) == triton_launch._arg_key(descs[1])
+
+
+class _Launcher:
+    """Stand-in for Triton's CudaLauncher: ``__call__`` forwards to ``self.launch`` as
+    Triton 3.6's does (after allocating scratch, here nothing)."""
+
+    def __init__(self, launch):
+        self.launch = launch
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.launch(gridX, gridY, gridZ, stream, function, False, False, None, None, *args)
+
+
+def test_bound_descriptors_are_encoded_once(monkeypatch):
+    # a launcher wrapped by Triton's own descriptor handling: the bound launch passes it
+    # what Triton would, with each descriptor expanded once, not at every launch
+    from triton.backends.nvidia import driver
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    x = torch.zeros(64, 32)
+    desc = TensorDescriptor(x, [64, 32], [32, 1], [16, 16])
+    signature = {"a": "*fp32", "d": "tensordesc<fp32[16, 16]>", "n": "i32", "B": "constexpr"}
+    expansions = []
+    real = driver.make_tensordesc_arg
+
+    def counted(arg, meta):
+        expansions.append(arg)
+        return real(arg, meta)
+
+    monkeypatch.setattr(driver, "make_tensordesc_arg", counted)
+    received = []
+    run = _Launcher(driver.wrap_handle_tensordesc(lambda *a: received.append(a), signature,
+                                                  None))
+    full = [x.data_ptr(), desc, 5, 16]
+    run(1, 1, 1, 0, "fn", "meta", None, None, None, *full)  # Triton's way, for reference
+    assert len(expansions) == 1
+    encoded = triton_launch._encoded_once(run, full)
+    assert encoded is not run and run.launch is not encoded.launch
+    assert len(expansions) == 2
+    for _ in range(3):
+        encoded(1, 1, 1, 0, "fn", "meta", None, None, None, *full)
+    assert len(expansions) == 2
+    assert len(received) == 4 and all(r == received[0] for r in received[1:])
+    # nothing to encode: the launcher as it is
+    plain = _Launcher(lambda *a: None)
+    assert triton_launch._encoded_once(plain, [x.data_ptr(), 5, 16]) is plain

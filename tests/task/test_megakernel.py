@@ -444,17 +444,18 @@ def test_tp_mlp_stack_gpu():
                         default_blocks(100), backend="cuda")
     assert res == [2]
     res = ditron.launch(_mlp_case, 2, 100, 512, 704, 2, torch.bfloat16, 2,
-                        MlpBlocks(32, 64, 64, 128, 2, warps=8), backend="cuda")
+                        MlpBlocks(32, 64, 64, 128, 2, warps=8), False, True, 4,
+                        backend="cuda")
     assert res == [2, 2]
-    # TMA descriptor loads: the default from TMA_FROM_ROWS (130 tokens: a partial second
-    # row block), and forced on two ranks with 16-row tiles
+    # loads through pointers (by default through TMA descriptors on an H200, above), and
+    # 130 tokens: a partial second 128-row block
+    res = ditron.launch(_mlp_case, 2, 40, 512, 704, 2, torch.bfloat16, 3,
+                        MlpBlocks(16, 64, 64, 128, 2, tma=False), False, True, 0,
+                        backend="cuda")
+    assert res == [3, 3]
     res = ditron.launch(_mlp_case, 1, 130, 1024, 1408, 2, torch.bfloat16, 2,
                         default_blocks(130), False, True, 4, backend="cuda")
     assert res == [2]
-    res = ditron.launch(_mlp_case, 2, 40, 512, 704, 2, torch.bfloat16, 3,
-                        MlpBlocks(16, 64, 64, 128, 2, tma=True), False, True, 4,
-                        backend="cuda")
-    assert res == [3, 3]
 
 
 def _mlp_case_in(inference: bool, *args) -> int:
