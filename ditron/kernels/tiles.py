@@ -9,7 +9,11 @@ time and share them in L2 (with up to ``GROUP_M`` row blocks, all of them do).
 ``BLOCK_M`` must be at least 16 (``tl.dot``); ``UPCAST`` is the CPU backend's fp32 upcast
 (``kernels/gemm.py`` says why), ``DOT_PRECISION`` Triton's ``input_precision`` and
 ``NUM_STAGES`` the depth of the K loop's software pipeline (``None``, the default: the
-launch's ``num_stages``).
+launch's ``num_stages``). The GEMM tiles take their operands as pointers with strides or,
+with ``TMA``, as host TMA descriptors (``descriptors.describe``; a weight's ``_NK`` flag
+says its descriptor is on its transpose); the output is stored through pointers either
+way. A caller that waited for data stored by other programs fences the async proxy before
+a ``TMA`` tile (``dl.fence_async_proxy``; the megakernel does).
 """
 
 from __future__ import annotations
