@@ -126,3 +126,20 @@ def test_bench_megakernel_smoke(tmp_path):
     assert all(t["tiles"] > 0 for t in tasks.values())
     for r in (0, 1):
         assert (tmp_path / f"mk_16x16x16x32x2_rank{r}.json").exists()
+
+
+def test_bench_megakernel_leaves_out_a_config_that_fails_to_build(tmp_path):
+    # 24-wide tiles are refused by add_tp_mlp (not a power of two): reported, the other
+    # configuration timed, on both ranks
+    out = subprocess.run([sys.executable, "-m", "ditron", "bench", "megakernel", "--smoke",
+                          "--world-size", "2", "--blocks", "16x24x16x32x2,16x16x16x32x2",
+                          "--out", str(tmp_path / "mk.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    row = json.loads((tmp_path / "mk.json").read_text())
+    assert list(row["failed"]) == ["16x24x16x32x2"]
+    assert "block_n must be a power of two" in row["failed"]["16x24x16x32x2"]
+    assert "megakernel_16x24x16x32x2: not timed, its build failed" in out.stdout
+    assert row["batch1"]["megakernel_16x16x16x32x2"] > 0
+    assert "megakernel_16x24x16x32x2" not in row["batch1"]
+

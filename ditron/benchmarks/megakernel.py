@@ -14,9 +14,11 @@ counts on every rank, warm-up excluded), for one call from an idle GPU (``batch 
 for calls back to back (``batch 8``: the host runs ahead), and the GPU's own time per call
 (``kernels``: the sum of the kernels' durations, from the profiler) and the host's
 (``host``: the launch cost, timed while the GPU runs behind). Every megakernel output is
-checked against ``torch``'s. ``--tune`` first runs ``ditron.task.tp_mlp_tuner.tune_mlp``
-for the shape and times its choice too. ``--smoke`` runs tiny shapes on the CPU backend to
-check the script; its times mean nothing.
+checked against ``torch``'s; a configuration whose build fails (say, more shared memory
+than the GPU has) is reported and left out on every rank. ``--tune`` first runs
+``ditron.task.tp_mlp_tuner.tune_mlp`` for the shape and times its choice too. ``--smoke``
+runs tiny shapes (by default in ``16x16x16x32x2`` tiles) on the CPU backend to check the
+script; its times mean nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import torch.distributed as dist
 import ditron
 from ditron import trace
 from ditron.task.tp_mlp import MlpBlocks, default_blocks
-from ditron.tune.tuner import agreed_median, kernel_time, time_in_rounds
+from ditron.tune.tuner import agreed_median, all_ok, kernel_time, time_in_rounds
 
 
 def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str], warmup: int,
@@ -76,18 +78,25 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
 
     cands = {"torch": torch_mlp}
     ref = torch_mlp().float()
-    errors, build, traces = {}, {}, {}
+    errors, build, traces, failed = {}, {}, {}, {}
     for spec in blocks:
         start = time.perf_counter()
         graph = dt.TaskGraph(f"bench_{spec}")
-        stack = add_tp_mlp_stack(graph, x0, weights, blocks=MlpBlocks.parse(spec))
         options = {"num_warps": warps, "outline": not inline}  # None: the tiles' own
         if stages is not None:
             options["num_stages"] = stages
-        mk = graph.compile(programs=programs, **options)
-        mk()
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        error = None
+        try:
+            stack = add_tp_mlp_stack(graph, x0, weights, blocks=MlpBlocks.parse(spec))
+            mk = graph.compile(programs=programs, **options)
+            mk()  # compiles; Triton refuses here what does not fit the GPU
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+        except Exception as exc:  # noqa: BLE001 - the config drops out, the others run
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        if not all_ok(error is None):  # on every rank alike
+            failed[spec] = error or "failed on another rank"
+            continue
         build[spec] = time.perf_counter() - start  # graph, schedule, codegen, Triton compile
         errors[spec] = float((stack.out.float() - ref).abs().max() / ref.abs().max())
         cands[f"megakernel_{spec}"] = mk
@@ -116,7 +125,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
     row = {"tokens": tokens, "hidden": hidden, "ffn": ffn, "layers": layers, "world_size": W,
            "weights": layout, "dtype": str(dtype), "device": torch.cuda.get_device_name(dev)
            if dev.type == "cuda" else "cpu", "max_rel_error": errors,
-           "build_s": build, "trace": traces, "tuned": tuned}
+           "build_s": build, "trace": traces, "tuned": tuned, "failed": failed}
     for batch in (1, 8):
         samples = time_in_rounds(cands, rounds, iters, warmup, dev, batch)
         row[f"batch{batch}"] = {name: agreed_median(t) for name, t in samples.items()}
@@ -181,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     if args.smoke:
         tokens, hidden, ffn, args.layers = 4, 32, 16 * args.world_size, 2
-        blocks = ["16x16x16x32x2"]
+        blocks = blocks if args.blocks else ["16x16x16x32x2"]
         args.warmup, args.iters, args.rounds = 1, 2, 1
     if ffn % args.world_size:
         p.error(f"ffn must divide by the world size {args.world_size}")
@@ -197,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
           f"us per call (slower rank's median)")
     if row["tuned"]:
         print(f"  tuner chose {row['tuned']['blocks']} in {row['tuned']['tune_s']:.1f} s")
+    for spec, error in row["failed"].items():
+        print(f"  megakernel_{spec}: not timed, its build failed: {error}")
     for batch in ("batch1", "batch8", "kernels", "host"):
         if batch not in row:
             continue
