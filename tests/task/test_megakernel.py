@@ -390,6 +390,14 @@ def _bad_compile_case() -> int:
             writes=lambda t, r: [dt.region(x, rank=(r + 1) % 2)])
     with pytest.raises(ValueError, match="not symmetric"):
         far.compile()
+    # an argument on another device, as a tensor or as the tensor of a TMA descriptor
+    elsewhere = torch.empty(16, 16, device="meta")
+    for arg in (elsewhere, TensorDescriptor(elsewhere, [16, 16], [16, 1], [16, 16])):
+        odd = dt.TaskGraph("odd")
+        odd.add("scale", _scale_tile, arg, x, 64, 2.0, 16, tiles=1)
+        with pytest.raises(ValueError, match=f"task 'scale': argument 'x' is on meta, the "
+                                             f"world computes on {w.device}"):
+            odd.compile()
     return 2
 
 
