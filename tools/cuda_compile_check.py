@@ -53,8 +53,8 @@ class _Hopper(CudaDriver):
 
 # constexpr switches the CPU backend records with its own values; compile what a GPU runs
 # (the global timer instead of a logical clock, 16-bit dots without the fp32 upcast, the
-# GPU-only fences of the TMA engine)
-_ON_GPU = {"GPU_TIMER": True, "UPCAST": False, "GPU": True}
+# GPU-only fences of the TMA engine and of the megakernel: ON_GPU, its name since session 38)
+_ON_GPU = {"GPU_TIMER": True, "ON_GPU": True, "UPCAST": False, "GPU": True}
 
 
 def _on_gpu(name: str):
