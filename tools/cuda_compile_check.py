@@ -53,7 +53,7 @@ class _Hopper(CudaDriver):
 
 # constexpr switches the CPU backend records with its own values; compile what a GPU runs
 # (the global timer instead of a logical clock, 16-bit dots without the fp32 upcast, the
-# GPU-only fences of the TMA engine and of the megakernel: ON_GPU, its name since session 38)
+# GPU-only fences of the TMA engine and of the megakernel, whose switch is ON_GPU)
 _ON_GPU = {"GPU_TIMER": True, "ON_GPU": True, "UPCAST": False, "GPU": True}
 
 
