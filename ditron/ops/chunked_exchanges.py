@@ -23,6 +23,7 @@ import torch
 
 from ..engines.base import Engine, Transfer
 from ..engines.sync import notify_peers, use_stream_memops
+from ..runtime.config import env_flag
 from ..runtime.world import current
 from .exchange import PULL_MAX_CHUNKS, Chunked, Turn, engine_instance, open_chunked, sum_slots
 from .raw_pushes import open_raw, usable
@@ -67,7 +68,7 @@ PUSH_LANES = int(os.environ.get("DITRON_PUSH_LANES") or 1)
 #: it off; 2 H200s under graphs, one lane: the reduce-scatter 1.03-1.10x faster than two
 #: lanes without it at 256 MB-1 GB, the all-gather by pushes 1.01-1.04x, docs/perf.md,
 #: session 19). Eagerly the signals are stream memory operations and stay in line
-PUSH_SIGNAL_LANE = os.environ.get("DITRON_PUSH_SIGNAL_LANE", "1") not in ("", "0")
+PUSH_SIGNAL_LANE = env_flag("DITRON_PUSH_SIGNAL_LANE", True)
 #: how the copy engine's all-gather on one node moves: ``"pull"`` (:func:`pull_gather`:
 #: each rank publishes its part into its inbox, its peers copy it out), ``"push"``
 #: (:func:`push_gather`: each rank copies its part into its peers' inboxes, they copy it

@@ -47,6 +47,7 @@ from ..engines.sync import (
     wait_slots,
 )
 from ..runtime import stream_memops
+from ..runtime.config import env_flag
 from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import DeviceValue, SignalPad, signal_pad
 from ..runtime.world import current
@@ -274,10 +275,10 @@ GRAPH_HALVES = int(os.environ.get("DITRON_GRAPH_HALVES") or 2)
 #: this half included (:func:`graph_pad`). Eagerly, exchanges opened with ``implied``
 #: (the copy-engine GEMM-RS) neither wait for acknowledgements nor send them, by the same
 #: argument (:func:`open_exchange`). Off: every call waits (as with one half)
-ACK_BY_DATA = os.environ.get("DITRON_ACK_BY_DATA", "1") not in ("", "0")
+ACK_BY_DATA = env_flag("DITRON_ACK_BY_DATA", True)
 #: a graph-safe signal lane's publishes and acknowledgements are copy-engine writes of the
 #: epoch cell (no kernel, no SM; :func:`graph_pad`), else one-thread kernels on the lane
-LANE_COPIES = os.environ.get("DITRON_LANE_COPIES", "1") not in ("", "0")
+LANE_COPIES = env_flag("DITRON_LANE_COPIES", True)
 #: a graph-safe exchange opened with ``flags`` (the pulled GEMM-RS) signals its chunks by
 #: flags that their one reader clears (``Transfer.clear_after``), one set per half of each
 #: inbox, instead of the epoch: a flag's value is a constant, so the reader's engine waits
@@ -289,12 +290,12 @@ LANE_COPIES = os.environ.get("DITRON_LANE_COPIES", "1") not in ("", "0")
 #: pulls were issued leaves them raised (:meth:`Chunked.abandon`); later calls on that
 #: inbox then raise instead of reading early. Env ``DITRON_PULL_FLAGS``; off by default,
 #: not yet measured on two GPUs (``docs/perf.md``, session 25)
-PULL_FLAGS = os.environ.get("DITRON_PULL_FLAGS", "0") not in ("", "0")
+PULL_FLAGS = env_flag("DITRON_PULL_FLAGS")
 #: eager exchanges opened with ``lane`` (the pulled GEMM-RS) raise their chunks' ready
 #: values from the signal lane too (a stream write there after an event of the current
 #: stream), not between the current stream's GEMM pieces, where each cost 10-12 us on 2
 #: H200s (``docs/perf.md``, session 24). Env ``DITRON_EAGER_SIGNAL_LANE``
-EAGER_SIGNAL_LANE = os.environ.get("DITRON_EAGER_SIGNAL_LANE", "1") not in ("", "0")
+EAGER_SIGNAL_LANE = env_flag("DITRON_EAGER_SIGNAL_LANE", True)
 
 
 @dataclasses.dataclass

@@ -20,7 +20,6 @@ Same pads, inboxes and epochs as the generic path (``signal_pad(key, 2 W)`` and
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 
@@ -28,12 +27,13 @@ from ..engines import copy_engine
 from ..engines.streams import join, start_after
 from ..engines.sync import use_stream_memops
 from ..runtime import stream_memops
+from ..runtime.config import env_flag
 from ..runtime.signals import SignalPad, signal_pad
 from ..runtime.world import current
 from .exchange import CHUNK_SLOTS, _inbox
 
 #: take the raw path where it can run (env ``DITRON_RAW_PUSHES=0``: always the generic one)
-ENABLED = os.environ.get("DITRON_RAW_PUSHES", "1") != "0"
+ENABLED = env_flag("DITRON_RAW_PUSHES", True)
 
 
 @dataclasses.dataclass

@@ -37,11 +37,12 @@ from collections.abc import Callable
 
 import torch
 
+from ..runtime.config import env_flag
 from ..runtime.world import current
 from .graphs import graph_safe
 
 #: eager calls may replay captured graphs (env ``DITRON_REPLAY``: 0 turns it off)
-ENABLED = os.environ.get("DITRON_REPLAY", "1") != "0"
+ENABLED = env_flag("DITRON_REPLAY", True)
 MAX_GRAPHS = int(os.environ.get("DITRON_REPLAY_GRAPHS") or 16)
 _CACHE = "ops:replays"
 

@@ -39,10 +39,13 @@ def parse_bytes(text: str | int) -> int:
     return value
 
 
-def env_flag(name: str) -> bool:
-    """Whether the environment variable ``name`` is set to something other than empty,
-    ``0``, ``false``, ``off`` or ``no`` (any case)."""
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "off", "no")
+def env_flag(name: str, default: bool = False) -> bool:
+    """The on/off environment variable ``name``: ``default`` when unset or empty, off when
+    ``0``, ``false``, ``off`` or ``no`` (any case), on otherwise."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    return value not in ("0", "false", "off", "no")
 
 
 def check_backend(name: str) -> str:

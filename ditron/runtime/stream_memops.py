@@ -17,7 +17,8 @@ kernels (which raise with the rank, signal and values seen) are used instead.
 from __future__ import annotations
 
 import ctypes
-import os
+
+from .config import env_flag
 
 _WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ
 _WRITE_DEFAULT = 0x0  # CU_STREAM_WRITE_VALUE_DEFAULT: a memory fence precedes the write
@@ -70,7 +71,7 @@ def available() -> bool:
     ``DITRON_STREAM_MEMOPS`` is not ``0``); decided once per process."""
     global _available
     if _available is None:
-        _available = os.environ.get("DITRON_STREAM_MEMOPS", "1") != "0" and _load() is not None
+        _available = env_flag("DITRON_STREAM_MEMOPS", True) and _load() is not None
     return _available
 
 

@@ -25,10 +25,11 @@ plain Triton path.
 from __future__ import annotations
 
 import copy
-import os
 from typing import Any
 
 import torch
+
+from .config import env_flag
 
 #: entries kept per kernel before the cache starts over (one per distinct key)
 MAX_ENTRIES = 4096
@@ -128,7 +129,7 @@ class FastKernel:
         return lambda *args, **kwargs: self.launch(grid, args, kwargs)
 
     def _enabled(self) -> bool:
-        if self._params is None or os.environ.get("DITRON_FAST_LAUNCH", "1") == "0":
+        if self._params is None or not env_flag("DITRON_FAST_LAUNCH", True):
             return False
         if self._cuda is None:
             self._cuda = torch.cuda.is_available()
