@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 
@@ -30,6 +31,9 @@ def _info(args: argparse.Namespace) -> int:
     print(f"timeout  {timeout} (DITRON_WAIT_TIMEOUT)")
     checks = "every call" if settings.check_calls else "first call of each shape"
     print(f"agree    {checks} checked across ranks (DITRON_CHECK_CALLS)")
+    given = sorted(k for k in os.environ if k.startswith("DITRON_"))
+    listed = ", ".join(f"{k}={os.environ[k]}" for k in given) or "no DITRON_* variable set"
+    print(f"env      {listed} (every setting: docs/settings.md)")
     return 0
 
 

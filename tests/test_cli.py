@@ -23,6 +23,16 @@ def test_info_reports_versions_and_backend():
                          capture_output=True, text=True, timeout=300,
                          env={**os.environ, "DITRON_CHECK_CALLS": "1"})
     assert "agree    every call checked across ranks" in out.stdout, out.stderr
+    # the DITRON_* variables of the environment, for bug reports
+    quiet = {k: v for k, v in os.environ.items() if not k.startswith("DITRON_")}
+    for extra, line in (({}, "env      no DITRON_* variable set"),
+                        ({"DITRON_CHECK_CALLS": "1", "DITRON_ENGINE": "sm"},
+                         "env      DITRON_CHECK_CALLS=1, DITRON_ENGINE=sm (every setting: "
+                         "docs/settings.md)")):
+        out = subprocess.run([sys.executable, "-m", "ditron", "info", "--backend", "cpu"],
+                             capture_output=True, text=True, timeout=300,
+                             env={**quiet, **extra})
+        assert line in out.stdout, out.stderr
 
 
 def test_demo_verifies_against_torch():
