@@ -121,6 +121,26 @@ def test_tile_functions_inline_or_out_of_line(backend):
     assert res == [2, 2]
 
 
+def test_descriptor_tasks_fence_the_async_proxy():
+    from ditron.kernels import tiles
+    from ditron.task import codegen
+
+    # the generated kernel orders what an item waited for before its TMA loads: a fence in
+    # the branch of each task given descriptors, none elsewhere
+    a, b, c = torch.zeros(32, 32), torch.zeros(32, 32), torch.zeros(32, 32)
+    desc = TensorDescriptor(a, [32, 32], [32, 1], [16, 16])
+    g = dt.TaskGraph("fenced")
+    g.add("plain", tiles.matmul_tile, a, b, c, 32, 32, 32, 32, 1, 32, 1, 32, 1, 16, 16, 16,
+          "ieee", True, tiles=4)
+    g.add("tma", tiles.matmul_tile, desc, desc, c, 32, 32, 32, 32, 1, 32, 1, 32, 1, 16, 16,
+          16, "ieee", True, None, True, False, tiles=4)
+    for outline in (True, False):
+        text, _ = codegen.source(g.tasks, outline=outline)
+        branches = text.split("elif task == 1:")
+        assert len(branches) == 2 and "dl.fence_async_proxy(ON_GPU)" not in branches[0]
+        assert branches[1].split("\n")[1].strip() == "dl.fence_async_proxy(ON_GPU)"
+
+
 def test_tp_mlp_bf16(backend):
     from ditron.task.tp_mlp import MlpBlocks
 
