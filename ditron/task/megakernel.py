@@ -59,13 +59,22 @@ def _default_programs(device: torch.device, local_world_size: int) -> int:
     return PROGRAMS_PER_SM * sms
 
 
+def _kind(arg) -> str:
+    # an operand is a tensor however it is loaded: a rank whose operand is not aligned for
+    # TMA passes the tensor where the others pass its descriptor, and builds its own kernel
+    if isinstance(arg, (torch.Tensor, TensorDescriptor)):
+        return "tensor"
+    return type(arg).__name__
+
+
 def _fingerprint(graph: TaskGraph) -> dict:
-    """What every rank's graph must share, by field (argument values may differ)."""
+    """What every rank's graph must share, by field (argument values may differ, and so may
+    how a rank loads an operand: through a pointer or a TMA descriptor)."""
     tasks = graph.tasks
     return {"tasks": tuple(t.name for t in tasks),
             "functions": tuple(f"{t.fn.fn.__module__}.{t.fn.fn.__qualname__}" for t in tasks),
             "tiles": tuple(t.tiles for t in tasks), "warps": tuple(t.warps for t in tasks),
-            "argument_kinds": tuple(tuple(type(a).__name__ for a in t.args) for t in tasks)}
+            "argument_kinds": tuple(tuple(map(_kind, t.args)) for t in tasks)}
 
 
 class Megakernel:

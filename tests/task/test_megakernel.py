@@ -31,12 +31,15 @@ def _close(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
 
 def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks,
               graphed: bool = False, outline: bool = True,
-              descriptor_tasks: int | None = None) -> int:
+              descriptor_tasks: int | None = None, misaligned_rank: int | None = None
+              ) -> int:
     """``layers`` MLPs chained (each layer's output is the next one's input and its residual,
     ``h`` and ``inbox`` shared by all layers) on fresh inputs per call, against the whole
     MLP in float64 (every rank builds every rank's weights from one seed). ``graphed``
     (CUDA): calls after the first replay a CUDA graph that captured the megakernel.
-    ``descriptor_tasks``: how many tasks must load through TMA descriptors."""
+    ``descriptor_tasks``: how many tasks must load through TMA descriptors;
+    ``misaligned_rank``: that rank's input starts 4 bytes into its buffer (not aligned for
+    TMA), so its first ``up`` task loads through pointers and the others' do not."""
     from ditron.task.tp_mlp import add_tp_mlp_stack
 
     poison_empty()
@@ -52,13 +55,16 @@ def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks,
     local = [(wg[:, cols].t().contiguous().to(dev, dtype).t(), wu[:, cols].to(dev, dtype),
               wd[cols].to(dev, dtype)) for wg, wu, wd in full]
     xs = [torch.empty(M, H, dtype=dtype, device=dev)]
+    if rank == misaligned_rank:
+        xs[0] = torch.empty(M * H + 2, dtype=dtype, device=dev)[4 // xs[0].element_size():][
+            :M * H].view(M, H)
     stack = add_tp_mlp_stack(graph, xs[0], local, blocks=blocks)
     xs += stack.outs
     assert stack.out is xs[-1] and len(stack.outs) == layers
     if descriptor_tasks is not None:
         described = [t.name for t in graph.tasks
                      if any(isinstance(a, TensorDescriptor) for a in t.args)]
-        assert len(described) == descriptor_tasks, described
+        assert len(described) == descriptor_tasks - (rank == misaligned_rank), described
     mk = graph.compile(outline=outline)
     run = mk
     if graphed:
@@ -164,6 +170,17 @@ def test_tp_mlp_through_descriptors(world_size, dtype, backend):
     res = ditron.launch(_mlp_case, world_size, 20, 72, 40, 2, dtype, 3, blocks, False, True,
                         4, backend=backend)
     assert res == [3] * world_size
+
+
+def test_tp_mlp_one_rank_without_descriptors(backend):
+    from ditron.task.tp_mlp import MlpBlocks
+
+    # rank 1's input is not aligned for TMA: its first up task loads x through pointers
+    # while rank 0's loads through a descriptor; the ranks still agree on the graph
+    blocks = MlpBlocks(block_m=16, block_n=32, block_k=16, reduce_n=64, tma=True)
+    res = ditron.launch(_mlp_case, 2, 20, 72, 40, 2, torch.float32, 2, blocks, False, True,
+                        4, 1, backend=backend)
+    assert res == [2, 2]
 
 
 @triton.jit
