@@ -3,7 +3,10 @@ timer (inclusive: nested wrapped calls count in both), the op is called back to 
 ``--calls`` times on every rank after a warm-up, and rank 0 prints microseconds per op call
 for each function and for the whole call. No device synchronisation inside the timed loop.
 
-    python bench/host_breakdown.py [--world-size 2] [--calls 100]
+    python bench/host_breakdown.py [--world-size 2] [--calls 100] [--encode-every-launch]
+
+``--encode-every-launch``: launch kernels that take host TMA descriptors as Triton does,
+encoding each descriptor at every launch, not once per distinct value (for an A/B).
 """
 
 from __future__ import annotations
@@ -93,10 +96,14 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def _run(calls: int, shape: tuple[int, int, int]) -> None:
+def _run(calls: int, shape: tuple[int, int, int], encode_every_launch: bool = False) -> None:
     import torch.distributed as dist
 
+    from ditron.runtime import triton_launch
     from ditron.runtime.world import current
+
+    if encode_every_launch:
+        triton_launch._encoding_cached = lambda launcher: launcher
 
     _wrap_all(torch.cuda.is_available())
     rank = ditron.world().rank
@@ -123,10 +130,11 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=100)
     p.add_argument("--backend", default="cuda")
     p.add_argument("--shape", default="8192,11008,4096", help="M,N,K of the TP GEMMs")
+    p.add_argument("--encode-every-launch", action="store_true")
     args = p.parse_args()
     w = args.world_size or max(2, torch.cuda.device_count())
     shape = tuple(int(v) for v in args.shape.split(","))
-    ditron.launch(_run, w, args.calls, shape, backend=args.backend)
+    ditron.launch(_run, w, args.calls, shape, args.encode_every_launch, backend=args.backend)
     return 0
 
 

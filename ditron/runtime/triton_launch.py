@@ -17,7 +17,9 @@ arguments, three TMA descriptors) on the GPU hosts of session 6 (``bench/host_br
 The key is never coarser than Triton's own specialisation, so a hit runs the kernel Triton
 would pick. A miss (the first call of a key) goes through ``JITFunction.run``, which
 compiles when needed, and keeps its compiled kernel; a hit calls that kernel's launcher
-directly (a few microseconds of Python). Anything else (the interpreter, a launch hook such
+directly (a few microseconds of Python), and encodes a host descriptor with the driver
+only the first time it sees its value (Triton's launcher encodes each at every launch).
+Anything else (the interpreter, a launch hook such
 as a profiler's, an argument type not listed above, ``DITRON_FAST_LAUNCH=0``) takes the
 plain Triton path.
 """
@@ -158,9 +160,9 @@ class FastKernel:
                 kernel = kernel.result()
             if len(self._entries) >= MAX_ENTRIES:
                 self._entries.clear()
-            self._entries[key] = kernel
+            self._entries[key] = (kernel, _encoding_cached(kernel.run))
             return
-        self._run(kernel, device, grid, self._full(args, kwargs))
+        self._run(kernel[0], device, grid, self._full(args, kwargs), kernel[1])
 
     def _key(self, device: int, args: tuple, kwargs: dict) -> tuple:
         return (device, tuple(map(_arg_key, args, self._specialize)), tuple(kwargs.items()),
@@ -200,10 +202,11 @@ class FastKernel:
                 return
             device = torch.cuda.current_device()
             try:
-                kernel = self._entries.get(self._key(device, args, kwargs))
+                entry = self._entries.get(self._key(device, args, kwargs))
             except (_Unkeyable, TypeError):
                 return
-            if kernel is not None:
+            if entry is not None:
+                kernel = entry[0]
                 full = [v.data_ptr() if isinstance(v, torch.Tensor) else v
                         for v in self._full(args, kwargs)]
                 bound.extend((kernel, device, tuple(grid), full, _encoded_once(kernel.run, full)))
@@ -211,39 +214,90 @@ class FastKernel:
         return launch
 
 
+def _descriptor_handling(run):
+    """``(raw, indices, metas, encode, base)`` when ``run`` (a compiled kernel's launcher)
+    wraps ``raw`` in Triton 3.6's descriptor handling: ``indices`` are the positions of its
+    descriptor arguments (after the ``base`` launch arguments), ``metas`` their compiled
+    layouts in that order, ``encode(desc, meta)`` the driver's expansion of one. ``None``
+    when it takes no descriptor, or when its launcher is not built the way this expects
+    (another Triton)."""
+    launch = getattr(run, "launch", None)
+    names = getattr(getattr(launch, "__code__", None), "co_freevars", ())
+    if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= set(names):
+        return None
+    try:
+        from triton.backends.nvidia import driver
+    except ImportError:
+        return None
+    cells = dict(zip(names, (c.cell_contents for c in launch.__closure__), strict=True))
+    indices = sorted(cells["tensordesc_indices"])
+    metas = cells["tensordesc_meta"] or [None] * len(indices)
+    return (cells["launcher"], indices, metas, driver.make_tensordesc_arg,
+            driver._BASE_ARGS_FORMAT_LEN)
+
+
+def _with_launch(run, launch):
+    changed = copy.copy(run)
+    changed.launch = launch
+    return changed
+
+
 def _encoded_once(run, full: list):
     """``run`` (a compiled kernel's launcher), made to pass the host TMA descriptors among
     its arguments ``full`` as encoded once, here: Triton 3.6's launcher encodes every
     descriptor with the driver at every launch (~5 us apiece on the H200 hosts: 98 us per
     call of a 4-layer megakernel's 20, ``docs/perf.md``, session 38). ``run`` itself when
-    it takes no descriptor, or when its launcher is not built the way this expects (another
-    Triton)."""
-    launch = getattr(run, "launch", None)
-    names = getattr(getattr(launch, "__code__", None), "co_freevars", ())
-    if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= set(names):
+    :func:`_descriptor_handling` finds nothing to encode."""
+    found = _descriptor_handling(run)
+    if found is None:
         return run
-    try:
-        from triton.backends.nvidia.driver import _BASE_ARGS_FORMAT_LEN, make_tensordesc_arg
-    except ImportError:
-        return run
-    cells = dict(zip(names, (c.cell_contents for c in launch.__closure__), strict=True))
-    indices, metas, raw = (cells["tensordesc_indices"], cells["tensordesc_meta"],
-                           cells["launcher"])
+    raw, indices, metas, encode, base = found
     encoded_args: list = []
-    descs = 0
     for i, v in enumerate(full):
         if i in indices:
-            encoded_args.extend(make_tensordesc_arg(v, metas[descs]))
-            descs += 1
+            encoded_args.extend(encode(v, metas[indices.index(i)]))
         else:
             encoded_args.append(v)
 
     def launch_encoded(*given):
-        raw(*given[:_BASE_ARGS_FORMAT_LEN], *encoded_args)
+        raw(*given[:base], *encoded_args)
 
-    encoded = copy.copy(run)
-    encoded.launch = launch_encoded
-    return encoded
+    return _with_launch(run, launch_encoded)
 
 
-__all__ = ["FastKernel", "MAX_ENTRIES"]
+#: encodings a launcher keeps (per kernel) before it starts over
+MAX_ENCODINGS = 256
+
+
+def _encoding_cached(run):
+    """``run``, made to encode each host TMA descriptor once per distinct value: an encoding
+    (a ``CUtensorMap`` and the shape and strides after it) depends on the base address, shape,
+    strides, box and padding, and on the compiled layout of its argument position, which
+    the key holds; so a descriptor rebuilt at every call on the same tensor (a weight, a
+    workspace) is encoded once. ``run`` itself when :func:`_descriptor_handling` finds
+    nothing to encode."""
+    found = _descriptor_handling(run)
+    if found is None:
+        return run
+    raw, indices, metas, encode, base = found
+    at = [(base + i, i, meta) for i, meta in reversed(list(zip(indices, metas, strict=True)))]
+    encodings: dict = {}
+
+    def launch_cached(*given):
+        args = list(given)
+        for p, i, meta in at:  # from the last, so earlier positions stay put
+            d = args[p]
+            key = (i, d.base.data_ptr(), tuple(d.shape), tuple(d.strides),
+                   tuple(d.block_shape), d.padding)
+            enc = encodings.get(key)
+            if enc is None:
+                if len(encodings) >= MAX_ENCODINGS:
+                    encodings.clear()
+                enc = encodings[key] = encode(d, meta)
+            args[p:p + 1] = enc
+        raw(*args)
+
+    return _with_launch(run, launch_cached)
+
+
+__all__ = ["FastKernel", "MAX_ENCODINGS", "MAX_ENTRIES"]

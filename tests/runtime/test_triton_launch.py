@@ -226,3 +226,53 @@ def test_bound_descriptors_are_encoded_once(monkeypatch):
     # nothing to encode: the launcher as it is
     plain = _Launcher(lambda *a: None)
     assert triton_launch._encoded_once(plain, [x.data_ptr(), 5, 16]) is plain
+
+
+def test_launch_encodes_each_distinct_descriptor_once(fast, monkeypatch):
+    # hits on a launcher wrapped by Triton's descriptor handling: a descriptor rebuilt at
+    # every call on the same tensor is encoded once; one on another tensor, of another
+    # shape or box is encoded anew, and the launcher receives what Triton would pass it
+    from triton.backends.nvidia import driver
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    kernel, log = fast
+    expansions = []
+    real = driver.make_tensordesc_arg
+
+    def counted(arg, meta):
+        expansions.append(arg)
+        return real(arg, meta)
+
+    monkeypatch.setattr(driver, "make_tensordesc_arg", counted)
+    received = []
+    signature = {"x_ptr": "tensordesc<fp32[16, 16]>", "n": "i32", "epoch": "i32",
+                 "ctx": "*i64"}
+    launcher = _Launcher(driver.wrap_handle_tensordesc(lambda *a: received.append(a),
+                                                       signature, None))
+    compiled = _Compiled(log)
+    compiled.run = launcher
+    monkeypatch.setattr(kernel.fn, "run", lambda *a, grid, warmup, **k: compiled)
+    ctx = (torch.zeros(2, dtype=torch.int64), 0, 2)
+    x, y = torch.zeros(64, 32), torch.zeros(64, 32)
+
+    def desc(t, rows=64, box=16):
+        return TensorDescriptor(t, [rows, 32], [32, 1], [box, box])
+
+    def passes(d, got):  # the launcher's last arguments: d expanded, n, epoch, ctx, BLOCK, MODE
+        want = (d.base, *d.shape, *d.strides, False, *d.shape, *d.strides, 100, 7, ctx, 128, 3)
+        return len(got) >= len(want) and all(
+            g is w if isinstance(w, (torch.Tensor, tuple)) else g == w
+            for g, w in zip(got[-len(want):], want, strict=True))
+
+    kernel[(4,)](desc(x), 100, 7, ctx, BLOCK=128)  # the miss: Triton's own launch
+    assert not received
+    for call, (d, encodes) in enumerate([(desc(x), 1), (desc(x), 0), (desc(y), 1),
+                                         (desc(x, rows=48), 1), (desc(x), 0)]):
+        before = len(expansions)
+        kernel[(4,)](d, 100, 7, ctx, BLOCK=128)
+        assert len(expansions) - before == encodes, f"call {call}"
+        assert passes(d, received[-1]), f"call {call}"
+    box = desc(x, box=32)  # another box: another compiled kernel, through Triton again
+    kernel[(4,)](box, 100, 7, ctx, BLOCK=128)
+    kernel[(4,)](box, 100, 7, ctx, BLOCK=128)
+    assert passes(box, received[-1])
