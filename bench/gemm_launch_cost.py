@@ -3,8 +3,9 @@
 Prints the CPU microseconds per call of: ``torch.matmul``; an empty Triton kernel (one
 pointer); the persistent GEMM through ``launch_gemm`` (TMA and pointer loads); the same
 kernel launched with its arguments prebuilt (Triton's own launch cost); building the TMA
-descriptors; ``launch_gemm`` with TMA again with ``FastKernel``'s descriptor encodings not
-kept (the driver encodes every descriptor at every launch, as Triton's launcher does);
+descriptors; then ``launch_gemm`` with TMA in alternating rounds with ``FastKernel``'s
+descriptor encodings kept and not kept (the driver encodes every descriptor at every
+launch, as Triton's launcher does), medians;
 then a cProfile of ``launch_gemm`` (top entries by own time).
 
     python bench/gemm_launch_cost.py [--out DIR]
@@ -17,6 +18,7 @@ import cProfile
 import io
 import os
 import pstats
+import statistics
 import time
 
 import torch
@@ -96,10 +98,15 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - report and go on
             lines.append(f"{name:<24}failed: {type(exc).__name__}: {str(exc)[:400]}")
         print(lines[-1], flush=True)
-    with _EncodingEveryLaunch():
-        us = host_us(rows["launch_gemm tma"])
-    lines.append(f"{'launch_gemm tma, encoding every launch':<24}{us:8.1f} us/call")
-    print(lines[-1], flush=True)
+    kept, every = [], []
+    for _ in range(5):  # alternating rounds: the host's speed drifts between rows
+        kept.append(host_us(rows["launch_gemm tma"]))
+        with _EncodingEveryLaunch():
+            every.append(host_us(rows["launch_gemm tma"]))
+    for name, runs in (("tma, encodings kept", kept), ("tma, encoding every launch", every)):
+        lines.append(f"launch_gemm {name:<27} median {statistics.median(runs):6.1f} us/call "
+                     f"(rounds: {', '.join(f'{v:.1f}' for v in runs)})")
+        print(lines[-1], flush=True)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(300):
