@@ -159,8 +159,45 @@ def clear() -> None:
     _EVENTS.clear()
 
 
+def kind(task: str) -> str:
+    """What a megakernel item's task is drawn as: its name after the last ``.``
+    (``layer3.up`` is an ``up``), so that the layers of a stack share colours."""
+    return task.rsplit(".", 1)[-1]
+
+
+def program_occupancy(all_events: list[dict], rank: int
+                      ) -> tuple[list[float], dict[str, list[int]]]:
+    """How many of ``rank``'s megakernel programs were in each state over time: ``(times,
+    counts)``, ``counts[state][i]`` the programs in ``state`` from ``times[i]`` to
+    ``times[i + 1]`` (us); a state is ``"wait"`` or a task :func:`kind`. Each item's waits
+    and tile (up to the end of its notifies) are one event each (:func:`record_items`)."""
+    steps: dict[float, dict[str, int]] = {}
+    states: list[str] = []
+    for e in all_events:
+        if e["pid"] != rank or e["ph"] != "X" or e.get("tid", 0) < PROGRAM_TID:
+            continue
+        state = "wait" if e["name"] == "wait" else kind(e["args"]["task"])
+        if state not in states:
+            states.append(state)
+        for t, delta in ((e["ts"], 1), (e["ts"] + e["dur"], -1)):
+            at = steps.setdefault(t, {})
+            at[state] = at.get(state, 0) + delta
+    times = sorted(steps)
+    counts: dict[str, list[int]] = {s: [] for s in sorted(states, key=lambda s: s == "wait")}
+    now = dict.fromkeys(counts, 0)
+    for t in times:
+        for state, delta in steps[t].items():
+            now[state] += delta
+        for state in counts:
+            counts[state].append(now[state])
+    return times, counts
+
+
 def write(all_events: list[dict], prefix: str) -> list[str]:
-    """Write ``prefix.json`` (Chrome trace) and ``prefix.png`` (if matplotlib); return paths."""
+    """Write ``prefix.json`` (Chrome trace) and ``prefix.png`` (if matplotlib); return paths.
+
+    The PNG draws an op's tiles and waits as bars, one row per rank, and a megakernel's
+    programs as how many of them run each task or wait, over time, one panel per rank."""
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     meta = []
     for pid in sorted({e["pid"] for e in all_events}):
@@ -182,22 +219,57 @@ def write(all_events: list[dict], prefix: str) -> list[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return paths
-    ranks = sorted({e["pid"] for e in all_events})
-    t_min = min(e["ts"] for e in all_events)
-    fig, ax = plt.subplots(figsize=(10, 1 + 0.8 * len(ranks)))
+    t_min = min((e["ts"] for e in all_events if "ts" in e), default=0.0)
+    op_ranks = sorted({e["pid"] for e in all_events
+                       if e["ph"] == "X" and 0 < e.get("tid", 0) < PROGRAM_TID})
+    mk_ranks = sorted({e["pid"] for e in all_events
+                       if e["ph"] == "X" and e.get("tid", 0) >= PROGRAM_TID})
+    heights = ([1 + 0.8 * len(op_ranks)] if op_ranks else []) + [2.5] * len(mk_ranks)
+    fig, axes = plt.subplots(len(heights), 1, figsize=(10, sum(heights) or 1),
+                             height_ratios=heights or None, squeeze=False)
+    axes = list(axes[:, 0])
+    if op_ranks:
+        _draw_op_tiles(axes.pop(0), all_events, op_ranks, t_min)
+    for ax, r in zip(axes, mk_ranks, strict=True):
+        _draw_programs(ax, all_events, r, t_min)
+    fig.tight_layout()
+    fig.savefig(prefix + ".png")
+    plt.close(fig)
+    return paths + [prefix + ".png"]
+
+
+def _draw_op_tiles(ax, all_events: list[dict], ranks: list[int], t_min: float) -> None:
     for i, r in enumerate(ranks):
         for e in all_events:
-            if e["pid"] != r or e["ph"] != "X" or e["tid"] == 0:
+            if e["pid"] != r or e["ph"] != "X" or not 0 < e.get("tid", 0) < PROGRAM_TID:
                 continue
             color = ("tab:red" if e["name"] == "wait" else
                      "tab:orange" if e["tid"] == 3 else "tab:blue")
             ax.barh(i, e["dur"], left=e["ts"] - t_min, color=color, height=0.6)
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
     ax.set_xlabel("us (blue: tiles' main loops, orange: epilogues, red: waiting for chunks)")
-    fig.tight_layout()
-    fig.savefig(prefix + ".png")
-    plt.close(fig)
-    return paths + [prefix + ".png"]
+
+
+#: colours of a megakernel's task kinds, in the order they first ran (red is for waits)
+_TASK_COLORS = ["tab:blue", "tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink",
+                "tab:olive", "tab:cyan", "tab:gray"]
+
+
+def _draw_programs(ax, all_events: list[dict], rank: int, t_min: float) -> None:
+    times, counts = program_occupancy(all_events, rank)
+    xs = [t - t_min for t in times]
+    below = [0] * len(xs)
+    palette = iter(_TASK_COLORS * (1 + len(counts) // len(_TASK_COLORS)))
+    for state, n in counts.items():
+        above = [b + c for b, c in zip(below, n, strict=True)]
+        ax.fill_between(xs, below, above, step="post", label=state, linewidth=0,
+                        color="tab:red" if state == "wait" else next(palette))
+        below = above
+    ax.set_ylabel(f"rank {rank}\nprograms")
+    ax.set_xlabel("us (megakernel programs by the task they run, or waiting)")
+    ax.legend(loc="upper right", fontsize="small", ncol=len(counts))
+
+
 
 
 def _run_traced(op: str, M: int, N: int, K: int, calls: int,

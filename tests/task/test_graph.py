@@ -138,6 +138,70 @@ def test_tile_order_is_per_rank():
         g2.schedule(0, 1)
 
 
+def _chains(cost_c: float = 0.5) -> dt.TaskGraph:
+    """Rows 8-16 take one step (``b``) more than rows 0-8 before ``c`` and ``d``."""
+    x, w, y, z = torch.empty(16), torch.empty(16), torch.empty(16), torch.empty(16)
+    g = dt.TaskGraph()
+    g.add("a", _noop, x, 16, 8, tiles=2, writes=_rows(x, 8))
+    g.add("b", _noop, x, 16, 8, tiles=1, reads=lambda t, r: [dt.region(x, (8, 16))],
+          writes=lambda t, r: [dt.region(w, (8, 16))])
+    g.add("c", _noop, x, 16, 8, tiles=2, cost=cost_c,
+          reads=lambda t, r: [dt.region(x if t == 0 else w, (8 * t, 8 * t + 8))],
+          writes=_rows(y, 8))
+    g.add("d", _noop, x, 16, 8, tiles=2, reads=_rows(y, 8), writes=_rows(z, 8))
+    return g
+
+
+def _waits_point_back(s) -> None:
+    position = {item: p for p, item in enumerate(s.order)}
+    for item in range(s.n_items):
+        for slot in s.waits(item):
+            rank, producer = s.setter(slot)
+            if rank == s.rank and producer is not None:
+                assert position[producer] < position[item], (item, producer)
+
+
+def test_simulated_queue_starts_ready_items_of_later_tasks_first():
+    # two programs: a0 a1 end at 1; b0 and c0 (cost 0.5) start; at 1.5 d0 is ready and a
+    # program free while c1 still waits for b0 (ends at 2): d0 is queued before c1
+    g = _chains()
+    assert g.schedule(0, 1).order == [0, 1, 2, 3, 4, 5, 6]
+    s = g.schedule(0, 1, queue="simulated", workers=2)
+    assert s.order == [0, 1, 2, 3, 5, 4, 6]
+    _waits_point_back(s)
+    # c as slow as the rest: nothing starts earlier, program order stays
+    assert _chains(1.0).schedule(0, 1, queue="simulated", workers=2).order == list(range(7))
+    # one program: a topological order, ready items in program order
+    assert g.schedule(0, 1, queue="simulated", workers=1).order == list(range(7))
+    with pytest.raises(ValueError, match="queue must be one of"):
+        g.schedule(0, 1, queue="fastest")
+    with pytest.raises(ValueError, match="workers must be an int >= 1"):
+        g.schedule(0, 1, queue="simulated", workers=0)
+    with pytest.raises(ValueError, match="cost must be a number > 0"):
+        g.add("e", _noop, torch.empty(4), 4, 4, tiles=1, cost=0)
+
+
+def test_simulated_queue_across_ranks():
+    # every rank pushes its rows to the next rank, which reads them: each rank's queue
+    # keeps its waits on its own items pointing back, and the start of the simulated run
+    # orders all ranks' items at once
+    W = 3
+    inbox, src, out = torch.empty(16), torch.empty(16), torch.empty(16)
+
+    def push(tile, rank):
+        return [dt.region(inbox, (tile * 8, tile * 8 + 8), rank=(rank + 1) % W)]
+
+    g = dt.TaskGraph()
+    g.add("push", _noop, src, 16, 8, tiles=2, reads=_rows(src, 8), writes=push, cost=2)
+    g.add("use", _noop, inbox, 16, 8, tiles=2, reads=_rows(inbox, 8), writes=_rows(out, 8))
+    g.add("more", _noop, out, 16, 8, tiles=2, reads=_rows(out, 8), writes=_rows(src, 8))
+    for r in range(W):
+        s = g.schedule(r, W, queue="simulated", workers=2)
+        assert sorted(s.order) == list(range(6))
+        _waits_point_back(s)
+        assert s.waits(2) == [((r - 1) % W) * 6 + 0]  # the waits themselves do not change
+
+
 def test_bad_graphs_raise():
     x = torch.empty(32)
     g = dt.TaskGraph("bad")
