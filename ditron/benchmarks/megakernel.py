@@ -113,7 +113,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
             trace.clear()
             traced()
             traces[spec] = trace.events()[-1]["args"]["tasks"]
-            trace.write(trace.events(), f"{trace_prefix}_{spec}_rank{w.rank}")
+            trace.write(trace.events(), f"{trace_prefix}_{spec.replace('+', '-')}_rank{w.rank}")
         if dev.type == "cuda":  # the same launch replayed from a CUDA graph
             captured = torch.cuda.CUDAGraph()
             with torch.cuda.graph(captured):
@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the result row as JSON here")
     p.add_argument("--trace", metavar="PREFIX",
                    help="also run each config traced (ditron.trace) and write "
-                        "PREFIX_<config>_rank<r>.json / .png; print where each task's time went")
+                        "PREFIX_<config>_rank<r>.json / .png ('+' in a config written '-'); "
+                        "print where each task's time went")
     args = p.parse_args(argv)
     tokens, hidden, ffn = (int(v) for v in args.shape.split(","))
     backend = "cpu" if args.smoke else "cuda"
