@@ -24,7 +24,6 @@ script; its times mean nothing.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import time
 
@@ -33,7 +32,6 @@ import torch.distributed as dist
 
 import ditron
 from ditron import trace
-from ditron.task.graph import QUEUES
 from ditron.task.tp_mlp import MlpBlocks, default_blocks
 from ditron.tune.tuner import agreed_median, all_ok, kernel_time, time_in_rounds
 
@@ -41,8 +39,7 @@ from ditron.tune.tuner import agreed_median, all_ok, kernel_time, time_in_rounds
 def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str], warmup: int,
              iters: int, rounds: int, stages: int | None, programs: int | None,
              trace_prefix: str | None = None, warps: int | None = None, inline: bool = False,
-             layout: str = "linear", tune: bool = False,
-             queues: tuple[str, ...] = ("tasks",)) -> dict:
+             layout: str = "linear", tune: bool = False) -> dict:
     from ditron import task as dt
     from ditron.task.tp_mlp import add_tp_mlp_stack
     from ditron.task.tp_mlp_tuner import tune_mlp
@@ -82,10 +79,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
     cands = {"torch": torch_mlp}
     ref = torch_mlp().float()
     errors, build, traces, failed = {}, {}, {}, {}
-    for blocks_spec, queue_spec in itertools.product(blocks, queues):
-        # a configuration: tiles, and the queue order when not the default
-        spec = blocks_spec + ("" if queue_spec == "tasks" else f"_{queue_spec}")
-        queue, rows_first = queue_spec.removesuffix("+rows"), queue_spec.endswith("+rows")
+    for spec in blocks:
         start = time.perf_counter()
         graph = dt.TaskGraph(f"bench_{spec}")
         options = {"num_warps": warps, "outline": not inline}  # None: the tiles' own
@@ -93,9 +87,8 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
             options["num_stages"] = stages
         error = None
         try:
-            stack = add_tp_mlp_stack(graph, x0, weights, blocks=MlpBlocks.parse(blocks_spec),
-                                     rows_first=rows_first)
-            mk = graph.compile(programs=programs, queue=queue, **options)
+            stack = add_tp_mlp_stack(graph, x0, weights, blocks=MlpBlocks.parse(spec))
+            mk = graph.compile(programs=programs, **options)
             mk()  # compiles; Triton refuses here what does not fit the GPU
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
@@ -108,12 +101,12 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
         errors[spec] = float((stack.out.float() - ref).abs().max() / ref.abs().max())
         cands[f"megakernel_{spec}"] = mk
         if trace_prefix:  # the same graph traced: a second call after the one that compiles
-            traced = graph.compile(programs=programs, trace=True, queue=queue, **options)
+            traced = graph.compile(programs=programs, trace=True, **options)
             traced()
             trace.clear()
             traced()
             traces[spec] = trace.events()[-1]["args"]["tasks"]
-            trace.write(trace.events(), f"{trace_prefix}_{spec.replace('+', '-')}_rank{w.rank}")
+            trace.write(trace.events(), f"{trace_prefix}_{spec}_rank{w.rank}")
         if dev.type == "cuda":  # the same launch replayed from a CUDA graph
             captured = torch.cuda.CUDAGraph()
             with torch.cuda.graph(captured):
@@ -179,11 +172,6 @@ def main(argv: list[str] | None = None) -> int:
                         "([out, in], used transposed), 'kn' as [in, out]")
     p.add_argument("--tune", action="store_true",
                    help="run the MLP tuner first (tune_mlp) and time its choice too")
-    p.add_argument("--queue", default="tasks",
-                   help="comma-separated queue orders to time each --blocks config with: "
-                        "'tasks' (program order) and/or 'simulated' (compile(queue=...)), "
-                        "each optionally '+rows' (add_tp_mlp_stack(rows_first=True)); "
-                        "configs of a non-default queue are named <blocks>_<queue>")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=40)
     p.add_argument("--rounds", type=int, default=4)
@@ -191,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the result row as JSON here")
     p.add_argument("--trace", metavar="PREFIX",
                    help="also run each config traced (ditron.trace) and write "
-                        "PREFIX_<config>_rank<r>.json / .png ('+' in a config written '-'); "
-                        "print where each task's time went")
+                        "PREFIX_<config>_rank<r>.json / .png; print where each task's time went")
     args = p.parse_args(argv)
     tokens, hidden, ffn = (int(v) for v in args.shape.split(","))
     backend = "cpu" if args.smoke else "cuda"
@@ -205,15 +192,12 @@ def main(argv: list[str] | None = None) -> int:
         tokens, hidden, ffn, args.layers = 4, 32, 16 * args.world_size, 2
         blocks = blocks if args.blocks else ["16x16x16x32x2"]
         args.warmup, args.iters, args.rounds = 1, 2, 1
-    queues = tuple(q.strip() for q in args.queue.split(","))
-    if not queues or any(q.removesuffix("+rows") not in QUEUES for q in queues):
-        p.error(f"--queue: each of {args.queue!r} must be one of {QUEUES}")
     if ffn % args.world_size:
         p.error(f"ffn must divide by the world size {args.world_size}")
     row = ditron.launch(_measure, args.world_size, tokens, hidden, ffn, args.layers, blocks,
                         args.warmup, args.iters, args.rounds, args.stages, args.programs,
                         args.trace, args.warps, args.inline, args.weights, args.tune,
-                        queues, backend=backend)[0]
+                        backend=backend)[0]
     print(f"{args.layers} layers: tokens {tokens}, hidden {hidden}, ffn {ffn}, "
           f"W = {args.world_size}, bf16, {args.weights} weights, "
           f"num_warps {args.warps or 'from the tiles'}, "

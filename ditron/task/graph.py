@@ -21,15 +21,12 @@ every rank (every rank runs the same graph, so each can work out the others' acc
 
 Deadlock freedom: each rank's queue lists the items task by task in program order, and all
 waits point to items of earlier tasks (or to the start of another rank's call), so the
-lowest-numbered item in flight anywhere can always proceed. The ``"simulated"`` queue
-(``derive(queue=...)``) orders them by the start times of a simulated run instead, in which
-every wait also points to an earlier item.
+lowest-numbered item in flight anywhere can always proceed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import inspect
 import itertools
 from collections.abc import Callable, Iterable, Sequence
@@ -89,13 +86,12 @@ class Task:
     writes: Regions
     order: Callable[[int], Sequence[int]] | None = None
     warps: int | None = None  # the num_warps its tiles were sized for (``TaskGraph.add``)
-    cost: float = 1.0  # one tile's time relative to the other tasks' (``queue="simulated"``)
 
     @classmethod
     def make(cls, name: str, fn, args: tuple, kwargs: dict, *, tiles: int,
              reads: Regions | None, writes: Regions | None,
              order: Callable[[int], Sequence[int]] | None,
-             warps: int | None = None, cost: float = 1.0) -> Task:
+             warps: int | None = None) -> Task:
         raw = getattr(fn, "fn", None)
         if raw is None or not hasattr(fn, "arg_names"):
             raise TypeError(f"task {name!r}: fn must be a @triton.jit function, "
@@ -119,12 +115,9 @@ class Task:
         if not isinstance(tiles, int) or isinstance(tiles, bool) or tiles < 0:
             raise ValueError(f"task {name!r}: tiles must be an int >= 0, got {tiles!r}")
         check_warps(warps, f"task {name!r}")
-        if (isinstance(cost, bool) or not isinstance(cost, (int, float))
-                or not 0 < cost < float("inf")):
-            raise ValueError(f"task {name!r}: cost must be a number > 0, got {cost!r}")
         return cls(name, fn, tuple(p.name for p in params[1:]),
                    tuple(_constexpr(p.annotation) for p in params[1:]), values, tiles,
-                   reads or _no_regions, writes or _no_regions, order, warps, float(cost))
+                   reads or _no_regions, writes or _no_regions, order, warps)
 
     def tile_order(self, rank: int) -> list[int]:
         if self.order is None:
@@ -230,27 +223,13 @@ def _same_node_range(rank: int, world_size: int, local_world_size: int) -> range
     return range(start, min(start + local_world_size, world_size))
 
 
-#: the queue orders :func:`derive` builds
-QUEUES = ("tasks", "simulated")
-
-
 def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
            local_world_size: int | None = None,
-           is_symmetric: Callable[[torch.Tensor], bool] = lambda t: True,
-           queue: str = "tasks", workers: int = 1) -> Schedule:
+           is_symmetric: Callable[[torch.Tensor], bool] = lambda t: True) -> Schedule:
     """``rank``'s :class:`Schedule` (pure host work; see the module docstring).
 
-    ``queue``: ``"tasks"`` lists the items task by task in program order, each task's tiles
-    in its ``order``; ``"simulated"`` lists them in the order a simulated run of every
-    rank's items starts them (:func:`_simulated_order`, ``workers`` programs per rank, each
-    tile taking its task's ``cost``), so that items of a later task whose waits are met
-    early (the first rows of the next layer) come before items of an earlier task still
-    waiting. Raises ``ValueError`` for tiles of one task that conflict, regions on ranks of
-    another node, and remote regions of tensors that are not symmetric."""
-    if queue not in QUEUES:
-        raise ValueError(f"queue must be one of {QUEUES}, got {queue!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    Raises ``ValueError`` for tiles of one task that conflict, regions on ranks of another
+    node, and remote regions of tensors that are not symmetric."""
     local = local_world_size or world_size
     offsets, n = [], 0
     for task in tasks:
@@ -262,18 +241,12 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
     tell: list[set[int]] = [set() for _ in range(n)]  # ranks this rank tells, per item
     begin: set[int] = set()
     tail: set[int] = set()
-    # every rank's waits on items (slot numbers), for the simulated queue
-    preds: list[set[int]] | None = None
-    if queue == "simulated":
-        preds = [set() for _ in range(world_size * n)]
 
     def edge(a: _Access, b: _Access) -> None:
         if b.rank == rank:
             deps[b.item].add(a.rank * n + a.item)
         if a.rank == rank:
             tell[a.item].add(b.rank)
-        if preds is not None:
-            preds[b.rank * n + b.item].add(a.rank * n + a.item)
 
     for (_, holder), accs in by_location.items():
         for i, j in _conflicting_pairs(accs):
@@ -301,15 +274,13 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
 
     _prune(deps, rank * n)
 
+    order: list[int] = []
     item_task: list[int] = []
     item_tile: list[int] = []
     for k, task in enumerate(tasks):
+        order.extend(offsets[k] + t for t in task.tile_order(rank))
         item_task.extend([k] * task.tiles)
         item_tile.extend(range(task.tiles))
-    if preds is None:
-        order = _task_order(tasks, offsets, rank)
-    else:
-        order = _simulated_order(tasks, offsets, world_size, preds, workers)[rank]
     dep_ptr, dep_slot, ntf_ptr, ntf_rank = [0], [], [0], []
     for i in range(n):
         dep_slot.extend(sorted(deps[i]))
@@ -318,76 +289,6 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
         ntf_ptr.append(len(ntf_rank))
     return Schedule(rank, world_size, n, order, item_task, item_tile, dep_ptr, dep_slot,
                     ntf_ptr, ntf_rank, sorted(begin), sorted(tail))
-
-
-def _task_order(tasks: Sequence[Task], offsets: list[int], rank: int) -> list[int]:
-    """``rank``'s items task by task, each task's tiles in its ``order``."""
-    order: list[int] = []
-    for k, task in enumerate(tasks):
-        order.extend(offsets[k] + t for t in task.tile_order(rank))
-    return order
-
-
-def _simulated_order(tasks: Sequence[Task], offsets: list[int], world_size: int,
-                     preds: list[set[int]], workers: int) -> list[list[int]]:
-    """Each rank's items in the order a list-scheduled run of all ranks' items starts them.
-
-    The run: ``workers`` programs per rank; an item is ready once every item it waits for
-    (``preds``, by slot ``rank * n_items + item``) has ended, and takes its task's ``cost``;
-    a free program starts the ready item of its rank that comes first in the ``"tasks"``
-    order. Every item starts after all it waits for have ended, and costs are > 0, so the
-    start times order the items of all ranks at once with every wait pointing to an earlier
-    item: the deadlock-freedom argument of the module docstring holds for this order as for
-    program order. Ties keep the ``"tasks"`` order. Deterministic: every rank computes the
-    same run."""
-    n = offsets[-1] + tasks[-1].tiles if tasks else 0
-    total = world_size * n
-    priority = [0] * total
-    cost = [0.0] * total
-    for r in range(world_size):
-        for position, item in enumerate(_task_order(tasks, offsets, r)):
-            priority[r * n + item] = position
-    for k, task in enumerate(tasks):
-        for r in range(world_size):
-            for t in range(task.tiles):
-                cost[r * n + offsets[k] + t] = task.cost
-    succs: list[list[int]] = [[] for _ in range(total)]
-    missing = [len(p) for p in preds]
-    for slot, waits in enumerate(preds):
-        for w in waits:
-            succs[w].append(slot)
-    ready: list[list[tuple[int, int]]] = [[] for _ in range(world_size)]
-    for slot in range(total):
-        if not missing[slot]:
-            heapq.heappush(ready[slot // n], (priority[slot], slot))
-    free = [workers] * world_size
-    running: list[tuple[float, int]] = []  # (end time, slot)
-    start = [0.0] * total
-    now = 0.0
-    while True:
-        for r in range(world_size):
-            while free[r] and ready[r]:
-                _, slot = heapq.heappop(ready[r])
-                free[r] -= 1
-                start[slot] = now
-                heapq.heappush(running, (now + cost[slot], slot))
-        if not running:
-            break
-        now, slot = heapq.heappop(running)
-        ended = [slot]
-        while running and running[0][0] == now:
-            ended.append(heapq.heappop(running)[1])
-        for slot in ended:
-            free[slot // n] += 1
-            for s in succs[slot]:
-                missing[s] -= 1
-                if not missing[s]:
-                    heapq.heappush(ready[s // n], (priority[s], s))
-    if any(missing):  # a cycle: waits always point to earlier tasks, so never
-        raise AssertionError("derive: the items' waits form a cycle")
-    return [sorted(range(n), key=lambda i, r=r: (start[r * n + i], priority[r * n + i]))
-            for r in range(world_size)]
-
 
 
 #: at most this many cells in the grid that ``_conflicting_pairs`` buckets boxes on
@@ -462,8 +363,7 @@ class TaskGraph:
     registers the tile function ``fn(tile, *args)`` for ``n`` tiles (see :class:`Task`;
     ``reads`` and ``writes`` map ``(tile, rank)`` to regions, ``order`` maps a rank to its
     tile order, a distributed swizzle; ``warps``: the ``num_warps`` its tiles were sized
-    for, see :meth:`num_warps`; ``cost``: one tile's time relative to other tasks' tiles,
-    used by ``compile(queue="simulated")``). Every rank builds the same graph.
+    for, see :meth:`num_warps`). Every rank builds the same graph.
     """
 
     def __init__(self, name: str = "megakernel") -> None:
@@ -473,11 +373,11 @@ class TaskGraph:
     def add(self, name: str, fn, *args, tiles: int, reads: Regions | None = None,
             writes: Regions | None = None,
             order: Callable[[int], Sequence[int]] | None = None, warps: int | None = None,
-            cost: float = 1.0, **kwargs) -> Task:
+            **kwargs) -> Task:
         if any(t.name == name for t in self.tasks):
             raise ValueError(f"graph {self.name!r} already has a task named {name!r}")
         task = Task.make(name, fn, args, kwargs, tiles=tiles, reads=reads, writes=writes,
-                         order=order, warps=warps, cost=cost)
+                         order=order, warps=warps)
         self.tasks.append(task)
         return task
 

@@ -49,29 +49,14 @@ from .graph import CTX, Schedule, TaskGraph, check_warps, derive, describe_slot
 PROGRAMS_PER_SM = 4
 
 
-def _sms_per_rank(device: torch.device, local_world_size: int) -> tuple[int, bool]:
-    """``(SMs of the rank's share of its GPU, whether ranks share the GPU)``."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    share = -(-local_world_size // max(torch.cuda.device_count(), 1))
-    return max(1, sms // share), share > 1
-
-
 def _default_programs(device: torch.device, local_world_size: int) -> int:
     if device.type != "cuda":
         return 1
-    sms, shared = _sms_per_rank(device, local_world_size)
-    if shared:  # every rank's programs must be resident at once: one per SM in all
-        return sms
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    share = -(-local_world_size // max(torch.cuda.device_count(), 1))
+    if share > 1:  # every rank's programs must be resident at once: one per SM in all
+        return max(1, sms // share)
     return PROGRAMS_PER_SM * sms
-
-
-def _resident(programs: int, device: torch.device, local_world_size: int) -> int:
-    """How many of a rank's ``programs`` the simulated queue assumes run at once: one per
-    SM of the rank's share of the GPU (large tiles fit one per SM), at most ``programs``;
-    one on the CPU backend (its interpreter runs one program at a time)."""
-    if device.type != "cuda":
-        return 1
-    return min(programs, _sms_per_rank(device, local_world_size)[0])
 
 
 def _kind(arg) -> str:
@@ -89,7 +74,6 @@ def _fingerprint(graph: TaskGraph) -> dict:
     return {"tasks": tuple(t.name for t in tasks),
             "functions": tuple(f"{t.fn.fn.__module__}.{t.fn.fn.__qualname__}" for t in tasks),
             "tiles": tuple(t.tiles for t in tasks), "warps": tuple(t.warps for t in tasks),
-            "costs": tuple(t.cost for t in tasks),
             "argument_kinds": tuple(tuple(map(_kind, t.args)) for t in tasks)}
 
 
@@ -232,7 +216,7 @@ class Megakernel:
 
 def compile_graph(graph: TaskGraph, *, programs: int | None = None,
                   num_warps: int | None = None,
-                  trace: bool | None = None, outline: bool = True, queue: str = "tasks",
+                  trace: bool | None = None, outline: bool = True,
                   **launch_options) -> Megakernel:
     """Derive this rank's schedule and build the megakernel (collective: every rank calls it
     for the same graph; it allocates the scoreboard in the symmetric heap).
@@ -246,11 +230,7 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
     tile functions out of line (default), which keeps the kernel's registers near those of
     its largest tile however many tasks it has; ``False`` inlines them into the item loop,
     faster for a few small tasks (their loop-invariant values are computed once per
-    program), slower or spilling for many (``docs/megakernel.md``); ``queue``: the order
-    items are taken in, ``"tasks"`` (task by task, program order) or ``"simulated"`` (the
-    start order of a simulated run with one program per SM, each tile taking its task's
-    ``cost``: lets the next layer's first rows start while the last rows of this one are
-    still waiting; see :func:`~ditron.task.graph.derive`). Raises
+    program), slower or spilling for many (``docs/megakernel.md``). Raises
     ``ValueError`` before any kernel runs when ranks built different graphs, a region is
     invalid (see :func:`derive`) or a tensor argument is on another device."""
     rt = current()
@@ -265,13 +245,12 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
             if isinstance(value, torch.Tensor) and value.device != w.device:
                 raise ValueError(f"task {task.name!r}: argument {name!r} is on "
                                  f"{value.device}, the world computes on {w.device}")
-    agree(f"ditron.task: compile of graph {graph.name!r}", remember=False, queue=queue,
+    agree(f"ditron.task: compile of graph {graph.name!r}", remember=False,
           **_fingerprint(graph))
-    programs = programs or _default_programs(w.device, w.local_world_size)
     schedule = derive(graph.tasks, w.rank, w.world_size, local_world_size=w.local_world_size,
-                      is_symmetric=is_symmetric, queue=queue,
-                      workers=_resident(programs, w.device, w.local_world_size))
-    mk = Megakernel(graph, schedule, programs,
+                      is_symmetric=is_symmetric)
+    mk = Megakernel(graph, schedule, programs or _default_programs(w.device,
+                                                                     w.local_world_size),
                     {"num_warps": num_warps or graph.num_warps(), **launch_options},
                     tracing.enabled() if trace is None else trace, outline)
     if w.world_size > 1:

@@ -188,16 +188,10 @@ def _check(x, w_gate, w_up, w_down, out, residual) -> None:
                              f"on {x.device}")
 
 
-#: a ``reduce`` tile's time per element of a row it reads or writes, in multiply-adds of a
-#: GEMM row (the tasks' ``cost``: ``up`` 2 x block_n x H, ``down`` block_n x its K range),
-#: from the traced tile times of a 256-token prefill on an H200 (docs/perf.md, session 39)
-REDUCE_COST = 88
-
-
 def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
                w_down: torch.Tensor, out: torch.Tensor, *, residual: torch.Tensor | None = None,
                h: torch.Tensor | None = None, inbox: torch.Tensor | None = None,
-               blocks: MlpBlocks | None = None, name: str = "mlp", rows_first: bool = False
+               blocks: MlpBlocks | None = None, name: str = "mlp"
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Add the three tasks of one MLP (see the module docstring) to ``graph``; return its
     scratch buffers ``(h, inbox)`` so that later layers can reuse them.
@@ -207,11 +201,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     the ``reduce`` tiles then also wait for the ``up`` tiles that read their rows) or the
     next layer's input. ``blocks``: the tile sizes; by default those that ``tune_mlp``
     (``task/tp_mlp_tuner.py``) cached for these shapes, dtype and world size on this
-    device, else :func:`default_blocks` for its rows. ``rows_first``: queue each task's
-    tiles row block by row block; by default they keep the grouped order of their ids
-    (the row blocks of one weight column block together, so that the others read it from
-    L2). With ``compile(queue="simulated")`` the next layer's first row blocks can then
-    start while the last ones of this layer still run (``docs/megakernel.md``)."""
+    device, else :func:`default_blocks` for its rows."""
     if x.dim() != 2 or w_gate.dim() != 2:
         raise ValueError("add_tp_mlp: x and the weights must be 2-d")
     rt = current()
@@ -244,21 +234,11 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     def box(t, n, block_n):
         return tiles.tile_box(t, M, n, bm, block_n)
 
-    def by_rows(count: int, n: int, block_n: int, per_k: int = 0):
-        """Tile ids ``0..count-1`` by row block, else as they were (``per_k``: tiles per K
-        chunk of the down task, whose ids are ``chunk * per_k + grouped id``)."""
-        if not rows_first:
-            return None
-        ids = sorted(range(count), key=lambda t: (box(t % per_k if per_k else t, n,
-                                                      block_n)[0][0], t))
-        return lambda rank: ids
-
     graph.add(
         f"{name}.up", tiles.gated_matmul_tile, *up_ops, h, M, F, H, *x.stride(),
         *w_gate.stride(), *w_up.stride(), *h.stride(), bm, bn, bk, precision, upcast,
         blocks.stages, up_tma is not None, *up_flags,
-        tiles=tiles.num_tiles(M, F, bm, bn), warps=blocks.warps, cost=2 * bn * H,
-        order=by_rows(tiles.num_tiles(M, F, bm, bn), F, bn),
+        tiles=tiles.num_tiles(M, F, bm, bn), warps=blocks.warps,
         reads=lambda t, r: (region(x, box(t, F, bn)[0]),
                             region(w_gate, (0, H), box(t, F, bn)[1]),
                             region(w_up, (0, H), box(t, F, bn)[1])),
@@ -286,7 +266,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
         *h.stride(), *w_down.stride(), *inbox.stride(), CTX, bm, bn, bk, precision, upcast,
         blocks.stages, down_tma is not None, *down_flags,
         tiles=S * down_mn, reads=down_reads, writes=down_writes,
-        warps=blocks.warps, cost=bn * chunk, order=by_rows(S * down_mn, H, bn, down_mn))
+        warps=blocks.warps)
 
     def reduce_reads(t, r):
         rows, cols = box(t, H, rn)
@@ -301,8 +281,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
         f"{name}.reduce", tiles.sum_slots_tile, inbox, res, out, M, H, W * S, *inbox.stride(),
         *res.stride(), *out.stride(), bm, rn, residual is not None,
         tiles=tiles.num_tiles(M, H, bm, rn), warps=blocks.warps,
-        cost=REDUCE_COST * rn * (W * S + 2), reads=reduce_reads,
-        order=by_rows(tiles.num_tiles(M, H, bm, rn), H, rn),
+        reads=reduce_reads,
         writes=lambda t, r: (region(out, *box(t, H, rn)),))
     return h, inbox
 
@@ -324,13 +303,12 @@ class MlpStack:
 
 def add_tp_mlp_stack(graph: TaskGraph, x: torch.Tensor,
                      weights: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], *,
-                     blocks: MlpBlocks | None = None, name: str = "layer",
-                     rows_first: bool = False) -> MlpStack:
+                     blocks: MlpBlocks | None = None, name: str = "layer") -> MlpStack:
     """Add ``len(weights)`` (>= 1) chained MLPs (:func:`add_tp_mlp`; ``weights[i]``: this
     rank's ``(w_gate, w_up, w_down)`` of layer ``i``). Layer ``i`` takes the previous
     layer's output (``x`` for the first) as its input and its residual, ``x_{i+1} = x_i +
     all_reduce(silu(x_i Wg) * (x_i Wu) Wd)``; its outputs are new tensors like ``x``, its
-    tasks are named ``{name}{i}.up`` ...; ``rows_first`` as for :func:`add_tp_mlp`."""
+    tasks are named ``{name}{i}.up`` ..."""
     if not weights:
         raise ValueError("add_tp_mlp_stack: no layers")
     outs: list[torch.Tensor] = []
@@ -339,6 +317,5 @@ def add_tp_mlp_stack(graph: TaskGraph, x: torch.Tensor,
         src = outs[-1] if outs else x
         outs.append(torch.empty_like(x))
         h, inbox = add_tp_mlp(graph, src, w_gate, w_up, w_down, outs[-1], residual=src, h=h,
-                              inbox=inbox, blocks=blocks, name=f"{name}{i}",
-                              rows_first=rows_first)
+                              inbox=inbox, blocks=blocks, name=f"{name}{i}")
     return MlpStack(outs, h, inbox)

@@ -31,8 +31,8 @@ def _close(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
 
 def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks,
               graphed: bool = False, outline: bool = True,
-              descriptor_tasks: int | None = None, misaligned_rank: int | None = None,
-              queue: str = "tasks", rows_first: bool = False) -> int:
+              descriptor_tasks: int | None = None, misaligned_rank: int | None = None
+              ) -> int:
     """``layers`` MLPs chained (each layer's output is the next one's input and its residual,
     ``h`` and ``inbox`` shared by all layers) on fresh inputs per call, against the whole
     MLP in float64 (every rank builds every rank's weights from one seed). ``graphed``
@@ -58,17 +58,14 @@ def _mlp_case(M: int, H: int, F: int, layers: int, dtype, calls: int, blocks,
     if rank == misaligned_rank:
         xs[0] = torch.empty(M * H + 2, dtype=dtype, device=dev)[4 // xs[0].element_size():][
             :M * H].view(M, H)
-    stack = add_tp_mlp_stack(graph, xs[0], local, blocks=blocks, rows_first=rows_first)
+    stack = add_tp_mlp_stack(graph, xs[0], local, blocks=blocks)
     xs += stack.outs
     assert stack.out is xs[-1] and len(stack.outs) == layers
     if descriptor_tasks is not None:
         described = [t.name for t in graph.tasks
                      if any(isinstance(a, TensorDescriptor) for a in t.args)]
         assert len(described) == descriptor_tasks - (rank == misaligned_rank), described
-    mk = graph.compile(outline=outline, queue=queue)
-    if queue != "tasks":  # some item is queued before one of an earlier task
-        tasks = [mk.schedule.item_task[i] for i in mk.schedule.order]
-        assert any(a > b for a, b in zip(tasks, tasks[1:], strict=False))
+    mk = graph.compile(outline=outline)
     run = mk
     if graphed:
         cuda_graph = torch.cuda.CUDAGraph()
@@ -184,28 +181,6 @@ def test_tp_mlp_one_rank_without_descriptors(backend):
     res = ditron.launch(_mlp_case, 2, 20, 72, 40, 2, torch.float32, 2, blocks, False, True,
                         4, 1, backend=backend)
     assert res == [2, 2]
-
-
-def _simulated_case(workers: int, *args) -> int:
-    """``_mlp_case`` on the simulated queue of a run with ``workers`` programs per rank (the
-    CPU backend's default is one, whose order differs little from program order)."""
-    from ditron.task import megakernel
-
-    megakernel._resident = lambda *a: workers
-    return _mlp_case(*args)
-
-
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_tp_mlp_stack_on_the_simulated_queue(world_size, backend):
-    from ditron.task.tp_mlp import MlpBlocks
-
-    # 3 layers of 3 row blocks, tiles row block by row block: later layers' first rows are
-    # queued before the last rows of earlier ones; every call matches torch, and no rank
-    # waits forever
-    blocks = MlpBlocks(block_m=16, block_n=32, block_k=16, reduce_n=32, split_k=2)
-    res = ditron.launch(_simulated_case, world_size, 4, 40, 40, 48, 3, torch.float32, 2,
-                        blocks, False, True, None, None, "simulated", True, backend=backend)
-    assert res == [2] * world_size
 
 
 @triton.jit

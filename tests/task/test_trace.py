@@ -103,3 +103,34 @@ def _untraced_case() -> int:
 
 def test_untraced_by_default(backend):
     assert ditron.launch(_untraced_case, 1, backend=backend) == [0]
+
+
+def _item(task: str, program: int, start: float, dur: float, rank: int = 0) -> dict:
+    name = "wait" if task == "wait" else f"{task} 0"
+    return {"name": name, "ph": "X", "pid": rank, "tid": trace.PROGRAM_TID + program,
+            "ts": start, "dur": dur, "args": {"task": task, "tile": 0}}
+
+
+def test_program_occupancy_counts_programs_per_task_over_time():
+    # program 0: layer0.up 0-4, waits 4-6, layer1.up 6-8; program 1: layer0.down 2-6;
+    # rank 1's and the op's own events are not rank 0's programs
+    events = [_item("layer0.up", 0, 0, 4), _item("wait", 0, 4, 2), _item("layer1.up", 0, 6, 2),
+              _item("layer0.down", 1, 2, 4), _item("layer0.up", 0, 0, 9, rank=1),
+              {"name": "megakernel g call", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 9}]
+    times, counts = trace.program_occupancy(events, 0)
+    assert times == [0, 2, 4, 6, 8]
+    assert list(counts) == ["up", "down", "wait"]  # tasks in the order they ran, waits last
+    assert counts == {"up": [1, 1, 0, 1, 0], "down": [0, 1, 1, 0, 0], "wait": [0, 0, 1, 0, 0]}
+    assert trace.program_occupancy(events, 1)[1] == {"up": [1, 0]}
+    assert trace.program_occupancy(events, 2) == ([], {})
+
+
+def test_trace_png_draws_op_tiles_and_programs(tmp_path):
+    # matplotlib comes with the test extra; without it write() gives the JSON only
+    op = [{"name": "tile 0", "ph": "X", "pid": 0, "tid": 2, "ts": 0.0, "dur": 3.0},
+          {"name": "wait", "ph": "X", "pid": 0, "tid": 1, "ts": 0.0, "dur": 1.0}]
+    paths = trace.write(op + [_item("mlp.up", 0, 1, 2), _item("wait", 1, 1, 1)],
+                        str(tmp_path / "both"))
+    assert paths[1].endswith(".png") and os.path.getsize(paths[1]) > 0
+    with open(paths[0]) as f:
+        assert len([e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]) == 4
