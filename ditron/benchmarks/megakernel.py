@@ -155,10 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--blocks",
                    help="comma-separated MlpBlocks labels, "
-                        "BMxBNxBKxRN[xSPLIT][sSTAGES][wWARPS][t0|t1] (sSTAGES: the GEMM loops' "
-                        "pipeline depth, wWARPS: the num_warps the tiles want, t1/t0: TMA "
-                        "descriptor loads on/off; default: add_tp_mlp's untuned choice for "
-                        "the tokens)")
+                        "BMxBNxBKxRN[xSPLIT][sSTAGES][wWARPS][t0|t1][dDOWN_N] (sSTAGES: the "
+                        "GEMM loops' pipeline depth, wWARPS: the num_warps the tiles want, "
+                        "t1/t0: TMA descriptor loads on/off, dDOWN_N: the down tiles' "
+                        "columns when not BN; default: add_tp_mlp's untuned choice for the "
+                        "tokens)")
     p.add_argument("--stages", type=int,
                    help="num_stages of the whole megakernel (Triton's default)")
     p.add_argument("--programs", type=int, help="programs per rank (ditron.task's default)")

@@ -55,7 +55,9 @@ class MlpBlocks:
     (``descriptors.tma_wanted``: on for capability >= 9 unless ``DITRON_GEMM_TMA=0``). The
     defaults were the fastest of those measured on an H200 for 16 tokens at hidden 1024
     and 4096 (``docs/perf.md``, session 31): wide tiles, whose weight rows are long
-    contiguous runs, and few of them."""
+    contiguous runs, and few of them. ``down_n``: the ``down`` task's output columns per
+    tile when not ``block_n`` (its tile holds one accumulator where ``up``'s holds two, so
+    it can be twice as wide in the same registers, and read fewer bytes per FLOP)."""
 
     block_m: int = 16
     block_n: int = 128
@@ -65,36 +67,40 @@ class MlpBlocks:
     stages: int | None = None
     warps: int | None = None
     tma: bool | None = None
+    down_n: int | None = None
 
     def smem_bytes(self, itemsize: int) -> int:
         """Shared memory of the largest tile's pipeline (``up``'s: the ``x``, gate and up
-        blocks of every stage, ``STAGES`` deep unless ``stages`` says)."""
+        blocks of every stage, or ``down``'s: its ``h`` and weight blocks; ``STAGES`` deep
+        unless ``stages`` says)."""
+        widest = max(2 * self.block_n, self.down_n or 0)
         return ((self.stages or STAGES) * (self.block_m * self.block_k
-                                           + 2 * self.block_k * self.block_n) * itemsize)
+                                           + self.block_k * widest) * itemsize)
 
     def label(self) -> str:
-        """``BMxBNxBKxRNxSPLIT``, then ``sSTAGES``, ``wWARPS`` and ``t1`` or ``t0``
-        (``tma``) when set: ``128x128x64x256x4s4w8t1``."""
+        """``BMxBNxBKxRNxSPLIT``, then ``sSTAGES``, ``wWARPS``, ``t1`` or ``t0`` (``tma``)
+        and ``dDOWN_N`` when set: ``128x128x64x256x4s4w8t1``, ``128x128x64x256x4s4w8d256``."""
         depth = f"s{self.stages}" if self.stages is not None else ""
         warps = f"w{self.warps}" if self.warps is not None else ""
         tma = "" if self.tma is None else f"t{int(self.tma)}"
+        down = f"d{self.down_n}" if self.down_n is not None else ""
         return (f"{self.block_m}x{self.block_n}x{self.block_k}x{self.reduce_n}x"
-                f"{self.split_k}{depth}{warps}{tma}")
+                f"{self.split_k}{depth}{warps}{tma}{down}")
 
     @classmethod
     def parse(cls, label: str) -> MlpBlocks:
         """The inverse of :meth:`label` (``xSPLIT`` may be left out for the default)."""
         match = re.fullmatch(
-            r"(\d+)x(\d+)x(\d+)x(\d+)(?:x(\d+))?(?:s(\d+))?(?:w(\d+))?(?:t([01]))?",
+            r"(\d+)x(\d+)x(\d+)x(\d+)(?:x(\d+))?(?:s(\d+))?(?:w(\d+))?(?:t([01]))?(?:d(\d+))?",
             label.strip())
         if not match:
             raise ValueError(f"MlpBlocks: {label!r} is not "
-                             f"BMxBNxBKxRN[xSPLIT][sSTAGES][wWARPS][t0|t1], "
+                             f"BMxBNxBKxRN[xSPLIT][sSTAGES][wWARPS][t0|t1][dDOWN_N], "
                              f"e.g. 16x128x128x256x4 or 128x128x64x256x4s4w8t1")
-        bm, bn, bk, rn, split, stages, warps, tma = match.groups()
+        bm, bn, bk, rn, split, stages, warps, tma, down = match.groups()
         return cls(int(bm), int(bn), int(bk), int(rn), int(split) if split else cls.split_k,
                    int(stages) if stages else None, int(warps) if warps else None,
-                   None if tma is None else tma == "1")
+                   None if tma is None else tma == "1", int(down) if down else None)
 
 
 def default_blocks(tokens: int, dtype: torch.dtype = torch.bfloat16,
@@ -158,8 +164,10 @@ def tuned_blocks(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
 def _check_blocks(blocks: MlpBlocks) -> None:
     """Refuse tile sizes Triton would reject only when compiling: block extents are
     ``tl.arange`` lengths (powers of two), the GEMM tiles' are ``tl.dot`` operands (>= 16)."""
-    for name in ("block_m", "block_n", "block_k", "reduce_n"):
+    for name in ("block_m", "block_n", "block_k", "reduce_n", "down_n"):
         v = getattr(blocks, name)
+        if v is None:
+            continue
         least = 1 if name == "reduce_n" else 16
         if v < least or v & (v - 1):
             raise ValueError(f"add_tp_mlp: {name} must be a power of two >= {least}"
@@ -228,7 +236,8 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     wanted = tma_wanted(x.device, blocks.tma)
     up_tma = _gemm_operands(wanted, x, (bm, bk), (w_gate, w_up), (bk, bn))
     up_ops, up_flags = up_tma or ((x, w_gate, w_up), (False, False))
-    down_tma = _gemm_operands(wanted, h, (bm, bk), (w_down,), (bk, bn))
+    dn = blocks.down_n or bn  # the down tiles' columns
+    down_tma = _gemm_operands(wanted, h, (bm, bk), (w_down,), (bk, dn))
     down_ops, down_flags = down_tma or ((h, w_down), (False,))
 
     def box(t, n, block_n):
@@ -244,11 +253,11 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
                             region(w_up, (0, H), box(t, F, bn)[1])),
         writes=lambda t, r: (region(h, *box(t, F, bn)),))
 
-    down_mn = tiles.num_tiles(M, H, bm, bn)
+    down_mn = tiles.num_tiles(M, H, bm, dn)
 
     def down_box(t):  # rows, columns and K range of down tile t
         kc, mn = divmod(t, down_mn)
-        rows, cols = box(mn, H, bn)
+        rows, cols = box(mn, H, dn)
         return kc, rows, cols, (kc * chunk, min(F, (kc + 1) * chunk))
 
     def down_reads(t, r):
@@ -263,7 +272,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
 
     graph.add(
         f"{name}.down", tiles.matmul_push_tile, *down_ops, inbox, M, H, F, chunk, S,
-        *h.stride(), *w_down.stride(), *inbox.stride(), CTX, bm, bn, bk, precision, upcast,
+        *h.stride(), *w_down.stride(), *inbox.stride(), CTX, bm, dn, bk, precision, upcast,
         blocks.stages, down_tma is not None, *down_flags,
         tiles=S * down_mn, reads=down_reads, writes=down_writes,
         warps=blocks.warps)

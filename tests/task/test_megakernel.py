@@ -172,6 +172,19 @@ def test_tp_mlp_through_descriptors(world_size, dtype, backend):
     assert res == [3] * world_size
 
 
+@pytest.mark.parametrize("tma", [False, True])
+def test_tp_mlp_with_wider_down_tiles(tma, backend):
+    from ditron.task.tp_mlp import MlpBlocks
+
+    # down tiles of 64 columns over hidden 72 (one and a half tiles), up tiles of 32, at
+    # three ranks; through pointers and through descriptors
+    blocks = MlpBlocks(block_m=16, block_n=32, block_k=16, reduce_n=64, split_k=2, tma=tma,
+                       down_n=64)
+    res = ditron.launch(_mlp_case, 3, 20, 72, 40, 2, torch.float32, 2, blocks,
+                        backend=backend)
+    assert res == [2] * 3
+
+
 def test_tp_mlp_one_rank_without_descriptors(backend):
     from ditron.task.tp_mlp import MlpBlocks
 

@@ -142,14 +142,22 @@ def test_blocks_labels_round_trip():
     for blocks in (MlpBlocks(), MlpBlocks(64, 128, 64, 256, 8, stages=4),
                    MlpBlocks(32, 64, 32, 128, 1, stages=2), MlpBlocks(128, warps=8),
                    MlpBlocks(128, 128, 64, 256, 4, stages=4, warps=8),
-                   MlpBlocks(16, tma=False), MlpBlocks(128, 128, 64, 256, 2, 4, 8, tma=True)):
+                   MlpBlocks(16, tma=False), MlpBlocks(128, 128, 64, 256, 2, 4, 8, tma=True),
+                   MlpBlocks(128, 128, 64, 256, 4, 4, 8, down_n=256),
+                   MlpBlocks(64, 64, 64, 256, 4, tma=True, down_n=128)):
         assert MlpBlocks.parse(blocks.label()) == blocks
     assert MlpBlocks.parse("16x128x128x256") == MlpBlocks()
     assert MlpBlocks.parse("64x128x64x256x4s4").stages == 4
     assert MlpBlocks(128, 128, 64, 256, 4, 4, 8).label() == "128x128x64x256x4s4w8"
     assert MlpBlocks.parse("16x128x128x256x4t1").tma is True
+    assert MlpBlocks.parse("128x128x64x256x4s4w8t1d256").down_n == 256
+    # a 256-column down tile stages what a SwiGLU tile of 2 x 128 columns does, more than
+    # the SwiGLU tile of 2 x 64 beside it
+    wide = MlpBlocks(16, 64, 64, 256, down_n=256).smem_bytes(2)
+    assert wide == MlpBlocks(16, 128, 64, 256).smem_bytes(2) > MlpBlocks(16, 64, 64).smem_bytes(2)
     for bad in ("16x128", "16x128x128x256x4s", "16x128x128x256x4x3", "big",
-                "16x128x128x256x4w8s4", "16x128x128x256x4t2", "16x128x128x256x4t1w8"):
+                "16x128x128x256x4w8s4", "16x128x128x256x4t2", "16x128x128x256x4t1w8",
+                "16x128x128x256x4d256t1"):
         with pytest.raises(ValueError, match="is not BMxBNxBKxRN"):
             MlpBlocks.parse(bad)
 
