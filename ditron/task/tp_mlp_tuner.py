@@ -42,6 +42,10 @@ GPU_STAGES = (None, 4)
 #: (docs/perf.md, session 35)
 GPU_WARPS = (None, 8)
 WIDE_ROWS = 64
+#: the widest ``down_n`` tried (a TMA box's limit): down tiles of 256 columns next to 128-wide
+#: SwiGLU tiles cost 5% less GPU time at 512 tokens, 8-9% more at 128 and 256 (docs/perf.md,
+#: session 39)
+WIDE_DOWN_MAX = 256
 #: the most rows a tile gets: 128 rows read the weights once for up to 128 tokens
 MAX_ROWS = 128
 #: fp32 accumulator registers per thread a candidate may need (the SwiGLU tile holds two
@@ -56,8 +60,9 @@ def candidates(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
     and warp count of ``GPU_WARPS``, ``block_m`` the power of two covering the tokens and
     half that (16 to ``MAX_ROWS``), each with the tiles of ``GPU_TILES`` whose SwiGLU tile
     fits in shared memory at that depth and in ``ACC_REGS`` registers at that warp count,
-    and the splits of ``GPU_SPLITS``. On the CPU: three small configurations (for tests;
-    the interpreter's times say little)."""
+    and the splits of ``GPU_SPLITS``; from ``WIDE_ROWS`` rows also the default's tiles with
+    down tiles twice as wide (``MlpBlocks.down_n``) at each split. On the CPU: three small
+    configurations (for tests; the interpreter's times say little)."""
     if device.type != "cuda":
         return [MlpBlocks(16, 16, 16, 32, 1), MlpBlocks(16, 32, 16, 32, 2),
                 MlpBlocks(16, 16, 32, 32, 2, stages=2)]
@@ -79,6 +84,11 @@ def candidates(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
                 continue
             out += [b for s in splits
                     if (b := dataclasses.replace(tile, split_k=s)) != first]
+    if first.block_m >= WIDE_ROWS and 2 * first.block_n <= WIDE_DOWN_MAX:
+        # the default tiles with down tiles as wide as both SwiGLU blocks (same registers,
+        # same shared memory per stage)
+        out += [dataclasses.replace(first, split_k=s, down_n=2 * first.block_n)
+                for s in splits]
     return out
 
 

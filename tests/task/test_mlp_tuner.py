@@ -109,8 +109,13 @@ def test_gpu_candidates_cover_the_tokens_and_fit(monkeypatch):
         for b in configs:
             depth = b.stages or 3
             assert depth * (b.block_m * b.block_k + 2 * b.block_k * b.block_n) * size <= 232448
+            assert b.smem_bytes(size) <= 232448
             assert 2 * b.block_m * b.block_n <= tp_mlp_tuner.ACC_REGS * 32 * (b.warps or 4)
             assert b.warps is None or b.block_m >= tp_mlp_tuner.WIDE_ROWS
+    # from 64 rows, the default tiles with 256-column down tiles at every split
+    assert [b for b in batch if b.down_n] == [
+        MlpBlocks(128, 128, 64, 256, s, 4, warps=8, down_n=256) for s in (4, 2, 8)]
+    assert not [b for b in decode if b.down_n]
     # deeper pipelines too, with the tiles that fit them: 64 x 128 x 64 at 4 stages
     assert {b.stages for b in prefill} == {None, 4}
     assert not [b for b in prefill if b.stages == 4 and (b.block_n, b.block_k) == (128, 128)]
