@@ -193,7 +193,23 @@ class _Launcher:
         self.launch(gridX, gridY, gridZ, stream, function, False, False, None, None, *args)
 
 
-def test_bound_descriptors_are_encoded_once(monkeypatch):
+@pytest.fixture
+def expansions(monkeypatch) -> list:
+    """The descriptors Triton's driver expands (``make_tensordesc_arg``), in order."""
+    from triton.backends.nvidia import driver
+
+    seen = []
+    real = driver.make_tensordesc_arg
+
+    def counted(arg, meta):
+        seen.append(arg)
+        return real(arg, meta)
+
+    monkeypatch.setattr(driver, "make_tensordesc_arg", counted)
+    return seen
+
+
+def test_bound_descriptors_are_encoded_once(expansions):
     # a launcher wrapped by Triton's own descriptor handling: the bound launch passes it
     # what Triton would, with each descriptor expanded once, not at every launch
     from triton.backends.nvidia import driver
@@ -202,14 +218,6 @@ def test_bound_descriptors_are_encoded_once(monkeypatch):
     x = torch.zeros(64, 32)
     desc = TensorDescriptor(x, [64, 32], [32, 1], [16, 16])
     signature = {"a": "*fp32", "d": "tensordesc<fp32[16, 16]>", "n": "i32", "B": "constexpr"}
-    expansions = []
-    real = driver.make_tensordesc_arg
-
-    def counted(arg, meta):
-        expansions.append(arg)
-        return real(arg, meta)
-
-    monkeypatch.setattr(driver, "make_tensordesc_arg", counted)
     received = []
     run = _Launcher(driver.wrap_handle_tensordesc(lambda *a: received.append(a), signature,
                                                   None))
@@ -228,7 +236,7 @@ def test_bound_descriptors_are_encoded_once(monkeypatch):
     assert triton_launch._encoded_once(plain, [x.data_ptr(), 5, 16]) is plain
 
 
-def test_launch_encodes_each_distinct_descriptor_once(fast, monkeypatch):
+def test_launch_encodes_each_distinct_descriptor_once(fast, expansions, monkeypatch):
     # hits on a launcher wrapped by Triton's descriptor handling: a descriptor rebuilt at
     # every call on the same tensor is encoded once; one on another tensor, of another
     # shape or box is encoded anew, and the launcher receives what Triton would pass it
@@ -236,14 +244,6 @@ def test_launch_encodes_each_distinct_descriptor_once(fast, monkeypatch):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     kernel, log = fast
-    expansions = []
-    real = driver.make_tensordesc_arg
-
-    def counted(arg, meta):
-        expansions.append(arg)
-        return real(arg, meta)
-
-    monkeypatch.setattr(driver, "make_tensordesc_arg", counted)
     received = []
     signature = {"x_ptr": "tensordesc<fp32[16, 16]>", "n": "i32", "epoch": "i32",
                  "ctx": "*i64"}
