@@ -3,7 +3,8 @@
 One launch moves a batch of transfers: program ``(p, t)`` copies blocks ``p, p + P, ...``
 of transfer ``t`` (``P`` = ``programs``), reading and writing through
 ``ditron.language.translate`` so either side may be a peer's heap. With ``reduce`` it adds
-the source into the destination (accumulating in fp32) instead of overwriting. The last
+the source into the destination (in fp32 for 16- and 32-bit floats, else in the type
+itself; ``runtime/dtypes.py``) instead of overwriting. The last
 program to finish a transfer (a per-transfer counter, reset by that program) raises the
 transfer's signal with ``notify`` (release, system scope), so the consumer sees every block.
 
@@ -22,6 +23,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.dtypes import check_summed, tl_accumulator
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, register_engine
@@ -40,7 +42,7 @@ def _as_ptr(addr, like):
 
 @triton.jit(do_not_specialize=["value"])
 def _move_kernel(desc, typed, sig_typed, counters, value, ctx, BLOCK: tl.constexpr,
-                 REDUCE: tl.constexpr, VEC: tl.constexpr):
+                 REDUCE: tl.constexpr, VEC: tl.constexpr, ACC: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     t = tl.program_id(1)
@@ -64,7 +66,7 @@ def _move_kernel(desc, typed, sig_typed, counters, value, ctx, BLOCK: tl.constex
         mask = offs < n
         v = tl.load(src + offs, mask=mask)
         if REDUCE:
-            v = (v.to(tl.float32) + tl.load(dst + offs, mask=mask).to(tl.float32)).to(v.dtype)
+            v = (v.to(ACC) + tl.load(dst + offs, mask=mask).to(ACC)).to(v.dtype)
         tl.store(dst + offs, v, mask=mask)
         block += nprog
     sig = tl.load(row + 5)
@@ -122,7 +124,7 @@ class SmEngine(Engine):
             grid = (self.programs, len(batch))
             _FAST_MOVE[grid](desc, batch[0].src, sig_typed, counters, value, ctx,
                              BLOCK=self.block, REDUCE=reduce, VEC=_vector(batch),
-                             num_warps=8)
+                             ACC=tl_accumulator(batch[0].src.dtype), num_warps=8)
 
     @torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
     def _table(self, batch: list[Transfer]):
@@ -163,5 +165,5 @@ def _vector(batch: list[Transfer]) -> int:
 
 def _check(t: Transfer, rank: int) -> None:
     check_transfer(t, rank, "sm engine", contiguous=True)
-    if t.reduce and not t.src.dtype.is_floating_point:
-        raise ValueError(f"sm engine: reduce needs a floating dtype, got {t.src.dtype}")
+    if t.reduce:
+        check_summed("sm engine", t.src.dtype)

@@ -20,7 +20,7 @@ counted on the device by each program:
   3. by mode:
 
      - ``ALL_REDUCE`` (one-shot): sums its slice over every rank's ``in[h]`` (rank order,
-       fp32) into ``out``;
+       in ``ACC``: fp32 for 16- and 32-bit floats, else the input's type) into ``out``;
      - ``REDUCE_SCATTER``: the same for its slice of segment ``r``, into ``out`` (one segment);
      - ``TWO_SHOT``: as reduce-scatter, also into its own ``red[h]``; barrier B (slot set B);
        then copies its slice of every other segment ``s`` from rank ``s``'s ``red[h]``;
@@ -59,6 +59,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.dtypes import tl_accumulator
 from ..runtime.triton_launch import FastKernel
 
 ALL_REDUCE = 0
@@ -80,8 +81,8 @@ _ALL_TO_ALL = tl.constexpr(ALL_TO_ALL)
 @triton.jit
 def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg, stride,
                             slice_len, half_stride, red_offset, slot_len, ctx,
-                            BLOCK: tl.constexpr,
-                            MODE: tl.constexpr, WORLD: tl.constexpr, PUSH: tl.constexpr):
+                            BLOCK: tl.constexpr, MODE: tl.constexpr, WORLD: tl.constexpr,
+                            PUSH: tl.constexpr, ACC: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     me = ctx.rank
@@ -137,13 +138,13 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
             idx = start + local
             xi = x_start + local
             mask = (xi < n) & (local < hi)
-            acc = tl.zeros((BLOCK,), dtype=tl.float32)
+            acc = tl.zeros((BLOCK,), dtype=ACC)
             for q in tl.static_range(WORLD):  # unrolled: the W loads overlap
                 if PUSH:
-                    v = tl.load(half + q * slot_len + local, mask=mask, other=0.0)
+                    v = tl.load(half + q * slot_len + local, mask=mask, other=0)
                 else:
-                    v = dl.load(half + idx, q, ctx, mask=mask, other=0.0)
-                acc += v.to(tl.float32)
+                    v = dl.load(half + idx, q, ctx, mask=mask, other=0)
+                acc += v.to(ACC)
             val = acc.to(out_ptr.dtype.element_ty)
             if MODE == _REDUCE_SCATTER:
                 tl.store(out_ptr + local, val, mask=mask)
@@ -248,7 +249,7 @@ def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, bl
     _FUSED[(ws.programs,)](
         x, out, ws.buf, ws.pad, ws.epochs, n, seg, stride, slice_len, ws.buf.shape[1],
         ws.red_offset, ws.slot_len, ctx, BLOCK=block, MODE=mode, WORLD=w, PUSH=ws.push,
-        num_warps=num_warps)
+        ACC=tl_accumulator(x.dtype), num_warps=num_warps)
 
 
 _FUSED = FastKernel(fused_collective_kernel)

@@ -32,6 +32,7 @@ import triton.language as tl
 from .. import language as dl
 from ..engines.sync import notify_range, wait_range
 from ..runtime.agreement import agree
+from ..runtime.dtypes import carried
 from ..runtime.signals import signal_pad
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
@@ -194,6 +195,7 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
     _check_tensor("all_to_all_device", x)
     agree("ditron.ops.all_to_all_device", row_shape=tuple(x.shape[1:]), dtype=x.dtype,
           max_out_rows=int(max_out_rows))
+    dtype, x = x.dtype, carried(x)
     ws = _workspace(x.dtype, row, max_out_rows)
     ctx = rt.context()
     wb = triton.next_power_of_2(w)
@@ -218,4 +220,4 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
         from ..runtime.diagnostics import check_waits
 
         check_waits()
-    return out, out_splits
+    return (out if out.dtype == dtype else out.view(dtype)), out_splits

@@ -11,6 +11,10 @@ Each takes ``engine=`` (``"copy_engine"``, ``"sm"``, ``"network"``, ``"tma"``; d
 ``"auto"``); ``DITRON_<OP>_ENGINE`` or ``DITRON_ENGINE`` override the default. Peers on
 other nodes always go through the network engine.
 
+Dtypes (``runtime/dtypes.py``): the moving ops take any dtype of 1, 2, 4 or 8 bytes, bit
+for bit (a dtype the kernels do not know travels as a same-size carrier view); the summing
+ops take fp32, bf16, fp16, fp64 and the integer types NCCL sums.
+
 Checks run before any kernel: tensor type, device, dtype, divisibility, and agreement of
 shapes across ranks (a host gather over the gloo group, once per new shape signature and
 cached; ``all_to_all`` gathers its split sizes on every call).
@@ -28,6 +32,7 @@ import torch.distributed as dist
 
 from ..kernels import fused_collective as kfc
 from ..runtime.agreement import agree
+from ..runtime.dtypes import carried, check_moved, check_summed
 from ..runtime.world import current
 from . import fused_launch, replays
 from .chunked_exchanges import gather_on_node, push_gather, push_reduce_scatter
@@ -42,7 +47,6 @@ __all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "reduc
 
 ENGINES = ("copy_engine", "sm", "network", "tma")
 METHODS = ("auto", "one_shot", "two_shot")
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: all_reduce "auto" uses one-shot up to this many bytes, two-shot above (one-shot at every
 #: size with two ranks: the same bytes move, with one barrier less)
 ONE_SHOT_MAX_BYTES = 256 << 10
@@ -81,16 +85,24 @@ def _fused_limit(op: str) -> float:
 
 
 # -- checks -------------------------------------------------------------------------------------
-def _check_tensor(op: str, x: torch.Tensor) -> None:
+def _check_tensor(op: str, x: torch.Tensor, summed: bool = False) -> None:
+    """Type, device and dtype of ``x`` (``summed``: the op sums it, which fewer dtypes
+    allow than moving it; ``runtime/dtypes.py``)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"ditron.ops.{op}: expected a torch.Tensor, got {type(x).__name__}")
     device = current().world.device
     if x.device != device:
         raise ValueError(f"ditron.ops.{op}: tensor is on {x.device}, this rank computes on "
                          f"{device}")
-    if x.dtype not in DTYPES:
-        raise ValueError(f"ditron.ops.{op}: dtype {x.dtype} is not supported; use one of "
-                         f"{', '.join(str(d) for d in DTYPES)}")
+    if x.is_quantized or x.layout != torch.strided:
+        raise ValueError(f"ditron.ops.{op}: needs a dense, unquantized tensor, got "
+                         f"{x.layout} {x.dtype}")
+    (check_summed if summed else check_moved)(f"ditron.ops.{op}", x.dtype)
+
+
+def _viewed_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` as ``dtype`` (the same size): the result of a call that moved a carrier."""
+    return x if x.dtype == dtype else x.view(dtype)
 
 
 def _dim(op: str, x: torch.Tensor, dim: int) -> int:
@@ -199,17 +211,26 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     """
     _check_tensor("all_gather", x)
     d = _dim("all_gather", x, dim)
-    rt = current()
-    w = rt.world.world_size
-    shape = (*x.shape[:d], w * x.shape[d], *x.shape[d + 1:])
+    shape = (*x.shape[:d], current().world.world_size * x.shape[d], *x.shape[d + 1:])
     if out is not None:
         _check_out("all_gather", out, shape, x.dtype)
+        _all_gather(carried(x), d, engine, carried(out), x.dtype)
+        return out
+    return _viewed_as(_all_gather(carried(x), d, engine, None, x.dtype), x.dtype)
+
+
+def _all_gather(x: torch.Tensor, d: int, engine: str | None, out: torch.Tensor | None,
+                dtype: torch.dtype) -> torch.Tensor:
+    """:func:`all_gather` of a checked ``x`` of a native dtype (``dtype``: the caller's,
+    which the ranks agree on) along dimension ``d``."""
+    rt = current()
+    w = rt.world.world_size
     nbytes = x.numel() * x.element_size()
     can_replay = _replayable(x, d, out, nbytes) and not _symmetric(out)
     eng = _engine("all_gather", engine, nbytes, replay=can_replay)
     direct = _direct_offset(eng, d, out)
     replay = can_replay and eng in _REPLAYED_ENGINES
-    agree("ditron.ops.all_gather", shape=tuple(x.shape), dtype=x.dtype, dim=d,
+    agree("ditron.ops.all_gather", shape=tuple(x.shape), dtype=dtype, dim=d,
           network=eng == "network", symmetric_out_offset=direct, replayed=replay)
     if w == 1:
         return _into(out, x) if out is not None else _copy_out(x)
@@ -332,7 +353,7 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     variant's work (the exchange's finer chunks) at the host cost of one launch. Every
     rank must then pass such an ``out``; ranks that disagree raise ``ValueError``.
     """
-    _check_tensor("reduce_scatter", x)
+    _check_tensor("reduce_scatter", x, summed=True)
     d = _dim("reduce_scatter", x, dim)
     rt = current()
     w = rt.world.world_size
@@ -388,7 +409,7 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
     Equivalent:
     ``y = x.clone(); dist.all_reduce(y)``.
     """
-    _check_tensor("all_reduce", x)
+    _check_tensor("all_reduce", x, summed=True)
     if method not in METHODS:
         raise ValueError(f"ditron.ops.all_reduce: unknown method {method!r}; choose one of "
                          f"{', '.join(METHODS)}")
@@ -483,9 +504,17 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     run as one fused kernel (CUDA-graph safe; ``"auto"`` takes it below
     ``FUSED_A2A_MAX_BYTES`` per peer and while capturing).
     """
+    _check_tensor("all_to_all", x)
+    _dim("all_to_all", x, 0)
+    return _viewed_as(_all_to_all(carried(x), in_splits, out_splits, engine, x.dtype), x.dtype)
+
+
+def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
+                out_splits: Sequence[int] | None, engine: str | None,
+                dtype: torch.dtype) -> torch.Tensor:
+    """:func:`all_to_all` of a checked ``x`` of a native dtype (``dtype``: the caller's,
+    which the ranks agree on)."""
     op = "all_to_all"
-    _check_tensor(op, x)
-    _dim(op, x, 0)
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
     ins = _splits(op, in_splits, x.shape[0], w, "in_splits")
@@ -495,11 +524,11 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     even = all(s == ins[0] for s in ins) and (
         out_splits is None or all(int(s) == ins[0] for s in out_splits))
     eng = _engine(op, engine, x.numel() * x.element_size() // w, fusable=even)
-    fields = {"row_shape": tuple(x.shape[1:]), "dtype": x.dtype, "network": eng == "network"}
+    fields = {"row_shape": tuple(x.shape[1:]), "dtype": dtype, "network": eng == "network"}
     if in_splits is None and out_splits is None:
         # even splits: the matrix is known once the ranks agree on the shape (checked once
         # per shape, no host round trip on later calls)
-        agree(f"ditron.ops.{op}", shape=tuple(x.shape), dtype=x.dtype,
+        agree(f"ditron.ops.{op}", shape=tuple(x.shape), dtype=dtype,
               network=eng == "network", splits="even")
         matrix, given = [ins] * w, [None] * w
     else:

@@ -48,6 +48,7 @@ from ..engines.sync import (
 )
 from ..runtime import stream_memops
 from ..runtime.config import env_flag
+from ..runtime.dtypes import accumulator
 from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import DeviceValue, SignalPad, signal_pad
 from ..runtime.world import current
@@ -612,16 +613,19 @@ def _check_waits() -> None:
 def sum_slots(slots: torch.Tensor | list[torch.Tensor],
               out: torch.Tensor | None = None) -> torch.Tensor:
     """Sum ``slots`` (a tensor, over dim 0, or a list of same-shaped tensors) in order,
-    accumulating in fp32, into ``out`` (new if ``None``) in the slots' dtype. Two slots take
-    one ``add``: its fp32 op-math rounds once, as the fp32 sum would."""
+    accumulating in ``runtime.dtypes.accumulator`` of their dtype (fp32 for 16-bit floats),
+    into ``out`` (new if ``None``) in the slots' dtype. Two slots take one ``add``: its
+    fp32 op-math rounds once, as the fp32 sum would."""
     if len(slots) == 2:
         return torch.add(slots[0], slots[1], out=out)
+    dtype = slots[0].dtype
+    acc = accumulator(dtype)
     if isinstance(slots, torch.Tensor):
-        total = slots.sum(0, dtype=torch.float32)
+        total = slots.sum(0, dtype=acc)
     else:
-        total = slots[0].to(torch.float32, copy=True)
+        total = slots[0].to(acc, copy=True)
         for s in slots[1:]:
             total += s
     if out is None:
-        return total.to(slots[0].dtype) if slots[0].dtype != torch.float32 else total
+        return total.to(dtype) if dtype != acc else total
     return out.copy_(total)

@@ -13,14 +13,17 @@ import torch
 import torch.distributed as dist
 
 from ..engines.base import Transfer
+from ..runtime.dtypes import carried
 from ..runtime.world import current
-from .collectives import DTYPES, ENGINES, _check_tensor, check_writable
+from .collectives import ENGINES, _check_tensor, check_writable
 from .exchange import engine_instance
 from .modes import public_op
 
 __all__ = ["recv", "send"]
 
-_DTYPE_CODES = {d: i for i, d in enumerate(DTYPES)}
+#: every dtype torch has, in one order on every rank: the header's code is the index
+_DTYPES = sorted({v for v in vars(torch).values() if isinstance(v, torch.dtype)}, key=str)
+_DTYPE_CODES = {d: i for i, d in enumerate(_DTYPES)}
 _HEADER = 10
 
 
@@ -63,7 +66,7 @@ def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     _p2p_engine("send", engine)
     dist.send(_header(x.shape, x.dtype), dst, group=current().host_group)
     net = engine_instance("network")
-    flat = x.contiguous()
+    flat = carried(x).contiguous()
     net.issue([Transfer(flat, flat, current().world.rank, dst)])
     net.drain()
 
@@ -88,15 +91,16 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
     dist.recv(header, src, group=rt.host_group)
     if not torch.equal(header, _header(out.shape, out.dtype)):
         nd, code = int(header[0]), int(header[1])
-        sent = torch.empty(tuple(header[2: 2 + nd].tolist()), dtype=DTYPES[code],
-                           device=out.device)
+        sent = carried(torch.empty(tuple(header[2: 2 + nd].tolist()), dtype=_DTYPES[code],
+                                   device=out.device))
         net = engine_instance("network")
         net.issue([Transfer(sent, sent, src, rt.world.rank)])  # keep the channel in step
         net.drain()
         raise ValueError(f"ditron.ops.recv: rank {src} sent shape "
-                         f"{tuple(header[2: 2 + nd].tolist())} {DTYPES[code]}, but this rank "
+                         f"{tuple(header[2: 2 + nd].tolist())} {_DTYPES[code]}, but this rank "
                          f"receives {tuple(out.shape)} {out.dtype}")
     net = engine_instance("network")
-    net.issue([Transfer(out, out, src, rt.world.rank)])
+    into = carried(out)
+    net.issue([Transfer(into, into, src, rt.world.rank)])
     net.drain()
     return out

@@ -1,0 +1,64 @@
+"""Which dtypes the collectives take, the type each travels as, and the type sums run in.
+
+* **Moved** (all-gather, all-to-all, send/recv): any dtype of 1, 2, 4 or 8 bytes. The
+  kernels and engines see only :data:`NATIVE` types; any other dtype travels as the
+  :data:`CARRIERS` type of its width (a same-size ``Tensor.view``, bit for bit) and the
+  result is viewed back. ``bool``, the fp8 types, ``int16``, the unsigned types and
+  ``complex64`` go this way.
+* **Summed** (reduce-scatter, all-reduce): the :data:`SUMMED` types, those NCCL sums. 16-bit
+  floats and fp32 accumulate in fp32 and round once at the end; the others accumulate in
+  their own type, as torch.distributed does (integers wrap on overflow).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton.language as tl
+
+#: dtypes the collective kernels and engines handle as themselves, with their Triton types
+NATIVE: dict[torch.dtype, tl.dtype] = {
+    torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16,
+    torch.float64: tl.float64, torch.int64: tl.int64, torch.int32: tl.int32,
+    torch.int8: tl.int8, torch.uint8: tl.uint8,
+}
+#: the dtypes reduce-scatter and all-reduce sum
+SUMMED = tuple(NATIVE)
+#: what a moved dtype outside ``NATIVE`` travels as, by its width in bytes (each is
+#: moved bit for bit by every engine; NCCL sends each of them)
+CARRIERS = {1: torch.uint8, 2: torch.float16, 4: torch.int32, 8: torch.int64}
+_LOW_PRECISION = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_moved(what: str, dtype: torch.dtype) -> None:
+    """Raise ``ValueError`` (naming ``what``) unless elements of ``dtype`` can be moved."""
+    if dtype not in NATIVE and dtype.itemsize not in CARRIERS:
+        raise ValueError(f"{what}: dtype {dtype} ({dtype.itemsize} bytes) is not "
+                         f"supported; elements of 1, 2, 4 or 8 bytes are")
+
+
+def check_summed(what: str, dtype: torch.dtype) -> None:
+    """Raise ``ValueError`` (naming ``what``) unless elements of ``dtype`` can be summed."""
+    if dtype not in SUMMED:
+        raise ValueError(f"{what}: cannot sum dtype {dtype}; sums take "
+                         f"{', '.join(str(d) for d in SUMMED)}")
+
+
+def carrier(dtype: torch.dtype) -> torch.dtype:
+    """The dtype elements of ``dtype`` travel as: itself if native, else its width's
+    carrier."""
+    return dtype if dtype in NATIVE else CARRIERS[dtype.itemsize]
+
+
+def carried(x: torch.Tensor) -> torch.Tensor:
+    """``x`` viewed as its carrier (``x`` itself when its dtype is native)."""
+    return x if x.dtype in NATIVE else x.view(CARRIERS[x.element_size()])
+
+
+def accumulator(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a sum of ``dtype`` elements accumulates in."""
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def tl_accumulator(dtype: torch.dtype) -> tl.dtype:
+    """:func:`accumulator` as a Triton type, for kernels that sum ``dtype``."""
+    return NATIVE[accumulator(dtype)]

@@ -1,0 +1,251 @@
+"""Collectives on every dtype they take (``ditron/runtime/dtypes.py``), against
+torch.distributed over the host group (gloo) on fresh random data.
+
+Moved dtypes must arrive bit for bit (random bytes, NaN patterns included); summed integer
+and fp64 dtypes must sum in their own type (values too large for an fp32 sum to be exact)
+and wrap on overflow as torch.distributed's sums do. Outputs are poisoned first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ditron
+from ditron.runtime.world import current
+
+from .poison import poison_empty
+from .test_collectives import _gen
+
+#: moved dtypes outside the three float types of ``test_collectives``: carried ones first
+#: (bool, fp8, int16, unsigned, complex64), then the native non-float ones; each carrier
+#: serves several of them, so its workspaces are reused across dtypes
+MOVED = (torch.bool, torch.float8_e4m3fn, torch.float8_e5m2, torch.int16, torch.uint16,
+         torch.uint32, torch.uint64, torch.complex64, torch.uint8, torch.int8, torch.int32,
+         torch.int64, torch.float64)
+#: summed dtypes beyond 16- and 32-bit floats, with the range of their random values:
+#: large enough that a sum in fp32 would round (int32, int64), or that it wraps (uint8)
+SUMMED = {torch.int64: (-(2**40), 2**40), torch.int32: (-(2**28), 2**28),
+          torch.int8: (-30, 30), torch.uint8: (0, 256), torch.float64: None}
+
+
+def _bits(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    """Random elements of ``dtype``: every byte random (bool: 0 or 1)."""
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    raw = torch.randint(0, 256, (*shape, dtype.itemsize), dtype=torch.uint8, generator=g)
+    return raw.view(dtype).squeeze(-1)
+
+
+def _bytes(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous().view(torch.uint8)
+
+
+def _same_bits(got: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    assert got.dtype == ref.dtype and got.shape == ref.shape, (
+        f"{what}: {got.dtype} {tuple(got.shape)} != {ref.dtype} {tuple(ref.shape)}")
+    assert torch.equal(_bytes(got.cpu()), _bytes(ref)), f"{what}: bits differ"
+
+
+def _gathered(x: torch.Tensor) -> list[torch.Tensor]:
+    """Every rank's ``x`` (same shape on every rank), moved as bytes by gloo."""
+    mine = _bytes(x).view(-1)
+    parts = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, mine, group=current().host_group)
+    return [p.view(x.dtype).view(x.shape) for p in parts]
+
+
+def _a2a_bytes(x: torch.Tensor, ins: list[int]) -> tuple[list[int], torch.Tensor]:
+    """(rows received from each rank, the received rows) by ``dist.all_to_all_single``."""
+    host = current().host_group
+    outs = torch.empty(len(ins), dtype=torch.int64)
+    dist.all_to_all_single(outs, torch.tensor(ins), group=host)
+    rows = _bytes(x).view(x.shape[0], math.prod(x.shape[1:]) * x.element_size())
+    ref = torch.empty(int(outs.sum()), rows.shape[1], dtype=torch.uint8)
+    dist.all_to_all_single(ref, rows, outs.tolist(), ins, group=host)
+    return outs.tolist(), ref.view(x.dtype).view(-1, *x.shape[1:])
+
+
+def check_moved(engines: tuple[str | None, ...]) -> int:
+    """all_gather (dim 0, a non-contiguous dim 1, into ``out``), all_to_all (uneven with a
+    zero split, and even) and send/recv around the ring, every ``MOVED`` dtype."""
+    poison_empty()
+    w, me = ditron.world().world_size, ditron.world().rank
+    dev = ditron.world().device
+    ops = ditron.ops
+    checks = 0
+    for engine in engines:
+        for it, dtype in enumerate(MOVED):
+            g = _gen(me, it, 17, len(str(engine)))
+            what = f"{dtype} {engine}"
+            x = _bits((3, 5), dtype, g)
+            ref = torch.cat(_gathered(x), 0)
+            _same_bits(ops.all_gather(x.to(dev), engine=engine), ref, f"all_gather {what}")
+            out = torch.empty((3 * w, 5), dtype=dtype, device=dev)
+            assert ops.all_gather(x.to(dev), out=out, engine=engine) is out
+            _same_bits(out, ref, f"all_gather out= {what}")
+            xt = _bits((4, 2 + it % 2), dtype, g).t()
+            _same_bits(ops.all_gather(xt.to(dev), 1, engine=engine),
+                       torch.cat(_gathered(xt), 1), f"all_gather dim 1 {what}")
+            ins = torch.randint(0, 3, (w,), generator=g).tolist()
+            ins[(me + it) % w] = 0
+            x = _bits((sum(ins), 2, 3), dtype, g)
+            outs, ref = _a2a_bytes(x, ins)
+            _same_bits(ops.all_to_all(x.to(dev), ins, outs, engine=engine), ref,
+                       f"all_to_all {what}")
+            x = _bits((2 * w, 3), dtype, g)
+            _same_bits(ops.all_to_all(x.to(dev), engine=engine), _a2a_bytes(x, [2] * w)[1],
+                       f"all_to_all even {what}")
+            checks += 5
+    if w > 1:
+        nxt, prv = (me + 1) % w, (me - 1) % w
+        for it, dtype in enumerate(MOVED):
+            mine = _bits((4, 3), dtype, _gen(me, it, 23)).t()  # non-contiguous
+            sent = _bits((4, 3), dtype, _gen(prv, it, 23)).t()
+            if me % 2 == 0:
+                ops.send(mine.to(dev), nxt)
+                got = ops.recv((3, 4), prv, dtype=dtype)
+            else:
+                got = ops.recv((3, 4), prv, dtype=dtype)
+                ops.send(mine.to(dev), nxt)
+            _same_bits(got, sent.contiguous(), f"recv {dtype}")
+            checks += 1
+    return checks
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    monkeypatch.setenv("DITRON_POISON", "1")  # fresh workspaces hold 0xFF bytes
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_moved_dtypes_arrive_bit_for_bit(world_size, backend):
+    engines = ("copy_engine", "sm") + (("tma",) if world_size == 2 else ())
+    counts = ditron.launch(check_moved, world_size, engines, backend=backend)
+    ring = len(MOVED) if world_size > 1 else 0
+    assert counts == [5 * len(MOVED) * len(engines) + ring] * world_size
+
+
+def test_moved_dtypes_over_the_network_engine():
+    counts = ditron.launch(check_moved, 3, ("network",), backend="cpu")
+    assert counts == [6 * len(MOVED)] * 3
+
+
+def _summands(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    bounds = SUMMED[dtype]
+    if bounds is None:
+        return torch.randn(shape, dtype=torch.float64, generator=g)
+    return torch.randint(*bounds, shape, dtype=torch.int64, generator=g).to(dtype)
+
+
+def _summed(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    dist.all_reduce(y, group=current().host_group)
+    return y
+
+
+def _equal_sum(got: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    got = got.cpu()
+    assert got.dtype == ref.dtype and got.shape == ref.shape, what
+    if ref.dtype == torch.float64:  # the order of the sum may differ from gloo's
+        torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12, msg=what)
+    else:
+        assert torch.equal(got, ref), f"{what}: {got} != {ref}"
+
+
+def check_summed(engines: tuple[str | None, ...], calls: int = 2) -> int:
+    """reduce_scatter (dim 0 and a non-contiguous dim 1) and all_reduce (both methods and
+    auto, a size that does not divide by the world size), every ``SUMMED`` dtype, ``calls``
+    times each."""
+    poison_empty()
+    w, me = ditron.world().world_size, ditron.world().rank
+    dev = ditron.world().device
+    ops = ditron.ops
+    checks = 0
+    for engine in engines:
+        for it in range(calls):
+            for k, dtype in enumerate(SUMMED):
+                g = _gen(me, it, 29, k, len(str(engine)))
+                what = f"{dtype} {engine} call {it}"
+                x = _summands((2 * w, 3), dtype, g)
+                _equal_sum(ops.reduce_scatter(x.to(dev), engine=engine),
+                           _summed(x).chunk(w)[me], f"reduce_scatter {what}")
+                xt = _summands((3 * w, 4), dtype, g).t()
+                _equal_sum(ops.reduce_scatter(xt.to(dev), 1, engine=engine),
+                           _summed(xt.contiguous()).chunk(w, 1)[me], f"reduce_scatter dim 1 {what}")
+                x = _summands((7, 3), dtype, g)
+                ref = _summed(x)
+                for method in ("one_shot", "two_shot", "auto"):
+                    _equal_sum(ops.all_reduce(x.to(dev), method, engine=engine), ref,
+                               f"all_reduce {method} {what}")
+                checks += 5
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_integer_and_fp64_sums_are_exact(world_size, backend):
+    engines = ("copy_engine", "sm")
+    counts = ditron.launch(check_summed, world_size, engines, backend=backend)
+    assert counts == [5 * 2 * len(SUMMED) * len(engines)] * world_size
+
+
+def test_integer_sums_over_the_network_engine():
+    counts = ditron.launch(check_summed, 2, ("network",), 1, backend="cpu")
+    assert counts == [5 * len(SUMMED)] * 2
+
+
+def check_device_splits() -> int:
+    """all_to_all_device on carried and native non-float dtypes."""
+    poison_empty()
+    w, me = ditron.world().world_size, ditron.world().rank
+    dev = ditron.world().device
+    checks = 0
+    for it, dtype in enumerate((torch.int64, torch.bool, torch.float8_e4m3fn, torch.int64)):
+        g = _gen(me, it, 31)
+        ins = torch.randint(0, 3, (w,), generator=g).tolist()
+        x = _bits((sum(ins), 4), dtype, g)
+        outs, ref = _a2a_bytes(x, ins)
+        cap = 3 * w
+        out, out_splits = ditron.ops.all_to_all_device(x.to(dev), torch.tensor(ins).to(dev),
+                                                       cap)
+        assert out.dtype == dtype and out.shape == (cap, 4)
+        assert out_splits.cpu().tolist() == outs
+        _same_bits(out[: sum(outs)], ref, f"all_to_all_device {dtype} call {it}")
+        checks += 1
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_all_to_all_device_moves_any_dtype(world_size, backend):
+    assert ditron.launch(check_device_splits, world_size, backend=backend) == [4] * world_size
+
+
+def check_refused() -> int:
+    """What cannot be summed or moved raises ``ValueError`` before any transfer, and the
+    ops still work afterwards."""
+    ops = ditron.ops
+    dev = ditron.world().device
+    x = torch.ones(4, 2, device=dev)
+    cases = [
+        ("cannot sum dtype torch.bool", lambda: ops.all_reduce(x.bool())),
+        ("cannot sum dtype torch.float8_e4m3fn",
+         lambda: ops.reduce_scatter(x.to(torch.float8_e4m3fn))),
+        ("cannot sum dtype torch.int16", lambda: ops.all_reduce(x.to(torch.int16))),
+        ("cannot sum dtype torch.complex64", lambda: ops.all_reduce(x.to(torch.complex64))),
+        (r"complex128 \(16 bytes\) is not supported",
+         lambda: ops.all_gather(x.to(torch.complex128))),
+        ("dense, unquantized", lambda: ops.all_gather(x.cpu().to_sparse().to(dev))),
+    ]
+    for words, fn in cases:
+        with pytest.raises(ValueError, match=words):
+            fn()
+    w = ditron.world().world_size
+    assert torch.equal(ops.all_reduce(x.long()).cpu(), torch.full((4, 2), w))
+    return len(cases)
+
+
+def test_refused_dtypes_raise_before_any_transfer():
+    assert ditron.launch(check_refused, 2, backend="cpu") == [6, 6]
