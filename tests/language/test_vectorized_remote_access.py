@@ -27,6 +27,7 @@ _COMPILE = textwrap.dedent("""
     import torch, triton, triton.language as tl
     import ditron.language as dl
     from ditron.kernels import fused_collective as kfc, gemm
+    from ditron.runtime.dtypes import tl_accumulator
     from ditron.language.context import DeviceContext
 
     @triton.jit
@@ -59,7 +60,8 @@ _COMPILE = textwrap.dedent("""
     for push in (False, True):
         k = kfc.fused_collective_kernel.warmup(
             xs, o, buf, pad, ep, n, n // 2, n // 2, 4096, 4 * n, 2 * n, n, ctx, BLOCK=4096,
-            MODE=kfc.TWO_SHOT, WORLD=2, PUSH=push, grid=(1,), num_warps=8)
+            MODE=kfc.TWO_SHOT, WORLD=2, PUSH=push, ACC=tl_accumulator(bf), grid=(1,),
+            num_warps=8)
         out["fused_two_shot_" + ("push" if push else "pull")] = widths(k)
     M, N, K = 512, 512, 512
     a, b = torch.empty(M, K, dtype=bf), torch.empty(N, K, dtype=bf).t()
@@ -75,7 +77,8 @@ _COMPILE = textwrap.dedent("""
     from ditron.engines import sm
     desc, cnt = torch.zeros(14, dtype=torch.int64), torch.zeros(2, dtype=torch.int64)
     out["sm_engine"] = widths(sm._move_kernel.warmup(desc, x, cnt, cnt, 1, ctx, BLOCK=2048,
-                                                     REDUCE=False, VEC=8, grid=(1, 1),
+                                                     REDUCE=False, VEC=8, ACC=tl.float32,
+                                                     grid=(1, 1),
                                                      num_warps=8))
     block_peers.warmup(x, y, ctx, BLOCK=1024, grid=(1,))  # a block of peers compiles too
     print(json.dumps(out))
