@@ -32,7 +32,7 @@ import triton.language as tl
 from .. import language as dl
 from ..engines.sync import notify_range, wait_range
 from ..runtime.agreement import agree
-from ..runtime.dtypes import carried
+from ..runtime.dtypes import moved_as, viewed
 from ..runtime.signals import signal_pad
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
@@ -189,13 +189,13 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
                          f"got x {tuple(x.shape)}, splits {tuple(splits.shape)} {splits.dtype}")
     if max_out_rows < 0:
         raise ValueError(f"all_to_all_device: max_out_rows must be >= 0, got {max_out_rows}")
-    row = math.prod(x.shape[1:])
     from .collectives import _check_tensor
 
     _check_tensor("all_to_all_device", x)
     agree("ditron.ops.all_to_all_device", row_shape=tuple(x.shape[1:]), dtype=x.dtype,
           max_out_rows=int(max_out_rows))
-    dtype, x = x.dtype, carried(x)
+    dtype, x = x.dtype, viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))
+    row = math.prod(x.shape[1:])
     ws = _workspace(x.dtype, row, max_out_rows)
     ctx = rt.context()
     wb = triton.next_power_of_2(w)

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from ..kernels import fused_collective as kfc
 from ..runtime.agreement import agree
-from ..runtime.dtypes import carried, check_moved, check_summed
+from ..runtime.dtypes import carried, check_moved, check_summed, moved_as, viewed
 from ..runtime.world import current
 from . import fused_launch, replays
 from .chunked_exchanges import gather_on_node, push_gather, push_reduce_scatter
@@ -212,11 +212,12 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     _check_tensor("all_gather", x)
     d = _dim("all_gather", x, dim)
     shape = (*x.shape[:d], current().world.world_size * x.shape[d], *x.shape[d + 1:])
-    if out is not None:
+    if out is not None:  # moved at the same width: ``out`` keeps its own layout
         _check_out("all_gather", out, shape, x.dtype)
         _all_gather(carried(x), d, engine, carried(out), x.dtype)
         return out
-    return _viewed_as(_all_gather(carried(x), d, engine, None, x.dtype), x.dtype)
+    xc = viewed(x, moved_as(x.dtype, tuple(x.shape)))
+    return _viewed_as(_all_gather(xc, d, engine, None, x.dtype), x.dtype)
 
 
 def _all_gather(x: torch.Tensor, d: int, engine: str | None, out: torch.Tensor | None,
@@ -506,7 +507,8 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     """
     _check_tensor("all_to_all", x)
     _dim("all_to_all", x, 0)
-    return _viewed_as(_all_to_all(carried(x), in_splits, out_splits, engine, x.dtype), x.dtype)
+    xc = viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))  # splits cut dim 0
+    return _viewed_as(_all_to_all(xc, in_splits, out_splits, engine, x.dtype), x.dtype)
 
 
 def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,

@@ -19,8 +19,8 @@ from ..runtime.world import current
 from .graphs import capturing
 from .workspaces import cached
 
-#: a fused launch moves at most this many input elements; larger inputs run as pieces, one
-#: launch each
+#: a fused launch moves at most this many input elements of up to 4 bytes (8-byte
+#: elements: half as many); larger inputs run as pieces, one launch each
 FUSED_MAX_ELEMENTS = 1 << 24
 #: the same for the reduce-scatter: a 64-128 MB bf16 reduce-scatter in one launch instead
 #: of 2-4 ran 1.2-1.4x faster eagerly and as fast or faster under graphs (2 H200s,
@@ -84,9 +84,11 @@ def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
     return FusedVariant(push, block, warps, programs)
 
 
-def _max_elements(mode: int) -> int:
-    """Input elements of one fused launch of ``mode`` at most."""
-    return FUSED_RS_MAX_ELEMENTS if mode == kfc.REDUCE_SCATTER else FUSED_MAX_ELEMENTS
+def _max_elements(mode: int, itemsize: int) -> int:
+    """Input elements of ``itemsize`` bytes in one fused launch of ``mode`` at most (the
+    workspaces of 8-byte types hold no more bytes than fp32's)."""
+    most = FUSED_RS_MAX_ELEMENTS if mode == kfc.REDUCE_SCATTER else FUSED_MAX_ELEMENTS
+    return most * 4 // max(4, itemsize)
 
 
 _SMS: dict[torch.device, int] = {}
@@ -103,7 +105,7 @@ def workspace(dtype: torch.dtype, mode: int, n: int, variant: FusedVariant):
     """The cached fused-collective workspace for ``n`` input elements (collective when new)."""
     rt = current()
     w = rt.world.world_size
-    cap = kfc.bucket(n, _max_elements(mode))
+    cap = kfc.bucket(n, _max_elements(mode, dtype.itemsize))
     key = ("fused_collective", dtype, mode, cap, variant)
     ws = rt.cache.get(("workspace", *key))
     if ws is not None:
@@ -147,7 +149,7 @@ def run(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
     rt = current()
     n = flat.numel()
     cpu = rt.world.backend == "cpu"
-    piece = min(n, _max_elements(mode))
+    piece = min(n, _max_elements(mode, flat.element_size()))
     variant = fused_variant(piece * flat.element_size(), rt.world.backend, mode,
                             rt.backend.shares_devices(rt.world.local_world_size),
                             0 if cpu else _sm_count(flat.device))

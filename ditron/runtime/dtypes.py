@@ -1,10 +1,12 @@
 """Which dtypes the collectives take, the type each travels as, and the type sums run in.
 
 * **Moved** (all-gather, all-to-all, send/recv): any dtype of 1, 2, 4 or 8 bytes. The
-  kernels and engines see only :data:`NATIVE` types; any other dtype travels as the
-  :data:`CARRIERS` type of its width (a same-size ``Tensor.view``, bit for bit) and the
-  result is viewed back. ``bool``, the fp8 types, ``int16``, the unsigned types and
-  ``complex64`` go this way.
+  kernels and engines see only :data:`NATIVE` types; any other dtype travels as a
+  :data:`CARRIERS` type (a ``Tensor.view``, bit for bit) and the result is viewed back.
+  ``bool``, the fp8 types, ``int16``, the unsigned types and ``complex64`` go this way.
+  :func:`moved_as` picks the widest carrier the shape allows (the SM kernels move 1-byte
+  elements ~1.6x slower than 2-byte ones per byte, 8-byte ones faster: ``docs/perf.md``,
+  session 40); the three float types keep their own, tuned path.
 * **Summed** (reduce-scatter, all-reduce): the :data:`SUMMED` types, those NCCL sums. 16-bit
   floats and fp32 accumulate in fp32 and round once at the end; the others accumulate in
   their own type, as torch.distributed does (integers wrap on overflow).
@@ -52,6 +54,32 @@ def carrier(dtype: torch.dtype) -> torch.dtype:
 def carried(x: torch.Tensor) -> torch.Tensor:
     """``x`` viewed as its carrier (``x`` itself when its dtype is native)."""
     return x if x.dtype in NATIVE else x.view(CARRIERS[x.element_size()])
+
+
+def moved_as(dtype: torch.dtype, shape: tuple[int, ...], widen: bool = True) -> torch.dtype:
+    """The type a moved tensor of ``dtype`` and ``shape`` travels as: fp32, bf16 and fp16
+    as themselves; any other dtype, with ``widen`` and at least one dimension, as the
+    widest carrier whose width divides the bytes of the last dimension (a function of
+    the call's dtype and shape, so every rank of a call picks the same); else as
+    :func:`carrier`. Callers must not widen a last dimension that is cut by split sizes."""
+    if dtype in _LOW_PRECISION or not widen or not shape:
+        return carrier(dtype)
+    row_bytes = shape[-1] * dtype.itemsize
+    for width in (8, 4, 2):
+        if width > dtype.itemsize and row_bytes % width == 0:
+            return CARRIERS[width]
+    return carrier(dtype)
+
+
+def viewed(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` as ``dtype`` (a width :func:`moved_as` allows for its shape); a contiguous copy
+    first when ``x``'s strides do not allow the view."""
+    if x.dtype == dtype:
+        return x
+    try:
+        return x.view(dtype)
+    except RuntimeError:
+        return x.contiguous().view(dtype)
 
 
 def accumulator(dtype: torch.dtype) -> torch.dtype:

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
+from ditron.runtime.dtypes import moved_as
 from ditron.runtime.world import current
 
 from .poison import poison_empty
@@ -70,8 +71,9 @@ def _a2a_bytes(x: torch.Tensor, ins: list[int]) -> tuple[list[int], torch.Tensor
 
 
 def check_moved(engines: tuple[str | None, ...]) -> int:
-    """all_gather (dim 0, a non-contiguous dim 1, into ``out``), all_to_all (uneven with a
-    zero split, and even) and send/recv around the ring, every ``MOVED`` dtype."""
+    """all_gather (dim 0, a non-contiguous dim 1, into ``out``, widened), all_to_all
+    (uneven with a zero split, even and widened, 1-D) and send/recv around the ring, every
+    ``MOVED`` dtype."""
     poison_empty()
     w, me = ditron.world().world_size, ditron.world().rank
     dev = ditron.world().device
@@ -90,16 +92,25 @@ def check_moved(engines: tuple[str | None, ...]) -> int:
             xt = _bits((4, 2 + it % 2), dtype, g).t()
             _same_bits(ops.all_gather(xt.to(dev), 1, engine=engine),
                        torch.cat(_gathered(xt), 1), f"all_gather dim 1 {what}")
+            # rows of 8 elements: moved as int64 (wider than most of these dtypes), from a
+            # view whose rows lie 9 elements apart (widened only after a copy)
+            xw = _bits((3, 9), dtype, g)[:, :8]
+            _same_bits(ops.all_gather(xw.to(dev), engine=engine),
+                       torch.cat(_gathered(xw), 0), f"all_gather wide {what}")
             ins = torch.randint(0, 3, (w,), generator=g).tolist()
             ins[(me + it) % w] = 0
             x = _bits((sum(ins), 2, 3), dtype, g)
             outs, ref = _a2a_bytes(x, ins)
             _same_bits(ops.all_to_all(x.to(dev), ins, outs, engine=engine), ref,
                        f"all_to_all {what}")
-            x = _bits((2 * w, 3), dtype, g)
+            x = _bits((2 * w, 8), dtype, g)
             _same_bits(ops.all_to_all(x.to(dev), engine=engine), _a2a_bytes(x, [2] * w)[1],
                        f"all_to_all even {what}")
-            checks += 5
+            x = _bits((sum(ins),), dtype, g)  # 1-D: the splits cut the only dimension
+            outs, ref = _a2a_bytes(x, ins)
+            _same_bits(ops.all_to_all(x.to(dev), ins, outs, engine=engine), ref,
+                       f"all_to_all 1-D {what}")
+            checks += 7
     if w > 1:
         nxt, prv = (me + 1) % w, (me - 1) % w
         for it, dtype in enumerate(MOVED):
@@ -126,12 +137,26 @@ def test_moved_dtypes_arrive_bit_for_bit(world_size, backend):
     engines = ("copy_engine", "sm") + (("tma",) if world_size == 2 else ())
     counts = ditron.launch(check_moved, world_size, engines, backend=backend)
     ring = len(MOVED) if world_size > 1 else 0
-    assert counts == [5 * len(MOVED) * len(engines) + ring] * world_size
+    assert counts == [7 * len(MOVED) * len(engines) + ring] * world_size
 
 
 def test_moved_dtypes_over_the_network_engine():
     counts = ditron.launch(check_moved, 3, ("network",), backend="cpu")
-    assert counts == [6 * len(MOVED)] * 3
+    assert counts == [8 * len(MOVED)] * 3
+
+
+def test_moved_as_widens_only_what_the_shape_allows():
+    assert moved_as(torch.uint8, (3, 8)) == torch.int64
+    assert moved_as(torch.bool, (3, 4)) == torch.int32
+    assert moved_as(torch.float8_e4m3fn, (3, 6)) == torch.float16
+    assert moved_as(torch.bool, (3, 5)) == torch.uint8
+    assert moved_as(torch.int16, (2, 3)) == torch.float16  # 6 bytes: no wider width divides
+    assert moved_as(torch.uint32, (0, 2)) == torch.int64
+    assert moved_as(torch.complex64, (3,)) == torch.int64
+    assert moved_as(torch.uint8, (3, 8), widen=False) == torch.uint8
+    assert moved_as(torch.bool, ()) == torch.uint8
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):  # their own, tuned path
+        assert moved_as(dtype, (4, 8)) == dtype
 
 
 def _summands(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
@@ -195,6 +220,44 @@ def test_integer_and_fp64_sums_are_exact(world_size, backend):
 def test_integer_sums_over_the_network_engine():
     counts = ditron.launch(check_summed, 2, ("network",), 1, backend="cpu")
     assert counts == [5 * len(SUMMED)] * 2
+
+
+def check_pieces() -> int:
+    """8-byte elements in fused launches of half as many elements as 4-byte ones: inputs
+    that take several launches, summed and moved with the SM engine."""
+    from ditron.ops import fused_launch
+
+    poison_empty()
+    w, me = ditron.world().world_size, ditron.world().rank
+    dev = ditron.world().device
+    default_max = fused_launch.FUSED_MAX_ELEMENTS, fused_launch.FUSED_RS_MAX_ELEMENTS
+    fused_launch.FUSED_MAX_ELEMENTS = fused_launch.FUSED_RS_MAX_ELEMENTS = 2048
+    checks = 0
+    try:
+        for dtype in (torch.int64, torch.float64):
+            g = _gen(me, 37, dtype.is_floating_point)
+            x = _summands((3, 700), dtype, g)  # 2100 elements: three launches of 1024
+            for method in ("one_shot", "two_shot"):
+                _equal_sum(_on_sm(ditron.ops.all_reduce, x.to(dev), method), _summed(x),
+                           f"pieces all_reduce {method} {dtype}")
+            xr = _summands((w * 1100,), dtype, g)  # segments of 1100: two launches
+            _equal_sum(_on_sm(ditron.ops.reduce_scatter, xr.to(dev)),
+                       _summed(xr).chunk(w)[me], f"pieces reduce_scatter {dtype}")
+            _same_bits(_on_sm(ditron.ops.all_gather, x.to(dev)), torch.cat(_gathered(x)),
+                       f"pieces all_gather {dtype}")
+            checks += 4
+    finally:
+        fused_launch.FUSED_MAX_ELEMENTS, fused_launch.FUSED_RS_MAX_ELEMENTS = default_max
+    return checks
+
+
+def _on_sm(op, *args):
+    return op(*args, engine="sm")
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_wide_elements_in_several_launches(world_size, backend):
+    assert ditron.launch(check_pieces, world_size, backend=backend) == [8] * world_size
 
 
 def check_device_splits() -> int:
