@@ -4,8 +4,10 @@ Runs ``ditron.ops.fused_launch.run`` (the kernel behind the SM engine's all-gath
 all-to-all, reduce-scatter and all-reduce on one node) in a world of one rank, so no peer
 shares the GPU and only the kernel's own cost per element width shows. Moved dtypes are
 timed as the ops move them (``runtime.dtypes.moved_as``) and at their own width
-(``same``); summed dtypes as they are. CUDA events, fixed warm-up and iterations, medians;
-``vs bf16``: the ratio to bf16's time at the same size.
+(``same``); summed dtypes as they are. CUDA events around spans of calls queued behind a
+sleep kernel (device time, not the host's), fixed warm-up and iterations, medians;
+``vs bf16``: the ratio to bf16's time at the same size. A world of one rank has no
+remote traffic: this compares element widths, not the collectives' speed.
 
     python bench/dtype_cost.py [--sizes 1M,16M,64M] [--json FILE]
 """
@@ -43,18 +45,23 @@ def _input(nbytes: int, dtype: torch.dtype, device) -> torch.Tensor:
     return raw.to(dtype) if dtype != torch.float8_e4m3fn else raw.float().to(dtype)
 
 
-def _time(flat: torch.Tensor, mode: int, warmup: int, iters: int) -> float:
+def _time(flat: torch.Tensor, mode: int, warmup: int, iters: int, calls: int = 10) -> float:
+    """Median device microseconds per call: ``iters`` spans of ``calls`` calls, each span
+    queued behind a ~1 ms sleep kernel, so the host's launch cost stays out of it."""
     out = torch.empty_like(flat)
     for _ in range(warmup):
         fused_launch.run(flat, mode, out)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for s, e in zip(starts, ends, strict=True):
+        torch.cuda._sleep(2_000_000)
         s.record()
-        fused_launch.run(flat, mode, out)
+        for _ in range(calls):
+            fused_launch.run(flat, mode, out)
         e.record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True))
+    return statistics.median(s.elapsed_time(e) * 1e3 / calls
+                             for s, e in zip(starts, ends, strict=True))
 
 
 def _rank(sizes: list[int], warmup: int, iters: int) -> list[dict]:
@@ -84,7 +91,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1M,16M,64M")
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--iters", type=int, default=20)
     p.add_argument("--json", default=None, help="write the rows here too")
     args = p.parse_args()
     sizes = [_size(s) for s in args.sizes.split(",")]
