@@ -9,7 +9,8 @@ sleep kernel (device time, not the host's), fixed warm-up and iterations, median
 ``vs bf16``: the ratio to bf16's time at the same size. A world of one rank has no
 remote traffic: this compares element widths, not the collectives' speed.
 
-    python bench/dtype_cost.py [--sizes 1M,16M,64M] [--json FILE]
+    python bench/dtype_cost.py [--sizes 1M,16M,64M] [--ops all_gather,...] [--dtypes bf16,...]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -64,14 +65,18 @@ def _time(flat: torch.Tensor, mode: int, warmup: int, iters: int, calls: int = 1
                              for s, e in zip(starts, ends, strict=True))
 
 
-def _rank(sizes: list[int], warmup: int, iters: int) -> list[dict]:
+def _rank(sizes: list[int], warmup: int, iters: int, ops: list[str],
+          dtypes: list[str] | None) -> list[dict]:
     device = ditron.world().device
     rows = []
-    for op, mode in MODES.items():
+    for op in ops:
+        mode = MODES[op]
         moved = mode in (kfc.ALL_GATHER, kfc.ALL_TO_ALL)
         for nbytes in sizes:
             base = None
             for name in MOVED if moved else SUMMED:
+                if dtypes is not None and name not in dtypes:
+                    continue
                 x = _input(nbytes, DTYPES[name], device)
                 for widen in (True, False) if moved else (None,):
                     carrier = (moved_as(x.dtype, tuple(x.shape), widen) if moved
@@ -92,10 +97,14 @@ def main() -> None:
     p.add_argument("--sizes", default="1M,16M,64M")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--ops", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
+    p.add_argument("--dtypes", default=None, help="comma-separated subset (default: all)")
     p.add_argument("--json", default=None, help="write the rows here too")
     args = p.parse_args()
     sizes = [_size(s) for s in args.sizes.split(",")]
-    rows = ditron.launch(_rank, 1, sizes, args.warmup, args.iters, backend="cuda")[0]
+    dtypes = args.dtypes.split(",") if args.dtypes else None
+    rows = ditron.launch(_rank, 1, sizes, args.warmup, args.iters, args.ops.split(","), dtypes,
+                         backend="cuda")[0]
     print(f"{'op':15s} {'bytes':>10s} {'dtype':6s} {'moved as':16s} {'us':>9s} {'vs bf16':>8s}")
     for r in rows:
         print(f"{r['op']:15s} {r['bytes']:>10d} {r['dtype']:6s} {r['as']:16s} {r['us']:>9.2f} "
