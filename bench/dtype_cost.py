@@ -6,7 +6,8 @@ shares the GPU and only the kernel's own cost per element width shows. Moved dty
 timed as the ops move them (``runtime.dtypes.moved_as``) and at their own width
 (``same``); summed dtypes as they are. CUDA events around spans of calls queued behind a
 sleep kernel (device time, not the host's), fixed warm-up and iterations, medians;
-``vs bf16``: the ratio to bf16's time at the same size. A world of one rank has no
+``vs bf16``: the ratio to bf16's time at the same size. Each result is checked (in a world
+of one rank every op returns its input). A world of one rank has no
 remote traffic: this compares element widths, not the collectives' speed.
 
     python bench/dtype_cost.py [--sizes 1M,16M,64M] [--ops all_gather,...] [--dtypes bf16,...]
@@ -61,6 +62,7 @@ def _time(flat: torch.Tensor, mode: int, warmup: int, iters: int, calls: int = 1
             fused_launch.run(flat, mode, out)
         e.record()
     torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.uint8), flat.view(torch.uint8)), "wrong result"  # W = 1
     return statistics.median(s.elapsed_time(e) * 1e3 / calls
                              for s, e in zip(starts, ends, strict=True))
 

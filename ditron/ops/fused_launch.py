@@ -28,6 +28,10 @@ FUSED_MAX_ELEMENTS = 1 << 24
 FUSED_RS_MAX_ELEMENTS = 1 << 26
 
 
+#: a block of a fused launch holds at most this many bytes: one of 32768 8-byte elements
+#: (the wide reduce-scatter's) took 2.4x the time of 16384 at 64 MB, 6x at 16 MB (one
+#: H200, one rank, docs/perf.md, session 40); 16- and 32-bit types stay below it
+MAX_BLOCK_BYTES = 128 << 10
 #: fused collectives at or above this many input bytes use the push variant
 PUSH_MIN_BYTES = 512 << 10
 #: launches of at least this many bytes move 16384-element blocks with 16 warps per
@@ -58,11 +62,11 @@ class FusedVariant:
 
 
 def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
-                  shared_gpu: bool = False, sms: int = 0) -> FusedVariant:
-    """The variant of ``mode`` for a launch of ``nbytes`` input bytes on a device of ``sms``
-    SMs (0: unknown). Environment overrides, for experiments: ``DITRON_FUSED_PUSH=0/1``
-    (pull / push), ``DITRON_FUSED_BLOCK``, ``DITRON_FUSED_PROGRAMS``,
-    ``DITRON_FUSED_WARPS``."""
+                  shared_gpu: bool = False, sms: int = 0, itemsize: int = 2) -> FusedVariant:
+    """The variant of ``mode`` for a launch of ``nbytes`` input bytes of ``itemsize``-byte
+    elements on a device of ``sms`` SMs (0: unknown). Environment overrides, for
+    experiments: ``DITRON_FUSED_PUSH=0/1`` (pull / push), ``DITRON_FUSED_BLOCK``,
+    ``DITRON_FUSED_PROGRAMS``, ``DITRON_FUSED_WARPS``."""
     env = os.environ
     if backend == "cpu":  # the interpreter: pull and one block size unless forced
         return FusedVariant(env.get("DITRON_FUSED_PUSH", "0") == "1",
@@ -74,9 +78,10 @@ def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
         push = forced == "1"
     else:
         push = mode != kfc.ALL_GATHER if wide else nbytes >= PUSH_MIN_BYTES
-    block = int(env.get("DITRON_FUSED_BLOCK") or 0) or (
+    block = int(env.get("DITRON_FUSED_BLOCK") or 0) or min(
         (WIDE_RS_BLOCK if mode == kfc.REDUCE_SCATTER else 16384) if wide
-        else 4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20) else 1024)
+        else 4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20) else 1024,
+        MAX_BLOCK_BYTES // itemsize)
     warps = int(env.get("DITRON_FUSED_WARPS") or 0) or (
         16 if wide and block >= 16384 else 4 if block <= 1024 else 8)
     programs = int(env.get("DITRON_FUSED_PROGRAMS") or 0) or (
@@ -152,7 +157,7 @@ def run(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
     piece = min(n, _max_elements(mode, flat.element_size()))
     variant = fused_variant(piece * flat.element_size(), rt.world.backend, mode,
                             rt.backend.shares_devices(rt.world.local_world_size),
-                            0 if cpu else _sm_count(flat.device))
+                            0 if cpu else _sm_count(flat.device), flat.element_size())
     ws = workspace(flat.dtype, mode, n, variant)
     ctx = rt.context()
     block, warps = variant.block, variant.num_warps

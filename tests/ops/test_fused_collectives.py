@@ -367,6 +367,10 @@ def test_fused_variant_rules(monkeypatch):
     assert pick(big, "cuda", kfc.ALL_TO_ALL) == V(True, 16384, 16)
     assert pick(big, "cuda", kfc.ALL_REDUCE) == V(True, 4096, 8)  # not measured: unchanged
     assert pick(big, "cuda", kfc.ALL_GATHER, shared_gpu=True) == V(True, 4096, 8)
+    # 8-byte elements: blocks of at most MAX_BLOCK_BYTES (the 4-byte ones' widest)
+    assert pick(big, "cuda", kfc.REDUCE_SCATTER, itemsize=8) == V(True, 16384, 16)
+    assert pick(big, "cuda", kfc.REDUCE_SCATTER, itemsize=4) == V(True, 32768, 16)
+    assert pick(big, "cuda", kfc.ALL_GATHER, itemsize=8) == V(False, 16384, 16)
     monkeypatch.setenv("DITRON_FUSED_PUSH", "1")
     monkeypatch.setenv("DITRON_FUSED_PROGRAMS", "256")
     monkeypatch.setenv("DITRON_FUSED_WARPS", "4")
