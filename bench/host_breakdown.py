@@ -36,7 +36,7 @@ WRAPPED = [
     ("ditron.ops.exchange", "notify_peers"), ("ditron.ops.exchange", "wait_slots"),
     ("ditron.ops.exchange", "open_exchange"), ("ditron.ops.exchange", "Call.push"),
     ("ditron.ops.exchange", "Call.wait"), ("ditron.ops.exchange", "Call.finish"),
-    ("ditron.ops.exchange", "sum_slots"), ("ditron.ops.collectives", "_engine"),
+    ("ditron.ops.exchange", "reduce_slots"), ("ditron.ops.collectives", "_engine"),
     ("ditron.ops.collectives", "agree"), ("ditron.ops.tp_gemm", "agree"),
     ("ditron.kernels.fused_collective", "launch"),
     # the chunked GEMM-RS paths (ops/rs_copy_engine.py), by the names they are called by

@@ -19,8 +19,9 @@ counted on the device by each program:
      have published the same slices;
   3. by mode:
 
-     - ``ALL_REDUCE`` (one-shot): sums its slice over every rank's ``in[h]`` (rank order,
-       in ``ACC``: fp32 for 16- and 32-bit floats, else the input's type) into ``out``;
+     - ``ALL_REDUCE`` (one-shot): reduces (``OP``: sum, average, max or min) its slice over
+       every rank's ``in[h]`` (rank order, in ``ACC``: fp32 for 16- and 32-bit floats, else
+       the input's type) into ``out``;
      - ``REDUCE_SCATTER``: the same for its slice of segment ``r``, into ``out`` (one segment);
      - ``TWO_SHOT``: as reduce-scatter, also into its own ``red[h]``; barrier B (slot set B);
        then copies its slice of every other segment ``s`` from rank ``s``'s ``red[h]``;
@@ -76,13 +77,18 @@ _TWO_SHOT = tl.constexpr(TWO_SHOT)
 _REDUCE_SCATTER = tl.constexpr(REDUCE_SCATTER)
 _ALL_GATHER = tl.constexpr(ALL_GATHER)
 _ALL_TO_ALL = tl.constexpr(ALL_TO_ALL)
+#: the reductions (``OP``), by their ``runtime.dtypes.OPS`` names
+REDUCTIONS = {"sum": 0, "avg": 1, "max": 2, "min": 3}
+_SUM = tl.constexpr(0)
+_AVG = tl.constexpr(1)
+_MAX = tl.constexpr(2)
 
 
 @triton.jit
 def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg, stride,
                             slice_len, half_stride, red_offset, slot_len, ctx,
                             BLOCK: tl.constexpr, MODE: tl.constexpr, WORLD: tl.constexpr,
-                            PUSH: tl.constexpr, ACC: tl.constexpr):
+                            PUSH: tl.constexpr, ACC: tl.constexpr, OP: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     me = ctx.rank
@@ -144,7 +150,16 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
                     v = tl.load(half + q * slot_len + local, mask=mask, other=0)
                 else:
                     v = dl.load(half + idx, q, ctx, mask=mask, other=0)
-                acc += v.to(ACC)
+                if q == 0:
+                    acc = v.to(ACC)
+                elif (OP == _SUM) or (OP == _AVG):
+                    acc += v.to(ACC)
+                elif OP == _MAX:
+                    acc = tl.maximum(acc, v.to(ACC), propagate_nan=tl.PropagateNan.ALL)
+                else:
+                    acc = tl.minimum(acc, v.to(ACC), propagate_nan=tl.PropagateNan.ALL)
+            if OP == _AVG:
+                acc = acc / WORLD
             val = acc.to(out_ptr.dtype.element_ty)
             if MODE == _REDUCE_SCATTER:
                 tl.store(out_ptr + local, val, mask=mask)
@@ -229,7 +244,7 @@ def workspace_shape(cap: int, world_size: int, mode: int,
 
 def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, block: int,
            num_warps: int, *, n: int | None = None, seg: int | None = None,
-           stride: int | None = None) -> None:
+           stride: int | None = None, op: str = "sum") -> None:
     """One fused collective on flat contiguous ``x`` into ``out``: all-reduce:
     ``out[n]``; reduce-scatter: ``out[n / W]`` (``n`` divisible by ``W``); all-gather:
     ``out[W * n]`` in rank order; all-to-all: ``out[n]``, block ``q`` (``n / W`` elements)
@@ -239,7 +254,8 @@ def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, bl
     Pieces of a larger op: ``stride`` is the distance between the ``W`` segments of ``x``
     (reduce-scatter, two-shot, all-to-all; for all-to-all also between the blocks of ``out``)
     or between the rank blocks of ``out`` (all-gather), ``seg`` the
-    segment length of this piece and ``n`` the bound on input indices (default: ``x``'s)."""
+    segment length of this piece and ``n`` the bound on input indices (default: ``x``'s).
+    ``op``: the reduction of the reducing modes (a key of :data:`REDUCTIONS`)."""
     n = x.numel() if n is None else n
     w = ctx.world_size
     if seg is None:
@@ -249,7 +265,7 @@ def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, bl
     _FUSED[(ws.programs,)](
         x, out, ws.buf, ws.pad, ws.epochs, n, seg, stride, slice_len, ws.buf.shape[1],
         ws.red_offset, ws.slot_len, ctx, BLOCK=block, MODE=mode, WORLD=w, PUSH=ws.push,
-        ACC=tl_accumulator(x.dtype), num_warps=num_warps)
+        ACC=tl_accumulator(x.dtype), OP=REDUCTIONS[op], num_warps=num_warps)
 
 
 _FUSED = FastKernel(fused_collective_kernel)
@@ -261,6 +277,6 @@ def bucket(n: int, max_cap: int) -> int:
     return min(max_cap, max(1024, 1 << (max(n, 1) - 1).bit_length()))
 
 
-__all__ = ["ALL_GATHER", "ALL_REDUCE", "ALL_TO_ALL", "MODES", "REDUCE_SCATTER", "SEGMENTED",
-           "TWO_SHOT", "Workspace", "bucket", "fused_collective_kernel", "launch",
-           "workspace_shape"]
+__all__ = ["ALL_GATHER", "ALL_REDUCE", "ALL_TO_ALL", "MODES", "REDUCE_SCATTER", "REDUCTIONS",
+           "SEGMENTED", "TWO_SHOT", "Workspace", "bucket", "fused_collective_kernel",
+           "launch", "workspace_shape"]

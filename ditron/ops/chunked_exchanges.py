@@ -25,7 +25,7 @@ from ..engines.base import Engine, Transfer
 from ..engines.sync import notify_peers, use_stream_memops
 from ..runtime.config import env_flag
 from ..runtime.world import current
-from .exchange import PULL_MAX_CHUNKS, Chunked, Turn, engine_instance, open_chunked, sum_slots
+from .exchange import PULL_MAX_CHUNKS, Chunked, Turn, engine_instance, open_chunked, reduce_slots
 from .raw_pushes import open_raw, usable
 
 #: chunked exchanges cut a part into chunks of about this many bytes (at most
@@ -331,15 +331,15 @@ def _spans(node: range, me: int) -> list[range]:
 
 def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
                         graph: bool = False, turn: Turn | None = None,
-                        out: torch.Tensor | None = None) -> torch.Tensor:
-    """Reduce-scatter on one node by pushes: returns the sum over ranks of their row ``me``
-    of ``parts`` (``[W, c]``, contiguous), accumulated in fp32, in ``parts``' dtype (into
-    ``out``, ``[c]``, when given).
+                        out: torch.Tensor | None = None, op: str = "sum") -> torch.Tensor:
+    """Reduce-scatter on one node by pushes: returns the reduction (``op``, as
+    :func:`reduce_slots`) over ranks of their row ``me`` of ``parts`` (``[W, c]``,
+    contiguous), in ``parts``' dtype (into ``out``, ``[c]``, when given).
 
     The exchange's protocol per chunk (:func:`chunk_bounds` of a row, tapered):
     after the ``ack`` wait of :func:`open_exchange`, chunk ``i`` of row ``q`` goes from
     ``parts`` straight into ``q``'s inbox (slot ``me``) with ``engine``, raising ``ready[me]``
-    on ``q`` to ``e * 64 + i + 1``; I sum chunk ``i`` once every node peer's ``ready`` has
+    on ``q`` to ``e * 64 + i + 1``; I reduce chunk ``i`` once every node peer's ``ready`` has
     reached that value, so sums of early chunks overlap the transfer of later ones;
     :meth:`Call.finish` acks after the last read.
 
@@ -352,7 +352,7 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     c = parts.shape[1]
     bounds = chunk_bounds(c, parts.element_size(), taper=True, min_bytes=_taper_min(graph))
     if usable(engine, graph) and parts.is_contiguous():
-        return _push_reduce_scatter_raw(key, parts, bounds, out)
+        return _push_reduce_scatter_raw(key, parts, bounds, out, op)
     start = _early_mark(engine, graph)
     x = open_chunked(key, parts.dtype, w * c, engine, graph, turn)
     slots = x.inbox.view(w, c)
@@ -363,14 +363,14 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
         out = torch.empty(c, dtype=parts.dtype, device=parts.device)
     for i, (lo, hi) in enumerate(bounds):
         x.wait(i)
-        sum_slots(_own_row(slots, parts, me, lo, hi), out[lo:hi])
+        reduce_slots(_own_row(slots, parts, me, lo, hi), out[lo:hi], op)
     x.finish([eng])
     return out
 
 
 def _push_reduce_scatter_raw(key: str, parts: torch.Tensor,
                              bounds: tuple[tuple[int, int], ...],
-                             out: torch.Tensor | None = None) -> torch.Tensor:
+                             out: torch.Tensor | None = None, op: str = "sum") -> torch.Tensor:
     """:func:`push_reduce_scatter`'s eager steps, the movement as driver calls
     (``raw_pushes.py``), the sums as there."""
     w, c = parts.shape
@@ -387,9 +387,9 @@ def _push_reduce_scatter_raw(key: str, parts: torch.Tensor,
     for i, (lo, hi) in enumerate(bounds):
         x.wait(i)
         if len(bounds) == 1:  # the whole rows: no views to cut
-            sum_slots(rows, out)
+            reduce_slots(rows, out, op)
         else:
-            sum_slots([row[lo:hi] for row in rows], out[lo:hi])
+            reduce_slots([row[lo:hi] for row in rows], out[lo:hi], op)
     x.finish()
     return out
 

@@ -4,9 +4,10 @@
 epochs live on the device, so they can be captured in a CUDA graph (``"auto"`` picks them
 while a graph is being captured; the other paths refuse capture with a clear error).
 
-Every op equals its torch.distributed counterpart (sum reduction) and returns a new tensor
-(``all_gather`` and ``reduce_scatter``: or fills a given ``out``; eagerly into a fixed
-``out`` they replay a CUDA graph of the call, ``replays.py``); inputs are never modified.
+Every op equals its torch.distributed counterpart (the reducing ones with ``op=``: sum, avg,
+max, min) and returns a new tensor (``all_gather`` and ``reduce_scatter``: or fills a given
+``out``; eagerly into a fixed ``out`` they replay a CUDA graph of the call,
+``replays.py``); inputs are never modified.
 Each takes ``engine=`` (``"copy_engine"``, ``"sm"``, ``"network"``, ``"tma"``; default
 ``"auto"``); ``DITRON_<OP>_ENGINE`` or ``DITRON_ENGINE`` override the default. Peers on
 other nodes always go through the network engine.
@@ -32,11 +33,11 @@ import torch.distributed as dist
 
 from ..kernels import fused_collective as kfc
 from ..runtime.agreement import agree
-from ..runtime.dtypes import carried, check_moved, check_summed, moved_as, viewed
+from ..runtime.dtypes import carried, check_moved, check_reduced, moved_as, reduction, viewed
 from ..runtime.world import current
 from . import fused_launch, replays
 from .chunked_exchanges import gather_on_node, push_gather, push_reduce_scatter
-from .exchange import Part, engine_instance, exchange, next_turn, refuse_capture, sum_slots
+from .exchange import Part, engine_instance, exchange, next_turn, reduce_slots, refuse_capture
 from .graphs import graph_mode
 from .modes import public_op
 from .raw_pushes import push_gather_direct, usable
@@ -85,9 +86,9 @@ def _fused_limit(op: str) -> float:
 
 
 # -- checks -------------------------------------------------------------------------------------
-def _check_tensor(op: str, x: torch.Tensor, summed: bool = False) -> None:
-    """Type, device and dtype of ``x`` (``summed``: the op sums it, which fewer dtypes
-    allow than moving it; ``runtime/dtypes.py``)."""
+def _check_tensor(op: str, x: torch.Tensor, reduced: str | None = None) -> None:
+    """Type, device and dtype of ``x`` (``reduced``: the reduction the op applies to it,
+    which allows fewer dtypes than moving it; ``runtime/dtypes.py``)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"ditron.ops.{op}: expected a torch.Tensor, got {type(x).__name__}")
     device = current().world.device
@@ -97,7 +98,10 @@ def _check_tensor(op: str, x: torch.Tensor, summed: bool = False) -> None:
     if x.is_quantized or x.layout != torch.strided:
         raise ValueError(f"ditron.ops.{op}: needs a dense, unquantized tensor, got "
                          f"{x.layout} {x.dtype}")
-    (check_summed if summed else check_moved)(f"ditron.ops.{op}", x.dtype)
+    if reduced is None:
+        check_moved(f"ditron.ops.{op}", x.dtype)
+    else:
+        check_reduced(f"ditron.ops.{op}", reduced, x.dtype)
 
 
 def _viewed_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -175,18 +179,19 @@ def _gather_flat(key: str, flat: torch.Tensor, engine: str) -> tuple[torch.Tenso
 
 
 def _reduce_scatter_flat(key: str, chunks: torch.Tensor, engine: str,
-                         graph: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``chunks`` [W, c] (contiguous): return the sum over ranks of their row ``me``, into
-    ``out`` (``[c]``) when given (``graph``: the graph-safe variant, one node, an engine
-    that can wait)."""
+                         graph: bool = False, out: torch.Tensor | None = None,
+                         op: str = "sum") -> torch.Tensor:
+    """``chunks`` [W, c] (contiguous): return the reduction (``op``) over ranks of their
+    row ``me``, into ``out`` (``[c]``) when given (``graph``: the graph-safe variant, one
+    node, an engine that can wait)."""
     rt = current()
     if rt.topo.num_nodes == 1 and engine != "network":
-        return push_reduce_scatter(key + ".chunked", chunks, engine, graph, out=out)
+        return push_reduce_scatter(key + ".chunked", chunks, engine, graph, out=out, op=op)
     w, me = rt.world.world_size, rt.world.rank
     c = chunks.shape[1]
     parts = [Part(q, chunks[q], me * c) for q in range(w)]
     call = exchange(key, chunks.dtype, w * c, parts, {q: (q * c, c) for q in range(w)}, engine)
-    out = sum_slots(call.inbox.view(w, c), out)
+    out = reduce_slots(call.inbox.view(w, c), out, op)
     call.finish()
     return out
 
@@ -339,11 +344,12 @@ def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
 
 
 @public_op
-def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
-                   out: torch.Tensor | None = None) -> torch.Tensor:
-    """Sum ``x`` over ranks and keep this rank's ``1/W`` slice along ``dim``.
+def reduce_scatter(x: torch.Tensor, dim: int = 0, *, op: object = "sum",
+                   engine: str | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Reduce ``x`` over ranks (``op``: ``"sum"``, ``"avg"``, ``"max"``, ``"min"`` or the
+    ``dist.ReduceOp`` of that name) and keep this rank's ``1/W`` slice along ``dim``.
 
-    Equivalent: ``dist.all_reduce(y := x.clone()); y.chunk(W, dim)[rank]`` (what
+    Equivalent: ``dist.all_reduce(y := x.clone(), op); y.chunk(W, dim)[rank]`` (what
     ``dist.reduce_scatter_tensor`` computes for ``dim=0``).
 
     ``out`` (optional): the result's tensor (its shape, dtype and device; must not overlap
@@ -354,7 +360,8 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     variant's work (the exchange's finer chunks) at the host cost of one launch. Every
     rank must then pass such an ``out``; ranks that disagree raise ``ValueError``.
     """
-    _check_tensor("reduce_scatter", x, summed=True)
+    op = reduction("ditron.ops.reduce_scatter", op)
+    _check_tensor("reduce_scatter", x, op)
     d = _dim("reduce_scatter", x, dim)
     rt = current()
     w = rt.world.world_size
@@ -364,24 +371,28 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     shape = (*x.shape[:d], x.shape[d] // w, *x.shape[d + 1:])
     if out is not None:
         _check_out("reduce_scatter", out, shape, x.dtype)
+    if x.dtype == torch.bool:  # max / min of bools (any / all) on their bytes
+        got = reduce_scatter(carried(x), dim, op=op, engine=engine,
+                             out=None if out is None else carried(out))
+        return out if out is not None else got.view(torch.bool)
     nbytes = x.numel() * x.element_size() // w
     can_replay = _replayable(x, d, out, nbytes)
     eng = _engine("reduce_scatter", engine, nbytes, replay=can_replay)
     replay = can_replay and eng in _REPLAYED_ENGINES
-    agree("ditron.ops.reduce_scatter", shape=tuple(x.shape), dtype=x.dtype, dim=d,
+    agree("ditron.ops.reduce_scatter", shape=tuple(x.shape), dtype=x.dtype, dim=d, op=op,
           network=eng == "network", replayed=replay)
     if w == 1:
         return _into(out, x) if out is not None else _copy_out(x)
     if replay:
         parts, flat_out = x.view(w, -1), out.view(-1)
-        key = ("reduce_scatter", eng, *replays.key_of(x, out))
+        key = ("reduce_scatter", eng, op, *replays.key_of(x, out))
         if eng == "sm":
             replays.run(key, lambda: fused_launch.run(parts.view(-1), kfc.REDUCE_SCATTER,
-                                                      flat_out))
+                                                      flat_out, op))
         else:
             turn = next_turn("reduce_scatter.replay", x.numel() * x.element_size())
             replays.run((*key, turn), lambda: push_reduce_scatter(
-                "reduce_scatter.replay", parts, eng, True, turn, out=flat_out))
+                "reduce_scatter.replay", parts, eng, True, turn, out=flat_out, op=op))
         return out
     xm = (x if d == 0 else x.movedim(d, 0)).contiguous()
     rows = xm.shape[0] // w
@@ -389,10 +400,11 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     if _fused_ok(eng, xm.numel(), "reduce_scatter"):
         dst = (flat_out if flat_out is not None
                else torch.empty(xm.numel() // w, dtype=x.dtype, device=x.device))
-        mine = fused_launch.run(xm.view(-1), kfc.REDUCE_SCATTER, dst)
+        mine = fused_launch.run(xm.view(-1), kfc.REDUCE_SCATTER, dst, op)
     else:
         graph = graph_mode() and eng == "copy_engine" and rt.topo.num_nodes == 1
-        mine = _reduce_scatter_flat("reduce_scatter", xm.view(w, -1), eng, graph, flat_out)
+        mine = _reduce_scatter_flat("reduce_scatter", xm.view(w, -1), eng, graph, flat_out,
+                                    op)
     result = mine.view(rows, *xm.shape[1:]).movedim(0, d)
     if out is not None:
         return _into(out, result)
@@ -400,39 +412,44 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
 
 
 @public_op
-def all_reduce(x: torch.Tensor, method: str = "auto", *,
+def all_reduce(x: torch.Tensor, method: str = "auto", *, op: object = "sum",
                engine: str | None = None) -> torch.Tensor:
-    """Sum ``x`` over ranks; returns a new tensor (``x`` is unchanged).
+    """Reduce ``x`` over ranks (``op``: ``"sum"``, ``"avg"``, ``"max"``, ``"min"`` or the
+    ``dist.ReduceOp`` of that name); returns a new tensor (``x`` is unchanged).
 
-    ``method``: ``"one_shot"`` (every rank gathers every input and sums; best for small
+    ``method``: ``"one_shot"`` (every rank gathers every input and reduces; best for small
     tensors), ``"two_shot"`` (reduce-scatter then all-gather; best for large ones) or
     ``"auto"`` (one-shot up to ``ONE_SHOT_MAX_BYTES``, or at any size with two ranks).
     Equivalent:
-    ``y = x.clone(); dist.all_reduce(y)``.
+    ``y = x.clone(); dist.all_reduce(y, op)``.
     """
-    _check_tensor("all_reduce", x, summed=True)
+    op = reduction("ditron.ops.all_reduce", op)
+    _check_tensor("all_reduce", x, op)
     if method not in METHODS:
         raise ValueError(f"ditron.ops.all_reduce: unknown method {method!r}; choose one of "
                          f"{', '.join(METHODS)}")
+    if x.dtype == torch.bool:  # max / min of bools (any / all) on their bytes
+        return all_reduce(carried(x), method, op=op, engine=engine).view(torch.bool)
     rt = current()
     w = rt.world.world_size
     nbytes = x.numel() * x.element_size()
     if method == "auto":
         method = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or w <= 2 else "two_shot"
     eng = _engine("all_reduce", engine, nbytes if method == "one_shot" else nbytes // w)
-    agree("ditron.ops.all_reduce", shape=tuple(x.shape), dtype=x.dtype, method=method,
+    agree("ditron.ops.all_reduce", shape=tuple(x.shape), dtype=x.dtype, method=method, op=op,
           network=eng == "network")
     if w == 1:
         return _copy_out(x)
     if _fused_ok(eng, x.numel(), "all_reduce"):
         flat = x.contiguous().view(-1)
-        return fused_launch.run(flat, kfc.MODES[method], torch.empty_like(flat)).view(x.shape)
+        return fused_launch.run(flat, kfc.MODES[method], torch.empty_like(flat),
+                                op).view(x.shape)
     refuse_capture(f"all_reduce with engine {eng!r}")
     flat = x.contiguous().view(-1)
     n = flat.numel()
     if method == "one_shot":
         stacked, call = _gather_flat("all_reduce.one_shot", flat, eng)
-        out = sum_slots(stacked)
+        out = reduce_slots(stacked, op=op)
         call.finish()
         return out.view(x.shape)
     c = -(-n // w)
@@ -440,9 +457,9 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *,
         padded = torch.zeros(c * w, dtype=x.dtype, device=x.device)
         padded[:n].copy_(flat)
         flat = padded
-    mine = _reduce_scatter_flat("all_reduce.two_shot.rs", flat.view(w, c), eng)
+    mine = _reduce_scatter_flat("all_reduce.two_shot.rs", flat.view(w, c), eng, op=op)
     if rt.topo.num_nodes == 1 and engine_instance(eng).can_wait:
-        # the sums gathered as the all-gather's are (chunked_exchanges.GATHER_BY)
+        # the reduced slices gathered as the all-gather's are (chunked_exchanges.GATHER_BY)
         rows = torch.empty((w, c), dtype=x.dtype, device=x.device)
         gather_on_node("all_reduce.two_shot", mine, rows, eng)
         return rows.view(-1)[:n].view(x.shape)

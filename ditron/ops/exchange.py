@@ -610,15 +610,25 @@ def _check_waits() -> None:
         check_waits()
 
 
-def sum_slots(slots: torch.Tensor | list[torch.Tensor],
-              out: torch.Tensor | None = None) -> torch.Tensor:
-    """Sum ``slots`` (a tensor, over dim 0, or a list of same-shaped tensors) in order,
-    accumulating in ``runtime.dtypes.accumulator`` of their dtype (fp32 for 16-bit floats),
-    into ``out`` (new if ``None``) in the slots' dtype. Two slots take one ``add``: its
-    fp32 op-math rounds once, as the fp32 sum would."""
-    if len(slots) == 2:
-        return torch.add(slots[0], slots[1], out=out)
+def reduce_slots(slots: torch.Tensor | list[torch.Tensor], out: torch.Tensor | None = None,
+                 op: str = "sum") -> torch.Tensor:
+    """Reduce ``slots`` (a tensor, over dim 0, or a list of same-shaped tensors) in order
+    with ``op`` (``runtime.dtypes.OPS``) into ``out`` (new if ``None``) in the slots' dtype.
+    Sums and averages accumulate in ``runtime.dtypes.accumulator`` of the dtype (fp32 for
+    16-bit floats; two slots take one ``add``, whose fp32 op-math rounds once, as the fp32
+    sum would); an average divides the sum by the number of slots before rounding; max
+    and min propagate NaN, as ``torch.maximum`` does."""
+    if op in ("max", "min"):
+        pick = torch.maximum if op == "max" else torch.minimum
+        total = pick(slots[0], slots[1], out=out) if len(slots) > 1 else None
+        if total is None:
+            return slots[0].clone() if out is None else out.copy_(slots[0])
+        for s in slots[2:]:
+            pick(total, s, out=total)
+        return total
     dtype = slots[0].dtype
+    if len(slots) == 2 and op == "sum":
+        return torch.add(slots[0], slots[1], out=out)
     acc = accumulator(dtype)
     if isinstance(slots, torch.Tensor):
         total = slots.sum(0, dtype=acc)
@@ -626,6 +636,8 @@ def sum_slots(slots: torch.Tensor | list[torch.Tensor],
         total = slots[0].to(acc, copy=True)
         for s in slots[1:]:
             total += s
+    if op == "avg":
+        total /= len(slots)
     if out is None:
         return total.to(dtype) if dtype != acc else total
     return out.copy_(total)

@@ -146,9 +146,9 @@ def _new_fused_workspace(dtype: torch.dtype, mode: int, cap: int, w: int,
                          slot_len)
 
 
-def run(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
-    """Run the fused collective ``mode`` on ``flat`` into ``out`` (see
-    ``kernels/fused_collective.py``), in pieces of at most ``FUSED_MAX_ELEMENTS`` input
+def run(flat: torch.Tensor, mode: int, out: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """Run the fused collective ``mode`` (reducing with ``op``) on ``flat`` into ``out``
+    (see ``kernels/fused_collective.py``), in pieces of at most ``FUSED_MAX_ELEMENTS`` input
     elements (``FUSED_RS_MAX_ELEMENTS`` for a reduce-scatter). No host state per call:
     CUDA-graph safe."""
     rt = current()
@@ -162,11 +162,11 @@ def run(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
     ctx = rt.context()
     block, warps = variant.block, variant.num_warps
     if n <= ws.cap:  # one piece (for segmented modes too: W divides n): no views to cut
-        kfc.launch(flat, out, ws, mode, ctx, block, warps)
+        kfc.launch(flat, out, ws, mode, ctx, block, warps, op=op)
     elif mode in (kfc.ALL_REDUCE, kfc.TWO_SHOT):
         for start in range(0, n, ws.cap):
             part = slice(start, min(n, start + ws.cap))
-            kfc.launch(flat[part], out[part], ws, mode, ctx, block, warps)
+            kfc.launch(flat[part], out[part], ws, mode, ctx, block, warps, op=op)
     elif mode == kfc.ALL_GATHER:  # pieces of x; rank blocks of out stay n apart
         for start in range(0, n, ws.cap):
             kfc.launch(flat[start:min(n, start + ws.cap)], out[start:], ws, mode, ctx, block,
@@ -178,7 +178,7 @@ def run(flat: torch.Tensor, mode: int, out: torch.Tensor) -> torch.Tensor:
             cols = min(step, seg - start)
             dst = out[start:start + cols] if mode == kfc.REDUCE_SCATTER else out[start:]
             kfc.launch(flat[start:], dst, ws, mode, ctx, block, warps, n=n - start, seg=cols,
-                       stride=seg)
+                       stride=seg, op=op)
     if (rt.wait_timeout > 0 or cpu) and not capturing():
         check_waits()
     return out

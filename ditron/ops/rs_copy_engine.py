@@ -21,7 +21,7 @@ from ..engines.streams import MARK_RING
 from ..engines.sync import use_stream_memops
 from ..runtime.world import current
 from . import exchange
-from .exchange import CHUNK_SLOTS, PULL_MAX_CHUNKS, engine_instance, open_chunked, sum_slots
+from .exchange import CHUNK_SLOTS, PULL_MAX_CHUNKS, engine_instance, open_chunked, reduce_slots
 
 #: default chunks per segment of the copy-engine GEMM-RS (``chunk_rows`` overrides): on 2
 #: H200s each extra chunk cost ~100 us of host time (``docs/perf.md``, session 6), so only
@@ -104,10 +104,10 @@ def pushed(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | tuple[int, ...] |
         if hi > lo:
             x.wait(i)
             if early is None:
-                sum_slots(slots[:, lo:hi], out[lo:hi])
+                reduce_slots(slots[:, lo:hi], out[lo:hi])
                 continue
-            sum_slots(slots[:, late[0]:late[1]], out[late[0]:late[1]])
-            sum_slots([early if q == me else slots[q, e_lo:e_hi] for q in range(W)],
+            reduce_slots(slots[:, late[0]:late[1]], out[late[0]:late[1]])
+            reduce_slots([early if q == me else slots[q, e_lo:e_hi] for q in range(W)],
                       out[e_lo:e_hi])
     x.finish([engine])
     return out
@@ -218,7 +218,7 @@ def pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | tuple[int, ...] |
                 x.finish([engine])
             if hi > lo:
                 if extra is not None:
-                    sum_slots([out[lo:hi], *extra[:, lo:hi]], out[lo:hi])
+                    reduce_slots([out[lo:hi], *extra[:, lo:hi]], out[lo:hi])
                 out[lo:hi].addmm_(own[lo:hi], b)
     except BaseException:
         x.abandon()  # with flags, some may stay raised

@@ -7,9 +7,11 @@
   :func:`moved_as` picks the widest carrier the shape allows (the SM kernels move 1-byte
   elements ~1.6x slower than 2-byte ones per byte, 8-byte ones faster: ``docs/perf.md``,
   session 40); the three float types keep their own, tuned path.
-* **Summed** (reduce-scatter, all-reduce): the :data:`SUMMED` types, those NCCL sums. 16-bit
-  floats and fp32 accumulate in fp32 and round once at the end; the others accumulate in
-  their own type, as torch.distributed does (integers wrap on overflow).
+* **Reduced** (reduce-scatter, all-reduce) with one of :data:`OPS`: sums take the
+  :data:`SUMMED` types, those NCCL sums; 16-bit floats and fp32 accumulate in fp32 and
+  round once at the end, the others accumulate in their own type, as torch.distributed
+  does (integers wrap on overflow). Averages take the floating ones, as NCCL's do; max and
+  min the same types as sums, and ``bool`` (moved as uint8: any / all).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ SUMMED = tuple(NATIVE)
 #: moved bit for bit by every engine; NCCL sends each of them)
 CARRIERS = {1: torch.uint8, 2: torch.float16, 4: torch.int32, 8: torch.int64}
 _LOW_PRECISION = (torch.float32, torch.bfloat16, torch.float16)
+#: the reductions of reduce-scatter and all-reduce (``torch.distributed.ReduceOp``'s names)
+OPS = ("sum", "avg", "max", "min")
 
 
 def check_moved(what: str, dtype: torch.dtype) -> None:
@@ -43,6 +47,31 @@ def check_summed(what: str, dtype: torch.dtype) -> None:
     if dtype not in SUMMED:
         raise ValueError(f"{what}: cannot sum dtype {dtype}; sums take "
                          f"{', '.join(str(d) for d in SUMMED)}")
+
+
+def reduction(what: str, op: object) -> str:
+    """``op`` (a name of :data:`OPS` or a ``torch.distributed.ReduceOp`` member such as
+    ``ReduceOp.MAX``) as a name of :data:`OPS`; ``ValueError`` (naming ``what``) for any
+    other."""
+    name = op.lower() if isinstance(op, str) else str(getattr(op, "name", "")).lower()
+    if name not in OPS:
+        raise ValueError(f"{what}: unsupported reduction {op!r}; use one of "
+                         f"{', '.join(OPS)} (or the ReduceOp of that name)")
+    return name
+
+
+def check_reduced(what: str, op: str, dtype: torch.dtype) -> None:
+    """Raise ``ValueError`` (naming ``what``) unless ``op`` (a name of :data:`OPS`) can
+    reduce elements of ``dtype``."""
+    if op in ("max", "min"):
+        if dtype != torch.bool and dtype not in SUMMED:
+            raise ValueError(f"{what}: cannot take the {op} of dtype {dtype}; {op} takes "
+                             f"torch.bool and {', '.join(str(d) for d in SUMMED)}")
+        return
+    check_summed(what, dtype)
+    if op == "avg" and not dtype.is_floating_point:
+        raise ValueError(f"{what}: cannot average dtype {dtype}; averages take floating "
+                         f"types (sum, then divide)")
 
 
 def carrier(dtype: torch.dtype) -> torch.dtype:
