@@ -60,8 +60,8 @@ _COMPILE = textwrap.dedent("""
     for push in (False, True):
         k = kfc.fused_collective_kernel.warmup(
             xs, o, buf, pad, ep, n, n // 2, n // 2, 4096, 4 * n, 2 * n, n, ctx, BLOCK=4096,
-            MODE=kfc.TWO_SHOT, WORLD=2, PUSH=push, ACC=tl_accumulator(bf), grid=(1,),
-            num_warps=8)
+            MODE=kfc.TWO_SHOT, WORLD=2, PUSH=push, ACC=tl_accumulator(bf),
+            OP=kfc.REDUCTIONS["sum"], grid=(1,), num_warps=8)
         out["fused_two_shot_" + ("push" if push else "pull")] = widths(k)
     M, N, K = 512, 512, 512
     a, b = torch.empty(M, K, dtype=bf), torch.empty(N, K, dtype=bf).t()
