@@ -141,8 +141,8 @@ def check_nan_and_names() -> int:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_nan_propagation_and_reduce_op_names(world_size):
-    assert ditron.launch(check_nan_and_names, world_size, backend="cpu") == [11] * world_size
+def test_nan_propagation_and_reduce_op_names(world_size, backend):
+    assert ditron.launch(check_nan_and_names, world_size, backend=backend) == [11] * world_size
 
 
 @pytest.fixture(autouse=True)
