@@ -108,6 +108,10 @@ def _build(desc):
         return tuple(_build(d) for d in desc["tuple"])
     if "value" in desc:
         return desc["value"]
+    if "tl_dtype" in desc:
+        import triton.language as tl
+
+        return tl.dtype(desc["tl_dtype"])
     raise ValueError(f"cannot rebuild argument {desc}")
 
 

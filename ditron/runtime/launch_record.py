@@ -38,6 +38,10 @@ def describe(value):
         return {"tuple": items}
     if isinstance(value, (bool, int, float, str)) or value is None:
         return {"value": value}
+    import triton.language as tl
+
+    if isinstance(value, tl.dtype):  # a constexpr type argument (e.g. an accumulator's)
+        return {"tl_dtype": value.name}
     if hasattr(value, "value"):  # tl.constexpr
         return describe(value.value)
     return {"unsupported": type(value).__name__}
