@@ -1,9 +1,7 @@
-"""Collectives on every dtype they take (``ditron/runtime/dtypes.py``), against
-torch.distributed over the host group (gloo) on fresh random data.
-
-Moved dtypes must arrive bit for bit (random bytes, NaN patterns included); summed integer
-and fp64 dtypes must sum in their own type (values too large for an fp32 sum to be exact)
-and wrap on overflow as torch.distributed's sums do. Outputs are poisoned first.
+"""Collectives on every dtype they move (``ditron/runtime/dtypes.py``), against
+torch.distributed over the host group (gloo) on fresh random data: every dtype must arrive
+bit for bit (random bytes, NaN patterns included), outputs poisoned first. The reductions
+of every dtype are ``test_reductions.py``'s.
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ from ditron.runtime.world import current
 
 from .poison import poison_empty
 from .test_collectives import _gen
+from .test_reductions import _check, _reference, _values
 
 #: moved dtypes outside the three float types of ``test_collectives``: carried ones first
 #: (bool, fp8, int16, unsigned, complex64), then the native non-float ones; each carrier
@@ -27,10 +26,6 @@ from .test_collectives import _gen
 MOVED = (torch.bool, torch.float8_e4m3fn, torch.float8_e5m2, torch.int16, torch.uint16,
          torch.uint32, torch.uint64, torch.complex64, torch.uint8, torch.int8, torch.int32,
          torch.int64, torch.float64)
-#: summed dtypes beyond 16- and 32-bit floats, with the range of their random values:
-#: large enough that a sum in fp32 would round (int32, int64), or that it wraps (uint8)
-SUMMED = {torch.int64: (-(2**40), 2**40), torch.int32: (-(2**28), 2**28),
-          torch.int8: (-30, 30), torch.uint8: (0, 256), torch.float64: None}
 
 
 def _bits(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
@@ -159,69 +154,6 @@ def test_moved_as_widens_only_what_the_shape_allows():
         assert moved_as(dtype, (4, 8)) == dtype
 
 
-def _summands(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
-    bounds = SUMMED[dtype]
-    if bounds is None:
-        return torch.randn(shape, dtype=torch.float64, generator=g)
-    return torch.randint(*bounds, shape, dtype=torch.int64, generator=g).to(dtype)
-
-
-def _summed(x: torch.Tensor) -> torch.Tensor:
-    y = x.clone()
-    dist.all_reduce(y, group=current().host_group)
-    return y
-
-
-def _equal_sum(got: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    got = got.cpu()
-    assert got.dtype == ref.dtype and got.shape == ref.shape, what
-    if ref.dtype == torch.float64:  # the order of the sum may differ from gloo's
-        torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12, msg=what)
-    else:
-        assert torch.equal(got, ref), f"{what}: {got} != {ref}"
-
-
-def check_summed(engines: tuple[str | None, ...], calls: int = 2) -> int:
-    """reduce_scatter (dim 0 and a non-contiguous dim 1) and all_reduce (both methods and
-    auto, a size that does not divide by the world size), every ``SUMMED`` dtype, ``calls``
-    times each."""
-    poison_empty()
-    w, me = ditron.world().world_size, ditron.world().rank
-    dev = ditron.world().device
-    ops = ditron.ops
-    checks = 0
-    for engine in engines:
-        for it in range(calls):
-            for k, dtype in enumerate(SUMMED):
-                g = _gen(me, it, 29, k, len(str(engine)))
-                what = f"{dtype} {engine} call {it}"
-                x = _summands((2 * w, 3), dtype, g)
-                _equal_sum(ops.reduce_scatter(x.to(dev), engine=engine),
-                           _summed(x).chunk(w)[me], f"reduce_scatter {what}")
-                xt = _summands((3 * w, 4), dtype, g).t()
-                _equal_sum(ops.reduce_scatter(xt.to(dev), 1, engine=engine),
-                           _summed(xt.contiguous()).chunk(w, 1)[me], f"reduce_scatter dim 1 {what}")
-                x = _summands((7, 3), dtype, g)
-                ref = _summed(x)
-                for method in ("one_shot", "two_shot", "auto"):
-                    _equal_sum(ops.all_reduce(x.to(dev), method, engine=engine), ref,
-                               f"all_reduce {method} {what}")
-                checks += 5
-    return checks
-
-
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_integer_and_fp64_sums_are_exact(world_size, backend):
-    engines = ("copy_engine", "sm")
-    counts = ditron.launch(check_summed, world_size, engines, backend=backend)
-    assert counts == [5 * 2 * len(SUMMED) * len(engines)] * world_size
-
-
-def test_integer_sums_over_the_network_engine():
-    counts = ditron.launch(check_summed, 2, ("network",), 1, backend="cpu")
-    assert counts == [5 * len(SUMMED)] * 2
-
-
 def check_pieces() -> int:
     """8-byte elements in fused launches of half as many elements as 4-byte ones: inputs
     that take several launches, summed and moved with the SM engine."""
@@ -236,13 +168,13 @@ def check_pieces() -> int:
     try:
         for dtype in (torch.int64, torch.float64):
             g = _gen(me, 37, dtype.is_floating_point)
-            x = _summands((3, 700), dtype, g)  # 2100 elements: three launches of 1024
+            x = _values((3, 700), dtype, g)  # 2100 elements: three launches of 1024
             for method in ("one_shot", "two_shot"):
-                _equal_sum(_on_sm(ditron.ops.all_reduce, x.to(dev), method), _summed(x),
-                           f"pieces all_reduce {method} {dtype}")
-            xr = _summands((w * 1100,), dtype, g)  # segments of 1100: two launches
-            _equal_sum(_on_sm(ditron.ops.reduce_scatter, xr.to(dev)),
-                       _summed(xr).chunk(w)[me], f"pieces reduce_scatter {dtype}")
+                _check(_on_sm(ditron.ops.all_reduce, x.to(dev), method), _reference(x, "sum"),
+                       f"pieces all_reduce {method} {dtype}")
+            xr = _values((w * 1100,), dtype, g)  # segments of 1100: two launches
+            _check(_on_sm(ditron.ops.reduce_scatter, xr.to(dev)),
+                   _reference(xr, "sum").chunk(w)[me], f"pieces reduce_scatter {dtype}")
             _same_bits(_on_sm(ditron.ops.all_gather, x.to(dev)), torch.cat(_gathered(x)),
                        f"pieces all_gather {dtype}")
             checks += 4

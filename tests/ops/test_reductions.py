@@ -1,7 +1,8 @@
 """reduce_scatter and all_reduce with every reduction (``op=``) against
 ``dist.all_reduce(y, ReduceOp)`` over the host group (gloo), on fresh random data with
 poisoned outputs: sums, averages (``ReduceOp.SUM`` divided by the world size, in fp32),
-max and min, for float, integer and bool tensors, every engine, repeated calls.
+max and min, for float, integer and bool tensors, every engine, repeated calls. Integer and
+fp64 sums must be exact (they accumulate in their own type).
 """
 
 from __future__ import annotations
@@ -20,15 +21,19 @@ OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.
        "min": dist.ReduceOp.MIN}
 #: per dtype, the ops it takes
 DTYPES = {torch.float32: tuple(OPS), torch.bfloat16: tuple(OPS), torch.float64: tuple(OPS),
-          torch.int64: ("sum", "max", "min"), torch.int32: ("max", "min"),
-          torch.bool: ("max", "min")}
+          torch.int64: ("sum", "max", "min"), torch.int32: ("sum", "max", "min"),
+          torch.int8: ("sum",), torch.uint8: ("sum", "max"), torch.bool: ("max", "min")}
+#: integer values: large enough that a sum in fp32 would round (int32, int64), or that it
+#: wraps (uint8), as torch.distributed's integer sums do
+INTEGERS = {torch.int64: (-(2**40), 2**40), torch.int32: (-(2**28), 2**28),
+            torch.int8: (-30, 30), torch.uint8: (0, 256)}
 
 
 def _values(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
     if dtype == torch.bool:
         return torch.rand(shape, generator=g) < 0.3
-    if not dtype.is_floating_point:
-        return torch.randint(-(2**40), 2**40, shape, generator=g).to(dtype)
+    if dtype in INTEGERS:
+        return torch.randint(*INTEGERS[dtype], shape, dtype=torch.int64, generator=g).to(dtype)
     return torch.randn(shape, generator=g).to(dtype)
 
 
