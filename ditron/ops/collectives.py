@@ -13,9 +13,9 @@ Each takes ``engine=`` (``"copy_engine"``, ``"sm"``, ``"network"``, ``"tma"``; d
 other nodes always go through the network engine.
 
 Dtypes (``runtime/dtypes.py``): the moving ops take any dtype of 1, 2, 4 or 8 bytes, bit
-for bit (any but fp32, bf16 and fp16 travels as an integer view, as wide as the shape
-allows); the reducing ops take fp32, bf16, fp16, fp64 and the integer types NCCL sums
-(max and min also bool).
+for bit (fp32, bf16, fp16 and fp64 as themselves, the others as views of the widest
+integer type the shape allows); the reducing ops take fp32, bf16, fp16, fp64 and the
+integer types NCCL sums (max and min also bool).
 
 Checks run before any kernel: tensor type, device, dtype, divisibility, and agreement of
 shapes across ranks (a host gather over the gloo group, once per new shape signature and
