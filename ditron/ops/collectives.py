@@ -218,12 +218,17 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     _check_tensor("all_gather", x)
     d = _dim("all_gather", x, dim)
     shape = (*x.shape[:d], current().world.world_size * x.shape[d], *x.shape[d + 1:])
-    if out is not None:  # moved at the same width: ``out`` keeps its own layout
-        _check_out("all_gather", out, shape, x.dtype)
-        _all_gather(carried(x), d, engine, carried(out), x.dtype)
-        return out
-    xc = viewed(x, moved_as(x.dtype, tuple(x.shape)))
-    return _viewed_as(_all_gather(xc, d, engine, None, x.dtype), x.dtype)
+    width = moved_as(x.dtype, tuple(x.shape))  # the call's, the same on every rank
+    xc = viewed(x, width)
+    if out is None:
+        return _viewed_as(_all_gather(xc, d, engine, None, x.dtype), x.dtype)
+    _check_out("all_gather", out, shape, x.dtype)
+    try:
+        into = out if out.dtype == width else out.view(width)
+    except RuntimeError:  # strides that do not allow the view: gathered, then copied
+        into = None
+    got = _all_gather(xc, d, engine, into, x.dtype)
+    return out if into is not None else _into(out, _viewed_as(got, x.dtype))
 
 
 def _all_gather(x: torch.Tensor, d: int, engine: str | None, out: torch.Tensor | None,

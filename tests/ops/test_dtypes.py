@@ -90,8 +90,15 @@ def check_moved(engines: tuple[str | None, ...]) -> int:
             # rows of 8 elements: moved as int64 (wider than most of these dtypes), from a
             # view whose rows lie 9 elements apart (widened only after a copy)
             xw = _bits((3, 9), dtype, g)[:, :8]
-            _same_bits(ops.all_gather(xw.to(dev), engine=engine),
-                       torch.cat(_gathered(xw), 0), f"all_gather wide {what}")
+            ref = torch.cat(_gathered(xw), 0)
+            _same_bits(ops.all_gather(xw.to(dev), engine=engine), ref,
+                       f"all_gather wide {what}")
+            # the same into a given out: one that can be viewed wider, and one whose rows
+            # lie 9 elements apart (gathered, then copied in)
+            for out in (torch.empty((3 * w, 8), dtype=dtype, device=dev),
+                        torch.empty((3 * w, 9), dtype=dtype, device=dev)[:, :8]):
+                assert ops.all_gather(xw.to(dev), out=out, engine=engine) is out
+                _same_bits(out, ref, f"all_gather wide out= {what}")
             ins = torch.randint(0, 3, (w,), generator=g).tolist()
             ins[(me + it) % w] = 0
             x = _bits((sum(ins), 2, 3), dtype, g)
@@ -105,7 +112,7 @@ def check_moved(engines: tuple[str | None, ...]) -> int:
             outs, ref = _a2a_bytes(x, ins)
             _same_bits(ops.all_to_all(x.to(dev), ins, outs, engine=engine), ref,
                        f"all_to_all 1-D {what}")
-            checks += 7
+            checks += 9
     if w > 1:
         nxt, prv = (me + 1) % w, (me - 1) % w
         for it, dtype in enumerate(MOVED):
@@ -132,12 +139,12 @@ def test_moved_dtypes_arrive_bit_for_bit(world_size, backend):
     engines = ("copy_engine", "sm") + (("tma",) if world_size == 2 else ())
     counts = ditron.launch(check_moved, world_size, engines, backend=backend)
     ring = len(MOVED) if world_size > 1 else 0
-    assert counts == [7 * len(MOVED) * len(engines) + ring] * world_size
+    assert counts == [9 * len(MOVED) * len(engines) + ring] * world_size
 
 
 def test_moved_dtypes_over_the_network_engine():
     counts = ditron.launch(check_moved, 3, ("network",), backend="cpu")
-    assert counts == [8 * len(MOVED)] * 3
+    assert counts == [10 * len(MOVED)] * 3
 
 
 def test_moved_as_widens_only_what_the_shape_allows():
