@@ -110,7 +110,7 @@ def _baseline_ok() -> tuple[bool, str]:
     rt = current()
     if rt.world.backend == "cpu":
         return True, "torch.distributed (gloo)"
-    if dist.get_backend() == "nccl":
+    if rt.groups.device_backend == "nccl":
         return True, "torch.distributed (nccl)"
     return False, "no torch.distributed baseline: ranks share a GPU (NCCL refuses it)"
 
@@ -131,7 +131,7 @@ def _ops_for(name: str, size: int, dtype: torch.dtype, engines: list[str], base_
     full = torch.randn(numel, device=dev).to(dtype)
     part = full[: numel // w].clone()
     ops = ditron.ops
-    group = None if dev.type == "cuda" else rt.host_group
+    group = rt.groups.device
     out = []
     for eng in engines:
         if name == "all_gather":
@@ -264,6 +264,7 @@ def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls:
 
     rt = current()
     w, dev = rt.world.world_size, rt.world.device
+    group = rt.groups.device
     item = dtype.itemsize
     numel = max(size // item // w, 1) * w
     x = torch.randn(numel, device=dev).to(dtype)
@@ -274,26 +275,27 @@ def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls:
                  ("copy_engine graph", lambda: ops.all_gather(part, engine="copy_engine"))]
         if base_ok:
             dst = torch.empty_like(x)
-            impls.append(("nccl graph", lambda: dist.all_gather_into_tensor(dst, part)))
+            impls.append(("nccl graph",
+                          lambda: dist.all_gather_into_tensor(dst, part, group=group)))
         return _replay_each(impls, calls, warmup, iters)
     if name == "reduce_scatter":
         impls = [("sm graph", lambda: ops.reduce_scatter(x, engine="sm")),
                  ("copy_engine graph", lambda: ops.reduce_scatter(x, engine="copy_engine"))]
         if base_ok:
             dst = torch.empty(numel // w, dtype=dtype, device=dev)
-            impls.append(("nccl graph", lambda: dist.reduce_scatter_tensor(dst, x)))
+            impls.append(("nccl graph", lambda: dist.reduce_scatter_tensor(dst, x, group=group)))
         return _replay_each(impls, calls, warmup, iters)
     if name == "all_to_all":
         impls = [("sm graph", lambda: ops.all_to_all(x, engine="sm"))]
         if base_ok:
             dst = torch.empty_like(x)
-            impls.append(("nccl graph", lambda: dist.all_to_all_single(dst, x)))
+            impls.append(("nccl graph", lambda: dist.all_to_all_single(dst, x, group=group)))
         return _replay_each(impls, calls, warmup, iters)
     impls = [(f"sm/{m} graph", lambda m=m: ops.all_reduce(x, m, engine="sm"))
              for m in ("one_shot", "two_shot", "auto")]
     if base_ok:
         buf = x.clone()
-        impls.append(("nccl graph", lambda: dist.all_reduce(buf)))
+        impls.append(("nccl graph", lambda: dist.all_reduce(buf, group=group)))
     symm = _symm_mem_input(x)
     if symm is not None:
         t, group_name = symm
@@ -319,7 +321,9 @@ def _symm_mem_input(x: torch.Tensor):
     try:
         import torch.distributed._symmetric_memory as symm_mem
 
-        group = dist.group.WORLD
+        from ..runtime.world import current
+
+        group = current().groups.device
         t = symm_mem.empty(x.numel(), dtype=x.dtype, device=x.device)
         symm_mem.rendezvous(t, group.group_name)
         t.copy_(x)

@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 import ditron
 from ditron import trace
+from ditron.runtime.world import current
 from ditron.task.tp_mlp import MlpBlocks, default_blocks
 from ditron.tune.tuner import agreed_median, all_ok, kernel_time, time_in_rounds
 
@@ -46,6 +47,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
 
     w = ditron.world()
     W, dev = w.world_size, w.device
+    group = current().groups.device
     dtype = torch.bfloat16
     tuned = {}
     if tune:
@@ -72,7 +74,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
         for wg, wu, wd in weights:
             p = (torch.nn.functional.silu(x @ wg) * (x @ wu)) @ wd
             if W > 1:
-                dist.all_reduce(p)
+                dist.all_reduce(p, group=group)
             x = p + x
         return x
 

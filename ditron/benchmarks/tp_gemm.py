@@ -47,6 +47,7 @@ import torch.distributed as dist
 
 from ..ops.graphs import capture, collectives_capturable
 from ..ops.tp_gemm import RS_ENGINES
+from ..runtime.world import current
 
 AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
              (49152, 12288)]
@@ -107,7 +108,7 @@ def _fused(op: str, a, b):
     try:
         import torch.distributed._symmetric_memory as symm_mem
 
-        group = dist.group.WORLD
+        group = current().groups.device
         with warnings.catch_warnings():  # needed by older torch; deprecated (a no-op) later
             warnings.simplefilter("ignore", FutureWarning)
             symm_mem.enable_symm_mem_for_group(group.group_name)
@@ -156,20 +157,21 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
 
     w = ditron.world()
     W, dev = w.world_size, w.device
+    group = current().groups.device
     torch.manual_seed(w.rank)
     if op == "ag_gemm":
         a = torch.randn(M // W, K, device=dev).to(dtype)
         b = torch.randn(N // W, K, device=dev).to(dtype).t()  # a transposed weight
         full_a = torch.empty(M, K, device=dev, dtype=dtype)
         gemm = lambda: torch.matmul(full_a, b)  # noqa: E731
-        comm = lambda: dist.all_gather_into_tensor(full_a, a)  # noqa: E731
+        comm = lambda: dist.all_gather_into_tensor(full_a, a, group=group)  # noqa: E731
     else:
         a = torch.randn(M, K // W, device=dev).to(dtype)
         b = torch.randn(N, K // W, device=dev).to(dtype).t()
         part = torch.matmul(a, b)
         out = torch.empty(M // W, N, device=dev, dtype=dtype)
         gemm = lambda: torch.matmul(a, b)  # noqa: E731
-        comm = lambda: dist.reduce_scatter_tensor(out, part)  # noqa: E731
+        comm = lambda: dist.reduce_scatter_tensor(out, part, group=group)  # noqa: E731
     fn = getattr(ditron.ops, op)
     row = {"op": op, "M": M, "N": N, "K": K, "world_size": W, "dtype": str(dtype)}
     if tune:

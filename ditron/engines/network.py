@@ -5,9 +5,10 @@ Two-sided: **both** ends issue the same :class:`~ditron.engines.base.Transfer`. 
 ``dst`` (the other side's tensor is ignored by each end, so pass any tensor of the same
 shape). :meth:`drain` completes the posted operations and then raises, on the receiver, the
 transfer's signal in its local pad. Ops go through ``torch.distributed``: NCCL on GPUs when
-the default group is NCCL, otherwise the gloo host group (CUDA tensors are staged through
-host memory then). This is the engine that carries a plan past one node; it also works
-between ranks of one node, which is how it is tested on a single machine.
+the world's device group is NCCL, otherwise its gloo host group (CUDA tensors are staged
+through host memory then); peers are named by their world rank in that group. This is the
+engine that carries a plan past one node; it also works between ranks of one node, which is
+how it is tested on a single machine.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ class NetworkEngine(Engine):
         self._signals: list = []
 
     def _group(self, tensor: torch.Tensor):
-        rt = current()
-        if tensor.is_cuda and dist.get_backend() == "nccl":
-            return None, False
-        return rt.host_group, tensor.is_cuda
+        groups = current().groups
+        if tensor.is_cuda and groups.device_backend == "nccl":
+            return groups.device, False
+        return groups.host, tensor.is_cuda
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rank = current().world.rank
@@ -53,14 +54,14 @@ class NetworkEngine(Engine):
                 group, staged = self._group(t.src)
                 buf = t.src.contiguous()
                 buf = buf.cpu() if staged else buf
-                ops.append(dist.P2POp(dist.isend, buf, t.dst_rank, group=group))
+                ops.append(dist.P2POp(dist.isend, buf, group=group, group_peer=t.dst_rank))
             elif rank == t.dst_rank:
                 if t.dst.numel():
                     group, staged = self._group(t.dst)
                     direct = t.dst.is_contiguous() and not staged and not t.reduce
                     buf = t.dst if direct else torch.empty(
                         t.dst.shape, dtype=t.dst.dtype, device="cpu" if staged else t.dst.device)
-                    ops.append(dist.P2POp(dist.irecv, buf, t.src_rank, group=group))
+                    ops.append(dist.P2POp(dist.irecv, buf, group=group, group_peer=t.src_rank))
                     if not direct:
                         self._landing.append((buf, t.dst, t.reduce))
                 if t.signal is not None:

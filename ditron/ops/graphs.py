@@ -14,7 +14,7 @@ import contextlib
 import torch
 
 from ..runtime import stream_memops
-from ..runtime.world import current
+from ..runtime.world import current, is_initialized
 
 _GRAPH_SAFE = "ops:graph_safe"
 
@@ -49,13 +49,11 @@ def graph_safe():
 
 
 def collectives_capturable() -> bool:
-    """Whether torch.distributed collectives on the default group can be captured in a CUDA
-    graph (NCCL; not gloo, the group of ranks that share a GPU). Capturing one that cannot
+    """Whether torch.distributed collectives on the world's device group can be captured in
+    a CUDA graph (NCCL; not gloo, the group of ranks that share a GPU). Capturing one that cannot
     invalidates the capture, and the failed capture's memory pool then aborts the process
     at exit (torch 2.11)."""
-    import torch.distributed as dist
-
-    return dist.is_initialized() and dist.get_backend() == "nccl"
+    return is_initialized() and current().groups.device_backend == "nccl"
 
 
 def capture(fn, calls: int, safe_warm_up: bool = True) -> torch.cuda.CUDAGraph:

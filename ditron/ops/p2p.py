@@ -64,7 +64,7 @@ def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     _check_tensor("send", x)
     _peer("send", dst)
     _p2p_engine("send", engine)
-    dist.send(_header(x.shape, x.dtype), dst, group=current().host_group)
+    dist.send(_header(x.shape, x.dtype), group=current().host_group, group_dst=dst)
     net = engine_instance("network")
     flat = carried(x).contiguous()
     net.issue([Transfer(flat, flat, current().world.rank, dst)])
@@ -88,7 +88,7 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
     _peer("recv", src)
     _p2p_engine("recv", engine)
     header = torch.empty(_HEADER, dtype=torch.int64, device="cpu")
-    dist.recv(header, src, group=rt.host_group)
+    dist.recv(header, group=rt.host_group, group_src=src)
     if not torch.equal(header, _header(out.shape, out.dtype)):
         nd, code = int(header[0]), int(header[1])
         sent = carried(torch.empty(tuple(header[2: 2 + nd].tolist()), dtype=_DTYPES[code],

@@ -151,7 +151,7 @@ def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
     if choice is None:
         # Ranks must take the same path (their caches on disk may differ): rank 0 decides.
         decided = [_auto_choice(op, M, N, K, dtype, config, cfg) if rt.world.rank == 0 else None]
-        dist.broadcast_object_list(decided, src=0, group=rt.host_group)
+        dist.broadcast_object_list(decided, group=rt.host_group, group_src=0)
         choice = rt.cache[key] = decided[0]
     if choice.graph is not None and graph_mode():
         return choice.graph
@@ -261,7 +261,7 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     if not choice.overlap:
         gathered = torch.empty((M, K), dtype=a.dtype, device=a.device)
         if W > 1:
-            lowering.network_all_gather(gathered, a, None)
+            lowering.network_all_gather(gathered, a, rt.groups.device)
         else:
             gathered.copy_(a)
         c = torch.matmul(gathered, b)
@@ -524,7 +524,7 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
             return partial
         out = torch.empty((M // W, N), dtype=a.dtype, device=a.device)
         fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        fn(out, partial.contiguous())
+        fn(out, partial.contiguous(), group=rt.groups.device)
         return out
     rs_engine = forced or choice.engine
     rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
@@ -582,7 +582,7 @@ def gemm_ar(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     if not choice.overlap:
         c = torch.matmul(a, b)
         if rt.world.world_size > 1:
-            dist.all_reduce(c)
+            dist.all_reduce(c, group=rt.groups.device)
         return c
     return _scatter_overlap("gemm_ar", a, b, choice.config, graph_mode())
 

@@ -94,19 +94,13 @@ def issue(engine_name: str, transfers: Sequence, **options):
     return engine
 
 
-_GROUPS: dict = {}
-
-
 def local_index_group(rt):
-    """The process group of the ranks with this rank's local index, one per node
-    (created collectively on first use, for every local index, in the same order)."""
-    key = (rt.world.world_size, rt.world.local_world_size)
+    """The process group of the world's ranks with this rank's local index, one per node
+    (made on first use by those ranks only)."""
+    key = ("local_index_group", rt.world.world_size, rt.world.local_world_size)
     if key not in rt.cache:
         L = rt.world.local_world_size
-        groups = [dist.new_group(list(range(i, rt.world.world_size, L)))
-                  for i in range(L)]
-        rt.cache[("local_index_groups", key)] = groups
-        rt.cache[key] = groups[rt.world.local_rank]
+        rt.cache[key] = rt.groups.subgroup(range(rt.world.local_rank, rt.world.world_size, L))
     return rt.cache[key]
 
 

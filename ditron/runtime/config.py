@@ -4,7 +4,7 @@
 - ``DITRON_HEAP_SIZE``: symmetric heap bytes per rank (``512M``, ``2G``); 1G on CPU, 2G on CUDA.
 - ``DITRON_WAIT_TIMEOUT``: seconds a device ``wait`` spins before it raises (0: forever);
   120 on CPU, 0 on CUDA.
-- ``DITRON_LOCAL_WORLD_SIZE``: ranks per node; a smaller value simulates nodes on CPU.
+- ``DITRON_LOCAL_WORLD_SIZE``: ranks per node of the job; a smaller value simulates nodes on CPU.
 - ``DITRON_POISON``: fill fresh symmetric memory with 0xFF bytes (NaN for floats); off.
 - ``DITRON_LAUNCH_TIMEOUT``: seconds ``ditron.launch`` waits, once every rank has started,
   for ranks to return before it names the stuck ones and kills them (0: forever). Start-up

@@ -26,7 +26,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import interpret as interpret_mod
@@ -41,14 +41,15 @@ class RankError(RuntimeError):
         super().__init__(f"rank {rank}: {message}")
 
 
-def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str) -> None:
+def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str,
+               group: list[int] | None) -> None:
     # A fork-server child starts with the server's environment: take the caller's instead.
     os.environ.clear()
     os.environ.update(env)
     from . import world as world_mod
 
     try:
-        world_mod.init(backend)
+        world_mod.init(backend, group=group)
         conn.send(("ready",))
         result = fn(*args, **kw)
         if world_mod.is_initialized():  # fn may have shut down itself
@@ -122,11 +123,14 @@ def _environment(**values: str | None):
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None = None,
-           **kw) -> list[Any]:
+           groups: Sequence[Sequence[int]] | None = None, **kw) -> list[Any]:
     """Run ``fn(*args, **kw)`` on ``world_size`` local ranks; return the results by rank.
 
     Each rank is a new process in which ``ditron.init(backend)`` has run, so ``fn`` can
-    call ``ditron.world()``, allocate symmetric tensors and launch kernels. ``fn`` and its
+    call ``ditron.world()``, allocate symmetric tensors and launch kernels. ``groups``
+    splits the job into several Ditron worlds: a partition of ``range(world_size)`` into
+    lists of ranks, each process running ``ditron.init(backend, group=its list)``
+    (``torch.distributed``'s default group still spans the job). ``fn`` and its
     arguments must be picklable (a module-level function). Results are pickled back. As
     with ``multiprocessing``, a script that calls ``launch`` guards it with
     ``if __name__ == "__main__":`` (CUDA ranks are spawned and re-import the script).
@@ -137,6 +141,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
         raise ValueError(f"ditron.launch: world_size must be a positive int, got {world_size!r}")
     if not callable(fn):
         raise TypeError(f"ditron.launch: fn must be callable, got {fn!r}")
+    group_of = _group_of(groups, world_size)
     try:
         pickle.dumps((fn, args, kw))
     except Exception as exc:  # noqa: BLE001 - any pickling failure means the same thing
@@ -163,7 +168,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
         for rank in range(world_size):
             env = dict(os.environ, **job_env, RANK=str(rank), LOCAL_RANK=str(rank))
             parent, child = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_rank_main, args=(child, fn, args, kw, env, backend),
+            p = ctx.Process(target=_rank_main,
+                            args=(child, fn, args, kw, env, backend, group_of[rank]),
                             name=f"ditron-rank{rank}", daemon=True)
             with _environment(**start):
                 p.start()
@@ -184,6 +190,18 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
             c.close()
         shutil.rmtree(workdir, ignore_errors=True)
         _remove_segments(job)
+
+
+def _group_of(groups, world_size: int) -> list[list[int] | None]:
+    """Each rank's group of ``groups`` (``None`` each when ``groups`` is ``None``)."""
+    if groups is None:
+        return [None] * world_size
+    parts = [list(g) for g in groups]
+    flat = sorted(r for g in parts for r in g)
+    if flat != list(range(world_size)) or not all(parts):
+        raise ValueError(f"ditron.launch: groups must split range({world_size}) into "
+                         f"non-empty lists of ranks, each rank in one, got {groups!r}")
+    return [next(g for g in parts if r in g) for r in range(world_size)]
 
 
 @dataclasses.dataclass

@@ -15,6 +15,7 @@ from ..language.core import HEAP_BASE_ALIGN
 from . import interpret
 from .backends import Backend, Topology, get_backend
 from .config import Settings
+from .groups import Groups, group_ranks, nodes_of, world_groups
 from .heap import SymmetricHeap
 
 
@@ -28,6 +29,12 @@ class World:
     local_world_size: int
     device: torch.device
     backend: str
+    #: the torch.distributed (global) rank of each rank of this world, in order
+    global_ranks: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.global_ranks:
+            object.__setattr__(self, "global_ranks", tuple(range(self.world_size)))
 
     @property
     def node(self) -> int:
@@ -42,12 +49,13 @@ class Runtime:
     """Everything one rank process holds between ``init`` and ``shutdown``."""
 
     def __init__(self, world: World, settings: Settings, backend: Backend, topo: Topology,
-                 host_group, heap: SymmetricHeap, owns_process_group: bool):
+                 groups: Groups, heap: SymmetricHeap, owns_process_group: bool):
         self.world = world
         self.settings = settings
         self.backend = backend
         self.topo = topo
-        self.host_group = host_group
+        self.groups = groups
+        self.host_group = groups.host
         self.heap = heap
         self.owns_process_group = owns_process_group
         misaligned = [b for b in heap.mapping.bases if b % HEAP_BASE_ALIGN]
@@ -94,16 +102,25 @@ def _env_int(*names: str, default: int | None = None) -> int | None:
     return default
 
 
-def init(backend: str | None = None, *, heap_size: int | str | None = None,
+def init(backend: str | None = None, *, group=None, heap_size: int | str | None = None,
          wait_timeout: float | None = None, local_world_size: int | None = None) -> World:
-    """Join the job and map the symmetric heap (collective over all ranks).
+    """Join the job and map the symmetric heap (collective over the world's ranks).
 
     Reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` as set by ``torchrun``
     or ``ditron.launch`` (a lone process is rank 0 of 1). Uses an existing default process
     group if there is one; otherwise creates it (gloo on CPU or when ranks share a GPU,
     NCCL otherwise). ``backend`` is ``"cpu"`` or ``"cuda"``, by default chosen by hardware.
-    Keyword arguments override the ``DITRON_*`` settings of :class:`Settings`. Calling it
-    again in an initialised process (e.g. inside ``ditron.launch``) returns the same world.
+
+    ``group`` makes the world a group of the job's ranks instead of all of them: a
+    ``torch.distributed`` ``ProcessGroup`` (``DeviceMesh.get_group("tp")``, say) or a
+    sequence of global ranks. Only its members call ``init``, all with the same group; the
+    world's ranks are its members in increasing global rank, and every op, symmetric tensor
+    and barrier spans them only (``World.global_ranks`` maps back). Each group of a job can
+    be a world of its own, in its own processes; a process belongs to one world.
+
+    Keyword arguments override the ``DITRON_*`` settings of :class:`Settings`
+    (``local_world_size``: ranks per node of the job). Calling it again in an initialised
+    process (e.g. inside ``ditron.launch``) returns the same world.
     """
     global _RUNTIME
     if _RUNTIME is not None:
@@ -112,44 +129,56 @@ def init(backend: str | None = None, *, heap_size: int | str | None = None,
             raise RuntimeError(f"ditron.init: already initialised with backend "
                                f"{_RUNTIME.world.backend!r}, not {backend!r} (call "
                                f"ditron.shutdown() first)")
+        if group is not None and (group_ranks(group, dist.get_world_size())
+                                  != _RUNTIME.world.global_ranks):
+            raise RuntimeError(f"ditron.init: already initialised over global ranks "
+                               f"{list(_RUNTIME.world.global_ranks)}, not over the group "
+                               f"{group!r} (call ditron.shutdown() first)")
         return _RUNTIME.world
     settings = Settings.from_env(backend, heap_size=heap_size, wait_timeout=wait_timeout,
                                  local_world_size=local_world_size)
     interpret.arrange(settings.backend)
     impl = get_backend(settings.backend)
 
-    rank = _env_int("RANK", default=0)
-    world_size = _env_int("WORLD_SIZE", default=1)
-    lws = settings.local_world_size or _env_int("LOCAL_WORLD_SIZE", default=world_size)
-    if not 1 <= lws <= world_size:
-        raise ValueError(f"ditron.init: local world size {lws} must be in [1, {world_size}]")
-    topo = Topology(rank, world_size, lws)
-    device = impl.device(topo.local_rank, lws)
-    impl.prepare_process(device, lws)
+    job_rank = _env_int("RANK", default=0)
+    job_size = _env_int("WORLD_SIZE", default=1)
+    node_size = settings.local_world_size or _env_int("LOCAL_WORLD_SIZE", default=job_size)
+    if not 1 <= node_size <= job_size:
+        raise ValueError(f"ditron.init: local world size {node_size} must be in "
+                         f"[1, {job_size}]")
+    if group is not None and not dist.is_initialized() and not isinstance(
+            group, dist.ProcessGroup):
+        group_ranks(group, job_size)  # a bad list fails before the job's group is made
+    device = impl.device(job_rank % node_size, node_size)
+    impl.prepare_process(device, node_size)
 
     owns_pg = not dist.is_initialized()
     if owns_pg:
-        pg_backend = "gloo" if impl.shares_devices(lws) else impl.dist_backend
+        pg_backend = "gloo" if impl.shares_devices(node_size) else impl.dist_backend
         init_method = os.environ.get("DITRON_INIT_METHOD", "env://")
-        if init_method == "env://" and world_size == 1:
+        if init_method == "env://" and job_size == 1:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", str(_free_port()))
         kwargs = {"device_id": device} if pg_backend == "nccl" else {}
-        dist.init_process_group(pg_backend, init_method=init_method, rank=rank,
-                                world_size=world_size,
+        dist.init_process_group(pg_backend, init_method=init_method, rank=job_rank,
+                                world_size=job_size,
                                 timeout=datetime.timedelta(seconds=_host_timeout(settings)),
                                 **kwargs)
-    if dist.get_backend() == "gloo":
-        host_group = dist.group.WORLD
-    else:
-        host_group = dist.new_group(backend="gloo")
+    groups = world_groups(group)
+    ranks = groups.ranks
+    rank = ranks.index(dist.get_rank())
+    topo = Topology(rank, len(ranks), nodes_of(ranks, node_size))
 
-    job = [os.environ.get("DITRON_JOB") or (uuid.uuid4().hex[:12] if rank == 0 else None)]
-    dist.broadcast_object_list(job, src=0, group=host_group)
-    mapping = impl.map_heap(settings.heap_size, topo, host_group, job[0])
-    heap = SymmetricHeap(mapping, rank, host_group, poison=settings.poison)
-    w = World(rank, world_size, topo.local_rank, lws, device, settings.backend)
-    _RUNTIME = Runtime(w, settings, impl, topo, host_group, heap, owns_pg)
+    job = os.environ.get("DITRON_JOB")
+    if job is not None and not groups.whole_job:
+        job = f"{job}-g{ranks[0]}"  # a world per group: their segments must not collide
+    job = [job or (uuid.uuid4().hex[:12] if rank == 0 else None)]
+    dist.broadcast_object_list(job, group=groups.host, group_src=0)
+    mapping = impl.map_heap(settings.heap_size, topo, groups, job[0])
+    heap = SymmetricHeap(mapping, rank, groups.host, poison=settings.poison)
+    w = World(rank, topo.world_size, topo.local_rank, topo.local_world_size, device,
+              settings.backend, ranks)
+    _RUNTIME = Runtime(w, settings, impl, topo, groups, heap, owns_pg)
     return w
 
 
@@ -165,8 +194,12 @@ def shutdown() -> None:
             dist.barrier(rt.host_group)
     finally:
         rt.backend.unmap_heap(rt.heap.mapping)
-        if rt.owns_process_group and dist.is_initialized():
-            dist.destroy_process_group()
+        if dist.is_initialized():
+            if rt.owns_process_group:
+                dist.destroy_process_group()
+            else:
+                for g in rt.groups.created:
+                    dist.destroy_process_group(g)
 
 
 def _host_timeout(settings: Settings) -> float:

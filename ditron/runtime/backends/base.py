@@ -79,8 +79,9 @@ class Backend(abc.ABC):
         """Per-process set-up before the process group exists."""
 
     @abc.abstractmethod
-    def map_heap(self, nbytes: int, topo: Topology, group, job: str) -> HeapMapping:
-        """Allocate this rank's heap and map the heaps of the ranks on its node (collective)."""
+    def map_heap(self, nbytes: int, topo: Topology, groups, job: str) -> HeapMapping:
+        """Allocate this rank's heap and map the heaps of the ranks on its node (collective
+        over the world's ranks; ``groups``: its :class:`~ditron.runtime.groups.Groups`)."""
 
     def unmap_heap(self, mapping: HeapMapping) -> None:
         """Release what ``map_heap`` acquired."""

@@ -46,7 +46,7 @@ class CpuBackend(Backend):
         # Ranks share the machine's cores; one intra-op thread each avoids oversubscription.
         torch.set_num_threads(1)
 
-    def map_heap(self, nbytes: int, topo: Topology, group, job: str) -> HeapMapping:
+    def map_heap(self, nbytes: int, topo: Topology, groups, job: str) -> HeapMapping:
         own = segment_path(job, topo.rank)
         fd = os.open(own, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
@@ -55,11 +55,11 @@ class CpuBackend(Backend):
             os.close(fd)
         try:
             local = _map(own, nbytes)
-            dist.barrier(group)
+            dist.barrier(groups.host)
             peers: list[torch.Tensor | None] = [None] * topo.world_size
             for r in topo.node_ranks():
                 peers[r] = local if r == topo.rank else _map(segment_path(job, r), nbytes)
-            dist.barrier(group)
+            dist.barrier(groups.host)
         finally:
             if os.path.exists(own):
                 os.unlink(own)

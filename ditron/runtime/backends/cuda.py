@@ -49,7 +49,7 @@ class CudaBackend(Backend):
             os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")
         torch.cuda.set_device(device)
 
-    def map_heap(self, nbytes: int, topo: Topology, group, job: str) -> HeapMapping:
+    def map_heap(self, nbytes: int, topo: Topology, groups, job: str) -> HeapMapping:
         device = torch.device("cuda", torch.cuda.current_device())
         node_ranks = list(topo.node_ranks())
         if len(node_ranks) == 1:
@@ -62,7 +62,7 @@ class CudaBackend(Backend):
         import torch.distributed._symmetric_memory as symm_mem
 
         _prefer_cuda_backend(symm_mem)
-        node_group = _node_group(topo, group)
+        node_group = _node_group(topo, groups)
         local = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
         handle = symm_mem.rendezvous(local, node_group)
         peers = [None] * topo.world_size
@@ -76,16 +76,12 @@ class CudaBackend(Backend):
         torch.cuda.synchronize(device)
 
 
-def _node_group(topo: Topology, group):
-    """The process group of this rank's node (the whole group on a single node)."""
+def _node_group(topo: Topology, groups):
+    """The gloo group of this rank's node (the world's host group on a single node)."""
     if topo.num_nodes == 1:
-        return group
-    mine = None
-    for node in range(topo.num_nodes):
-        g = dist.new_group(list(topo.node_ranks(node)), backend="gloo")
-        if node == topo.node:
-            mine = g
-    return mine
+        return groups.host
+    return dist.new_group([groups.ranks[r] for r in topo.node_ranks()], backend="gloo",
+                          sort_ranks=False, use_local_synchronization=True)
 
 
 def _prefer_cuda_backend(symm_mem) -> None:

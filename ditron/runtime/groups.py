@@ -1,0 +1,112 @@
+"""The torch.distributed process groups a Ditron world talks through.
+
+A world is the whole job (the default) or a group of its ranks (``ditron.init(group=...)``:
+the tensor-parallel group of a TP x DP job, say; the other groups of the job are worlds of
+their own, with their own heaps). Its ranks are numbered ``0 .. W-1`` in the group's order:
+a ``ProcessGroup``'s own ranks, or increasing global rank for a list of ranks. Host
+collectives (agreement, barriers, headers) go through ``host`` (gloo); the collectives on
+device tensors that Ditron falls back to (NCCL on CUDA when every rank has its own GPU)
+through ``device``. A peer is always named to torch.distributed by its rank in these
+groups (``group_src`` / ``group_dst`` / ``group_peer``), never by its global rank, so every
+op works unchanged in a subgroup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch.distributed as dist
+
+
+@dataclasses.dataclass(frozen=True)
+class Groups:
+    """A world's ranks and process groups. ``ranks[r]``: the global rank of world rank ``r``;
+    ``created``: the groups made by :func:`world_groups` (destroyed at shutdown)."""
+
+    ranks: tuple[int, ...]
+    host: dist.ProcessGroup
+    device: dist.ProcessGroup
+    created: tuple[dist.ProcessGroup, ...] = ()
+
+    @property
+    def whole_job(self) -> bool:
+        return len(self.ranks) == dist.get_world_size()
+
+    @property
+    def device_backend(self) -> str:
+        return dist.get_backend(self.device)
+
+    def subgroup(self, world_ranks: Sequence[int]) -> dist.ProcessGroup:
+        """A new group (the default backend) of the given world ranks. Only those ranks call
+        this, each with the same list."""
+        return dist.new_group([self.ranks[r] for r in world_ranks], sort_ranks=False,
+                              use_local_synchronization=True)
+
+
+def group_ranks(group, job_size: int) -> tuple[int, ...]:
+    """The global ranks of ``group`` in world-rank order: ``None``, the whole job; a
+    ``ProcessGroup``, its members by group rank; a sequence of global ranks, sorted
+    (``ValueError`` unless they are distinct ranks of the job)."""
+    if group is None or group is dist.group.WORLD:
+        return tuple(range(job_size))
+    if isinstance(group, dist.ProcessGroup):
+        return tuple(dist.get_global_rank(group, r) for r in range(group.size()))
+    if isinstance(group, (str, bytes)) or not isinstance(group, Sequence):
+        raise ValueError(f"ditron.init: group must be a torch.distributed ProcessGroup or a "
+                         f"sequence of global ranks, got {group!r}")
+    ranks = list(group)
+    if (not ranks or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks)
+            or len(set(ranks)) != len(ranks) or not all(0 <= r < job_size for r in ranks)):
+        raise ValueError(f"ditron.init: group must list distinct global ranks in "
+                         f"[0, {job_size}), got {group!r}")
+    return tuple(sorted(ranks))
+
+
+def world_groups(group) -> Groups:
+    """The groups of this process's world (after the job's default group exists). For a
+    subgroup, only its members call this (groups are made with local synchronization)."""
+    me = dist.get_rank()
+    ranks = group_ranks(group, dist.get_world_size())
+    if me not in ranks:
+        raise ValueError(f"ditron.init: this process (global rank {me}) is not in the group "
+                         f"{list(ranks)}")
+    default_gloo = dist.get_backend() == "gloo"
+    if ranks == tuple(range(dist.get_world_size())):
+        world = dist.group.WORLD
+        if default_gloo:
+            return Groups(ranks, world, world)
+        host = dist.new_group(backend="gloo")
+        return Groups(ranks, host, world, (host,))
+    given = group if isinstance(group, dist.ProcessGroup) else None
+    created = []
+    if given is not None and dist.get_backend(given) == "gloo":
+        host = given
+    else:
+        host = dist.new_group(list(ranks), backend="gloo", sort_ranks=False,
+                              use_local_synchronization=True)
+        created.append(host)
+    if given is not None:
+        device = given
+    elif default_gloo:
+        device = host
+    else:
+        device = dist.new_group(list(ranks), sort_ranks=False, use_local_synchronization=True)
+        created.append(device)
+    return Groups(ranks, host, device, tuple(created))
+
+
+def nodes_of(ranks: Sequence[int], node_size: int) -> int:
+    """Ranks per node of a world made of global ``ranks`` when the job's nodes hold
+    ``node_size`` consecutive global ranks each. Ditron's nodes are blocks of that many
+    consecutive world ranks (the last one may be shorter); ``ValueError`` if the group's
+    ranks do not fall into such blocks."""
+    nodes = [g // node_size for g in ranks]
+    per_node = nodes.count(nodes[0])
+    blocks = [nodes[i:i + per_node] for i in range(0, len(nodes), per_node)]
+    if (any(len(set(b)) != 1 for b in blocks) or len({b[0] for b in blocks}) != len(blocks)
+            or any(len(b) != per_node for b in blocks[:-1])):
+        raise ValueError(f"ditron.init: the group's ranks {list(ranks)} must fill nodes in "
+                         f"equal blocks of consecutive ranks (nodes of {node_size} ranks: "
+                         f"{nodes})")
+    return per_node
