@@ -2,13 +2,13 @@
 
 A world is the whole job (the default) or a group of its ranks (``ditron.init(group=...)``:
 the tensor-parallel group of a TP x DP job, say; the other groups of the job are worlds of
-their own, with their own heaps). Its ranks are numbered ``0 .. W-1`` in the group's order:
-a ``ProcessGroup``'s own ranks, or increasing global rank for a list of ranks. Host
-collectives (agreement, barriers, headers) go through ``host`` (gloo); the collectives on
-device tensors that Ditron falls back to (NCCL on CUDA when every rank has its own GPU)
-through ``device``. A peer is always named to torch.distributed by its rank in these
-groups (``group_src`` / ``group_dst`` / ``group_peer``), never by its global rank, so every
-op works unchanged in a subgroup.
+their own, with their own heaps). Its ranks are numbered ``0 .. W-1`` in increasing global
+rank, the order of the groups torch.distributed makes. Host collectives (agreement,
+barriers, headers) go through ``host`` (gloo); the collectives on device tensors that
+Ditron falls back to (NCCL on CUDA when every rank has its own GPU) through ``device``. A
+peer is always named to torch.distributed by its rank in these groups (``group_src`` /
+``group_dst`` / ``group_peer``), never by its global rank, so every op works unchanged in
+a subgroup.
 """
 
 from __future__ import annotations
@@ -40,18 +40,18 @@ class Groups:
     def subgroup(self, world_ranks: Sequence[int]) -> dist.ProcessGroup:
         """A new group (the default backend) of the given world ranks. Only those ranks call
         this, each with the same list."""
-        return dist.new_group([self.ranks[r] for r in world_ranks], sort_ranks=False,
+        return dist.new_group([self.ranks[r] for r in world_ranks],
                               use_local_synchronization=True)
 
 
 def group_ranks(group, job_size: int) -> tuple[int, ...]:
-    """The global ranks of ``group`` in world-rank order: ``None``, the whole job; a
-    ``ProcessGroup``, its members by group rank; a sequence of global ranks, sorted
-    (``ValueError`` unless they are distinct ranks of the job)."""
+    """The global ranks of ``group`` (``None``: the whole job; a ``ProcessGroup``; or a
+    sequence of global ranks), in increasing order; ``ValueError`` if they are not distinct
+    ranks of the job."""
     if group is None or group is dist.group.WORLD:
         return tuple(range(job_size))
     if isinstance(group, dist.ProcessGroup):
-        return tuple(dist.get_global_rank(group, r) for r in range(group.size()))
+        return tuple(sorted(dist.get_process_group_ranks(group)))
     if isinstance(group, (str, bytes)) or not isinstance(group, Sequence):
         raise ValueError(f"ditron.init: group must be a torch.distributed ProcessGroup or a "
                          f"sequence of global ranks, got {group!r}")
@@ -78,20 +78,22 @@ def world_groups(group) -> Groups:
             return Groups(ranks, world, world)
         host = dist.new_group(backend="gloo")
         return Groups(ranks, host, world, (host,))
-    given = group if isinstance(group, dist.ProcessGroup) else None
+    given = None  # a ProcessGroup whose group ranks are the world ranks is used as it is
+    if isinstance(group, dist.ProcessGroup) and all(
+            dist.get_global_rank(group, r) == g for r, g in enumerate(ranks)):
+        given = group
     created = []
     if given is not None and dist.get_backend(given) == "gloo":
         host = given
     else:
-        host = dist.new_group(list(ranks), backend="gloo", sort_ranks=False,
-                              use_local_synchronization=True)
+        host = dist.new_group(list(ranks), backend="gloo", use_local_synchronization=True)
         created.append(host)
     if given is not None:
         device = given
     elif default_gloo:
         device = host
     else:
-        device = dist.new_group(list(ranks), sort_ranks=False, use_local_synchronization=True)
+        device = dist.new_group(list(ranks), use_local_synchronization=True)
         created.append(device)
     return Groups(ranks, host, device, tuple(created))
 

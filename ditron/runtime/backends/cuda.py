@@ -81,7 +81,7 @@ def _node_group(topo: Topology, groups):
     if topo.num_nodes == 1:
         return groups.host
     return dist.new_group([groups.ranks[r] for r in topo.node_ranks()], backend="gloo",
-                          sort_ranks=False, use_local_synchronization=True)
+                          use_local_synchronization=True)
 
 
 def _prefer_cuda_backend(symm_mem) -> None:

@@ -14,7 +14,7 @@ run() {  # name, timeout, pytest args...
   echo "rc=$?" >> $O/$name.txt
   echo "== $name"; grep -E "FAIL|ERROR|passed|failed|rc=" $O/$name.txt | tail -8
 }
-run groups 150 --ditron-backend cuda tests/runtime/test_groups.py
-run dtypes 170 --ditron-backend cuda tests/ops/test_dtypes.py tests/ops/test_reductions.py -k "not refus"
+run groups 120 --ditron-backend cuda tests/runtime/test_groups.py
+run dtypes 260 --ditron-backend cuda tests/ops/test_dtypes.py tests/ops/test_reductions.py -k "not refus"
 run gpu_marked 200 -m gpu tests/ops/test_collectives.py tests/ops/test_tp_gemm.py tests/runtime
 tar -C $OUT -czf $OUT/s41a.tgz s41a
