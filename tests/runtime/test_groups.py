@@ -199,3 +199,22 @@ def test_bad_groups_are_refused():
         ditron.launch(_ops_in_group, 4, [[0, 1]], 1, backend="cpu", groups=[[0, 1], [1, 2]])
     with pytest.raises(ValueError, match="split range"):
         ditron.launch(_ops_in_group, 3, [[0, 1]], 1, backend="cpu", groups=[[0, 1], []])
+
+
+def test_megakernel_and_nn_layers_in_groups(backend):
+    """The task level (a two-layer TP MLP megakernel) and ``ditron.nn``'s parallel layers
+    (forward and backward) in worlds over strided and uneven groups."""
+    from ditron.task.tp_mlp import MlpBlocks
+
+    from ..nn.test_linear import GPU_SPECS, SPECS
+    from ..nn.test_linear import _mlp_case as nn_case
+    from ..task.test_megakernel import _mlp_case as megakernel_case
+
+    blocks = MlpBlocks(block_m=16, block_n=32, block_k=32, reduce_n=64)
+    got = ditron.launch(megakernel_case, 4, 20, 72, 40, 2, torch.float32, 2, blocks,
+                        backend=backend, groups=[[0, 2], [1, 3]])
+    assert got == [2] * 4
+    specs = (SPECS if backend == "cpu" else GPU_SPECS)[:2]
+    got = ditron.launch(nn_case, 4, 7, 20, 6, specs, backend=backend,
+                        groups=[[0, 1, 3], [2]])
+    assert got == [6 * sum(s[-1] for s in specs)] * 4
