@@ -140,15 +140,16 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
     interpret.arrange(settings.backend)
     impl = get_backend(settings.backend)
 
-    job_rank = _env_int("RANK", default=0)
-    job_size = _env_int("WORLD_SIZE", default=1)
+    if dist.is_initialized():  # the caller's process group, however it was made
+        job_rank, job_size = dist.get_rank(), dist.get_world_size()
+    else:
+        job_rank, job_size = _env_int("RANK", default=0), _env_int("WORLD_SIZE", default=1)
     node_size = settings.local_world_size or _env_int("LOCAL_WORLD_SIZE", default=job_size)
     if not 1 <= node_size <= job_size:
         raise ValueError(f"ditron.init: local world size {node_size} must be in "
                          f"[1, {job_size}]")
-    if group is not None and not dist.is_initialized() and not isinstance(
-            group, dist.ProcessGroup):
-        group_ranks(group, job_size)  # a bad list fails before the job's group is made
+    if not isinstance(group, dist.ProcessGroup):  # a bad list fails before any group is made
+        nodes_of(group_ranks(group, job_size), node_size)
     device = impl.device(job_rank % node_size, node_size)
     impl.prepare_process(device, node_size)
 
@@ -164,10 +165,11 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
                                 world_size=job_size,
                                 timeout=datetime.timedelta(seconds=_host_timeout(settings)),
                                 **kwargs)
+    lws = nodes_of(group_ranks(group, job_size), node_size)
     groups = world_groups(group)
     ranks = groups.ranks
-    rank = ranks.index(dist.get_rank())
-    topo = Topology(rank, len(ranks), nodes_of(ranks, node_size))
+    rank = ranks.index(job_rank)
+    topo = Topology(rank, len(ranks), lws)
 
     job = os.environ.get("DITRON_JOB")
     if job is not None and not groups.whole_job:

@@ -182,7 +182,11 @@ def test_device_mesh_tp_group_as_world(tmp_path):
     assert got[0] == got[2] and got[1] == got[3] and got[0] != got[1] and len(got[0]) == 10
 
 
-def test_bad_groups_are_refused():
+def _global_ranks() -> tuple[int, ...]:
+    return ditron.world().global_ranks
+
+
+def test_bad_groups_are_refused(monkeypatch):
     with pytest.raises(ValueError, match="distinct global ranks"):
         group_ranks([0, 0], 4)
     with pytest.raises(ValueError, match="distinct global ranks"):
@@ -199,6 +203,11 @@ def test_bad_groups_are_refused():
         ditron.launch(_ops_in_group, 4, [[0, 1]], 1, backend="cpu", groups=[[0, 1], [1, 2]])
     with pytest.raises(ValueError, match="split range"):
         ditron.launch(_ops_in_group, 3, [[0, 1]], 1, backend="cpu", groups=[[0, 1], []])
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")  # nodes {0, 1} and {2, 3}
+    assert ditron.launch(_global_ranks, 4, backend="cpu", groups=[[0, 1], [2, 3]]) == [
+        (0, 1), (0, 1), (2, 3), (2, 3)]
+    with pytest.raises(ValueError, match="equal blocks of consecutive ranks"):
+        ditron.launch(_global_ranks, 4, backend="cpu", groups=[[0, 2, 3], [1]])
 
 
 def test_megakernel_and_nn_layers_in_groups(backend):
