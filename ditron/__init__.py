@@ -1,7 +1,7 @@
 """Ditron: compute-communication-overlapped multi-GPU kernels in stock Triton.
 
-Host API (see DESIGN.md): ``launch``, ``init``, ``world``, ``shutdown``, ``empty``,
-``zeros``, ``free``, ``peer``, ``barrier``, ``context``; device primitives live in
+Host API (see DESIGN.md): ``launch``, ``init``, ``world``, ``use``, ``shutdown``,
+``empty``, ``zeros``, ``free``, ``peer``, ``barrier``, ``context``; device primitives live in
 ``ditron.language``; operators in ``ditron.ops``; torch modules in ``ditron.nn``; task
 graphs run as megakernels in ``ditron.task``.
 """
@@ -20,7 +20,7 @@ from .runtime.diagnostics import WaitTimeoutError, check_waits, set_wait_timeout
 from .runtime.launch import RankError, launch  # noqa: E402
 from .runtime.signals import SignalPad, signal_pad  # noqa: E402
 from .runtime.symmetric import context, empty, free, is_symmetric, peer, zeros  # noqa: E402
-from .runtime.world import World, init, is_initialized, shutdown, world  # noqa: E402
+from .runtime.world import World, init, is_initialized, shutdown, use, world  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -43,6 +43,7 @@ __all__ = [
     "set_wait_timeout",
     "shutdown",
     "signal_pad",
+    "use",
     "world",
     "zeros",
 ]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
+import hashlib
 import os
 import uuid
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -76,7 +79,8 @@ class Runtime:
                              self.diag, limit)
 
 
-_RUNTIME: Runtime | None = None
+_RUNTIME: Runtime | None = None  # the current world's
+_RUNTIMES: dict[tuple[int, ...], Runtime] = {}  # every world of this process, by global ranks
 
 
 def current() -> Runtime:
@@ -91,8 +95,25 @@ def is_initialized() -> bool:
 
 
 def world() -> World:
-    """This process's :class:`World` (after ``ditron.init``)."""
+    """The current :class:`World` of this process (after ``ditron.init``)."""
     return current().world
+
+
+@contextlib.contextmanager
+def use(w: World) -> Iterator[World]:
+    """Make ``w`` (a world ``init`` returned in this process) the current one inside the
+    ``with`` block: ops, symmetric allocations, barriers and ``ditron.context()`` there
+    run in ``w``; the previous world is current again afterwards."""
+    global _RUNTIME
+    rt = _RUNTIMES.get(w.global_ranks) if isinstance(w, World) else None
+    if rt is None or rt.world != w:
+        raise ValueError(f"ditron.use: {w!r} is not a world of this process (worlds: "
+                         f"{[list(r) for r in _RUNTIMES]})")
+    previous, _RUNTIME = _RUNTIME, rt
+    try:
+        yield w
+    finally:
+        _RUNTIME = previous
 
 
 def _env_int(*names: str, default: int | None = None) -> int | None:
@@ -115,26 +136,30 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
     ``torch.distributed`` ``ProcessGroup`` (``DeviceMesh.get_group("tp")``, say) or a
     sequence of global ranks. Only its members call ``init``, all with the same group; the
     world's ranks are its members in increasing global rank, and every op, symmetric tensor
-    and barrier spans them only (``World.global_ranks`` maps back). Each group of a job can
-    be a world of its own, in its own processes; a process belongs to one world.
+    and barrier spans them only (``World.global_ranks`` maps back).
+
+    A process can hold several worlds (a TP group and an EP group, say), each with its own
+    heap: ``init`` with a new group makes that world and makes it current; :func:`use`
+    switches between them. Calling ``init`` again without a group (e.g. inside
+    ``ditron.launch``) returns the current world; with the group of an existing world,
+    that world (made current).
 
     Keyword arguments override the ``DITRON_*`` settings of :class:`Settings`
-    (``local_world_size``: ranks per node of the job). Calling it again in an initialised
-    process (e.g. inside ``ditron.launch``) returns the same world.
+    (``local_world_size``: ranks per node of the job).
     """
     global _RUNTIME
     if _RUNTIME is not None:
-        # Ranks started by ditron.launch are initialised already; calling init again is fine.
         if backend is not None and backend != _RUNTIME.world.backend:
             raise RuntimeError(f"ditron.init: already initialised with backend "
                                f"{_RUNTIME.world.backend!r}, not {backend!r} (call "
                                f"ditron.shutdown() first)")
-        if group is not None and (group_ranks(group, dist.get_world_size())
-                                  != _RUNTIME.world.global_ranks):
-            raise RuntimeError(f"ditron.init: already initialised over global ranks "
-                               f"{list(_RUNTIME.world.global_ranks)}, not over the group "
-                               f"{group!r} (call ditron.shutdown() first)")
-        return _RUNTIME.world
+        if group is None:
+            return _RUNTIME.world
+        known = _RUNTIMES.get(group_ranks(group, dist.get_world_size()))
+        if known is not None:
+            _RUNTIME = known
+            return known.world
+        backend = _RUNTIME.world.backend
     settings = Settings.from_env(backend, heap_size=heap_size, wait_timeout=wait_timeout,
                                  local_world_size=local_world_size)
     interpret.arrange(settings.backend)
@@ -172,24 +197,38 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
     topo = Topology(rank, len(ranks), lws)
 
     job = os.environ.get("DITRON_JOB")
-    if job is not None and not groups.whole_job:
-        job = f"{job}-g{ranks[0]}"  # a world per group: their segments must not collide
+    if job is not None and not groups.whole_job:  # a world per group: segments must not collide
+        job = f"{job}-g{hashlib.sha1(repr(ranks).encode()).hexdigest()[:10]}"
     job = [job or (uuid.uuid4().hex[:12] if rank == 0 else None)]
     dist.broadcast_object_list(job, group=groups.host, group_src=0)
     mapping = impl.map_heap(settings.heap_size, topo, groups, job[0])
     heap = SymmetricHeap(mapping, rank, groups.host, poison=settings.poison)
     w = World(rank, topo.world_size, topo.local_rank, topo.local_world_size, device,
               settings.backend, ranks)
-    _RUNTIME = Runtime(w, settings, impl, topo, groups, heap, owns_pg)
+    _RUNTIME = _RUNTIMES[ranks] = Runtime(w, settings, impl, topo, groups, heap, owns_pg)
     return w
 
 
 def shutdown() -> None:
-    """Release the heap and, if ``init`` created it, the process group (idempotent)."""
+    """Release every world of this process, newest first (each a collective over its
+    ranks), and, if ``init`` created it, the process group (idempotent)."""
     global _RUNTIME
-    rt, _RUNTIME = _RUNTIME, None
-    if rt is None:
-        return
+    runtimes = list(_RUNTIMES.values())[::-1]
+    _RUNTIME = None
+    _RUNTIMES.clear()
+    errors = []
+    for rt in runtimes:
+        try:
+            _release(rt)
+        except BaseException as exc:  # noqa: BLE001 - release the others, then raise
+            errors.append(exc)
+    if dist.is_initialized() and any(rt.owns_process_group for rt in runtimes):
+        dist.destroy_process_group()
+    if errors:
+        raise errors[0]
+
+
+def _release(rt: Runtime) -> None:
     try:
         rt.backend.synchronize(rt.world.device)
         if rt.world.world_size > 1:
@@ -197,11 +236,8 @@ def shutdown() -> None:
     finally:
         rt.backend.unmap_heap(rt.heap.mapping)
         if dist.is_initialized():
-            if rt.owns_process_group:
-                dist.destroy_process_group()
-            else:
-                for g in rt.groups.created:
-                    dist.destroy_process_group(g)
+            for g in rt.groups.created:
+                dist.destroy_process_group(g)
 
 
 def _host_timeout(settings: Settings) -> float:

@@ -8,6 +8,8 @@ collective.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -153,9 +155,9 @@ def _tp_dp_step(rendezvous: str) -> list[float]:
             ditron.init("cpu", group=other)
         w = ditron.init("cpu", group=tp)
         assert w.global_ranks == tuple(dist.get_process_group_ranks(tp))
-        with pytest.raises(RuntimeError, match="already initialised over global ranks"):
+        with pytest.raises(ValueError, match="is not in the group"):
             ditron.init(group=other)
-        assert ditron.init(group=tp) == w
+        assert ditron.init(group=tp) == w == ditron.world()
         g = torch.Generator().manual_seed(7 + rank)
         x = torch.randn(6, 16, generator=g)  # this rank's sequence shard
         # this TP rank's column shard of an nn.Linear weight, the same in every DP replica
@@ -227,3 +229,55 @@ def test_megakernel_and_nn_layers_in_groups(backend):
     got = ditron.launch(nn_case, 4, 7, 20, 6, specs, backend=backend,
                         groups=[[0, 1, 3], [2]])
     assert got == [6 * sum(s[-1] for s in specs)] * 4
+
+
+def _several_worlds(calls: int) -> int:
+    """Three worlds in each process: the job (from launch), pairs {0, 1} / {2, 3} ("tp")
+    and strided pairs {0, 2} / {1, 3} ("ep"), used in turns, each op against
+    torch.distributed on the same ranks; a symmetric tensor of one world is refused in
+    another."""
+    poison_empty()
+    job = ditron.world()
+    me = dist.get_rank()
+    tp_ref = _reference_groups([[0, 1], [2, 3]])
+    ep_ref = _reference_groups([[0, 2], [1, 3]])
+    tp = ditron.init(group=[me - me % 2, me - me % 2 + 1])
+    assert ditron.world() == tp
+    ep = ditron.init(group=[me % 2, me % 2 + 2])
+    assert ditron.world() == ep and tp.global_ranks != ep.global_ranks
+    assert ditron.init(group=tp.global_ranks) == tp == ditron.world()
+    with ditron.use(ep):
+        sym_ep = ditron.zeros(8)
+    sym_tp = ditron.zeros(8)
+    g = torch.Generator().manual_seed(50 + me)
+    checks = 0
+    for call in range(calls):
+        a = torch.randn(5, 12, generator=g)
+        b = torch.randn(12, 6, generator=g)
+        with ditron.use(tp):
+            _close(ditron.ops.ag_gemm(a, b, method="overlap"), torch.cat(_gathered(a, tp_ref)) @ b,
+                   f"tp ag_gemm, call {call}")
+            with ditron.use(ep):  # nested: back to tp on exit
+                x = torch.randn(4, 3, generator=g)
+                ref = torch.empty(4, 3)
+                dist.all_to_all_single(ref, x, group=ep_ref)
+                _close(ditron.ops.all_to_all(x), ref, f"ep all_to_all, call {call}")
+            assert ditron.world() == tp
+            _close(ditron.ops.all_reduce(b), _summed(b, group=tp_ref), f"tp all_reduce {call}")
+        with ditron.use(job):
+            _close(ditron.ops.all_reduce(b), _summed(b), f"job all_reduce, call {call}")
+        checks += 4
+    with ditron.use(tp):
+        sym_tp.fill_(me)
+        ditron.barrier()
+        assert float(ditron.peer(sym_tp, 1 - tp.rank)[0]) == tp.global_ranks[1 - tp.rank]
+        with pytest.raises(ValueError, match="not in the current world's symmetric heap"):
+            ditron.peer(sym_ep, 0)
+    with pytest.raises(ValueError, match="not a world of this process"):
+        with ditron.use(dataclasses.replace(tp, rank=5)):
+            pass
+    return checks
+
+
+def test_several_worlds_in_a_process(backend):
+    assert ditron.launch(_several_worlds, 4, 2, backend=backend) == [8] * 4
