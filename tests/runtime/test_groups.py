@@ -252,15 +252,15 @@ def _several_worlds(calls: int) -> int:
     g = torch.Generator().manual_seed(50 + me)
     checks = 0
     for call in range(calls):
-        a = torch.randn(5, 12, generator=g)
-        b = torch.randn(12, 6, generator=g)
+        a = torch.randn(5, 12, generator=g).to(job.device)
+        b = torch.randn(12, 6, generator=g).to(job.device)
         with ditron.use(tp):
-            _close(ditron.ops.ag_gemm(a, b, method="overlap"), torch.cat(_gathered(a, tp_ref)) @ b,
-                   f"tp ag_gemm, call {call}")
+            _close(ditron.ops.ag_gemm(a, b, method="overlap"),
+                   torch.cat(_gathered(a, tp_ref)) @ b.cpu(), f"tp ag_gemm, call {call}")
             with ditron.use(ep):  # nested: back to tp on exit
-                x = torch.randn(4, 3, generator=g)
+                x = torch.randn(4, 3, generator=g).to(job.device)
                 ref = torch.empty(4, 3)
-                dist.all_to_all_single(ref, x, group=ep_ref)
+                dist.all_to_all_single(ref, x.cpu(), group=ep_ref)
                 _close(ditron.ops.all_to_all(x), ref, f"ep all_to_all, call {call}")
             assert ditron.world() == tp
             _close(ditron.ops.all_reduce(b), _summed(b, group=tp_ref), f"tp all_reduce {call}")
