@@ -6,7 +6,8 @@ the sequence and multiplies by its output features (``ag_gemm``), the row layer 
 by its input features and reduce-scatters the sum back to the sequence split (``gemm_rs``);
 in the backward pass the two swap roles. Without sequence parallelism the input and output
 are replicated and the row layer all-reduces (``gemm_ar``). Layers are built inside a rank
-(``ditron.launch`` or after ``ditron.init``).
+(``ditron.launch`` or after ``ditron.init``) and belong to the world current then: calling
+one while another world is current (``ditron.use``) raises ``RuntimeError``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class _ParallelLinear(torch.nn.Module):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.sequence_parallel, self.method = sequence_parallel, method
-        kw = {"device": device if device is not None else world().device, "dtype": dtype}
+        self.world = world()  # the shards split over its ranks
+        kw = {"device": device if device is not None else self.world.device, "dtype": dtype}
         self.weight = torch.nn.Parameter(torch.empty(weight_shape, **kw))
         self.bias = (torch.nn.Parameter(torch.empty(bias_size, **kw))
                      if bias_size is not None else None)
@@ -48,6 +50,13 @@ class _ParallelLinear(torch.nn.Module):
             self.weight.uniform_(-bound, bound)
             if self.bias is not None:
                 self.bias.zero_()
+
+    def _check_world(self) -> None:
+        if world() != self.world:
+            raise RuntimeError(f"ditron.nn: {type(self).__name__} was built in the world over "
+                               f"global ranks {list(self.world.global_ranks)}, but the world "
+                               f"over {list(world().global_ranks)} is current; call it inside "
+                               f"ditron.use(layer.world)")
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -75,6 +84,7 @@ class ColumnParallelLinear(_ParallelLinear):
         self.keep_gathered = keep_gathered
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_world()
         if self.sequence_parallel:
             return F.all_gather_linear(x, self.weight, self.bias,
                                        keep_gathered=self.keep_gathered, method=self.method)
@@ -113,6 +123,7 @@ class RowParallelLinear(_ParallelLinear):
                          dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_world()
         if self.sequence_parallel:
             return F.linear_reduce_scatter(x, self.weight, self.bias, method=self.method)
         return F.linear_all_reduce(x, self.weight, self.bias, method=self.method)

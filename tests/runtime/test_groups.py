@@ -276,6 +276,10 @@ def _several_worlds(calls: int) -> int:
     with pytest.raises(ValueError, match="not a world of this process"):
         with ditron.use(dataclasses.replace(tp, rank=5)):
             pass
+    layer = ditron.nn.ColumnParallelLinear(12, 8, device=job.device)  # built in tp
+    assert layer.world == tp and layer.weight.shape == (4, 12)
+    with ditron.use(ep), pytest.raises(RuntimeError, match="was built in the world over"):
+        layer(torch.randn(5, 12, device=job.device))
     return checks
 
 
