@@ -112,8 +112,8 @@ def use(w: World) -> Iterator[World]:
     previous, _RUNTIME = _RUNTIME, rt
     try:
         yield w
-    finally:
-        _RUNTIME = previous
+    finally:  # unless the block shut the worlds down
+        _RUNTIME = previous if any(previous is r for r in _RUNTIMES.values()) else None
 
 
 def _env_int(*names: str, default: int | None = None) -> int | None:

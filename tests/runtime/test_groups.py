@@ -280,6 +280,9 @@ def _several_worlds(calls: int) -> int:
     assert layer.world == tp and layer.weight.shape == (4, 12)
     with ditron.use(ep), pytest.raises(RuntimeError, match="was built in the world over"):
         layer(torch.randn(5, 12, device=job.device))
+    with ditron.use(ep):
+        ditron.shutdown()  # every world, newest first, and the job's process group
+    assert not ditron.is_initialized() and not dist.is_initialized()
     return checks
 
 
