@@ -165,9 +165,10 @@ class SymmetricHeap:
 
     def offset_of(self, tensor: torch.Tensor) -> int:
         if not self.contains(tensor):
-            raise ValueError("tensor is not in the current world's symmetric heap; allocate "
-                             "it with ditron.empty or ditron.zeros (with several worlds in "
-                             "a process: inside ditron.use(the world it belongs to))")
+            raise ValueError("tensor is not in the symmetric heap (of the current world); "
+                             "allocate it with ditron.empty or ditron.zeros (with several "
+                             "worlds in a process: inside ditron.use(the world it belongs "
+                             "to))")
         return tensor.data_ptr() - self.mapping.bases[self.rank]
 
     def describe(self, offset: int) -> str:
