@@ -23,7 +23,9 @@ is all-reduced in the backward pass: every rank gets the whole gradient.
 
 Under ``torch.autocast`` the linear functions compute in its dtype, as
 ``torch.nn.functional.linear`` does. Every function is a collective: all ranks call it in
-the same order (forward and backward) with matching shapes. ``method`` is passed to the op
+the same order (forward and backward) with matching shapes. It runs in the world current
+at its forward call, backward included (``ditron.use``: the backward of a TP layer stays in
+the TP world when another world is current by then). ``method`` is passed to the op
 (``"auto"``, ``"overlap"``, ``"fallback"``).
 """
 
@@ -34,7 +36,7 @@ import contextlib
 import torch
 
 from ..runtime.world import world
-from . import library  # noqa: F401  (registers torch.ops.ditron.*)
+from . import library  # registers torch.ops.ditron.*
 
 _ditron = torch.ops.ditron
 
@@ -88,14 +90,14 @@ def _split_rows(x: torch.Tensor, name: str) -> None:
 
 class _AllGatherLinear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x2, weight, keep_gathered: bool, method: str):
-        ctx.method = method
+    def forward(ctx, x2, weight, keep_gathered: bool, method: str, key: str):
+        ctx.method, ctx.key = method, key
         ctx.kept = keep_gathered and ctx.needs_input_grad[1]
         if ctx.kept:
-            y, gathered = _ditron.ag_gemm_gathered(x2, weight.t(), method)
+            y, gathered = _ditron.ag_gemm_gathered(x2, weight.t(), method, key)
             ctx.save_for_backward(gathered, weight)
         else:
-            y = _ditron.ag_gemm(x2, weight.t(), method)
+            y = _ditron.ag_gemm(x2, weight.t(), method, key)
             ctx.save_for_backward(x2, weight)
         return y
 
@@ -105,19 +107,19 @@ class _AllGatherLinear(torch.autograd.Function):
         gy = gy.contiguous()
         gx = gw = None
         if ctx.needs_input_grad[0]:
-            gx = _ditron.gemm_rs(gy, weight, ctx.method)
+            gx = _ditron.gemm_rs(gy, weight, ctx.method, ctx.key)
         if ctx.needs_input_grad[1]:
-            gathered = rows if ctx.kept else _ditron.all_gather(rows)
+            gathered = rows if ctx.kept else _ditron.all_gather(rows, ctx.key)
             gw = gy.t() @ gathered
-        return gx, gw, None, None
+        return gx, gw, None, None, None
 
 
 class _LinearReduceScatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x2, weight, method: str):
-        ctx.method = method
+    def forward(ctx, x2, weight, method: str, key: str):
+        ctx.method, ctx.key = method, key
         ctx.save_for_backward(x2, weight)
-        return _ditron.gemm_rs(x2, weight.t(), method)
+        return _ditron.gemm_rs(x2, weight.t(), method, key)
 
     @staticmethod
     def backward(ctx, gy):
@@ -126,67 +128,70 @@ class _LinearReduceScatter(torch.autograd.Function):
         need_x, need_w = ctx.needs_input_grad[:2]
         gx = gw = None
         if need_x and need_w:
-            gx, gathered = _ditron.ag_gemm_gathered(gy, weight, ctx.method)
+            gx, gathered = _ditron.ag_gemm_gathered(gy, weight, ctx.method, ctx.key)
             gw = gathered.t() @ x2
         elif need_x:
-            gx = _ditron.ag_gemm(gy, weight, ctx.method)
+            gx = _ditron.ag_gemm(gy, weight, ctx.method, ctx.key)
         elif need_w:
-            gw = _ditron.all_gather(gy).t() @ x2
-        return gx, gw, None
+            gw = _ditron.all_gather(gy, ctx.key).t() @ x2
+        return gx, gw, None, None
 
 
 class _LinearAllReduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x2, weight, method: str):
+    def forward(ctx, x2, weight, method: str, key: str):
         ctx.save_for_backward(x2, weight)
-        return _ditron.gemm_ar(x2, weight.t(), method)
+        return _ditron.gemm_ar(x2, weight.t(), method, key)
 
     @staticmethod
     def backward(ctx, gy):
         x2, weight = ctx.saved_tensors
         gx = gy @ weight if ctx.needs_input_grad[0] else None
         gw = gy.t() @ x2 if ctx.needs_input_grad[1] else None
-        return gx, gw, None
+        return gx, gw, None, None
 
 
 class _AllGather(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
-        return _ditron.all_gather(x)
+    def forward(ctx, x, key: str):
+        ctx.key = key
+        return _ditron.all_gather(x, key)
 
     @staticmethod
     def backward(ctx, g):
-        return _ditron.reduce_scatter(g.contiguous())
+        return _ditron.reduce_scatter(g.contiguous(), ctx.key), None
 
 
 class _ReduceScatter(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
-        return _ditron.reduce_scatter(x)
+    def forward(ctx, x, key: str):
+        ctx.key = key
+        return _ditron.reduce_scatter(x, key)
 
     @staticmethod
     def backward(ctx, g):
-        return _ditron.all_gather(g.contiguous())
+        return _ditron.all_gather(g.contiguous(), ctx.key), None
 
 
 class _AllReduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
-        return _ditron.all_reduce(x)
+    def forward(ctx, x, key: str):
+        return _ditron.all_reduce(x, key)
 
     @staticmethod
     def backward(ctx, g):
-        return g
+        return g, None
 
 
 class _CopyToTensorParallel(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x, key: str):
+        ctx.key = key
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, g):
-        return _ditron.all_reduce(g.contiguous())
+        return _ditron.all_reduce(g.contiguous(), ctx.key), None
 
 
 def all_gather_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -201,11 +206,12 @@ def all_gather_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     """
     x, weight, bias, plain = _autocast(x, weight, bias, "all_gather_linear")
     x2 = _rows(x, weight, bias, "all_gather_linear", 2)
+    key = library.world_key()
     with plain:
-        y = _AllGatherLinear.apply(x2, weight, keep_gathered, method)
+        y = _AllGatherLinear.apply(x2, weight, keep_gathered, method, key)
     if bias is not None:
         y = y + bias
-    return y.view(world().world_size * x.shape[0], *x.shape[1:-1], weight.shape[0])
+    return y.view(library.world_size(key) * x.shape[0], *x.shape[1:-1], weight.shape[0])
 
 
 def linear_reduce_scatter(x: torch.Tensor, weight: torch.Tensor,
@@ -220,11 +226,12 @@ def linear_reduce_scatter(x: torch.Tensor, weight: torch.Tensor,
     x, weight, bias, plain = _autocast(x, weight, bias, "linear_reduce_scatter")
     x2 = _rows(x, weight, bias, "linear_reduce_scatter", 2)
     _split_rows(x, "linear_reduce_scatter")
+    key = library.world_key()
     with plain:
-        y = _LinearReduceScatter.apply(x2, weight, method)
+        y = _LinearReduceScatter.apply(x2, weight, method, key)
     if bias is not None:  # replicated, while the rows are split: its gradient is summed
         y = y + copy_to_tensor_parallel(bias)
-    return y.view(x.shape[0] // world().world_size, *x.shape[1:-1], weight.shape[0])
+    return y.view(x.shape[0] // library.world_size(key), *x.shape[1:-1], weight.shape[0])
 
 
 def linear_all_reduce(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -237,7 +244,7 @@ def linear_all_reduce(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     x, weight, bias, plain = _autocast(x, weight, bias, "linear_all_reduce")
     x2 = _rows(x, weight, bias, "linear_all_reduce")
     with plain:
-        y = _LinearAllReduce.apply(x2, weight, method)
+        y = _LinearAllReduce.apply(x2, weight, method, library.world_key())
     if bias is not None:
         y = y + bias
     return y.view(*x.shape[:-1], weight.shape[0])
@@ -245,21 +252,21 @@ def linear_all_reduce(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 def all_gather(x: torch.Tensor) -> torch.Tensor:
     """Every rank's ``x`` concatenated along dim 0; backward: reduce-scatter."""
-    return _AllGather.apply(x)
+    return _AllGather.apply(x, library.world_key())
 
 
 def reduce_scatter(x: torch.Tensor) -> torch.Tensor:
     """This rank's slice (dim 0) of the sum over ranks; backward: all-gather."""
     _split_rows(x, "reduce_scatter")
-    return _ReduceScatter.apply(x)
+    return _ReduceScatter.apply(x, library.world_key())
 
 
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
     """The sum over ranks; backward passes the (replicated) gradient through."""
-    return _AllReduce.apply(x)
+    return _AllReduce.apply(x, library.world_key())
 
 
 def copy_to_tensor_parallel(x: torch.Tensor) -> torch.Tensor:
     """``x`` itself; backward sums the gradient over ranks (a replicated input feeding
     sharded work)."""
-    return _CopyToTensorParallel.apply(x)
+    return _CopyToTensorParallel.apply(x, library.world_key())

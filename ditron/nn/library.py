@@ -14,13 +14,36 @@ with the same semantics and checks, and returns new tensors (never a view of an 
 - ``all_gather(x) / reduce_scatter(x)``: along dim 0; ``all_reduce(x)``.
 
 They are collectives: every rank must call them in the same order with matching shapes.
+Each takes a last argument ``world``: ``""`` (the default) runs it in the current world;
+:func:`world_key` names one of this process's worlds, so that a backward pass, which
+autograd runs later, runs in the world of its forward pass, in eager and compiled code.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
-from ..runtime.world import world
+from ..runtime.world import use, world_over
+from ..runtime.world import world as current_world
+
+
+def world_key() -> str:
+    """The current world as these ops' ``world`` argument: its global ranks."""
+    return ",".join(str(r) for r in current_world().global_ranks)
+
+
+def world_size(key: str) -> int:
+    """The size of the world ``key`` names (``""``: the current one)."""
+    return key.count(",") + 1 if key else current_world().world_size
+
+
+def _in(key: str):
+    """Run in the world ``key`` names (``""``: the current one)."""
+    if not key:
+        return contextlib.nullcontext()
+    return use(world_over(tuple(int(r) for r in key.split(","))))
 
 
 def _own(out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
@@ -51,78 +74,88 @@ def _rows(op: str, rows: int, W: int) -> int:
 
 
 @torch.library.custom_op("ditron::ag_gemm", mutates_args=())
-def ag_gemm(a: torch.Tensor, b: torch.Tensor, method: str = "auto") -> torch.Tensor:
-    return _own(_ops().ag_gemm(a, b, method=method), a, b)
+def ag_gemm(a: torch.Tensor, b: torch.Tensor, method: str = "auto",
+            world: str = "") -> torch.Tensor:
+    with _in(world):
+        return _own(_ops().ag_gemm(a, b, method=method), a, b)
 
 
 @ag_gemm.register_fake
-def _(a, b, method="auto"):
+def _(a, b, method="auto", world=""):
     _inner("ag_gemm", a, b)
-    return a.new_empty((world().world_size * a.shape[0], b.shape[1]))
+    return a.new_empty((world_size(world) * a.shape[0], b.shape[1]))
 
 
 @torch.library.custom_op("ditron::ag_gemm_gathered", mutates_args=())
-def ag_gemm_gathered(a: torch.Tensor, b: torch.Tensor,
-                     method: str = "auto") -> tuple[torch.Tensor, torch.Tensor]:
-    c, gathered = _ops().ag_gemm(a, b, return_gathered=True, method=method)
+def ag_gemm_gathered(a: torch.Tensor, b: torch.Tensor, method: str = "auto",
+                     world: str = "") -> tuple[torch.Tensor, torch.Tensor]:
+    with _in(world):
+        c, gathered = _ops().ag_gemm(a, b, return_gathered=True, method=method)
     return _own(c, a, b), _own(gathered, a, b)
 
 
 @ag_gemm_gathered.register_fake
-def _(a, b, method="auto"):
+def _(a, b, method="auto", world=""):
     _inner("ag_gemm_gathered", a, b)
-    M = world().world_size * a.shape[0]
+    M = world_size(world) * a.shape[0]
     return a.new_empty((M, b.shape[1])), a.new_empty((M, a.shape[1]))
 
 
 @torch.library.custom_op("ditron::gemm_rs", mutates_args=())
-def gemm_rs(a: torch.Tensor, b: torch.Tensor, method: str = "auto") -> torch.Tensor:
-    return _own(_ops().gemm_rs(a, b, method=method), a, b)
+def gemm_rs(a: torch.Tensor, b: torch.Tensor, method: str = "auto",
+            world: str = "") -> torch.Tensor:
+    with _in(world):
+        return _own(_ops().gemm_rs(a, b, method=method), a, b)
 
 
 @gemm_rs.register_fake
-def _(a, b, method="auto"):
+def _(a, b, method="auto", world=""):
     _inner("gemm_rs", a, b)
-    return a.new_empty((_rows("gemm_rs", a.shape[0], world().world_size), b.shape[1]))
+    return a.new_empty((_rows("gemm_rs", a.shape[0], world_size(world)), b.shape[1]))
 
 
 @torch.library.custom_op("ditron::gemm_ar", mutates_args=())
-def gemm_ar(a: torch.Tensor, b: torch.Tensor, method: str = "auto") -> torch.Tensor:
-    return _own(_ops().gemm_ar(a, b, method=method), a, b)
+def gemm_ar(a: torch.Tensor, b: torch.Tensor, method: str = "auto",
+            world: str = "") -> torch.Tensor:
+    with _in(world):
+        return _own(_ops().gemm_ar(a, b, method=method), a, b)
 
 
 @gemm_ar.register_fake
-def _(a, b, method="auto"):
+def _(a, b, method="auto", world=""):
     _inner("gemm_ar", a, b)
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
 @torch.library.custom_op("ditron::all_gather", mutates_args=())
-def all_gather(x: torch.Tensor) -> torch.Tensor:
-    return _own(_ops().all_gather(x, 0), x)
+def all_gather(x: torch.Tensor, world: str = "") -> torch.Tensor:
+    with _in(world):
+        return _own(_ops().all_gather(x, 0), x)
 
 
 @all_gather.register_fake
-def _(x):
-    return x.new_empty((world().world_size * x.shape[0], *x.shape[1:]))
+def _(x, world=""):
+    return x.new_empty((world_size(world) * x.shape[0], *x.shape[1:]))
 
 
 @torch.library.custom_op("ditron::reduce_scatter", mutates_args=())
-def reduce_scatter(x: torch.Tensor) -> torch.Tensor:
-    return _own(_ops().reduce_scatter(x, 0), x)
+def reduce_scatter(x: torch.Tensor, world: str = "") -> torch.Tensor:
+    with _in(world):
+        return _own(_ops().reduce_scatter(x, 0), x)
 
 
 @reduce_scatter.register_fake
-def _(x):
-    return x.new_empty((_rows("reduce_scatter", x.shape[0], world().world_size),
+def _(x, world=""):
+    return x.new_empty((_rows("reduce_scatter", x.shape[0], world_size(world)),
                         *x.shape[1:]))
 
 
 @torch.library.custom_op("ditron::all_reduce", mutates_args=())
-def all_reduce(x: torch.Tensor) -> torch.Tensor:
-    return _own(_ops().all_reduce(x), x)
+def all_reduce(x: torch.Tensor, world: str = "") -> torch.Tensor:
+    with _in(world):
+        return _own(_ops().all_reduce(x), x)
 
 
 @all_reduce.register_fake
-def _(x):
+def _(x, world=""):
     return torch.empty_like(x)

@@ -99,6 +99,15 @@ def world() -> World:
     return current().world
 
 
+def world_over(ranks: tuple[int, ...]) -> World:
+    """This process's world over the given global ranks (``ValueError`` if there is none)."""
+    rt = _RUNTIMES.get(tuple(ranks))
+    if rt is None:
+        raise ValueError(f"ditron: no world over global ranks {list(ranks)} in this process "
+                         f"(worlds: {[list(r) for r in _RUNTIMES]})")
+    return rt.world
+
+
 @contextlib.contextmanager
 def use(w: World) -> Iterator[World]:
     """Make ``w`` (a world ``init`` returned in this process) the current one inside the

@@ -8,6 +8,7 @@ collective.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -280,6 +281,27 @@ def _several_worlds(calls: int) -> int:
     assert layer.world == tp and layer.weight.shape == (4, 12)
     with ditron.use(ep), pytest.raises(RuntimeError, match="was built in the world over"):
         layer(torch.randn(5, 12, device=job.device))
+    # a TP MLP's backward runs in its forward's world, eager and compiled, whatever world
+    # is current when autograd runs it
+    row = ditron.nn.RowParallelLinear(8, 12, device=job.device)
+    x = torch.randn(3, 12, generator=g).to(job.device).requires_grad_()
+    params = [x, *layer.parameters(), *row.parameters()]
+
+    def loss(x):
+        return row(torch.nn.functional.gelu(layer(x))).square().sum()
+
+    grads = []
+    for run, other in [(loss, None), (loss, ep), (torch.compile(loss, backend="aot_eager",
+                                                                fullgraph=True), ep)]:
+        out = run(x)
+        with ditron.use(other) if other is not None else contextlib.nullcontext():
+            out.backward()
+        grads.append([p.grad.clone() for p in params])
+        for p in params:
+            p.grad = None
+    for i in (1, 2):
+        for got, ref in zip(grads[i], grads[0], strict=True):
+            _close(got, ref.cpu(), f"backward run {i} with the EP world current")
     with ditron.use(ep):
         ditron.shutdown()  # every world, newest first, and the job's process group
     assert not ditron.is_initialized() and not dist.is_initialized()
