@@ -197,8 +197,9 @@ def _group_of(groups, world_size: int) -> list[list[int] | None]:
     if groups is None:
         return [None] * world_size
     parts = [list(g) for g in groups]
-    flat = sorted(r for g in parts for r in g)
-    if flat != list(range(world_size)) or not all(parts):
+    flat = [r for g in parts for r in g]
+    if (not all(isinstance(r, int) and not isinstance(r, bool) for r in flat)
+            or sorted(flat) != list(range(world_size)) or not all(parts)):
         raise ValueError(f"ditron.launch: groups must split range({world_size}) into "
                          f"non-empty lists of ranks, each rank in one, got {groups!r}")
     return [next(g for g in parts if r in g) for r in range(world_size)]

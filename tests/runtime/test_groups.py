@@ -206,6 +206,8 @@ def test_bad_groups_are_refused(monkeypatch):
         ditron.launch(_ops_in_group, 4, [[0, 1]], 1, backend="cpu", groups=[[0, 1], [1, 2]])
     with pytest.raises(ValueError, match="split range"):
         ditron.launch(_ops_in_group, 3, [[0, 1]], 1, backend="cpu", groups=[[0, 1], []])
+    with pytest.raises(ValueError, match="split range"):
+        ditron.launch(_ops_in_group, 2, [[0, 1]], 1, backend="cpu", groups=[[0, "1"]])
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")  # nodes {0, 1} and {2, 3}
     assert ditron.launch(_global_ranks, 4, backend="cpu", groups=[[0, 1], [2, 3]]) == [
         (0, 1), (0, 1), (2, 3), (2, 3)]
