@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=200, help="elements per rank")
     p.add_argument("--repeats", type=int, default=3)
     # bench and trace forward their options (``--help`` included) to their own modules
-    p = sub.add_parser("bench", help="benchmarks: collectives, tp-gemm, tp-mlp, megakernel",
+    p = sub.add_parser("bench", help="benchmarks: collectives, tp-gemm, tp-mlp, megakernel, moe",
                        add_help=False)
     p.add_argument("name", help="collectives | tp-gemm | tp-mlp | megakernel")
     sub.add_parser("trace", help="overlap trace of an operator (Chrome trace + PNG)",

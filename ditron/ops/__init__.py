@@ -2,7 +2,8 @@
 
 Collectives (``collectives.py``): ``all_gather``, ``reduce_scatter``, ``all_reduce``,
 ``all_to_all``; point-to-point (``p2p.py``): ``send``, ``recv``. Overlapped GEMMs
-(``tp_gemm.py``): ``ag_gemm``, ``gemm_rs``, ``gemm_ar``. ``graph_safe`` (``graphs.py``): the
+(``tp_gemm.py``): ``ag_gemm``, ``gemm_rs``, ``gemm_ar``. Expert parallelism (``moe.py``):
+``moe_dispatch``, ``grouped_gemm``, ``moe_combine``. ``graph_safe`` (``graphs.py``): the
 warm-up of the graph-safe variants before a CUDA-graph capture.
 Every op equals its torch / torch.distributed reference, computes in its inputs' dtype
 and, like torch.distributed's, records no autograd history: each runs with gradients and
@@ -26,6 +27,9 @@ _HOME = {
     "gemm_rs": "tp_gemm",
     "gemm_ar": "tp_gemm",
     "graph_safe": "graphs",
+    "moe_dispatch": "moe",
+    "moe_combine": "moe",
+    "grouped_gemm": "moe",
 }
 
 __all__ = sorted(_HOME)

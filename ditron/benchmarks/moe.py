@@ -1,0 +1,242 @@
+"""Time expert parallelism: the grouped GEMM alone, and a whole MoE layer.
+
+    python -m ditron bench moe --world-size 1 --out moe.json
+
+``gemm`` rows (REFERENCES.md's MoE shapes ``(N, K, experts, topk)``, ``--tokens`` tokens
+routed uniformly at random, bf16): ``ditron.ops.grouped_gemm`` against a loop of
+``torch.matmul`` over the experts (cuBLAS; the counts read on the host first, as a
+framework's loop must) and, where torch has it, ``torch._grouped_mm``; plus a dense
+``torch.matmul`` of the same rows and FLOPs (``dense``), the ceiling a balanced routing
+could reach.
+
+``layer`` rows: ``relu(x @ w1[e]) @ w2[e]`` over the top-k experts, combined with the
+routing weights, per rank ``--layer-tokens`` tokens of hidden ``--hidden``, ``--experts``
+experts (in equal blocks over the ranks) of width ``--ffn``, top-``--topk``. ``ditron``:
+``moe_dispatch`` + two ``grouped_gemm`` + ``moe_combine`` (no host synchronisation);
+``torch``: the same with ``dist.all_to_all_single`` (split sizes read on the host) and the
+matmul loop, as a Megatron-style all-to-all dispatcher without a grouped GEMM does.
+
+Per-call times are the slower rank's median (CUDA events, fixed counts on every rank,
+variants in rotating rounds, warm-up excluded). ``--smoke``: CPU backend, tiny shapes, to
+check the script; its times mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+
+import torch
+import torch.distributed as dist
+
+import ditron
+from ditron.kernels.grouped_gemm import GroupedGemmConfig, grouped_gemm
+from ditron.tune.tuner import agreed_median, time_in_rounds
+
+#: (N, K, experts, topk) of REFERENCES.md: Qwen1.5-MoE, Mixtral-8x7B, Mixtral-8x22B,
+#: DeepSeek-MoE
+SHAPES = [(1408, 2048, 60, 4), (4096, 14336, 8, 2), (6144, 16384, 8, 2), (2048, 1408, 64, 6)]
+
+
+def _routing(tokens: int, experts: int, topk: int, device, gen) -> torch.Tensor:
+    """Top-k distinct experts per token, uniformly at random: ``[tokens, topk]``."""
+    scores = torch.rand(tokens, experts, generator=gen)
+    return scores.topk(topk, dim=1).indices.to(device)
+
+
+#: tile configs ``--sweep`` times beside the default: (BM, BN, BK, warps, stages)
+SWEEP = [(128, 256, 64, 8, 3), (64, 128, 64, 4, 4), (128, 128, 64, 4, 4), (128, 64, 64, 4, 4),
+         (64, 256, 64, 8, 3), (128, 128, 128, 8, 3)]
+
+
+def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, rounds: int,
+              iters: int, warmup: int, sweep: bool) -> dict:
+    dtype = torch.bfloat16
+    ids = _routing(tokens, experts, topk, dev, gen).reshape(-1)
+    counts = torch.bincount(ids, minlength=experts)
+    offsets = torch.zeros(experts + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(counts, 0, out=offsets[1:])
+    m = ids.numel()
+    x = torch.randn(m, k, device=dev, dtype=dtype)
+    w = torch.randn(experts, n, k, device=dev, dtype=dtype).transpose(1, 2)  # [E, K, N]
+    out = torch.empty(m, n, device=dev, dtype=dtype)
+
+    def ditron_call():
+        ditron.ops.grouped_gemm(x, w, offsets, out=out)
+
+    def loop_call():
+        bounds = offsets.tolist()
+        for e in range(experts):
+            torch.matmul(x[bounds[e]:bounds[e + 1]], w[e], out=out[bounds[e]:bounds[e + 1]])
+
+    def dense_call():
+        torch.matmul(x, w[0], out=out)
+
+    fns = {"ditron": ditron_call, "torch_loop": loop_call, "dense": dense_call}
+    for bm, bn, bk, warps, stages in SWEEP if sweep else ():
+        cfg = GroupedGemmConfig(bm, bn, bk, warps, stages)
+        fns[f"ditron_{bm}x{bn}x{bk}w{warps}s{stages}"] = functools.partial(
+            grouped_gemm, x, w, offsets, out=out, config=cfg)
+    grouped_mm = getattr(torch, "_grouped_mm", None)
+    if grouped_mm is not None and dev.type == "cuda":
+        ends = offsets[1:].to(torch.int32)
+        try:
+            grouped_mm(x, w, offs=ends)
+            fns["torch_grouped_mm"] = lambda: grouped_mm(x, w, offs=ends)
+        except (RuntimeError, TypeError, NotImplementedError):
+            pass
+    loop_call()
+    ref = out.clone()
+    ditron_call()
+    err = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+    samples = time_in_rounds(fns, rounds, iters, warmup, dev)
+    row = {"part": "gemm", "n": n, "k": k, "experts": experts, "topk": topk, "rows": m,
+           "max_rel_err": err}
+    for name, times in samples.items():
+        row[name] = agreed_median(times)
+    row["tflops_ditron"] = 2 * m * n * k / row["ditron"] / 1e6
+    return row
+
+
+def _gemm_rows(shapes: list[tuple[int, int, int, int]], tokens: int, dev, rounds: int,
+               iters: int, warmup: int, sweep: bool) -> list[dict]:
+    gen = torch.Generator().manual_seed(0)
+    return [_gemm_row(n, k, experts, topk, tokens, dev, gen, rounds, iters, warmup, sweep)
+            for n, k, experts, topk in shapes]
+
+
+def _torch_layer(x, ids, weights, w1, w2, experts: int, group) -> torch.Tensor:
+    """The layer with torch.distributed and a matmul loop (host-read split sizes)."""
+    W = dist.get_world_size(group)
+    local = experts // W
+    T, k = ids.shape
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=experts).view(W, local)
+    recv_counts = torch.empty_like(counts)
+    dist.all_to_all_single(recv_counts, counts, group=group)
+    send = counts.sum(1).tolist()
+    recv_mat = recv_counts.cpu()
+    recv_n = recv_mat.sum(1).tolist()
+    received = x.new_empty(sum(recv_n), x.shape[1])
+    dist.all_to_all_single(received, x[order // k], recv_n, send, group=group)
+    expert = torch.arange(local, device=x.device).repeat(W).repeat_interleave(
+        recv_counts.reshape(-1))
+    perm = torch.argsort(expert, stable=True)
+    grouped = received[perm]
+    per_expert = recv_mat.sum(0).tolist()
+    y = torch.empty_like(grouped)
+    lo = 0
+    for e, n in enumerate(per_expert):
+        y[lo:lo + n] = torch.relu(grouped[lo:lo + n] @ w1[e]) @ w2[e]
+        lo += n
+    back_in = torch.empty_like(y)
+    back_in[perm] = y
+    back = x.new_empty(T * k, x.shape[1])
+    dist.all_to_all_single(back, back_in, send, recv_n, group=group)
+    copies = torch.empty_like(back)
+    copies[order] = back
+    return (copies.view(T, k, -1).float() * weights[:, :, None]).sum(1).to(x.dtype)
+
+
+def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rounds: int,
+                iters: int, warmup: int) -> list[dict]:
+    from ditron.runtime.world import current
+
+    rt = current()
+    W, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
+    dtype = torch.bfloat16
+    local = experts // W
+    gen = torch.Generator().manual_seed(1 + me)
+    ids = _routing(tokens, experts, topk, dev, gen)
+    weights = torch.rand(tokens, topk, generator=gen).to(dev)
+    x = torch.randn(tokens, hidden, generator=gen).to(dev, dtype)
+    w1 = (torch.randn(local, hidden, ffn, generator=gen) / hidden ** 0.5).to(dev, dtype)
+    w2 = (torch.randn(local, ffn, hidden, generator=gen) / ffn ** 0.5).to(dev, dtype)
+    group = rt.groups.device
+
+    def ditron_layer():
+        d = ditron.ops.moe_dispatch(x, ids, experts)
+        h = torch.relu(ditron.ops.grouped_gemm(d.x, w1, d.expert_offsets))
+        y = ditron.ops.grouped_gemm(h, w2, d.expert_offsets)
+        return ditron.ops.moe_combine(y, d, weights)
+
+    def torch_layer():
+        return _torch_layer(x, ids, weights, w1, w2, experts, group)
+
+    got, ref = ditron_layer(), torch_layer()
+    err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max().clamp(min=1e-6))
+    samples = time_in_rounds({"ditron": ditron_layer, "torch": torch_layer}, rounds, iters,
+                             warmup, dev)
+    row = {"part": "layer", "tokens": tokens, "hidden": hidden, "ffn": ffn,
+           "experts": experts, "topk": topk, "world_size": W,
+           "max_rel_err": agreed_median([float(err)])}
+    for name, times in samples.items():
+        row[name] = agreed_median(times)
+    row["speedup"] = row["torch"] / row["ditron"]
+    return [row]
+
+
+def _measure(args) -> list[dict]:
+    dev = ditron.world().device
+    rows = []
+    if "gemm" in args.parts:
+        rows += _gemm_rows(args.shapes, args.tokens, dev, args.rounds, args.iters, args.warmup,
+                           args.sweep)
+    if "layer" in args.parts:
+        for tokens in args.layer_tokens:
+            rows += _layer_rows(tokens, args.hidden, args.ffn, args.experts, args.topk,
+                                args.rounds, args.iters, args.warmup)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    for row in rows:
+        row["device"] = name
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="ditron bench moe", description=__doc__.split("\n\n")[0])
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--parts", default="gemm,layer", help="gemm, layer or both")
+    p.add_argument("--tokens", type=int, default=8192, help="tokens of the gemm rows")
+    p.add_argument("--layer-tokens", default="128,8192", help="tokens per rank, layer rows")
+    p.add_argument("--hidden", type=int, default=7168)
+    p.add_argument("--ffn", type=int, default=2048)
+    p.add_argument("--experts", type=int, default=64)
+    p.add_argument("--topk", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--sweep", action="store_true", help="time other tile configs too")
+    p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
+    p.add_argument("--out", help="write the rows as JSON here")
+    args = p.parse_args(argv)
+    args.parts = args.parts.split(",")
+    args.layer_tokens = [int(v) for v in args.layer_tokens.split(",")]
+    backend = "cpu" if args.smoke else "cuda"
+    args.shapes = SHAPES
+    if args.smoke:
+        args.shapes = [(24, 40, 4, 2)]
+        args.tokens, args.layer_tokens, args.hidden, args.ffn = 16, [6], 32, 16
+        args.experts, args.topk = 2 * args.world_size, 2
+        args.warmup, args.iters, args.rounds = 1, 2, 1
+    if args.experts % args.world_size:
+        p.error(f"--experts must divide by the world size {args.world_size}")
+    rows = ditron.launch(_measure, args.world_size, args, backend=backend)[0]
+    for row in rows:
+        if row["part"] == "gemm":
+            extra = "".join(f"  {name} {row[name]:9.1f}" for name in row
+                            if name == "torch_grouped_mm" or name.startswith("ditron_"))
+            print(f"gemm  N {row['n']:5d} K {row['k']:5d} E {row['experts']:3d} top{row['topk']}"
+                  f"  ditron {row['ditron']:9.1f}  torch_loop {row['torch_loop']:9.1f}{extra}"
+                  f"  dense {row['dense']:9.1f} us  ({row['tflops_ditron']:.0f} TFLOP/s, "
+                  f"err {row['max_rel_err']:.1e})")
+        else:
+            print(f"layer T {row['tokens']:5d} H {row['hidden']} F {row['ffn']} "
+                  f"E {row['experts']} top{row['topk']} W {row['world_size']}  ditron "
+                  f"{row['ditron']:9.1f}  torch {row['torch']:9.1f} us  speed-up "
+                  f"{row['speedup']:.3f}x  (err {row['max_rel_err']:.1e})")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0

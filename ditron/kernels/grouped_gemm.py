@@ -1,0 +1,147 @@
+"""Grouped GEMM: rows grouped by expert, one weight matrix per group (mixture of experts).
+
+``out[o[g]:o[g+1]] = x[o[g]:o[g+1]] @ w[g]`` for every group ``g < G``, fp32 accumulation,
+where ``o = offsets`` is an integer tensor ``[G + 1]`` on the device, non-decreasing. The
+offsets may be computed on the device (MoE routing): the launch reads no count on the host,
+so it can be captured in a CUDA graph and replayed with new routing. Rows outside
+``[o[0], o[G])`` are not written.
+
+Grid ``(row-tile slots, column tiles)``. Row-tile slot ``t`` belongs to the group whose tiles
+cover it: a program scans the ``G`` groups' tile counts ``cdiv(o[g+1] - o[g], BLOCK_M)`` in
+order and returns at once when ``t`` lies past the last tile. ``sum_g cdiv(n_g, BM) <=
+cdiv(R, BM) + G`` for ``R`` rows, so ``cdiv(R, BM) + G`` slots always suffice. A tile never
+crosses a group boundary (its rows are masked at the group's end).
+
+CPU backend: operands are upcast to fp32 before ``tl.dot`` (the interpreter's 16-bit dot is
+wrong in triton 3.6), as in the persistent GEMM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupedGemmConfig:
+    """Tile shape and launch options of the grouped GEMM."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 64
+    num_warps: int = 8
+    num_stages: int = 4
+
+
+def default_config(device: torch.device, dtype: torch.dtype) -> GroupedGemmConfig:
+    """128 x 128 x 64 tiles on a GPU (``block_k`` 32 for fp32, whose tiles are twice the
+    bytes); 64 x 64 x 32 on the CPU backend, where a program is a NumPy call and larger
+    tiles mean fewer of them."""
+    if device.type != "cuda":
+        return GroupedGemmConfig(64, 64, 32, num_warps=4, num_stages=1)
+    if dtype == torch.float32:
+        return GroupedGemmConfig(128, 128, 32, num_warps=8, num_stages=3)
+    return GroupedGemmConfig()
+
+
+@triton.jit
+def _grouped_gemm_kernel(x, w, out, offsets, G, N, K,
+                         sx_m, sx_k, sw_g, sw_k, sw_n, so_m, so_n,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    slot = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    group = -1
+    row0 = slot * 0
+    row_end = slot * 0
+    tiles_before = slot * 0
+    for g in range(0, G):
+        lo = tl.load(offsets + g).to(tl.int32)
+        hi = tl.load(offsets + g + 1).to(tl.int32)
+        tiles = tl.cdiv(hi - lo, BLOCK_M)
+        hit = (slot >= tiles_before) & (slot < tiles_before + tiles)
+        group = tl.where(hit, g, group)
+        row0 = tl.where(hit, lo + (slot - tiles_before) * BLOCK_M, row0)
+        row_end = tl.where(hit, hi, row_end)
+        tiles_before += tiles
+    if group >= 0:
+        rows = row0 + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        ks = tl.arange(0, BLOCK_K)
+        row_ok = rows < row_end
+        col_ok = cols < N
+        x_ptrs = x + rows.to(tl.int64)[:, None] * sx_m + ks[None, :] * sx_k
+        w_ptrs = (w + group.to(tl.int64) * sw_g + ks[:, None].to(tl.int64) * sw_k
+                  + cols[None, :] * sw_n)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k_ok = ks < K - k0
+            a = tl.load(x_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+            if UPCAST:
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc,
+                             input_precision=DOT_PRECISION)
+            else:
+                acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+            x_ptrs += BLOCK_K * sx_k
+            w_ptrs += BLOCK_K * sw_k
+        o_ptrs = out + rows.to(tl.int64)[:, None] * so_m + cols[None, :] * so_n
+        tl.store(o_ptrs, acc.to(out.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
+
+
+def check_grouped(op: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless ``x [R, K]``, ``w [G, K, N]`` and ``offsets [G + 1]``
+    fit together (shapes, dtypes, devices; the offsets' values are not read)."""
+    if x.dim() != 2 or w.dim() != 3 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"{op}: need x [R, K] and w [G, K, N], got x {tuple(x.shape)} and "
+                         f"w {tuple(w.shape)}")
+    if x.dtype != w.dtype or x.dtype not in _DTYPES:
+        raise ValueError(f"{op}: x and w must share a dtype among float16, bfloat16, "
+                         f"float32; got {x.dtype} and {w.dtype}")
+    if offsets.shape != (w.shape[0] + 1,) or offsets.dtype.is_floating_point \
+            or offsets.dtype == torch.bool:
+        raise ValueError(f"{op}: offsets must be an integer tensor [G + 1] = "
+                         f"[{w.shape[0] + 1}], got {tuple(offsets.shape)} {offsets.dtype}")
+    if not (x.device == w.device == offsets.device):
+        raise ValueError(f"{op}: x, w and offsets must be on one device, got {x.device}, "
+                         f"{w.device}, {offsets.device}")
+
+
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
+                 out: torch.Tensor | None = None,
+                 config: GroupedGemmConfig | None = None) -> torch.Tensor:
+    """``out[o[g]:o[g+1]] = x[o[g]:o[g+1]] @ w[g]`` (see the module docstring).
+
+    ``x [R, K]`` and ``w [G, K, N]`` with any strides (``w`` may be a transposed
+    ``[G, N, K]`` weight), one dtype; ``offsets [G + 1]`` integer, on the same device, with
+    ``0 <= o[0] <= ... <= o[G] <= R`` (not checked: that would read them on the host).
+    Returns ``out [R, N]`` (new, or the given one); rows outside ``[o[0], o[G])`` keep
+    their contents. A local kernel: no ``ditron.init`` needed.
+    """
+    from ..runtime import interpret
+
+    check_grouped("grouped_gemm", x, w, offsets)
+    R, K = x.shape
+    G, _, N = w.shape
+    if out is None:
+        out = torch.empty((R, N), dtype=x.dtype, device=x.device)
+    elif out.shape != (R, N) or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(f"grouped_gemm: out must be [{R}, {N}] {x.dtype} on {x.device}, got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    if R == 0 or N == 0 or G == 0:
+        return out
+    cfg = config or default_config(x.device, x.dtype)
+    slots = triton.cdiv(R, cfg.block_m) + G
+    grid = (slots, triton.cdiv(N, cfg.block_n))
+    _grouped_gemm_kernel[grid](
+        x, w, out, offsets, G, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+        w.stride(2), out.stride(0), out.stride(1),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        UPCAST=interpret.active(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return out

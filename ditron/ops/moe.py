@@ -1,0 +1,221 @@
+"""Expert parallelism: token dispatch to the experts' ranks, grouped GEMM, combine.
+
+``E`` experts are laid out in equal blocks: rank ``r`` holds experts ``r * E_local ..
+(r + 1) * E_local - 1`` with ``E_local = E / W``. A layer is
+
+    d = moe_dispatch(x, topk_ids, E)                 # rows for my experts, grouped by expert
+    h = grouped_gemm(d.x, w1, d.expert_offsets)      # w1: [E_local, H, F], my experts
+    y = grouped_gemm(act(h), w2, d.expert_offsets)   # w2: [E_local, F, H]
+    out = moe_combine(y, d, topk_weights)            # [T, H]: sum_k weight * expert(x)
+
+Everything after the arguments' checks runs on the device, with no host synchronisation:
+routing counts, offsets and permutations are device tensors, the rows move with
+:func:`ditron.ops.all_to_all_device`, so a layer can be captured in a CUDA graph and
+replayed with new routing. Buffers have fixed capacities: ``max_recv_rows`` rows arrive at
+most (default ``W * max_tokens * k``, every copy of every rank, so nothing is dropped).
+
+Order and drops, per rank: the copies ``(t, j)`` of tokens (``t < T``, ``j < k``) are sorted
+by expert id (stable: token order within an expert) and sent; a rank receives the copies
+of rank 0, then 1, ..., and groups them by local expert (stable: source rank, then token
+order). Copies past ``max_recv_rows`` (those of the highest source ranks) are dropped and
+contribute zero to ``moe_combine``, as are copies whose expert id is outside ``[0, E)``
+(``-1`` marks an unrouted copy, as in DeepEP; ids ``>= E`` raise ``ValueError`` in
+debug mode, ``DITRON_WAIT_TIMEOUT > 0``, where the ids are read on the host).
+
+Ranks must share a node (the device all-to-all's limit today).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..kernels.grouped_gemm import check_grouped
+from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
+from ..runtime.agreement import agree
+from ..runtime.world import current
+from .graphs import capturing
+from .modes import public_op
+
+
+@dataclasses.dataclass(frozen=True)
+class MoEDispatch:
+    """What :func:`moe_dispatch` returns and :func:`moe_combine` needs (device tensors).
+
+    ``x [max_recv_rows, H]``: the received token rows grouped by local expert; rows
+    ``expert_offsets[e] .. expert_offsets[e + 1] - 1`` go to local expert ``e``, rows from
+    ``expert_offsets[-1]`` on are undefined. ``tokens_per_expert [E_local]`` (int64).
+    The other fields are the routing ``moe_combine`` reverses.
+    """
+
+    x: torch.Tensor
+    expert_offsets: torch.Tensor
+    tokens_per_expert: torch.Tensor
+    num_experts: int
+    num_tokens: int
+    topk: int
+    max_tokens: int
+    #: send position ``i`` holds copy ``order[i]`` (flat ``t * k + j``) [T * k]
+    order: torch.Tensor
+    #: copies sent to each rank [W]; the received rows each rank kept of them are in
+    #: the combine's returned splits
+    send_splits: torch.Tensor
+    #: grouped row ``i`` is received row ``perm[i]`` [max_recv_rows]
+    perm: torch.Tensor
+    #: received rows kept from each rank [W] (rows past the capacity dropped)
+    kept_splits: torch.Tensor
+
+
+def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int) -> None:
+    if x.dim() != 2:
+        raise ValueError(f"moe_dispatch: x must be [tokens, hidden], got {tuple(x.shape)}")
+    if not x.dtype.is_floating_point:
+        raise ValueError(f"moe_dispatch: x must be a floating tensor, got {x.dtype}")
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != x.shape[0]:
+        raise ValueError(f"moe_dispatch: topk_ids must be [tokens, k] = [{x.shape[0]}, k], "
+                         f"got {tuple(topk_ids.shape)}")
+    if topk_ids.dtype.is_floating_point or topk_ids.dtype.is_complex \
+            or topk_ids.dtype == torch.bool:
+        raise ValueError(f"moe_dispatch: topk_ids must be integers, got {topk_ids.dtype}")
+    if topk_ids.device != x.device:
+        raise ValueError(f"moe_dispatch: topk_ids is on {topk_ids.device}, x on {x.device}")
+    if not isinstance(num_experts, int) or num_experts <= 0 or num_experts % w:
+        raise ValueError(f"moe_dispatch: num_experts must be a positive multiple of the world "
+                         f"size {w}, got {num_experts!r}")
+
+
+def _positions(counts: torch.Tensor, n: int) -> torch.Tensor:
+    """For rows ``0 .. n - 1`` laid out in blocks of ``counts`` (flat, in order), the
+    index of each row's block (``counts.numel()`` past the last block)."""
+    ends = torch.cumsum(counts, 0)
+    rows = torch.arange(n, device=counts.device, dtype=ends.dtype)
+    return torch.searchsorted(ends, rows, right=True)
+
+
+@public_op
+def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
+                 max_tokens: int | None = None,
+                 max_recv_rows: int | None = None) -> MoEDispatch:
+    """Send each token row ``x[t]`` to the ranks of its ``k`` experts ``topk_ids[t]``.
+
+    ``x [T, H]`` (floating), ``topk_ids [T, k]`` integer expert ids in ``[0, E)`` (``-1``:
+    not routed), ``num_experts = E`` a multiple of the world size. ``max_tokens``: the
+    largest ``T`` of any rank (default this rank's ``T``; pass it when ranks differ), and
+    ``max_recv_rows``: rows a rank can receive (default ``W * max_tokens * k``); both equal
+    on every rank (checked). Collective. Returns a :class:`MoEDispatch`.
+    """
+    rt = current()
+    w = rt.world.world_size
+    _check(x, topk_ids, num_experts, w)
+    T, k = topk_ids.shape
+    max_tokens = T if max_tokens is None else max_tokens
+    if not isinstance(max_tokens, int) or max_tokens < T:
+        raise ValueError(f"moe_dispatch: max_tokens must be an int >= this rank's {T} tokens, "
+                         f"got {max_tokens!r}")
+    cap = w * max_tokens * k if max_recv_rows is None else max_recv_rows
+    if not isinstance(cap, int) or cap < 0:
+        raise ValueError(f"moe_dispatch: max_recv_rows must be an int >= 0, got {cap!r}")
+    agree("ditron.ops.moe_dispatch", num_experts=num_experts, k=k, hidden=x.shape[1],
+          dtype=x.dtype, max_tokens=max_tokens, max_recv_rows=cap)
+    if rt.wait_timeout > 0 and not capturing() and topk_ids.numel() \
+            and int(topk_ids.max()) >= num_experts:
+        raise ValueError(f"moe_dispatch: rank {rt.world.rank}: expert id "
+                         f"{int(topk_ids.max())} >= num_experts {num_experts}")
+    local = num_experts // w
+    dev = x.device
+
+    ids = topk_ids.reshape(-1).to(torch.int64)
+    routed = (ids >= 0) & (ids < num_experts)
+    key = torch.where(routed, ids, num_experts)
+    order = torch.argsort(key, stable=True)
+    per_expert = torch.zeros(num_experts + 1, dtype=torch.int64, device=dev)
+    per_expert.scatter_add_(0, key, torch.ones_like(key))
+    counts = per_expert[:num_experts].view(w, local)  # [dest, local expert]
+    send_splits = counts.sum(1)
+    send_x = x.index_select(0, torch.div(order, k, rounding_mode="floor"))
+
+    from .a2a_device import all_to_all_device
+
+    recv_counts, _ = all_to_all_device(counts, torch.ones(w, dtype=torch.int64, device=dev), w)
+    recv_x, recv_splits = all_to_all_device(send_x, send_splits, cap)
+    # received rows come by source rank, each source's rows by expert: blocks recv_counts
+    start = torch.cumsum(recv_splits, 0) - recv_splits
+    kept_splits = (cap - start).clamp(min=0).minimum(recv_splits)
+    block = _positions(recv_counts.reshape(-1), cap)
+    expert = torch.where(block < w * local, block % local, local)
+    order_in = torch.argsort(expert, stable=True)
+    per_local = torch.zeros(local + 1, dtype=torch.int64, device=dev)
+    per_local.scatter_add_(0, expert, torch.ones_like(expert))
+    tokens = per_local[:local]
+    offsets = torch.zeros(local + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(tokens, 0, out=offsets[1:])
+    return MoEDispatch(recv_x.index_select(0, order_in), offsets, tokens, num_experts, T, k,
+                       max_tokens, order, send_splits, order_in, kept_splits)
+
+
+@public_op
+def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
+                topk_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Return each expert output row ``y`` to its token's rank and sum a token's copies.
+
+    ``y [max_recv_rows, N]``: rows in ``dispatch.x``'s order (what the local experts made
+    of them; rows past ``expert_offsets[-1]`` are ignored). ``topk_weights [T, k]``
+    (floating; ``None``: weight 1). Returns ``out [T, N]`` in ``y``'s dtype, ``out[t] =
+    sum_j topk_weights[t, j] * y_row(t, j)`` summed in fp32, a dropped or unrouted copy
+    counting zero. Collective.
+    """
+    d = dispatch
+    if not isinstance(d, MoEDispatch):
+        raise TypeError(f"moe_combine: dispatch must be what moe_dispatch returned, got "
+                        f"{type(d).__name__}")
+    rt = current()
+    w = rt.world.world_size
+    T, k = d.num_tokens, d.topk
+    if y.dim() != 2 or y.shape[0] != d.x.shape[0] or not y.dtype.is_floating_point:
+        raise ValueError(f"moe_combine: y must be floating [{d.x.shape[0]}, N] (dispatch.x's "
+                         f"rows), got {tuple(y.shape)} {y.dtype}")
+    if y.device != d.x.device:
+        raise ValueError(f"moe_combine: y is on {y.device}, the dispatch on {d.x.device}")
+    if topk_weights is not None and (topk_weights.shape != (T, k)
+                                     or not topk_weights.dtype.is_floating_point
+                                     or topk_weights.device != y.device):
+        raise ValueError(f"moe_combine: topk_weights must be floating [{T}, {k}] on "
+                         f"{y.device}, got {tuple(topk_weights.shape)} {topk_weights.dtype} "
+                         f"on {topk_weights.device}")
+    agree("ditron.ops.moe_combine", rows=y.shape[0], n=y.shape[1], dtype=y.dtype,
+          max_tokens=d.max_tokens, k=k)
+    from .a2a_device import all_to_all_device
+
+    received = torch.empty_like(y)
+    received.index_copy_(0, d.perm, y)
+    back, back_splits = all_to_all_device(received, d.kept_splits, d.max_tokens * k)
+    # send position i went to rank dest[i] as its j-th row; it came back if j < back_splits
+    sent = int(T * k)
+    dest = _positions(d.send_splits, sent)
+    dest_c = dest.clamp(max=w - 1)
+    j = torch.arange(sent, device=y.device) - (torch.cumsum(d.send_splits, 0)
+                                               - d.send_splits)[dest_c]
+    came = (dest < w) & (j < back_splits[dest_c])
+    row = ((torch.cumsum(back_splits, 0) - back_splits)[dest_c] + j).clamp(0)
+    vals = back[:1].new_zeros((sent, y.shape[1]), dtype=torch.float32)
+    if back.shape[0]:
+        row = row.clamp(max=back.shape[0] - 1)
+        vals = torch.where(came[:, None], back.index_select(0, row).float(), 0.0)
+    copies = torch.empty_like(vals)
+    copies.index_copy_(0, d.order, vals)
+    copies = copies.view(T, k, y.shape[1])
+    if topk_weights is not None:
+        copies = copies * topk_weights.float()[:, :, None]
+    return copies.sum(1).to(y.dtype)
+
+
+@public_op
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """``out[o[g]:o[g+1]] = x[o[g]:o[g+1]] @ w[g]`` for ``x [R, K]``, ``w [G, K, N]`` (any
+    strides), ``offsets = o [G + 1]`` on the device (``MoEDispatch.expert_offsets``); a
+    local op (``ditron.kernels.grouped_gemm``). Rows outside ``[o[0], o[G])`` are not
+    written."""
+    check_grouped("ditron.ops.grouped_gemm", x, w, offsets)
+    return _grouped_gemm(x, w, offsets, out=out)

@@ -1,0 +1,205 @@
+"""Expert parallelism (moe_dispatch, grouped_gemm, moe_combine) against torch references.
+
+The reference of a layer is computed on each rank from its own tokens and the whole set of
+expert weights (made from one seed on every rank); the reference of the dispatch, of which
+rows land where and which are dropped at a capacity, comes from the ranks' routings
+gathered with torch.distributed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ditron
+from ditron.kernels.grouped_gemm import GroupedGemmConfig, grouped_gemm
+from ditron.runtime.world import current
+
+from .poison import poison_empty
+
+TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (3e-2, 3e-2)}
+
+
+def _gen(*key: int) -> torch.Generator:
+    return torch.Generator().manual_seed(hash(key) % (2**31))
+
+
+# -- grouped GEMM (local) -----------------------------------------------------------------
+def _grouped_ref(x, w, offsets):
+    out = torch.full((x.shape[0], w.shape[2]), float("nan"), dtype=torch.float64)
+    for g in range(w.shape[0]):
+        lo, hi = int(offsets[g]), int(offsets[g + 1])
+        out[lo:hi] = x[lo:hi].double() @ w[g].double()
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_gemm_matches_torch(dtype, backend):
+    """Groups of 0, 1, odd and > 2 tiles of rows, a first offset > 0, rows past the last
+    group left alone, K and N not multiples of the blocks, w transposed; repeated calls."""
+    dev = "cuda" if backend == "cuda" else "cpu"
+    g = _gen(1, int(dtype == torch.float32))
+    cfg = GroupedGemmConfig(16, 16, 16, num_warps=4, num_stages=1)
+    for counts in ([3, 0, 37, 1, 16], [0, 0], [40]):
+        offsets = torch.tensor([0, *counts]).cumsum(0) + 2
+        R, K, N = int(offsets[-1]) + 5, 35, 21
+        x = torch.randn(R, K, generator=g).to(dtype)
+        w = torch.randn(len(counts), N, K, generator=g).to(dtype).transpose(1, 2)
+        out = torch.full((R, N), float("nan"), dtype=dtype, device=dev)
+        grouped_gemm(x.to(dev), w.to(dev), offsets.to(dev), out=out, config=cfg)
+        out = out.cpu()
+        ref = _grouped_ref(x, w, offsets)
+        rtol, atol = TOL[dtype]
+        written = ~ref[:, 0].isnan()
+        torch.testing.assert_close(out[written].double(), ref[written], rtol=rtol, atol=atol)
+        assert out[~written].isnan().all(), "rows outside the groups were written"
+
+
+def test_grouped_gemm_refuses_bad_input():
+    x, w, o = torch.zeros(4, 3), torch.zeros(2, 3, 5), torch.tensor([0, 2, 4])
+    gg = grouped_gemm
+    for words, args in [("need x \\[R, K\\] and w \\[G, K, N\\]", (x, w[:, :2], o)),
+                        ("share a dtype", (x, w.double(), o)),
+                        ("offsets must be an integer tensor \\[G \\+ 1\\]", (x, w, o[:2])),
+                        ("offsets must be an integer", (x, w, o.float()))]:
+        with pytest.raises(ValueError, match=words):
+            gg(*args)
+    with pytest.raises(ValueError, match="out must be \\[4, 5\\]"):
+        gg(x, w, o, out=torch.empty(4, 4))
+
+
+# -- dispatch / combine (multi-rank) ------------------------------------------------------
+def _routing(call: int, rank: int, w: int, experts: int, k: int, hidden: int, dtype):
+    """A rank's tokens, expert ids (some -1) and weights in call ``call``; rank 1 has no
+    tokens in call 1."""
+    tokens = 0 if (call == 1 and rank == 1) else 5 + 3 * rank + call
+    g = _gen(call, rank, w, 7)
+    x = torch.randn(tokens, hidden, generator=g).to(dtype)
+    ids = torch.randint(0, experts, (tokens, k), generator=g)
+    ids[torch.rand(tokens, k, generator=g) < 0.1] = -1
+    weights = torch.rand(tokens, k, generator=g)
+    return x, ids, weights
+
+
+def _experts(call: int, experts: int, hidden: int, ffn: int, dtype):
+    g = _gen(call, 99)
+    return (torch.randn(experts, hidden, ffn, generator=g).div(hidden ** 0.5).to(dtype),
+            torch.randn(experts, ffn, hidden, generator=g).div(ffn ** 0.5).to(dtype))
+
+
+def _kept(w: int, experts: int, cap: int, routings: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Per source rank, a bool [T, k]: copy kept at its destination (each destination
+    takes sources 0, 1, ... in order, each source's copies by expert id, up to ``cap``)."""
+    local = experts // w
+    kept = [torch.zeros(ids.shape, dtype=torch.bool) for ids in routings]
+    for q in range(w):
+        taken = 0
+        for s, ids in enumerate(routings):
+            flat = ids.reshape(-1)
+            for c in torch.argsort(torch.where(flat < 0, experts, flat), stable=True).tolist():
+                if flat[c] >= 0 and int(flat[c]) // local == q:
+                    kept[s].view(-1)[c] = taken < cap
+                    taken += 1
+    return kept
+
+
+def check_moe(cap_rows: int | None) -> int:
+    rt = current()
+    w, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
+    host = rt.host_group
+    poison_empty()
+    checks = 0
+    for call, (dtype, k, per_rank) in enumerate([(torch.float32, 2, 2), (torch.bfloat16, 3, 1),
+                                                 (torch.float32, 1, 3)]):
+        experts, hidden, ffn = per_rank * w, 24, 20
+        routings = [_routing(call, r, w, experts, k, hidden, dtype) for r in range(w)]
+        x, ids, weights = routings[me]
+        max_tokens = max(r[0].shape[0] for r in routings)
+        w1, w2 = _experts(call, experts, hidden, ffn, dtype)
+        mine = slice(me * per_rank, (me + 1) * per_rank)
+        d = ditron.ops.moe_dispatch(x.to(dev), ids.to(dev), experts, max_tokens=max_tokens,
+                                    max_recv_rows=cap_rows)
+        cap = w * max_tokens * k if cap_rows is None else cap_rows
+        assert d.x.shape == (cap, hidden)
+
+        # the dispatch against the gathered routings (pure data movement: exact)
+        gathered = [None] * w
+        dist.all_gather_object(gathered, (x, ids), group=host)
+        kept = _kept(w, experts, cap, [g[1] for g in gathered])
+        offsets = d.expert_offsets.cpu()
+        assert offsets[0] == 0 and torch.equal(d.tokens_per_expert.cpu(), offsets.diff())
+        for e in range(per_rank):
+            rows = [gx[c // k] for s, (gx, gi) in enumerate(gathered)
+                    for c in torch.argsort(gi.reshape(-1), stable=True).tolist()
+                    if int(gi.reshape(-1)[c]) == me * per_rank + e and kept[s].view(-1)[c]]
+            want = torch.stack(rows) if rows else torch.empty(0, hidden, dtype=dtype)
+            got = d.x[int(offsets[e]):int(offsets[e + 1])].cpu()
+            assert torch.equal(got, want), f"rank {me} call {call} expert {e}: rows differ"
+            checks += 1
+
+        # the layer: relu(x @ w1) @ w2 per expert, combined with the weights
+        for repeat in range(2):
+            h = ditron.ops.grouped_gemm(d.x, w1[mine].to(dev), d.expert_offsets)
+            y = ditron.ops.grouped_gemm(torch.relu(h), w2[mine].to(dev), d.expert_offsets)
+            out = ditron.ops.moe_combine(y, d, weights.to(dev) if repeat == 0 else None)
+            ref = torch.zeros(x.shape[0], hidden)
+            for t in range(x.shape[0]):
+                for j in range(k):
+                    e = int(ids[t, j])
+                    if e >= 0 and kept[me][t, j]:
+                        hid = torch.relu((x[t].float() @ w1[e].float()).to(dtype))
+                        yv = (hid.float() @ w2[e].float()).to(dtype).float()
+                        ref[t] += yv * (weights[t, j] if repeat == 0 else 1.0)
+            rtol, atol = TOL[dtype]
+            assert out.dtype == dtype and out.shape == (x.shape[0], hidden)
+            torch.testing.assert_close(out.cpu().float(), ref, rtol=rtol, atol=atol,
+                                       msg=f"rank {me} call {call} repeat {repeat}")
+            checks += 1
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_moe_layer_matches_torch(world_size, backend):
+    counts = ditron.launch(check_moe, world_size, None, backend=backend)
+    assert counts == [12] * world_size  # (experts + 2 layer checks) per call
+
+
+def test_moe_drops_copies_past_the_capacity(backend):
+    """Receivers keep 4 rows: the copies of the highest source ranks are dropped and
+    count zero in the combine."""
+    counts = ditron.launch(check_moe, 3, 4, backend=backend)
+    assert counts == [12] * 3
+
+
+def check_refusals() -> int:
+    dev = ditron.world().device
+    ops = ditron.ops
+    x = torch.randn(6, 8, device=dev)
+    ids = torch.zeros(6, 2, dtype=torch.int64, device=dev)
+    cases = [
+        ("num_experts must be a positive multiple", lambda: ops.moe_dispatch(x, ids, 3)),
+        ("x must be \\[tokens, hidden\\]", lambda: ops.moe_dispatch(x[0], ids, 4)),
+        ("topk_ids must be \\[tokens, k\\]", lambda: ops.moe_dispatch(x, ids[:5], 4)),
+        ("topk_ids must be integers", lambda: ops.moe_dispatch(x, ids.float(), 4)),
+        ("max_tokens must be an int >= this rank's 6", lambda: ops.moe_dispatch(
+            x, ids, 4, max_tokens=5)),
+        ("expert id 4 >= num_experts 4", lambda: ops.moe_dispatch(x, ids + 4, 4)),
+    ]
+    for words, fn in cases:
+        with pytest.raises(ValueError, match=words):
+            fn()
+    d = ops.moe_dispatch(x, ids, 4)
+    with pytest.raises(ValueError, match="y must be floating"):
+        ops.moe_combine(d.x[:3], d)
+    with pytest.raises(ValueError, match="topk_weights must be floating \\[6, 2\\]"):
+        ops.moe_combine(d.x, d, torch.ones(6, 3, device=dev))
+    with pytest.raises(TypeError, match="what moe_dispatch returned"):
+        ops.moe_combine(d.x, "routing")
+    out = ops.moe_combine(d.x, d)  # identity experts: every token comes back k times
+    torch.testing.assert_close(out, 2 * x)
+    return len(cases) + 4
+
+
+def test_moe_refuses_bad_input(backend):
+    assert ditron.launch(check_refusals, 2, backend=backend) == [10, 10]
