@@ -1,6 +1,8 @@
-"""Grouped GEMM: rows grouped by expert, one weight matrix per group (mixture of experts).
+"""Grouped GEMMs: rows grouped by expert, one weight matrix per group (mixture of experts).
 
-``out[o[g]:o[g+1]] = x[o[g]:o[g+1]] @ w[g]`` for every group ``g < G``, fp32 accumulation,
+:func:`grouped_gemm`: ``out[o[g]:o[g+1]] = x[o[g]:o[g+1]] @ w[g]`` for every group ``g < G``;
+:func:`grouped_gemm_wgrad` (the weight gradient): ``dw[g] = x[o[g]:o[g+1]].T @ dy[o[g]:o[g+1]]``.
+Both accumulate in fp32,
 where ``o = offsets`` is an integer tensor ``[G + 1]`` on the device, non-decreasing. The
 offsets may be computed on the device (MoE routing): the launch reads no count on the host,
 so it can be captured in a CUDA graph and replayed with new routing. Rows outside
@@ -14,6 +16,9 @@ crosses a group boundary (its rows are masked at the group's end).
 
 CPU backend: operands are upcast to fp32 before ``tl.dot`` (the interpreter's 16-bit dot is
 wrong in triton 3.6), as in the persistent GEMM.
+
+The weight gradient's grid is ``(G * K tiles, N tiles)``: program ``(g, kb, nb)`` loops over
+group ``g``'s rows in blocks of ``BLOCK_M`` (an empty group stores zeros).
 """
 
 from __future__ import annotations
@@ -94,6 +99,37 @@ def _grouped_gemm_kernel(x, w, out, offsets, G, N, K,
         tl.store(o_ptrs, acc.to(out.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
+@triton.jit
+def _grouped_wgrad_kernel(x, dy, dw, offsets, K, N, sx_m, sx_k, sd_m, sd_n, sw_g, sw_k, sw_n,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    group = tl.program_id(0) // k_tiles
+    kb = tl.program_id(0) % k_tiles
+    pid_n = tl.program_id(1)
+    lo = tl.load(offsets + group).to(tl.int32)
+    hi = tl.load(offsets + group + 1).to(tl.int32)
+    ks = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ms = tl.arange(0, BLOCK_M)
+    k_ok = ks < K
+    col_ok = cols < N
+    acc = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
+    for m0 in range(lo, hi, BLOCK_M):
+        rows = m0 + ms
+        row_ok = rows < hi
+        a = tl.load(x + rows.to(tl.int64)[None, :] * sx_m + ks[:, None] * sx_k,
+                    mask=k_ok[:, None] & row_ok[None, :], other=0.0)  # [BK, BM]: x rows, T
+        b = tl.load(dy + rows.to(tl.int64)[:, None] * sd_m + cols[None, :] * sd_n,
+                    mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+        if UPCAST:
+            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=DOT_PRECISION)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+    d_ptrs = dw + group.to(tl.int64) * sw_g + ks[:, None] * sw_k + cols[None, :] * sw_n
+    tl.store(d_ptrs, acc.to(dw.dtype.element_ty), mask=k_ok[:, None] & col_ok[None, :])
+
+
 def check_grouped(op: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> None:
     """Raise ``ValueError`` unless ``x [R, K]``, ``w [G, K, N]`` and ``offsets [G + 1]``
     fit together (shapes, dtypes, devices; the offsets' values are not read)."""
@@ -142,6 +178,42 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
         x, w, out, offsets, G, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
         w.stride(2), out.stride(0), out.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        UPCAST=interpret.active(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return out
+
+
+def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, *,
+                       out: torch.Tensor | None = None,
+                       config: GroupedGemmConfig | None = None) -> torch.Tensor:
+    """``dw[g] = x[o[g]:o[g+1]].T @ dy[o[g]:o[g+1]]`` for ``x [R, K]``, ``dy [R, N]`` (any
+    strides, one dtype) and ``offsets = o [G + 1]`` as in :func:`grouped_gemm`. Returns
+    ``dw [G, K, N]`` in ``x``'s dtype (zeros for an empty group)."""
+    from ..runtime import interpret
+
+    G = offsets.shape[0] - 1 if offsets.dim() == 1 else -1
+    if dy.dim() != 2 or dy.shape[0] != x.shape[0]:
+        raise ValueError(f"grouped_gemm_wgrad: need dy [R, N] with x's {x.shape[0]} rows, got "
+                         f"{tuple(dy.shape)}")
+    N = dy.shape[1]
+    check_grouped("grouped_gemm_wgrad", x, dy.new_empty((max(G, 0), x.shape[1], N)), offsets)
+    if dy.dtype != x.dtype or dy.device != x.device:
+        raise ValueError(f"grouped_gemm_wgrad: dy must be {x.dtype} on {x.device}, got "
+                         f"{dy.dtype} on {dy.device}")
+    K = x.shape[1]
+    if out is None:
+        out = torch.empty((G, K, N), dtype=x.dtype, device=x.device)
+    elif out.shape != (G, K, N) or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(f"grouped_gemm_wgrad: out must be [{G}, {K}, {N}] {x.dtype} on "
+                         f"{x.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
+    if out.numel() == 0:
+        return out
+    cfg = config or default_config(x.device, x.dtype)
+    grid = (G * triton.cdiv(K, cfg.block_m), triton.cdiv(N, cfg.block_n))
+    _grouped_wgrad_kernel[grid](
+        x, dy, out, offsets, K, N, x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
+        BLOCK_M=cfg.block_k, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_m,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         UPCAST=interpret.active(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

@@ -56,6 +56,8 @@ class MoEDispatch:
     num_tokens: int
     topk: int
     max_tokens: int
+    #: ``max_recv_rows``: the rows of ``x``
+    capacity: int
     #: send position ``i`` holds copy ``order[i]`` (flat ``t * k + j``) [T * k]
     order: torch.Tensor
     #: copies sent to each rank [W]; the received rows each rank kept of them are in
@@ -132,26 +134,67 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     per_expert = torch.zeros(num_experts + 1, dtype=torch.int64, device=dev)
     per_expert.scatter_add_(0, key, torch.ones_like(key))
     counts = per_expert[:num_experts].view(w, local)  # [dest, local expert]
-    send_splits = counts.sum(1)
-    send_x = x.index_select(0, torch.div(order, k, rounding_mode="floor"))
-
     from .a2a_device import all_to_all_device
 
     recv_counts, _ = all_to_all_device(counts, torch.ones(w, dtype=torch.int64, device=dev), w)
-    recv_x, recv_splits = all_to_all_device(send_x, send_splits, cap)
-    # received rows come by source rank, each source's rows by expert: blocks recv_counts
+    # rows will come by source rank, each source's rows by expert: blocks of recv_counts
+    recv_splits = recv_counts.sum(1)
     start = torch.cumsum(recv_splits, 0) - recv_splits
     kept_splits = (cap - start).clamp(min=0).minimum(recv_splits)
     block = _positions(recv_counts.reshape(-1), cap)
     expert = torch.where(block < w * local, block % local, local)
-    order_in = torch.argsort(expert, stable=True)
+    perm = torch.argsort(expert, stable=True)
     per_local = torch.zeros(local + 1, dtype=torch.int64, device=dev)
     per_local.scatter_add_(0, expert, torch.ones_like(expert))
     tokens = per_local[:local]
     offsets = torch.zeros(local + 1, dtype=torch.int64, device=dev)
     torch.cumsum(tokens, 0, out=offsets[1:])
-    return MoEDispatch(recv_x.index_select(0, order_in), offsets, tokens, num_experts, T, k,
-                       max_tokens, order, send_splits, order_in, kept_splits)
+    d = MoEDispatch(x[:0], offsets, tokens, num_experts, T, k, max_tokens, cap, order,
+                    counts.sum(1), perm, kept_splits)
+    grouped = send_copies(x.index_select(0, torch.div(order, k, rounding_mode="floor")), d)
+    return dataclasses.replace(d, x=grouped)
+
+
+@public_op
+def send_copies(rows: torch.Tensor, dispatch: MoEDispatch) -> torch.Tensor:
+    """The data movement of :func:`moe_dispatch` for any per-copy rows: ``rows [T * k, N]``
+    in send order (row ``i`` is copy ``dispatch.order[i]``) arrive at their experts' ranks,
+    grouped as ``dispatch.x`` (``[max_recv_rows, N]``; rows past ``expert_offsets[-1]``
+    undefined). Collective; no checks (``ditron.nn`` uses it for gradients)."""
+    from .a2a_device import all_to_all_device
+
+    received, _ = all_to_all_device(rows, dispatch.send_splits, dispatch.capacity)
+    return received.index_select(0, dispatch.perm)
+
+
+@public_op
+def return_copies(y: torch.Tensor, dispatch: MoEDispatch) -> torch.Tensor:
+    """The data movement of :func:`moe_combine`, before the sum: ``y [max_recv_rows, N]``
+    in ``dispatch.x``'s order back at the tokens' ranks as fp32 ``[T, k, N]`` (copy
+    ``(t, j)`` at ``[t, j]``; zero for a dropped or unrouted copy). Collective; no checks."""
+    from .a2a_device import all_to_all_device
+
+    d = dispatch
+    w = current().world.world_size
+    T, k = d.num_tokens, d.topk
+    received = torch.empty_like(y)
+    received.index_copy_(0, d.perm, y)
+    back, back_splits = all_to_all_device(received, d.kept_splits, d.max_tokens * k)
+    # send position i went to rank dest[i] as its j-th row; it came back if j < back_splits
+    sent = T * k
+    dest = _positions(d.send_splits, sent)
+    dest_c = dest.clamp(max=w - 1)
+    j = torch.arange(sent, device=y.device) - (torch.cumsum(d.send_splits, 0)
+                                               - d.send_splits)[dest_c]
+    came = (dest < w) & (j < back_splits[dest_c])
+    row = ((torch.cumsum(back_splits, 0) - back_splits)[dest_c] + j).clamp(0)
+    vals = back.new_zeros((sent, y.shape[1]), dtype=torch.float32)
+    if back.shape[0]:
+        row = row.clamp(max=back.shape[0] - 1)
+        vals = torch.where(came[:, None], back.index_select(0, row).float(), 0.0)
+    copies = torch.empty_like(vals)
+    copies.index_copy_(0, d.order, vals)
+    return copies.view(T, k, y.shape[1])
 
 
 @public_op
@@ -165,15 +208,24 @@ def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
     sum_j topk_weights[t, j] * y_row(t, j)`` summed in fp32, a dropped or unrouted copy
     counting zero. Collective.
     """
+    check_combine(y, dispatch, topk_weights)
+    copies = return_copies(y, dispatch)
+    if topk_weights is not None:
+        copies = copies * topk_weights.float()[:, :, None]
+    return copies.sum(1).to(y.dtype)
+
+
+def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
+                  topk_weights: torch.Tensor | None) -> None:
+    """The checks of :func:`moe_combine` (``TypeError`` / ``ValueError``), and the ranks'
+    agreement on ``y``'s shape and dtype."""
     d = dispatch
     if not isinstance(d, MoEDispatch):
         raise TypeError(f"moe_combine: dispatch must be what moe_dispatch returned, got "
                         f"{type(d).__name__}")
-    rt = current()
-    w = rt.world.world_size
     T, k = d.num_tokens, d.topk
-    if y.dim() != 2 or y.shape[0] != d.x.shape[0] or not y.dtype.is_floating_point:
-        raise ValueError(f"moe_combine: y must be floating [{d.x.shape[0]}, N] (dispatch.x's "
+    if y.dim() != 2 or y.shape[0] != d.capacity or not y.dtype.is_floating_point:
+        raise ValueError(f"moe_combine: y must be floating [{d.capacity}, N] (dispatch.x's "
                          f"rows), got {tuple(y.shape)} {y.dtype}")
     if y.device != d.x.device:
         raise ValueError(f"moe_combine: y is on {y.device}, the dispatch on {d.x.device}")
@@ -185,29 +237,6 @@ def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
                          f"on {topk_weights.device}")
     agree("ditron.ops.moe_combine", rows=y.shape[0], n=y.shape[1], dtype=y.dtype,
           max_tokens=d.max_tokens, k=k)
-    from .a2a_device import all_to_all_device
-
-    received = torch.empty_like(y)
-    received.index_copy_(0, d.perm, y)
-    back, back_splits = all_to_all_device(received, d.kept_splits, d.max_tokens * k)
-    # send position i went to rank dest[i] as its j-th row; it came back if j < back_splits
-    sent = int(T * k)
-    dest = _positions(d.send_splits, sent)
-    dest_c = dest.clamp(max=w - 1)
-    j = torch.arange(sent, device=y.device) - (torch.cumsum(d.send_splits, 0)
-                                               - d.send_splits)[dest_c]
-    came = (dest < w) & (j < back_splits[dest_c])
-    row = ((torch.cumsum(back_splits, 0) - back_splits)[dest_c] + j).clamp(0)
-    vals = back[:1].new_zeros((sent, y.shape[1]), dtype=torch.float32)
-    if back.shape[0]:
-        row = row.clamp(max=back.shape[0] - 1)
-        vals = torch.where(came[:, None], back.index_select(0, row).float(), 0.0)
-    copies = torch.empty_like(vals)
-    copies.index_copy_(0, d.order, vals)
-    copies = copies.view(T, k, y.shape[1])
-    if topk_weights is not None:
-        copies = copies * topk_weights.float()[:, :, None]
-    return copies.sum(1).to(y.dtype)
 
 
 @public_op
