@@ -1,0 +1,178 @@
+"""Expert parallelism with autograd: differentiable dispatch, grouped GEMM, combine, and an
+expert-parallel MLP module.
+
+Backward rules (``g``: the output's gradient; copy ``(t, j)``: token ``t``'s ``j``-th expert):
+
+- ``moe_dispatch(x, ids, E)``: each copy's gradient goes back to its token's rank;
+  ``dx[t]`` is their sum;
+- ``grouped_gemm(x, w, offsets)``: ``dx_g = g_g @ w[g].T``, ``dw[g] = x_g.T @ g_g``;
+- ``moe_combine(y, d, weights)``: ``dy(t, j) = weights[t, j] * g[t]``, sent to the copy's
+  expert; ``dweights[t, j] = <g[t], y(t, j)>``.
+
+A dropped or unrouted copy has zero gradient. The expert weights' gradients are complete
+on the rank that holds the experts (every token routed to them contributes). Every function
+is a collective (all ranks call it, forward and backward, in the same order) and runs its
+backward in the world of its forward (``ditron.use``). They compute in their inputs' dtype
+(no autocast) and are graph breaks under ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import torch
+
+from .. import ops
+from ..kernels.grouped_gemm import grouped_gemm_wgrad
+from ..ops.moe import MoEDispatch, check_combine, return_copies, send_copies
+from ..runtime.world import world
+from . import library
+
+
+class _Dispatch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, topk_ids, num_experts: int, options: dict, key: str, out: list):
+        d = ops.moe_dispatch(x, topk_ids, num_experts, **options)
+        ctx.d, ctx.key = d, key
+        out.append(d)
+        ctx.mark_non_differentiable(d.expert_offsets)
+        return d.x, d.expert_offsets
+
+    @staticmethod
+    def backward(ctx, g, _):
+        with library._in(ctx.key):
+            gx = return_copies(g.contiguous(), ctx.d).sum(1).to(g.dtype)
+        return gx, None, None, None, None, None
+
+
+class _GroupedGemm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, offsets):
+        ctx.save_for_backward(x, w, offsets)
+        return ops.grouped_gemm(x, w, offsets)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w, offsets = ctx.saved_tensors
+        gx = gw = None
+        if ctx.needs_input_grad[0]:
+            gx = torch.zeros_like(x)
+            ops.grouped_gemm(g, w.transpose(1, 2), offsets, out=gx)
+        if ctx.needs_input_grad[1]:
+            gw = grouped_gemm_wgrad(x, g, offsets)
+        return gx, gw, None
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y, weights, d: MoEDispatch, key: str):
+        copies = return_copies(y, d)
+        ctx.d, ctx.key, ctx.dtype = d, key, y.dtype
+        if weights is None:
+            ctx.save_for_backward(None, None)
+            return copies.sum(1).to(y.dtype)
+        ctx.save_for_backward(weights, copies if ctx.needs_input_grad[1] else None)
+        return (copies * weights.float()[:, :, None]).sum(1).to(y.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        weights, copies = ctx.saved_tensors
+        d = ctx.d
+        g32 = g.float()[:, None, :]
+        gy = gw = None
+        if ctx.needs_input_grad[0]:
+            per_copy = g32 if weights is None else g32 * weights.float()[:, :, None]
+            per_copy = per_copy.expand(d.num_tokens, d.topk, g.shape[1])
+            rows = per_copy.reshape(-1, g.shape[1]).index_select(0, d.order).to(ctx.dtype)
+            with library._in(ctx.key):
+                gy = send_copies(rows, d)
+            valid = torch.arange(d.capacity, device=g.device) < d.expert_offsets[-1]
+            gy = torch.where(valid[:, None], gy, 0)
+        if ctx.needs_input_grad[1]:
+            gw = (g32 * copies).sum(-1).to(weights.dtype)
+        return gy, gw, None, None
+
+
+def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
+                 max_tokens: int | None = None,
+                 max_recv_rows: int | None = None) -> MoEDispatch:
+    """:func:`ditron.ops.moe_dispatch` whose ``x`` field is differentiable in ``x``."""
+    out: list = []
+    options = {"max_tokens": max_tokens, "max_recv_rows": max_recv_rows}
+    gx, _ = _Dispatch.apply(x, topk_ids, num_experts, options, library.world_key(), out)
+    return dataclasses.replace(out[0], x=gx)
+
+
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """:func:`ditron.ops.grouped_gemm`, differentiable in ``x`` and ``w`` (the gradient of
+    ``x``'s rows outside the groups is zero)."""
+    return _GroupedGemm.apply(x, w, offsets)
+
+
+def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
+                topk_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`ditron.ops.moe_combine`, differentiable in ``y`` and ``topk_weights``."""
+    check_combine(y, dispatch, topk_weights)
+    return _Combine.apply(y, topk_weights, dispatch, library.world_key())
+
+
+class ExpertParallelMLP(torch.nn.Module):
+    """The experts of an MoE layer, ``E`` of them split over the ranks in equal blocks.
+
+    Each expert is ``activation(x @ w1[e]) @ w2[e]`` (``w1 [E_local, hidden, ffn]``,
+    ``w2 [E_local, ffn, hidden]``: this rank's experts ``rank * E_local ...``).
+    ``forward(x, topk_ids, topk_weights)``: ``x [T, hidden]`` this rank's tokens,
+    ``topk_ids [T, k]`` their experts (``-1``: none), ``topk_weights [T, k]`` the router's
+    weights; returns ``[T, hidden]``, ``sum_j topk_weights[t, j] * expert_j(x[t])``. The
+    router (scores, top-k, load-balancing loss) stays the model's. ``max_tokens`` and
+    ``max_recv_rows`` as in :func:`ditron.ops.moe_dispatch`. Built inside a Ditron world,
+    whose ranks hold the experts; called in that world only.
+    """
+
+    def __init__(self, hidden: int, ffn: int, num_experts: int, *,
+                 activation: Callable[[torch.Tensor], torch.Tensor] = torch.nn.functional.gelu,
+                 max_recv_rows: int | None = None, device: torch.device | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        w = world()
+        if num_experts <= 0 or num_experts % w.world_size:
+            raise ValueError(f"ExpertParallelMLP: num_experts must be a positive multiple of "
+                             f"the world size {w.world_size}, got {num_experts}")
+        self.world = w
+        self.hidden, self.ffn, self.num_experts = hidden, ffn, num_experts
+        self.local_experts = num_experts // w.world_size
+        self.activation = activation
+        self.max_recv_rows = max_recv_rows
+        kw = {"device": device or w.device, "dtype": dtype}
+        self.w1 = torch.nn.Parameter(torch.empty(self.local_experts, hidden, ffn, **kw))
+        self.w2 = torch.nn.Parameter(torch.empty(self.local_experts, ffn, hidden, **kw))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Each expert's matrices like ``torch.nn.Linear``'s weight: uniform in
+        ``+-1/sqrt(fan_in)``."""
+        with torch.no_grad():
+            self.w1.uniform_(-1 / math.sqrt(self.hidden), 1 / math.sqrt(self.hidden))
+            self.w2.uniform_(-1 / math.sqrt(self.ffn), 1 / math.sqrt(self.ffn))
+
+    def forward(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                max_tokens: int | None = None) -> torch.Tensor:
+        if world() != self.world:
+            raise RuntimeError(f"ditron.nn: ExpertParallelMLP was built in the world over "
+                               f"global ranks {list(self.world.global_ranks)}, but the world "
+                               f"over {list(world().global_ranks)} is current; call it inside "
+                               f"ditron.use(layer.world)")
+        if x.dtype != self.w1.dtype:
+            raise ValueError(f"ExpertParallelMLP: input dtype {x.dtype} != weight dtype "
+                             f"{self.w1.dtype}")
+        d = moe_dispatch(x, topk_ids, self.num_experts, max_tokens=max_tokens,
+                         max_recv_rows=self.max_recv_rows)
+        h = self.activation(grouped_gemm(d.x, self.w1, d.expert_offsets))
+        y = grouped_gemm(h, self.w2, d.expert_offsets)
+        return moe_combine(y, d, topk_weights)
+
+    def extra_repr(self) -> str:
+        return (f"hidden={self.hidden}, ffn={self.ffn}, num_experts={self.num_experts}, "
+                f"local_experts={self.local_experts}")
