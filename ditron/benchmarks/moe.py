@@ -14,7 +14,8 @@ routing weights, per rank ``--layer-tokens`` tokens of hidden ``--hidden``, ``--
 experts (in equal blocks over the ranks) of width ``--ffn``, top-``--topk``. ``ditron``:
 ``moe_dispatch`` + two ``grouped_gemm`` + ``moe_combine`` (no host synchronisation);
 ``torch``: the same with ``dist.all_to_all_single`` (split sizes read on the host) and the
-matmul loop, as a Megatron-style all-to-all dispatcher without a grouped GEMM does.
+matmul loop, as a Megatron-style all-to-all dispatcher without a grouped GEMM does;
+``ditron_graph`` (on a GPU): the ditron layer captured as one CUDA graph and replayed.
 
 Per-call times are the slower rank's median (CUDA events, fixed counts on every rank,
 variants in rotating rounds, warm-up excluded). ``--smoke``: CPU backend, tiny shapes, to
@@ -167,14 +168,22 @@ def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rou
 
     got, ref = ditron_layer(), torch_layer()
     err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max().clamp(min=1e-6))
-    samples = time_in_rounds({"ditron": ditron_layer, "torch": torch_layer}, rounds, iters,
-                             warmup, dev)
+    fns = {"ditron": ditron_layer, "torch": torch_layer}
+    if dev.type == "cuda":  # the whole layer as one CUDA graph (it never syncs the host)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            ditron_layer()
+        fns["ditron_graph"] = graph.replay
+    samples = time_in_rounds(fns, rounds, iters, warmup, dev)
     row = {"part": "layer", "tokens": tokens, "hidden": hidden, "ffn": ffn,
            "experts": experts, "topk": topk, "world_size": W,
            "max_rel_err": agreed_median([float(err)])}
     for name, times in samples.items():
         row[name] = agreed_median(times)
     row["speedup"] = row["torch"] / row["ditron"]
+    if "ditron_graph" in row:
+        row["speedup_graph"] = row["torch"] / row["ditron_graph"]
     return [row]
 
 
@@ -235,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"layer T {row['tokens']:5d} H {row['hidden']} F {row['ffn']} "
                   f"E {row['experts']} top{row['topk']} W {row['world_size']}  ditron "
                   f"{row['ditron']:9.1f}  torch {row['torch']:9.1f} us  speed-up "
-                  f"{row['speedup']:.3f}x  (err {row['max_rel_err']:.1e})")
+                  f"{row['speedup']:.3f}x" + (f"  graph {row['ditron_graph']:9.1f} us "
+                                              f"({row['speedup_graph']:.3f}x)"
+                                              if "ditron_graph" in row else "")
+                  + f"  (err {row['max_rel_err']:.1e})")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)

@@ -17,6 +17,6 @@ timeout 130 python -m pytest -v -p no:cacheprovider --durations=0 --ditron-backe
   tests/ops/test_reductions.py -k "match_torch and 4 or nan" > $O/reductions.txt 2>&1
 echo "rc=$?" >> $O/reductions.txt
 timeout 150 python -m pytest -v -p no:cacheprovider --durations=0 --ditron-backend cuda \
-  tests/ops/test_moe.py > $O/moe.txt 2>&1
+  tests/ops/test_moe.py tests/nn/test_moe.py > $O/moe.txt 2>&1
 echo "rc=$?" >> $O/moe.txt
 for f in groups nn_gpu reductions moe; do echo "== $f"; grep -E "PASS|FAIL|ERROR|passed|failed|rc=" $O/$f.txt | tail -8; done
