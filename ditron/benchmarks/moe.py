@@ -46,9 +46,9 @@ def _routing(tokens: int, experts: int, topk: int, device, gen) -> torch.Tensor:
     return scores.topk(topk, dim=1).indices.to(device)
 
 
-#: tile configs ``--sweep`` times beside the default: (BM, BN, BK, warps, stages)
-SWEEP = [(128, 256, 64, 8, 3), (64, 128, 64, 4, 4), (128, 128, 64, 4, 4), (128, 64, 64, 4, 4),
-         (64, 256, 64, 8, 3), (128, 128, 128, 8, 3)]
+#: tile configs ``--sweep`` times beside the default: (BM, BN, BK, warps, stages, group_m)
+SWEEP = [(128, 256, 64, 8, 3, 1), (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 4, 8),
+         (256, 128, 64, 8, 3, 8), (128, 256, 64, 8, 3, 16)]
 
 
 def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, rounds: int,
@@ -75,9 +75,9 @@ def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, ro
         torch.matmul(x, w[0], out=out)
 
     fns = {"ditron": ditron_call, "torch_loop": loop_call, "dense": dense_call}
-    for bm, bn, bk, warps, stages in SWEEP if sweep else ():
-        cfg = GroupedGemmConfig(bm, bn, bk, warps, stages)
-        fns[f"ditron_{bm}x{bn}x{bk}w{warps}s{stages}"] = functools.partial(
+    for bm, bn, bk, warps, stages, group in SWEEP if sweep else ():
+        cfg = GroupedGemmConfig(bm, bn, bk, warps, stages, group)
+        fns[f"ditron_{bm}x{bn}x{bk}w{warps}s{stages}g{group}"] = functools.partial(
             grouped_gemm, x, w, offsets, out=out, config=cfg)
     grouped_mm = getattr(torch, "_grouped_mm", None)
     if grouped_mm is not None and dev.type == "cuda":

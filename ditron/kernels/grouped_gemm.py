@@ -8,7 +8,8 @@ offsets may be computed on the device (MoE routing): the launch reads no count o
 so it can be captured in a CUDA graph and replayed with new routing. Rows outside
 ``[o[0], o[G])`` are not written.
 
-Grid ``(row-tile slots, column tiles)``. Row-tile slot ``t`` belongs to the group whose tiles
+Grid: ``row-tile slots x column tiles`` programs in grouped order (``group_m`` slots sweep
+the column tiles together, for L2 reuse). Row-tile slot ``t`` belongs to the group whose tiles
 cover it: a program scans the ``G`` groups' tile counts ``cdiv(o[g+1] - o[g], BLOCK_M)`` in
 order and returns at once when ``t`` lies past the last tile. ``sum_g cdiv(n_g, BM) <=
 cdiv(R, BM) + G`` for ``R`` rows, so ``cdiv(R, BM) + G`` slots always suffice. A tile never
@@ -37,16 +38,19 @@ class GroupedGemmConfig:
     """Tile shape and launch options of the grouped GEMM."""
 
     block_m: int = 128
-    block_n: int = 128
+    block_n: int = 256
     block_k: int = 64
     num_warps: int = 8
-    num_stages: int = 4
+    num_stages: int = 3
+    #: row slots that sweep the column tiles together (L2 reuse)
+    group_m: int = 8
 
 
 def default_config(device: torch.device, dtype: torch.dtype) -> GroupedGemmConfig:
-    """128 x 128 x 64 tiles on a GPU (``block_k`` 32 for fp32, whose tiles are twice the
-    bytes); 64 x 64 x 32 on the CPU backend, where a program is a NumPy call and larger
-    tiles mean fewer of them."""
+    """128 x 256 x 64 tiles, 3 stages, 8 warps on a GPU (the fastest of seven configs on
+    REFERENCES.md's MoE shapes on an H200, ``docs/perf.md`` session 42; fp32, whose tiles
+    are twice the bytes: 128 x 128 x 32); 64 x 64 x 32 on the CPU backend, where a program
+    is a NumPy call and larger tiles mean fewer of them."""
     if device.type != "cuda":
         return GroupedGemmConfig(64, 64, 32, num_warps=4, num_stages=1)
     if dtype == torch.float32:
@@ -55,12 +59,20 @@ def default_config(device: torch.device, dtype: torch.dtype) -> GroupedGemmConfi
 
 
 @triton.jit
-def _grouped_gemm_kernel(x, w, out, offsets, G, N, K,
+def _grouped_gemm_kernel(x, w, out, offsets, G, N, K, slots,
                          sx_m, sx_k, sw_g, sw_k, sw_n, so_m, so_n,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
-    slot = tl.program_id(0)
-    pid_n = tl.program_id(1)
+                         GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                         UPCAST: tl.constexpr):
+    # grouped order: GROUP_M neighbouring row slots sweep the column tiles together, so
+    # their rows (and the expert's columns) are reused from L2
+    pid = tl.program_id(0)
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    band = pid // (GROUP_M * n_tiles)
+    first = band * GROUP_M
+    rows_in_band = tl.minimum(slots - first, GROUP_M)
+    slot = first + (pid % (GROUP_M * n_tiles)) % rows_in_band
+    pid_n = (pid % (GROUP_M * n_tiles)) // rows_in_band
     group = -1
     row0 = slot * 0
     row_end = slot * 0
@@ -173,11 +185,11 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
         return out
     cfg = config or default_config(x.device, x.dtype)
     slots = triton.cdiv(R, cfg.block_m) + G
-    grid = (slots, triton.cdiv(N, cfg.block_n))
+    grid = (slots * triton.cdiv(N, cfg.block_n),)
     _grouped_gemm_kernel[grid](
-        x, w, out, offsets, G, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
-        w.stride(2), out.stride(0), out.stride(1),
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        x, w, out, offsets, G, N, K, slots, x.stride(0), x.stride(1), w.stride(0),
+        w.stride(1), w.stride(2), out.stride(0), out.stride(1),
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         UPCAST=interpret.active(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

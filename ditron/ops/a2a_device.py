@@ -16,7 +16,8 @@ Protocol (four stream-ordered launches; ``e`` = the workspace's device epoch, ``
    stores its rows for ``q`` at the offset the matrix gives into ``q``'s ``inbox[h]``; each
    program adds 1 to ``data[me]`` there (a counter: ``e * P`` once call ``e`` is complete);
 3. ``_finish_kernel`` waits until every peer's ``data`` slot reaches ``e * P`` and copies
-   ``inbox[h]`` and this rank's column of ``mat[h]`` out;
+   the rows that came (``inbox[h]``, up to the capacity) and this rank's column of
+   ``mat[h]`` out;
 4. ``_ack_kernel`` raises ``ack[me]`` on every peer.
 """
 
@@ -36,12 +37,16 @@ from ..runtime.dtypes import moved_as, viewed
 from ..runtime.signals import signal_pad
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
+from .fused_launch import sm_count
 from .graphs import capturing
 from .modes import public_op
 from .workspaces import alloc_buffers, cached
 
-#: programs per destination in ``_data_kernel`` (fixed: the counters' targets depend on it)
-SENDERS_GPU = 16
+#: programs per destination in ``_data_kernel`` on a GPU: ``GPU_SENDERS // W``, at least
+#: ``MIN_SENDERS`` (a function of the world size only: every rank must count the same, as the
+#: "data ready" counters' targets depend on it)
+GPU_SENDERS = 128
+MIN_SENDERS = 16
 SENDERS_CPU = 2
 
 
@@ -91,8 +96,8 @@ def _data_kernel(x, x_rows, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_r
 
 
 @triton.jit
-def _finish_kernel(out, out_splits, inbox, inbox_stride, mat, pad, epoch_ptr, numel, first,
-                   count, senders, ctx, BLOCK: tl.constexpr, WB: tl.constexpr):
+def _finish_kernel(out, out_splits, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_rows,
+                   first, count, senders, ctx, BLOCK: tl.constexpr, WB: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     me = ctx.rank
@@ -100,12 +105,14 @@ def _finish_kernel(out, out_splits, inbox, inbox_stride, mat, pad, epoch_ptr, nu
     epoch = tl.load(epoch_ptr)
     wait_range(pad, w, first, count, me, epoch * senders, ctx)
     inbox_h = inbox + (epoch % 2) * inbox_stride
+    offs = tl.arange(0, WB)
+    col = tl.load(mat + (epoch % 2) * w * w + offs * w + me, mask=offs < w, other=0)
+    numel = tl.minimum(tl.sum(col), cap_rows) * row  # only the rows that came
     for start in range(pid * BLOCK, numel, nprog * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        tl.store(out + offs, tl.load(inbox_h + offs, mask=offs < numel), mask=offs < numel)
+        offs_e = start + tl.arange(0, BLOCK)
+        tl.store(out + offs_e, tl.load(inbox_h + offs_e, mask=offs_e < numel),
+                 mask=offs_e < numel)
     if pid == 0:
-        offs = tl.arange(0, WB)
-        col = tl.load(mat + (epoch % 2) * w * w + offs * w + me, mask=offs < w)
         tl.store(out_splits + offs, col, mask=offs < w)
 
 
@@ -205,15 +212,15 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
     block = 4096 if cpu else 2048
     _FAST_SPLITS[(1,)](splits.to(torch.int64).contiguous(), ws.mat, ws.pad, ws.epoch,
                        node.start, len(node), ctx, WB=wb)
-    senders = SENDERS_CPU if cpu else SENDERS_GPU
+    senders = SENDERS_CPU if cpu else max(MIN_SENDERS, GPU_SENDERS // w)
     _FAST_DATA[(w, senders)](xc, x.shape[0], ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad,
                              ws.epoch, row, max_out_rows, ctx, BLOCK=block, WB=wb)
     out = torch.empty((max_out_rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
     out_splits = torch.empty(w, dtype=torch.int64, device=x.device)
     numel = max_out_rows * row
-    programs = 1 if cpu else max(1, min(32, triton.cdiv(numel, block)))
+    programs = 1 if cpu else max(1, min(sm_count(x.device), triton.cdiv(numel, block)))
     _FAST_FINISH[(programs,)](out, out_splits, ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad,
-                              ws.epoch, numel, node.start, len(node), senders, ctx,
+                              ws.epoch, row, max_out_rows, node.start, len(node), senders, ctx,
                               BLOCK=block, WB=wb)
     _FAST_ACK[(1,)](ws.pad, ws.epoch, node.start, len(node), ctx)
     if (rt.wait_timeout > 0 or cpu) and not capturing():

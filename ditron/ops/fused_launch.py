@@ -99,7 +99,8 @@ def _max_elements(mode: int, itemsize: int) -> int:
 _SMS: dict[torch.device, int] = {}
 
 
-def _sm_count(device: torch.device) -> int:
+def sm_count(device: torch.device) -> int:
+    """The streaming multiprocessors of a CUDA device (cached per device)."""
     sms = _SMS.get(device)
     if sms is None:
         sms = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
@@ -157,7 +158,7 @@ def run(flat: torch.Tensor, mode: int, out: torch.Tensor, op: str = "sum") -> to
     piece = min(n, _max_elements(mode, flat.element_size()))
     variant = fused_variant(piece * flat.element_size(), rt.world.backend, mode,
                             rt.backend.shares_devices(rt.world.local_world_size),
-                            0 if cpu else _sm_count(flat.device), flat.element_size())
+                            0 if cpu else sm_count(flat.device), flat.element_size())
     ws = workspace(flat.dtype, mode, n, variant)
     ctx = rt.context()
     block, warps = variant.block, variant.num_warps
