@@ -142,7 +142,7 @@ def _torch_layer(x, ids, weights, w1, w2, experts: int, group) -> torch.Tensor:
 
 
 def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rounds: int,
-                iters: int, warmup: int) -> list[dict]:
+                iters: int, warmup: int, profile: bool = False) -> list[dict]:
     from ditron.runtime.world import current
 
     rt = current()
@@ -176,6 +176,15 @@ def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rou
             ditron_layer()
         fns["ditron_graph"] = graph.replay
     samples = time_in_rounds(fns, rounds, iters, warmup, dev)
+    if profile and dev.type == "cuda" and me == 0:
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
+
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            ditron_layer()
+            torch.cuda.synchronize()
+        print(f"ditron layer, {tokens} tokens: GPU time by kernel", flush=True)
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15), flush=True)
     row = {"part": "layer", "tokens": tokens, "hidden": hidden, "ffn": ffn,
            "experts": experts, "topk": topk, "world_size": W,
            "max_rel_err": agreed_median([float(err)])}
@@ -196,7 +205,7 @@ def _measure(args) -> list[dict]:
     if "layer" in args.parts:
         for tokens in args.layer_tokens:
             rows += _layer_rows(tokens, args.hidden, args.ffn, args.experts, args.topk,
-                                args.rounds, args.iters, args.warmup)
+                                args.rounds, args.iters, args.warmup, args.profile)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     for row in rows:
         row["device"] = name
@@ -217,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--sweep", action="store_true", help="time other tile configs too")
+    p.add_argument("--profile", action="store_true",
+                   help="print the ditron layer's GPU time by kernel (torch.profiler)")
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", help="write the rows as JSON here")
     args = p.parse_args(argv)
