@@ -31,6 +31,7 @@ import dataclasses
 
 import torch
 
+from ..kernels.gather_sum import weighted_gather_sum
 from ..kernels.grouped_gemm import check_grouped
 from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from ..runtime.agreement import agree
@@ -167,14 +168,12 @@ def send_copies(rows: torch.Tensor, dispatch: MoEDispatch) -> torch.Tensor:
     return received.index_select(0, dispatch.perm)
 
 
-@public_op
-def return_copies(y: torch.Tensor, dispatch: MoEDispatch) -> torch.Tensor:
-    """The data movement of :func:`moe_combine`, before the sum: ``y [max_recv_rows, N]``
-    in ``dispatch.x``'s order back at the tokens' ranks as fp32 ``[T, k, N]`` (copy
-    ``(t, j)`` at ``[t, j]``; zero for a dropped or unrouted copy). Collective; no checks."""
+def _returned(y: torch.Tensor, d: MoEDispatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Send ``y``'s rows back to their tokens' ranks: ``(back, idx)`` with ``back`` the rows
+    that came back and ``idx [T, k]`` the row of ``back`` holding copy ``(t, j)`` (``-1``:
+    dropped or unrouted)."""
     from .a2a_device import all_to_all_device
 
-    d = dispatch
     w = current().world.world_size
     T, k = d.num_tokens, d.topk
     received = torch.empty_like(y)
@@ -187,14 +186,22 @@ def return_copies(y: torch.Tensor, dispatch: MoEDispatch) -> torch.Tensor:
     j = torch.arange(sent, device=y.device) - (torch.cumsum(d.send_splits, 0)
                                                - d.send_splits)[dest_c]
     came = (dest < w) & (j < back_splits[dest_c])
-    row = ((torch.cumsum(back_splits, 0) - back_splits)[dest_c] + j).clamp(0)
-    vals = back.new_zeros((sent, y.shape[1]), dtype=torch.float32)
-    if back.shape[0]:
-        row = row.clamp(max=back.shape[0] - 1)
-        vals = torch.where(came[:, None], back.index_select(0, row).float(), 0.0)
-    copies = torch.empty_like(vals)
-    copies.index_copy_(0, d.order, vals)
-    return copies.view(T, k, y.shape[1])
+    row = (torch.cumsum(back_splits, 0) - back_splits)[dest_c] + j
+    idx = torch.empty(sent, dtype=torch.int64, device=y.device)
+    idx.index_copy_(0, d.order, torch.where(came, row, -1))
+    return back, idx.view(T, k)
+
+
+@public_op
+def return_copies(y: torch.Tensor, dispatch: MoEDispatch) -> torch.Tensor:
+    """The data movement of :func:`moe_combine`, before the sum: ``y [max_recv_rows, N]``
+    in ``dispatch.x``'s order back at the tokens' ranks as fp32 ``[T, k, N]`` (copy
+    ``(t, j)`` at ``[t, j]``; zero for a dropped or unrouted copy). Collective; no checks."""
+    back, idx = _returned(y, dispatch)
+    if back.shape[0] == 0:
+        return back.new_zeros((*idx.shape, y.shape[1]), dtype=torch.float32)
+    rows = back.index_select(0, idx.reshape(-1).clamp(min=0)).view(*idx.shape, y.shape[1])
+    return torch.where((idx >= 0)[:, :, None], rows.float(), 0.0)
 
 
 @public_op
@@ -209,10 +216,8 @@ def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
     counting zero. Collective.
     """
     check_combine(y, dispatch, topk_weights)
-    copies = return_copies(y, dispatch)
-    if topk_weights is not None:
-        copies = copies * topk_weights.float()[:, :, None]
-    return copies.sum(1).to(y.dtype)
+    back, idx = _returned(y, dispatch)
+    return weighted_gather_sum(back, idx, topk_weights)
 
 
 def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
