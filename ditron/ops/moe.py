@@ -244,12 +244,57 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
           max_tokens=d.max_tokens, k=k)
 
 
+#: signatures on which ``torch._grouped_mm`` raised: ``"auto"`` uses the Triton kernel there
+_TORCH_REFUSED: set = set()
+METHODS = ("auto", "triton", "torch")
+
+
+def _torch_grouped_ok(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None) -> bool:
+    """Whether ``torch._grouped_mm`` may take this call: CUDA capability >= 9, bf16, no
+    ``out``, ``x`` contiguous, ``w`` with one unit inner stride and 16-byte aligned rows."""
+    if out is not None or x.device.type != "cuda" or x.dtype != torch.bfloat16 \
+            or not hasattr(torch, "_grouped_mm") or not x.is_contiguous():
+        return False
+    if torch.cuda.get_device_capability(x.device) < (9, 0):
+        return False
+    inner = (w.stride(1), w.stride(2))
+    if 1 not in inner or max(inner) % 8 or w.stride(0) % 8 or x.shape[1] % 8 \
+            or w.shape[2] % 8:
+        return False
+    return (tuple(w.shape[1:]), inner) not in _TORCH_REFUSED
+
+
 @public_op
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+                 out: torch.Tensor | None = None, method: str = "auto") -> torch.Tensor:
     """``out[o[g]:o[g+1]] = x[o[g]:o[g+1]] @ w[g]`` for ``x [R, K]``, ``w [G, K, N]`` (any
-    strides), ``offsets = o [G + 1]`` on the device (``MoEDispatch.expert_offsets``); a
-    local op (``ditron.kernels.grouped_gemm``). Rows outside ``[o[0], o[G])`` are not
-    written."""
+    strides), ``offsets = o [G + 1]`` on the device, ``0 = o[0] <= ... <= o[G] <= R``
+    (``MoEDispatch.expert_offsets``); a local op. Rows from ``o[G]`` on are undefined
+    (``method="triton"`` leaves them, and rows before a nonzero ``o[0]``, unwritten).
+
+    ``method``: ``"triton"``, Ditron's kernel (``ditron.kernels.grouped_gemm``, any dtype
+    and strides, every backend); ``"torch"``, ``torch._grouped_mm`` (bf16, CUDA capability
+    >= 9); ``"auto"`` (default), torch's where it takes the call (no ``out``, aligned
+    operands; faster on an H200, ``docs/perf.md`` session 42), else Ditron's. Neither reads
+    the offsets on the host: both can be captured in a CUDA graph.
+    """
     check_grouped("ditron.ops.grouped_gemm", x, w, offsets)
+    if method not in METHODS:
+        raise ValueError(f"ditron.ops.grouped_gemm: method must be one of {METHODS}, got "
+                         f"{method!r}")
+    if method == "torch" and (x.device.type != "cuda" or x.dtype != torch.bfloat16
+                              or not hasattr(torch, "_grouped_mm")):
+        raise ValueError(f"ditron.ops.grouped_gemm: method='torch' needs bf16 CUDA tensors "
+                         f"and torch._grouped_mm, got {x.dtype} on {x.device}")
+    if method == "torch" or (method == "auto" and _torch_grouped_ok(x, w, out)):
+        ends = offsets[1:].to(torch.int32)
+        if method == "torch":
+            result = torch._grouped_mm(x, w, offs=ends)
+            return result if out is None else out.copy_(result)
+        try:
+            return torch._grouped_mm(x, w, offs=ends)
+        except RuntimeError:
+            if capturing():
+                raise
+            _TORCH_REFUSED.add((tuple(w.shape[1:]), (w.stride(1), w.stride(2))))
     return _grouped_gemm(x, w, offsets, out=out)

@@ -265,3 +265,25 @@ def _moe_graph() -> int:
 @pytest.mark.gpu
 def test_moe_layer_in_cuda_graph():
     assert ditron.launch(_moe_graph, 2, backend="cuda") == [3, 3]
+
+
+@pytest.mark.gpu
+def test_grouped_gemm_methods_gpu():
+    """Every method of ``ops.grouped_gemm`` on bf16, row-major and transposed weights, an
+    empty group; ``auto`` takes torch's kernel where it can and equals the reference."""
+    g = _gen(3, 1)
+    counts = [5, 0, 300, 17]
+    offsets = torch.tensor([0, *counts]).cumsum(0)
+    R, K, N = int(offsets[-1]) + 3, 256, 136
+    x = torch.randn(R, K, generator=g).bfloat16()
+    for w in (torch.randn(len(counts), K, N, generator=g).bfloat16(),
+              torch.randn(len(counts), N, K, generator=g).bfloat16().transpose(1, 2)):
+        ref = _grouped_ref(x, w, offsets)[: int(offsets[-1])]
+        for method in ("auto", "triton", "torch"):
+            out = ditron.ops.grouped_gemm(x.cuda(), w.cuda(), offsets.cuda(), method=method)
+            torch.testing.assert_close(out[: int(offsets[-1])].double().cpu(), ref,
+                                       rtol=3e-2, atol=3e-1, msg=method)
+    with pytest.raises(ValueError, match="method='torch' needs bf16 CUDA tensors"):
+        ditron.ops.grouped_gemm(x.float(), w.float(), offsets, method="torch")
+    with pytest.raises(ValueError, match="method must be one of"):
+        ditron.ops.grouped_gemm(x, w, offsets, method="cublas")
