@@ -16,7 +16,9 @@ experts (in equal blocks over the ranks) of width ``--ffn``, top-``--topk``. ``d
 ``moe_dispatch`` + two ``grouped_gemm`` + ``moe_combine`` (no host synchronisation);
 ``torch``: the same with ``dist.all_to_all_single`` (split sizes read on the host) and the
 matmul loop, as a Megatron-style all-to-all dispatcher without a grouped GEMM does;
-``ditron_graph`` (on a GPU): the ditron layer captured as one CUDA graph and replayed.
+``ditron_graph`` (on a GPU): the ditron layer captured as one CUDA graph and replayed;
+``ditron_gemm_triton`` / ``ditron_gemm_torch`` (on a GPU): the ditron layer with each
+grouped-GEMM method forced.
 
 Per-call times are the slower rank's median (CUDA events, fixed counts on every rank,
 variants in rotating rounds, warm-up excluded). ``--smoke``: CPU backend, tiny shapes, to
@@ -164,10 +166,10 @@ def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rou
     w2 = (torch.randn(local, ffn, hidden, generator=gen) / ffn ** 0.5).to(dev, dtype)
     group = rt.groups.device
 
-    def ditron_layer():
+    def ditron_layer(method: str = "auto"):
         d = ditron.ops.moe_dispatch(x, ids, experts)
-        h = torch.relu(ditron.ops.grouped_gemm(d.x, w1, d.expert_offsets))
-        y = ditron.ops.grouped_gemm(h, w2, d.expert_offsets)
+        h = torch.relu(ditron.ops.grouped_gemm(d.x, w1, d.expert_offsets, method=method))
+        y = ditron.ops.grouped_gemm(h, w2, d.expert_offsets, method=method)
         return ditron.ops.moe_combine(y, d, weights)
 
     def torch_layer():
@@ -176,6 +178,9 @@ def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rou
     got, ref = ditron_layer(), torch_layer()
     err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max().clamp(min=1e-6))
     fns = {"ditron": ditron_layer, "torch": torch_layer}
+    if dev.type == "cuda":  # each grouped-GEMM method alike, whatever "auto" picks
+        fns["ditron_gemm_triton"] = functools.partial(ditron_layer, "triton")
+        fns["ditron_gemm_torch"] = functools.partial(ditron_layer, "torch")
     if dev.type == "cuda":  # the whole layer as one CUDA graph (it never syncs the host)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
@@ -265,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['speedup']:.3f}x" + (f"  graph {row['ditron_graph']:9.1f} us "
                                               f"({row['speedup_graph']:.3f}x)"
                                               if "ditron_graph" in row else "")
+                  + "".join(f"  {name} {row[name]:9.1f}" for name in
+                            ("ditron_gemm_triton", "ditron_gemm_torch") if name in row)
                   + f"  (err {row['max_rel_err']:.1e})")
     if args.out:
         with open(args.out, "w") as f:

@@ -246,14 +246,20 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
 
 #: signatures on which ``torch._grouped_mm`` raised: ``"auto"`` uses the Triton kernel there
 _TORCH_REFUSED: set = set()
+#: ``"auto"`` takes torch's kernel from this many rows per group on average (``R / G``; on
+#: an H200 Ditron's ran a 128-token layer, 16 rows per group, in 0.79x the time of a layer
+#: on torch's, which was faster from 546 rows per group: ``docs/perf.md``, session 42)
+TORCH_MIN_ROWS_PER_GROUP = 128
 METHODS = ("auto", "triton", "torch")
 
 
 def _torch_grouped_ok(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None) -> bool:
-    """Whether ``torch._grouped_mm`` may take this call: CUDA capability >= 9, bf16, no
-    ``out``, ``x`` contiguous, ``w`` with one unit inner stride and 16-byte aligned rows."""
+    """Whether ``"auto"`` gives this call to ``torch._grouped_mm``: CUDA capability >= 9,
+    bf16, no ``out``, ``x`` contiguous with ``TORCH_MIN_ROWS_PER_GROUP`` rows per group, ``w``
+    with one unit inner stride and 16-byte aligned rows."""
     if out is not None or x.device.type != "cuda" or x.dtype != torch.bfloat16 \
-            or not hasattr(torch, "_grouped_mm") or not x.is_contiguous():
+            or not hasattr(torch, "_grouped_mm") or not x.is_contiguous() \
+            or x.shape[0] < TORCH_MIN_ROWS_PER_GROUP * w.shape[0]:
         return False
     if torch.cuda.get_device_capability(x.device) < (9, 0):
         return False
@@ -275,7 +281,8 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     ``method``: ``"triton"``, Ditron's kernel (``ditron.kernels.grouped_gemm``, any dtype
     and strides, every backend); ``"torch"``, ``torch._grouped_mm`` (bf16, CUDA capability
     >= 9); ``"auto"`` (default), torch's where it takes the call (no ``out``, aligned
-    operands; faster on an H200, ``docs/perf.md`` session 42), else Ditron's. Neither reads
+    operands) and groups average at least ``TORCH_MIN_ROWS_PER_GROUP`` rows (where it was
+    faster on an H200, ``docs/perf.md`` session 42), else Ditron's. Neither reads
     the offsets on the host: both can be captured in a CUDA graph.
     """
     check_grouped("ditron.ops.grouped_gemm", x, w, offsets)

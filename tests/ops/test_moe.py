@@ -270,7 +270,7 @@ def test_moe_layer_in_cuda_graph():
 @pytest.mark.gpu
 def test_grouped_gemm_methods_gpu():
     """Every method of ``ops.grouped_gemm`` on bf16, row-major and transposed weights, an
-    empty group; ``auto`` takes torch's kernel where it can and equals the reference."""
+    empty group; each equals the reference."""
     g = _gen(3, 1)
     counts = [5, 0, 300, 17]
     offsets = torch.tensor([0, *counts]).cumsum(0)
