@@ -246,10 +246,10 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
 
 #: signatures on which ``torch._grouped_mm`` raised: ``"auto"`` uses the Triton kernel there
 _TORCH_REFUSED: set = set()
-#: ``"auto"`` takes torch's kernel from this many rows per group on average (``R / G``; on
-#: an H200 Ditron's ran a 128-token layer, 16 rows per group, in 0.79x the time of a layer
-#: on torch's, which was faster from 546 rows per group: ``docs/perf.md``, session 42)
-TORCH_MIN_ROWS_PER_GROUP = 128
+#: ``"auto"`` takes torch's kernel from this many rows per group (``R / G``, capacity rows;
+#: on an H200 Ditron's kernel made a layer 1.17x faster at 16 and at 128 rows per expert,
+#: torch's 1.05x at 1024 and the GEMMs 1.13-1.27x at 546-8192: ``docs/perf.md``, session 42)
+TORCH_MIN_ROWS_PER_GROUP = 512
 METHODS = ("auto", "triton", "torch")
 
 
