@@ -12,12 +12,15 @@ Backward rules (``g``: the output's gradient; copy ``(t, j)``: token ``t``'s ``j
 A dropped or unrouted copy has zero gradient. The expert weights' gradients are complete
 on the rank that holds the experts (every token routed to them contributes). Every function
 is a collective (all ranks call it, forward and backward, in the same order) and runs its
-backward in the world of its forward (``ditron.use``). They compute in their inputs' dtype
-(no autocast) and are graph breaks under ``torch.compile``.
+backward in the world of its forward (``ditron.use``). The functions compute in their
+inputs' dtype; ``ExpertParallelMLP`` follows ``torch.autocast`` as ``torch.nn.Linear``
+does (fp32 weights, GEMMs in the autocast dtype, fp32 weight gradients). All are graph
+breaks under ``torch.compile``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Callable
@@ -127,8 +130,9 @@ class ExpertParallelMLP(torch.nn.Module):
     ``topk_ids [T, k]`` their experts (``-1``: none), ``topk_weights [T, k]`` the router's
     weights; returns ``[T, hidden]``, ``sum_j topk_weights[t, j] * expert_j(x[t])``. The
     router (scores, top-k, load-balancing loss) stays the model's. ``max_tokens`` and
-    ``max_recv_rows`` as in :func:`ditron.ops.moe_dispatch`. Built inside a Ditron world,
-    whose ranks hold the experts; called in that world only.
+    ``max_recv_rows`` as in :func:`ditron.ops.moe_dispatch`. Under ``torch.autocast`` the
+    tokens and weights are cast to its dtype (the output is in it). Built inside a Ditron
+    world, whose ranks hold the experts; called in that world only.
     """
 
     def __init__(self, hidden: int, ffn: int, num_experts: int, *,
@@ -164,14 +168,23 @@ class ExpertParallelMLP(torch.nn.Module):
                                f"global ranks {list(self.world.global_ranks)}, but the world "
                                f"over {list(world().global_ranks)} is current; call it inside "
                                f"ditron.use(layer.world)")
-        if x.dtype != self.w1.dtype:
+        w1, w2, mode = self.w1, self.w2, contextlib.nullcontext()
+        kind = x.device.type
+        if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
+            # as torch.nn.Linear under autocast: the GEMMs in its dtype, the casts
+            # differentiable (fp32 weights get fp32 gradients)
+            dtype = torch.get_autocast_dtype(kind)
+            x, w1, w2 = x.to(dtype), w1.to(dtype), w2.to(dtype)
+            mode = torch.autocast(kind, enabled=False)
+        if x.dtype != w1.dtype:
             raise ValueError(f"ExpertParallelMLP: input dtype {x.dtype} != weight dtype "
-                             f"{self.w1.dtype}")
-        d = moe_dispatch(x, topk_ids, self.num_experts, max_tokens=max_tokens,
-                         max_recv_rows=self.max_recv_rows)
-        h = self.activation(grouped_gemm(d.x, self.w1, d.expert_offsets))
-        y = grouped_gemm(h, self.w2, d.expert_offsets)
-        return moe_combine(y, d, topk_weights)
+                             f"{w1.dtype}")
+        with mode:
+            d = moe_dispatch(x, topk_ids, self.num_experts, max_tokens=max_tokens,
+                             max_recv_rows=self.max_recv_rows)
+            h = self.activation(grouped_gemm(d.x, w1, d.expert_offsets))
+            y = grouped_gemm(h, w2, d.expert_offsets)
+            return moe_combine(y, d, topk_weights)
 
     def extra_repr(self) -> str:
         return (f"hidden={self.hidden}, ffn={self.ffn}, num_experts={self.num_experts}, "

@@ -89,6 +89,47 @@ def test_expert_parallel_mlp_with_drops(backend):
     assert ditron.launch(check_layer, 3, 5, backend=backend) == [15] * 3
 
 
+def check_autocast() -> int:
+    """fp32 experts under bf16 autocast: bf16 output, fp32 gradients, equal to the float64
+    model of the bf16-rounded tokens and weights."""
+    rt = current()
+    w, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
+    per_rank, k, hidden, ffn = 2, 2, 16, 12
+    experts = per_rank * w
+    g = torch.Generator().manual_seed(7)
+    xs = [torch.randn(5 + r, hidden, generator=g) for r in range(w)]
+    ids = [torch.randint(0, experts, (5 + r, k), generator=g) for r in range(w)]
+    wts = [torch.rand(5 + r, k, generator=g) for r in range(w)]
+    gs = [torch.randn(5 + r, hidden, generator=g).bfloat16() for r in range(w)]
+    full1 = torch.randn(experts, hidden, ffn, generator=g) / hidden ** 0.5
+    full2 = torch.randn(experts, ffn, hidden, generator=g) / ffn ** 0.5
+    layer = ditron.nn.ExpertParallelMLP(hidden, ffn, experts)
+    mine = slice(me * per_rank, (me + 1) * per_rank)
+    with torch.no_grad():
+        layer.w1.copy_(full1[mine])
+        layer.w2.copy_(full2[mine])
+    x = xs[me].to(dev).requires_grad_()
+    with torch.autocast(dev.type, dtype=torch.bfloat16):
+        out = layer(x, ids[me].to(dev), wts[me].to(dev), max_tokens=5 + w - 1)
+    assert out.dtype == torch.bfloat16
+    out.backward(gs[me].to(dev))
+    assert layer.w1.grad.dtype == torch.float32 and x.grad.dtype == torch.float32
+    kept = [torch.ones(i.shape, dtype=torch.bool) for i in ids]
+    bf = [t.bfloat16() for t in xs]
+    ref_out, ref_x, _, ref_w1, ref_w2 = _reference(bf, ids, wts, kept, full1.bfloat16(),
+                                                    full2.bfloat16(), gs)
+    for what, got, want in [("out", out, ref_out[me]), ("x.grad", x.grad, ref_x[me]),
+                            ("w1.grad", layer.w1.grad, ref_w1[mine]),
+                            ("w2.grad", layer.w2.grad, ref_w2[mine])]:
+        torch.testing.assert_close(got.cpu().double(), want, rtol=5e-2, atol=5e-2,
+                                   msg=f"rank {me} autocast: {what}")
+    return 4
+
+
+def test_expert_parallel_mlp_follows_autocast(backend):
+    assert ditron.launch(check_autocast, 2, backend=backend) == [4, 4]
+
+
 def check_layer_refusals() -> int:
     dev = ditron.world().device
     with pytest.raises(ValueError, match="num_experts must be a positive multiple"):
@@ -97,7 +138,7 @@ def check_layer_refusals() -> int:
     x = torch.randn(3, 8, device=dev, dtype=torch.bfloat16)
     ids = torch.zeros(3, 1, dtype=torch.int64, device=dev)
     with pytest.raises(ValueError, match="input dtype torch.bfloat16 != weight dtype"):
-        layer(x, ids, torch.ones(3, 1, device=dev))
+        layer(x, ids, torch.ones(3, 1, device=dev))  # no autocast: no silent cast
     return 2
 
 
