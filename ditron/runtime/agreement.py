@@ -26,8 +26,9 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
 
     One all-gather over the host group. ``remember``: a signature agreed on once costs a
     set lookup afterwards. A rank that then repeats an agreed call while another makes a
-    new one is not caught (the first skips the gather the second waits in), unless
-    ``DITRON_CHECK_CALLS=1`` gathers on every call.
+    new one is not caught there (the first skips the gather the second waits in), unless
+    ``DITRON_CHECK_CALLS=1`` gathers on every call; if the first then reaches another
+    call's gather, both ranks raise, naming the calls each was in.
     """
     rt = current()
     if rt.world.world_size == 1:
@@ -39,9 +40,14 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     if remember and key in agreed:
         return
     every: list = [None] * rt.world.world_size
-    dist.all_gather_object(every, values, group=rt.host_group)
-    if any(v != every[0] for v in every):
-        raise ValueError(disagreement(what, tuple(fields), every))
+    dist.all_gather_object(every, (what, tuple(fields), values), group=rt.host_group)
+    if any(call[:2] != every[0][:2] for call in every):
+        names = "\n".join(f"  rank {r}: {call[0]}" for r, call in enumerate(every))
+        raise ValueError(f"{what}: ranks are in different collective calls (one repeated a "
+                         f"call it had checked before while another made a new one, or "
+                         f"they call ops in different orders):\n{names}")
+    if any(call[2] != every[0][2] for call in every):
+        raise ValueError(disagreement(what, tuple(fields), [call[2] for call in every]))
     if remember:
         if len(agreed) >= _MAX_AGREED:
             agreed.clear()

@@ -173,11 +173,14 @@ def test_moe_drops_copies_past_the_capacity(backend):
 
 
 def check_refusals() -> int:
-    dev = ditron.world().device
+    dev, me = ditron.world().device, ditron.world().rank
     ops = ditron.ops
     x = torch.randn(6, 8, device=dev)
     ids = torch.zeros(6, 2, dtype=torch.int64, device=dev)
     cases = [
+        # ranks with different token counts and no common max_tokens: named, on every rank
+        ("ranks disagree on the call \\(max_tokens, max_recv_rows differ\\)",
+         lambda: ops.moe_dispatch(x[:6 - me], ids[:6 - me], 4)),
         ("num_experts must be a positive multiple", lambda: ops.moe_dispatch(x, ids, 3)),
         ("x must be \\[tokens, hidden\\]", lambda: ops.moe_dispatch(x[0], ids, 4)),
         ("topk_ids must be \\[tokens, k\\]", lambda: ops.moe_dispatch(x, ids[:5], 4)),
@@ -203,7 +206,7 @@ def check_refusals() -> int:
 
 def test_moe_refuses_bad_input(backend, monkeypatch):
     monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "60")  # debug mode: expert ids read and checked
-    assert ditron.launch(check_refusals, 2, backend=backend) == [10, 10]
+    assert ditron.launch(check_refusals, 2, backend=backend) == [11, 11]
 
 
 def _layer_reference(x, ids, weights, w1, w2):

@@ -74,3 +74,24 @@ def test_disagreeing_ranks_raise_on_every_rank(world_size, check_calls, backend,
     if check_calls:
         assert "  rank 0: shape=(4, 3)," in messages[2]
         assert "  rank 1: shape=(5, 3)," in messages[2]
+
+
+def _different_calls() -> str:
+    """Rank 0 repeats a remembered call (no gather), then reaches another op's gather while
+    rank 1 gathers for a new signature of the first: both raise, naming the calls."""
+    me = ditron.world().rank
+    agree("first", n=1)
+    if me == 0:
+        agree("first", n=1)  # remembered: no gather
+    with pytest.raises(ValueError) as info:
+        if me == 0:
+            agree("second", n=1)
+        else:
+            agree("first", n=2)
+    return str(info.value)
+
+
+def test_ranks_in_different_calls_are_named(backend):
+    res = ditron.launch(_different_calls, 2, backend=backend)
+    assert "ranks are in different collective calls" in res[0]
+    assert "  rank 0: second\n  rank 1: first" in res[0] and "rank 0: second" in res[1]
