@@ -12,7 +12,8 @@
 # limited to 10 minutes, so on a multi-GPU machine run one or two steps per call (STEPS=0,
 # STEPS=5, STEPS="1 2", STEPS=3, STEPS=4; BUDGET bounds the call; 6: fused-collective
 # variants, 7: overlap traces, 8: host time per function of the overlapped ops, 9: a
-# sequence-parallel MLP of ditron.nn against cuBLAS + NCCL, two or more GPUs);
+# sequence-parallel MLP of ditron.nn against cuBLAS + NCCL, two or more GPUs; 10: expert
+# parallelism, `ditron bench moe`, grouped GEMM and the MoE layer against torch.distributed);
 # ENGINES=copy_engine,sm,tma adds the TMA engine to the sweep; GRAPH_MAX (default 4M) is the
 # largest size timed under CUDA graphs. tp-gemm also times the ops under CUDA graphs.
 # A device call returns at most 8 files: tar "$OUT" into one file of the call's output.
@@ -116,6 +117,13 @@ if want 9 && [ "$NGPU" -ge 2 ]; then
   timeout $(left) python3 -m ditron bench tp-mlp --world-size "$W" --out "$OUT/tp_mlp_w$W.json" \
     > "$OUT/tp_mlp.txt" 2>&1 || failed 9
   tail -n 3 "$OUT/tp_mlp.txt"
+fi
+if want 10; then
+  MW=$W; [ "$NGPU" -ge 2 ] || MW=1  # its torch.distributed baseline needs a GPU per rank
+  echo "== (10) expert parallelism: grouped GEMM and the MoE layer at W=$MW (bench moe)"
+  timeout $(left) python3 -m ditron bench moe --world-size "$MW" --out "$OUT/moe_w$MW.json" \
+    > "$OUT/moe.txt" 2>&1 || failed 10
+  grep -E "^(gemm|layer)" "$OUT/moe.txt"
 fi
 echo "status $status" | tee -a "$OUT/run.txt"
 exit $status
