@@ -20,6 +20,11 @@ matmul loop, as a Megatron-style all-to-all dispatcher without a grouped GEMM do
 ``ditron_gemm_triton`` / ``ditron_gemm_torch`` (on a GPU): the ditron layer with each
 grouped-GEMM method forced.
 
+``a2a`` rows: the dispatch's data movement, ``--layer-tokens`` x top-k rows of ``--hidden``
+through ``ditron.ops.all_to_all_device`` (even splits), with the gathers before sending and
+after receiving (random row indices and permutation) fused into its kernels (``fused``),
+done by ``index_select`` around it (``unfused``), and without gathers (``plain``).
+
 Per-call times are the slower rank's median (CUDA events, fixed counts on every rank,
 variants in rotating rounds, warm-up excluded). ``--smoke``: CPU backend, tiny shapes, to
 check the script; its times mean nothing.
@@ -208,12 +213,54 @@ def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rou
     return [row]
 
 
+def _a2a_rows(tokens: int, hidden: int, topk: int, rounds: int, iters: int,
+              warmup: int) -> list[dict]:
+    from ditron.runtime.world import current
+
+    rt = current()
+    W, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
+    gen = torch.Generator().manual_seed(7 + me)
+    rows = tokens * topk
+    x = torch.randn(tokens, hidden, generator=gen).to(dev, torch.bfloat16)
+    index = torch.randint(0, tokens, (rows,), generator=gen).to(dev)
+    cap = rows  # every rank sends rows / W to each: rows arrive
+    perm = torch.randperm(cap, generator=gen).to(dev)
+    splits = torch.full((W,), rows // W, dtype=torch.int64, device=dev)
+    splits[-1] += rows % W
+    a2a = ditron.ops.all_to_all_device
+
+    def fused():
+        return a2a(x, splits, cap, send_index=index, recv_index=perm)[0]
+
+    def unfused():
+        return a2a(x.index_select(0, index), splits, cap)[0].index_select(0, perm)
+
+    gathered = x.index_select(0, index)
+
+    def plain():
+        return a2a(gathered, splits, cap)[0]
+
+    ok = torch.equal(fused(), unfused())
+    samples = time_in_rounds({"fused": fused, "unfused": unfused, "plain": plain}, rounds,
+                             iters, warmup, dev)
+    row = {"part": "a2a", "tokens": tokens, "hidden": hidden, "topk": topk, "world_size": W,
+           "bytes": rows * hidden * 2, "same_result": bool(agreed_median([float(ok)]) == 1)}
+    for name, times in samples.items():
+        row[name] = agreed_median(times)
+    row["speedup"] = row["unfused"] / row["fused"]
+    return [row]
+
+
 def _measure(args) -> list[dict]:
     dev = ditron.world().device
     rows = []
     if "gemm" in args.parts:
         rows += _gemm_rows(args.shapes, args.tokens, dev, args.rounds, args.iters, args.warmup,
                            args.sweep)
+    if "a2a" in args.parts:
+        for tokens in args.layer_tokens:
+            rows += _a2a_rows(tokens, args.hidden, args.topk, args.rounds, args.iters,
+                              args.warmup)
     if "layer" in args.parts:
         for tokens in args.layer_tokens:
             rows += _layer_rows(tokens, args.hidden, args.ffn, args.experts, args.topk,
@@ -227,7 +274,7 @@ def _measure(args) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench moe", description=__doc__.split("\n\n")[0])
     p.add_argument("--world-size", type=int, default=1)
-    p.add_argument("--parts", default="gemm,layer", help="gemm, layer or both")
+    p.add_argument("--parts", default="gemm,a2a,layer", help="gemm, a2a, layer (a list)")
     p.add_argument("--tokens", type=int, default=8192, help="tokens of the gemm rows")
     p.add_argument("--layer-tokens", default="128,8192", help="tokens per rank, layer rows")
     p.add_argument("--hidden", type=int, default=7168)
@@ -263,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"  ditron {row['ditron']:9.1f}  torch_loop {row['torch_loop']:9.1f}{extra}"
                   f"  dense {row['dense']:9.1f} us  ({row['tflops_ditron']:.0f} TFLOP/s, "
                   f"err {row['max_rel_err']:.1e})")
+        elif row["part"] == "a2a":
+            print(f"a2a   T {row['tokens']:5d} H {row['hidden']} top{row['topk']} "
+                  f"W {row['world_size']}  fused {row['fused']:9.1f}  unfused "
+                  f"{row['unfused']:9.1f}  plain {row['plain']:9.1f} us  fused speed-up "
+                  f"{row['speedup']:.3f}x  (same result: {row['same_result']})")
         else:
             print(f"layer T {row['tokens']:5d} H {row['hidden']} F {row['ffn']} "
                   f"E {row['experts']} top{row['topk']} W {row['world_size']}  ditron "

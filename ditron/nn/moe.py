@@ -88,7 +88,7 @@ class _Combine(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             per_copy = g32 if weights is None else g32 * weights.float()[:, :, None]
             per_copy = per_copy.expand(d.num_tokens, d.topk, g.shape[1])
-            rows = per_copy.reshape(-1, g.shape[1]).index_select(0, d.order).to(ctx.dtype)
+            rows = per_copy.reshape(-1, g.shape[1]).to(ctx.dtype)
             with library._in(ctx.key):
                 gy = send_copies(rows, d)
             valid = torch.arange(d.capacity, device=g.device) < d.expert_offsets[-1]

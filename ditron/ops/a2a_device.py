@@ -68,8 +68,8 @@ def _splits_kernel(splits, mat, pad, epoch_ptr, first, count, ctx, WB: tl.conste
 
 
 @triton.jit
-def _data_kernel(x, x_rows, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_rows, ctx,
-                 BLOCK: tl.constexpr, WB: tl.constexpr):
+def _data_kernel(x, x_rows, index, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_rows, ctx,
+                 BLOCK: tl.constexpr, WB: tl.constexpr, INDEXED: tl.constexpr):
     q = tl.program_id(0)
     me = ctx.rank
     w = ctx.world_size
@@ -84,20 +84,26 @@ def _data_kernel(x, x_rows, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_r
     rows = tl.sum(tl.where(offs == q, line, 0))
     rows = tl.minimum(rows, tl.maximum(cap_rows - dst_rows, 0))
     rows = tl.minimum(rows, tl.maximum(x_rows - src_rows, 0))
-    # program (q, p) moves slice p of the elements for q; every program adds 1 to q's
-    # "data ready" counter, which reaches epoch * P once all P programs of this call are done
-    total = rows * row
+    # every program (q, p) adds 1 to q's "data ready" counter, which reaches epoch * P once
+    # all P programs of this call are done
     p = tl.program_id(1)
-    chunk = tl.cdiv(tl.cdiv(total, tl.num_programs(1)), BLOCK) * BLOCK
-    lo = p * chunk
-    n = tl.maximum(tl.minimum(chunk, total - lo), 0)
-    dl.put(inbox_h + dst_rows * row + lo, x + src_rows * row + lo, n, q, ctx, BLOCK)
+    if INDEXED:  # program p moves rows p, p + P, ... for q, send row i read from x[index[i]]
+        for i in range(p, rows, tl.num_programs(1)):
+            src = tl.load(index + src_rows + i)
+            dl.put(inbox_h + (dst_rows + i) * row, x + src * row, row, q, ctx, BLOCK)
+    else:  # program p moves slice p of the elements for q
+        total = rows * row
+        chunk = tl.cdiv(tl.cdiv(total, tl.num_programs(1)), BLOCK) * BLOCK
+        lo = p * chunk
+        n = tl.maximum(tl.minimum(chunk, total - lo), 0)
+        dl.put(inbox_h + dst_rows * row + lo, x + src_rows * row + lo, n, q, ctx, BLOCK)
     dl.notify(pad + w + me, 1, q, ctx, op="add")
 
 
 @triton.jit
-def _finish_kernel(out, out_splits, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_rows,
-                   first, count, senders, ctx, BLOCK: tl.constexpr, WB: tl.constexpr):
+def _finish_kernel(out, out_splits, index, inbox, inbox_stride, mat, pad, epoch_ptr, row,
+                   cap_rows, first, count, senders, ctx, BLOCK: tl.constexpr, WB: tl.constexpr,
+                   INDEXED: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     me = ctx.rank
@@ -107,11 +113,22 @@ def _finish_kernel(out, out_splits, inbox, inbox_stride, mat, pad, epoch_ptr, ro
     inbox_h = inbox + (epoch % 2) * inbox_stride
     offs = tl.arange(0, WB)
     col = tl.load(mat + (epoch % 2) * w * w + offs * w + me, mask=offs < w, other=0)
-    numel = tl.minimum(tl.sum(col), cap_rows) * row  # only the rows that came
-    for start in range(pid * BLOCK, numel, nprog * BLOCK):
-        offs_e = start + tl.arange(0, BLOCK)
-        tl.store(out + offs_e, tl.load(inbox_h + offs_e, mask=offs_e < numel),
-                 mask=offs_e < numel)
+    came = tl.minimum(tl.sum(col), cap_rows)  # only the rows that came
+    if INDEXED:  # out row r = received row index[r], when that row came
+        for r in range(pid, cap_rows, nprog):
+            src = tl.load(index + r)
+            if (src >= 0) & (src < came):
+                for c in range(0, row, BLOCK):
+                    offs_e = c + tl.arange(0, BLOCK)
+                    tl.store(out + tl.cast(r, tl.int64) * row + offs_e,
+                             tl.load(inbox_h + src * row + offs_e, mask=offs_e < row),
+                             mask=offs_e < row)
+    else:
+        numel = came * row
+        for start in range(pid * BLOCK, numel, nprog * BLOCK):
+            offs_e = start + tl.arange(0, BLOCK)
+            tl.store(out + offs_e, tl.load(inbox_h + offs_e, mask=offs_e < numel),
+                     mask=offs_e < numel)
     if pid == 0:
         tl.store(out_splits + offs, col, mask=offs < w)
 
@@ -172,9 +189,26 @@ def _new_workspace(dtype: torch.dtype, row: int, cap_rows: int, w: int) -> _Work
     return _Workspace(mat, inbox, pad, epoch, tag)
 
 
+def _index(name: str, index: torch.Tensor | None, dev: torch.device,
+           size: int | None = None) -> torch.Tensor | None:
+    """``index`` checked (an integer device vector, of ``size`` elements when given) and
+    as contiguous int64."""
+    if index is None:
+        return None
+    if index.device != dev or index.dim() != 1 or index.dtype.is_floating_point \
+            or index.dtype.is_complex or index.dtype == torch.bool \
+            or (size is not None and index.shape[0] != size):
+        want = f"[{size}]" if size is not None else "vector"
+        raise ValueError(f"all_to_all_device: {name} must be an integer {want} on {dev}, got "
+                         f"{tuple(index.shape)} {index.dtype} on {index.device}")
+    return index.to(torch.int64).contiguous()
+
+
 @public_op
-def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
-                      max_out_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, *,
+                      send_index: torch.Tensor | None = None,
+                      recv_index: torch.Tensor | None = None,
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """Send rows ``splits[q]`` of ``x`` (dim 0, in order) to rank ``q``; ``splits`` is an
     integer device tensor ``[W]`` that may be computed on the device (no host sync).
 
@@ -183,6 +217,13 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
     is undefined); rows beyond the capacity are dropped (compare ``out_splits.sum()`` with
     ``max_out_rows``). Equivalent, with host splits, to ``dist.all_to_all_single``. Every
     rank must pass the same ``max_out_rows`` and row shape. Ranks must share a node.
+
+    Gathers fused into the move (no extra pass over the rows; integer device vectors):
+    ``send_index [S]`` sends ``x[send_index]`` instead of ``x`` (the sending kernel reads
+    row ``send_index[i]`` for send row ``i``; values must lie in ``[0, x.shape[0])``,
+    checked on the host in debug mode only); ``recv_index [max_out_rows]`` makes ``out[r]``
+    the received row ``recv_index[r]`` (in the order above) when that row came, and leaves
+    ``out[r]`` undefined otherwise (a negative or too large index included).
     """
     rt = current()
     w = rt.world.world_size
@@ -196,9 +237,17 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
                          f"got x {tuple(x.shape)}, splits {tuple(splits.shape)} {splits.dtype}")
     if max_out_rows < 0:
         raise ValueError(f"all_to_all_device: max_out_rows must be >= 0, got {max_out_rows}")
+    send_index = _index("send_index", send_index, x.device)
+    recv_index = _index("recv_index", recv_index, x.device, max_out_rows)
     from .collectives import _check_tensor
 
     _check_tensor("all_to_all_device", x)
+    if send_index is not None and rt.wait_timeout > 0 and not capturing() \
+            and send_index.numel() and not (0 <= int(send_index.min())
+                                            and int(send_index.max()) < x.shape[0]):
+        raise ValueError(f"all_to_all_device: rank {rt.world.rank}: send_index holds "
+                         f"{int(send_index.min())}..{int(send_index.max())}, outside the "
+                         f"{x.shape[0]} rows of x")
     agree("ditron.ops.all_to_all_device", row_shape=tuple(x.shape[1:]), dtype=x.dtype,
           max_out_rows=int(max_out_rows))
     dtype, x = x.dtype, viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))
@@ -210,18 +259,22 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor,
     xc = x.contiguous()
     cpu = rt.world.backend == "cpu"
     block = 4096 if cpu else 2048
-    _FAST_SPLITS[(1,)](splits.to(torch.int64).contiguous(), ws.mat, ws.pad, ws.epoch,
-                       node.start, len(node), ctx, WB=wb)
+    splits = splits.to(torch.int64).contiguous()
+    _FAST_SPLITS[(1,)](splits, ws.mat, ws.pad, ws.epoch, node.start, len(node), ctx, WB=wb)
     senders = SENDERS_CPU if cpu else max(MIN_SENDERS, GPU_SENDERS // w)
-    _FAST_DATA[(w, senders)](xc, x.shape[0], ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad,
-                             ws.epoch, row, max_out_rows, ctx, BLOCK=block, WB=wb)
+    send_rows = x.shape[0] if send_index is None else send_index.shape[0]
+    _FAST_DATA[(w, senders)](xc, send_rows, splits if send_index is None else send_index,
+                             ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
+                             max_out_rows, ctx, BLOCK=block, WB=wb,
+                             INDEXED=send_index is not None)
     out = torch.empty((max_out_rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
     out_splits = torch.empty(w, dtype=torch.int64, device=x.device)
     numel = max_out_rows * row
     programs = 1 if cpu else max(1, min(sm_count(x.device), triton.cdiv(numel, block)))
-    _FAST_FINISH[(programs,)](out, out_splits, ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad,
-                              ws.epoch, row, max_out_rows, node.start, len(node), senders, ctx,
-                              BLOCK=block, WB=wb)
+    _FAST_FINISH[(programs,)](out, out_splits, splits if recv_index is None else recv_index,
+                              ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
+                              max_out_rows, node.start, len(node), senders, ctx,
+                              BLOCK=block, WB=wb, INDEXED=recv_index is not None)
     _FAST_ACK[(1,)](ws.pad, ws.epoch, node.start, len(node), ctx)
     if (rt.wait_timeout > 0 or cpu) and not capturing():
         from ..runtime.diagnostics import check_waits

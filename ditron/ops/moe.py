@@ -66,6 +66,8 @@ class MoEDispatch:
     send_splits: torch.Tensor
     #: grouped row ``i`` is received row ``perm[i]`` [max_recv_rows]
     perm: torch.Tensor
+    #: received row ``r`` is grouped row ``inv_perm[r]`` [max_recv_rows]
+    inv_perm: torch.Tensor
     #: received rows kept from each rank [W] (rows past the capacity dropped)
     kept_splits: torch.Tensor
 
@@ -145,27 +147,34 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     block = _positions(recv_counts.reshape(-1), cap)
     expert = torch.where(block < w * local, block % local, local)
     perm = torch.argsort(expert, stable=True)
+    inv_perm = torch.empty_like(perm).scatter_(0, perm, torch.arange(cap, device=dev))
     per_local = torch.zeros(local + 1, dtype=torch.int64, device=dev)
     per_local.scatter_add_(0, expert, torch.ones_like(expert))
     tokens = per_local[:local]
     offsets = torch.zeros(local + 1, dtype=torch.int64, device=dev)
     torch.cumsum(tokens, 0, out=offsets[1:])
     d = MoEDispatch(x[:0], offsets, tokens, num_experts, T, k, max_tokens, cap, order,
-                    counts.sum(1), perm, kept_splits)
-    grouped = send_copies(x.index_select(0, torch.div(order, k, rounding_mode="floor")), d)
+                    counts.sum(1), perm, inv_perm, kept_splits)
+    grouped = _send(x, torch.div(order, k, rounding_mode="floor"), d)
     return dataclasses.replace(d, x=grouped)
+
+
+def _send(src: torch.Tensor, index: torch.Tensor, d: MoEDispatch) -> torch.Tensor:
+    """Rows ``src[index]`` (in send order) to their experts' ranks, grouped as ``d.x``: the
+    gather and the grouping happen inside the all-to-all's kernels."""
+    from .a2a_device import all_to_all_device
+
+    return all_to_all_device(src, d.send_splits, d.capacity, send_index=index,
+                             recv_index=d.perm)[0]
 
 
 @public_op
 def send_copies(rows: torch.Tensor, dispatch: MoEDispatch) -> torch.Tensor:
     """The data movement of :func:`moe_dispatch` for any per-copy rows: ``rows [T * k, N]``
-    in send order (row ``i`` is copy ``dispatch.order[i]``) arrive at their experts' ranks,
-    grouped as ``dispatch.x`` (``[max_recv_rows, N]``; rows past ``expert_offsets[-1]``
-    undefined). Collective; no checks (``ditron.nn`` uses it for gradients)."""
-    from .a2a_device import all_to_all_device
-
-    received, _ = all_to_all_device(rows, dispatch.send_splits, dispatch.capacity)
-    return received.index_select(0, dispatch.perm)
+    (row ``t * k + j`` for copy ``(t, j)``) arrive at their experts' ranks, grouped as
+    ``dispatch.x`` (``[max_recv_rows, N]``; rows past ``expert_offsets[-1]`` undefined).
+    Collective; no checks (``ditron.nn`` uses it for gradients)."""
+    return _send(rows, dispatch.order, dispatch)
 
 
 def _returned(y: torch.Tensor, d: MoEDispatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,9 +185,8 @@ def _returned(y: torch.Tensor, d: MoEDispatch) -> tuple[torch.Tensor, torch.Tens
 
     w = current().world.world_size
     T, k = d.num_tokens, d.topk
-    received = torch.empty_like(y)
-    received.index_copy_(0, d.perm, y)
-    back, back_splits = all_to_all_device(received, d.kept_splits, d.max_tokens * k)
+    back, back_splits = all_to_all_device(y, d.kept_splits, d.max_tokens * k,
+                                          send_index=d.inv_perm)
     # send position i went to rank dest[i] as its j-th row; it came back if j < back_splits
     sent = T * k
     dest = _positions(d.send_splits, sent)

@@ -131,7 +131,8 @@ def check_all_to_all_device(calls: int = 3) -> int:
     for it in range(calls):
         g = _gen(me, it, 7)
         ins = torch.randint(0, 4, (w,), generator=g)
-        ins[(me + it) % w] = 0
+        if it % 2:  # a zero split (not on every call: at W = 1 it is the only one)
+            ins[(me + it) % w] = 0
         x = torch.randn(int(ins.sum()), 5, generator=g).to(DTYPES[it % 3] if it < 3
                                                              else torch.float32)
         outs, ref = _a2a_ref(x, ins)
@@ -577,6 +578,77 @@ def test_all_to_all_device_splits(world_size):
     assert all(c == 7 for c in counts)
 
 
+def check_all_to_all_device_indexed(calls: int = 6) -> int:
+    """``send_index`` / ``recv_index`` against ``x[send_index]`` sent by
+    ``dist.all_to_all_single`` and then indexed by ``recv_index``: rows of ``x`` sent twice
+    or never, an index longer than the splits use, ``recv_index`` with negative, too large
+    and repeated entries; both, either one alone (calls rotate), four dtypes (int16 rows
+    travel widened), int32 and int64 indices, and a capacity that drops rows last."""
+    poison_empty()
+    w, me = ditron.world().world_size, ditron.world().rank
+    dev = ditron.world().device
+    for it in range(calls):
+        g = _gen(me, it, 13)
+        dtype = (*DTYPES, torch.int16)[it % 4]
+        ins = torch.randint(0, 5, (w,), generator=g)
+        if it % 2:  # a zero split (not on every call: at W = 1 it is the only one)
+            ins[(me + it) % w] = 0
+        s = int(ins.sum())
+        if it % 3 == 2:  # recv_index alone: x holds the rows sent
+            x = torch.randn(s, 4, 4, generator=g).mul(100).to(dtype)
+            sent = x
+        else:
+            x = torch.randn(3 + it, 4, 4, generator=g).mul(100).to(dtype)
+            send_index = torch.randint(0, x.shape[0], (s + 2,), generator=g)
+            sent = x[send_index[:s]]
+        outs, ref = _a2a_ref(sent.float(), ins)
+        cap = 3 if it == calls - 1 else 4 * w
+        kept = min(int(outs.sum()), cap)
+        recv_index = torch.randint(-2, cap + 2, (cap,), generator=g)
+        kw = {}
+        if it % 3 != 2:
+            kw["send_index"] = send_index.to(dev, torch.int32 if it % 2 else torch.int64)
+        if it % 3 != 1:
+            kw["recv_index"] = recv_index.to(dev)
+        out, out_splits = ditron.ops.all_to_all_device(x.to(dev), ins.to(dev), cap, **kw)
+        out, out_splits = out.cpu(), out_splits.cpu()
+        assert out.shape == (cap, 4, 4) and out.dtype == dtype
+        assert torch.equal(out_splits, outs), (out_splits, outs)
+        if "recv_index" in kw:
+            valid = (recv_index >= 0) & (recv_index < kept)
+            got, want = out[valid], ref[recv_index[valid]].to(dtype)
+        else:
+            got, want = out[:kept], ref[:kept].to(dtype)
+        what = f"all_to_all_device indexed call {it} {sorted(kw)} {dtype}"
+        if dtype.is_floating_point:
+            _close(got, want, what)
+        else:
+            assert torch.equal(got, want), what
+    x = torch.randn(4, 3, device=dev)
+    splits = torch.zeros(w, dtype=torch.int64, device=dev)
+    for words, kw in [("send_index must be an integer vector",
+                       {"send_index": torch.zeros(2, device=dev)}),
+                      (rf"recv_index must be an integer \[{w}\]",
+                       {"recv_index": torch.zeros(w + 1, dtype=torch.int64, device=dev)})]:
+        with pytest.raises(ValueError, match=words):
+            ditron.ops.all_to_all_device(x, splits, w, **kw)
+    if current().wait_timeout > 0:  # debug mode: the send index is read and checked
+        with pytest.raises(ValueError, match=rf"rank {me}: send_index holds 0..4, outside"):
+            ditron.ops.all_to_all_device(x, splits, w, send_index=torch.arange(5, device=dev))
+    return calls
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_all_to_all_device_fused_gathers(world_size):
+    counts = ditron.launch(check_all_to_all_device_indexed, world_size, backend="cpu")
+    assert counts == [6] * world_size
+
+
+def test_all_to_all_device_send_index_checked_in_debug_mode(monkeypatch):
+    monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "60")
+    assert ditron.launch(check_all_to_all_device_indexed, 2, 3, backend="cpu") == [3, 3]
+
+
 def check_send_recv(calls: int = 3) -> int:
     w, me = ditron.world().world_size, ditron.world().rank
     nxt, prv = (me + 1) % w, (me - 1) % w
@@ -766,6 +838,8 @@ def test_chunked_exchanges_in_cuda_graph(monkeypatch):
 def test_all_to_all_device_cuda_two_ranks():
     counts = ditron.launch(check_all_to_all_device, 2, 7, backend="cuda")
     assert all(c == 7 for c in counts)
+    counts = ditron.launch(check_all_to_all_device_indexed, 2, backend="cuda")
+    assert counts == [6, 6]
 
 
 def _a2a_device_graph() -> int:
