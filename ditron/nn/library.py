@@ -11,7 +11,13 @@ with the same semantics and checks, and returns new tensors (never a view of an 
   gathered ``[W*m, K]`` input (what a backward pass reuses);
 - ``gemm_rs(a, b, method) -> c``: ``reduce_scatter(a @ b, dim=0)``, ``c: [M/W, N]``;
 - ``gemm_ar(a, b, method) -> c``: ``all_reduce(a @ b)``;
-- ``all_gather(x) / reduce_scatter(x)``: along dim 0; ``all_reduce(x)``.
+- ``all_gather(x) / reduce_scatter(x)``: along dim 0; ``all_reduce(x)``;
+- expert parallelism (``ditron.ops.moe``): ``moe_dispatch(x, topk_ids, num_experts,
+  max_tokens, max_recv_rows) -> (grouped_x, *routing)``; ``moe_send_copies(rows, routing,
+  sizes)`` and ``moe_return_copies(y, routing, sizes)``, the data movement of the dispatch
+  and of the combine (before its sum) for any rows; ``grouped_gemm(x, w, offsets)`` and
+  ``grouped_gemm_wgrad(x, dy, offsets)``. ``routing`` is the list of the dispatch's device
+  tensors and ``sizes`` its integers, in the orders of :data:`ROUTING` and :data:`SIZES`.
 
 They are collectives: every rank must call them in the same order with matching shapes.
 Each takes a last argument ``world``: ``""`` (the default) runs it in the current world;
@@ -25,6 +31,7 @@ import contextlib
 
 import torch
 
+from ..ops.moe import MoEDispatch
 from ..runtime.world import use, world_over
 from ..runtime.world import world as current_world
 
@@ -159,3 +166,99 @@ def all_reduce(x: torch.Tensor, world: str = "") -> torch.Tensor:
 @all_reduce.register_fake
 def _(x, world=""):
     return torch.empty_like(x)
+
+
+#: the :class:`~ditron.ops.moe.MoEDispatch` tensors a ``routing`` list holds, in order
+ROUTING = ("expert_offsets", "order", "send_splits", "perm", "inv_perm", "kept_splits")
+#: its integers a ``sizes`` list holds, in order
+SIZES = ("num_experts", "num_tokens", "topk", "max_tokens", "capacity")
+
+
+def dispatch_of(like: torch.Tensor, routing: list[torch.Tensor],
+                sizes: list[int]) -> MoEDispatch:
+    """The :class:`~ditron.ops.moe.MoEDispatch` of ``routing`` and ``sizes`` (its ``x``: an
+    empty tensor like ``like``)."""
+    fields = dict(zip(ROUTING, routing, strict=True)) | dict(zip(SIZES, sizes, strict=True))
+    offsets = fields["expert_offsets"]
+    return MoEDispatch(x=like[:0], tokens_per_expert=offsets.diff(), **fields)
+
+
+def routing_of(d: MoEDispatch) -> tuple[list[torch.Tensor], list[int]]:
+    """``(routing, sizes)`` of a dispatch: what the ops below take."""
+    return [getattr(d, f) for f in ROUTING], [getattr(d, f) for f in SIZES]
+
+
+@torch.library.custom_op("ditron::moe_dispatch", mutates_args=())
+def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, max_tokens: int,
+                 max_recv_rows: int, world: str = "") -> list[torch.Tensor]:
+    with _in(world):
+        d = _ops().moe_dispatch(x, topk_ids, num_experts, max_tokens=max_tokens,
+                                max_recv_rows=max_recv_rows)
+    return [_own(d.x, x), *routing_of(d)[0]]
+
+
+@moe_dispatch.register_fake
+def _(x, topk_ids, num_experts, max_tokens, max_recv_rows, world=""):
+    W = world_size(world)
+    index = {"dtype": torch.int64, "device": x.device}
+    copies = topk_ids.shape[0] * topk_ids.shape[1]
+    return [x.new_empty((max_recv_rows, x.shape[1])),
+            torch.empty(num_experts // W + 1, **index), torch.empty(copies, **index),
+            torch.empty(W, **index), torch.empty(max_recv_rows, **index),
+            torch.empty(max_recv_rows, **index), torch.empty(W, **index)]
+
+
+@torch.library.custom_op("ditron::moe_send_copies", mutates_args=())
+def moe_send_copies(rows: torch.Tensor, routing: list[torch.Tensor], sizes: list[int],
+                    world: str = "") -> torch.Tensor:
+    from ..ops.moe import send_copies
+
+    with _in(world):
+        return _own(send_copies(rows, dispatch_of(rows, routing, sizes)), rows)
+
+
+@moe_send_copies.register_fake
+def _(rows, routing, sizes, world=""):
+    return rows.new_empty((sizes[SIZES.index("capacity")], rows.shape[1]))
+
+
+@torch.library.custom_op("ditron::moe_return_copies", mutates_args=())
+def moe_return_copies(y: torch.Tensor, routing: list[torch.Tensor], sizes: list[int],
+                      world: str = "") -> torch.Tensor:
+    from ..ops.moe import return_copies
+
+    with _in(world):
+        return _own(return_copies(y, dispatch_of(y, routing, sizes)), y)
+
+
+@moe_return_copies.register_fake
+def _(y, routing, sizes, world=""):
+    T, k = sizes[SIZES.index("num_tokens")], sizes[SIZES.index("topk")]
+    return y.new_empty((T, k, y.shape[1]), dtype=torch.float32)
+
+
+@torch.library.custom_op("ditron::grouped_gemm", mutates_args=())
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor,
+                 method: str = "auto") -> torch.Tensor:
+    return _own(_ops().grouped_gemm(x, w, offsets, method=method), x, w)
+
+
+@grouped_gemm.register_fake
+def _(x, w, offsets, method="auto"):
+    if x.dim() != 2 or w.dim() != 3 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"ditron::grouped_gemm: need x: [R, K] and w: [G, K, N], got x "
+                         f"{tuple(x.shape)} and w {tuple(w.shape)}")
+    return x.new_empty((x.shape[0], w.shape[2]))
+
+
+@torch.library.custom_op("ditron::grouped_gemm_wgrad", mutates_args=())
+def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
+                       ) -> torch.Tensor:
+    from ..kernels.grouped_gemm import grouped_gemm_wgrad as wgrad
+
+    return wgrad(x, dy, offsets)
+
+
+@grouped_gemm_wgrad.register_fake
+def _(x, dy, offsets):
+    return x.new_empty((offsets.shape[0] - 1, x.shape[1], dy.shape[1]))

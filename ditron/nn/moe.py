@@ -14,8 +14,9 @@ on the rank that holds the experts (every token routed to them contributes). Eve
 is a collective (all ranks call it, forward and backward, in the same order) and runs its
 backward in the world of its forward (``ditron.use``). The functions compute in their
 inputs' dtype; ``ExpertParallelMLP`` follows ``torch.autocast`` as ``torch.nn.Linear``
-does (fp32 weights, GEMMs in the autocast dtype, fp32 weight gradients). All are graph
-breaks under ``torch.compile``.
+does (fp32 weights, GEMMs in the autocast dtype, fp32 weight gradients). They call the
+custom ops ``torch.ops.ditron.moe_*`` and ``grouped_gemm*`` (``library.py``), so
+``torch.compile`` traces ``ExpertParallelMLP`` into one graph (``fullgraph=True``).
 """
 
 from __future__ import annotations
@@ -27,85 +28,109 @@ from collections.abc import Callable
 
 import torch
 
-from .. import ops
-from ..kernels.grouped_gemm import grouped_gemm_wgrad
-from ..ops.moe import MoEDispatch, check_combine, return_copies, send_copies
+from ..ops.moe import MoEDispatch, check_combine
 from ..runtime.world import world
 from . import library
+
+_ditron = torch.ops.ditron
 
 
 class _Dispatch(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, topk_ids, num_experts: int, options: dict, key: str, out: list):
-        d = ops.moe_dispatch(x, topk_ids, num_experts, **options)
-        ctx.d, ctx.key = d, key
-        out.append(d)
-        ctx.mark_non_differentiable(d.expert_offsets)
-        return d.x, d.expert_offsets
+    def forward(ctx, x, topk_ids, num_experts: int, max_tokens: int, max_recv_rows: int,
+                key: str):
+        grouped, *routing = _ditron.moe_dispatch(x, topk_ids, num_experts, max_tokens,
+                                                 max_recv_rows, key)
+        T, k = topk_ids.shape
+        ctx.sizes, ctx.key = [num_experts, T, k, max_tokens, max_recv_rows], key
+        ctx.save_for_backward(*routing)
+        ctx.mark_non_differentiable(*routing)
+        return grouped, *routing
 
     @staticmethod
-    def backward(ctx, g, _):
-        with library._in(ctx.key):
-            gx = return_copies(g.contiguous(), ctx.d).sum(1).to(g.dtype)
-        return gx, None, None, None, None, None
+    def backward(ctx, g, *_):
+        copies = _ditron.moe_return_copies(g.contiguous(), list(ctx.saved_tensors), ctx.sizes,
+                                           ctx.key)
+        return copies.sum(1).to(g.dtype), None, None, None, None, None
 
 
 class _GroupedGemm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, offsets):
         ctx.save_for_backward(x, w, offsets)
-        return ops.grouped_gemm(x, w, offsets)
+        return _ditron.grouped_gemm(x, w, offsets)
 
     @staticmethod
     def backward(ctx, g):
         x, w, offsets = ctx.saved_tensors
         gx = gw = None
-        if ctx.needs_input_grad[0]:
-            gx = torch.zeros_like(x)
-            ops.grouped_gemm(g, w.transpose(1, 2), offsets, out=gx)
+        if ctx.needs_input_grad[0]:  # rows outside the groups get zero
+            gx = _ditron.grouped_gemm(g, w.transpose(1, 2), offsets)
+            gx = torch.where(_in_groups(gx.shape[0], offsets)[:, None], gx, 0)
         if ctx.needs_input_grad[1]:
-            gw = grouped_gemm_wgrad(x, g, offsets)
+            gw = _ditron.grouped_gemm_wgrad(x, g, offsets)
         return gx, gw, None
+
+
+def _in_groups(rows: int, offsets: torch.Tensor) -> torch.Tensor:
+    """``[rows]`` bool: whether each row lies in a group (before ``offsets[-1]``)."""
+    return torch.arange(rows, device=offsets.device) < offsets[-1]
 
 
 class _Combine(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, y, weights, d: MoEDispatch, key: str):
-        copies = return_copies(y, d)
-        ctx.d, ctx.key, ctx.dtype = d, key, y.dtype
+    def forward(ctx, y, weights, sizes: list[int], key: str, *routing):
+        copies = _ditron.moe_return_copies(y, list(routing), sizes, key)
+        ctx.sizes, ctx.key, ctx.dtype = sizes, key, y.dtype
         if weights is None:
-            ctx.save_for_backward(None, None)
+            ctx.save_for_backward(None, None, *routing)
             return copies.sum(1).to(y.dtype)
-        ctx.save_for_backward(weights, copies if ctx.needs_input_grad[1] else None)
+        ctx.save_for_backward(weights, copies if ctx.needs_input_grad[1] else None, *routing)
         return (copies * weights.float()[:, :, None]).sum(1).to(y.dtype)
 
     @staticmethod
     def backward(ctx, g):
-        weights, copies = ctx.saved_tensors
-        d = ctx.d
+        weights, copies, *routing = ctx.saved_tensors
         g32 = g.float()[:, None, :]
         gy = gw = None
         if ctx.needs_input_grad[0]:
+            _, T, k, _, capacity = ctx.sizes
             per_copy = g32 if weights is None else g32 * weights.float()[:, :, None]
-            per_copy = per_copy.expand(d.num_tokens, d.topk, g.shape[1])
-            rows = per_copy.reshape(-1, g.shape[1]).to(ctx.dtype)
-            with library._in(ctx.key):
-                gy = send_copies(rows, d)
-            valid = torch.arange(d.capacity, device=g.device) < d.expert_offsets[-1]
-            gy = torch.where(valid[:, None], gy, 0)
+            rows = per_copy.expand(T, k, g.shape[1]).reshape(-1, g.shape[1]).to(ctx.dtype)
+            gy = _ditron.moe_send_copies(rows, routing, ctx.sizes, ctx.key)
+            gy = torch.where(_in_groups(capacity, routing[0])[:, None], gy, 0)
         if ctx.needs_input_grad[1]:
             gw = (g32 * copies).sum(-1).to(weights.dtype)
-        return gy, gw, None, None
+        return (gy, gw, None, None) + (None,) * len(routing)
+
+
+def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
+              max_tokens: int | None, max_recv_rows: int | None
+              ) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
+    """``(grouped x, routing, sizes)`` of the differentiable dispatch (``library``'s
+    lists)."""
+    key = library.world_key()
+    if topk_ids.dim() != 2:  # the op's own check, before the defaults below read k
+        raise ValueError(f"moe_dispatch: topk_ids must be [tokens, k], got "
+                         f"{tuple(topk_ids.shape)}")
+    T, k = topk_ids.shape
+    max_tokens = T if max_tokens is None else max_tokens
+    cap = library.world_size(key) * max_tokens * k if max_recv_rows is None else max_recv_rows
+    grouped, *routing = _Dispatch.apply(x, topk_ids, num_experts, max_tokens, cap, key)
+    return grouped, routing, [num_experts, T, k, max_tokens, cap]
+
+
+def _combine(y: torch.Tensor, routing: list[torch.Tensor], sizes: list[int],
+             topk_weights: torch.Tensor | None) -> torch.Tensor:
+    return _Combine.apply(y, topk_weights, sizes, library.world_key(), *routing)
 
 
 def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
                  max_tokens: int | None = None,
                  max_recv_rows: int | None = None) -> MoEDispatch:
     """:func:`ditron.ops.moe_dispatch` whose ``x`` field is differentiable in ``x``."""
-    out: list = []
-    options = {"max_tokens": max_tokens, "max_recv_rows": max_recv_rows}
-    gx, _ = _Dispatch.apply(x, topk_ids, num_experts, options, library.world_key(), out)
-    return dataclasses.replace(out[0], x=gx)
+    grouped, routing, sizes = _dispatch(x, topk_ids, num_experts, max_tokens, max_recv_rows)
+    return dataclasses.replace(library.dispatch_of(grouped, routing, sizes), x=grouped)
 
 
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -118,7 +143,7 @@ def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
                 topk_weights: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`ditron.ops.moe_combine`, differentiable in ``y`` and ``topk_weights``."""
     check_combine(y, dispatch, topk_weights)
-    return _Combine.apply(y, topk_weights, dispatch, library.world_key())
+    return _combine(y, *library.routing_of(dispatch), topk_weights)
 
 
 class ExpertParallelMLP(torch.nn.Module):
@@ -179,12 +204,12 @@ class ExpertParallelMLP(torch.nn.Module):
         if x.dtype != w1.dtype:
             raise ValueError(f"ExpertParallelMLP: input dtype {x.dtype} != weight dtype "
                              f"{w1.dtype}")
-        with mode:
-            d = moe_dispatch(x, topk_ids, self.num_experts, max_tokens=max_tokens,
-                             max_recv_rows=self.max_recv_rows)
-            h = self.activation(grouped_gemm(d.x, w1, d.expert_offsets))
-            y = grouped_gemm(h, w2, d.expert_offsets)
-            return moe_combine(y, d, topk_weights)
+        with mode:  # plain tensors and lists throughout: one graph under torch.compile
+            grouped, routing, sizes = _dispatch(x, topk_ids, self.num_experts, max_tokens,
+                                                self.max_recv_rows)
+            h = self.activation(grouped_gemm(grouped, w1, routing[0]))
+            y = grouped_gemm(h, w2, routing[0])
+            return _combine(y, routing, sizes, topk_weights)
 
     def extra_repr(self) -> str:
         return (f"hidden={self.hidden}, ffn={self.ffn}, num_experts={self.num_experts}, "
