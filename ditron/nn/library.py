@@ -262,3 +262,76 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
 @grouped_gemm_wgrad.register_fake
 def _(x, dy, offsets):
     return x.new_empty((offsets.shape[0] - 1, x.shape[1], dy.shape[1]))
+
+
+# Autograd formulas of the MoE ops (``torch.library.register_autograd``): the dispatch's and
+# ``moe_send_copies``' adjoint is ``moe_return_copies`` and the other way round (a dropped or
+# unrouted copy, and a row past the groups, get zero gradient); backward runs in the world
+# of the forward call.
+
+
+def _in_groups(rows: int, offsets: torch.Tensor) -> torch.Tensor:
+    """``[rows, 1]`` bool: whether each row lies in a group (before ``offsets[-1]``)."""
+    return (torch.arange(rows, device=offsets.device) < offsets[-1])[:, None]
+
+
+def _save_routing(ctx, routing, sizes, world) -> None:
+    ctx.save_for_backward(*routing)
+    ctx.sizes, ctx.world = list(sizes), world
+
+
+def _dispatch_setup(ctx, inputs, output):
+    x, topk_ids, num_experts, max_tokens, max_recv_rows, world = inputs
+    sizes = [num_experts, topk_ids.shape[0], topk_ids.shape[1], max_tokens, max_recv_rows]
+    _save_routing(ctx, output[1:], sizes, world)
+    ctx.dtype = x.dtype
+
+
+def _dispatch_backward(ctx, grads):
+    if grads[0] is None:
+        return None, None, None, None, None, None
+    copies = moe_return_copies(grads[0].contiguous(), list(ctx.saved_tensors), ctx.sizes,
+                               ctx.world)
+    return copies.sum(1).to(ctx.dtype), None, None, None, None, None
+
+
+def _copies_setup(ctx, inputs, output):
+    rows, routing, sizes, world = inputs
+    _save_routing(ctx, routing, sizes, world)
+    ctx.dtype = rows.dtype
+
+
+def _send_copies_backward(ctx, g):
+    copies = moe_return_copies(g.contiguous(), list(ctx.saved_tensors), ctx.sizes, ctx.world)
+    return (copies.reshape(-1, g.shape[1]).to(ctx.dtype), [None] * len(ctx.saved_tensors),
+            None, None)
+
+
+def _return_copies_backward(ctx, g):
+    routing = list(ctx.saved_tensors)
+    rows = g.reshape(-1, g.shape[2]).to(ctx.dtype)
+    gy = moe_send_copies(rows, routing, ctx.sizes, ctx.world)
+    return (torch.where(_in_groups(gy.shape[0], routing[0]), gy, 0), [None] * len(routing),
+            None, None)
+
+
+def _gemm_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:3])
+    ctx.method = inputs[3]
+
+
+def _gemm_backward(ctx, g):
+    x, w, offsets = ctx.saved_tensors
+    gx = gw = None
+    if ctx.needs_input_grad[0]:
+        gx = grouped_gemm(g, w.transpose(1, 2), offsets, ctx.method)
+        gx = torch.where(_in_groups(gx.shape[0], offsets), gx, 0)
+    if ctx.needs_input_grad[1]:
+        gw = grouped_gemm_wgrad(x, g.contiguous(), offsets)
+    return gx, gw, None, None
+
+
+moe_dispatch.register_autograd(_dispatch_backward, setup_context=_dispatch_setup)
+moe_send_copies.register_autograd(_send_copies_backward, setup_context=_copies_setup)
+moe_return_copies.register_autograd(_return_copies_backward, setup_context=_copies_setup)
+grouped_gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup)

@@ -15,8 +15,9 @@ is a collective (all ranks call it, forward and backward, in the same order) and
 backward in the world of its forward (``ditron.use``). The functions compute in their
 inputs' dtype; ``ExpertParallelMLP`` follows ``torch.autocast`` as ``torch.nn.Linear``
 does (fp32 weights, GEMMs in the autocast dtype, fp32 weight gradients). They call the
-custom ops ``torch.ops.ditron.moe_*`` and ``grouped_gemm*`` (``library.py``), so
-``torch.compile`` traces ``ExpertParallelMLP`` into one graph (``fullgraph=True``).
+custom ops ``torch.ops.ditron.moe_*`` and ``grouped_gemm*`` with their autograd formulas
+(``library.py``), so ``torch.compile`` traces ``ExpertParallelMLP`` into one graph
+(``fullgraph=True``).
 """
 
 from __future__ import annotations
@@ -35,75 +36,6 @@ from . import library
 _ditron = torch.ops.ditron
 
 
-class _Dispatch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, topk_ids, num_experts: int, max_tokens: int, max_recv_rows: int,
-                key: str):
-        grouped, *routing = _ditron.moe_dispatch(x, topk_ids, num_experts, max_tokens,
-                                                 max_recv_rows, key)
-        T, k = topk_ids.shape
-        ctx.sizes, ctx.key = [num_experts, T, k, max_tokens, max_recv_rows], key
-        ctx.save_for_backward(*routing)
-        ctx.mark_non_differentiable(*routing)
-        return grouped, *routing
-
-    @staticmethod
-    def backward(ctx, g, *_):
-        copies = _ditron.moe_return_copies(g.contiguous(), list(ctx.saved_tensors), ctx.sizes,
-                                           ctx.key)
-        return copies.sum(1).to(g.dtype), None, None, None, None, None
-
-
-class _GroupedGemm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w, offsets):
-        ctx.save_for_backward(x, w, offsets)
-        return _ditron.grouped_gemm(x, w, offsets)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, w, offsets = ctx.saved_tensors
-        gx = gw = None
-        if ctx.needs_input_grad[0]:  # rows outside the groups get zero
-            gx = _ditron.grouped_gemm(g, w.transpose(1, 2), offsets)
-            gx = torch.where(_in_groups(gx.shape[0], offsets)[:, None], gx, 0)
-        if ctx.needs_input_grad[1]:
-            gw = _ditron.grouped_gemm_wgrad(x, g, offsets)
-        return gx, gw, None
-
-
-def _in_groups(rows: int, offsets: torch.Tensor) -> torch.Tensor:
-    """``[rows]`` bool: whether each row lies in a group (before ``offsets[-1]``)."""
-    return torch.arange(rows, device=offsets.device) < offsets[-1]
-
-
-class _Combine(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, y, weights, sizes: list[int], key: str, *routing):
-        copies = _ditron.moe_return_copies(y, list(routing), sizes, key)
-        ctx.sizes, ctx.key, ctx.dtype = sizes, key, y.dtype
-        if weights is None:
-            ctx.save_for_backward(None, None, *routing)
-            return copies.sum(1).to(y.dtype)
-        ctx.save_for_backward(weights, copies if ctx.needs_input_grad[1] else None, *routing)
-        return (copies * weights.float()[:, :, None]).sum(1).to(y.dtype)
-
-    @staticmethod
-    def backward(ctx, g):
-        weights, copies, *routing = ctx.saved_tensors
-        g32 = g.float()[:, None, :]
-        gy = gw = None
-        if ctx.needs_input_grad[0]:
-            _, T, k, _, capacity = ctx.sizes
-            per_copy = g32 if weights is None else g32 * weights.float()[:, :, None]
-            rows = per_copy.expand(T, k, g.shape[1]).reshape(-1, g.shape[1]).to(ctx.dtype)
-            gy = _ditron.moe_send_copies(rows, routing, ctx.sizes, ctx.key)
-            gy = torch.where(_in_groups(capacity, routing[0])[:, None], gy, 0)
-        if ctx.needs_input_grad[1]:
-            gw = (g32 * copies).sum(-1).to(weights.dtype)
-        return (gy, gw, None, None) + (None,) * len(routing)
-
-
 def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
               max_tokens: int | None, max_recv_rows: int | None
               ) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
@@ -116,13 +48,16 @@ def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
     T, k = topk_ids.shape
     max_tokens = T if max_tokens is None else max_tokens
     cap = library.world_size(key) * max_tokens * k if max_recv_rows is None else max_recv_rows
-    grouped, *routing = _Dispatch.apply(x, topk_ids, num_experts, max_tokens, cap, key)
+    grouped, *routing = _ditron.moe_dispatch(x, topk_ids, num_experts, max_tokens, cap, key)
     return grouped, routing, [num_experts, T, k, max_tokens, cap]
 
 
 def _combine(y: torch.Tensor, routing: list[torch.Tensor], sizes: list[int],
              topk_weights: torch.Tensor | None) -> torch.Tensor:
-    return _Combine.apply(y, topk_weights, sizes, library.world_key(), *routing)
+    copies = _ditron.moe_return_copies(y, routing, sizes, library.world_key())  # fp32
+    if topk_weights is not None:
+        copies = copies * topk_weights.float()[:, :, None]
+    return copies.sum(1).to(y.dtype)
 
 
 def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
@@ -136,7 +71,7 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """:func:`ditron.ops.grouped_gemm`, differentiable in ``x`` and ``w`` (the gradient of
     ``x``'s rows outside the groups is zero)."""
-    return _GroupedGemm.apply(x, w, offsets)
+    return _ditron.grouped_gemm(x, w, offsets)
 
 
 def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
