@@ -18,6 +18,7 @@ with the same semantics and checks, and returns new tensors (never a view of an 
   and of the combine (before its sum) for any rows; ``grouped_gemm(x, w, offsets)`` and
   ``grouped_gemm_wgrad(x, dy, offsets)``. ``routing`` is the list of the dispatch's device
   tensors and ``sizes`` its integers, in the orders of :data:`ROUTING` and :data:`SIZES`.
+  These carry their autograd formulas (``register_autograd``, at the end of this module).
 
 They are collectives: every rank must call them in the same order with matching shapes.
 Each takes a last argument ``world``: ``""`` (the default) runs it in the current world;

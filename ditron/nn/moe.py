@@ -16,14 +16,16 @@ backward in the world of its forward (``ditron.use``). The functions compute in 
 inputs' dtype; ``ExpertParallelMLP`` follows ``torch.autocast`` as ``torch.nn.Linear``
 does (fp32 weights, GEMMs in the autocast dtype, fp32 weight gradients). They call the
 custom ops ``torch.ops.ditron.moe_*`` and ``grouped_gemm*`` with their autograd formulas
-(``library.py``), so ``torch.compile`` traces ``ExpertParallelMLP`` into one graph
-(``fullgraph=True``).
+(``library.py``). ``torch.compile`` traces them, and ``ExpertParallelMLP`` into one graph
+(``fullgraph=True``), on the devices of :data:`TRACED_DEVICES`; elsewhere each call is a
+graph break and runs eagerly.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 
@@ -35,7 +37,29 @@ from . import library
 
 _ditron = torch.ops.ditron
 
+#: device types on which ``torch.compile`` traces these functions. Not CUDA yet: on an H200
+#: a compiled layer (the earlier autograd.Function form) gave wrong gradients of the
+#: combine while its values and the eager layer were right (``docs/perf.md``, session 43),
+#: and the present form has not run compiled on a GPU; there each call graph-breaks and
+#: runs eagerly, which is tested against a float64 model on the GPU.
+TRACED_DEVICES: frozenset[str] = frozenset({"cpu"})
 
+
+def _traced_on_cpu(fn: Callable) -> Callable:
+    """``fn`` (first argument a tensor) as a graph break, run eagerly, when
+    ``torch.compile`` traces it for a device type outside :data:`TRACED_DEVICES`."""
+    eager = torch.compiler.disable(fn)
+
+    @functools.wraps(fn)
+    def run(x: torch.Tensor, *args, **kwargs):
+        if torch.compiler.is_compiling() and x.device.type not in TRACED_DEVICES:
+            return eager(x, *args, **kwargs)
+        return fn(x, *args, **kwargs)
+
+    return run
+
+
+@_traced_on_cpu
 def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
               max_tokens: int | None, max_recv_rows: int | None
               ) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
@@ -52,6 +76,7 @@ def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
     return grouped, routing, [num_experts, T, k, max_tokens, cap]
 
 
+@_traced_on_cpu
 def _combine(y: torch.Tensor, routing: list[torch.Tensor], sizes: list[int],
              topk_weights: torch.Tensor | None) -> torch.Tensor:
     copies = _ditron.moe_return_copies(y, routing, sizes, library.world_key())  # fp32
@@ -68,6 +93,7 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     return dataclasses.replace(library.dispatch_of(grouped, routing, sizes), x=grouped)
 
 
+@_traced_on_cpu
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """:func:`ditron.ops.grouped_gemm`, differentiable in ``x`` and ``w`` (the gradient of
     ``x``'s rows outside the groups is zero)."""
@@ -79,6 +105,18 @@ def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
     """:func:`ditron.ops.moe_combine`, differentiable in ``y`` and ``topk_weights``."""
     check_combine(y, dispatch, topk_weights)
     return _combine(y, *library.routing_of(dispatch), topk_weights)
+
+
+@_traced_on_cpu
+def _layer(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+           w1: torch.Tensor, w2: torch.Tensor, activation: Callable, num_experts: int,
+           max_tokens: int | None, max_recv_rows: int | None) -> torch.Tensor:
+    """``ExpertParallelMLP``'s computation (plain tensors and lists throughout: one graph
+    under ``torch.compile``)."""
+    grouped, routing, sizes = _dispatch(x, topk_ids, num_experts, max_tokens, max_recv_rows)
+    h = activation(grouped_gemm(grouped, w1, routing[0]))
+    y = grouped_gemm(h, w2, routing[0])
+    return _combine(y, routing, sizes, topk_weights)
 
 
 class ExpertParallelMLP(torch.nn.Module):
@@ -139,12 +177,9 @@ class ExpertParallelMLP(torch.nn.Module):
         if x.dtype != w1.dtype:
             raise ValueError(f"ExpertParallelMLP: input dtype {x.dtype} != weight dtype "
                              f"{w1.dtype}")
-        with mode:  # plain tensors and lists throughout: one graph under torch.compile
-            grouped, routing, sizes = _dispatch(x, topk_ids, self.num_experts, max_tokens,
-                                                self.max_recv_rows)
-            h = self.activation(grouped_gemm(grouped, w1, routing[0]))
-            y = grouped_gemm(h, w2, routing[0])
-            return _combine(y, routing, sizes, topk_weights)
+        with mode:
+            return _layer(x, topk_ids, topk_weights, w1, w2, self.activation,
+                          self.num_experts, max_tokens, self.max_recv_rows)
 
     def extra_repr(self) -> str:
         return (f"hidden={self.hidden}, ffn={self.ffn}, num_experts={self.num_experts}, "
