@@ -54,9 +54,11 @@ def _routing(tokens: int, experts: int, topk: int, device, gen) -> torch.Tensor:
     return scores.topk(topk, dim=1).indices.to(device)
 
 
-#: tile configs ``--sweep`` times beside the default: (BM, BN, BK, warps, stages, group_m)
-SWEEP = [(128, 256, 64, 8, 3, 1), (128, 128, 64, 8, 4, 8), (128, 256, 64, 8, 4, 8),
-         (256, 128, 64, 8, 3, 8), (128, 256, 64, 8, 3, 16)]
+#: tile configs ``--sweep`` times beside the default: (BM, BN, BK, warps, stages, group_m,
+#: TMA loads)
+SWEEP = [(128, 256, 64, 8, 3, 8, False), (128, 128, 64, 4, 4, 8, True),
+         (128, 256, 64, 8, 4, 8, True), (256, 128, 64, 8, 3, 8, True),
+         (128, 128, 64, 8, 4, 8, True), (64, 256, 64, 4, 4, 8, True)]
 
 
 def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, rounds: int,
@@ -87,9 +89,10 @@ def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, ro
 
     fns = {"ditron": ditron_call, "ditron_triton": triton_call, "torch_loop": loop_call,
            "dense": dense_call}
-    for bm, bn, bk, warps, stages, group in SWEEP if sweep else ():
-        cfg = GroupedGemmConfig(bm, bn, bk, warps, stages, group)
-        fns[f"ditron_{bm}x{bn}x{bk}w{warps}s{stages}g{group}"] = functools.partial(
+    for bm, bn, bk, warps, stages, group, tma in SWEEP if sweep else ():
+        cfg = GroupedGemmConfig(bm, bn, bk, warps, stages, group, tma)
+        label = f"{bm}x{bn}x{bk}w{warps}s{stages}g{group}{'' if tma else 'ptr'}"
+        fns[f"ditron_{label}"] = functools.partial(
             grouped_gemm, x, w, offsets, out=out, config=cfg)
     grouped_mm = getattr(torch, "_grouped_mm", None)
     if grouped_mm is not None and dev.type == "cuda":
@@ -101,10 +104,15 @@ def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, ro
             pass
     loop_call()
     ref = out.clone()
-    triton_call()
-    got = ditron.ops.grouped_gemm(x, w, offsets)
-    err = max(((o.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
-              for o in (out, got))
+
+    def rel_err(call) -> float:  # of a call that writes ``out`` (poisoned first)
+        out.fill_(float("nan"))
+        call()
+        return ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+
+    err = max(rel_err(lambda: out.copy_(ditron.ops.grouped_gemm(x, w, offsets))),
+              *(rel_err(fn) for name, fn in fns.items()
+                if name.startswith("ditron_")))
     samples = time_in_rounds(fns, rounds, iters, warmup, dev)
     row = {"part": "gemm", "n": n, "k": k, "experts": experts, "topk": topk, "rows": m,
            "max_rel_err": err}

@@ -18,6 +18,14 @@ crosses a group boundary (its rows are masked at the group's end).
 CPU backend: operands are upcast to fp32 before ``tl.dot`` (the interpreter's 16-bit dot is
 wrong in triton 3.6), as in the persistent GEMM.
 
+Load paths: through pointers (masked), or, on CUDA capability >= 9 (``tma_wanted``; the CPU
+backend's interpreter with ``DITRON_GEMM_TMA=1``) when the operands meet the TMA rules,
+through host TMA descriptors (``GroupedGemmConfig.tma``): ``x``'s on ``[R, K]``, ``w``'s on
+the stacked ``[G * K, N]`` (or, for a transposed weight, ``[G * N, K]``, each loaded block
+transposed). A tile's rows past its group's end load the next group's rows (masked at the
+store); for the ``[G * K, N]`` form ``K`` must be a multiple of ``BLOCK_K`` so that a
+block never reads the next group's weight rows.
+
 The weight gradient's grid is ``(G * K tiles, N tiles)``: program ``(g, kb, nb)`` loops over
 group ``g``'s rows in blocks of ``BLOCK_M`` (an empty group stores zeros).
 """
@@ -29,6 +37,8 @@ import dataclasses
 import torch
 import triton
 import triton.language as tl
+
+from .descriptors import describe, tma_wanted
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -44,6 +54,8 @@ class GroupedGemmConfig:
     num_stages: int = 3
     #: row slots that sweep the column tiles together (L2 reuse)
     group_m: int = 8
+    #: load through TMA descriptors where the device and operands allow (module docstring)
+    tma: bool = True
 
 
 def default_config(device: torch.device, dtype: torch.dtype) -> GroupedGemmConfig:
@@ -63,7 +75,8 @@ def _grouped_gemm_kernel(x, w, out, offsets, G, N, K, slots,
                          sx_m, sx_k, sw_g, sw_k, sw_n, so_m, so_n,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                         UPCAST: tl.constexpr):
+                         UPCAST: tl.constexpr, USE_TMA: tl.constexpr = False,
+                         B_NK: tl.constexpr = False):
     # grouped order: GROUP_M neighbouring row slots sweep the column tiles together, so
     # their rows (and the expert's columns) are reused from L2
     pid = tl.program_id(0)
@@ -92,21 +105,29 @@ def _grouped_gemm_kernel(x, w, out, offsets, G, N, K, slots,
         ks = tl.arange(0, BLOCK_K)
         row_ok = rows < row_end
         col_ok = cols < N
-        x_ptrs = x + rows.to(tl.int64)[:, None] * sx_m + ks[None, :] * sx_k
-        w_ptrs = (w + group.to(tl.int64) * sw_g + ks[:, None].to(tl.int64) * sw_k
-                  + cols[None, :] * sw_n)
+        if not USE_TMA:
+            x_ptrs = x + rows.to(tl.int64)[:, None] * sx_m + ks[None, :] * sx_k
+            w_ptrs = (w + group.to(tl.int64) * sw_g + ks[:, None].to(tl.int64) * sw_k
+                      + cols[None, :] * sw_n)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
-            k_ok = ks < K - k0
-            a = tl.load(x_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            b = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+            if USE_TMA:
+                a = x.load([row0, k0])
+                if B_NK:
+                    b = w.load([group * N + pid_n * BLOCK_N, k0]).T
+                else:
+                    b = w.load([group * K + k0, pid_n * BLOCK_N])
+            else:
+                k_ok = ks < K - k0
+                a = tl.load(x_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+                b = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+                x_ptrs += BLOCK_K * sx_k
+                w_ptrs += BLOCK_K * sw_k
             if UPCAST:
                 acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc,
                              input_precision=DOT_PRECISION)
             else:
                 acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-            x_ptrs += BLOCK_K * sx_k
-            w_ptrs += BLOCK_K * sw_k
         o_ptrs = out + rows.to(tl.int64)[:, None] * so_m + cols[None, :] * so_n
         tl.store(o_ptrs, acc.to(out.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
@@ -186,13 +207,34 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     cfg = config or default_config(x.device, x.dtype)
     slots = triton.cdiv(R, cfg.block_m) + G
     grid = (slots * triton.cdiv(N, cfg.block_n),)
+    descs = _descriptors(x, w, cfg) if cfg.tma and K > 0 and tma_wanted(x.device) else None
+    x_arg, w_arg = (x, w) if descs is None else descs[:2]
     _grouped_gemm_kernel[grid](
-        x, w, out, offsets, G, N, K, slots, x.stride(0), x.stride(1), w.stride(0),
+        x_arg, w_arg, out, offsets, G, N, K, slots, x.stride(0), x.stride(1), w.stride(0),
         w.stride(1), w.stride(2), out.stride(0), out.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        UPCAST=interpret.active(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        UPCAST=interpret.active(), USE_TMA=descs is not None,
+        B_NK=descs is not None and descs[2], num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)
     return out
+
+
+def _descriptors(x: torch.Tensor, w: torch.Tensor, cfg: GroupedGemmConfig):
+    """``(x's descriptor, w's, whether w's is on [G * N, K])``, or ``None`` where the
+    operands break the TMA rules (module docstring)."""
+    G, K, N = w.shape
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    xd = describe(x, (bm, bk))
+    if xd is None or xd[1]:
+        return None
+    if w.stride(2) == 1 and w.stride(0) == K * w.stride(1) and K % bk == 0:
+        wd = describe(w.as_strided((G * K, N), (w.stride(1), 1)), (bk, bn))
+        return None if wd is None or wd[1] else (xd[0], wd[0], False)
+    if w.stride(1) == 1 and w.stride(0) == N * w.stride(2):
+        wd = describe(w.as_strided((G * N, K), (w.stride(2), 1)), (bn, bk))
+        return None if wd is None or wd[1] else (xd[0], wd[0], True)
+    return None
 
 
 def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor, *,

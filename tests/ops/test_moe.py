@@ -56,6 +56,45 @@ def test_grouped_gemm_matches_torch(dtype, backend):
         assert out[~written].isnan().all(), "rows outside the groups were written"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["kn", "nk"])
+def test_grouped_gemm_tma_path(dtype, layout, monkeypatch):
+    """The TMA load path (``DITRON_GEMM_TMA=1``: the interpreter emulates descriptors) on
+    both weight layouts, K not a multiple of the block where the layout allows it, groups
+    of 0, 1 and > 2 tiles, a first offset > 0; it is really taken, and refused (pointer
+    path, still right) for a ``[G, K, N]`` weight whose K is not a multiple of the block."""
+    from ditron.kernels import grouped_gemm as module
+
+    taken = []
+    real = module._descriptors
+    monkeypatch.setattr(module, "_descriptors",
+                        lambda *a: taken.append(real(*a) is not None) or real(*a))
+    monkeypatch.setenv("DITRON_GEMM_TMA", "1")
+    g = _gen(4, int(dtype == torch.float32), int(layout == "nk"))
+    cfg = GroupedGemmConfig(16, 16, 16, num_warps=4, num_stages=1)
+    counts = [3, 0, 37, 1, 16]
+    offsets = torch.tensor([0, *counts]).cumsum(0) + 2
+    N = 24
+    for K in (48, 40):
+        R = int(offsets[-1]) + 5
+        x = torch.randn(R, K, generator=g).to(dtype)
+        if layout == "kn":
+            w = torch.randn(len(counts), K, N, generator=g).to(dtype)
+        else:
+            w = torch.randn(len(counts), N, K, generator=g).to(dtype).transpose(1, 2)
+        ref = _grouped_ref(x, w, offsets)
+        written = ~ref[:, 0].isnan()
+        for _ in range(2):
+            out = torch.full((R, N), float("nan"), dtype=dtype)
+            grouped_gemm(x, w, offsets, out=out, config=cfg)
+            rtol, atol = TOL[dtype]
+            torch.testing.assert_close(out[written].double(), ref[written], rtol=rtol,
+                                       atol=atol)
+            assert out[~written].isnan().all(), "rows outside the groups were written"
+    want = [True] * 2 + ([False] * 2 if layout == "kn" else [True] * 2)
+    assert taken == want, "the TMA path was not taken (or taken where it must not be)"
+
+
 def test_grouped_gemm_refuses_bad_input():
     x, w, o = torch.zeros(4, 3), torch.zeros(2, 3, 5), torch.tensor([0, 2, 4])
     gg = grouped_gemm
