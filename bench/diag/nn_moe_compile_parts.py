@@ -12,9 +12,7 @@ from ditron.nn import library
 from ditron.nn import moe as M
 
 
-def parts(backend_name: str, trace_all: bool = False) -> list[str]:
-    if trace_all:  # trace on every device type (ditron.nn.moe.TRACED_DEVICES)
-        M.TRACED_DEVICES = frozenset({"cpu", "cuda"})
+def parts(backend_name: str) -> list[str]:
     w = ditron.world()
     me, dev, W = w.rank, w.device, w.world_size
     k, hidden, ffn, experts = 2, 12, 8, 2 * W
@@ -68,19 +66,18 @@ def parts(backend_name: str, trace_all: bool = False) -> list[str]:
     return out
 
 
-def no_donation(backend_name: str, trace_all: bool = False) -> list[str]:
+def no_donation(backend_name: str) -> list[str]:
     torch._functorch.config.donated_buffer = False
-    return [f"donated_buffer=False: {r}" for r in parts(backend_name, trace_all)]
+    return [f"donated_buffer=False: {r}" for r in parts(backend_name)]
 
 
 if __name__ == "__main__":
     backend = sys.argv[1] if len(sys.argv) > 1 else "cuda"
     worlds = [int(v) for v in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1, 2]
     comps = sys.argv[3].split(",") if len(sys.argv) > 3 else ["eager", "aot_eager"]
-    trace_all = len(sys.argv) > 4 and sys.argv[4] == "trace-all"
     for comp in comps:
         for W in worlds:
             fn = no_donation if comp == "aot_eager_nodonate" else parts
             comp = "aot_eager" if comp == "aot_eager_nodonate" else comp
-            for r in ditron.launch(fn, W, comp, trace_all, backend=backend):
+            for r in ditron.launch(fn, W, comp, backend=backend):
                 print("\n".join(r), flush=True)

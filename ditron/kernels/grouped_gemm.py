@@ -10,8 +10,9 @@ so it can be captured in a CUDA graph and replayed with new routing. Rows outsid
 
 Grid: ``row-tile slots x column tiles`` programs in grouped order (``group_m`` slots sweep
 the column tiles together, for L2 reuse). Row-tile slot ``t`` belongs to the group whose tiles
-cover it: a program scans the ``G`` groups' tile counts ``cdiv(o[g+1] - o[g], BLOCK_M)`` in
-order and returns at once when ``t`` lies past the last tile. ``sum_g cdiv(n_g, BM) <=
+cover it: a program loads the ``G`` groups' offsets as one vector, takes the running sum of
+their tile counts ``cdiv(o[g+1] - o[g], BLOCK_M)`` and returns at once when ``t`` lies past
+the last tile. ``sum_g cdiv(n_g, BM) <=
 cdiv(R, BM) + G`` for ``R`` rows, so ``cdiv(R, BM) + G`` slots always suffice. A tile never
 crosses a group boundary (its rows are masked at the group's end).
 
@@ -51,7 +52,7 @@ class GroupedGemmConfig:
     block_n: int = 256
     block_k: int = 64
     num_warps: int = 8
-    num_stages: int = 3
+    num_stages: int = 4
     #: row slots that sweep the column tiles together (L2 reuse)
     group_m: int = 8
     #: load through TMA descriptors where the device and operands allow (module docstring)
@@ -75,7 +76,8 @@ def _grouped_gemm_kernel(x, w, out, offsets, G, N, K, slots,
                          sx_m, sx_k, sw_g, sw_k, sw_n, so_m, so_n,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                         UPCAST: tl.constexpr, USE_TMA: tl.constexpr = False,
+                         UPCAST: tl.constexpr, GB: tl.constexpr,
+                         USE_TMA: tl.constexpr = False,
                          B_NK: tl.constexpr = False):
     # grouped order: GROUP_M neighbouring row slots sweep the column tiles together, so
     # their rows (and the expert's columns) are reused from L2
@@ -86,20 +88,18 @@ def _grouped_gemm_kernel(x, w, out, offsets, G, N, K, slots,
     rows_in_band = tl.minimum(slots - first, GROUP_M)
     slot = first + (pid % (GROUP_M * n_tiles)) % rows_in_band
     pid_n = (pid % (GROUP_M * n_tiles)) // rows_in_band
-    group = -1
-    row0 = slot * 0
-    row_end = slot * 0
-    tiles_before = slot * 0
-    for g in range(0, G):
-        lo = tl.load(offsets + g).to(tl.int32)
-        hi = tl.load(offsets + g + 1).to(tl.int32)
-        tiles = tl.cdiv(hi - lo, BLOCK_M)
-        hit = (slot >= tiles_before) & (slot < tiles_before + tiles)
-        group = tl.where(hit, g, group)
-        row0 = tl.where(hit, lo + (slot - tiles_before) * BLOCK_M, row0)
-        row_end = tl.where(hit, hi, row_end)
-        tiles_before += tiles
-    if group >= 0:
+    # the slot's group: the first whose running tile count passes the slot (all groups'
+    # offsets in one vector load; G <= GB)
+    gs = tl.arange(0, GB)
+    lo = tl.load(offsets + gs, mask=gs < G, other=0).to(tl.int32)
+    hi = tl.load(offsets + gs + 1, mask=gs < G, other=0).to(tl.int32)
+    tiles = tl.cdiv(hi - lo, BLOCK_M)
+    ends = tl.cumsum(tiles, 0)
+    group = tl.sum((ends <= slot).to(tl.int32))
+    mine = gs == group
+    row0 = tl.sum(tl.where(mine, lo + (slot - ends + tiles) * BLOCK_M, 0))
+    row_end = tl.sum(tl.where(mine, hi, 0))
+    if group < G:
         rows = row0 + tl.arange(0, BLOCK_M)
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         ks = tl.arange(0, BLOCK_K)
@@ -214,7 +214,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
         w.stride(1), w.stride(2), out.stride(0), out.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        UPCAST=interpret.active(), USE_TMA=descs is not None,
+        UPCAST=interpret.active(), GB=triton.next_power_of_2(G), USE_TMA=descs is not None,
         B_NK=descs is not None and descs[2], num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)
     return out

@@ -16,16 +16,14 @@ backward in the world of its forward (``ditron.use``). The functions compute in 
 inputs' dtype; ``ExpertParallelMLP`` follows ``torch.autocast`` as ``torch.nn.Linear``
 does (fp32 weights, GEMMs in the autocast dtype, fp32 weight gradients). They call the
 custom ops ``torch.ops.ditron.moe_*`` and ``grouped_gemm*`` with their autograd formulas
-(``library.py``). ``torch.compile`` traces them, and ``ExpertParallelMLP`` into one graph
-(``fullgraph=True``), on the devices of :data:`TRACED_DEVICES`; elsewhere each call is a
-graph break and runs eagerly.
+(``library.py``). ``torch.compile`` traces them, and ``ExpertParallelMLP``, into one graph
+(``fullgraph=True``), on the CPU backend and on CUDA.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 from collections.abc import Callable
 
@@ -37,30 +35,7 @@ from . import library
 
 _ditron = torch.ops.ditron
 
-#: device types on which ``torch.compile`` traces these functions. Not CUDA yet: on an H200
-#: a compiled layer (the earlier autograd.Function form) gave wrong gradients of the
-#: combine while its values and the eager layer were right (``docs/perf.md``, session 43),
-#: and the present form has not run compiled on a GPU; there each call graph-breaks and
-#: runs eagerly (the float64-model tests check that path; on a GPU so far only in the
-#: earlier form).
-TRACED_DEVICES: frozenset[str] = frozenset({"cpu"})
 
-
-def _traced_on_traced_devices(fn: Callable) -> Callable:
-    """``fn`` (first argument a tensor) as a graph break, run eagerly, when
-    ``torch.compile`` traces it for a device type outside :data:`TRACED_DEVICES`."""
-    eager = torch.compiler.disable(fn)
-
-    @functools.wraps(fn)
-    def run(x: torch.Tensor, *args, **kwargs):
-        if torch.compiler.is_compiling() and x.device.type not in TRACED_DEVICES:
-            return eager(x, *args, **kwargs)
-        return fn(x, *args, **kwargs)
-
-    return run
-
-
-@_traced_on_traced_devices
 def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
               max_tokens: int | None, max_recv_rows: int | None
               ) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
@@ -77,7 +52,6 @@ def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
     return grouped, routing, [num_experts, T, k, max_tokens, cap]
 
 
-@_traced_on_traced_devices
 def _combine(y: torch.Tensor, routing: list[torch.Tensor], sizes: list[int],
              topk_weights: torch.Tensor | None) -> torch.Tensor:
     copies = _ditron.moe_return_copies(y, routing, sizes, library.world_key())  # fp32
@@ -94,7 +68,6 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     return dataclasses.replace(library.dispatch_of(grouped, routing, sizes), x=grouped)
 
 
-@_traced_on_traced_devices
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """:func:`ditron.ops.grouped_gemm`, differentiable in ``x`` and ``w`` (the gradient of
     ``x``'s rows outside the groups is zero)."""
@@ -108,7 +81,6 @@ def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
     return _combine(y, *library.routing_of(dispatch), topk_weights)
 
 
-@_traced_on_traced_devices
 def _layer(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
            w1: torch.Tensor, w2: torch.Tensor, activation: Callable, num_experts: int,
            max_tokens: int | None, max_recv_rows: int | None) -> torch.Tensor:

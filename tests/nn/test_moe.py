@@ -148,18 +148,12 @@ def test_expert_parallel_mlp_refuses_bad_input(backend):
     assert ditron.launch(check_layer_refusals, 2, backend=backend) == [2, 2]
 
 
-def check_compile(compiler: str = "aot_eager", opcheck: bool = True,
-                  traced_devices: tuple[str, ...] | None = None) -> list[str]:
+def check_compile(compiler: str = "aot_eager", opcheck: bool = True) -> list[str]:
     """``ExpertParallelMLP``, and the same layer written with ``ditron.nn.moe``'s functions,
     eagerly and under ``torch.compile(fullgraph=True)`` (one graph, the ops opaque), equal
     the eager layer, value and gradients, on two routings of the same shapes; the custom
-    ops pass ``torch.library.opcheck``. On a device type outside ``TRACED_DEVICES``
-    (``traced_devices`` replaces them) each MoE call is a graph break: compiled without
-    ``fullgraph`` it still equals eager, and ``fullgraph=True`` raises."""
+    ops pass ``torch.library.opcheck``."""
     from ditron.nn import moe as nn_moe
-
-    if traced_devices is not None:
-        nn_moe.TRACED_DEVICES = frozenset(traced_devices)
 
     rt = current()
     w, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
@@ -176,9 +170,8 @@ def check_compile(compiler: str = "aot_eager", opcheck: bool = True,
         y = nn_moe.grouped_gemm(h, layer.w2, d.expert_offsets)
         return nn_moe.moe_combine(y, d, wts).square().sum()
 
-    traced = dev.type in nn_moe.TRACED_DEVICES
-    compiled = torch.compile(loss, backend=compiler, fullgraph=traced)
-    functional = torch.compile(functional_loss, backend=compiler, fullgraph=traced)
+    compiled = torch.compile(loss, backend=compiler, fullgraph=True)
+    functional = torch.compile(functional_loss, backend=compiler, fullgraph=True)
     for call in range(2):
         g = torch.Generator().manual_seed(10 * call + me)
         x = torch.randn(5 + me % 2, hidden, generator=g).to(dev).requires_grad_()
@@ -200,10 +193,6 @@ def check_compile(compiler: str = "aot_eager", opcheck: bool = True,
             for i, (got, want) in enumerate(zip(found, grads[0], strict=True)):
                 torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5,
                                            msg=f"rank {me} call {call}: {how} value/grad {i}")
-    if not traced:
-        x = torch.randn(5, hidden, device=dev)
-        with pytest.raises(Exception, match="disable"):
-            torch.compile(loss, backend=compiler, fullgraph=True)(x, ids, wts)
     if not opcheck:
         return []
     from ditron.nn import library
@@ -233,11 +222,6 @@ def check_compile(compiler: str = "aot_eager", opcheck: bool = True,
 def test_compile_and_opcheck(backend):
     res = ditron.launch(check_compile, 2, backend=backend)
     assert res[0] == res[1] and len(res[0]) == 5
-
-
-def test_compile_breaks_the_graph_on_untraced_devices():
-    # what CUDA does today (ditron.nn.moe.TRACED_DEVICES), on the CPU backend
-    assert ditron.launch(check_compile, 2, "aot_eager", False, (), backend="cpu") == [[], []]
 
 
 @pytest.mark.gpu
