@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 
 import torch
 import torch.distributed as dist
@@ -110,9 +111,9 @@ def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, ro
         call()
         return ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
 
-    err = max(rel_err(lambda: out.copy_(ditron.ops.grouped_gemm(x, w, offsets))),
-              *(rel_err(fn) for name, fn in fns.items()
-                if name.startswith("ditron_")))
+    errs = [rel_err(lambda: out.copy_(ditron.ops.grouped_gemm(x, w, offsets))),
+            *(rel_err(fn) for name, fn in fns.items() if name.startswith("ditron_"))]
+    err = float("nan") if any(math.isnan(e) for e in errs) else max(errs)
     samples = time_in_rounds(fns, rounds, iters, warmup, dev)
     row = {"part": "gemm", "n": n, "k": k, "experts": experts, "topk": topk, "rows": m,
            "max_rel_err": err}
