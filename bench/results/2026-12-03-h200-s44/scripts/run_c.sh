@@ -17,3 +17,5 @@ echo "rc=$?" >> $O/layer.txt; tail -5 $O/layer.txt
 timeout 180 python -m pytest -v -p no:cacheprovider --durations=0 --ditron-backend cuda \
   tests/nn/test_moe.py > $O/nn_moe.txt 2>&1
 echo "rc=$?" >> $O/nn_moe.txt; grep -E "PASS|FAIL|ERROR|passed|failed|rc=|AssertionError: rank|^[0-9.]+s call" $O/nn_moe.txt | tail -24
+timeout 90 python bench/diag/moe_host_profile.py cuda 128 50 > $O/host_profile.txt 2>&1
+echo "rc=$?" >> $O/host_profile.txt; head -6 $O/host_profile.txt
