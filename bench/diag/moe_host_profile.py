@@ -1,6 +1,6 @@
 """Where the host time of an eager MoE layer goes (ditron.ops: dispatch, two grouped GEMMs,
-combine): per-call host issue time of each op, then a cProfile of the layer (by own and by
-cumulative time).
+combine): per-call host issue time of each op, a cProfile of the layer (by cumulative time), and
+torch.profiler's host time of the dispatch and the combine by aten op.
 
     PYTHONPATH=$PWD python bench/diag/moe_host_profile.py [cuda|cpu] [tokens] [calls]
 """
@@ -68,10 +68,18 @@ def profile(tokens: int, calls: int) -> str:
     prof.disable()
     sync()
     out = io.StringIO()
-    stats = pstats.Stats(prof, stream=out)
-    stats.sort_stats("tottime").print_stats(30)
-    stats.sort_stats("cumulative").print_stats(40)
+    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(40)
     lines.append(out.getvalue())
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    for name in ("moe_dispatch", "moe_combine"):  # host time by aten op and runtime call
+        with torch_profile(activities=[ProfilerActivity.CPU]) as tp:
+            for _ in range(calls):
+                steps[name]()
+        sync()
+        lines.append(f"{name}, {calls} calls, by self CPU time:")
+        lines.append(tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
     return "\n".join(lines)
 
 

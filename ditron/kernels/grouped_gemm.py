@@ -52,7 +52,7 @@ class GroupedGemmConfig:
     block_n: int = 256
     block_k: int = 64
     num_warps: int = 8
-    num_stages: int = 4
+    num_stages: int = 3
     #: row slots that sweep the column tiles together (L2 reuse)
     group_m: int = 8
     #: load through TMA descriptors where the device and operands allow (module docstring)
@@ -60,10 +60,11 @@ class GroupedGemmConfig:
 
 
 def default_config(device: torch.device, dtype: torch.dtype) -> GroupedGemmConfig:
-    """128 x 256 x 64 tiles, 3 stages, 8 warps on a GPU (the fastest of seven configs on
-    REFERENCES.md's MoE shapes on an H200, ``docs/perf.md`` session 42; fp32, whose tiles
-    are twice the bytes: 128 x 128 x 32); 64 x 64 x 32 on the CPU backend, where a program
-    is a NumPy call and larger tiles mean fewer of them."""
+    """128 x 256 x 64 tiles, 3 stages, 8 warps, TMA loads on a GPU (the fastest of seven
+    configs on REFERENCES.md's MoE shapes on an H200 in session 42, and again of six in
+    session 44 with TMA loads: ``docs/perf.md``; fp32, whose tiles are twice the bytes:
+    128 x 128 x 32); 64 x 64 x 32 on the CPU backend, where a program is a NumPy call and
+    larger tiles mean fewer of them."""
     if device.type != "cuda":
         return GroupedGemmConfig(64, 64, 32, num_warps=4, num_stages=1)
     if dtype == torch.float32:

@@ -252,30 +252,7 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
           max_tokens=d.max_tokens, k=k)
 
 
-#: signatures on which ``torch._grouped_mm`` raised: ``"auto"`` uses the Triton kernel there
-_TORCH_REFUSED: set = set()
-#: ``"auto"`` takes torch's kernel from this many rows per group (``R / G``, capacity rows;
-#: on an H200 Ditron's kernel made a layer 1.17x faster at 16 and at 128 rows per expert,
-#: torch's 1.05x at 1024 and the GEMMs 1.13-1.27x at 546-8192: ``docs/perf.md``, session 42)
-TORCH_MIN_ROWS_PER_GROUP = 512
 METHODS = ("auto", "triton", "torch")
-
-
-def _torch_grouped_ok(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None) -> bool:
-    """Whether ``"auto"`` gives this call to ``torch._grouped_mm``: CUDA capability >= 9,
-    bf16, no ``out``, ``x`` contiguous with ``TORCH_MIN_ROWS_PER_GROUP`` rows per group, ``w``
-    with one unit inner stride and 16-byte aligned rows."""
-    if out is not None or x.device.type != "cuda" or x.dtype != torch.bfloat16 \
-            or not hasattr(torch, "_grouped_mm") or not x.is_contiguous() \
-            or x.shape[0] < TORCH_MIN_ROWS_PER_GROUP * w.shape[0]:
-        return False
-    if torch.cuda.get_device_capability(x.device) < (9, 0):
-        return False
-    inner = (w.stride(1), w.stride(2))
-    if 1 not in inner or max(inner) % 8 or w.stride(0) % 8 or x.shape[1] % 8 \
-            or w.shape[2] % 8:
-        return False
-    return (tuple(w.shape[1:]), inner) not in _TORCH_REFUSED
 
 
 @public_op
@@ -288,10 +265,11 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
 
     ``method``: ``"triton"``, Ditron's kernel (``ditron.kernels.grouped_gemm``, any dtype
     and strides, every backend); ``"torch"``, ``torch._grouped_mm`` (bf16, CUDA capability
-    >= 9); ``"auto"`` (default), torch's where it takes the call (no ``out``, aligned
-    operands) and groups average at least ``TORCH_MIN_ROWS_PER_GROUP`` rows (where it was
-    faster on an H200, ``docs/perf.md`` session 42), else Ditron's. Neither reads
-    the offsets on the host: both can be captured in a CUDA graph.
+    >= 9, aligned operands); ``"auto"`` (default), Ditron's kernel (on an H200 it ran
+    REFERENCES.md's MoE GEMMs in 0.92-1.05x torch's time, and a 64-expert layer with it in
+    0.96x / 0.89x / 1.00x the time with torch's at 16 / 128 / 1024 rows per expert:
+    ``docs/perf.md``, session 44). Neither reads the
+    offsets on the host: both can be captured in a CUDA graph.
     """
     check_grouped("ditron.ops.grouped_gemm", x, w, offsets)
     if method not in METHODS:
@@ -301,15 +279,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                               or not hasattr(torch, "_grouped_mm")):
         raise ValueError(f"ditron.ops.grouped_gemm: method='torch' needs bf16 CUDA tensors "
                          f"and torch._grouped_mm, got {x.dtype} on {x.device}")
-    if method == "torch" or (method == "auto" and _torch_grouped_ok(x, w, out)):
-        ends = offsets[1:].to(torch.int32)
-        if method == "torch":
-            result = torch._grouped_mm(x, w, offs=ends)
-            return result if out is None else out.copy_(result)
-        try:
-            return torch._grouped_mm(x, w, offs=ends)
-        except RuntimeError:
-            if capturing():
-                raise
-            _TORCH_REFUSED.add((tuple(w.shape[1:]), (w.stride(1), w.stride(2))))
+    if method == "torch":
+        result = torch._grouped_mm(x, w, offs=offsets[1:].to(torch.int32))
+        return result if out is None else out.copy_(result)
     return _grouped_gemm(x, w, offsets, out=out)
