@@ -20,6 +20,11 @@ matmul loop, as a Megatron-style all-to-all dispatcher without a grouped GEMM do
 ``ditron_gemm_triton`` / ``ditron_gemm_torch`` (on a GPU): the ditron layer with each
 grouped-GEMM method forced.
 
+``wgrad`` rows (the same shapes and routing as ``gemm``): the weight gradient
+``dw[e] = x_e.T @ dy_e`` by ``ditron.kernels.grouped_gemm.grouped_gemm_wgrad`` with TMA
+loads where the GPU has them (``ditron``) and with pointer loads (``ditron_ptr``), against
+the ``torch.matmul`` loop over the experts (``torch_loop``).
+
 ``a2a`` rows: the dispatch's data movement, ``--layer-tokens`` x top-k rows of ``--hidden``
 through ``ditron.ops.all_to_all_device`` (even splits), with the gathers before sending and
 after receiving (random row indices and permutation) fused into its kernels (``fused``),
@@ -33,6 +38,7 @@ check the script; its times mean nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -41,7 +47,12 @@ import torch
 import torch.distributed as dist
 
 import ditron
-from ditron.kernels.grouped_gemm import GroupedGemmConfig, grouped_gemm
+from ditron.kernels.grouped_gemm import (
+    GroupedGemmConfig,
+    default_config,
+    grouped_gemm,
+    grouped_gemm_wgrad,
+)
 from ditron.tune.tuner import agreed_median, time_in_rounds
 
 #: (N, K, experts, topk) of REFERENCES.md: Qwen1.5-MoE, Mixtral-8x7B, Mixtral-8x22B,
@@ -120,6 +131,42 @@ def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, ro
     for name, times in samples.items():
         row[name] = agreed_median(times)
     row["tflops_ditron"] = 2 * m * n * k / row["ditron"] / 1e6
+    return row
+
+
+def _wgrad_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, rounds: int,
+               iters: int, warmup: int) -> dict:
+    dtype = torch.bfloat16
+    ids = _routing(tokens, experts, topk, dev, gen).reshape(-1)
+    offsets = torch.zeros(experts + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(torch.bincount(ids, minlength=experts), 0, out=offsets[1:])
+    m = ids.numel()
+    x = torch.randn(m, k, device=dev, dtype=dtype)
+    dy = torch.randn(m, n, device=dev, dtype=dtype)
+    dw = torch.empty(experts, k, n, device=dev, dtype=dtype)
+    ptr = dataclasses.replace(default_config(dev, dtype), tma=False)
+
+    def loop_call():
+        bounds = offsets.tolist()
+        for e in range(experts):
+            torch.matmul(x[bounds[e]:bounds[e + 1]].t(), dy[bounds[e]:bounds[e + 1]],
+                         out=dw[e])
+
+    fns = {"ditron": lambda: grouped_gemm_wgrad(x, dy, offsets, out=dw),
+           "ditron_ptr": lambda: grouped_gemm_wgrad(x, dy, offsets, out=dw, config=ptr),
+           "torch_loop": loop_call}
+    loop_call()
+    ref = dw.clone().float()
+    errs = []
+    for name in ("ditron", "ditron_ptr"):
+        dw.fill_(float("nan"))
+        fns[name]()
+        errs.append(((dw.float() - ref).abs().max() / ref.abs().max()).item())
+    samples = time_in_rounds(fns, rounds, iters, warmup, dev)
+    row = {"part": "wgrad", "n": n, "k": k, "experts": experts, "topk": topk, "rows": m,
+           "max_rel_err": float("nan") if any(math.isnan(e) for e in errs) else max(errs)}
+    for name, times in samples.items():
+        row[name] = agreed_median(times)
     return row
 
 
@@ -266,6 +313,10 @@ def _measure(args) -> list[dict]:
     if "gemm" in args.parts:
         rows += _gemm_rows(args.shapes, args.tokens, dev, args.rounds, args.iters, args.warmup,
                            args.sweep)
+    if "wgrad" in args.parts:
+        gen = torch.Generator().manual_seed(0)
+        rows += [_wgrad_row(n, k, experts, topk, args.tokens, dev, gen, args.rounds,
+                            args.iters, args.warmup) for n, k, experts, topk in args.shapes]
     if "a2a" in args.parts:
         for tokens in args.layer_tokens:
             rows += _a2a_rows(tokens, args.hidden, args.topk, args.rounds, args.iters,
@@ -283,7 +334,8 @@ def _measure(args) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench moe", description=__doc__.split("\n\n")[0])
     p.add_argument("--world-size", type=int, default=1)
-    p.add_argument("--parts", default="gemm,a2a,layer", help="gemm, a2a, layer (a list)")
+    p.add_argument("--parts", default="gemm,a2a,layer",
+                   help="gemm, wgrad, a2a, layer (a list)")
     p.add_argument("--tokens", type=int, default=8192, help="tokens of the gemm rows")
     p.add_argument("--layer-tokens", default="128,8192", help="tokens per rank, layer rows")
     p.add_argument("--hidden", type=int, default=7168)
@@ -319,6 +371,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"  ditron {row['ditron']:9.1f}  torch_loop {row['torch_loop']:9.1f}{extra}"
                   f"  dense {row['dense']:9.1f} us  ({row['tflops_ditron']:.0f} TFLOP/s, "
                   f"err {row['max_rel_err']:.1e})")
+        elif row["part"] == "wgrad":
+            print(f"wgrad N {row['n']:5d} K {row['k']:5d} E {row['experts']:3d} top{row['topk']}"
+                  f"  ditron {row['ditron']:9.1f}  ditron_ptr {row['ditron_ptr']:9.1f}  "
+                  f"torch_loop {row['torch_loop']:9.1f} us  (err {row['max_rel_err']:.1e})")
         elif row["part"] == "a2a":
             print(f"a2a   T {row['tokens']:5d} H {row['hidden']} top{row['topk']} "
                   f"W {row['world_size']}  fused {row['fused']:9.1f}  unfused "
