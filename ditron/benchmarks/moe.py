@@ -21,9 +21,9 @@ matmul loop, as a Megatron-style all-to-all dispatcher without a grouped GEMM do
 grouped-GEMM method forced.
 
 ``wgrad`` rows (the same shapes and routing as ``gemm``): the weight gradient
-``dw[e] = x_e.T @ dy_e`` by ``ditron.kernels.grouped_gemm.grouped_gemm_wgrad`` with TMA
-loads where the GPU has them (``ditron``) and with pointer loads (``ditron_ptr``), against
-the ``torch.matmul`` loop over the experts (``torch_loop``).
+``dw[e] = x_e.T @ dy_e`` by ``ditron.kernels.grouped_gemm.grouped_gemm_wgrad``
+(``ditron``, the one ``ditron.nn``'s backward uses) against the ``torch.matmul`` loop over
+the experts (``torch_loop``).
 
 ``a2a`` rows: the dispatch's data movement, ``--layer-tokens`` x top-k rows of ``--hidden``
 through ``ditron.ops.all_to_all_device`` (even splits), with the gathers before sending and
@@ -38,7 +38,6 @@ check the script; its times mean nothing.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import math
@@ -49,7 +48,6 @@ import torch.distributed as dist
 import ditron
 from ditron.kernels.grouped_gemm import (
     GroupedGemmConfig,
-    default_config,
     grouped_gemm,
     grouped_gemm_wgrad,
 )
@@ -144,7 +142,6 @@ def _wgrad_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, r
     x = torch.randn(m, k, device=dev, dtype=dtype)
     dy = torch.randn(m, n, device=dev, dtype=dtype)
     dw = torch.empty(experts, k, n, device=dev, dtype=dtype)
-    ptr = dataclasses.replace(default_config(dev, dtype), tma=False)
 
     def loop_call():
         bounds = offsets.tolist()
@@ -153,12 +150,11 @@ def _wgrad_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, r
                          out=dw[e])
 
     fns = {"ditron": lambda: grouped_gemm_wgrad(x, dy, offsets, out=dw),
-           "ditron_ptr": lambda: grouped_gemm_wgrad(x, dy, offsets, out=dw, config=ptr),
            "torch_loop": loop_call}
     loop_call()
     ref = dw.clone().float()
     errs = []
-    for name in ("ditron", "ditron_ptr"):
+    for name in ("ditron",):
         dw.fill_(float("nan"))
         fns[name]()
         errs.append(((dw.float() - ref).abs().max() / ref.abs().max()).item())
@@ -373,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"err {row['max_rel_err']:.1e})")
         elif row["part"] == "wgrad":
             print(f"wgrad N {row['n']:5d} K {row['k']:5d} E {row['experts']:3d} top{row['topk']}"
-                  f"  ditron {row['ditron']:9.1f}  ditron_ptr {row['ditron_ptr']:9.1f}  "
-                  f"torch_loop {row['torch_loop']:9.1f} us  (err {row['max_rel_err']:.1e})")
+                  f"  ditron {row['ditron']:9.1f}  torch_loop {row['torch_loop']:9.1f} us  "
+                  f"(err {row['max_rel_err']:.1e})")
         elif row["part"] == "a2a":
             print(f"a2a   T {row['tokens']:5d} H {row['hidden']} top{row['topk']} "
                   f"W {row['world_size']}  fused {row['fused']:9.1f}  unfused "

@@ -28,9 +28,7 @@ store); for the ``[G * K, N]`` form ``K`` must be a multiple of ``BLOCK_K`` so t
 block never reads the next group's weight rows.
 
 The weight gradient's grid is ``(G * K tiles, N tiles)``: program ``(g, kb, nb)`` loops over
-group ``g``'s rows in blocks of ``BLOCK_M`` (an empty group stores zeros); with TMA loads
-(descriptors on ``x [R, K]`` and ``dy [R, N]``) the rows past the group's end are loaded
-and zeroed before the dot.
+group ``g``'s rows in blocks of ``BLOCK_M`` (an empty group stores zeros).
 """
 
 from __future__ import annotations
@@ -57,7 +55,9 @@ class GroupedGemmConfig:
     num_stages: int = 3
     #: row slots that sweep the column tiles together (L2 reuse)
     group_m: int = 8
-    #: load through TMA descriptors where the device and operands allow (module docstring)
+    #: load through TMA descriptors where the device and operands allow (module docstring;
+    #: the forward kernel only: the weight gradient's, with the rows past a group's end
+    #: zeroed in registers, ran 1.4-1.6x slower than its pointer loads, docs/perf.md s44)
     tma: bool = True
 
 
@@ -138,8 +138,7 @@ def _grouped_gemm_kernel(x, w, out, offsets, G, N, K, slots,
 @triton.jit
 def _grouped_wgrad_kernel(x, dy, dw, offsets, K, N, sx_m, sx_k, sd_m, sd_n, sw_g, sw_k, sw_n,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                          USE_TMA: tl.constexpr = False):
+                          DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     k_tiles = tl.cdiv(K, BLOCK_K)
     group = tl.program_id(0) // k_tiles
     kb = tl.program_id(0) % k_tiles
@@ -155,14 +154,10 @@ def _grouped_wgrad_kernel(x, dy, dw, offsets, K, N, sx_m, sx_k, sd_m, sd_n, sw_g
     for m0 in range(lo, hi, BLOCK_M):
         rows = m0 + ms
         row_ok = rows < hi
-        if USE_TMA:  # rows past the group's end are loaded, and zeroed (they may be NaN)
-            a = tl.where(row_ok[None, :], x.load([m0, kb * BLOCK_K]).T, 0.0)
-            b = tl.where(row_ok[:, None], dy.load([m0, pid_n * BLOCK_N]), 0.0)
-        else:
-            a = tl.load(x + rows.to(tl.int64)[None, :] * sx_m + ks[:, None] * sx_k,
-                        mask=k_ok[:, None] & row_ok[None, :], other=0.0)  # [BK, BM]: x.T
-            b = tl.load(dy + rows.to(tl.int64)[:, None] * sd_m + cols[None, :] * sd_n,
-                        mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+        a = tl.load(x + rows.to(tl.int64)[None, :] * sx_m + ks[:, None] * sx_k,
+                    mask=k_ok[:, None] & row_ok[None, :], other=0.0)  # [BK, BM]: x rows, T
+        b = tl.load(dy + rows.to(tl.int64)[:, None] * sd_m + cols[None, :] * sd_n,
+                    mask=row_ok[:, None] & col_ok[None, :], other=0.0)
         if UPCAST:
             acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=DOT_PRECISION)
         else:
@@ -272,16 +267,10 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
         return out
     cfg = config or default_config(x.device, x.dtype)
     grid = (G * triton.cdiv(K, cfg.block_m), triton.cdiv(N, cfg.block_n))
-    # the kernel's row step is the config's K block, its K block the config's row block
-    xd = dyd = None
-    if cfg.tma and x.shape[0] > 0 and tma_wanted(x.device):
-        xd, dyd = describe(x, (cfg.block_k, cfg.block_m)), describe(dy, (cfg.block_k, cfg.block_n))
-    use_tma = xd is not None and dyd is not None and not xd[1] and not dyd[1]
     _grouped_wgrad_kernel[grid](
-        xd[0] if use_tma else x, dyd[0] if use_tma else dy, out, offsets, K, N, x.stride(0),
-        x.stride(1), dy.stride(0), dy.stride(1), out.stride(0), out.stride(1), out.stride(2),
+        x, dy, out, offsets, K, N, x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=cfg.block_k, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_m,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        UPCAST=interpret.active(), USE_TMA=use_tma, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages)
+        UPCAST=interpret.active(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
