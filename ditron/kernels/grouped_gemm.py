@@ -12,9 +12,9 @@ Grid: ``row-tile slots x column tiles`` programs in grouped order (``group_m`` s
 the column tiles together, for L2 reuse). Row-tile slot ``t`` belongs to the group whose tiles
 cover it: a program loads the ``G`` groups' offsets as one vector, takes the running sum of
 their tile counts ``cdiv(o[g+1] - o[g], BLOCK_M)`` and returns at once when ``t`` lies past
-the last tile. ``sum_g cdiv(n_g, BM) <=
-cdiv(R, BM) + G`` for ``R`` rows, so ``cdiv(R, BM) + G`` slots always suffice. A tile never
-crosses a group boundary (its rows are masked at the group's end).
+the last tile. ``sum_g cdiv(n_g, BM) <= cdiv(R, BM) + G`` for ``R`` rows, so
+``cdiv(R, BM) + G`` slots always suffice. A tile never crosses a group boundary (its rows
+are masked at the group's end).
 
 CPU backend: operands are upcast to fp32 before ``tl.dot`` (the interpreter's 16-bit dot is
 wrong in triton 3.6), as in the persistent GEMM.

@@ -268,8 +268,8 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     >= 9, aligned operands); ``"auto"`` (default), Ditron's kernel (on an H200 it ran
     REFERENCES.md's MoE GEMMs in 0.92-1.05x torch's time, and a 64-expert layer with it in
     0.96x / 0.89x / 1.00x the time with torch's at 16 / 128 / 1024 rows per expert:
-    ``docs/perf.md``, session 44). Neither reads the
-    offsets on the host: both can be captured in a CUDA graph.
+    ``docs/perf.md``, session 44). Neither reads the offsets on the host: both can be
+    captured in a CUDA graph.
     """
     check_grouped("ditron.ops.grouped_gemm", x, w, offsets)
     if method not in METHODS:
