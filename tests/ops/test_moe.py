@@ -36,12 +36,14 @@ def _grouped_ref(x, w, offsets):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_grouped_gemm_matches_torch(dtype, backend):
-    """Groups of 0, 1, odd and > 2 tiles of rows, a first offset > 0, rows past the last
-    group left alone, K and N not multiples of the blocks, w transposed; repeated calls."""
+    """Groups of 0, 1, odd and > 2 tiles of rows, one group and 33 groups, a first offset
+    > 0, rows past the last group left alone, K and N not multiples of the blocks, w
+    transposed; repeated calls."""
     dev = "cuda" if backend == "cuda" else "cpu"
     g = _gen(1, int(dtype == torch.float32))
     cfg = GroupedGemmConfig(16, 16, 16, num_warps=4, num_stages=1)
-    for counts in ([3, 0, 37, 1, 16], [0, 0], [40]):
+    many = torch.randint(0, 20, (33,), generator=g).tolist()  # 33 groups: a 64-wide lookup
+    for counts in ([3, 0, 37, 1, 16], [0, 0], [40], many):
         offsets = torch.tensor([0, *counts]).cumsum(0) + 2
         R, K, N = int(offsets[-1]) + 5, 35, 21
         x = torch.randn(R, K, generator=g).to(dtype)
