@@ -266,7 +266,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     ``method``: ``"triton"``, Ditron's kernel (``ditron.kernels.grouped_gemm``, any dtype
     and strides, every backend); ``"torch"``, ``torch._grouped_mm`` (bf16, CUDA capability
     >= 9, aligned operands); ``"auto"`` (default), Ditron's kernel (on an H200 it ran
-    REFERENCES.md's MoE GEMMs in 0.92-1.05x torch's time, and a 64-expert layer with it in
+    REFERENCES.md's MoE GEMMs in 0.92-1.04x torch's time, and a 64-expert layer with it in
     0.96x / 0.89x / 1.00x the time with torch's at 16 / 128 / 1024 rows per expert:
     ``docs/perf.md``, session 44). Neither reads the offsets on the host: both can be
     captured in a CUDA graph.
