@@ -39,6 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..runtime.triton_launch import FastKernel
 from .descriptors import describe, tma_wanted
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -166,6 +167,10 @@ def _grouped_wgrad_kernel(x, dy, dw, offsets, K, N, sx_m, sx_k, sd_m, sd_n, sw_g
     tl.store(d_ptrs, acc.to(dw.dtype.element_ty), mask=k_ok[:, None] & col_ok[None, :])
 
 
+_GROUPED = FastKernel(_grouped_gemm_kernel)
+_WGRAD = FastKernel(_grouped_wgrad_kernel)
+
+
 def check_grouped(op: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> None:
     """Raise ``ValueError`` unless ``x [R, K]``, ``w [G, K, N]`` and ``offsets [G + 1]``
     fit together (shapes, dtypes, devices; the offsets' values are not read)."""
@@ -212,7 +217,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     grid = (slots * triton.cdiv(N, cfg.block_n),)
     descs = _descriptors(x, w, cfg) if cfg.tma and K > 0 and tma_wanted(x.device) else None
     x_arg, w_arg = (x, w) if descs is None else descs[:2]
-    _grouped_gemm_kernel[grid](
+    _GROUPED[grid](
         x_arg, w_arg, out, offsets, G, N, K, slots, x.stride(0), x.stride(1), w.stride(0),
         w.stride(1), w.stride(2), out.stride(0), out.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
@@ -267,7 +272,7 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
         return out
     cfg = config or default_config(x.device, x.dtype)
     grid = (G * triton.cdiv(K, cfg.block_m), triton.cdiv(N, cfg.block_n))
-    _grouped_wgrad_kernel[grid](
+    _WGRAD[grid](
         x, dy, out, offsets, K, N, x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=cfg.block_k, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_m,

@@ -34,6 +34,7 @@ import torch
 from ..kernels.gather_sum import weighted_gather_sum
 from ..kernels.grouped_gemm import check_grouped
 from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
+from ..kernels.routing import group_received, returned_index, sort_copies
 from ..runtime.agreement import agree
 from ..runtime.world import current
 from .graphs import capturing
@@ -90,14 +91,6 @@ def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int) ->
                          f"size {w}, got {num_experts!r}")
 
 
-def _positions(counts: torch.Tensor, n: int) -> torch.Tensor:
-    """For rows ``0 .. n - 1`` laid out in blocks of ``counts`` (flat, in order), the
-    index of each row's block (``counts.numel()`` past the last block)."""
-    ends = torch.cumsum(counts, 0)
-    rows = torch.arange(n, device=counts.device, dtype=ends.dtype)
-    return torch.searchsorted(ends, rows, right=True)
-
-
 @public_op
 def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
                  max_tokens: int | None = None,
@@ -128,34 +121,16 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
         raise ValueError(f"moe_dispatch: rank {rt.world.rank}: expert id "
                          f"{int(topk_ids.max())} >= num_experts {num_experts}")
     local = num_experts // w
-    dev = x.device
 
-    ids = topk_ids.reshape(-1).to(torch.int64)
-    routed = (ids >= 0) & (ids < num_experts)
-    key = torch.where(routed, ids, num_experts)
-    order = torch.argsort(key, stable=True)
-    per_expert = torch.zeros(num_experts + 1, dtype=torch.int64, device=dev)
-    per_expert.scatter_add_(0, key, torch.ones_like(key))
-    counts = per_expert[:num_experts].view(w, local)  # [dest, local expert]
+    copies = sort_copies(topk_ids, num_experts, w)
     from .a2a_device import all_to_all_device
 
-    recv_counts, _ = all_to_all_device(counts, torch.ones(w, dtype=torch.int64, device=dev), w)
-    # rows will come by source rank, each source's rows by expert: blocks of recv_counts
-    recv_splits = recv_counts.sum(1)
-    start = torch.cumsum(recv_splits, 0) - recv_splits
-    kept_splits = (cap - start).clamp(min=0).minimum(recv_splits)
-    block = _positions(recv_counts.reshape(-1), cap)
-    expert = torch.where(block < w * local, block % local, local)
-    perm = torch.argsort(expert, stable=True)
-    inv_perm = torch.empty_like(perm).scatter_(0, perm, torch.arange(cap, device=dev))
-    per_local = torch.zeros(local + 1, dtype=torch.int64, device=dev)
-    per_local.scatter_add_(0, expert, torch.ones_like(expert))
-    tokens = per_local[:local]
-    offsets = torch.zeros(local + 1, dtype=torch.int64, device=dev)
-    torch.cumsum(tokens, 0, out=offsets[1:])
-    d = MoEDispatch(x[:0], offsets, tokens, num_experts, T, k, max_tokens, cap, order,
-                    counts.sum(1), perm, inv_perm, kept_splits)
-    grouped = _send(x, torch.div(order, k, rounding_mode="floor"), d)
+    ones = torch.ones(w, dtype=torch.int64, device=x.device)
+    recv_counts, _ = all_to_all_device(copies.counts.view(w, local), ones, w)  # [src, expert]
+    perm, inv_perm, offsets, tokens, kept_splits = group_received(recv_counts, cap)
+    d = MoEDispatch(x[:0], offsets, tokens, num_experts, T, k, max_tokens, cap, copies.order,
+                    copies.send_splits, perm, inv_perm, kept_splits)
+    grouped = _send(x, copies.token, d)
     return dataclasses.replace(d, x=grouped)
 
 
@@ -183,20 +158,10 @@ def _returned(y: torch.Tensor, d: MoEDispatch) -> tuple[torch.Tensor, torch.Tens
     dropped or unrouted)."""
     from .a2a_device import all_to_all_device
 
-    w = current().world.world_size
     T, k = d.num_tokens, d.topk
     back, back_splits = all_to_all_device(y, d.kept_splits, d.max_tokens * k,
                                           send_index=d.inv_perm)
-    # send position i went to rank dest[i] as its j-th row; it came back if j < back_splits
-    sent = T * k
-    dest = _positions(d.send_splits, sent)
-    dest_c = dest.clamp(max=w - 1)
-    j = torch.arange(sent, device=y.device) - (torch.cumsum(d.send_splits, 0)
-                                               - d.send_splits)[dest_c]
-    came = (dest < w) & (j < back_splits[dest_c])
-    row = (torch.cumsum(back_splits, 0) - back_splits)[dest_c] + j
-    idx = torch.empty(sent, dtype=torch.int64, device=y.device)
-    idx.index_copy_(0, d.order, torch.where(came, row, -1))
+    idx = returned_index(d.order, d.send_splits, back_splits)
     return back, idx.view(T, k)
 
 
