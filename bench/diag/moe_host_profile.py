@@ -15,6 +15,7 @@ import time
 import torch
 
 import ditron
+import ditron.kernels.gather_sum
 
 
 def profile(tokens: int, calls: int) -> str:
@@ -50,15 +51,19 @@ def profile(tokens: int, calls: int) -> str:
     sync()
     lines = [f"W={W} tokens={tokens} {dev.type}: host issue time per call (us, median of "
              f"{calls}, the GPU drained before each)"]
-    for name, fn in steps.items():
+    def median_us(fn) -> float:
         times = []
         for _ in range(calls):
             sync()
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e6)
-        times.sort()
-        lines.append(f"  {name:16s} {times[len(times) // 2]:9.1f}")
+        return sorted(times)[len(times) // 2]
+
+    for name, fn in steps.items():
+        lines.append(f"  {name:16s} {median_us(fn):9.1f}")
+    lines.append("parts (us, median): " + ", ".join(
+        f"{name} {median_us(fn):.1f}" for name, fn in _parts(state, w1, ids, experts).items()))
     sync()
     prof = cProfile.Profile()
     prof.enable()
@@ -81,6 +86,33 @@ def profile(tokens: int, calls: int) -> str:
         lines.append(f"{name}, {calls} calls, by self CPU time:")
         lines.append(tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
     return "\n".join(lines)
+
+
+def _parts(state: dict, w1: torch.Tensor, ids: torch.Tensor, experts: int) -> dict:
+    """Pieces of the grouped GEMM's and the dispatch's host work, each timed alone."""
+    from ditron.kernels import grouped_gemm as gg
+    from ditron.kernels import routing
+    from ditron.ops.a2a_device import exchange_counts
+
+    d = state["d"]
+    x, offsets = d.x, d.expert_offsets
+    cfg = gg.default_config(x.device, x.dtype)
+    W = ditron.world().world_size
+    copies = routing.sort_copies(ids, experts, W)
+    return {
+        "torch.empty": lambda: torch.empty((x.shape[0], w1.shape[2]), dtype=x.dtype,
+                                           device=x.device),
+        "check_grouped": lambda: gg.check_grouped("p", x, w1, offsets),
+        "default_config": lambda: gg.default_config(x.device, x.dtype),
+        "descriptors": lambda: gg._descriptors(x, w1, cfg),
+        "kernels.grouped_gemm": lambda: gg.grouped_gemm(x, w1, offsets),
+        "ops.grouped_gemm": lambda: ditron.ops.grouped_gemm(x, w1, offsets),
+        "sort_copies": lambda: routing.sort_copies(ids, experts, W),
+        "exchange_counts": lambda: exchange_counts(copies.counts.view(W, -1)),
+        "group_received": lambda: routing.group_received(copies.counts.view(W, -1), d.capacity),
+        "gather_sum": lambda: ditron.kernels.gather_sum.weighted_gather_sum(
+            state["y"], torch.zeros(ids.shape, dtype=torch.int64, device=x.device)),
+    }
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Public operators: local kernel + chunk plan + tuned choice + plain fallback.
 
 Collectives (``collectives.py``): ``all_gather``, ``reduce_scatter``, ``all_reduce``,
-``all_to_all``; point-to-point (``p2p.py``): ``send``, ``recv``. Overlapped GEMMs
+``all_to_all``, ``all_to_all_device`` and ``exchange_counts`` (device-side splits,
+``a2a_device.py``); point-to-point (``p2p.py``): ``send``, ``recv``. Overlapped GEMMs
 (``tp_gemm.py``): ``ag_gemm``, ``gemm_rs``, ``gemm_ar``. Expert parallelism (``moe.py``):
 ``moe_dispatch``, ``grouped_gemm``, ``moe_combine``. ``graph_safe`` (``graphs.py``): the
 warm-up of the graph-safe variants before a CUDA-graph capture.
@@ -21,6 +22,7 @@ _HOME = {
     "all_reduce": "collectives",
     "all_to_all": "collectives",
     "all_to_all_device": "collectives",
+    "exchange_counts": "a2a_device",
     "send": "p2p",
     "recv": "p2p",
     "ag_gemm": "tp_gemm",

@@ -19,6 +19,9 @@ Protocol (four stream-ordered launches; ``e`` = the workspace's device epoch, ``
    the rows that came (``inbox[h]``, up to the capacity) and this rank's column of
    ``mat[h]`` out;
 4. ``_ack_kernel`` raises ``ack[me]`` on every peer.
+
+:func:`exchange_counts` (MoE routing counts: a small integer row per peer) runs the same
+protocol in one launch, ``_exchange_kernel``: steps 1, 3 (the rows are the data) and 4.
 """
 
 from __future__ import annotations
@@ -139,6 +142,29 @@ def _ack_kernel(pad, epoch_ptr, first, count, ctx):
                  ctx.rank, ctx)
 
 
+@triton.jit
+def _exchange_kernel(counts, out, mat, pad, epoch_ptr, L, first, count, ctx,
+                     LB: tl.constexpr):
+    me = ctx.rank
+    w = ctx.world_size
+    epoch = tl.load(epoch_ptr) + 1
+    tl.store(epoch_ptr, epoch)
+    mat_h = mat + (epoch % 2) * w * L
+    cols = tl.arange(0, LB)
+    if epoch > 2:  # every peer has copied out what I wrote into half ``h`` two calls ago
+        wait_range(pad, w, first, count, me, epoch - 2, ctx)
+    for i in range(0, count):
+        q = first + i
+        row = tl.load(counts + q * L + cols, mask=cols < L)
+        dl.store(mat_h + me * L + cols, row, q, ctx, mask=cols < L)
+        dl.notify(pad + me, epoch, q, ctx)
+    wait_range(pad, 0, first, count, -1, epoch, ctx)
+    for s in range(0, w):
+        tl.store(out + s * L + cols, tl.load(mat_h + s * L + cols, mask=cols < L),
+                 mask=cols < L)
+    notify_range(pad, w + me, epoch, first, count, me, ctx)  # (notify: a barrier first)
+
+
 @dataclasses.dataclass
 class _Workspace:
     mat: torch.Tensor  # symmetric int64 [2, W, W]: split rows, by epoch parity
@@ -157,6 +183,7 @@ _FAST_SPLITS = FastKernel(_splits_kernel)
 _FAST_DATA = FastKernel(_data_kernel)
 _FAST_FINISH = FastKernel(_finish_kernel)
 _FAST_ACK = FastKernel(_ack_kernel)
+_FAST_EXCHANGE = FastKernel(_exchange_kernel)
 
 
 def _workspace(dtype: torch.dtype, row: int, cap_rows: int) -> _Workspace:
@@ -281,3 +308,70 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
 
         check_waits()
     return (out if out.dtype == dtype else out.view(dtype)), out_splits
+
+
+@dataclasses.dataclass
+class _CountsWorkspace:
+    mat: torch.Tensor  # symmetric int64 [2, W, L]: rows received, by epoch parity
+    pad: torch.Tensor  # symmetric int64 [2 W]: rows ready, ack
+    epoch: torch.Tensor  # local int64 [1]: the device epoch
+    pad_key: str
+
+    def release(self, heap) -> None:
+        heap.free(self.mat)
+
+
+def _new_counts_workspace(L: int, w: int) -> _CountsWorkspace:
+    rt = current()
+    tag = f"a2a_device:counts:{L}"
+    bufs = alloc_buffers([((2, w, max(L, 1)), torch.int64, f"{tag}:rows")])
+    (mat,) = bufs.tensors
+    mat.zero_()
+    try:
+        pad = signal_pad(tag, 2 * w).signals
+    except BaseException:
+        bufs.release(rt.heap)
+        raise
+    epoch = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
+    return _CountsWorkspace(mat, pad, epoch, tag)
+
+
+@public_op
+def exchange_counts(counts: torch.Tensor) -> torch.Tensor:
+    """Send row ``q`` of the integer device matrix ``counts [W, L]`` to rank ``q``; returns
+    ``[W, L]`` int64 whose row ``s`` is the row rank ``s`` sent here (an all-to-all of one
+    small row per peer, e.g. MoE routing counts per expert). One launch, no host sync:
+    capturable in a CUDA graph after a first call with this ``L``. Every rank must pass the
+    same ``L``. Ranks must share a node."""
+    rt = current()
+    w = rt.world.world_size
+    if rt.topo.num_nodes > 1:
+        raise NotImplementedError("exchange_counts: ranks on several nodes are not supported "
+                                  "yet")
+    if counts.dim() != 2 or counts.shape[0] != w or counts.dtype.is_floating_point \
+            or counts.dtype.is_complex or counts.dtype == torch.bool \
+            or counts.device != rt.world.device:
+        raise ValueError(f"exchange_counts: counts must be an integer [{w}, L] tensor on "
+                         f"{rt.world.device}, got {tuple(counts.shape)} {counts.dtype} on "
+                         f"{counts.device}")
+    L = counts.shape[1]
+    agree("ditron.ops.exchange_counts", cols=L)
+    key = ("exchange_counts", L)
+    ws = rt.cache.get(("workspace", *key))
+    if ws is None:
+        if capturing():
+            raise RuntimeError("exchange_counts: no workspace yet for this row length; call it "
+                               "once before capturing a CUDA graph")
+        ws = cached(key, lambda: _new_counts_workspace(L, w))
+    out = torch.empty((w, L), dtype=torch.int64, device=counts.device)
+    if L == 0:
+        return out
+    node = rt.topo.node_ranks()
+    _FAST_EXCHANGE[(1,)](counts.to(torch.int64).contiguous(), out, ws.mat, ws.pad, ws.epoch, L,
+                         node.start, len(node), rt.context(),
+                         LB=triton.next_power_of_2(L))
+    if (rt.wait_timeout > 0 or rt.world.backend == "cpu") and not capturing():
+        from ..runtime.diagnostics import check_waits
+
+        check_waits()
+    return out

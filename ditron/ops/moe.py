@@ -123,10 +123,9 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     local = num_experts // w
 
     copies = sort_copies(topk_ids, num_experts, w)
-    from .a2a_device import all_to_all_device
+    from .a2a_device import exchange_counts
 
-    ones = torch.ones(w, dtype=torch.int64, device=x.device)
-    recv_counts, _ = all_to_all_device(copies.counts.view(w, local), ones, w)  # [src, expert]
+    recv_counts = exchange_counts(copies.counts.view(w, local))  # [source, local expert]
     perm, inv_perm, offsets, tokens, kept_splits = group_received(recv_counts, cap)
     d = MoEDispatch(x[:0], offsets, tokens, num_experts, T, k, max_tokens, cap, copies.order,
                     copies.send_splits, perm, inv_perm, kept_splits)

@@ -649,6 +649,32 @@ def test_all_to_all_device_send_index_checked_in_debug_mode(monkeypatch):
     assert ditron.launch(check_all_to_all_device_indexed, 2, 3, backend="cpu") == [3, 3]
 
 
+def check_exchange_counts(calls: int = 6) -> int:
+    """``exchange_counts`` against the ranks' matrices gathered with torch.distributed: row
+    ``s`` of the result is row ``me`` of rank ``s``'s matrix. Two row lengths (two
+    workspaces), each used on both halves of its double buffer more than once, int32 and
+    int64 input."""
+    poison_empty()
+    rt = current()
+    w, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
+    for it in range(calls):
+        L = (5, 64)[it % 2]
+        counts = torch.randint(0, 1000, (w, L), generator=_gen(me, it, 17))
+        mats = [None] * w
+        dist.all_gather_object(mats, counts, group=rt.host_group)
+        got = ditron.ops.exchange_counts(counts.to(dev, torch.int32 if it % 3 else torch.int64))
+        assert got.dtype == torch.int64
+        assert torch.equal(got.cpu(), torch.stack([m[me] for m in mats])), f"call {it}"
+    with pytest.raises(ValueError, match=rf"integer \[{w}, L\] tensor"):
+        ditron.ops.exchange_counts(torch.zeros(w + 1, 3, dtype=torch.int64, device=dev))
+    return calls
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_exchange_counts(world_size, backend):
+    assert ditron.launch(check_exchange_counts, world_size, backend=backend) == [6] * world_size
+
+
 def check_send_recv(calls: int = 3) -> int:
     w, me = ditron.world().world_size, ditron.world().rank
     nxt, prv = (me + 1) % w, (me - 1) % w
