@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..runtime.triton_launch import FastKernel
+
 
 @triton.jit
 def _gather_sum_kernel(src, idx, weights, out, T, N, s_src, s_out,
@@ -34,6 +36,9 @@ def _gather_sum_kernel(src, idx, weights, out, T, N, s_src, s_out,
         acc += v
     o_ptrs = out + ts.to(tl.int64)[:, None] * s_out + cols[None, :]
     tl.store(o_ptrs, acc.to(out.dtype.element_ty), mask=t_ok[:, None] & col_ok[None, :])
+
+
+_GATHER_SUM = FastKernel(_gather_sum_kernel)
 
 
 def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
@@ -59,7 +64,6 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     block_n = min(triton.next_power_of_2(N), 256 if src.device.type == "cuda" else 64)
     block_t = 8 if src.device.type == "cuda" else 16
     grid = (triton.cdiv(T, block_t), triton.cdiv(N, block_n))
-    _gather_sum_kernel[grid](src, idx, w, out, T, N, src.stride(0), out.stride(0), K=k,
-                             HAS_W=weights is not None, BLOCK_T=block_t, BLOCK_N=block_n,
-                             num_warps=4)
+    _GATHER_SUM[grid](src, idx, w, out, T, N, src.stride(0), out.stride(0), K=k,
+                      HAS_W=weights is not None, BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
     return out

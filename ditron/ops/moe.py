@@ -127,19 +127,19 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
 
     recv_counts = exchange_counts(copies.counts.view(w, local))  # [source, local expert]
     perm, inv_perm, offsets, tokens, kept_splits = group_received(recv_counts, cap)
-    d = MoEDispatch(x[:0], offsets, tokens, num_experts, T, k, max_tokens, cap, copies.order,
-                    copies.send_splits, perm, inv_perm, kept_splits)
-    grouped = _send(x, copies.token, d)
-    return dataclasses.replace(d, x=grouped)
+    grouped = _send(x, copies.token, copies.send_splits, cap, perm)
+    return MoEDispatch(grouped, offsets, tokens, num_experts, T, k, max_tokens, cap,
+                       copies.order, copies.send_splits, perm, inv_perm, kept_splits)
 
 
-def _send(src: torch.Tensor, index: torch.Tensor, d: MoEDispatch) -> torch.Tensor:
-    """Rows ``src[index]`` (in send order) to their experts' ranks, grouped as ``d.x``: the
-    gather and the grouping happen inside the all-to-all's kernels."""
+def _send(src: torch.Tensor, index: torch.Tensor, send_splits: torch.Tensor, capacity: int,
+          perm: torch.Tensor) -> torch.Tensor:
+    """Rows ``src[index]`` (in send order, ``send_splits`` per rank) to their experts'
+    ranks, grouped by ``perm`` into ``capacity`` rows: the gather and the grouping happen
+    inside the all-to-all's kernels."""
     from .a2a_device import all_to_all_device
 
-    return all_to_all_device(src, d.send_splits, d.capacity, send_index=index,
-                             recv_index=d.perm)[0]
+    return all_to_all_device(src, send_splits, capacity, send_index=index, recv_index=perm)[0]
 
 
 @public_op
@@ -148,7 +148,8 @@ def send_copies(rows: torch.Tensor, dispatch: MoEDispatch) -> torch.Tensor:
     (row ``t * k + j`` for copy ``(t, j)``) arrive at their experts' ranks, grouped as
     ``dispatch.x`` (``[max_recv_rows, N]``; rows past ``expert_offsets[-1]`` undefined).
     Collective; no checks (``ditron.nn`` uses it for gradients)."""
-    return _send(rows, dispatch.order, dispatch)
+    d = dispatch
+    return _send(rows, d.order, d.send_splits, d.capacity, d.perm)
 
 
 def _returned(y: torch.Tensor, d: MoEDispatch) -> tuple[torch.Tensor, torch.Tensor]:
