@@ -85,7 +85,7 @@ def test_group_received_matches_a_stable_regrouping(W, L, cap, device):
         cnt[torch.rand(W, L, generator=g) < 0.2] = 0
         got = group_received(cnt.to(device), cap)
         for name, a, b in zip(("perm", "inv_perm", "offsets", "tokens", "kept"), got,
-                              _grouped_ref(cnt, cap)):
+                              _grouped_ref(cnt, cap), strict=True):
             assert a.cpu().tolist() == b, f"call {call}: {name}"
 
 
