@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # s45b: after s45a: the routing counts exchanged in one launch (exchange_counts); the
-# same tests, the host time with its parts timed alone, the layer timing.
+# same tests, the host time with its parts timed alone, the layer timing; the grouped
+# GEMM sweep at 128 tokens (decode: 8-16 rows per expert) with 64-row tiles added.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 DITRON_LAUNCH_TIMEOUT=120
 O=$OUT/s45b; mkdir -p $O
@@ -19,3 +20,6 @@ timeout 150 python -m ditron bench moe --world-size 1 --parts layer --layer-toke
   --out $O/moe_layer.json > $O/moe_layer.txt 2>&1
 echo "rc=$?" >> $O/moe_layer.txt; tail -12 $O/moe_layer.txt
 t nn_moe_tests 150 tests/nn/test_moe.py -k "inductor or matches_torch and 2"
+timeout 120 python -m ditron bench moe --world-size 1 --parts gemm --sweep --tokens 128 \
+  --out $O/gemm_sweep_128.json > $O/gemm_sweep_128.txt 2>&1
+echo "rc=$?" >> $O/gemm_sweep_128.txt; tail -8 $O/gemm_sweep_128.txt
