@@ -59,16 +59,26 @@ def _scan_kernel(hist, total, nb, CH: tl.constexpr, EB: tl.constexpr):
 
 
 @triton.jit
-def _place_kernel(ids, hist, total, order, token, counts, send_splits, n, E, k, local, W,
-                  BLOCK: tl.constexpr, EB: tl.constexpr, WB: tl.constexpr):
+def _place_kernel(ids, hist, total, order, token, counts, send_splits, n, nb, E, k, local, W,
+                  BLOCK: tl.constexpr, EB: tl.constexpr, WB: tl.constexpr,
+                  NB: tl.constexpr):
     """``order[pos(c)] = c`` and ``token[pos(c)] = c // k``, ``pos(c)``: the copies before
-    ``c`` in (key, c) order."""
+    ``c`` in (key, c) order. ``NB > 0``: ``hist`` holds the ``nb <= NB`` blocks' own
+    counts (no scan ran), summed here."""
     b = tl.program_id(0)
     c = b * BLOCK + tl.arange(0, BLOCK)
     key = _expert_keys(ids, c, n, E)
     bins = tl.arange(0, EB)
-    tot = tl.load(total + bins)
-    base = tl.cumsum(tot, axis=0) - tot + tl.load(hist + b * EB + bins)
+    if NB > 0:
+        blocks = tl.arange(0, NB)
+        h = tl.load(hist + blocks[:, None] * EB + bins[None, :], mask=(blocks < nb)[:, None],
+                    other=0)
+        tot = tl.sum(h, axis=0)
+        prior = tl.sum(tl.where((blocks < b)[:, None], h, 0), axis=0)
+    else:
+        tot = tl.load(total + bins)
+        prior = tl.load(hist + b * EB + bins)
+    base = tl.cumsum(tot, axis=0) - tot + prior
     hits = key[:, None] == bins[None, :]
     before = tl.cumsum(hits.to(tl.int64), axis=0) - 1  # same-key copies earlier in the block
     pos = tl.sum(tl.where(hits, base[None, :] + before, 0), axis=1)
@@ -103,10 +113,16 @@ class SortedCopies:
     send_splits: torch.Tensor
 
 
+#: block histograms (blocks x bins) small enough for each placing program to sum itself,
+#: sparing the scan's launch (decoding sizes: up to 4096 copies with 64 experts)
+FOLD_BINS = 4096
+
+
 def sort_copies(topk_ids: torch.Tensor, num_experts: int, world_size: int) -> SortedCopies:
     """Sort the copies of ``topk_ids [T, k]`` (integers; an id outside ``[0, E)`` marks an
     unrouted copy) by expert, ``E = num_experts`` a multiple of ``world_size``. Three
-    launches: block histograms, their running sums, the placement."""
+    launches: block histograms, their running sums, the placement; two when the
+    histograms are small (:data:`FOLD_BINS`), the placement summing them."""
     ids = topk_ids.contiguous()
     n = ids.numel()
     dev = ids.device
@@ -124,10 +140,12 @@ def sort_copies(topk_ids: torch.Tensor, num_experts: int, world_size: int) -> So
     hist = torch.empty((nb, eb), dtype=torch.int64, device=dev)
     total = torch.empty(eb, dtype=torch.int64, device=dev)
     _COUNT[(nb,)](ids, hist, n, num_experts, BLOCK=block, EB=eb, num_warps=4)
-    _SCAN[(1,)](hist, total, nb, CH=max(1, min(64, 4096 // eb)), EB=eb, num_warps=4)
-    _PLACE[(nb,)](ids, hist, total, order, token, counts, send_splits, n, num_experts,
+    fold = triton.next_power_of_2(nb) if nb * eb <= FOLD_BINS else 0
+    if not fold:
+        _SCAN[(1,)](hist, total, nb, CH=max(1, min(64, 4096 // eb)), EB=eb, num_warps=4)
+    _PLACE[(nb,)](ids, hist, total, order, token, counts, send_splits, n, nb, num_experts,
                   topk_ids.shape[1], num_experts // world_size, world_size, BLOCK=block,
-                  EB=eb, WB=triton.next_power_of_2(world_size), num_warps=4)
+                  EB=eb, WB=triton.next_power_of_2(world_size), NB=fold, num_warps=4)
     return SortedCopies(order, token, counts, send_splits)
 
 

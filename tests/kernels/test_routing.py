@@ -43,10 +43,11 @@ def _sorted_ref(ids: torch.Tensor, E: int, W: int):
     return order, counts, splits
 
 
-# (T, k, E, W): decode-sized; one block; more blocks than a scan step (5600 copies); k = 1;
-# many experts (a smaller block); no tokens
-CASES = [(16, 8, 64, 1), (37, 3, 6, 3), (700, 8, 64, 2), (50, 1, 4, 4), (90, 4, 256, 4),
-         (0, 2, 8, 2)]
+# (T, k, E, W): decode-sized, one block; 19 blocks summed by the placement (no scan); 44
+# blocks, more than a scan step (5600 copies); k = 1; many experts (a smaller block, the
+# scan); no tokens
+CASES = [(16, 8, 64, 1), (37, 3, 6, 3), (300, 8, 64, 4), (700, 8, 64, 2), (50, 1, 4, 4),
+         (90, 4, 256, 4), (0, 2, 8, 2)]
 
 
 @pytest.mark.parametrize("T,k,E,W", CASES)
