@@ -69,7 +69,8 @@ def _routing(tokens: int, experts: int, topk: int, device, gen) -> torch.Tensor:
 SWEEP = [(128, 256, 64, 8, 3, 8, False), (128, 256, 64, 8, 3, 8, True),
          (128, 128, 64, 4, 4, 8, True), (256, 128, 64, 8, 3, 8, True),
          (128, 256, 64, 8, 4, 1, True), (64, 256, 64, 4, 3, 8, True),
-         (64, 128, 64, 4, 4, 8, True)]
+         (64, 128, 64, 4, 4, 8, True), (64, 256, 64, 4, 3, 8, False),
+         (64, 128, 64, 4, 4, 8, False)]
 
 
 def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, rounds: int,
