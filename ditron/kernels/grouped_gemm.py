@@ -62,16 +62,28 @@ class GroupedGemmConfig:
     tma: bool = True
 
 
-def default_config(device: torch.device, dtype: torch.dtype) -> GroupedGemmConfig:
-    """128 x 256 x 64 tiles, 3 stages, 8 warps, TMA loads on a GPU (the fastest of seven
-    configs on REFERENCES.md's MoE shapes on an H200 in session 42, and again of six in
-    session 44 with TMA loads: ``docs/perf.md``; fp32, whose tiles are twice the bytes:
-    128 x 128 x 32); 64 x 64 x 32 on the CPU backend, where a program is a NumPy call and
-    larger tiles mean fewer of them."""
+#: average rows per group up to which the forward kernel takes 64 x 128 tiles with pointer
+#: loads (decoding and small batches: a 128-row TMA box mostly loads other groups' rows)
+SMALL_GROUP_ROWS = 128
+
+
+def default_config(device: torch.device, dtype: torch.dtype,
+                   rows_per_group: float | None = None) -> GroupedGemmConfig:
+    """The tile config for ``rows_per_group`` average rows per group (``None``: many).
+
+    On a GPU, fp16 / bf16: 128 x 256 x 64 tiles, 3 stages, 8 warps, TMA loads (the fastest
+    on REFERENCES.md's MoE shapes at 8192 tokens on an H200, sessions 42 and 44); up to
+    :data:`SMALL_GROUP_ROWS` rows per group, 64 x 128 x 64, 4 stages, 4 warps, pointer
+    loads (the fastest at 128 and 1024 tokens, 1.0-1.6x the large tiles, session 45:
+    ``docs/perf.md``). fp32, whose tiles are twice the bytes: 128 x 128 x 32. On the CPU
+    backend 64 x 64 x 32, where a program is a NumPy call and larger tiles mean fewer of
+    them."""
     if device.type != "cuda":
         return GroupedGemmConfig(64, 64, 32, num_warps=4, num_stages=1)
     if dtype == torch.float32:
         return GroupedGemmConfig(128, 128, 32, num_warps=8, num_stages=3)
+    if rows_per_group is not None and rows_per_group <= SMALL_GROUP_ROWS:
+        return GroupedGemmConfig(64, 128, 64, num_warps=4, num_stages=4, tma=False)
     return GroupedGemmConfig()
 
 
@@ -212,7 +224,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                          f"{tuple(out.shape)} {out.dtype} on {out.device}")
     if R == 0 or N == 0 or G == 0:
         return out
-    cfg = config or default_config(x.device, x.dtype)
+    cfg = config or default_config(x.device, x.dtype, R / G)
     slots = triton.cdiv(R, cfg.block_m) + G
     grid = (slots * triton.cdiv(N, cfg.block_n),)
     descs = _descriptors(x, w, cfg) if cfg.tma and K > 0 and tma_wanted(x.device) else None
