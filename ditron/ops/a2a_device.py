@@ -54,15 +54,23 @@ SENDERS_CPU = 2
 
 
 @triton.jit
+def _open_epoch(epoch_ptr, pad, ack_base, first, count, ctx):
+    """Bump the device epoch to ``e`` and return it once every peer has acked call
+    ``e - 2`` (slots ``ack_base + r``): it is done reading half ``e % 2`` of my writes."""
+    epoch = tl.load(epoch_ptr) + 1
+    tl.store(epoch_ptr, epoch)
+    if epoch > 2:
+        wait_range(pad, ack_base, first, count, ctx.rank, epoch - 2, ctx)
+    return epoch
+
+
+@triton.jit
 def _splits_kernel(splits, mat, pad, epoch_ptr, first, count, ctx, WB: tl.constexpr):
     me = ctx.rank
     w = ctx.world_size
-    epoch = tl.load(epoch_ptr) + 1
-    tl.store(epoch_ptr, epoch)
+    epoch = _open_epoch(epoch_ptr, pad, 2 * w, first, count, ctx)
     mat_h = mat + (epoch % 2) * w * w
     offs = tl.arange(0, WB)
-    if epoch > 2:  # every peer has read what it got from me into half ``h`` two calls ago
-        wait_range(pad, 2 * w, first, count, me, epoch - 2, ctx)
     mine = tl.load(splits + offs, mask=offs < w, other=0)
     for i in range(0, count):
         dl.store(mat_h + me * w + offs, mine, first + i, ctx, mask=offs < w)
@@ -147,12 +155,9 @@ def _exchange_kernel(counts, out, mat, pad, epoch_ptr, L, first, count, ctx,
                      LB: tl.constexpr):
     me = ctx.rank
     w = ctx.world_size
-    epoch = tl.load(epoch_ptr) + 1
-    tl.store(epoch_ptr, epoch)
+    epoch = _open_epoch(epoch_ptr, pad, w, first, count, ctx)
     mat_h = mat + (epoch % 2) * w * L
     cols = tl.arange(0, LB)
-    if epoch > 2:  # every peer has copied out what I wrote into half ``h`` two calls ago
-        wait_range(pad, w, first, count, me, epoch - 2, ctx)
     for i in range(0, count):
         q = first + i
         row = tl.load(counts + q * L + cols, mask=cols < L)
