@@ -172,16 +172,19 @@ def _exchange_kernel(counts, out, mat, pad, epoch_ptr, L, first, count, ctx,
 
 @dataclasses.dataclass
 class _Workspace:
-    mat: torch.Tensor  # symmetric int64 [2, W, W]: split rows, by epoch parity
-    inbox: torch.Tensor  # symmetric [2, cap_rows * row]
-    pad: torch.Tensor  # symmetric int64 [3 W]: splits ready, data ready, ack
+    """The symmetric buffers and signal pad of one signature of an op here."""
+
+    mat: torch.Tensor  # symmetric int64 [2, W, C]: the row each peer wrote, by epoch parity
+    inbox: torch.Tensor | None  # symmetric [2, cap_rows * row] (all_to_all_device's rows)
+    pad: torch.Tensor  # symmetric int64: ready, (data ready,) ack slots, W each
     epoch: torch.Tensor  # local int64 [1]: the device epoch
     pad_key: str  # the signal pad's name
 
     def release(self, heap) -> None:
         """Free the heap buffers (collective; the caller drops the signal pad)."""
         heap.free(self.mat)
-        heap.free(self.inbox)
+        if self.inbox is not None:
+            heap.free(self.inbox)
 
 
 _FAST_SPLITS = FastKernel(_splits_kernel)
@@ -191,34 +194,50 @@ _FAST_ACK = FastKernel(_ack_kernel)
 _FAST_EXCHANGE = FastKernel(_exchange_kernel)
 
 
-def _workspace(dtype: torch.dtype, row: int, cap_rows: int) -> _Workspace:
+def _workspace(op: str, tag: str, cols: int, slots: int,
+               inbox: tuple[int, torch.dtype] | None = None) -> _Workspace:
+    """The workspace named ``tag`` (``mat`` of ``cols`` columns, a pad of ``slots`` W
+    slots, an inbox of ``(elements, dtype)`` per half), built collectively the first time;
+    refused while capturing a CUDA graph."""
     rt = current()
-    w = rt.world.world_size
-    key = ("all_to_all_device", dtype, row, cap_rows)
+    key = ("a2a_device", tag)
     ws = rt.cache.get(("workspace", *key))
     if ws is None:
         if capturing():
-            raise RuntimeError("all_to_all_device: no workspace yet for this row shape, dtype "
-                               "and max_out_rows; call it once before capturing a CUDA graph "
-                               "(workspaces are allocated collectively)")
-        ws = cached(key, lambda: _new_workspace(dtype, row, cap_rows, w))
+            raise RuntimeError(f"{op}: no workspace yet for this signature ({tag}); call it "
+                               f"once before capturing a CUDA graph (workspaces are "
+                               f"allocated collectively)")
+        ws = cached(key, lambda: _new_workspace(f"a2a_device:{tag}", cols, slots, inbox))
     return ws
 
 
-def _new_workspace(dtype: torch.dtype, row: int, cap_rows: int, w: int) -> _Workspace:
+def _new_workspace(tag: str, cols: int, slots: int,
+                   inbox: tuple[int, torch.dtype] | None) -> _Workspace:
     rt = current()
-    tag = f"a2a_device:{str(dtype).removeprefix('torch.')}:{row}:{cap_rows}"
-    bufs = alloc_buffers([((2, w, w), torch.int64, f"{tag}:splits"),
-                          ((2, max(cap_rows * row, 1)), dtype, f"{tag}:inbox")])
-    mat, inbox = bufs.tensors
+    w = rt.world.world_size
+    specs = [((2, w, max(cols, 1)), torch.int64, f"{tag}:rows")]
+    if inbox is not None:
+        specs.append(((2, max(inbox[0], 1)), inbox[1], f"{tag}:inbox"))
+    bufs = alloc_buffers(specs)
+    mat = bufs.tensors[0]
     mat.zero_()
     try:
-        pad = signal_pad(tag, 3 * w).signals  # zeroed, then a barrier: peers see it ready
+        pad = signal_pad(tag, slots * w).signals  # zeroed, then a barrier: peers see it ready
     except BaseException:
         bufs.release(rt.heap)
         raise
     epoch = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
-    return _Workspace(mat, inbox, pad, epoch, tag)
+    return _Workspace(mat, bufs.tensors[1] if inbox is not None else None, pad, epoch, tag)
+
+
+def _check_waits() -> None:
+    """Raise a wait that timed out in this call's kernels (debug mode and the CPU backend;
+    not while capturing)."""
+    rt = current()
+    if (rt.wait_timeout > 0 or rt.world.backend == "cpu") and not capturing():
+        from ..runtime.diagnostics import check_waits
+
+        check_waits()
 
 
 def _index(name: str, index: torch.Tensor | None, dev: torch.device,
@@ -284,7 +303,9 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
           max_out_rows=int(max_out_rows))
     dtype, x = x.dtype, viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))
     row = math.prod(x.shape[1:])
-    ws = _workspace(x.dtype, row, max_out_rows)
+    ws = _workspace("all_to_all_device",
+                    f"{str(x.dtype).removeprefix('torch.')}:{row}:{max_out_rows}", w, 3,
+                    inbox=(max_out_rows * row, x.dtype))
     ctx = rt.context()
     wb = triton.next_power_of_2(w)
     node = rt.topo.node_ranks()
@@ -308,37 +329,8 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
                               max_out_rows, node.start, len(node), senders, ctx,
                               BLOCK=block, WB=wb, INDEXED=recv_index is not None)
     _FAST_ACK[(1,)](ws.pad, ws.epoch, node.start, len(node), ctx)
-    if (rt.wait_timeout > 0 or cpu) and not capturing():
-        from ..runtime.diagnostics import check_waits
-
-        check_waits()
+    _check_waits()
     return (out if out.dtype == dtype else out.view(dtype)), out_splits
-
-
-@dataclasses.dataclass
-class _CountsWorkspace:
-    mat: torch.Tensor  # symmetric int64 [2, W, L]: rows received, by epoch parity
-    pad: torch.Tensor  # symmetric int64 [2 W]: rows ready, ack
-    epoch: torch.Tensor  # local int64 [1]: the device epoch
-    pad_key: str
-
-    def release(self, heap) -> None:
-        heap.free(self.mat)
-
-
-def _new_counts_workspace(L: int, w: int) -> _CountsWorkspace:
-    rt = current()
-    tag = f"a2a_device:counts:{L}"
-    bufs = alloc_buffers([((2, w, max(L, 1)), torch.int64, f"{tag}:rows")])
-    (mat,) = bufs.tensors
-    mat.zero_()
-    try:
-        pad = signal_pad(tag, 2 * w).signals
-    except BaseException:
-        bufs.release(rt.heap)
-        raise
-    epoch = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
-    return _CountsWorkspace(mat, pad, epoch, tag)
 
 
 @public_op
@@ -361,13 +353,7 @@ def exchange_counts(counts: torch.Tensor) -> torch.Tensor:
                          f"{counts.device}")
     L = counts.shape[1]
     agree("ditron.ops.exchange_counts", cols=L)
-    key = ("exchange_counts", L)
-    ws = rt.cache.get(("workspace", *key))
-    if ws is None:
-        if capturing():
-            raise RuntimeError("exchange_counts: no workspace yet for this row length; call it "
-                               "once before capturing a CUDA graph")
-        ws = cached(key, lambda: _new_counts_workspace(L, w))
+    ws = _workspace("exchange_counts", f"counts:{L}", L, 2)
     out = torch.empty((w, L), dtype=torch.int64, device=counts.device)
     if L == 0:
         return out
@@ -375,8 +361,5 @@ def exchange_counts(counts: torch.Tensor) -> torch.Tensor:
     _FAST_EXCHANGE[(1,)](counts.to(torch.int64).contiguous(), out, ws.mat, ws.pad, ws.epoch, L,
                          node.start, len(node), rt.context(),
                          LB=triton.next_power_of_2(L))
-    if (rt.wait_timeout > 0 or rt.world.backend == "cpu") and not capturing():
-        from ..runtime.diagnostics import check_waits
-
-        check_waits()
+    _check_waits()
     return out
