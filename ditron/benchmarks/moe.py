@@ -70,7 +70,18 @@ SWEEP = [(128, 256, 64, 8, 3, 8, False), (128, 256, 64, 8, 3, 8, True),
          (128, 128, 64, 4, 4, 8, True), (256, 128, 64, 8, 3, 8, True),
          (128, 256, 64, 8, 4, 1, True), (64, 256, 64, 4, 3, 8, True),
          (64, 128, 64, 4, 4, 8, True), (64, 256, 64, 4, 3, 8, False),
-         (64, 128, 64, 4, 4, 8, False)]
+         (64, 128, 64, 4, 4, 8, False), (128, 128, 64, 8, 4, 8, False),
+         (64, 128, 64, 4, 5, 8, False), (64, 64, 128, 4, 4, 8, False),
+         (128, 128, 128, 8, 3, 8, True), (64, 256, 64, 8, 4, 8, False),
+         (128, 256, 128, 8, 2, 8, True), (256, 128, 64, 8, 4, 8, True)]
+
+#: weight-gradient configs ``--sweep`` times: (K tile, N tile, rows per step, warps,
+#: stages, TMA loads) as ``GroupedGemmConfig(block_m, block_n, block_k, ...)``
+WGRAD_SWEEP = [(128, 256, 64, 8, 3, False), (128, 256, 64, 8, 3, True),
+               (128, 256, 64, 8, 4, True), (128, 128, 64, 4, 4, True),
+               (128, 128, 64, 8, 4, True), (256, 128, 64, 8, 3, True),
+               (128, 256, 32, 8, 4, True), (128, 128, 128, 8, 3, True),
+               (64, 256, 64, 4, 4, True), (128, 128, 64, 4, 4, False)]
 
 
 def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, rounds: int,
@@ -135,7 +146,7 @@ def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, ro
 
 
 def _wgrad_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, rounds: int,
-               iters: int, warmup: int) -> dict:
+               iters: int, warmup: int, sweep: bool) -> dict:
     dtype = torch.bfloat16
     ids = _routing(tokens, experts, topk, dev, gen).reshape(-1)
     offsets = torch.zeros(experts + 1, dtype=torch.int64, device=dev)
@@ -153,10 +164,15 @@ def _wgrad_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, r
 
     fns = {"ditron": lambda: grouped_gemm_wgrad(x, dy, offsets, out=dw),
            "torch_loop": loop_call}
+    for bm, bn, bk, warps, stages, tma in WGRAD_SWEEP if sweep else ():
+        cfg = GroupedGemmConfig(bm, bn, bk, warps, stages, tma=tma)
+        label = f"{bm}x{bn}x{bk}w{warps}s{stages}{'' if tma else 'ptr'}"
+        fns[f"ditron_{label}"] = functools.partial(
+            grouped_gemm_wgrad, x, dy, offsets, out=dw, config=cfg)
     loop_call()
     ref = dw.clone().float()
     errs = []
-    for name in ("ditron",):
+    for name in (name for name in fns if name.startswith("ditron")):
         dw.fill_(float("nan"))
         fns[name]()
         errs.append(((dw.float() - ref).abs().max() / ref.abs().max()).item())
@@ -314,7 +330,8 @@ def _measure(args) -> list[dict]:
     if "wgrad" in args.parts:
         gen = torch.Generator().manual_seed(0)
         rows += [_wgrad_row(n, k, experts, topk, args.tokens, dev, gen, args.rounds,
-                            args.iters, args.warmup) for n, k, experts, topk in args.shapes]
+                            args.iters, args.warmup, args.sweep)
+                 for n, k, experts, topk in args.shapes]
     if "a2a" in args.parts:
         for tokens in args.layer_tokens:
             rows += _a2a_rows(tokens, args.hidden, args.topk, args.rounds, args.iters,
@@ -371,8 +388,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"err {row['max_rel_err']:.1e})")
         elif row["part"] == "wgrad":
             print(f"wgrad N {row['n']:5d} K {row['k']:5d} E {row['experts']:3d} top{row['topk']}"
-                  f"  ditron {row['ditron']:9.1f}  torch_loop {row['torch_loop']:9.1f} us  "
-                  f"(err {row['max_rel_err']:.1e})")
+                  f"  ditron {row['ditron']:9.1f}  torch_loop {row['torch_loop']:9.1f}"
+                  + "".join(f"  {name} {row[name]:9.1f}" for name in row
+                            if name.startswith("ditron_"))
+                  + f" us  (err {row['max_rel_err']:.1e})")
         elif row["part"] == "a2a":
             print(f"a2a   T {row['tokens']:5d} H {row['hidden']} top{row['topk']} "
                   f"W {row['world_size']}  fused {row['fused']:9.1f}  unfused "

@@ -28,7 +28,9 @@ store); for the ``[G * K, N]`` form ``K`` must be a multiple of ``BLOCK_K`` so t
 block never reads the next group's weight rows.
 
 The weight gradient's grid is ``(G * K tiles, N tiles)``: program ``(g, kb, nb)`` loops over
-group ``g``'s rows in blocks of ``BLOCK_M`` (an empty group stores zeros).
+group ``g``'s rows in blocks of ``BLOCK_M`` (an empty group stores zeros). With TMA loads
+(descriptors on row-major ``x`` and ``dy``) it takes the group's whole blocks through the
+descriptors, unmasked, and its last partial block through masked pointers.
 """
 
 from __future__ import annotations
@@ -56,9 +58,7 @@ class GroupedGemmConfig:
     num_stages: int = 3
     #: row slots that sweep the column tiles together (L2 reuse)
     group_m: int = 8
-    #: load through TMA descriptors where the device and operands allow (module docstring;
-    #: the forward kernel only: the weight gradient's, with the rows past a group's end
-    #: zeroed in registers, ran 1.4-1.6x slower than its pointer loads, docs/perf.md s44)
+    #: load through TMA descriptors where the device and operands allow (module docstring)
     tma: bool = True
 
 
@@ -85,6 +85,12 @@ def default_config(device: torch.device, dtype: torch.dtype,
     if rows_per_group is not None and rows_per_group <= SMALL_GROUP_ROWS:
         return GroupedGemmConfig(64, 128, 64, num_warps=4, num_stages=4, tma=False)
     return GroupedGemmConfig()
+
+
+def default_wgrad_config(device: torch.device, dtype: torch.dtype) -> GroupedGemmConfig:
+    """The weight gradient's tile config: :func:`default_config`'s for many rows, pointer
+    loads (TODO measured)."""
+    return dataclasses.replace(default_config(device, dtype), tma=False)
 
 
 @triton.jit
@@ -150,8 +156,10 @@ def _grouped_gemm_kernel(x, w, out, offsets, G, N, K, slots,
 
 @triton.jit
 def _grouped_wgrad_kernel(x, dy, dw, offsets, K, N, sx_m, sx_k, sd_m, sd_n, sw_g, sw_k, sw_n,
+                          x_desc, dy_desc,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                          DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                          USE_TMA: tl.constexpr = False):
     k_tiles = tl.cdiv(K, BLOCK_K)
     group = tl.program_id(0) // k_tiles
     kb = tl.program_id(0) % k_tiles
@@ -164,7 +172,20 @@ def _grouped_wgrad_kernel(x, dy, dw, offsets, K, N, sx_m, sx_k, sd_m, sd_n, sw_g
     k_ok = ks < K
     col_ok = cols < N
     acc = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
-    for m0 in range(lo, hi, BLOCK_M):
+    tail = lo
+    if USE_TMA:
+        # the group's whole blocks of rows through descriptors (no row mask: a block never
+        # reaches the next group), the last partial block through masked pointers below
+        tail = lo + (hi - lo) // BLOCK_M * BLOCK_M
+        for m0 in range(lo, tail, BLOCK_M):
+            a = x_desc.load([m0, kb * BLOCK_K]).T  # [BK, BM]
+            b = dy_desc.load([m0, pid_n * BLOCK_N])
+            if UPCAST:
+                acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc,
+                             input_precision=DOT_PRECISION)
+            else:
+                acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+    for m0 in range(tail, hi, BLOCK_M):
         rows = m0 + ms
         row_ok = rows < hi
         a = tl.load(x + rows.to(tl.int64)[None, :] * sx_m + ks[:, None] * sx_k,
@@ -282,12 +303,26 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
                          f"{x.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
     if out.numel() == 0:
         return out
-    cfg = config or default_config(x.device, x.dtype)
+    cfg = config or default_wgrad_config(x.device, x.dtype)
     grid = (G * triton.cdiv(K, cfg.block_m), triton.cdiv(N, cfg.block_n))
+    descs = (_wgrad_descriptors(x, dy, cfg) if cfg.tma and x.shape[0] > 0
+             and tma_wanted(x.device) else None)
+    x_desc, dy_desc = (x, dy) if descs is None else descs
     _WGRAD[grid](
         x, dy, out, offsets, K, N, x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),
-        out.stride(0), out.stride(1), out.stride(2),
+        out.stride(0), out.stride(1), out.stride(2), x_desc, dy_desc,
         BLOCK_M=cfg.block_k, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_m,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        UPCAST=interpret.active(), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        UPCAST=interpret.active(), USE_TMA=descs is not None, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)
     return out
+
+
+def _wgrad_descriptors(x: torch.Tensor, dy: torch.Tensor, cfg: GroupedGemmConfig):
+    """Descriptors of row-major ``x`` (``[block_k rows, block_m]`` boxes) and ``dy``
+    (``[block_k rows, block_n]``) for the weight gradient, or ``None``."""
+    xd = describe(x, (cfg.block_k, cfg.block_m))
+    dd = describe(dy, (cfg.block_k, cfg.block_n))
+    if xd is None or dd is None or xd[1] or dd[1]:
+        return None
+    return xd[0], dd[0]

@@ -123,6 +123,40 @@ def test_grouped_gemm_wgrad_matches_torch(dtype):
                                        msg=f"group {e}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_gemm_wgrad_tma_path(dtype, monkeypatch):
+    """The weight gradient's TMA path (``DITRON_GEMM_TMA=1``): whole blocks of rows through
+    descriptors, the partial last one through masked pointers; groups of 0, 1, exactly 2
+    and 2 + a part blocks, NaN rows around the groups; taken for row-major operands and
+    refused (pointer path, still right) for a transposed ``x``."""
+    from ditron.kernels import grouped_gemm as module
+
+    taken = []
+    real = module._wgrad_descriptors
+    monkeypatch.setattr(module, "_wgrad_descriptors",
+                        lambda *a: taken.append(real(*a) is not None) or real(*a))
+    monkeypatch.setenv("DITRON_GEMM_TMA", "1")
+    g = _gen(6, int(dtype == torch.float32))
+    cfg = GroupedGemmConfig(16, 16, 16, num_warps=4, num_stages=1, tma=True)
+    counts = [3, 0, 32, 1, 37]
+    offsets = torch.tensor([0, *counts]).cumsum(0) + 2
+    R, K, N = int(offsets[-1]) + 5, 40, 24
+    for transposed in (False, True, False):
+        x = torch.randn(R, K, generator=g).to(dtype)
+        dy = torch.randn(R, N, generator=g).to(dtype)
+        for t in (x, dy):
+            t[: int(offsets[0])], t[int(offsets[-1]):] = float("nan"), float("nan")
+        x_arg = x.t().contiguous().t() if transposed else x
+        dw = module.grouped_gemm_wgrad(x_arg, dy, offsets, config=cfg)
+        for e in range(len(counts)):
+            lo, hi = int(offsets[e]), int(offsets[e + 1])
+            ref = x[lo:hi].double().T @ dy[lo:hi].double()
+            rtol, atol = TOL[dtype]
+            torch.testing.assert_close(dw[e].double(), ref, rtol=rtol, atol=atol,
+                                       msg=f"group {e}")
+    assert taken == [True, False, True], "the TMA path was not taken where it should be"
+
+
 def test_grouped_gemm_refuses_bad_input():
     x, w, o = torch.zeros(4, 3), torch.zeros(2, 3, 5), torch.tensor([0, 2, 4])
     gg = grouped_gemm
