@@ -98,7 +98,7 @@ def test_grouped_gemm_tma_path(dtype, layout, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_grouped_gemm_wgrad_matches_torch(dtype):
+def test_grouped_gemm_wgrad_matches_torch(dtype, backend):
     """``dw[g] = x_g.T @ dy_g``: groups of 0, 1 and > 1 blocks of rows, a first offset > 0,
     NaN rows outside the groups (they must not leak into a sum), K and N not multiples of
     the blocks; repeated calls."""
@@ -114,7 +114,8 @@ def test_grouped_gemm_wgrad_matches_torch(dtype):
         dy = torch.randn(R, N, generator=g).to(dtype)
         for t in (x, dy):
             t[: int(offsets[0])], t[int(offsets[-1]):] = float("nan"), float("nan")
-        dw = grouped_gemm_wgrad(x, dy, offsets, config=cfg)
+        dev = "cuda" if backend == "cuda" else "cpu"
+        dw = grouped_gemm_wgrad(x.to(dev), dy.to(dev), offsets.to(dev), config=cfg).cpu()
         for e in range(len(counts)):
             lo, hi = int(offsets[e]), int(offsets[e + 1])
             ref = x[lo:hi].double().T @ dy[lo:hi].double()
@@ -124,7 +125,7 @@ def test_grouped_gemm_wgrad_matches_torch(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_grouped_gemm_wgrad_tma_path(dtype, monkeypatch):
+def test_grouped_gemm_wgrad_tma_path(dtype, monkeypatch, backend):
     """The weight gradient's TMA path (``DITRON_GEMM_TMA=1``): whole blocks of rows through
     descriptors, the partial last one through masked pointers; groups of 0, 1, exactly 2
     and 2 + a part blocks, NaN rows around the groups; taken for row-major operands and
@@ -146,8 +147,10 @@ def test_grouped_gemm_wgrad_tma_path(dtype, monkeypatch):
         dy = torch.randn(R, N, generator=g).to(dtype)
         for t in (x, dy):
             t[: int(offsets[0])], t[int(offsets[-1]):] = float("nan"), float("nan")
+        dev = "cuda" if backend == "cuda" else "cpu"
         x_arg = x.t().contiguous().t() if transposed else x
-        dw = module.grouped_gemm_wgrad(x_arg, dy, offsets, config=cfg)
+        dw = module.grouped_gemm_wgrad(x_arg.to(dev), dy.to(dev), offsets.to(dev),
+                                       config=cfg).cpu()
         for e in range(len(counts)):
             lo, hi = int(offsets[e]), int(offsets[e + 1])
             ref = x[lo:hi].double().T @ dy[lo:hi].double()

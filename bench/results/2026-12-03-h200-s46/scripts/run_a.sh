@@ -7,7 +7,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISA
 O=$OUT/s46a; mkdir -p $O
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $O/gpu.txt 2>&1
 timeout 120 python -m pytest -v -p no:cacheprovider --ditron-backend cuda tests/ops/test_moe.py \
-  -k "grouped_gemm or cuda_graph" > $O/moe_tests.txt 2>&1
+  -k "grouped_gemm or wgrad or cuda_graph" > $O/moe_tests.txt 2>&1
 echo "rc=$?" >> $O/moe_tests.txt; grep -E "passed|failed|rc=" $O/moe_tests.txt | tail -2
 timeout 120 python -m pytest -v -p no:cacheprovider --ditron-backend cuda tests/ops/test_collectives.py \
   -k "exchange or all_to_all_device or a2a_device" > $O/a2a_tests.txt 2>&1
