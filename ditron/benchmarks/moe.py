@@ -243,8 +243,10 @@ def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rou
 
     def ditron_layer(method: str = "auto"):
         d = ditron.ops.moe_dispatch(x, ids, experts)
-        h = torch.relu(ditron.ops.grouped_gemm(d.x, w1, d.expert_offsets, method=method))
-        y = ditron.ops.grouped_gemm(h, w2, d.expert_offsets, method=method)
+        r = d.mean_rows_per_expert
+        h = torch.relu(ditron.ops.grouped_gemm(d.x, w1, d.expert_offsets, method=method,
+                                               rows_per_group=r))
+        y = ditron.ops.grouped_gemm(h, w2, d.expert_offsets, method=method, rows_per_group=r)
         return ditron.ops.moe_combine(y, d, weights)
 
     def torch_layer():

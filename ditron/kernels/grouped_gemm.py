@@ -228,14 +228,18 @@ def check_grouped(op: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
 
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                  out: torch.Tensor | None = None,
-                 config: GroupedGemmConfig | None = None) -> torch.Tensor:
+                 config: GroupedGemmConfig | None = None,
+                 rows_per_group: float | None = None) -> torch.Tensor:
     """``out[o[g]:o[g+1]] = x[o[g]:o[g+1]] @ w[g]`` (see the module docstring).
 
     ``x [R, K]`` and ``w [G, K, N]`` with any strides (``w`` may be a transposed
     ``[G, N, K]`` weight), one dtype; ``offsets [G + 1]`` integer, on the same device, with
     ``0 <= o[0] <= ... <= o[G] <= R`` (not checked: that would read them on the host).
     Returns ``out [R, N]`` (new, or the given one); rows outside ``[o[0], o[G])`` keep
-    their contents. A local kernel: no ``ditron.init`` needed.
+    their contents. ``rows_per_group``: the expected average rows per group, which picks
+    :func:`default_config` when ``config`` is ``None`` (default ``R / G``, too many where
+    ``x`` holds spare capacity rows, as a dispatch's does). A local kernel: no
+    ``ditron.init`` needed.
     """
     from ..runtime import interpret
 
@@ -249,7 +253,8 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                          f"{tuple(out.shape)} {out.dtype} on {out.device}")
     if R == 0 or N == 0 or G == 0:
         return out
-    cfg = config or default_config(x.device, x.dtype, R / G)
+    cfg = config or default_config(x.device, x.dtype,
+                                   R / G if rows_per_group is None else rows_per_group)
     slots = triton.cdiv(R, cfg.block_m) + G
     grid = (slots * triton.cdiv(N, cfg.block_n),)
     descs = _descriptors(x, w, cfg) if cfg.tma and K > 0 and tma_wanted(x.device) else None

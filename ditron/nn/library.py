@@ -240,12 +240,13 @@ def _(y, routing, sizes, world=""):
 
 @torch.library.custom_op("ditron::grouped_gemm", mutates_args=())
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor,
-                 method: str = "auto") -> torch.Tensor:
-    return _own(_ops().grouped_gemm(x, w, offsets, method=method), x, w)
+                 method: str = "auto", rows_per_group: float | None = None) -> torch.Tensor:
+    return _own(_ops().grouped_gemm(x, w, offsets, method=method,
+                                    rows_per_group=rows_per_group), x, w)
 
 
 @grouped_gemm.register_fake
-def _(x, w, offsets, method="auto"):
+def _(x, w, offsets, method="auto", rows_per_group=None):
     if x.dim() != 2 or w.dim() != 3 or x.shape[1] != w.shape[1]:
         raise ValueError(f"ditron::grouped_gemm: need x: [R, K] and w: [G, K, N], got x "
                          f"{tuple(x.shape)} and w {tuple(w.shape)}")
@@ -318,18 +319,18 @@ def _return_copies_backward(ctx, g):
 
 def _gemm_setup(ctx, inputs, output):
     ctx.save_for_backward(*inputs[:3])
-    ctx.method = inputs[3]
+    ctx.method, ctx.rows_per_group = inputs[3:5]
 
 
 def _gemm_backward(ctx, g):
     x, w, offsets = ctx.saved_tensors
     gx = gw = None
     if ctx.needs_input_grad[0]:
-        gx = grouped_gemm(g, w.transpose(1, 2), offsets, ctx.method)
+        gx = grouped_gemm(g, w.transpose(1, 2), offsets, ctx.method, ctx.rows_per_group)
         gx = torch.where(_in_groups(gx.shape[0], offsets), gx, 0)
     if ctx.needs_input_grad[1]:
         gw = grouped_gemm_wgrad(x, g.contiguous(), offsets)
-    return gx, gw, None, None
+    return gx, gw, None, None, None
 
 
 moe_dispatch.register_autograd(_dispatch_backward, setup_context=_dispatch_setup)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..ops.moe import MoEDispatch, check_combine
+from ..ops.moe import MoEDispatch, check_combine, mean_rows_per_expert
 from ..runtime.world import world
 from . import library
 
@@ -68,10 +68,11 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     return dataclasses.replace(library.dispatch_of(grouped, routing, sizes), x=grouped)
 
 
-def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
+                 rows_per_group: float | None = None) -> torch.Tensor:
     """:func:`ditron.ops.grouped_gemm`, differentiable in ``x`` and ``w`` (the gradient of
     ``x``'s rows outside the groups is zero)."""
-    return _ditron.grouped_gemm(x, w, offsets)
+    return _ditron.grouped_gemm(x, w, offsets, "auto", rows_per_group)
 
 
 def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
@@ -87,8 +88,11 @@ def _layer(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     """``ExpertParallelMLP``'s computation (plain tensors and lists throughout: one graph
     under ``torch.compile``)."""
     grouped, routing, sizes = _dispatch(x, topk_ids, num_experts, max_tokens, max_recv_rows)
-    h = activation(grouped_gemm(grouped, w1, routing[0]))
-    y = grouped_gemm(h, w2, routing[0])
+    size = dict(zip(library.SIZES, sizes, strict=True))
+    rows = mean_rows_per_expert(library.world_size(library.world_key()), size["max_tokens"],
+                                size["topk"], num_experts)
+    h = activation(grouped_gemm(grouped, w1, routing[0], rows_per_group=rows))
+    y = grouped_gemm(h, w2, routing[0], rows_per_group=rows)
     return _combine(y, routing, sizes, topk_weights)
 
 

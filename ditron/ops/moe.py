@@ -4,8 +4,9 @@
 (r + 1) * E_local - 1`` with ``E_local = E / W``. A layer is
 
     d = moe_dispatch(x, topk_ids, E)                 # rows for my experts, grouped by expert
-    h = grouped_gemm(d.x, w1, d.expert_offsets)      # w1: [E_local, H, F], my experts
-    y = grouped_gemm(act(h), w2, d.expert_offsets)   # w2: [E_local, F, H]
+    r = d.mean_rows_per_expert                       # picks the GEMMs' tiles
+    h = grouped_gemm(d.x, w1, d.expert_offsets, rows_per_group=r)   # w1: [E_local, H, F]
+    y = grouped_gemm(act(h), w2, d.expert_offsets, rows_per_group=r)  # w2: [E_local, F, H]
     out = moe_combine(y, d, topk_weights)            # [T, H]: sum_k weight * expert(x)
 
 Everything after the arguments' checks runs on the device, with no host synchronisation:
@@ -71,6 +72,20 @@ class MoEDispatch:
     inv_perm: torch.Tensor
     #: received rows kept from each rank [W] (rows past the capacity dropped)
     kept_splits: torch.Tensor
+
+    @property
+    def mean_rows_per_expert(self) -> float:
+        """Rows a local expert receives on average when every rank routes ``max_tokens``
+        tokens evenly: ``W * max_tokens * k / E`` (what :func:`grouped_gemm`'s
+        ``rows_per_group`` wants; ``x`` has ``W`` times as many rows per expert)."""
+        return mean_rows_per_expert(self.send_splits.shape[0], self.max_tokens, self.topk,
+                                    self.num_experts)
+
+
+def mean_rows_per_expert(world_size: int, max_tokens: int, topk: int,
+                         num_experts: int) -> float:
+    """``W * max_tokens * k / E``: :attr:`MoEDispatch.mean_rows_per_expert`."""
+    return world_size * max_tokens * topk / num_experts
 
 
 def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int) -> None:
@@ -222,7 +237,8 @@ METHODS = ("auto", "triton", "torch")
 
 @public_op
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
-                 out: torch.Tensor | None = None, method: str = "auto") -> torch.Tensor:
+                 out: torch.Tensor | None = None, method: str = "auto",
+                 rows_per_group: float | None = None) -> torch.Tensor:
     """``out[o[g]:o[g+1]] = x[o[g]:o[g+1]] @ w[g]`` for ``x [R, K]``, ``w [G, K, N]`` (any
     strides), ``offsets = o [G + 1]`` on the device, ``0 = o[0] <= ... <= o[G] <= R``
     (``MoEDispatch.expert_offsets``); a local op. Rows from ``o[G]`` on are undefined
@@ -234,9 +250,16 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     REFERENCES.md's MoE GEMMs in 0.92-1.04x torch's time, and a 64-expert layer with it in
     0.96x / 0.89x / 1.00x the time with torch's at 16 / 128 / 1024 rows per expert:
     ``docs/perf.md``, session 44). Neither reads the offsets on the host: both can be
-    captured in a CUDA graph.
+    captured in a CUDA graph. ``rows_per_group``: the expected average rows per group,
+    which picks Ditron's tiles (default ``R / G``; after a dispatch pass
+    ``MoEDispatch.mean_rows_per_expert``: its ``x`` has ``W`` times as many rows as
+    arrive on average).
     """
     check_grouped("ditron.ops.grouped_gemm", x, w, offsets)
+    if rows_per_group is not None and not (isinstance(rows_per_group, (int, float))
+                                           and rows_per_group >= 0):
+        raise ValueError(f"ditron.ops.grouped_gemm: rows_per_group must be a number >= 0, "
+                         f"got {rows_per_group!r}")
     if method not in METHODS:
         raise ValueError(f"ditron.ops.grouped_gemm: method must be one of {METHODS}, got "
                          f"{method!r}")
@@ -247,4 +270,4 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     if method == "torch":
         result = torch._grouped_mm(x, w, offs=offsets[1:].to(torch.int32))
         return result if out is None else out.copy_(result)
-    return _grouped_gemm(x, w, offsets, out=out)
+    return _grouped_gemm(x, w, offsets, out=out, rows_per_group=rows_per_group)

@@ -132,6 +132,32 @@ def test_expert_parallel_mlp_follows_autocast(backend):
     assert ditron.launch(check_autocast, 2, backend=backend) == [4, 4]
 
 
+def check_rows_hint() -> list:
+    """The layer's GEMMs (forward, and the input gradient's) pick their tiles for
+    ``W * max_tokens * k / E`` rows per expert, not for the dispatch's capacity rows."""
+    from ditron.kernels import grouped_gemm as module
+
+    seen = []
+    real = module.default_config
+    module.default_config = lambda dev, dtype, rows=None: seen.append(rows) or real(dev, dtype,
+                                                                                 rows)
+    try:
+        dev = ditron.world().device
+        layer = ditron.nn.ExpertParallelMLP(8, 4, 6)
+        x = torch.randn(5, 8, device=dev, requires_grad=True)
+        ids = torch.randint(0, 6, (5, 2), device=dev)
+        layer(x, ids, torch.rand(5, 2, device=dev), max_tokens=7).sum().backward()
+    finally:
+        module.default_config = real
+    return [r for r in seen if r is not None]
+
+
+def test_layer_gemms_get_the_mean_rows_per_expert(backend):
+    w, max_tokens, k, experts = 3, 7, 2, 6
+    want = [w * max_tokens * k / experts] * 4  # two GEMMs, their two input gradients
+    assert ditron.launch(check_rows_hint, w, backend=backend) == [want] * w
+
+
 def check_layer_refusals() -> int:
     dev = ditron.world().device
     with pytest.raises(ValueError, match="num_experts must be a positive multiple"):

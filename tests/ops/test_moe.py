@@ -160,6 +160,28 @@ def test_grouped_gemm_wgrad_tma_path(dtype, monkeypatch, backend):
     assert taken == [True, False, True], "the TMA path was not taken where it should be"
 
 
+def test_grouped_gemm_rows_per_group_picks_the_config(monkeypatch):
+    """``rows_per_group`` reaches ``default_config`` (``R / G`` without it); a given config
+    wins; the public op refuses a negative or non-numeric hint."""
+    from ditron.kernels import grouped_gemm as module
+
+    seen = []
+    real = module.default_config
+    monkeypatch.setattr(module, "default_config",
+                        lambda dev, dtype, rows=None: seen.append(rows) or real(dev, dtype, rows))
+    x, w, o = torch.randn(12, 8), torch.randn(3, 8, 5), torch.tensor([0, 2, 7, 9])
+    ref = _grouped_ref(x, w, o)[:9].float()
+    for hint in (None, 2.5):
+        out = ditron.ops.grouped_gemm(x, w, o, rows_per_group=hint)
+        torch.testing.assert_close(out[:9], ref, rtol=1e-4, atol=1e-4)
+    grouped_gemm(x, w, o, config=GroupedGemmConfig(16, 16, 16, num_stages=1),
+                 rows_per_group=7.0)
+    assert seen == [12 / 3, 2.5]
+    for bad in (-1.0, float("nan"), "4"):
+        with pytest.raises(ValueError, match="rows_per_group must be a number >= 0"):
+            ditron.ops.grouped_gemm(x, w, o, rows_per_group=bad)
+
+
 def test_grouped_gemm_refuses_bad_input():
     x, w, o = torch.zeros(4, 3), torch.zeros(2, 3, 5), torch.tensor([0, 2, 4])
     gg = grouped_gemm
@@ -226,6 +248,7 @@ def check_moe(cap_rows: int | None) -> int:
                                     max_recv_rows=cap_rows)
         cap = w * max_tokens * k if cap_rows is None else cap_rows
         assert d.x.shape == (cap, hidden)
+        assert d.mean_rows_per_expert == w * max_tokens * k / experts
 
         # the dispatch against the gathered routings (pure data movement: exact)
         gathered = [None] * w

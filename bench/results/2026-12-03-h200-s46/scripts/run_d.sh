@@ -9,3 +9,6 @@ echo "rc=$?" >> $O/grouped_gemm_host_stdout.txt; head -14 $O/grouped_gemm_host_s
 timeout 150 python -m ditron bench moe --world-size 1 --parts gemm --sweep --tokens 128 \
   --out $O/gemm_sweep_128.json > $O/gemm_sweep_128.txt 2>&1
 echo "rc=$?" >> $O/gemm_sweep_128.txt; tail -5 $O/gemm_sweep_128.txt
+timeout 100 python -m pytest -v -p no:cacheprovider --ditron-backend cuda tests/ops/test_moe.py \
+  tests/nn/test_moe.py -k "rows_per_group or mean_rows or matches_torch" > $O/rows_hint_tests.txt 2>&1
+echo "rc=$?" >> $O/rows_hint_tests.txt; grep -E "passed|failed|rc=" $O/rows_hint_tests.txt | tail -2
