@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.grid_math import next_power_of_2
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, register_engine
 from .streams import SideLane
@@ -153,7 +154,7 @@ class TmaEngine(Engine):
         rows = n // C
         use_tma = rows > 0 and src.data_ptr() % 16 == 0 and dst.data_ptr() % 16 == 0
         if use_tma:
-            box = [min(self.block_rows, triton.next_power_of_2(rows)), C]
+            box = [min(self.block_rows, next_power_of_2(rows)), C]
             src_desc = TensorDescriptor(src.view(-1)[: rows * C].view(rows, C), [rows, C],
                                         [C, 1], box)
             dst_desc = TensorDescriptor(dst.view(-1)[: rows * C].view(rows, C), [rows, C],

@@ -61,6 +61,7 @@ import triton.language as tl
 
 from .. import language as dl
 from ..runtime.dtypes import tl_accumulator
+from ..runtime.grid_math import cdiv
 from ..runtime.triton_launch import FastKernel
 
 ALL_REDUCE = 0
@@ -231,12 +232,12 @@ def workspace_shape(cap: int, world_size: int, mode: int,
     """``(half_stride, red_offset, slot_len)`` in elements for inputs of up to ``cap``
     elements (``slot_len``: one rank's slot in the push layout, 0 for pull)."""
     align = 64  # keep each region 128-byte aligned for 16-bit types
-    up = lambda v: triton.cdiv(v, align) * align  # noqa: E731
+    up = lambda v: cdiv(v, align) * align  # noqa: E731
     segmented = mode in SEGMENTED
     if not push:
-        red = triton.cdiv(cap, world_size) if mode == TWO_SHOT else 0
+        red = cdiv(cap, world_size) if mode == TWO_SHOT else 0
         return up(cap) + up(red), up(cap), 0
-    slot = up(triton.cdiv(cap, world_size)) if segmented else up(cap)
+    slot = up(cdiv(cap, world_size)) if segmented else up(cap)
     slots = world_size * slot
     red = slots if mode == TWO_SHOT else 0
     return slots + red, slots, slot
@@ -259,9 +260,9 @@ def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, bl
     n = x.numel() if n is None else n
     w = ctx.world_size
     if seg is None:
-        seg = triton.cdiv(n, w) if mode in SEGMENTED else n
+        seg = cdiv(n, w) if mode in SEGMENTED else n
     stride = seg if stride is None else stride
-    slice_len = triton.cdiv(triton.cdiv(seg, ws.programs), block) * block
+    slice_len = cdiv(cdiv(seg, ws.programs), block) * block
     _FUSED[(ws.programs,)](
         x, out, ws.buf, ws.pad, ws.epochs, n, seg, stride, slice_len, ws.buf.shape[1],
         ws.red_offset, ws.slot_len, ctx, BLOCK=block, MODE=mode, WORLD=w, PUSH=ws.push,

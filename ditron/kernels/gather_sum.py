@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.triton_launch import FastKernel
 
 
@@ -61,9 +62,9 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
         return out.zero_()
     idx = idx.contiguous()
     w = idx if weights is None else weights.contiguous()
-    block_n = min(triton.next_power_of_2(N), 256 if src.device.type == "cuda" else 64)
+    block_n = min(next_power_of_2(N), 256 if src.device.type == "cuda" else 64)
     block_t = 8 if src.device.type == "cuda" else 16
-    grid = (triton.cdiv(T, block_t), triton.cdiv(N, block_n))
+    grid = (cdiv(T, block_t), cdiv(N, block_n))
     _GATHER_SUM[grid](src, idx, w, out, T, N, src.stride(0), out.stride(0), K=k,
                       HAS_W=weights is not None, BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
     return out

@@ -61,6 +61,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.grid_math import cdiv
 from ..runtime.triton_launch import FastKernel
 from . import descriptors
 from .descriptors import describe, tma_wanted
@@ -544,8 +545,8 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
     )
     static = (
         (num_programs(cfg, c.device, num_tiles),),
-        triton.cdiv(N, cfg.block_n),
-        triton.cdiv(max(seg_rows, 1), cfg.block_m),
+        cdiv(N, cfg.block_n),
+        cdiv(max(seg_rows, 1), cfg.block_m),
         tma_b, c_tma, kwargs,
     )
     if len(_STATIC) >= 1024:
@@ -584,7 +585,7 @@ def cached_linear_order(M: int, N: int, cfg: GemmConfig, device: torch.device) -
     (shape, blocks, group, device)."""
     from .swizzle import linear_order
 
-    key = (triton.cdiv(M, cfg.block_m), triton.cdiv(N, cfg.block_n), cfg.group_m, device)
+    key = (cdiv(M, cfg.block_m), cdiv(N, cfg.block_n), cfg.group_m, device)
     order = _ORDERS.get(key)
     if order is None:
         if len(_ORDERS) >= 256:

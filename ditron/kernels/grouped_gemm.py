@@ -41,6 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.triton_launch import FastKernel
 from .descriptors import describe, tma_wanted
 
@@ -255,8 +256,8 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
         return out
     cfg = config or default_config(x.device, x.dtype,
                                    R / G if rows_per_group is None else rows_per_group)
-    slots = triton.cdiv(R, cfg.block_m) + G
-    grid = (slots * triton.cdiv(N, cfg.block_n),)
+    slots = cdiv(R, cfg.block_m) + G
+    grid = (slots * cdiv(N, cfg.block_n),)
     descs = _descriptors(x, w, cfg) if cfg.tma and K > 0 and tma_wanted(x.device) else None
     x_arg, w_arg = (x, w) if descs is None else descs[:2]
     _GROUPED[grid](
@@ -264,7 +265,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
         w.stride(1), w.stride(2), out.stride(0), out.stride(1),
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        UPCAST=interpret.active(), GB=triton.next_power_of_2(G), USE_TMA=descs is not None,
+        UPCAST=interpret.active(), GB=next_power_of_2(G), USE_TMA=descs is not None,
         B_NK=descs is not None and descs[2], num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)
     return out
@@ -313,7 +314,7 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
     if out.numel() == 0:
         return out
     cfg = config or default_wgrad_config(x.device, x.dtype)
-    grid = (G * triton.cdiv(K, cfg.block_m), triton.cdiv(N, cfg.block_n))
+    grid = (G * cdiv(K, cfg.block_m), cdiv(N, cfg.block_n))
     descs = (_wgrad_descriptors(x, dy, cfg) if cfg.tma and x.shape[0] > 0
              and tma_wanted(x.device) else None)
     x_desc, dy_desc = (x, dy) if descs is None else descs

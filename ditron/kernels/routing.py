@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.triton_launch import FastKernel
 
 
@@ -134,18 +135,18 @@ def sort_copies(topk_ids: torch.Tensor, num_experts: int, world_size: int) -> So
         counts.zero_()
         send_splits.zero_()
         return SortedCopies(order, token, counts, send_splits)
-    eb = triton.next_power_of_2(num_experts + 1)
+    eb = next_power_of_2(num_experts + 1)
     block = max(16, min(128, 16384 // eb))
-    nb = triton.cdiv(n, block)
+    nb = cdiv(n, block)
     hist = torch.empty((nb, eb), dtype=torch.int64, device=dev)
     total = torch.empty(eb, dtype=torch.int64, device=dev)
     _COUNT[(nb,)](ids, hist, n, num_experts, BLOCK=block, EB=eb, num_warps=4)
-    fold = triton.next_power_of_2(nb) if nb * eb <= FOLD_BINS else 0
+    fold = next_power_of_2(nb) if nb * eb <= FOLD_BINS else 0
     if not fold:
         _SCAN[(1,)](hist, total, nb, CH=max(1, min(64, 4096 // eb)), EB=eb, num_warps=4)
     _PLACE[(nb,)](ids, hist, total, order, token, counts, send_splits, n, nb, num_experts,
                   topk_ids.shape[1], num_experts // world_size, world_size, BLOCK=block,
-                  EB=eb, WB=triton.next_power_of_2(world_size), NB=fold, num_warps=4)
+                  EB=eb, WB=next_power_of_2(world_size), NB=fold, num_warps=4)
     return SortedCopies(order, token, counts, send_splits)
 
 
@@ -203,9 +204,9 @@ def group_received(recv_counts: torch.Tensor, capacity: int
     offsets = torch.empty(L + 1, dtype=torch.int64, device=dev)
     tokens = torch.empty(L, dtype=torch.int64, device=dev)
     kept = torch.empty(W, dtype=torch.int64, device=dev)
-    wb, lb = triton.next_power_of_2(W), triton.next_power_of_2(L)
+    wb, lb = next_power_of_2(W), next_power_of_2(L)
     block = max(16, min(128, 8192 // (wb * lb)))
-    _GROUP[(max(1, triton.cdiv(capacity, block)),)](
+    _GROUP[(max(1, cdiv(capacity, block)),)](
         recv_counts.to(torch.int64).contiguous(), perm, inv_perm, offsets, tokens, kept, W, L,
         capacity, BLOCK=block, WB=wb, LB=lb, num_warps=4)
     return perm, inv_perm, offsets, tokens, kept
@@ -243,7 +244,7 @@ def returned_index(order: torch.Tensor, send_splits: torch.Tensor,
     W = send_splits.numel()
     idx = torch.empty(n, dtype=torch.int64, device=order.device)
     if n:
-        _RETURNED[(triton.cdiv(n, 128),)](order, send_splits, back_splits.to(torch.int64),
+        _RETURNED[(cdiv(n, 128),)](order, send_splits, back_splits.to(torch.int64),
                                           idx, n, W, BLOCK=128,
-                                          WB=triton.next_power_of_2(W), num_warps=4)
+                                          WB=next_power_of_2(W), num_warps=4)
     return idx

@@ -37,6 +37,7 @@ from .. import language as dl
 from ..engines.sync import notify_range, wait_range
 from ..runtime.agreement import agree
 from ..runtime.dtypes import moved_as, viewed
+from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.signals import signal_pad
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
@@ -307,7 +308,7 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
                     f"{str(x.dtype).removeprefix('torch.')}:{row}:{max_out_rows}", w, 3,
                     inbox=(max_out_rows * row, x.dtype))
     ctx = rt.context()
-    wb = triton.next_power_of_2(w)
+    wb = next_power_of_2(w)
     node = rt.topo.node_ranks()
     xc = x.contiguous()
     cpu = rt.world.backend == "cpu"
@@ -323,7 +324,7 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     out = torch.empty((max_out_rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
     out_splits = torch.empty(w, dtype=torch.int64, device=x.device)
     numel = max_out_rows * row
-    programs = 1 if cpu else max(1, min(sm_count(x.device), triton.cdiv(numel, block)))
+    programs = 1 if cpu else max(1, min(sm_count(x.device), cdiv(numel, block)))
     _FAST_FINISH[(programs,)](out, out_splits, splits if recv_index is None else recv_index,
                               ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
                               max_out_rows, node.start, len(node), senders, ctx,
@@ -360,6 +361,6 @@ def exchange_counts(counts: torch.Tensor) -> torch.Tensor:
     node = rt.topo.node_ranks()
     _FAST_EXCHANGE[(1,)](counts.to(torch.int64).contiguous(), out, ws.mat, ws.pad, ws.epoch, L,
                          node.start, len(node), rt.context(),
-                         LB=triton.next_power_of_2(L))
+                         LB=next_power_of_2(L))
     _check_waits()
     return out

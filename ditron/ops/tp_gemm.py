@@ -37,7 +37,6 @@ import os
 
 import torch
 import torch.distributed as dist
-import triton
 
 from ..engines import tma
 from ..engines.base import Signal
@@ -58,6 +57,7 @@ from ..plan import ir as plan_ir
 from ..plan import lowering, templates
 from ..runtime.agreement import agree
 from ..runtime.diagnostics import check_waits
+from ..runtime.grid_math import cdiv
 from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
 from ..runtime.world import current
@@ -303,7 +303,7 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
         own_ids = [c.id for c in plan.chunks if c.owner == rank]
         own = torch.tensor(own_ids, dtype=torch.int64, device="cpu")
         waits = plan_deps.consumer_waits(plan, plan_deps.TileMapping(W * m, cfg.block_m), rank)
-        n_blocks = triton.cdiv(N, cfg.block_n)
+        n_blocks = cdiv(N, cfg.block_n)
         order = swizzle.gather_order(waits.owner, n_blocks, rank, W,
                                      arrival=plan.arrival_order(rank), group_m=cfg.group_m)
         held = torch.tensor([q for q in range(W) if q % L == rank % L], dtype=torch.int32,
@@ -602,7 +602,7 @@ def _scatter_overlap(op: str, a, b, cfg: GemmConfig, graph: bool = False):
     ws = rt.cache.get(key)
     if ws is None:
         mapping = plan_deps.TileMapping(M, cfg.block_m, seg)
-        n_blocks = triton.cdiv(N, cfg.block_n)
+        n_blocks = cdiv(N, cfg.block_n)
         plan = (templates.reduce_scatter if op == "gemm_rs" else templates.all_reduce)(
             [max(0, min(seg, M - r * seg)) for r in range(W)], W)
         producers = plan_deps.consumer_waits(plan, mapping)
