@@ -76,12 +76,12 @@ SWEEP = [(128, 256, 64, 8, 3, 8, False), (128, 256, 64, 8, 3, 8, True),
          (128, 256, 128, 8, 2, 8, True), (256, 128, 64, 8, 4, 8, True)]
 
 #: weight-gradient configs ``--sweep`` times: (K tile, N tile, rows per step, warps,
-#: stages, TMA loads) as ``GroupedGemmConfig(block_m, block_n, block_k, ...)``
-WGRAD_SWEEP = [(128, 256, 64, 8, 3, False), (128, 256, 64, 8, 3, True),
-               (128, 256, 64, 8, 4, True), (128, 128, 64, 4, 4, True),
-               (128, 128, 64, 8, 4, True), (256, 128, 64, 8, 3, True),
-               (128, 256, 32, 8, 4, True), (128, 128, 128, 8, 3, True),
-               (64, 256, 64, 4, 4, True), (128, 128, 64, 4, 4, False)]
+#: stages, K tiles per band of the tile order, TMA loads) as ``GroupedGemmConfig(block_m,
+#: block_n, block_k, ...)``; a band of 1024 K tiles is the whole K (session 46's first order)
+WGRAD_SWEEP = [(128, 256, 64, 8, 3, 8, False), (128, 256, 64, 8, 4, 1024, True),
+               (128, 256, 64, 8, 4, 4, True), (128, 256, 64, 8, 4, 16, True),
+               (128, 256, 64, 8, 4, 32, True), (128, 256, 32, 8, 4, 8, True),
+               (64, 256, 64, 4, 4, 8, True), (128, 128, 64, 8, 4, 8, True)]
 
 
 def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, rounds: int,
@@ -164,9 +164,9 @@ def _wgrad_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, r
 
     fns = {"ditron": lambda: grouped_gemm_wgrad(x, dy, offsets, out=dw),
            "torch_loop": loop_call}
-    for bm, bn, bk, warps, stages, tma in WGRAD_SWEEP if sweep else ():
-        cfg = GroupedGemmConfig(bm, bn, bk, warps, stages, tma=tma)
-        label = f"{bm}x{bn}x{bk}w{warps}s{stages}{'' if tma else 'ptr'}"
+    for bm, bn, bk, warps, stages, group, tma in WGRAD_SWEEP if sweep else ():
+        cfg = GroupedGemmConfig(bm, bn, bk, warps, stages, group, tma)
+        label = f"{bm}x{bn}x{bk}w{warps}s{stages}g{group}{'' if tma else 'ptr'}"
         fns[f"ditron_{label}"] = functools.partial(
             grouped_gemm_wgrad, x, dy, offsets, out=dw, config=cfg)
     loop_call()

@@ -27,8 +27,10 @@ transposed). A tile's rows past its group's end load the next group's rows (mask
 store); for the ``[G * K, N]`` form ``K`` must be a multiple of ``BLOCK_K`` so that a
 block never reads the next group's weight rows.
 
-The weight gradient's grid is ``(G * K tiles, N tiles)``: program ``(g, kb, nb)`` loops over
-group ``g``'s rows in blocks of ``BLOCK_M`` (an empty group stores zeros). With TMA loads
+The weight gradient's grid is ``G * K tiles * N tiles`` programs, group by group, each
+group's tiles of ``dw`` in grouped order (``group_m`` K tiles sweep the N tiles together);
+program ``(g, kb, nb)`` loops over group ``g``'s rows in blocks of ``BLOCK_M`` (an empty
+group stores zeros). With TMA loads
 (descriptors on row-major ``x`` and ``dy``) it takes the group's whole blocks through the
 descriptors, unmasked, and its last partial block through masked pointers.
 """
@@ -57,7 +59,8 @@ class GroupedGemmConfig:
     block_k: int = 64
     num_warps: int = 8
     num_stages: int = 3
-    #: row slots that sweep the column tiles together (L2 reuse)
+    #: row slots (the weight gradient: K tiles) that sweep the column tiles together (L2
+    #: reuse)
     group_m: int = 8
     #: load through TMA descriptors where the device and operands allow (module docstring)
     tma: bool = True
@@ -164,11 +167,18 @@ def _grouped_wgrad_kernel(x, dy, dw, offsets, K, N, sx_m, sx_k, sd_m, sd_n, sw_g
                           x_desc, dy_desc,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                           DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                          USE_TMA: tl.constexpr = False):
+                          GROUP_K: tl.constexpr, USE_TMA: tl.constexpr = False):
+    # a group's tiles of dw in grouped order: GROUP_K neighbouring K tiles sweep the N
+    # tiles together, so their x blocks and dy's columns are reused from L2
     k_tiles = tl.cdiv(K, BLOCK_K)
-    group = tl.program_id(0) // k_tiles
-    kb = tl.program_id(0) % k_tiles
-    pid_n = tl.program_id(1)
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    group = pid // (k_tiles * n_tiles)
+    tile = pid % (k_tiles * n_tiles)
+    first = tile // (GROUP_K * n_tiles) * GROUP_K
+    band_k = tl.minimum(k_tiles - first, GROUP_K)
+    kb = first + (tile % (GROUP_K * n_tiles)) % band_k
+    pid_n = (tile % (GROUP_K * n_tiles)) // band_k
     lo = tl.load(offsets + group).to(tl.int32)
     hi = tl.load(offsets + group + 1).to(tl.int32)
     ks = kb * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -314,7 +324,7 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
     if out.numel() == 0:
         return out
     cfg = config or default_wgrad_config(x.device, x.dtype)
-    grid = (G * cdiv(K, cfg.block_m), cdiv(N, cfg.block_n))
+    grid = (G * cdiv(K, cfg.block_m) * cdiv(N, cfg.block_n),)
     descs = (_wgrad_descriptors(x, dy, cfg) if cfg.tma and x.shape[0] > 0
              and tma_wanted(x.device) else None)
     x_desc, dy_desc = (x, dy) if descs is None else descs
@@ -323,8 +333,8 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
         out.stride(0), out.stride(1), out.stride(2), x_desc, dy_desc,
         BLOCK_M=cfg.block_k, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_m,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        UPCAST=interpret.active(), USE_TMA=descs is not None, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages)
+        UPCAST=interpret.active(), GROUP_K=cfg.group_m, USE_TMA=descs is not None,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 
 

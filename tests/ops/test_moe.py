@@ -101,21 +101,23 @@ def test_grouped_gemm_tma_path(dtype, layout, monkeypatch):
 def test_grouped_gemm_wgrad_matches_torch(dtype, backend):
     """``dw[g] = x_g.T @ dy_g``: groups of 0, 1 and > 1 blocks of rows, a first offset > 0,
     NaN rows outside the groups (they must not leak into a sum), K and N not multiples of
-    the blocks; repeated calls."""
+    the blocks, the tile order's bands whole and cut; ``out`` poisoned."""
     from ditron.kernels.grouped_gemm import grouped_gemm_wgrad
 
     g = _gen(5, int(dtype == torch.float32))
-    cfg = GroupedGemmConfig(16, 16, 16, num_warps=4, num_stages=1)
     counts = [3, 0, 37, 1, 13]  # the last group's block reaches into the NaN rows
     offsets = torch.tensor([0, *counts]).cumsum(0) + 2
-    R, K, N = int(offsets[-1]) + 5, 40, 24
-    for _ in range(2):
+    R, K, N = int(offsets[-1]) + 5, 56, 40  # 4 K tiles, 3 N tiles
+    for group_k in (8, 3):  # one band of K tiles; a band of 3 and one of 1
+        cfg = GroupedGemmConfig(16, 16, 16, num_warps=4, num_stages=1, group_m=group_k)
         x = torch.randn(R, K, generator=g).to(dtype)
         dy = torch.randn(R, N, generator=g).to(dtype)
         for t in (x, dy):
             t[: int(offsets[0])], t[int(offsets[-1]):] = float("nan"), float("nan")
         dev = "cuda" if backend == "cuda" else "cpu"
-        dw = grouped_gemm_wgrad(x.to(dev), dy.to(dev), offsets.to(dev), config=cfg).cpu()
+        dw = torch.full((len(counts), K, N), float("nan"), dtype=dtype, device=dev)
+        grouped_gemm_wgrad(x.to(dev), dy.to(dev), offsets.to(dev), out=dw, config=cfg)
+        dw = dw.cpu()
         for e in range(len(counts)):
             lo, hi = int(offsets[e]), int(offsets[e + 1])
             ref = x[lo:hi].double().T @ dy[lo:hi].double()
