@@ -18,36 +18,15 @@ import cProfile
 import io
 import os
 import pstats
-import time
 
 import torch
-import triton
 
 import ditron
+from bench.gemm_launch_cost import empty_kernel, host_us
 from ditron.kernels import grouped_gemm as gg
 from ditron.runtime.triton_launch import FastKernel
 
-
-@triton.jit
-def _empty(x_ptr):
-    pass
-
-
-_EMPTY = FastKernel(_empty)
-
-
-def host_us(fn, n: int = 300) -> float:
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) * 1e6 / n)
-        torch.cuda.synchronize()
-    return best
+_EMPTY = FastKernel(empty_kernel)
 
 
 def measure(out_dir: str) -> str:

@@ -97,6 +97,24 @@ def test_grouped_gemm_tma_path(dtype, layout, monkeypatch):
     assert taken == want, "the TMA path was not taken (or taken where it must not be)"
 
 
+def _wgrad_operands(g, R: int, K: int, N: int, offsets, dtype):
+    """``x [R, K]``, ``dy [R, N]`` random, NaN outside the groups' rows (a NaN that leaks
+    into a sum fails the check)."""
+    x = torch.randn(R, K, generator=g).to(dtype)
+    dy = torch.randn(R, N, generator=g).to(dtype)
+    for t in (x, dy):
+        t[: int(offsets[0])], t[int(offsets[-1]):] = float("nan"), float("nan")
+    return x, dy
+
+
+def _check_wgrad(dw, x, dy, offsets, dtype) -> None:
+    for e in range(len(offsets) - 1):
+        lo, hi = int(offsets[e]), int(offsets[e + 1])
+        ref = x[lo:hi].double().T @ dy[lo:hi].double()
+        rtol, atol = TOL[dtype]
+        torch.testing.assert_close(dw[e].double(), ref, rtol=rtol, atol=atol, msg=f"group {e}")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_grouped_gemm_wgrad_matches_torch(dtype, backend):
     """``dw[g] = x_g.T @ dy_g``: groups of 0, 1 and > 1 blocks of rows, a first offset > 0,
@@ -110,20 +128,11 @@ def test_grouped_gemm_wgrad_matches_torch(dtype, backend):
     R, K, N = int(offsets[-1]) + 5, 56, 40  # 4 K tiles, 3 N tiles
     for group_k in (8, 3):  # one band of K tiles; a band of 3 and one of 1
         cfg = GroupedGemmConfig(16, 16, 16, num_warps=4, num_stages=1, group_m=group_k)
-        x = torch.randn(R, K, generator=g).to(dtype)
-        dy = torch.randn(R, N, generator=g).to(dtype)
-        for t in (x, dy):
-            t[: int(offsets[0])], t[int(offsets[-1]):] = float("nan"), float("nan")
+        x, dy = _wgrad_operands(g, R, K, N, offsets, dtype)
         dev = "cuda" if backend == "cuda" else "cpu"
         dw = torch.full((len(counts), K, N), float("nan"), dtype=dtype, device=dev)
         grouped_gemm_wgrad(x.to(dev), dy.to(dev), offsets.to(dev), out=dw, config=cfg)
-        dw = dw.cpu()
-        for e in range(len(counts)):
-            lo, hi = int(offsets[e]), int(offsets[e + 1])
-            ref = x[lo:hi].double().T @ dy[lo:hi].double()
-            rtol, atol = TOL[dtype]
-            torch.testing.assert_close(dw[e].double(), ref, rtol=rtol, atol=atol,
-                                       msg=f"group {e}")
+        _check_wgrad(dw.cpu(), x, dy, offsets, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -145,20 +154,12 @@ def test_grouped_gemm_wgrad_tma_path(dtype, monkeypatch, backend):
     offsets = torch.tensor([0, *counts]).cumsum(0) + 2
     R, K, N = int(offsets[-1]) + 5, 40, 24
     for transposed in (False, True, False):
-        x = torch.randn(R, K, generator=g).to(dtype)
-        dy = torch.randn(R, N, generator=g).to(dtype)
-        for t in (x, dy):
-            t[: int(offsets[0])], t[int(offsets[-1]):] = float("nan"), float("nan")
+        x, dy = _wgrad_operands(g, R, K, N, offsets, dtype)
         dev = "cuda" if backend == "cuda" else "cpu"
         x_arg = x.t().contiguous().t() if transposed else x
         dw = module.grouped_gemm_wgrad(x_arg.to(dev), dy.to(dev), offsets.to(dev),
-                                       config=cfg).cpu()
-        for e in range(len(counts)):
-            lo, hi = int(offsets[e]), int(offsets[e + 1])
-            ref = x[lo:hi].double().T @ dy[lo:hi].double()
-            rtol, atol = TOL[dtype]
-            torch.testing.assert_close(dw[e].double(), ref, rtol=rtol, atol=atol,
-                                       msg=f"group {e}")
+                                       config=cfg)
+        _check_wgrad(dw.cpu(), x, dy, offsets, dtype)
     assert taken == [True, False, True], "the TMA path was not taken where it should be"
 
 
