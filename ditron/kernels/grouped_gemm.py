@@ -83,12 +83,12 @@ def default_config(device: torch.device, dtype: torch.dtype,
     backend 64 x 64 x 32, where a program is a NumPy call and larger tiles mean fewer of
     them."""
     if device.type != "cuda":
-        return GroupedGemmConfig(64, 64, 32, num_warps=4, num_stages=1)
+        return _CPU
     if dtype == torch.float32:
-        return GroupedGemmConfig(128, 128, 32, num_warps=8, num_stages=3)
+        return _FP32
     if rows_per_group is not None and rows_per_group <= SMALL_GROUP_ROWS:
-        return GroupedGemmConfig(64, 128, 64, num_warps=4, num_stages=4, tma=False)
-    return GroupedGemmConfig()
+        return _SMALL_GROUPS
+    return _LARGE
 
 
 def default_wgrad_config(device: torch.device, dtype: torch.dtype) -> GroupedGemmConfig:
@@ -97,8 +97,16 @@ def default_wgrad_config(device: torch.device, dtype: torch.dtype) -> GroupedGem
     REFERENCES.md's MoE shapes at 8192 tokens on an H200, session 46); otherwise
     :func:`default_config`'s."""
     if device.type == "cuda" and dtype != torch.float32:
-        return GroupedGemmConfig(128, 256, 64, num_warps=8, num_stages=4, tma=True)
+        return _WGRAD
     return default_config(device, dtype)
+
+
+# the defaults, made once (a frozen dataclass costs microseconds to build, per call)
+_CPU = GroupedGemmConfig(64, 64, 32, num_warps=4, num_stages=1)
+_FP32 = GroupedGemmConfig(128, 128, 32, num_warps=8, num_stages=3)
+_SMALL_GROUPS = GroupedGemmConfig(64, 128, 64, num_warps=4, num_stages=4, tma=False)
+_LARGE = GroupedGemmConfig()
+_WGRAD = GroupedGemmConfig(128, 256, 64, num_warps=8, num_stages=4, tma=True)
 
 
 @triton.jit
