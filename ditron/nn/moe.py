@@ -83,15 +83,21 @@ def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
 
 
 def _layer(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
-           w1: torch.Tensor, w2: torch.Tensor, activation: Callable, num_experts: int,
-           max_tokens: int | None, max_recv_rows: int | None) -> torch.Tensor:
+           w1: torch.Tensor, w2: torch.Tensor, activation: Callable, gated: bool,
+           num_experts: int, max_tokens: int | None,
+           max_recv_rows: int | None) -> torch.Tensor:
     """``ExpertParallelMLP``'s computation (plain tensors and lists throughout: one graph
     under ``torch.compile``)."""
     grouped, routing, sizes = _dispatch(x, topk_ids, num_experts, max_tokens, max_recv_rows)
     size = dict(zip(library.SIZES, sizes, strict=True))
     rows = mean_rows_per_expert(library.world_size(library.world_key()), size["max_tokens"],
                                 size["topk"], num_experts)
-    h = activation(grouped_gemm(grouped, w1, routing[0], rows_per_group=rows))
+    h = grouped_gemm(grouped, w1, routing[0], rows_per_group=rows)
+    if gated:
+        gate, up = h.chunk(2, dim=1)
+        h = activation(gate) * up
+    else:
+        h = activation(h)
     y = grouped_gemm(h, w2, routing[0], rows_per_group=rows)
     return _combine(y, routing, sizes, topk_weights)
 
@@ -100,7 +106,11 @@ class ExpertParallelMLP(torch.nn.Module):
     """The experts of an MoE layer, ``E`` of them split over the ranks in equal blocks.
 
     Each expert is ``activation(x @ w1[e]) @ w2[e]`` (``w1 [E_local, hidden, ffn]``,
-    ``w2 [E_local, ffn, hidden]``: this rank's experts ``rank * E_local ...``).
+    ``w2 [E_local, ffn, hidden]``: this rank's experts ``rank * E_local ...``); with
+    ``gated=True`` it is ``(activation(x @ w1[e][:, :ffn]) * (x @ w1[e][:, ffn:])) @ w2[e]``
+    with ``w1 [E_local, hidden, 2 * ffn]`` (the gate's columns, then the up projection's:
+    SwiGLU with ``activation=torch.nn.functional.silu``, the experts of Mixtral, Qwen-MoE
+    and DeepSeek-MoE; one grouped GEMM for both).
     ``forward(x, topk_ids, topk_weights)``: ``x [T, hidden]`` this rank's tokens,
     ``topk_ids [T, k]`` their experts (``-1``: none), ``topk_weights [T, k]`` the router's
     weights; returns ``[T, hidden]``, ``sum_j topk_weights[t, j] * expert_j(x[t])``. The
@@ -112,7 +122,8 @@ class ExpertParallelMLP(torch.nn.Module):
 
     def __init__(self, hidden: int, ffn: int, num_experts: int, *,
                  activation: Callable[[torch.Tensor], torch.Tensor] = torch.nn.functional.gelu,
-                 max_recv_rows: int | None = None, device: torch.device | None = None,
+                 gated: bool = False, max_recv_rows: int | None = None,
+                 device: torch.device | None = None,
                  dtype: torch.dtype | None = None) -> None:
         super().__init__()
         w = world()
@@ -122,10 +133,11 @@ class ExpertParallelMLP(torch.nn.Module):
         self.world = w
         self.hidden, self.ffn, self.num_experts = hidden, ffn, num_experts
         self.local_experts = num_experts // w.world_size
-        self.activation = activation
+        self.activation, self.gated = activation, gated
         self.max_recv_rows = max_recv_rows
         kw = {"device": device or w.device, "dtype": dtype}
-        self.w1 = torch.nn.Parameter(torch.empty(self.local_experts, hidden, ffn, **kw))
+        self.w1 = torch.nn.Parameter(torch.empty(self.local_experts, hidden,
+                                                 2 * ffn if gated else ffn, **kw))
         self.w2 = torch.nn.Parameter(torch.empty(self.local_experts, ffn, hidden, **kw))
         self.reset_parameters()
 
@@ -155,9 +167,9 @@ class ExpertParallelMLP(torch.nn.Module):
             raise ValueError(f"ExpertParallelMLP: input dtype {x.dtype} != weight dtype "
                              f"{w1.dtype}")
         with mode:
-            return _layer(x, topk_ids, topk_weights, w1, w2, self.activation,
+            return _layer(x, topk_ids, topk_weights, w1, w2, self.activation, self.gated,
                           self.num_experts, max_tokens, self.max_recv_rows)
 
     def extra_repr(self) -> str:
         return (f"hidden={self.hidden}, ffn={self.ffn}, num_experts={self.num_experts}, "
-                f"local_experts={self.local_experts}")
+                f"local_experts={self.local_experts}, gated={self.gated}")

@@ -17,7 +17,15 @@ from ..ops.test_moe import _kept
 TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (5e-2, 5e-2)}
 
 
-def _reference(xs, ids, wts, kept, w1, w2, gs):
+def _expert(x, w1, w2, gated: bool):
+    """One expert on one row, as the model code of a (gated) MLP writes it."""
+    if not gated:
+        return torch.nn.functional.gelu(x @ w1) @ w2
+    ffn = w2.shape[0]
+    return (torch.nn.functional.silu(x @ w1[:, :ffn]) * (x @ w1[:, ffn:])) @ w2
+
+
+def _reference(xs, ids, wts, kept, w1, w2, gs, gated: bool = False):
     """Float64 outputs and gradients of ``sum_s <out_s, g_s>`` (lists over ranks)."""
     xs = [x.detach().double().requires_grad_() for x in xs]
     wts = [w.detach().double().requires_grad_() for w in wts]
@@ -30,8 +38,8 @@ def _reference(xs, ids, wts, kept, w1, w2, gs):
             for t in range(x.shape[0]):
                 e = int(i[t, j])
                 if e >= 0 and kp[t, j]:
-                    h = torch.nn.functional.gelu(x[t] @ w1[e])
-                    out = out.index_add(0, torch.tensor([t]), (wt[t, j] * (h @ w2[e]))[None])
+                    y = _expert(x[t], w1[e], w2[e], gated)
+                    out = out.index_add(0, torch.tensor([t]), (wt[t, j] * y)[None])
         outs.append(out)
     loss = sum((o * g.double()).sum() for o, g in zip(outs, gs, strict=True))
     leaves = [w1, w2, *xs, *wts]
@@ -39,7 +47,7 @@ def _reference(xs, ids, wts, kept, w1, w2, gs):
     return outs, [x.grad for x in xs], [w.grad for w in wts], w1.grad, w2.grad
 
 
-def check_layer(cap_rows: int | None) -> int:
+def check_layer(cap_rows: int | None, gated: bool = False) -> int:
     rt = current()
     w, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
     poison_empty()
@@ -55,9 +63,11 @@ def check_layer(cap_rows: int | None) -> int:
             i[torch.rand(i.shape, generator=g) < 0.15] = -1
         wts = [torch.rand(t, k, generator=g) for t in tokens]
         gs = [torch.randn(t, hidden, generator=g).to(dtype) for t in tokens]
-        layer = ditron.nn.ExpertParallelMLP(hidden, ffn, experts, dtype=dtype,
-                                            max_recv_rows=cap_rows)
-        full1 = torch.randn(experts, hidden, ffn, generator=g).div(hidden ** 0.5).to(dtype)
+        act = torch.nn.functional.silu if gated else torch.nn.functional.gelu
+        layer = ditron.nn.ExpertParallelMLP(hidden, ffn, experts, dtype=dtype, activation=act,
+                                            gated=gated, max_recv_rows=cap_rows)
+        width = 2 * ffn if gated else ffn
+        full1 = torch.randn(experts, hidden, width, generator=g).div(hidden ** 0.5).to(dtype)
         full2 = torch.randn(experts, ffn, hidden, generator=g).div(ffn ** 0.5).to(dtype)
         mine = slice(me * per_rank, (me + 1) * per_rank)
         with torch.no_grad():
@@ -69,7 +79,8 @@ def check_layer(cap_rows: int | None) -> int:
         out.backward(gs[me].to(dev))
         cap = w * max(tokens) * k if cap_rows is None else cap_rows
         kept = _kept(w, experts, cap, ids)
-        ref_out, ref_x, ref_w, ref_w1, ref_w2 = _reference(xs, ids, wts, kept, full1, full2, gs)
+        ref_out, ref_x, ref_w, ref_w1, ref_w2 = _reference(xs, ids, wts, kept, full1, full2, gs,
+                                                           gated)
         rtol, atol = TOL[dtype]
         for what, got, want in [("out", out, ref_out[me]), ("x.grad", x.grad, ref_x[me]),
                                 ("weights.grad", wt.grad, ref_w[me]),
@@ -85,6 +96,14 @@ def check_layer(cap_rows: int | None) -> int:
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_expert_parallel_mlp_matches_torch(world_size, backend):
     assert ditron.launch(check_layer, world_size, None, backend=backend) == [15] * world_size
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_gated_experts_match_torch(world_size, backend):
+    """SwiGLU experts (``gated=True``, ``w1`` holding the gate's and the up projection's
+    columns) against the model code of a gated MLP."""
+    assert ditron.launch(check_layer, world_size, None, True, backend=backend) == \
+        [15] * world_size
 
 
 def test_expert_parallel_mlp_with_drops(backend):
@@ -175,24 +194,26 @@ def test_expert_parallel_mlp_refuses_bad_input(backend):
 
 
 def check_compile(compiler: str = "aot_eager", opcheck: bool = True) -> list[str]:
-    """``ExpertParallelMLP``, and the same layer written with ``ditron.nn.moe``'s functions,
-    eagerly and under ``torch.compile(fullgraph=True)`` (one graph, the ops opaque), equal
-    the eager layer, value and gradients, on two routings of the same shapes; the custom
-    ops pass ``torch.library.opcheck``."""
+    """``ExpertParallelMLP`` (gated experts), and the same layer written with
+    ``ditron.nn.moe``'s functions, eagerly and under ``torch.compile(fullgraph=True)`` (one
+    graph, the ops opaque), equal the eager layer, value and gradients, on two routings of
+    the same shapes; the custom ops pass ``torch.library.opcheck``."""
     from ditron.nn import moe as nn_moe
 
     rt = current()
     w, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
     k, hidden, ffn, experts = 2, 12, 8, 2 * w
     torch.manual_seed(3)
-    layer = ditron.nn.ExpertParallelMLP(hidden, ffn, experts, max_recv_rows=4 * w * k)
+    layer = ditron.nn.ExpertParallelMLP(hidden, ffn, experts, max_recv_rows=4 * w * k,
+                                        activation=torch.nn.functional.silu, gated=True)
 
     def loss(x, ids, wts):
         return layer(x, ids, wts, max_tokens=6).square().sum()
 
     def functional_loss(x, ids, wts):  # the same layer from ditron.nn.moe's functions
         d = nn_moe.moe_dispatch(x, ids, experts, max_tokens=6, max_recv_rows=4 * w * k)
-        h = torch.nn.functional.gelu(nn_moe.grouped_gemm(d.x, layer.w1, d.expert_offsets))
+        gate, up = nn_moe.grouped_gemm(d.x, layer.w1, d.expert_offsets).chunk(2, dim=1)
+        h = torch.nn.functional.silu(gate) * up
         y = nn_moe.grouped_gemm(h, layer.w2, d.expert_offsets)
         return nn_moe.moe_combine(y, d, wts).square().sum()
 
