@@ -97,7 +97,7 @@ def default_wgrad_config(device: torch.device, dtype: torch.dtype) -> GroupedGem
     REFERENCES.md's MoE shapes at 8192 tokens on an H200, session 46); otherwise
     :func:`default_config`'s."""
     if device.type == "cuda" and dtype != torch.float32:
-        return _WGRAD
+        return _WGRAD_CONFIG
     return default_config(device, dtype)
 
 
@@ -106,7 +106,7 @@ _CPU = GroupedGemmConfig(64, 64, 32, num_warps=4, num_stages=1)
 _FP32 = GroupedGemmConfig(128, 128, 32, num_warps=8, num_stages=3)
 _SMALL_GROUPS = GroupedGemmConfig(64, 128, 64, num_warps=4, num_stages=4, tma=False)
 _LARGE = GroupedGemmConfig()
-_WGRAD = GroupedGemmConfig(128, 256, 64, num_warps=8, num_stages=4, tma=True)
+_WGRAD_CONFIG = GroupedGemmConfig(128, 256, 64, num_warps=8, num_stages=4, tma=True)
 
 
 @triton.jit

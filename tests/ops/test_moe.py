@@ -163,6 +163,30 @@ def test_grouped_gemm_wgrad_tma_path(dtype, monkeypatch, backend):
     assert taken == [True, False, True], "the TMA path was not taken where it should be"
 
 
+def test_default_configs():
+    """The defaults by device, dtype and rows per group (no GPU needed: only the device's
+    type is read)."""
+    from ditron.kernels import grouped_gemm as module
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    picks = {"large": module.default_config(cuda, torch.bfloat16),
+             "many rows": module.default_config(cuda, torch.float16, 4096.0),
+             "small": module.default_config(cuda, torch.bfloat16, module.SMALL_GROUP_ROWS),
+             "fp32": module.default_config(cuda, torch.float32, 8.0),
+             "cpu": module.default_config(cpu, torch.bfloat16),
+             "wgrad": module.default_wgrad_config(cuda, torch.bfloat16),
+             "wgrad fp32": module.default_wgrad_config(cuda, torch.float32),
+             "wgrad cpu": module.default_wgrad_config(cpu, torch.bfloat16)}
+    assert all(isinstance(c, GroupedGemmConfig) for c in picks.values()), picks
+    shape = {name: (c.block_m, c.block_n, c.block_k, c.num_stages, c.tma)
+             for name, c in picks.items()}
+    assert shape["large"] == shape["many rows"] == (128, 256, 64, 3, True)
+    assert shape["small"] == (64, 128, 64, 4, False)
+    assert shape["fp32"][:3] == shape["wgrad fp32"][:3] == (128, 128, 32)
+    assert shape["wgrad"] == (128, 256, 64, 4, True)
+    assert shape["cpu"] == shape["wgrad cpu"] and shape["cpu"][:3] == (64, 64, 32)
+
+
 def test_grouped_gemm_rows_per_group_picks_the_config(monkeypatch):
     """``rows_per_group`` reaches ``default_config`` (``R / G`` without it); a given config
     wins; the public op refuses a negative or non-numeric hint."""
