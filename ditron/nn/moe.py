@@ -109,8 +109,9 @@ class ExpertParallelMLP(torch.nn.Module):
     ``w2 [E_local, ffn, hidden]``: this rank's experts ``rank * E_local ...``); with
     ``gated=True`` it is ``(activation(x @ w1[e][:, :ffn]) * (x @ w1[e][:, ffn:])) @ w2[e]``
     with ``w1 [E_local, hidden, 2 * ffn]`` (the gate's columns, then the up projection's:
-    SwiGLU with ``activation=torch.nn.functional.silu``, the experts of Mixtral, Qwen-MoE
-    and DeepSeek-MoE; one grouped GEMM for both).
+    SwiGLU, the experts of Mixtral, Qwen-MoE and DeepSeek-MoE; one grouped GEMM for both).
+    ``activation``: default ``silu`` when gated, ``gelu`` otherwise.
+    :meth:`from_experts` takes this rank's experts from a model's ``nn.Linear`` modules.
     ``forward(x, topk_ids, topk_weights)``: ``x [T, hidden]`` this rank's tokens,
     ``topk_ids [T, k]`` their experts (``-1``: none), ``topk_weights [T, k]`` the router's
     weights; returns ``[T, hidden]``, ``sum_j topk_weights[t, j] * expert_j(x[t])``. The
@@ -121,7 +122,7 @@ class ExpertParallelMLP(torch.nn.Module):
     """
 
     def __init__(self, hidden: int, ffn: int, num_experts: int, *,
-                 activation: Callable[[torch.Tensor], torch.Tensor] = torch.nn.functional.gelu,
+                 activation: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  gated: bool = False, max_recv_rows: int | None = None,
                  device: torch.device | None = None,
                  dtype: torch.dtype | None = None) -> None:
@@ -133,6 +134,8 @@ class ExpertParallelMLP(torch.nn.Module):
         self.world = w
         self.hidden, self.ffn, self.num_experts = hidden, ffn, num_experts
         self.local_experts = num_experts // w.world_size
+        if activation is None:
+            activation = torch.nn.functional.silu if gated else torch.nn.functional.gelu
         self.activation, self.gated = activation, gated
         self.max_recv_rows = max_recv_rows
         kw = {"device": device or w.device, "dtype": dtype}
@@ -169,6 +172,39 @@ class ExpertParallelMLP(torch.nn.Module):
         with mode:
             return _layer(x, topk_ids, topk_weights, w1, w2, self.activation, self.gated,
                           self.num_experts, max_tokens, self.max_recv_rows)
+
+    @classmethod
+    def from_experts(cls, experts, **kwargs) -> ExpertParallelMLP:
+        """This rank's block of ``experts``, all ``E`` of a model's experts (the same on
+        every rank), each ``(up, down)`` or, gated, ``(gate, up, down)``: ``nn.Linear``
+        modules without bias, ``up`` / ``gate`` ``hidden -> ffn`` and ``down`` ``ffn ->
+        hidden`` (Mixtral's ``(w1, w3, w2)``). ``kwargs`` as for the constructor (``dtype``
+        defaults to the modules')."""
+        experts = [tuple(e) for e in experts]
+        arity = {len(e) for e in experts}
+        if not experts or len(arity) != 1 or arity - {2, 3}:
+            raise ValueError(f"ExpertParallelMLP.from_experts: need a non-empty list of "
+                             f"(up, down) or (gate, up, down) nn.Linear tuples, got lengths "
+                             f"{sorted(arity)}")
+        first = experts[0]
+        hidden, ffn = first[0].in_features, first[0].out_features
+        for i, e in enumerate(experts):
+            for j, m in enumerate(e):
+                want = (hidden, ffn) if j < len(e) - 1 else (ffn, hidden)
+                if not isinstance(m, torch.nn.Linear) or m.bias is not None \
+                        or (m.in_features, m.out_features) != want:
+                    raise ValueError(f"ExpertParallelMLP.from_experts: expert {i} module "
+                                     f"{j} must be an nn.Linear {want[0]} -> {want[1]} "
+                                     f"without bias, got {m}")
+        layer = cls(hidden, ffn, len(experts), gated=len(first) == 3,
+                    dtype=kwargs.pop("dtype", first[0].weight.dtype), **kwargs)
+        mine = experts[world().rank * layer.local_experts:][:layer.local_experts]
+        with torch.no_grad():
+            for e, modules in enumerate(mine):
+                *ins, down = modules
+                layer.w1[e].copy_(torch.cat([m.weight.t() for m in ins], dim=1))
+                layer.w2[e].copy_(down.weight.t())
+        return layer
 
     def extra_repr(self) -> str:
         return (f"hidden={self.hidden}, ffn={self.ffn}, num_experts={self.num_experts}, "

@@ -177,6 +177,54 @@ def test_layer_gemms_get_the_mean_rows_per_expert(backend):
     assert ditron.launch(check_rows_hint, w, backend=backend) == [want] * w
 
 
+def check_from_experts() -> int:
+    """A model's experts (``nn.Linear`` tuples, plain and gated) loaded into the layer: its
+    output equals the modules applied to each routed copy."""
+    rt = current()
+    w, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
+    experts, hidden, ffn, k, T = 2 * w, 12, 8, 2, 5
+    checks = 0
+    for gated in (False, True):
+        torch.manual_seed(21 + gated)  # the same modules on every rank
+        mods = [tuple(torch.nn.Linear(*io, bias=False)
+                      for io in [(hidden, ffn)] * (1 + gated) + [(ffn, hidden)])
+                for _ in range(experts)]
+        layer = ditron.nn.ExpertParallelMLP.from_experts(mods)
+        assert layer.gated == gated and layer.w1.shape == (2, hidden, ffn * (1 + gated))
+        g = torch.Generator().manual_seed(me)
+        x = torch.randn(T, hidden, generator=g)
+        ids = torch.randint(0, experts, (T, k), generator=g)
+        wts = torch.rand(T, k, generator=g)
+        out = layer(x.to(dev), ids.to(dev), wts.to(dev)).cpu()
+        want = torch.zeros(T, hidden, dtype=torch.float64)
+        with torch.no_grad():
+            for t in range(T):
+                for j in range(k):
+                    *ins, down = (m.double() for m in mods[int(ids[t, j])])
+                    v = x[t].double()
+                    h = (torch.nn.functional.silu(ins[0](v)) * ins[1](v) if gated
+                         else torch.nn.functional.gelu(ins[0](v)))
+                    want[t] += wts[t, j] * down(h)
+        torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4,
+                                   msg=f"rank {me} gated={gated}")
+        checks += 1
+    lin = torch.nn.Linear
+    for words, bad in [("non-empty list", []),
+                       ("non-empty list", [(lin(4, 3, bias=False),) * 4] * w),
+                       ("without bias", [(lin(4, 3), lin(3, 4, bias=False))] * w),
+                       ("module 1 must be an nn.Linear 3 -> 4",
+                        [(lin(4, 3, bias=False), lin(3, 5, bias=False))] * w)]:
+        with pytest.raises(ValueError, match=words):
+            ditron.nn.ExpertParallelMLP.from_experts(bad)
+        checks += 1
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_from_experts(world_size, backend):
+    assert ditron.launch(check_from_experts, world_size, backend=backend) == [6] * world_size
+
+
 def check_layer_refusals() -> int:
     dev = ditron.world().device
     with pytest.raises(ValueError, match="num_experts must be a positive multiple"):
