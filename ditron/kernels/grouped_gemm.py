@@ -30,9 +30,9 @@ block never reads the next group's weight rows.
 The weight gradient's grid is ``G * K tiles * N tiles`` programs, group by group, each
 group's tiles of ``dw`` in grouped order (``group_m`` K tiles sweep the N tiles together);
 program ``(g, kb, nb)`` loops over group ``g``'s rows in blocks of ``BLOCK_M`` (an empty
-group stores zeros). With TMA loads
-(descriptors on row-major ``x`` and ``dy``) it takes the group's whole blocks through the
-descriptors, unmasked, and its last partial block through masked pointers.
+group stores zeros). With TMA loads (descriptors on row-major ``x`` and ``dy``) it takes
+the group's whole blocks through the descriptors, unmasked, and its last partial block
+through masked pointers.
 """
 
 from __future__ import annotations
@@ -176,8 +176,9 @@ def _grouped_wgrad_kernel(x, dy, dw, offsets, K, N, sx_m, sx_k, sd_m, sd_n, sw_g
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                           DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                           GROUP_K: tl.constexpr, USE_TMA: tl.constexpr = False):
-    # a group's tiles of dw in grouped order: GROUP_K neighbouring K tiles sweep the N
-    # tiles together, so their x blocks and dy's columns are reused from L2
+    # a group's tiles of dw in grouped order, GROUP_K neighbouring K tiles sweeping the N
+    # tiles together, as the forward kernel's row slots (no faster than K tiles first on
+    # an H200: the L2 served both, docs/perf.md session 46)
     k_tiles = tl.cdiv(K, BLOCK_K)
     n_tiles = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
