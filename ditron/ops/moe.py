@@ -256,8 +256,9 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     arrive on average).
     """
     check_grouped("ditron.ops.grouped_gemm", x, w, offsets)
-    if rows_per_group is not None and not (isinstance(rows_per_group, (int, float))
-                                           and rows_per_group >= 0):
+    if rows_per_group is not None and (isinstance(rows_per_group, bool)
+                                       or not isinstance(rows_per_group, (int, float))
+                                       or not rows_per_group >= 0):
         raise ValueError(f"ditron.ops.grouped_gemm: rows_per_group must be a number >= 0, "
                          f"got {rows_per_group!r}")
     if method not in METHODS:

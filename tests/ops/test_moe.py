@@ -204,7 +204,7 @@ def test_grouped_gemm_rows_per_group_picks_the_config(monkeypatch):
     grouped_gemm(x, w, o, config=GroupedGemmConfig(16, 16, 16, num_stages=1),
                  rows_per_group=7.0)
     assert seen == [12 / 3, 2.5]
-    for bad in (-1.0, float("nan"), "4"):
+    for bad in (-1.0, float("nan"), "4", True):
         with pytest.raises(ValueError, match="rows_per_group must be a number >= 0"):
             ditron.ops.grouped_gemm(x, w, o, rows_per_group=bad)
 
