@@ -120,6 +120,17 @@ def test_bench_moe_smoke(tmp_path):
     assert rows["a2a"]["same_result"] is True
 
 
+def test_bench_moe_gated_layer_smoke(tmp_path):
+    out = _run("bench", "moe", "--smoke", "--parts", "layer", "--gated", "--out",
+               str(tmp_path / "moe.json"))
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads((tmp_path / "moe.json").read_text())
+    assert row["gated"] is True and row["ditron"] > 0 and row["torch"] > 0
+    # bf16 rounds h, silu(gate) and the product on both sides (fp32: equal, 0.0)
+    assert row["max_rel_err"] < 5e-2, row["max_rel_err"]
+    assert "SwiGLU" in out.stdout
+
+
 def test_bench_megakernel_smoke(tmp_path):
     import torch
 

@@ -10,7 +10,8 @@ framework's loop must) and, where torch has it, ``torch._grouped_mm``; plus a de
 ``torch.matmul`` of the same rows and FLOPs (``dense``), the ceiling a balanced routing
 could reach.
 
-``layer`` rows: ``relu(x @ w1[e]) @ w2[e]`` over the top-k experts, combined with the
+``layer`` rows: ``relu(x @ w1[e]) @ w2[e]`` (``--gated``: SwiGLU, ``(silu(x @ g[e]) *
+(x @ u[e])) @ w2[e]`` with ``w1 = [g | u]``) over the top-k experts, combined with the
 routing weights, per rank ``--layer-tokens`` tokens of hidden ``--hidden``, ``--experts``
 experts (in equal blocks over the ranks) of width ``--ffn``, top-``--topk``. ``ditron``:
 ``moe_dispatch`` + two ``grouped_gemm`` + ``moe_combine`` (no host synchronisation);
@@ -191,7 +192,15 @@ def _gemm_rows(shapes: list[tuple[int, int, int, int]], tokens: int, dev, rounds
             for n, k, experts, topk in shapes]
 
 
-def _torch_layer(x, ids, weights, w1, w2, experts: int, group) -> torch.Tensor:
+def _act(h: torch.Tensor, gated: bool) -> torch.Tensor:
+    """The experts' activation: ``relu``, or gated (SwiGLU: ``h``'s first half the gate)."""
+    if not gated:
+        return torch.relu(h)
+    gate, up = h.chunk(2, dim=1)
+    return torch.nn.functional.silu(gate) * up
+
+
+def _torch_layer(x, ids, weights, w1, w2, experts: int, group, gated: bool) -> torch.Tensor:
     """The layer with torch.distributed and a matmul loop (host-read split sizes)."""
     W = dist.get_world_size(group)
     local = experts // W
@@ -214,7 +223,7 @@ def _torch_layer(x, ids, weights, w1, w2, experts: int, group) -> torch.Tensor:
     y = torch.empty_like(grouped)
     lo = 0
     for e, n in enumerate(per_expert):
-        y[lo:lo + n] = torch.relu(grouped[lo:lo + n] @ w1[e]) @ w2[e]
+        y[lo:lo + n] = _act(grouped[lo:lo + n] @ w1[e], gated) @ w2[e]
         lo += n
     back_in = torch.empty_like(y)
     back_in[perm] = y
@@ -226,7 +235,8 @@ def _torch_layer(x, ids, weights, w1, w2, experts: int, group) -> torch.Tensor:
 
 
 def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rounds: int,
-                iters: int, warmup: int, profile: bool = False) -> list[dict]:
+                iters: int, warmup: int, profile: bool = False,
+                gated: bool = False) -> list[dict]:
     from ditron.runtime.world import current
 
     rt = current()
@@ -237,20 +247,21 @@ def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rou
     ids = _routing(tokens, experts, topk, dev, gen)
     weights = torch.rand(tokens, topk, generator=gen).to(dev)
     x = torch.randn(tokens, hidden, generator=gen).to(dev, dtype)
-    w1 = (torch.randn(local, hidden, ffn, generator=gen) / hidden ** 0.5).to(dev, dtype)
+    width = 2 * ffn if gated else ffn
+    w1 = (torch.randn(local, hidden, width, generator=gen) / hidden ** 0.5).to(dev, dtype)
     w2 = (torch.randn(local, ffn, hidden, generator=gen) / ffn ** 0.5).to(dev, dtype)
     group = rt.groups.device
 
     def ditron_layer(method: str = "auto"):
         d = ditron.ops.moe_dispatch(x, ids, experts)
         r = d.mean_rows_per_expert
-        h = torch.relu(ditron.ops.grouped_gemm(d.x, w1, d.expert_offsets, method=method,
-                                               rows_per_group=r))
+        h = _act(ditron.ops.grouped_gemm(d.x, w1, d.expert_offsets, method=method,
+                                         rows_per_group=r), gated)
         y = ditron.ops.grouped_gemm(h, w2, d.expert_offsets, method=method, rows_per_group=r)
         return ditron.ops.moe_combine(y, d, weights)
 
     def torch_layer():
-        return _torch_layer(x, ids, weights, w1, w2, experts, group)
+        return _torch_layer(x, ids, weights, w1, w2, experts, group, gated)
 
     got, ref = ditron_layer(), torch_layer()
     err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max().clamp(min=1e-6))
@@ -275,7 +286,7 @@ def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rou
         print(f"ditron layer, {tokens} tokens: GPU time by kernel", flush=True)
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15), flush=True)
     row = {"part": "layer", "tokens": tokens, "hidden": hidden, "ffn": ffn,
-           "experts": experts, "topk": topk, "world_size": W,
+           "experts": experts, "topk": topk, "world_size": W, "gated": gated,
            "max_rel_err": agreed_median([float(err)])}
     for name, times in samples.items():
         row[name] = agreed_median(times)
@@ -341,7 +352,8 @@ def _measure(args) -> list[dict]:
     if "layer" in args.parts:
         for tokens in args.layer_tokens:
             rows += _layer_rows(tokens, args.hidden, args.ffn, args.experts, args.topk,
-                                args.rounds, args.iters, args.warmup, args.profile)
+                                args.rounds, args.iters, args.warmup, args.profile,
+                                args.gated)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     for row in rows:
         row["device"] = name
@@ -363,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--sweep", action="store_true", help="time other tile configs too")
+    p.add_argument("--gated", action="store_true",
+                   help="layer rows: SwiGLU experts (w1 twice as wide; silu(gate) * up)")
     p.add_argument("--profile", action="store_true",
                    help="print the ditron layer's GPU time by kernel (torch.profiler)")
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
@@ -400,8 +414,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['unfused']:9.1f}  plain {row['plain']:9.1f} us  fused speed-up "
                   f"{row['speedup']:.3f}x  (same result: {row['same_result']})")
         else:
-            print(f"layer T {row['tokens']:5d} H {row['hidden']} F {row['ffn']} "
-                  f"E {row['experts']} top{row['topk']} W {row['world_size']}  ditron "
+            print(f"layer T {row['tokens']:5d} H {row['hidden']} F {row['ffn']}"
+                  f"{' SwiGLU' if row['gated'] else ''} E {row['experts']} top{row['topk']} "
+                  f"W {row['world_size']}  ditron "
                   f"{row['ditron']:9.1f}  torch {row['torch']:9.1f} us  speed-up "
                   f"{row['speedup']:.3f}x" + (f"  graph {row['ditron_graph']:9.1f} us "
                                               f"({row['speedup_graph']:.3f}x)"
