@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -174,7 +174,8 @@ class ExpertParallelMLP(torch.nn.Module):
                           self.num_experts, max_tokens, self.max_recv_rows)
 
     @classmethod
-    def from_experts(cls, experts, **kwargs) -> ExpertParallelMLP:
+    def from_experts(cls, experts: Sequence[Sequence[torch.nn.Linear]],
+                     **kwargs) -> ExpertParallelMLP:
         """This rank's block of ``experts``, all ``E`` of a model's experts (the same on
         every rank), each ``(up, down)`` or, gated, ``(gate, up, down)``: ``nn.Linear``
         modules without bias, ``up`` / ``gate`` ``hidden -> ffn`` and ``down`` ``ffn ->
