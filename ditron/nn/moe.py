@@ -70,8 +70,9 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
 
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                  rows_per_group: float | None = None) -> torch.Tensor:
-    """:func:`ditron.ops.grouped_gemm`, differentiable in ``x`` and ``w`` (the gradient of
-    ``x``'s rows outside the groups is zero)."""
+    """:func:`ditron.ops.grouped_gemm` (``rows_per_group`` as there; the input gradient's
+    GEMM takes it too), differentiable in ``x`` and ``w`` (the gradient of ``x``'s rows
+    outside the groups is zero)."""
     return _ditron.grouped_gemm(x, w, offsets, "auto", rows_per_group)
 
 
