@@ -515,10 +515,12 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
     return checks
 
 
-def _pull_marks_case(m: int, K: int, N: int, chunks: int) -> list[tuple[int, int]]:
-    """The pulled GEMM-RS where the engine's waits spin (always on the CPU backend): what
-    each ``issue`` of its copy engine carried, as (transfers, index of the mark it starts
-    after; 0 is the call's first mark)."""
+def _pull_marks_case(m: int, K: int, N: int,
+                     chunks: int) -> tuple[bool, list[tuple[int, int]]]:
+    """The pulled GEMM-RS: whether the engine's waits spin, and what each ``issue`` of its
+    copy engine carried, as (transfers, index of the mark it starts after; 0 is the
+    call's first mark)."""
+    from ditron.engines.sync import use_stream_memops
     from ditron.ops import exchange
 
     poison_empty()
@@ -547,20 +549,22 @@ def _pull_marks_case(m: int, K: int, N: int, chunks: int) -> list[tuple[int, int
                _sum(a.double() @ b.double())[rank * m:(rank + 1) * m], torch.float32)
     finally:
         del engine.mark, engine.issue
-    return issued
+    return not use_stream_memops(), issued
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_pulled_gemm_rs_starts_spinning_waits_after_the_matching_gemm(backend, world_size):
-    # one issue per pull; the pull of chunk i from the peer of step s starts after the mark
-    # taken after this rank's own step-s GEMM of chunk i (marks: one per GEMM in compute
-    # order, step by step, chunk by chunk; the first one is also where the call's pulls
-    # start)
+    # where the engine's waits spin (the CPU backend; CUDA in debug mode): one issue per
+    # pull; the pull of chunk i from the peer of step s starts after the mark taken after
+    # this rank's own step-s GEMM of chunk i (marks: one per GEMM in compute order, step by
+    # step, chunk by chunk; the first one is also where the call's pulls start). Where they
+    # are stream memory operations (CUDA): one issue per chunk, all after the first mark.
     chunks = 2
-    expected = [(1, (s - 1) * chunks + i) for i in range(chunks)
-                for s in range(1, world_size)]
-    assert ditron.launch(_pull_marks_case, world_size, 10, 16, 24, chunks,
-                         backend=backend) == [expected] * world_size
+    spinning = [(1, (s - 1) * chunks + i) for i in range(chunks) for s in range(1, world_size)]
+    streamed = [(world_size - 1, 0)] * chunks
+    got = ditron.launch(_pull_marks_case, world_size, 10, 16, 24, chunks, backend=backend)
+    assert got == [(spins, spinning if spins else streamed) for spins, _ in got]
+    assert all(spins for spins, _ in got) or backend != "cpu"
 
 
 def _pulled_case(m: int, K: int, N: int, reps: int) -> int:
