@@ -52,6 +52,13 @@ from .workspaces import alloc_buffers, cached
 GPU_SENDERS = 128
 MIN_SENDERS = 16
 SENDERS_CPU = 2
+#: the rows' copy tiles (``_move_rows``): bytes a tile moves, and at most this many
+#: elements of a row per tile (a tile takes several rows of a short row), by backend
+TILE_BYTES = {"cuda": 16384, "cpu": 16384}
+TILE_COLS = {"cuda": 1024, "cpu": 4096}
+#: programs per SM of the finishing copy, and warps of both copy kernels (GPU)
+FINISH_PER_SM = 2
+COPY_WARPS = 4
 
 
 @triton.jit
@@ -80,9 +87,34 @@ def _splits_kernel(splits, mat, pad, epoch_ptr, first, count, ctx, WB: tl.conste
 
 
 @triton.jit
-def _data_kernel(x, x_rows, index, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_rows, ctx,
-                 BLOCK: tl.constexpr, WB: tl.constexpr, INDEXED: tl.constexpr):
-    q = tl.program_id(0)
+def _move_rows(dst, dst_first, src, src_first, src_rows, index, rows, row, peer, ctx,
+               R: tl.constexpr, BC: tl.constexpr, INDEXED: tl.constexpr):
+    """This program's share of ``dst[dst_first + i] = src[s]`` for ``i < rows``, ``s =
+    index[i]`` (``INDEXED``; rows with ``s`` outside ``[0, src_rows)`` are skipped) or
+    ``src_first + i``; rows of ``row`` elements, ``dst`` in ``peer``'s heap. Work items
+    are tiles of ``R`` rows by ``BC`` elements dealt round-robin over the programs of axis
+    0: many bytes in flight per program, whatever the row length."""
+    col_tiles = tl.cdiv(row, BC)
+    for item in range(tl.program_id(0), tl.cdiv(rows, R) * col_tiles, tl.num_programs(0)):
+        i = (item // col_tiles) * R + tl.arange(0, R)
+        cols = (item % col_tiles) * BC + tl.arange(0, BC)
+        ok = i < rows
+        if INDEXED:
+            s = tl.load(index + i, mask=ok, other=-1)
+            ok = ok & (s >= 0) & (s < src_rows)
+        else:
+            s = src_first + i
+        mask = ok[:, None] & (cols < row)[None, :]
+        v = tl.load(src + s.to(tl.int64)[:, None] * row + cols[None, :], mask=mask)
+        dl.store(dst + (dst_first + i).to(tl.int64)[:, None] * row + cols[None, :], v, peer,
+                 ctx, mask=mask)
+
+
+@triton.jit
+def _data_kernel(x, x_rows, x_len, index, inbox, inbox_stride, mat, pad, epoch_ptr, row,
+                 cap_rows, ctx, R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr,
+                 INDEXED: tl.constexpr):
+    q = tl.program_id(1)
     me = ctx.rank
     w = ctx.world_size
     epoch = tl.load(epoch_ptr)
@@ -96,28 +128,21 @@ def _data_kernel(x, x_rows, index, inbox, inbox_stride, mat, pad, epoch_ptr, row
     rows = tl.sum(tl.where(offs == q, line, 0))
     rows = tl.minimum(rows, tl.maximum(cap_rows - dst_rows, 0))
     rows = tl.minimum(rows, tl.maximum(x_rows - src_rows, 0))
-    # every program (q, p) adds 1 to q's "data ready" counter, which reaches epoch * P once
+    if INDEXED:  # send row i is x[index[i]]
+        _move_rows(inbox_h, dst_rows, x, 0, x_len, index + src_rows, rows, row, q, ctx, R, BC,
+                   True)
+    else:
+        _move_rows(inbox_h, dst_rows, x, src_rows, x_len, index, rows, row, q, ctx, R, BC,
+                   False)
+    # every program (p, q) adds 1 to q's "data ready" counter, which reaches epoch * P once
     # all P programs of this call are done
-    p = tl.program_id(1)
-    if INDEXED:  # program p moves rows p, p + P, ... for q, send row i read from x[index[i]]
-        for i in range(p, rows, tl.num_programs(1)):
-            src = tl.load(index + src_rows + i)
-            dl.put(inbox_h + (dst_rows + i) * row, x + src * row, row, q, ctx, BLOCK)
-    else:  # program p moves slice p of the elements for q
-        total = rows * row
-        chunk = tl.cdiv(tl.cdiv(total, tl.num_programs(1)), BLOCK) * BLOCK
-        lo = p * chunk
-        n = tl.maximum(tl.minimum(chunk, total - lo), 0)
-        dl.put(inbox_h + dst_rows * row + lo, x + src_rows * row + lo, n, q, ctx, BLOCK)
     dl.notify(pad + w + me, 1, q, ctx, op="add")
 
 
 @triton.jit
 def _finish_kernel(out, out_splits, index, inbox, inbox_stride, mat, pad, epoch_ptr, row,
-                   cap_rows, first, count, senders, ctx, BLOCK: tl.constexpr, WB: tl.constexpr,
-                   INDEXED: tl.constexpr):
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
+                   cap_rows, first, count, senders, ctx, R: tl.constexpr, BC: tl.constexpr,
+                   WB: tl.constexpr, INDEXED: tl.constexpr):
     me = ctx.rank
     w = ctx.world_size
     epoch = tl.load(epoch_ptr)
@@ -127,21 +152,10 @@ def _finish_kernel(out, out_splits, index, inbox, inbox_stride, mat, pad, epoch_
     col = tl.load(mat + (epoch % 2) * w * w + offs * w + me, mask=offs < w, other=0)
     came = tl.minimum(tl.sum(col), cap_rows)  # only the rows that came
     if INDEXED:  # out row r = received row index[r], when that row came
-        for r in range(pid, cap_rows, nprog):
-            src = tl.load(index + r)
-            if (src >= 0) & (src < came):
-                for c in range(0, row, BLOCK):
-                    offs_e = c + tl.arange(0, BLOCK)
-                    tl.store(out + tl.cast(r, tl.int64) * row + offs_e,
-                             tl.load(inbox_h + src * row + offs_e, mask=offs_e < row),
-                             mask=offs_e < row)
+        _move_rows(out, 0, inbox_h, 0, came, index, cap_rows, row, me, ctx, R, BC, True)
     else:
-        numel = came * row
-        for start in range(pid * BLOCK, numel, nprog * BLOCK):
-            offs_e = start + tl.arange(0, BLOCK)
-            tl.store(out + offs_e, tl.load(inbox_h + offs_e, mask=offs_e < numel),
-                     mask=offs_e < numel)
-    if pid == 0:
+        _move_rows(out, 0, inbox_h, 0, came, index, came, row, me, ctx, R, BC, False)
+    if tl.program_id(0) == 0:
         tl.store(out_splits + offs, col, mask=offs < w)
 
 
@@ -231,6 +245,13 @@ def _new_workspace(tag: str, cols: int, slots: int,
     return _Workspace(mat, bufs.tensors[1] if inbox is not None else None, pad, epoch, tag)
 
 
+def _tile(backend: str, row: int, itemsize: int) -> tuple[int, int]:
+    """``(R, BC)`` of the copy tiles for rows of ``row`` elements of ``itemsize`` bytes:
+    ``BC`` a power of two up to ``TILE_COLS``, ``R`` rows filling ``TILE_BYTES``."""
+    bc = min(next_power_of_2(max(row, 1)), TILE_COLS[backend])
+    return max(1, TILE_BYTES[backend] // (bc * itemsize)), bc
+
+
 def _check_waits() -> None:
     """Raise a wait that timed out in this call's kernels (debug mode and the CPU backend;
     not while capturing)."""
@@ -312,23 +333,26 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     node = rt.topo.node_ranks()
     xc = x.contiguous()
     cpu = rt.world.backend == "cpu"
-    block = 4096 if cpu else 2048
+    r, bc = _tile(rt.world.backend, row, x.element_size())
+    warps = 4 if cpu else COPY_WARPS
     splits = splits.to(torch.int64).contiguous()
     _FAST_SPLITS[(1,)](splits, ws.mat, ws.pad, ws.epoch, node.start, len(node), ctx, WB=wb)
     senders = SENDERS_CPU if cpu else max(MIN_SENDERS, GPU_SENDERS // w)
     send_rows = x.shape[0] if send_index is None else send_index.shape[0]
-    _FAST_DATA[(w, senders)](xc, send_rows, splits if send_index is None else send_index,
+    _FAST_DATA[(senders, w)](xc, send_rows, x.shape[0],
+                             splits if send_index is None else send_index,
                              ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
-                             max_out_rows, ctx, BLOCK=block, WB=wb,
-                             INDEXED=send_index is not None)
+                             max_out_rows, ctx, R=r, BC=bc, WB=wb,
+                             INDEXED=send_index is not None, num_warps=warps)
     out = torch.empty((max_out_rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
     out_splits = torch.empty(w, dtype=torch.int64, device=x.device)
-    numel = max_out_rows * row
-    programs = 1 if cpu else max(1, min(sm_count(x.device), cdiv(numel, block)))
+    tiles = cdiv(max_out_rows, r) * cdiv(row, bc)
+    programs = 1 if cpu else max(1, min(FINISH_PER_SM * sm_count(x.device), tiles))
     _FAST_FINISH[(programs,)](out, out_splits, splits if recv_index is None else recv_index,
                               ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
                               max_out_rows, node.start, len(node), senders, ctx,
-                              BLOCK=block, WB=wb, INDEXED=recv_index is not None)
+                              R=r, BC=bc, WB=wb, INDEXED=recv_index is not None,
+                              num_warps=warps)
     _FAST_ACK[(1,)](ws.pad, ws.epoch, node.start, len(node), ctx)
     _check_waits()
     return (out if out.dtype == dtype else out.view(dtype)), out_splits

@@ -578,12 +578,20 @@ def test_all_to_all_device_splits(world_size):
     assert all(c == 7 for c in counts)
 
 
-def check_all_to_all_device_indexed(calls: int = 6) -> int:
+def check_all_to_all_device_indexed(calls: int = 6,
+                                    tile: tuple[int, int] | None = None) -> int:
     """``send_index`` / ``recv_index`` against ``x[send_index]`` sent by
     ``dist.all_to_all_single`` and then indexed by ``recv_index``: rows of ``x`` sent twice
     or never, an index longer than the splits use, ``recv_index`` with negative, too large
     and repeated entries; both, either one alone (calls rotate), four dtypes (int16 rows
-    travel widened), int32 and int64 indices, and a capacity that drops rows last."""
+    travel widened), int32 and int64 indices, and a capacity that drops rows last.
+    ``tile``: the copy tiles' ``(bytes, columns)`` on this backend (small ones cut the
+    20-element rows into partial tiles of rows and of columns)."""
+    from ditron.ops import a2a_device
+
+    if tile is not None:
+        backend = ditron.world().backend
+        a2a_device.TILE_BYTES[backend], a2a_device.TILE_COLS[backend] = tile
     poison_empty()
     w, me = ditron.world().world_size, ditron.world().rank
     dev = ditron.world().device
@@ -595,10 +603,10 @@ def check_all_to_all_device_indexed(calls: int = 6) -> int:
             ins[(me + it) % w] = 0
         s = int(ins.sum())
         if it % 3 == 2:  # recv_index alone: x holds the rows sent
-            x = torch.randn(s, 4, 4, generator=g).mul(100).to(dtype)
+            x = torch.randn(s, 4, 5, generator=g).mul(100).to(dtype)
             sent = x
         else:
-            x = torch.randn(3 + it, 4, 4, generator=g).mul(100).to(dtype)
+            x = torch.randn(3 + it, 4, 5, generator=g).mul(100).to(dtype)
             send_index = torch.randint(0, x.shape[0], (s + 2,), generator=g)
             sent = x[send_index[:s]]
         outs, ref = _a2a_ref(sent.float(), ins)
@@ -612,7 +620,7 @@ def check_all_to_all_device_indexed(calls: int = 6) -> int:
             kw["recv_index"] = recv_index.to(dev)
         out, out_splits = ditron.ops.all_to_all_device(x.to(dev), ins.to(dev), cap, **kw)
         out, out_splits = out.cpu(), out_splits.cpu()
-        assert out.shape == (cap, 4, 4) and out.dtype == dtype
+        assert out.shape == (cap, 4, 5) and out.dtype == dtype
         assert torch.equal(out_splits, outs), (out_splits, outs)
         if "recv_index" in kw:
             valid = (recv_index >= 0) & (recv_index < kept)
@@ -641,6 +649,14 @@ def check_all_to_all_device_indexed(calls: int = 6) -> int:
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_all_to_all_device_fused_gathers(world_size):
     counts = ditron.launch(check_all_to_all_device_indexed, world_size, backend="cpu")
+    assert counts == [6] * world_size
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_all_to_all_device_fused_gathers_in_small_tiles(world_size):
+    # 64-byte tiles of at most 8 columns: fp32 rows of 20 in 2-row tiles of 8, 8 and 4
+    counts = ditron.launch(check_all_to_all_device_indexed, world_size, 6, (64, 8),
+                           backend="cpu")
     assert counts == [6] * world_size
 
 
