@@ -15,6 +15,7 @@ Variants ``bytes:cols:senders:finish_per_sm:warps`` (``0``: the module's default
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 
@@ -39,53 +40,61 @@ def _apply(variant: str, defaults: dict) -> None:
 
 def _measure(args) -> list[dict]:
     from ditron.ops import a2a_device as a2a
-    from ditron.tune.tuner import time_calls
 
-    dev = ditron.world().device
     defaults = {"bytes": a2a.TILE_BYTES["cuda"], "cols": a2a.TILE_COLS["cuda"],
                 "senders": a2a.GPU_SENDERS, "per_sm": a2a.FINISH_PER_SM,
                 "warps": a2a.COPY_WARPS}
     rows = []
-
-    def med(fn) -> float:
-        return statistics.median(time_calls(fn, args.warmup, args.iters, dev, batch=4))
-
     for ci, tokens in enumerate(args.tokens):
-        g = torch.Generator(device=dev).manual_seed(tokens)
-        x = torch.randn(tokens, args.hidden, device=dev, dtype=torch.bfloat16, generator=g)
-        ids = torch.randint(0, args.experts, (tokens, args.topk), device=dev, generator=g)
-        weights = torch.rand(tokens, args.topk, device=dev, generator=g)
-        n = tokens * args.topk
-        send_index = torch.sort(ids.reshape(-1), stable=True).indices // args.topk
-        splits = torch.tensor([n], device=dev)
-        big = torch.empty(n, args.hidden, device=dev, dtype=torch.bfloat16)
-        pass_bytes = 2 * n * args.hidden * 2  # one pass reads and writes the rows
-        ref = x.index_select(0, send_index)
-        base = {"tokens": tokens, "rows": n, "hidden": args.hidden,
-                "torch_index_select": med(lambda: x.index_select(0, send_index)),
-                "copy": med(lambda: big.copy_(ref))}
-        for vi, variant in enumerate(args.variants):
-            _apply(variant, defaults)
-            cap = n + 1 + vi + ci * 64  # a workspace of its own (the senders count differs)
-            out, _ = ditron.ops.all_to_all_device(x, splits, cap, send_index=send_index)
-            assert torch.equal(out[:n], ref), variant
-            recv = torch.arange(cap, device=dev)
-            a2a_us = med(lambda: ditron.ops.all_to_all_device(
-                x, splits, cap, send_index=send_index, recv_index=recv))
-            d = ditron.ops.moe_dispatch(x, ids, args.experts)
-            y = d.x
-            row = dict(base, variant=variant, a2a=a2a_us,
-                       dispatch=med(lambda: ditron.ops.moe_dispatch(x, ids, args.experts)),
-                       combine=med(lambda: ditron.ops.moe_combine(y, d, weights)))
-            row["a2a_pass_GBps"] = 2 * pass_bytes / row["a2a"] / 1e3
-            row["copy_GBps"] = pass_bytes / row["copy"] / 1e3
-            rows.append(row)
-            print(f"T {tokens:5d} rows {n:6d} {variant:24s} a2a {row['a2a']:8.1f} us "
-                  f"({row['a2a_pass_GBps']:6.0f} GB/s a pass)  dispatch {row['dispatch']:8.1f}"
-                  f"  combine {row['combine']:8.1f}  | index_select "
-                  f"{row['torch_index_select']:8.1f}  copy {row['copy']:8.1f} "
-                  f"({row['copy_GBps']:5.0f} GB/s)", flush=True)
-        _apply("0:0:0:0:0", defaults)
+        rows += _case(args, tokens, ci * 64, defaults)
+    return rows
+
+
+def _case(args, tokens: int, cap_shift: int, defaults: dict) -> list[dict]:
+    """The rows of one token count: the baselines, then each variant."""
+    from ditron.tune.tuner import time_calls
+
+    dev = ditron.world().device
+
+    def med(fn, *a, **kw) -> float:
+        return statistics.median(time_calls(functools.partial(fn, *a, **kw), args.warmup,
+                                            args.iters, dev, batch=4))
+
+    g = torch.Generator(device=dev).manual_seed(tokens)
+    x = torch.randn(tokens, args.hidden, device=dev, dtype=torch.bfloat16, generator=g)
+    ids = torch.randint(0, args.experts, (tokens, args.topk), device=dev, generator=g)
+    weights = torch.rand(tokens, args.topk, device=dev, generator=g)
+    n = tokens * args.topk
+    send_index = torch.sort(ids.reshape(-1), stable=True).indices // args.topk
+    splits = torch.tensor([n], device=dev)
+    big = torch.empty(n, args.hidden, device=dev, dtype=torch.bfloat16)
+    pass_bytes = 2 * n * args.hidden * 2  # one pass reads and writes the rows
+    ref = x.index_select(0, send_index)
+    base = {"tokens": tokens, "rows": n, "hidden": args.hidden,
+            "torch_index_select": med(x.index_select, 0, send_index),
+            "copy": med(big.copy_, ref)}
+    rows = []
+    for vi, variant in enumerate(args.variants):
+        _apply(variant, defaults)
+        cap = n + 1 + vi + cap_shift  # a workspace of its own (the senders count differs)
+        out, _ = ditron.ops.all_to_all_device(x, splits, cap, send_index=send_index)
+        assert torch.equal(out[:n], ref), variant
+        recv = torch.arange(cap, device=dev)
+        d = ditron.ops.moe_dispatch(x, ids, args.experts)
+        row = dict(base, variant=variant,
+                   a2a=med(ditron.ops.all_to_all_device, x, splits, cap,
+                           send_index=send_index, recv_index=recv),
+                   dispatch=med(ditron.ops.moe_dispatch, x, ids, args.experts),
+                   combine=med(ditron.ops.moe_combine, d.x, d, weights))
+        row["a2a_pass_GBps"] = 2 * pass_bytes / row["a2a"] / 1e3
+        row["copy_GBps"] = pass_bytes / row["copy"] / 1e3
+        rows.append(row)
+        print(f"T {tokens:5d} rows {n:6d} {variant:24s} a2a {row['a2a']:8.1f} us "
+              f"({row['a2a_pass_GBps']:6.0f} GB/s a pass)  dispatch {row['dispatch']:8.1f}"
+              f"  combine {row['combine']:8.1f}  | index_select "
+              f"{row['torch_index_select']:8.1f}  copy {row['copy']:8.1f} "
+              f"({row['copy_GBps']:5.0f} GB/s)", flush=True)
+    _apply("0:0:0:0:0", defaults)
     return rows
 
 
