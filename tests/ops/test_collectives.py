@@ -882,6 +882,8 @@ def test_all_to_all_device_cuda_two_ranks():
     assert all(c == 7 for c in counts)
     counts = ditron.launch(check_all_to_all_device_indexed, 2, backend="cuda")
     assert counts == [6, 6]
+    counts = ditron.launch(check_all_to_all_device_indexed, 2, 6, (64, 8), backend="cuda")
+    assert counts == [6, 6]
 
 
 def _a2a_device_graph() -> int:
