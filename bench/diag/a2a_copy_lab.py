@@ -90,7 +90,7 @@ def _case(args, tokens: int, cap_shift: int, defaults: dict) -> list[dict]:
         row["copy_GBps"] = pass_bytes / row["copy"] / 1e3
         rows.append(row)
         del d
-        ditron.ops.release_workspaces()  # each variant's inbox is ~2 GB of the heap
+        ditron.ops.collectives.release_workspaces()  # each variant's inbox is ~2 GB of the heap
         print(f"T {tokens:5d} rows {n:6d} {variant:24s} a2a {row['a2a']:8.1f} us "
               f"({row['a2a_pass_GBps']:6.0f} GB/s a pass)  dispatch {row['dispatch']:8.1f}"
               f"  combine {row['combine']:8.1f}  | index_select "
