@@ -49,7 +49,7 @@ from .workspaces import alloc_buffers, cached
 #: programs per destination in ``_data_kernel`` on a GPU: ``GPU_SENDERS // W``, at least
 #: ``MIN_SENDERS`` (a function of the world size only: every rank must count the same, as the
 #: "data ready" counters' targets depend on it)
-GPU_SENDERS = 128
+GPU_SENDERS = 256
 MIN_SENDERS = 16
 SENDERS_CPU = 2
 #: the rows' copy tiles (``_move_rows``): bytes a tile moves, and at most this many
