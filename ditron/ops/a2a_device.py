@@ -12,12 +12,14 @@ Protocol (four stream-ordered launches; ``e`` = the workspace's device epoch, ``
    ``e - 2`` (slot ``ack[q] >= e - 2``: they finished reading half ``h``), writes its split
    row into every peer's split matrix ``mat[h]`` and raises ``splits[me]`` there; waits for
    every peer's row;
-2. ``_data_kernel`` (``P`` programs per destination ``q``, each a slice of the rows)
-   stores its rows for ``q`` at the offset the matrix gives into ``q``'s ``inbox[h]``; each
-   program adds 1 to ``data[me]`` there (a counter: ``e * P`` once call ``e`` is complete);
+2. ``_data_kernel`` (``P`` programs per destination ``q``, each a share of the rows)
+   stores its rows for ``q != me`` at the offset the matrix gives into ``q``'s
+   ``inbox[h]``; each program adds 1 to ``data[me]`` there (a counter: ``e * P`` once call
+   ``e`` is complete);
 3. ``_finish_kernel`` waits until every peer's ``data`` slot reaches ``e * P`` and copies
-   the rows that came (``inbox[h]``, up to the capacity) and this rank's column of
-   ``mat[h]`` out;
+   the rows that came (up to the capacity) out: the peers' from ``inbox[h]``, my own
+   straight from ``x`` (one pass over them, not two), and this rank's column of
+   ``mat[h]``;
 4. ``_ack_kernel`` raises ``ack[me]`` on every peer.
 
 :func:`exchange_counts` (MoE routing counts: a small integer row per peer) runs the same
@@ -111,6 +113,57 @@ def _move_rows(dst, dst_first, src, src_first, src_rows, index, rows, row, peer,
 
 
 @triton.jit
+def _collect_rows(out, inbox, x, send_index, recv_index, rows, came, own_lo, own_n, own_src,
+                  x_len, row, R: tl.constexpr, BC: tl.constexpr, RECV_INDEXED: tl.constexpr,
+                  SEND_INDEXED: tl.constexpr):
+    """This program's share of ``out[r] = received row j`` for ``r < rows``, ``j =
+    recv_index[r]`` (``RECV_INDEXED``) or ``r``, where ``j < came``: rows
+    ``own_lo .. own_lo + own_n - 1`` are this rank's own send rows ``own_src ..``, read
+    from ``x`` (through ``send_index`` with ``SEND_INDEXED``) in place of the inbox, which
+    they never entered; tiles as in :func:`_move_rows`."""
+    col_tiles = tl.cdiv(row, BC)
+    for item in range(tl.program_id(0), tl.cdiv(rows, R) * col_tiles, tl.num_programs(0)):
+        r = (item // col_tiles) * R + tl.arange(0, R)
+        cols = (item % col_tiles) * BC + tl.arange(0, BC)
+        ok = r < rows
+        if RECV_INDEXED:
+            j = tl.load(recv_index + r, mask=ok, other=-1)
+        else:
+            j = r
+        ok = ok & (j >= 0) & (j < came)
+        own = ok & (j >= own_lo) & (j < own_lo + own_n)
+        if SEND_INDEXED:
+            s = tl.load(send_index + own_src + j - own_lo, mask=own, other=-1)
+            own = own & (s >= 0) & (s < x_len)
+        else:
+            s = own_src + j - own_lo
+        ok = ok & ((j < own_lo) | (j >= own_lo + own_n) | own)
+        in_cols = (cols < row)[None, :]
+        v = tl.load(inbox + j.to(tl.int64)[:, None] * row + cols[None, :],
+                    mask=(ok & ~own)[:, None] & in_cols)
+        v = tl.where(own[:, None], tl.load(x + s.to(tl.int64)[:, None] * row + cols[None, :],
+                                           mask=own[:, None] & in_cols), v)
+        tl.store(out + r.to(tl.int64)[:, None] * row + cols[None, :], v,
+                 mask=ok[:, None] & in_cols)
+
+
+@triton.jit
+def _placement(mat_h, me, q, x_rows, cap_rows, w, WB: tl.constexpr):
+    """Where my rows for rank ``q`` go: ``(dst_first, src_first, rows)``, the first row of
+    ``q``'s inbox they take, the first of my send rows, and how many (cut to ``q``'s
+    capacity and to my ``x_rows`` send rows)."""
+    offs = tl.arange(0, WB)
+    col = tl.load(mat_h + offs * w + q, mask=offs < w, other=0)
+    dst_first = tl.sum(tl.where(offs < me, col, 0))
+    line = tl.load(mat_h + me * w + offs, mask=offs < w, other=0)
+    src_first = tl.sum(tl.where(offs < q, line, 0))
+    rows = tl.sum(tl.where(offs == q, line, 0))
+    rows = tl.minimum(rows, tl.maximum(cap_rows - dst_first, 0))
+    rows = tl.minimum(rows, tl.maximum(x_rows - src_first, 0))
+    return dst_first, src_first, rows
+
+
+@triton.jit
 def _data_kernel(x, x_rows, x_len, index, inbox, inbox_stride, mat, pad, epoch_ptr, row,
                  cap_rows, ctx, R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr,
                  INDEXED: tl.constexpr):
@@ -120,41 +173,37 @@ def _data_kernel(x, x_rows, x_len, index, inbox, inbox_stride, mat, pad, epoch_p
     epoch = tl.load(epoch_ptr)
     mat_h = mat + (epoch % 2) * w * w
     inbox_h = inbox + (epoch % 2) * inbox_stride
-    offs = tl.arange(0, WB)
-    col = tl.load(mat_h + offs * w + q, mask=offs < w, other=0)
-    dst_rows = tl.sum(tl.where(offs < me, col, 0))
-    line = tl.load(mat_h + me * w + offs, mask=offs < w, other=0)
-    src_rows = tl.sum(tl.where(offs < q, line, 0))
-    rows = tl.sum(tl.where(offs == q, line, 0))
-    rows = tl.minimum(rows, tl.maximum(cap_rows - dst_rows, 0))
-    rows = tl.minimum(rows, tl.maximum(x_rows - src_rows, 0))
-    if INDEXED:  # send row i is x[index[i]]
-        _move_rows(inbox_h, dst_rows, x, 0, x_len, index + src_rows, rows, row, q, ctx, R, BC,
-                   True)
-    else:
-        _move_rows(inbox_h, dst_rows, x, src_rows, x_len, index, rows, row, q, ctx, R, BC,
-                   False)
+    dst_first, src_first, rows = _placement(mat_h, me, q, x_rows, cap_rows, w, WB)
+    if q != me:  # my rows for myself skip the inbox: _finish_kernel reads them from x
+        if INDEXED:  # send row i is x[index[i]]
+            _move_rows(inbox_h, dst_first, x, 0, x_len, index + src_first, rows, row, q, ctx,
+                       R, BC, True)
+        else:
+            _move_rows(inbox_h, dst_first, x, src_first, x_len, index, rows, row, q, ctx, R,
+                       BC, False)
     # every program (p, q) adds 1 to q's "data ready" counter, which reaches epoch * P once
     # all P programs of this call are done
     dl.notify(pad + w + me, 1, q, ctx, op="add")
 
 
 @triton.jit
-def _finish_kernel(out, out_splits, index, inbox, inbox_stride, mat, pad, epoch_ptr, row,
-                   cap_rows, first, count, senders, ctx, R: tl.constexpr, BC: tl.constexpr,
-                   WB: tl.constexpr, INDEXED: tl.constexpr):
+def _finish_kernel(out, out_splits, recv_index, x, x_rows, x_len, send_index, inbox,
+                   inbox_stride, mat, pad, epoch_ptr, row, cap_rows, first, count, senders, ctx,
+                   R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr,
+                   RECV_INDEXED: tl.constexpr, SEND_INDEXED: tl.constexpr):
     me = ctx.rank
     w = ctx.world_size
     epoch = tl.load(epoch_ptr)
     wait_range(pad, w, first, count, me, epoch * senders, ctx)
-    inbox_h = inbox + (epoch % 2) * inbox_stride
+    mat_h = mat + (epoch % 2) * w * w
     offs = tl.arange(0, WB)
-    col = tl.load(mat + (epoch % 2) * w * w + offs * w + me, mask=offs < w, other=0)
+    col = tl.load(mat_h + offs * w + me, mask=offs < w, other=0)
     came = tl.minimum(tl.sum(col), cap_rows)  # only the rows that came
-    if INDEXED:  # out row r = received row index[r], when that row came
-        _move_rows(out, 0, inbox_h, 0, came, index, cap_rows, row, me, ctx, R, BC, True)
-    else:
-        _move_rows(out, 0, inbox_h, 0, came, index, came, row, me, ctx, R, BC, False)
+    own_lo, own_src, own_n = _placement(mat_h, me, me, x_rows, cap_rows, w, WB)
+    # out row r = received row recv_index[r] (or r), when that row came
+    _collect_rows(out, inbox + (epoch % 2) * inbox_stride, x, send_index, recv_index,
+                  cap_rows if RECV_INDEXED else came, came, own_lo, own_n, own_src, x_len, row,
+                  R, BC, RECV_INDEXED, SEND_INDEXED)
     if tl.program_id(0) == 0:
         tl.store(out_splits + offs, col, mask=offs < w)
 
@@ -349,10 +398,12 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     tiles = cdiv(max_out_rows, r) * cdiv(row, bc)
     programs = 1 if cpu else max(1, min(FINISH_PER_SM * sm_count(x.device), tiles))
     _FAST_FINISH[(programs,)](out, out_splits, splits if recv_index is None else recv_index,
+                              xc, send_rows, x.shape[0],
+                              splits if send_index is None else send_index,
                               ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
                               max_out_rows, node.start, len(node), senders, ctx,
-                              R=r, BC=bc, WB=wb, INDEXED=recv_index is not None,
-                              num_warps=warps)
+                              R=r, BC=bc, WB=wb, RECV_INDEXED=recv_index is not None,
+                              SEND_INDEXED=send_index is not None, num_warps=warps)
     _FAST_ACK[(1,)](ws.pad, ws.epoch, node.start, len(node), ctx)
     _check_waits()
     return (out if out.dtype == dtype else out.view(dtype)), out_splits
