@@ -12,5 +12,5 @@ grep -E "FAIL|passed|failed|rc=" $O/a2a.txt | tail -4
 timeout 80 python -m ditron bench moe --world-size 1 --parts layer --layer-tokens 1024,8192 \
   --out $O/layer.json > $O/layer.txt 2>&1; echo "rc=$?" >> $O/layer.txt
 grep -E "^layer|rc=" $O/layer.txt
-timeout 40 python bench/diag/a2a_copy_lab.py --tokens 8192 --variants 0:0:0:0:0 --out $O/lab.json > $O/lab.txt 2>&1; echo "rc=$?" >> $O/lab.txt
+DITRON_HEAP_SIZE=8G timeout 40 python bench/diag/a2a_copy_lab.py --tokens 8192 --variants 0:0:0:0:0 --out $O/lab.json > $O/lab.txt 2>&1; echo "rc=$?" >> $O/lab.txt
 grep -E "^T|rc=" $O/lab.txt
