@@ -1,10 +1,11 @@
 """The device all-to-all's row copies (``ditron.ops.a2a_device``) under tile variants, one rank.
 
-An MoE dispatch at W = 1 moves ``T * k`` rows of ``H`` twice (the send kernel into the
-inbox, the finishing kernel out of it): this times ``all_to_all_device`` with the dispatch's
-gathers (``send_index``: each copy's token, sorted by expert; ``recv_index``: the identity
-a dispatch at W = 1 passes), then ``moe_dispatch`` and ``moe_combine`` whole, per variant
-of the copy tiles, against ``torch.index_select`` (the same gather in one pass) and a plain
+An MoE dispatch moves ``T * k`` rows of ``H``; at W = 1 they are all the rank's own rows,
+which the finishing kernel reads straight from ``x`` (one pass; before session 47 two,
+through the inbox). This times ``all_to_all_device`` with the dispatch's gathers
+(``send_index``: each copy's token, sorted by expert; ``recv_index``: the identity a
+dispatch at W = 1 passes), then ``moe_dispatch`` and ``moe_combine`` whole, per variant of
+the copy tiles, against ``torch.index_select`` (the same gather in one pass) and a plain
 ``copy_`` of the rows (a pass's bandwidth bound). Fixed counts, CUDA-event medians.
 
 Variants ``bytes:cols:senders:finish_per_sm:warps`` (``0``: the module's default).
@@ -86,13 +87,13 @@ def _case(args, tokens: int, cap_shift: int, defaults: dict) -> list[dict]:
                            send_index=send_index, recv_index=recv),
                    dispatch=med(ditron.ops.moe_dispatch, x, ids, args.experts),
                    combine=med(ditron.ops.moe_combine, d.x, d, weights))
-        row["a2a_pass_GBps"] = 2 * pass_bytes / row["a2a"] / 1e3
+        row["a2a_GBps"] = pass_bytes / row["a2a"] / 1e3  # as if one pass over the rows
         row["copy_GBps"] = pass_bytes / row["copy"] / 1e3
         rows.append(row)
         del d
         ditron.ops.collectives.release_workspaces()  # each variant's inbox is ~2 GB of the heap
         print(f"T {tokens:5d} rows {n:6d} {variant:24s} a2a {row['a2a']:8.1f} us "
-              f"({row['a2a_pass_GBps']:6.0f} GB/s a pass)  dispatch {row['dispatch']:8.1f}"
+              f"({row['a2a_GBps']:6.0f} GB/s as one pass)  dispatch {row['dispatch']:8.1f}"
               f"  combine {row['combine']:8.1f}  | index_select "
               f"{row['torch_index_select']:8.1f}  copy {row['copy']:8.1f} "
               f"({row['copy_GBps']:5.0f} GB/s)", flush=True)
