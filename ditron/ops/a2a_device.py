@@ -89,6 +89,14 @@ def _splits_kernel(splits, mat, pad, epoch_ptr, first, count, ctx, WB: tl.conste
 
 
 @triton.jit
+def _copy_tile(item, col_tiles, R: tl.constexpr, BC: tl.constexpr):
+    """Work item ``item`` of a row copy: its ``R`` row numbers and ``BC`` column numbers
+    (items run along a block of rows first, ``col_tiles`` of them a block)."""
+    return ((item // col_tiles) * R + tl.arange(0, R),
+            (item % col_tiles) * BC + tl.arange(0, BC))
+
+
+@triton.jit
 def _move_rows(dst, dst_first, src, src_first, src_rows, index, rows, row, peer, ctx,
                R: tl.constexpr, BC: tl.constexpr, INDEXED: tl.constexpr):
     """This program's share of ``dst[dst_first + i] = src[s]`` for ``i < rows``, ``s =
@@ -98,8 +106,7 @@ def _move_rows(dst, dst_first, src, src_first, src_rows, index, rows, row, peer,
     0: many bytes in flight per program, whatever the row length."""
     col_tiles = tl.cdiv(row, BC)
     for item in range(tl.program_id(0), tl.cdiv(rows, R) * col_tiles, tl.num_programs(0)):
-        i = (item // col_tiles) * R + tl.arange(0, R)
-        cols = (item % col_tiles) * BC + tl.arange(0, BC)
+        i, cols = _copy_tile(item, col_tiles, R, BC)
         ok = i < rows
         if INDEXED:
             s = tl.load(index + i, mask=ok, other=-1)
@@ -123,8 +130,7 @@ def _collect_rows(out, inbox, x, send_index, recv_index, rows, came, own_lo, own
     they never entered; tiles as in :func:`_move_rows`."""
     col_tiles = tl.cdiv(row, BC)
     for item in range(tl.program_id(0), tl.cdiv(rows, R) * col_tiles, tl.num_programs(0)):
-        r = (item // col_tiles) * R + tl.arange(0, R)
-        cols = (item % col_tiles) * BC + tl.arange(0, BC)
+        r, cols = _copy_tile(item, col_tiles, R, BC)
         ok = r < rows
         if RECV_INDEXED:
             j = tl.load(recv_index + r, mask=ok, other=-1)
@@ -294,7 +300,7 @@ def _new_workspace(tag: str, cols: int, slots: int,
     return _Workspace(mat, bufs.tensors[1] if inbox is not None else None, pad, epoch, tag)
 
 
-def _tile(backend: str, row: int, itemsize: int) -> tuple[int, int]:
+def _tile_shape(backend: str, row: int, itemsize: int) -> tuple[int, int]:
     """``(R, BC)`` of the copy tiles for rows of ``row`` elements of ``itemsize`` bytes:
     ``BC`` a power of two up to ``TILE_COLS``, ``R`` rows filling ``TILE_BYTES``."""
     bc = min(next_power_of_2(max(row, 1)), TILE_COLS[backend])
@@ -382,7 +388,7 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     node = rt.topo.node_ranks()
     xc = x.contiguous()
     cpu = rt.world.backend == "cpu"
-    r, bc = _tile(rt.world.backend, row, x.element_size())
+    r, bc = _tile_shape(rt.world.backend, row, x.element_size())
     warps = 4 if cpu else COPY_WARPS
     splits = splits.to(torch.int64).contiguous()
     _FAST_SPLITS[(1,)](splits, ws.mat, ws.pad, ws.epoch, node.start, len(node), ctx, WB=wb)
