@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# s48a: session 47's own-rows device all-to-all at W = 2 on cuda (two ranks sharing the GPU)
+# with the MoE ops, then the copy lab's single-pass variants (finishing programs per SM,
+# tile bytes, warps) for retuning.
+set -u
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 DITRON_LAUNCH_TIMEOUT=200
+O=$OUT/s48a; mkdir -p $O
+{ git log --oneline -1; git status --short; nvidia-smi -L; } > $O/commit.txt
+timeout 330 python -m pytest -v -p no:cacheprovider --ditron-backend cuda tests/ops/test_collectives.py \
+  -k all_to_all_device tests/ops/test_moe.py tests/nn/test_moe.py > $O/tests.txt 2>&1; echo "rc=$?" >> $O/tests.txt
+grep -E "FAIL|ERROR|passed|failed|rc=" $O/tests.txt | tail -8
+DITRON_HEAP_SIZE=8G timeout 230 python bench/diag/a2a_copy_lab.py --tokens 8192 \
+  --variants 0:0:0:0:0,16384:1024:256:4:4,16384:1024:256:8:4,32768:1024:256:4:8,32768:2048:256:2:8,8192:1024:256:8:4,65536:2048:256:2:16,32768:1024:256:8:8 \
+  --out $O/lab.json > $O/lab.txt 2>&1; echo "rc=$?" >> $O/lab.txt
+grep -E "^T|rc=|Error" $O/lab.txt | tail -12
