@@ -2,9 +2,12 @@
 
 ``src [R, N]``, ``idx [T, k]`` integer row indices into ``src`` (``-1``: no row, counts
 zero), ``w [T, k]`` floating or ``None`` (weight 1); fp32 accumulation, ``out [T, N]`` in
-``src``'s dtype. One pass: each program gathers the ``k`` rows of a block of tokens and
-sums them in registers, where a torch formulation writes and rereads ``[T, k, N]`` fp32
-intermediates.
+``src``'s dtype. A second source ``src2`` with its own index ``idx2`` may supply the rows
+``idx`` leaves out (``src2[idx2[t, j]]`` where ``idx[t, j] < 0 <= idx2[t, j]``): the
+combine reads peers' rows from an inbox and its own from its experts' output.
+
+One pass: each program gathers the ``k`` rows of a block of tokens and sums them in
+registers, where a torch formulation writes and rereads ``[T, k, N]`` fp32 intermediates.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from ..runtime.triton_launch import FastKernel
 
 
 @triton.jit
-def _gather_sum_kernel(src, idx, weights, out, T, N, s_src, s_out,
-                       K: tl.constexpr, HAS_W: tl.constexpr, BLOCK_T: tl.constexpr,
-                       BLOCK_N: tl.constexpr):
+def _gather_sum_kernel(src, idx, src2, idx2, weights, out, T, N, s_src, s_src2, s_out,
+                       K: tl.constexpr, HAS_W: tl.constexpr, TWO: tl.constexpr,
+                       BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
     ts = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     t_ok = ts < T
@@ -31,6 +34,12 @@ def _gather_sum_kernel(src, idx, weights, out, T, N, s_src, s_out,
         ok = rows >= 0
         v = tl.load(src + rows.to(tl.int64)[:, None] * s_src + cols[None, :],
                     mask=ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        if TWO:
+            rows2 = tl.load(idx2 + ts.to(tl.int64) * K + j, mask=t_ok & ~ok, other=-1)
+            ok2 = rows2 >= 0
+            v += tl.load(src2 + rows2.to(tl.int64)[:, None] * s_src2 + cols[None, :],
+                         mask=ok2[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+            ok = ok | ok2
         if HAS_W:
             wj = tl.load(weights + ts.to(tl.int64) * K + j, mask=t_ok & ok, other=0.0)
             v = v * wj.to(tl.float32)[:, None]
@@ -43,9 +52,12 @@ _GATHER_SUM = FastKernel(_gather_sum_kernel)
 
 
 def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
-                        weights: torch.Tensor | None = None) -> torch.Tensor:
-    """``out[t] = sum_j weights[t, j] * src[idx[t, j]]`` (see the module docstring); rows
-    with ``idx < 0`` count zero. ``src`` rows must be contiguous (stride 1 in dim 1)."""
+                        weights: torch.Tensor | None = None, *,
+                        src2: torch.Tensor | None = None,
+                        idx2: torch.Tensor | None = None) -> torch.Tensor:
+    """``out[t] = sum_j weights[t, j] * row(t, j)`` (see the module docstring): ``row`` is
+    ``src[idx[t, j]]``, else ``src2[idx2[t, j]]`` (when both are given), else zero.
+    Sources must have contiguous rows (stride 1 in dim 1), the same ``N`` and dtype."""
     if src.dim() != 2 or idx.dim() != 2 or src.stride(1) != 1:
         raise ValueError(f"weighted_gather_sum: need src [R, N] with contiguous rows and idx "
                          f"[T, k], got {tuple(src.shape)} (strides {src.stride()}) and "
@@ -53,6 +65,13 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     if weights is not None and weights.shape != idx.shape:
         raise ValueError(f"weighted_gather_sum: weights must be {tuple(idx.shape)}, got "
                          f"{tuple(weights.shape)}")
+    two = src2 is not None
+    if two != (idx2 is not None) or two and (
+            src2.dim() != 2 or src2.shape[1] != src.shape[1] or src2.stride(1) != 1
+            or src2.dtype != src.dtype or idx2.shape != idx.shape):
+        raise ValueError(f"weighted_gather_sum: src2 and idx2 go together, src2 like src "
+                         f"[R2, {src.shape[1]}] {src.dtype} with contiguous rows and idx2 "
+                         f"{tuple(idx.shape)}")
     T, k = idx.shape
     N = src.shape[1]
     out = torch.empty((T, N), dtype=src.dtype, device=src.device)
@@ -61,10 +80,13 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     if k == 0:
         return out.zero_()
     idx = idx.contiguous()
+    idx2 = idx2.contiguous() if two else idx
+    src2 = src2 if two else src
     w = idx if weights is None else weights.contiguous()
     block_n = min(next_power_of_2(N), 256 if src.device.type == "cuda" else 64)
     block_t = 8 if src.device.type == "cuda" else 16
     grid = (cdiv(T, block_t), cdiv(N, block_n))
-    _GATHER_SUM[grid](src, idx, w, out, T, N, src.stride(0), out.stride(0), K=k,
-                      HAS_W=weights is not None, BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
+    _GATHER_SUM[grid](src, idx, src2, idx2, w, out, T, N, src.stride(0), src2.stride(0),
+                      out.stride(0), K=k, HAS_W=weights is not None, TWO=two,
+                      BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
     return out

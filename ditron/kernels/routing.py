@@ -9,7 +9,8 @@ decoding step is not bound by the host issuing them. Nothing is read on the host
 * :func:`group_received`: where each received row goes when the rows that came (by
   source rank, each source's rows by expert) are regrouped by local expert;
 * :func:`returned_index`: for every copy, the row of the combine's received rows that
-  holds its expert output, or ``-1``.
+  holds its expert output, or ``-1``; :func:`returned_sources` the same for rows read
+  where they lie (a peer's in the all-to-all's inbox, this rank's own in ``y``).
 """
 
 from __future__ import annotations
@@ -213,18 +214,26 @@ def group_received(recv_counts: torch.Tensor, capacity: int
 
 
 @triton.jit
-def _returned_kernel(order, send_splits, back_splits, idx, n, W, BLOCK: tl.constexpr,
-                     WB: tl.constexpr):
+def _returned_kernel(order, send_splits, back_splits, idx, n, W, first, kept, send_index,
+                     own_idx, me, BLOCK: tl.constexpr, WB: tl.constexpr, SPLIT: tl.constexpr):
     p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     q = tl.arange(0, WB)
     sent = tl.load(send_splits + q, mask=q < W, other=0)
     back = tl.load(back_splits + q, mask=q < W, other=0)
     j = p[:, None] - (tl.cumsum(sent, axis=0) - sent)[None, :]  # p's place in q's rows
     came = (j >= 0) & (j < back[None, :])  # back[q] <= sent[q]: at most one q per p
-    row = (tl.cumsum(back, axis=0) - back)[None, :] + j
+    row = tl.sum(tl.where(came, (tl.cumsum(back, axis=0) - back)[None, :] + j, 0), axis=1)
     found = tl.sum(came.to(tl.int32), axis=1) > 0
     c = tl.load(order + p, mask=p < n, other=0)
-    tl.store(idx + c, tl.where(found, tl.sum(tl.where(came, row, 0), axis=1), -1), mask=p < n)
+    if SPLIT:  # my own copies: the row of x that the combine's send_index sends myself
+        own = found & (tl.sum(tl.where(came, q[None, :], 0), axis=1) == me)
+        mine = tl.sum(tl.where(came, j, 0), axis=1)  # its place among my own rows
+        own_src = tl.sum(tl.where(q < me, tl.load(kept + q, mask=q < W, other=0), 0))
+        src = tl.load(send_index + own_src + mine, mask=own & (p < n), other=-1)
+        tl.store(own_idx + c, tl.where(own, src, -1), mask=p < n)
+        tl.store(idx + c, tl.where(found & ~own, tl.load(first) + row, -1), mask=p < n)
+    else:
+        tl.store(idx + c, tl.where(found, row, -1), mask=p < n)
 
 
 _RETURNED = FastKernel(_returned_kernel)
@@ -240,11 +249,33 @@ def returned_index(order: torch.Tensor, send_splits: torch.Tensor,
     concatenated in rank order (rank ``q``'s first ``back_splits[q]`` of the ``j``-th).
     One launch.
     """
+    idx = torch.empty(order.numel(), dtype=torch.int64, device=order.device)
+    _returned(order, send_splits, back_splits, idx)
+    return idx
+
+
+def returned_sources(order: torch.Tensor, send_splits: torch.Tensor,
+                     back_splits: torch.Tensor, first: torch.Tensor, kept_splits: torch.Tensor,
+                     send_index: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`returned_index` for rows read where they lie: ``(idx, own)``, both ``[T *
+    k]`` int64. A copy that came back from a peer is at row ``first[0] + idx[c]`` of an
+    inbox (``idx`` includes ``first``; ``-1`` otherwise); one this rank's experts made is
+    row ``own[c]`` of the combine's ``y`` (``-1`` otherwise): the combine sent itself rows
+    ``y[send_index[i]]`` for ``i`` from ``sum(kept_splits[:rank])`` on. One launch."""
+    n = order.numel()
+    idx = torch.empty(n, dtype=torch.int64, device=order.device)
+    own = torch.empty_like(idx)
+    _returned(order, send_splits, back_splits, idx, (first, kept_splits, send_index, own, rank))
+    return idx, own
+
+
+def _returned(order: torch.Tensor, send_splits: torch.Tensor, back_splits: torch.Tensor,
+              idx: torch.Tensor, split: tuple | None = None) -> None:
     n = order.numel()
     W = send_splits.numel()
-    idx = torch.empty(n, dtype=torch.int64, device=order.device)
-    if n:
-        _RETURNED[(cdiv(n, 128),)](order, send_splits, back_splits.to(torch.int64),
-                                          idx, n, W, BLOCK=128,
-                                          WB=next_power_of_2(W), num_warps=4)
-    return idx
+    if not n:
+        return
+    first, kept, send_index, own, me = split or (idx, idx, idx, idx, -1)
+    _RETURNED[(cdiv(n, 128),)](order, send_splits, back_splits.to(torch.int64), idx, n, W,
+                               first, kept.to(torch.int64), send_index, own, me, BLOCK=128,
+                               WB=next_power_of_2(W), SPLIT=split is not None, num_warps=4)

@@ -1,11 +1,12 @@
 """Public operators: local kernel + chunk plan + tuned choice + plain fallback.
 
 Collectives (``collectives.py``): ``all_gather``, ``reduce_scatter``, ``all_reduce``,
-``all_to_all``, ``all_to_all_device`` and ``exchange_counts`` (device-side splits,
-``a2a_device.py``); point-to-point (``p2p.py``): ``send``, ``recv``. Overlapped GEMMs
-(``tp_gemm.py``): ``ag_gemm``, ``gemm_rs``, ``gemm_ar``. Expert parallelism (``moe.py``):
-``moe_dispatch``, ``grouped_gemm``, ``moe_combine``. ``graph_safe`` (``graphs.py``): the
-warm-up of the graph-safe variants before a CUDA-graph capture.
+``all_to_all``, ``all_to_all_device``, ``all_to_all_inbox`` (the received rows read in
+place) and ``exchange_counts`` (device-side splits, ``a2a_device.py``); point-to-point
+(``p2p.py``): ``send``, ``recv``. Overlapped GEMMs (``tp_gemm.py``): ``ag_gemm``,
+``gemm_rs``, ``gemm_ar``. Expert parallelism (``moe.py``): ``moe_dispatch``,
+``grouped_gemm``, ``moe_combine``. ``graph_safe`` (``graphs.py``): the warm-up of the
+graph-safe variants before a CUDA-graph capture.
 Every op equals its torch / torch.distributed reference, computes in its inputs' dtype
 and, like torch.distributed's, records no autograd history: each runs with gradients and
 autocast off and is a graph break under ``torch.compile`` (``modes.public_op``);
@@ -22,6 +23,7 @@ _HOME = {
     "all_reduce": "collectives",
     "all_to_all": "collectives",
     "all_to_all_device": "collectives",
+    "all_to_all_inbox": "a2a_device",
     "exchange_counts": "a2a_device",
     "send": "p2p",
     "recv": "p2p",

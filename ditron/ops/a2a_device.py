@@ -194,9 +194,9 @@ def _data_kernel(x, x_rows, x_len, index, inbox, inbox_stride, mat, pad, epoch_p
 
 
 @triton.jit
-def _finish_kernel(out, out_splits, recv_index, x, x_rows, x_len, send_index, inbox,
+def _finish_kernel(out, out_splits, first_row, recv_index, x, x_rows, x_len, send_index, inbox,
                    inbox_stride, mat, pad, epoch_ptr, row, cap_rows, first, count, senders, ctx,
-                   R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr,
+                   R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr, COLLECT: tl.constexpr,
                    RECV_INDEXED: tl.constexpr, SEND_INDEXED: tl.constexpr):
     me = ctx.rank
     w = ctx.world_size
@@ -205,14 +205,17 @@ def _finish_kernel(out, out_splits, recv_index, x, x_rows, x_len, send_index, in
     mat_h = mat + (epoch % 2) * w * w
     offs = tl.arange(0, WB)
     col = tl.load(mat_h + offs * w + me, mask=offs < w, other=0)
-    came = tl.minimum(tl.sum(col), cap_rows)  # only the rows that came
-    own_lo, own_src, own_n = _placement(mat_h, me, me, x_rows, cap_rows, w, WB)
-    # out row r = received row recv_index[r] (or r), when that row came
-    _collect_rows(out, inbox + (epoch % 2) * inbox_stride, x, send_index, recv_index,
-                  cap_rows if RECV_INDEXED else came, came, own_lo, own_n, own_src, x_len, row,
-                  R, BC, RECV_INDEXED, SEND_INDEXED)
+    if COLLECT:
+        came = tl.minimum(tl.sum(col), cap_rows)  # only the rows that came
+        own_lo, own_src, own_n = _placement(mat_h, me, me, x_rows, cap_rows, w, WB)
+        # out row r = received row recv_index[r] (or r), when that row came
+        _collect_rows(out, inbox + (epoch % 2) * inbox_stride, x, send_index, recv_index,
+                      cap_rows if RECV_INDEXED else came, came, own_lo, own_n, own_src, x_len,
+                      row, R, BC, RECV_INDEXED, SEND_INDEXED)
     if tl.program_id(0) == 0:
         tl.store(out_splits + offs, col, mask=offs < w)
+        if not COLLECT:  # the rows stay in the inbox: where this call's half starts
+            tl.store(first_row, (epoch % 2) * cap_rows)
 
 
 @triton.jit
@@ -318,7 +321,7 @@ def _check_waits() -> None:
         check_waits()
 
 
-def _index(name: str, index: torch.Tensor | None, dev: torch.device,
+def _index(op: str, name: str, index: torch.Tensor | None, dev: torch.device,
            size: int | None = None) -> torch.Tensor | None:
     """``index`` checked (an integer device vector, of ``size`` elements when given) and
     as contiguous int64."""
@@ -328,9 +331,119 @@ def _index(name: str, index: torch.Tensor | None, dev: torch.device,
             or index.dtype.is_complex or index.dtype == torch.bool \
             or (size is not None and index.shape[0] != size):
         want = f"[{size}]" if size is not None else "vector"
-        raise ValueError(f"all_to_all_device: {name} must be an integer {want} on {dev}, got "
+        raise ValueError(f"{op}: {name} must be an integer {want} on {dev}, got "
                          f"{tuple(index.shape)} {index.dtype} on {index.device}")
     return index.to(torch.int64).contiguous()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """One call after its checks: the arguments as the kernels take them, its workspace and
+    launch shapes (what the launches of a call share)."""
+
+    x: torch.Tensor  # contiguous, in the dtype the rows move as
+    dtype: torch.dtype  # the caller's dtype
+    splits: torch.Tensor  # int64 [W]
+    send_index: torch.Tensor | None
+    max_out_rows: int
+    row: int  # elements of a row, in x's moved dtype
+    ws: _Workspace
+    ctx: object
+    senders: int
+    tile: tuple[int, int]
+    warps: int
+
+    @property
+    def send_rows(self) -> int:
+        return self.x.shape[0] if self.send_index is None else self.send_index.shape[0]
+
+
+def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
+                send_index: torch.Tensor | None) -> torch.Tensor | None:
+    """The checks both entry points share (before any launch); ``send_index`` as int64."""
+    rt = current()
+    w = rt.world.world_size
+    if rt.topo.num_nodes > 1:
+        raise NotImplementedError(f"{op}: ranks on several nodes are not supported yet; use "
+                                  f"ditron.ops.all_to_all")
+    if x.device != rt.world.device or splits.device != rt.world.device:
+        raise ValueError(f"{op}: x and splits must be on {rt.world.device}")
+    if x.dim() == 0 or splits.shape != (w,) or splits.dtype.is_floating_point:
+        raise ValueError(f"{op}: need x with >= 1 dim and integer splits [{w}], got x "
+                         f"{tuple(x.shape)}, splits {tuple(splits.shape)} {splits.dtype}")
+    if max_out_rows < 0:
+        raise ValueError(f"{op}: max_out_rows must be >= 0, got {max_out_rows}")
+    send_index = _index(op, "send_index", send_index, x.device)
+    from .collectives import _check_tensor
+
+    _check_tensor(op, x)
+    if send_index is not None and rt.wait_timeout > 0 and not capturing() \
+            and send_index.numel() and not (0 <= int(send_index.min())
+                                            and int(send_index.max()) < x.shape[0]):
+        raise ValueError(f"{op}: rank {rt.world.rank}: send_index holds "
+                         f"{int(send_index.min())}..{int(send_index.max())}, outside the "
+                         f"{x.shape[0]} rows of x")
+    return send_index
+
+
+def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
+          send_index: torch.Tensor | None) -> _Call:
+    """Steps 1 and 2 of the protocol (the splits, then the rows to the peers' inboxes) for
+    checked arguments."""
+    rt = current()
+    w = rt.world.world_size
+    agree("ditron.ops.all_to_all_device", row_shape=tuple(x.shape[1:]), dtype=x.dtype,
+          max_out_rows=int(max_out_rows))
+    dtype, x = x.dtype, viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))
+    row = math.prod(x.shape[1:])
+    ws = _workspace("all_to_all_device",
+                    f"{str(x.dtype).removeprefix('torch.')}:{row}:{max_out_rows}", w, 3,
+                    inbox=(max_out_rows * row, x.dtype))
+    cpu = rt.world.backend == "cpu"
+    c = _Call(x.contiguous(), dtype, splits.to(torch.int64).contiguous(), send_index,
+              max_out_rows, row, ws, rt.context(),
+              SENDERS_CPU if cpu else max(MIN_SENDERS, GPU_SENDERS // w),
+              _tile_shape(rt.world.backend, row, x.element_size()), 4 if cpu else COPY_WARPS)
+    node = rt.topo.node_ranks()
+    wb = next_power_of_2(w)
+    _FAST_SPLITS[(1,)](c.splits, ws.mat, ws.pad, ws.epoch, node.start, len(node), c.ctx,
+                       WB=wb)
+    _FAST_DATA[(c.senders, w)](c.x, c.send_rows, c.x.shape[0],
+                               c.splits if send_index is None else send_index,
+                               ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
+                               max_out_rows, c.ctx, R=c.tile[0], BC=c.tile[1], WB=wb,
+                               INDEXED=send_index is not None, num_warps=c.warps)
+    return c
+
+
+def _finish(c: _Call, out: torch.Tensor, out_splits: torch.Tensor, first_row: torch.Tensor,
+            recv_index: torch.Tensor | None, collect: bool) -> None:
+    """Step 3: wait for the peers' rows, write ``out_splits`` and either copy the rows to
+    ``out`` (``collect``) or write where they lie in the inbox to ``first_row``."""
+    rt = current()
+    node = rt.topo.node_ranks()
+    r, bc = c.tile
+    tiles = cdiv(c.max_out_rows, r) * cdiv(c.row, bc)
+    if not collect or rt.world.backend == "cpu":
+        programs = 1
+    else:
+        programs = max(1, min(FINISH_PER_SM * sm_count(c.x.device), tiles))
+    send_index = c.splits if c.send_index is None else c.send_index
+    _FAST_FINISH[(programs,)](out, out_splits, first_row,
+                              c.splits if recv_index is None else recv_index, c.x,
+                              c.send_rows, c.x.shape[0], send_index, c.ws.inbox,
+                              c.ws.inbox.shape[1], c.ws.mat, c.ws.pad, c.ws.epoch, c.row,
+                              c.max_out_rows, node.start, len(node), c.senders, c.ctx, R=r,
+                              BC=bc, WB=next_power_of_2(rt.world.world_size), COLLECT=collect,
+                              RECV_INDEXED=recv_index is not None,
+                              SEND_INDEXED=c.send_index is not None, num_warps=c.warps)
+
+
+def _ack(c: _Call) -> None:
+    """Step 4: tell the peers this rank is done reading the call's half of its inbox."""
+    node = current().topo.node_ranks()
+    _FAST_ACK[(1,)](c.ws.pad, c.ws.epoch, node.start, len(node), c.ctx)
+    _check_waits()
 
 
 @public_op
@@ -354,66 +467,63 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     the received row ``recv_index[r]`` (in the order above) when that row came, and leaves
     ``out[r]`` undefined otherwise (a negative or too large index included).
     """
-    rt = current()
-    w = rt.world.world_size
-    if rt.topo.num_nodes > 1:
-        raise NotImplementedError("all_to_all_device: ranks on several nodes are not "
-                                  "supported yet; use ditron.ops.all_to_all")
-    if x.device != rt.world.device or splits.device != rt.world.device:
-        raise ValueError(f"all_to_all_device: x and splits must be on {rt.world.device}")
-    if x.dim() == 0 or splits.shape != (w,) or splits.dtype.is_floating_point:
-        raise ValueError(f"all_to_all_device: need x with >= 1 dim and integer splits [{w}], "
-                         f"got x {tuple(x.shape)}, splits {tuple(splits.shape)} {splits.dtype}")
-    if max_out_rows < 0:
-        raise ValueError(f"all_to_all_device: max_out_rows must be >= 0, got {max_out_rows}")
-    send_index = _index("send_index", send_index, x.device)
-    recv_index = _index("recv_index", recv_index, x.device, max_out_rows)
-    from .collectives import _check_tensor
+    op = "all_to_all_device"
+    send_index = _check_call(op, x, splits, max_out_rows, send_index)
+    recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
+    c = _send(x, splits, max_out_rows, send_index)
+    out = torch.empty((max_out_rows, *x.shape[1:]), dtype=c.x.dtype, device=x.device)
+    out_splits = torch.empty(len(splits), dtype=torch.int64, device=x.device)
+    _finish(c, out, out_splits, out_splits, recv_index, collect=True)
+    _ack(c)
+    return (out if out.dtype == c.dtype else out.view(c.dtype)), out_splits
 
-    _check_tensor("all_to_all_device", x)
-    if send_index is not None and rt.wait_timeout > 0 and not capturing() \
-            and send_index.numel() and not (0 <= int(send_index.min())
-                                            and int(send_index.max()) < x.shape[0]):
-        raise ValueError(f"all_to_all_device: rank {rt.world.rank}: send_index holds "
-                         f"{int(send_index.min())}..{int(send_index.max())}, outside the "
-                         f"{x.shape[0]} rows of x")
-    agree("ditron.ops.all_to_all_device", row_shape=tuple(x.shape[1:]), dtype=x.dtype,
-          max_out_rows=int(max_out_rows))
-    dtype, x = x.dtype, viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))
-    row = math.prod(x.shape[1:])
-    ws = _workspace("all_to_all_device",
-                    f"{str(x.dtype).removeprefix('torch.')}:{row}:{max_out_rows}", w, 3,
-                    inbox=(max_out_rows * row, x.dtype))
-    ctx = rt.context()
-    wb = next_power_of_2(w)
-    node = rt.topo.node_ranks()
-    xc = x.contiguous()
-    cpu = rt.world.backend == "cpu"
-    r, bc = _tile_shape(rt.world.backend, row, x.element_size())
-    warps = 4 if cpu else COPY_WARPS
-    splits = splits.to(torch.int64).contiguous()
-    _FAST_SPLITS[(1,)](splits, ws.mat, ws.pad, ws.epoch, node.start, len(node), ctx, WB=wb)
-    senders = SENDERS_CPU if cpu else max(MIN_SENDERS, GPU_SENDERS // w)
-    send_rows = x.shape[0] if send_index is None else send_index.shape[0]
-    _FAST_DATA[(senders, w)](xc, send_rows, x.shape[0],
-                             splits if send_index is None else send_index,
-                             ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
-                             max_out_rows, ctx, R=r, BC=bc, WB=wb,
-                             INDEXED=send_index is not None, num_warps=warps)
-    out = torch.empty((max_out_rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
-    out_splits = torch.empty(w, dtype=torch.int64, device=x.device)
-    tiles = cdiv(max_out_rows, r) * cdiv(row, bc)
-    programs = 1 if cpu else max(1, min(FINISH_PER_SM * sm_count(x.device), tiles))
-    _FAST_FINISH[(programs,)](out, out_splits, splits if recv_index is None else recv_index,
-                              xc, send_rows, x.shape[0],
-                              splits if send_index is None else send_index,
-                              ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
-                              max_out_rows, node.start, len(node), senders, ctx,
-                              R=r, BC=bc, WB=wb, RECV_INDEXED=recv_index is not None,
-                              SEND_INDEXED=send_index is not None, num_warps=warps)
-    _FAST_ACK[(1,)](ws.pad, ws.epoch, node.start, len(node), ctx)
+
+@dataclasses.dataclass(frozen=True)
+class Inbox:
+    """The rows of one :func:`all_to_all_inbox` call, read in place by later kernels.
+
+    ``rows [2 * max_out_rows, *row]`` (``x``'s dtype) is the whole symmetric inbox; this
+    call's rows start at row ``first[0]`` (a device int64 ``[1]``: the half of the call's
+    device epoch): the ``splits[q]`` rows from rank ``q`` at ``first + sum(splits[:q])``
+    onwards, cut at ``max_out_rows`` rows in all. The rows from this rank itself are not
+    there (they never leave ``x``); their place is left free. ``close()`` (or leaving a
+    ``with`` block) tells the peers the inbox may be reused: call it once every kernel
+    reading ``rows`` is enqueued, before this signature's next call but one.
+    """
+
+    rows: torch.Tensor
+    splits: torch.Tensor
+    first: torch.Tensor
+    _call: _Call
+
+    def close(self) -> None:
+        _ack(self._call)
+
+    def __enter__(self) -> Inbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@public_op
+def all_to_all_inbox(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, *,
+                     send_index: torch.Tensor | None = None) -> Inbox:
+    """:func:`all_to_all_device` without its last copy: the received rows stay in the
+    inbox, where the caller's own kernel reads them (e.g. a reduction over them), and the
+    rows this rank sends itself stay in ``x``. Arguments as there; returns an
+    :class:`Inbox` (``splits`` as ``out_splits`` there), to be closed after use. Saves a
+    pass over every received row when the consumer can read them where they lie.
+    """
+    send_index = _check_call("all_to_all_inbox", x, splits, max_out_rows, send_index)
+    c = _send(x, splits, max_out_rows, send_index)
+    out_splits = torch.empty(len(splits), dtype=torch.int64, device=x.device)
+    first = torch.empty(1, dtype=torch.int64, device=x.device)
+    _finish(c, out_splits, out_splits, first, None, collect=False)
     _check_waits()
-    return (out if out.dtype == dtype else out.view(dtype)), out_splits
+    elems = 2 * max_out_rows * c.row
+    rows = c.ws.inbox.reshape(-1)[:elems].view(c.dtype).view(2 * max_out_rows, *x.shape[1:])
+    return Inbox(rows, out_splits, first, c)
 
 
 @public_op

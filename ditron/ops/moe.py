@@ -35,7 +35,7 @@ import torch
 from ..kernels.gather_sum import weighted_gather_sum
 from ..kernels.grouped_gemm import check_grouped
 from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
-from ..kernels.routing import group_received, returned_index, sort_copies
+from ..kernels.routing import group_received, returned_index, returned_sources, sort_copies
 from ..runtime.agreement import agree
 from ..runtime.world import current
 from .graphs import capturing
@@ -204,8 +204,17 @@ def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
     counting zero. Collective.
     """
     check_combine(y, dispatch, topk_weights)
-    back, idx = _returned(y, dispatch)
-    return weighted_gather_sum(back, idx, topk_weights)
+    from .a2a_device import all_to_all_inbox
+
+    d, y = dispatch, y.contiguous()
+    shape = (d.num_tokens, d.topk)
+    # the sum reads the peers' rows in the inbox and this rank's own in y: one pass
+    with all_to_all_inbox(y, d.kept_splits, d.max_tokens * d.topk,
+                          send_index=d.inv_perm) as inbox:
+        idx, own = returned_sources(d.order, d.send_splits, inbox.splits, inbox.first,
+                                    d.kept_splits, d.inv_perm, current().world.rank)
+        return weighted_gather_sum(inbox.rows, idx.view(shape), topk_weights, src2=y,
+                                   idx2=own.view(shape))
 
 
 def check_combine(y: torch.Tensor, dispatch: MoEDispatch,

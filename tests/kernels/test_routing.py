@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ditron.kernels.routing import group_received, returned_index, sort_copies
+from ditron.kernels.routing import group_received, returned_index, returned_sources, sort_copies
 
 
 @pytest.fixture
@@ -107,3 +107,31 @@ def test_returned_index_finds_each_copy(T, k, E, W, device):
     got = returned_index(torch.tensor(order, device=device), torch.tensor(splits, device=device),
                          torch.tensor(back, device=device))
     assert got.cpu().tolist() == want
+
+
+@pytest.mark.parametrize("T,k,E,W,rank", [(40, 4, 8, 1, 0), (23, 3, 6, 3, 1), (300, 8, 64, 4, 3)])
+def test_returned_sources_split_own_copies_from_peers(T, k, E, W, rank, device):
+    g = torch.Generator().manual_seed(T + W + 1)
+    ids = _ids(T, k, E, seed=T * W + 1)
+    order, counts, splits = _sorted_ref(ids, E, W)
+    back = [int(torch.randint(0, s + 1, (1,), generator=g)) for s in splits]
+    back[rank] = splits[rank]  # what a rank keeps of its own copies comes back whole
+    first = int(torch.randint(0, 50, (1,), generator=g))
+    kept = torch.randint(0, 30, (W,), generator=g)  # what the combine sends each rank
+    kept[rank] = back[rank]
+    send_index = torch.randperm(int(kept.sum()) + 5, generator=g)
+    want_idx, want_own = [-1] * (T * k), [-1] * (T * k)
+    p = 0
+    for q in range(W):
+        for j in range(splits[q]):
+            if q == rank:
+                want_own[order[p]] = int(send_index[int(kept[:rank].sum()) + j])
+            elif j < back[q]:
+                want_idx[order[p]] = first + sum(back[:q]) + j
+            p += 1
+    idx, own = returned_sources(
+        torch.tensor(order, device=device), torch.tensor(splits, device=device),
+        torch.tensor(back, device=device), torch.tensor([first], device=device),
+        kept.to(device), send_index.to(device), rank)
+    assert idx.cpu().tolist() == want_idx
+    assert own.cpu().tolist() == want_own

@@ -665,6 +665,52 @@ def test_all_to_all_device_send_index_checked_in_debug_mode(monkeypatch):
     assert ditron.launch(check_all_to_all_device_indexed, 2, 3, backend="cpu") == [3, 3]
 
 
+def check_all_to_all_inbox(calls: int = 6) -> int:
+    """``all_to_all_inbox`` against ``dist.all_to_all_single`` of ``x[send_index]``: the
+    peers' rows read where they lie (``first + sum(splits[:q])`` on), ``splits`` as
+    ``all_to_all_device``'s ``out_splits``; three dtypes (int16 rows travel widened), a
+    capacity that drops the last rows of some calls; every third call is an
+    ``all_to_all_device`` of the same signature (one workspace), so the inbox calls see both
+    halves of it."""
+    w, me = ditron.world().world_size, ditron.world().rank
+    dev = ditron.world().device
+    cap = 3 * w
+    halves = set()
+    for it in range(calls):
+        g = _gen(me, it, 17)
+        dtype = (torch.float32, torch.bfloat16, torch.int16)[it % 3]
+        ins = torch.randint(0, 5, (w,), generator=g)
+        x = torch.randn(6, 4, 5, generator=g).mul(100).to(dtype)
+        send_index = torch.randint(0, 6, (int(ins.sum()),), generator=g)
+        outs, ref = _a2a_ref(x[send_index].float(), ins)
+        kept = min(int(outs.sum()), cap)
+        args = (x.to(dev), ins.to(dev), cap)
+        if it % 3 == 2:
+            out, _ = ditron.ops.all_to_all_device(*args, send_index=send_index.to(dev))
+            assert torch.equal(out[:kept].cpu(), ref[:kept].to(dtype))
+            continue
+        with ditron.ops.all_to_all_inbox(*args, send_index=send_index.to(dev)) as inbox:
+            rows, first = inbox.rows.cpu(), int(inbox.first)
+            splits = inbox.splits.cpu()
+        assert rows.shape == (2 * cap, 4, 5) and rows.dtype == dtype
+        assert torch.equal(splits, outs), (splits, outs)
+        assert first in (0, cap), first
+        halves.add(first)
+        peer = (torch.repeat_interleave(torch.arange(w), outs) != me)[:kept]
+        got = rows[first:first + kept][peer]
+        assert torch.equal(got, ref[:kept][peer].to(dtype)), f"inbox call {it} {dtype}"
+    assert halves == {0, cap}, halves
+    with pytest.raises(ValueError, match="all_to_all_inbox: send_index must be an integer"):
+        ditron.ops.all_to_all_inbox(x.to(dev), ins.to(dev), cap,
+                                    send_index=torch.zeros(2, device=dev))
+    return calls
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_all_to_all_inbox_leaves_rows_in_place(world_size):
+    assert ditron.launch(check_all_to_all_inbox, world_size, backend="cpu") == [6] * world_size
+
+
 def check_exchange_counts(calls: int = 6) -> int:
     """``exchange_counts`` against the ranks' matrices gathered with torch.distributed: row
     ``s`` of the result is row ``me`` of rank ``s``'s matrix. Two row lengths (two
@@ -884,6 +930,7 @@ def test_all_to_all_device_cuda_two_ranks():
     assert counts == [6, 6]
     counts = ditron.launch(check_all_to_all_device_indexed, 2, 6, (64, 8), backend="cuda")
     assert counts == [6, 6]
+    assert ditron.launch(check_all_to_all_inbox, 2, backend="cuda") == [6, 6]
 
 
 def _a2a_device_graph() -> int:
