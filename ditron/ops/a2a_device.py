@@ -19,8 +19,9 @@ Protocol (four stream-ordered launches; ``e`` = the workspace's device epoch, ``
 3. ``_finish_kernel`` waits until every peer's ``data`` slot reaches ``e * P`` and copies
    the rows that came (up to the capacity) out: the peers' from ``inbox[h]``, my own
    straight from ``x`` (one pass over them, not two), and this rank's column of
-   ``mat[h]``;
-4. ``_ack_kernel`` raises ``ack[me]`` on every peer.
+   ``mat[h]``; for :func:`all_to_all_inbox` one program only waits and writes the column
+   and where half ``h`` starts, and the caller's kernels read the rows in place;
+4. ``_ack_kernel`` raises ``ack[me]`` on every peer (:meth:`Inbox.close` for the inbox).
 
 :func:`exchange_counts` (MoE routing counts: a small integer row per peer) runs the same
 protocol in one launch, ``_exchange_kernel``: steps 1, 3 (the rows are the data) and 4.
@@ -253,6 +254,8 @@ class _Workspace:
     pad: torch.Tensor  # symmetric int64: ready, (data ready,) ack slots, W each
     epoch: torch.Tensor  # local int64 [1]: the device epoch
     pad_key: str  # the signal pad's name
+    #: an :class:`Inbox` of this workspace not yet closed (its call's ack not yet sent)
+    inbox_open: bool = False
 
     def release(self, heap) -> None:
         """Free the heap buffers (collective; the caller drops the signal pad)."""
@@ -399,6 +402,10 @@ def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
     ws = _workspace("all_to_all_device",
                     f"{str(x.dtype).removeprefix('torch.')}:{row}:{max_out_rows}", w, 3,
                     inbox=(max_out_rows * row, x.dtype))
+    if ws.inbox_open:
+        raise RuntimeError("all_to_all_device: the Inbox of an earlier all_to_all_inbox call "
+                           "with these rows and max_out_rows is still open; close it (or "
+                           "leave its with block) once the kernels reading it are enqueued")
     cpu = rt.world.backend == "cpu"
     c = _Call(x.contiguous(), dtype, splits.to(torch.int64).contiguous(), send_index,
               max_out_rows, row, ws, rt.context(),
@@ -488,7 +495,8 @@ class Inbox:
     onwards, cut at ``max_out_rows`` rows in all. The rows from this rank itself are not
     there (they never leave ``x``); their place is left free. ``close()`` (or leaving a
     ``with`` block) tells the peers the inbox may be reused: call it once every kernel
-    reading ``rows`` is enqueued, before this signature's next call but one.
+    reading ``rows`` is enqueued; a call of the same signature (row shape, dtype,
+    ``max_out_rows``) before it raises ``RuntimeError``.
     """
 
     rows: torch.Tensor
@@ -497,7 +505,10 @@ class Inbox:
     _call: _Call
 
     def close(self) -> None:
-        _ack(self._call)
+        """Send the call's ack (once; later calls do nothing)."""
+        if self._call.ws.inbox_open:
+            self._call.ws.inbox_open = False
+            _ack(self._call)
 
     def __enter__(self) -> Inbox:
         return self
@@ -523,6 +534,7 @@ def all_to_all_inbox(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, *
     _check_waits()
     elems = 2 * max_out_rows * c.row
     rows = c.ws.inbox.reshape(-1)[:elems].view(c.dtype).view(2 * max_out_rows, *x.shape[1:])
+    c.ws.inbox_open = True
     return Inbox(rows, out_splits, first, c)
 
 

@@ -700,6 +700,16 @@ def check_all_to_all_inbox(calls: int = 6) -> int:
         got = rows[first:first + kept][peer]
         assert torch.equal(got, ref[:kept][peer].to(dtype)), f"inbox call {it} {dtype}"
     assert halves == {0, cap}, halves
+    kw = {"send_index": send_index.to(dev)}
+    inbox = ditron.ops.all_to_all_inbox(*args, **kw)
+    with pytest.raises(RuntimeError, match="Inbox of an earlier all_to_all_inbox call .* "
+                                           "is still open"):
+        ditron.ops.all_to_all_device(*args, **kw)
+    inbox.close()
+    inbox.close()  # a second close sends nothing
+    for _ in range(2):  # the protocol goes on (the second call waits for the inbox's ack)
+        out = ditron.ops.all_to_all_device(*args, **kw)[0]
+        assert torch.equal(out[:kept].cpu(), ref[:kept].to(dtype))
     with pytest.raises(ValueError, match="all_to_all_inbox: send_index must be an integer"):
         ditron.ops.all_to_all_inbox(x.to(dev), ins.to(dev), cap,
                                     send_index=torch.zeros(2, device=dev))
