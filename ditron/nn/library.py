@@ -15,7 +15,8 @@ with the same semantics and checks, and returns new tensors (never a view of an 
 - expert parallelism (``ditron.ops.moe``): ``moe_dispatch(x, topk_ids, num_experts,
   max_tokens, max_recv_rows) -> (grouped_x, *routing)``; ``moe_send_copies(rows, routing,
   sizes)`` and ``moe_return_copies(y, routing, sizes)``, the data movement of the dispatch
-  and of the combine (before its sum) for any rows; ``grouped_gemm(x, w, offsets)`` and
+  and of the combine (before its sum) for any rows; ``moe_combine(y, weights, routing,
+  sizes)``, the combine with its weighted sum; ``grouped_gemm(x, w, offsets)`` and
   ``grouped_gemm_wgrad(x, dy, offsets)``. ``routing`` is the list of the dispatch's device
   tensors and ``sizes`` its integers, in the orders of :data:`ROUTING` and :data:`SIZES`.
   These carry their autograd formulas (``register_autograd``, at the end of this module).
@@ -238,6 +239,20 @@ def _(y, routing, sizes, world=""):
     return y.new_empty((T, k, y.shape[1]), dtype=torch.float32)
 
 
+@torch.library.custom_op("ditron::moe_combine", mutates_args=())
+def moe_combine(y: torch.Tensor, weights: torch.Tensor | None, routing: list[torch.Tensor],
+                sizes: list[int], world: str = "") -> torch.Tensor:
+    from ..ops.moe import combine_copies
+
+    with _in(world):
+        return _own(combine_copies(y, dispatch_of(y, routing, sizes), weights), y)
+
+
+@moe_combine.register_fake
+def _(y, weights, routing, sizes, world=""):
+    return y.new_empty((sizes[SIZES.index("num_tokens")], y.shape[1]))
+
+
 @torch.library.custom_op("ditron::grouped_gemm", mutates_args=())
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor,
                  method: str = "auto", rows_per_group: float | None = None) -> torch.Tensor:
@@ -292,9 +307,9 @@ def _dispatch_setup(ctx, inputs, output):
 def _dispatch_backward(ctx, grads):
     if grads[0] is None:
         return None, None, None, None, None, None
-    copies = moe_return_copies(grads[0].contiguous(), list(ctx.saved_tensors), ctx.sizes,
-                               ctx.world)
-    return copies.sum(1).to(ctx.dtype), None, None, None, None, None
+    gx = moe_combine(grads[0].contiguous(), None, list(ctx.saved_tensors), ctx.sizes,
+                     ctx.world)
+    return gx.to(ctx.dtype), None, None, None, None, None
 
 
 def _copies_setup(ctx, inputs, output):
@@ -317,6 +332,30 @@ def _return_copies_backward(ctx, g):
             None, None)
 
 
+def _combine_setup(ctx, inputs, output):
+    y, weights, routing, sizes, world = inputs
+    ctx.save_for_backward(y, weights, *routing)
+    ctx.sizes, ctx.world = list(sizes), world
+
+
+def _combine_backward(ctx, g):
+    """``dy(t, j) = w[t, j] * g[t]`` sent to the copy's expert; ``dw[t, j] = <g[t], y(t,
+    j)>``, with the copies' rows fetched again (not kept from the forward pass)."""
+    y, weights, *routing = ctx.saved_tensors
+    gy = gw = None
+    g32 = g.float()[:, None, :]  # [T, 1, N]
+    if ctx.needs_input_grad[0]:
+        T, k = ctx.sizes[SIZES.index("num_tokens")], ctx.sizes[SIZES.index("topk")]
+        rows = g32.expand(T, k, -1) if weights is None else g32 * weights.float()[:, :, None]
+        gy = moe_send_copies(rows.reshape(T * k, g.shape[1]).to(y.dtype), routing, ctx.sizes,
+                             ctx.world)
+        gy = torch.where(_in_groups(gy.shape[0], routing[0]), gy, 0)
+    if weights is not None and ctx.needs_input_grad[1]:
+        copies = moe_return_copies(y, routing, ctx.sizes, ctx.world)  # fp32 [T, k, N]
+        gw = (copies * g32).sum(2).to(weights.dtype)
+    return gy, gw, [None] * len(routing), None, None
+
+
 def _gemm_setup(ctx, inputs, output):
     ctx.save_for_backward(*inputs[:3])
     ctx.method, ctx.rows_per_group = inputs[3:5]
@@ -336,4 +375,5 @@ def _gemm_backward(ctx, g):
 moe_dispatch.register_autograd(_dispatch_backward, setup_context=_dispatch_setup)
 moe_send_copies.register_autograd(_send_copies_backward, setup_context=_copies_setup)
 moe_return_copies.register_autograd(_return_copies_backward, setup_context=_copies_setup)
+moe_combine.register_autograd(_combine_backward, setup_context=_combine_setup)
 grouped_gemm.register_autograd(_gemm_backward, setup_context=_gemm_setup)

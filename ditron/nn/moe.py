@@ -54,10 +54,7 @@ def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
 
 def _combine(y: torch.Tensor, routing: list[torch.Tensor], sizes: list[int],
              topk_weights: torch.Tensor | None) -> torch.Tensor:
-    copies = _ditron.moe_return_copies(y, routing, sizes, library.world_key())  # fp32
-    if topk_weights is not None:
-        copies = copies * topk_weights.float()[:, :, None]
-    return copies.sum(1).to(y.dtype)
+    return _ditron.moe_combine(y, topk_weights, routing, sizes, library.world_key())
 
 
 def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,

@@ -204,6 +204,12 @@ def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
     counting zero. Collective.
     """
     check_combine(y, dispatch, topk_weights)
+    return combine_copies(y, dispatch, topk_weights)
+
+
+def combine_copies(y: torch.Tensor, dispatch: MoEDispatch,
+                   topk_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`moe_combine` without its checks (``ditron.nn`` checks first). Collective."""
     from .a2a_device import all_to_all_inbox
 
     d, y = dispatch, y.contiguous()

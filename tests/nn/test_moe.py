@@ -303,6 +303,9 @@ def check_compile(compiler: str = "aot_eager", opcheck: bool = True) -> list[str
     cases = [("moe_dispatch", (x, ids, experts, 4, 4 * w)),
              ("moe_send_copies", (torch.randn(4 * w, 3, device=dev), routing, sizes)),
              ("moe_return_copies", (torch.randn(*grouped.shape, device=dev), routing, sizes)),
+             ("moe_combine", (torch.randn(*grouped.shape, device=dev),
+                              torch.rand(4, w, device=dev), routing, sizes)),
+             ("moe_combine", (torch.randn(*grouped.shape, device=dev), None, routing, sizes)),
              ("grouped_gemm", (xs, ws, offsets)),
              ("grouped_gemm_wgrad", (xs, torch.randn(8, ffn, device=dev), offsets))]
     done = []
@@ -316,7 +319,7 @@ def check_compile(compiler: str = "aot_eager", opcheck: bool = True) -> list[str
 
 def test_compile_and_opcheck(backend):
     res = ditron.launch(check_compile, 2, backend=backend)
-    assert res[0] == res[1] and len(res[0]) == 5
+    assert res[0] == res[1] and len(res[0]) == 7
 
 
 @pytest.mark.gpu
