@@ -1,4 +1,5 @@
-"""Weighted gather-sum: ``out[t] = sum_j w[t, j] * src[idx[t, j]]`` (the MoE combine's sum).
+"""Weighted gather-sum: ``out[t] = sum_j w[t, j] * src[idx[t, j]]`` (the MoE combine's sum),
+and its weights' gradient, the gather-dot ``dw[t, j] = <g[t], src[idx[t, j]]>``.
 
 ``src [R, N]``, ``idx [T, k]`` integer row indices into ``src`` (``-1``: no row, counts
 zero), ``w [T, k]`` floating or ``None`` (weight 1); fp32 accumulation, ``out [T, N]`` in
@@ -21,6 +22,24 @@ from ..runtime.triton_launch import FastKernel
 
 
 @triton.jit
+def _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2,
+              K: tl.constexpr, TWO: tl.constexpr):
+    """``(rows, ok)``: the ``[BLOCK_T, BLOCK_N]`` fp32 tile of copy ``j``'s rows of tokens
+    ``ts`` (``src[idx]``, else ``src2[idx2]``, else zero), and which tokens have one."""
+    rows = tl.load(idx + ts.to(tl.int64) * K + j, mask=t_ok, other=-1)
+    ok = rows >= 0
+    v = tl.load(src + rows.to(tl.int64)[:, None] * s_src + cols[None, :],
+                mask=ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+    if TWO:
+        rows2 = tl.load(idx2 + ts.to(tl.int64) * K + j, mask=t_ok & ~ok, other=-1)
+        ok2 = rows2 >= 0
+        v += tl.load(src2 + rows2.to(tl.int64)[:, None] * s_src2 + cols[None, :],
+                     mask=ok2[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        ok = ok | ok2
+    return v, ok
+
+
+@triton.jit
 def _gather_sum_kernel(src, idx, src2, idx2, weights, out, T, N, s_src, s_src2, s_out,
                        K: tl.constexpr, HAS_W: tl.constexpr, TWO: tl.constexpr,
                        BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -30,16 +49,8 @@ def _gather_sum_kernel(src, idx, src2, idx2, weights, out, T, N, s_src, s_src2, 
     col_ok = cols < N
     acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
     for j in tl.static_range(K):
-        rows = tl.load(idx + ts.to(tl.int64) * K + j, mask=t_ok, other=-1)
-        ok = rows >= 0
-        v = tl.load(src + rows.to(tl.int64)[:, None] * s_src + cols[None, :],
-                    mask=ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        if TWO:
-            rows2 = tl.load(idx2 + ts.to(tl.int64) * K + j, mask=t_ok & ~ok, other=-1)
-            ok2 = rows2 >= 0
-            v += tl.load(src2 + rows2.to(tl.int64)[:, None] * s_src2 + cols[None, :],
-                         mask=ok2[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-            ok = ok | ok2
+        v, ok = _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2, K,
+                          TWO)
         if HAS_W:
             wj = tl.load(weights + ts.to(tl.int64) * K + j, mask=t_ok & ok, other=0.0)
             v = v * wj.to(tl.float32)[:, None]
@@ -48,7 +59,50 @@ def _gather_sum_kernel(src, idx, src2, idx2, weights, out, T, N, s_src, s_src2, 
     tl.store(o_ptrs, acc.to(out.dtype.element_ty), mask=t_ok[:, None] & col_ok[None, :])
 
 
+@triton.jit
+def _gather_dot_kernel(src, idx, src2, idx2, g, out, T, N, s_src, s_src2, s_g,
+                       K: tl.constexpr, KB: tl.constexpr, TWO: tl.constexpr,
+                       BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
+    ts = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_ok = ts < T
+    ks = tl.arange(0, KB)
+    acc = tl.zeros((BLOCK_T, KB), dtype=tl.float32)
+    for c in range(0, tl.cdiv(N, BLOCK_N)):
+        cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
+        col_ok = cols < N
+        gt = tl.load(g + ts.to(tl.int64)[:, None] * s_g + cols[None, :],
+                     mask=t_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        for j in tl.static_range(K):
+            v, ok = _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2,
+                              K, TWO)
+            acc += tl.where(ks[None, :] == j, tl.sum(v * gt, axis=1)[:, None], 0.0)
+    tl.store(out + ts.to(tl.int64)[:, None] * K + ks[None, :], acc,
+             mask=t_ok[:, None] & (ks < K)[None, :])
+
+
 _GATHER_SUM = FastKernel(_gather_sum_kernel)
+_GATHER_DOT = FastKernel(_gather_dot_kernel)
+
+
+def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor | None,
+             idx2: torch.Tensor | None) -> None:
+    """The checks of the gathered rows' arguments (``ValueError``)."""
+    if src.dim() != 2 or idx.dim() != 2 or src.stride(1) != 1:
+        raise ValueError(f"{op}: need src [R, N] with contiguous rows and idx [T, k], got "
+                         f"{tuple(src.shape)} (strides {src.stride()}) and {tuple(idx.shape)}")
+    two = src2 is not None
+    if two != (idx2 is not None) or two and (
+            src2.dim() != 2 or src2.shape[1] != src.shape[1] or src2.stride(1) != 1
+            or src2.dtype != src.dtype or idx2.shape != idx.shape):
+        raise ValueError(f"{op}: src2 and idx2 go together, src2 like src [R2, "
+                         f"{src.shape[1]}] {src.dtype} with contiguous rows and idx2 "
+                         f"{tuple(idx.shape)}")
+
+
+def _blocks(device: torch.device, N: int) -> tuple[int, int]:
+    """``(BLOCK_T, BLOCK_N)`` of both kernels."""
+    cuda = device.type == "cuda"
+    return (8 if cuda else 16), min(next_power_of_2(N), 256 if cuda else 64)
 
 
 def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
@@ -58,20 +112,10 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     """``out[t] = sum_j weights[t, j] * row(t, j)`` (see the module docstring): ``row`` is
     ``src[idx[t, j]]``, else ``src2[idx2[t, j]]`` (when both are given), else zero.
     Sources must have contiguous rows (stride 1 in dim 1), the same ``N`` and dtype."""
-    if src.dim() != 2 or idx.dim() != 2 or src.stride(1) != 1:
-        raise ValueError(f"weighted_gather_sum: need src [R, N] with contiguous rows and idx "
-                         f"[T, k], got {tuple(src.shape)} (strides {src.stride()}) and "
-                         f"{tuple(idx.shape)}")
+    _sources("weighted_gather_sum", src, idx, src2, idx2)
     if weights is not None and weights.shape != idx.shape:
         raise ValueError(f"weighted_gather_sum: weights must be {tuple(idx.shape)}, got "
                          f"{tuple(weights.shape)}")
-    two = src2 is not None
-    if two != (idx2 is not None) or two and (
-            src2.dim() != 2 or src2.shape[1] != src.shape[1] or src2.stride(1) != 1
-            or src2.dtype != src.dtype or idx2.shape != idx.shape):
-        raise ValueError(f"weighted_gather_sum: src2 and idx2 go together, src2 like src "
-                         f"[R2, {src.shape[1]}] {src.dtype} with contiguous rows and idx2 "
-                         f"{tuple(idx.shape)}")
     T, k = idx.shape
     N = src.shape[1]
     out = torch.empty((T, N), dtype=src.dtype, device=src.device)
@@ -79,14 +123,42 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
         return out
     if k == 0:
         return out.zero_()
+    two = src2 is not None
     idx = idx.contiguous()
     idx2 = idx2.contiguous() if two else idx
     src2 = src2 if two else src
     w = idx if weights is None else weights.contiguous()
-    block_n = min(next_power_of_2(N), 256 if src.device.type == "cuda" else 64)
-    block_t = 8 if src.device.type == "cuda" else 16
+    block_t, block_n = _blocks(src.device, N)
     grid = (cdiv(T, block_t), cdiv(N, block_n))
     _GATHER_SUM[grid](src, idx, src2, idx2, w, out, T, N, src.stride(0), src2.stride(0),
                       out.stride(0), K=k, HAS_W=weights is not None, TWO=two,
                       BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
+    return out
+
+
+def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
+               src2: torch.Tensor | None = None,
+               idx2: torch.Tensor | None = None) -> torch.Tensor:
+    """``out[t, j] = <g[t], row(t, j)>`` in fp32, ``[T, k]``, rows as in
+    :func:`weighted_gather_sum` (zero where a copy has none): the gradient of its weights,
+    with ``g [T, N]`` the gradient of its output, read without materialising the rows."""
+    _sources("gather_dot", src, idx, src2, idx2)
+    T, k = idx.shape
+    N = src.shape[1]
+    if g.shape != (T, N) or g.stride(1) != 1:
+        raise ValueError(f"gather_dot: g must be [{T}, {N}] with contiguous rows, got "
+                         f"{tuple(g.shape)} (strides {g.stride()})")
+    out = torch.empty((T, k), dtype=torch.float32, device=src.device)
+    if out.numel() == 0:
+        return out
+    if N == 0:
+        return out.zero_()
+    two = src2 is not None
+    idx = idx.contiguous()
+    idx2 = idx2.contiguous() if two else idx
+    src2 = src2 if two else src
+    block_t, block_n = _blocks(src.device, N)
+    _GATHER_DOT[(cdiv(T, block_t),)](src, idx, src2, idx2, g, out, T, N, src.stride(0),
+                                     src2.stride(0), g.stride(0), K=k, KB=next_power_of_2(k),
+                                     TWO=two, BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
     return out

@@ -16,7 +16,8 @@ with the same semantics and checks, and returns new tensors (never a view of an 
   max_tokens, max_recv_rows) -> (grouped_x, *routing)``; ``moe_send_copies(rows, routing,
   sizes)`` and ``moe_return_copies(y, routing, sizes)``, the data movement of the dispatch
   and of the combine (before its sum) for any rows; ``moe_combine(y, weights, routing,
-  sizes)``, the combine with its weighted sum; ``grouped_gemm(x, w, offsets)`` and
+  sizes)``, the combine with its weighted sum, and ``moe_copy_dots(y, g, routing, sizes)``,
+  its weights' gradient (no autograd formula); ``grouped_gemm(x, w, offsets)`` and
   ``grouped_gemm_wgrad(x, dy, offsets)``. ``routing`` is the list of the dispatch's device
   tensors and ``sizes`` its integers, in the orders of :data:`ROUTING` and :data:`SIZES`.
   These carry their autograd formulas (``register_autograd``, at the end of this module).
@@ -253,6 +254,21 @@ def _(y, weights, routing, sizes, world=""):
     return y.new_empty((sizes[SIZES.index("num_tokens")], y.shape[1]))
 
 
+@torch.library.custom_op("ditron::moe_copy_dots", mutates_args=())
+def moe_copy_dots(y: torch.Tensor, g: torch.Tensor, routing: list[torch.Tensor],
+                  sizes: list[int], world: str = "") -> torch.Tensor:
+    from ..ops.moe import copy_dots
+
+    with _in(world):
+        return copy_dots(y, dispatch_of(y, routing, sizes), g)
+
+
+@moe_copy_dots.register_fake
+def _(y, g, routing, sizes, world=""):
+    T, k = sizes[SIZES.index("num_tokens")], sizes[SIZES.index("topk")]
+    return y.new_empty((T, k), dtype=torch.float32)
+
+
 @torch.library.custom_op("ditron::grouped_gemm", mutates_args=())
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor,
                  method: str = "auto", rows_per_group: float | None = None) -> torch.Tensor:
@@ -340,7 +356,8 @@ def _combine_setup(ctx, inputs, output):
 
 def _combine_backward(ctx, g):
     """``dy(t, j) = w[t, j] * g[t]`` sent to the copy's expert; ``dw[t, j] = <g[t], y(t,
-    j)>``, with the copies' rows fetched again (not kept from the forward pass)."""
+    j)>``, the copies' rows fetched again and read in place (``moe_copy_dots``; the forward
+    pass keeps none)."""
     y, weights, *routing = ctx.saved_tensors
     gy = gw = None
     g32 = g.float()[:, None, :]  # [T, 1, N]
@@ -351,8 +368,7 @@ def _combine_backward(ctx, g):
                              ctx.world)
         gy = torch.where(_in_groups(gy.shape[0], routing[0]), gy, 0)
     if weights is not None and ctx.needs_input_grad[1]:
-        copies = moe_return_copies(y, routing, ctx.sizes, ctx.world)  # fp32 [T, k, N]
-        gw = (copies * g32).sum(2).to(weights.dtype)
+        gw = moe_copy_dots(y, g, routing, ctx.sizes, ctx.world).to(weights.dtype)
     return gy, gw, [None] * len(routing), None, None
 
 

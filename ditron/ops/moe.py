@@ -29,10 +29,11 @@ Ranks must share a node (the device all-to-all's limit today).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
-from ..kernels.gather_sum import weighted_gather_sum
+from ..kernels.gather_sum import gather_dot, weighted_gather_sum
 from ..kernels.grouped_gemm import check_grouped
 from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from ..kernels.routing import group_received, returned_index, returned_sources, sort_copies
@@ -210,17 +211,30 @@ def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
 def combine_copies(y: torch.Tensor, dispatch: MoEDispatch,
                    topk_weights: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`moe_combine` without its checks (``ditron.nn`` checks first). Collective."""
+    return _read_returned(y, dispatch, functools.partial(weighted_gather_sum,
+                                                          weights=topk_weights))
+
+
+def copy_dots(y: torch.Tensor, dispatch: MoEDispatch, g: torch.Tensor) -> torch.Tensor:
+    """``out[t, j] = <g[t], y_row(t, j)>`` in fp32 ``[T, k]`` (zero for a dropped or
+    unrouted copy), ``g [T, N]``: the gradient of :func:`moe_combine`'s weights when ``g``
+    is its output's, with the rows read where they lie. Collective; no checks."""
+    return _read_returned(y, dispatch, functools.partial(gather_dot, g=g.contiguous()))
+
+
+def _read_returned(y: torch.Tensor, d: MoEDispatch, read) -> torch.Tensor:
+    """``read(rows, idx, src2=y, idx2=own)`` with ``idx [T, k]`` / ``own [T, k]`` each copy's
+    returned row in ``rows`` (the all-to-all's inbox: a peer's) or in ``y`` (this rank's
+    own), ``-1`` elsewhere: the consumer reads each row where it lies, in one pass."""
     from .a2a_device import all_to_all_inbox
 
-    d, y = dispatch, y.contiguous()
+    y = y.contiguous()
     shape = (d.num_tokens, d.topk)
-    # the sum reads the peers' rows in the inbox and this rank's own in y: one pass
     with all_to_all_inbox(y, d.kept_splits, d.max_tokens * d.topk,
                           send_index=d.inv_perm) as inbox:
         idx, own = returned_sources(d.order, d.send_splits, inbox.splits, inbox.first,
                                     d.kept_splits, d.inv_perm, current().world.rank)
-        return weighted_gather_sum(inbox.rows, idx.view(shape), topk_weights, src2=y,
-                                   idx2=own.view(shape))
+        return read(inbox.rows, idx.view(shape), src2=y, idx2=own.view(shape))
 
 
 def check_combine(y: torch.Tensor, dispatch: MoEDispatch,

@@ -1,14 +1,14 @@
 """The weighted gather-sum against torch on fresh random rows and indices (the MoE
 combine's sum), with one source and with a second one filling the rows the first leaves
-out. Outputs come from ``torch.empty`` filled with NaN (``poison``): a row the kernel
-never writes fails the comparison."""
+out, and the gather-dot (the sum's weights' gradient). Outputs come from ``torch.empty``
+filled with NaN (``poison``): a row the kernel never writes fails the comparison."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ditron.kernels.gather_sum import weighted_gather_sum
+from ditron.kernels.gather_sum import gather_dot, weighted_gather_sum
 
 
 @pytest.fixture
@@ -24,11 +24,17 @@ def poison():
     torch.use_deterministic_algorithms(False)
 
 
-def _reference(src, idx, weights, src2=None, idx2=None) -> torch.Tensor:
+def _rows(src, idx, src2=None, idx2=None) -> torch.Tensor:
+    """``[T, k, N]`` fp32: each copy's row, zero where it has none."""
     rows = torch.where((idx >= 0)[..., None], src.float()[idx.clamp(min=0)], 0.0)
     if src2 is not None:
         two = (idx < 0) & (idx2 >= 0)
         rows = torch.where(two[..., None], src2.float()[idx2.clamp(min=0)], rows)
+    return rows
+
+
+def _reference(src, idx, weights, src2=None, idx2=None) -> torch.Tensor:
+    rows = _rows(src, idx, src2, idx2)
     if weights is not None:
         rows = rows * weights.float()[..., None]
     return rows.sum(1)
@@ -52,6 +58,30 @@ def test_gather_sum_matches_torch(T, k, N, dtype, two, device):
         want = _reference(src, idx, w, *((src2, idx2) if two else ()))
         tol = 1e-5 if dtype == torch.float32 else 1e-2
         torch.testing.assert_close(out.float(), want.to(dtype).float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("T,k,N", [(13, 3, 20), (37, 8, 300)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("two", [False, True])
+def test_gather_dot_matches_torch(T, k, N, dtype, two, device):
+    g = torch.Generator().manual_seed(T * k + two + 7)
+    src = torch.randn(29, N, generator=g).to(dtype)
+    src2 = torch.randn(17, N, generator=g).to(dtype)
+    idx = torch.randint(-1, 29, (T, k), generator=g)
+    idx2 = torch.where(idx < 0, torch.randint(-1, 17, (T, k), generator=g), -1)
+    grad = torch.randn(T, N, generator=g).to(dtype)
+    kw = {"src2": src2.to(device), "idx2": idx2.to(device)} if two else {}
+    out = gather_dot(src.to(device), idx.to(device), grad.to(device), **kw).cpu()
+    want = (_rows(src, idx, *((src2, idx2) if two else ())) * grad.float()[:, None, :]).sum(2)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, want, atol=1e-4 * N ** 0.5, rtol=1e-4)
+
+
+def test_gather_dot_refuses_a_bad_gradient():
+    src, idx = torch.zeros(4, 8), torch.zeros(2, 3, dtype=torch.int64)
+    for grad in (torch.zeros(2, 7), torch.zeros(3, 8), torch.zeros(8, 2).t()):
+        with pytest.raises(ValueError, match="gather_dot: g must be"):
+            gather_dot(src, idx, grad)
 
 
 def test_gather_sum_refuses_mismatched_sources():
