@@ -85,8 +85,10 @@ _GATHER_DOT = FastKernel(_gather_dot_kernel)
 
 
 def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor | None,
-             idx2: torch.Tensor | None) -> None:
-    """The checks of the gathered rows' arguments (``ValueError``)."""
+             idx2: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gathered rows' arguments checked (``ValueError``) and as the kernels take them:
+    ``(idx, src2, idx2)`` contiguous, ``src`` / ``idx`` standing in for an absent second
+    source."""
     if src.dim() != 2 or idx.dim() != 2 or src.stride(1) != 1:
         raise ValueError(f"{op}: need src [R, N] with contiguous rows and idx [T, k], got "
                          f"{tuple(src.shape)} (strides {src.stride()}) and {tuple(idx.shape)}")
@@ -97,6 +99,8 @@ def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor |
         raise ValueError(f"{op}: src2 and idx2 go together, src2 like src [R2, "
                          f"{src.shape[1]}] {src.dtype} with contiguous rows and idx2 "
                          f"{tuple(idx.shape)}")
+    idx = idx.contiguous()
+    return (idx, src2, idx2.contiguous()) if two else (idx, src, idx)
 
 
 def _blocks(device: torch.device, N: int) -> tuple[int, int]:
@@ -112,7 +116,8 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     """``out[t] = sum_j weights[t, j] * row(t, j)`` (see the module docstring): ``row`` is
     ``src[idx[t, j]]``, else ``src2[idx2[t, j]]`` (when both are given), else zero.
     Sources must have contiguous rows (stride 1 in dim 1), the same ``N`` and dtype."""
-    _sources("weighted_gather_sum", src, idx, src2, idx2)
+    two = src2 is not None
+    idx, src2, idx2 = _sources("weighted_gather_sum", src, idx, src2, idx2)
     if weights is not None and weights.shape != idx.shape:
         raise ValueError(f"weighted_gather_sum: weights must be {tuple(idx.shape)}, got "
                          f"{tuple(weights.shape)}")
@@ -123,10 +128,6 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
         return out
     if k == 0:
         return out.zero_()
-    two = src2 is not None
-    idx = idx.contiguous()
-    idx2 = idx2.contiguous() if two else idx
-    src2 = src2 if two else src
     w = idx if weights is None else weights.contiguous()
     block_t, block_n = _blocks(src.device, N)
     grid = (cdiv(T, block_t), cdiv(N, block_n))
@@ -142,7 +143,8 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
     """``out[t, j] = <g[t], row(t, j)>`` in fp32, ``[T, k]``, rows as in
     :func:`weighted_gather_sum` (zero where a copy has none): the gradient of its weights,
     with ``g [T, N]`` the gradient of its output, read without materialising the rows."""
-    _sources("gather_dot", src, idx, src2, idx2)
+    two = src2 is not None
+    idx, src2, idx2 = _sources("gather_dot", src, idx, src2, idx2)
     T, k = idx.shape
     N = src.shape[1]
     if g.shape != (T, N) or g.stride(1) != 1:
@@ -153,10 +155,6 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
         return out
     if N == 0:
         return out.zero_()
-    two = src2 is not None
-    idx = idx.contiguous()
-    idx2 = idx2.contiguous() if two else idx
-    src2 = src2 if two else src
     block_t, block_n = _blocks(src.device, N)
     _GATHER_DOT[(cdiv(T, block_t),)](src, idx, src2, idx2, g, out, T, N, src.stride(0),
                                      src2.stride(0), g.stride(0), K=k, KB=next_power_of_2(k),

@@ -1,7 +1,7 @@
 """The weighted gather-sum against torch on fresh random rows and indices (the MoE
 combine's sum), with one source and with a second one filling the rows the first leaves
 out, and the gather-dot (the sum's weights' gradient). Outputs come from ``torch.empty``
-filled with NaN (``poison``): a row the kernel never writes fails the comparison."""
+filled with NaN (``poisoned``, conftest.py): a row the kernel never writes fails the comparison."""
 
 from __future__ import annotations
 
@@ -10,18 +10,7 @@ import torch
 
 from ditron.kernels.gather_sum import gather_dot, weighted_gather_sum
 
-
-@pytest.fixture
-def device(backend) -> str:
-    return "cuda" if backend == "cuda" else "cpu"
-
-
-@pytest.fixture(autouse=True)
-def poison():
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    yield
-    torch.use_deterministic_algorithms(False)
+pytestmark = pytest.mark.usefixtures("poisoned")
 
 
 def _rows(src, idx, src2=None, idx2=None) -> torch.Tensor:

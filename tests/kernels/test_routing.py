@@ -1,7 +1,7 @@
 """The MoE routing kernels against plain-Python references on fresh random routings.
 
-Outputs come from ``torch.empty`` filled with the integer maximum (``poison``), so an entry
-a kernel never writes fails the comparison.
+Outputs come from ``torch.empty`` filled with the integer maximum (``poisoned``, in
+``conftest.py``), so an entry a kernel never writes fails the comparison.
 """
 
 from __future__ import annotations
@@ -11,18 +11,7 @@ import torch
 
 from ditron.kernels.routing import group_received, returned_index, returned_sources, sort_copies
 
-
-@pytest.fixture
-def device(backend) -> str:
-    return "cuda" if backend == "cuda" else "cpu"
-
-
-@pytest.fixture(autouse=True)
-def poison():
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
-    yield
-    torch.use_deterministic_algorithms(False)
+pytestmark = pytest.mark.usefixtures("poisoned")
 
 
 def _ids(T: int, k: int, E: int, seed: int) -> torch.Tensor:
