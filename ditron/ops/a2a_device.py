@@ -478,7 +478,7 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     send_index = _check_call(op, x, splits, max_out_rows, send_index)
     recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
     c = _send(x, splits, max_out_rows, send_index)
-    out = torch.empty((max_out_rows, *x.shape[1:]), dtype=c.x.dtype, device=x.device)
+    out = torch.empty((max_out_rows, *c.x.shape[1:]), dtype=c.x.dtype, device=x.device)
     out_splits = torch.empty(len(splits), dtype=torch.int64, device=x.device)
     _finish(c, out, out_splits, out_splits, recv_index, collect=True)
     _ack(c)

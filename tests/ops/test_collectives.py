@@ -603,10 +603,10 @@ def check_all_to_all_device_indexed(calls: int = 6,
             ins[(me + it) % w] = 0
         s = int(ins.sum())
         if it % 3 == 2:  # recv_index alone: x holds the rows sent
-            x = torch.randn(s, 4, 5, generator=g).mul(100).to(dtype)
+            x = torch.randn(s, 5, 4, generator=g).mul(100).to(dtype)
             sent = x
         else:
-            x = torch.randn(3 + it, 4, 5, generator=g).mul(100).to(dtype)
+            x = torch.randn(3 + it, 5, 4, generator=g).mul(100).to(dtype)
             send_index = torch.randint(0, x.shape[0], (s + 2,), generator=g)
             sent = x[send_index[:s]]
         outs, ref = _a2a_ref(sent.float(), ins)
@@ -620,7 +620,7 @@ def check_all_to_all_device_indexed(calls: int = 6,
             kw["recv_index"] = recv_index.to(dev)
         out, out_splits = ditron.ops.all_to_all_device(x.to(dev), ins.to(dev), cap, **kw)
         out, out_splits = out.cpu(), out_splits.cpu()
-        assert out.shape == (cap, 4, 5) and out.dtype == dtype
+        assert out.shape == (cap, 5, 4) and out.dtype == dtype
         assert torch.equal(out_splits, outs), (out_splits, outs)
         if "recv_index" in kw:
             valid = (recv_index >= 0) & (recv_index < kept)
@@ -680,7 +680,7 @@ def check_all_to_all_inbox(calls: int = 6) -> int:
         g = _gen(me, it, 17)
         dtype = (torch.float32, torch.bfloat16, torch.int16)[it % 3]
         ins = torch.randint(0, 5, (w,), generator=g)
-        x = torch.randn(6, 4, 5, generator=g).mul(100).to(dtype)
+        x = torch.randn(6, 5, 4, generator=g).mul(100).to(dtype)
         send_index = torch.randint(0, 6, (int(ins.sum()),), generator=g)
         outs, ref = _a2a_ref(x[send_index].float(), ins)
         kept = min(int(outs.sum()), cap)
@@ -692,7 +692,7 @@ def check_all_to_all_inbox(calls: int = 6) -> int:
         with ditron.ops.all_to_all_inbox(*args, send_index=send_index.to(dev)) as inbox:
             rows, first = inbox.rows.cpu(), int(inbox.first)
             splits = inbox.splits.cpu()
-        assert rows.shape == (2 * cap, 4, 5) and rows.dtype == dtype
+        assert rows.shape == (2 * cap, 5, 4) and rows.dtype == dtype
         assert torch.equal(splits, outs), (splits, outs)
         assert first in (0, cap), first
         halves.add(first)
