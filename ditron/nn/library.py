@@ -16,8 +16,9 @@ with the same semantics and checks, and returns new tensors (never a view of an 
   max_tokens, max_recv_rows) -> (grouped_x, *routing)``; ``moe_send_copies(rows, routing,
   sizes)`` and ``moe_return_copies(y, routing, sizes)``, the data movement of the dispatch
   and of the combine (before its sum) for any rows; ``moe_combine(y, weights, routing,
-  sizes)``, the combine with its weighted sum, and ``moe_copy_dots(y, g, routing, sizes)``,
-  its weights' gradient (no autograd formula); ``grouped_gemm(x, w, offsets)`` and
+  sizes)``, the combine with its weighted sum, and for its gradients (no autograd formulas)
+  ``moe_send_tokens(rows, weights, routing, sizes)``, token rows weighted per copy as they
+  move, and ``moe_copy_dots(y, g, routing, sizes)``; ``grouped_gemm(x, w, offsets)`` and
   ``grouped_gemm_wgrad(x, dy, offsets)``. ``routing`` is the list of the dispatch's device
   tensors and ``sizes`` its integers, in the orders of :data:`ROUTING` and :data:`SIZES`.
   These carry their autograd formulas (``register_autograd``, at the end of this module).
@@ -225,6 +226,21 @@ def _(rows, routing, sizes, world=""):
     return rows.new_empty((sizes[SIZES.index("capacity")], rows.shape[1]))
 
 
+@torch.library.custom_op("ditron::moe_send_tokens", mutates_args=())
+def moe_send_tokens(rows: torch.Tensor, weights: torch.Tensor | None,
+                    routing: list[torch.Tensor], sizes: list[int],
+                    world: str = "") -> torch.Tensor:
+    from ..ops.moe import send_tokens
+
+    with _in(world):
+        return _own(send_tokens(rows, dispatch_of(rows, routing, sizes), weights), rows)
+
+
+@moe_send_tokens.register_fake
+def _(rows, weights, routing, sizes, world=""):
+    return rows.new_empty((sizes[SIZES.index("capacity")], rows.shape[1]))
+
+
 @torch.library.custom_op("ditron::moe_return_copies", mutates_args=())
 def moe_return_copies(y: torch.Tensor, routing: list[torch.Tensor], sizes: list[int],
                       world: str = "") -> torch.Tensor:
@@ -355,16 +371,13 @@ def _combine_setup(ctx, inputs, output):
 
 
 def _combine_backward(ctx, g):
-    """``dy(t, j) = w[t, j] * g[t]`` sent to the copy's expert; ``dw[t, j] = <g[t], y(t,
-    j)>``, the copies' rows fetched again and read in place (``moe_copy_dots``; the forward
-    pass keeps none)."""
+    """``dy(t, j) = w[t, j] * g[t]``, the products made as ``g``'s rows move to the copies'
+    experts (``moe_send_tokens``); ``dw[t, j] = <g[t], y(t, j)>``, the copies' rows
+    fetched again and read in place (``moe_copy_dots``; the forward pass keeps none)."""
     y, weights, *routing = ctx.saved_tensors
     gy = gw = None
-    g32 = g.float()[:, None, :]  # [T, 1, N]
     if ctx.needs_input_grad[0]:
-        T, k = ctx.sizes[SIZES.index("num_tokens")], ctx.sizes[SIZES.index("topk")]
-        rows = g32.expand(T, k, -1) if weights is None else g32 * weights.float()[:, :, None]
-        gy = moe_send_copies(rows.reshape(T * k, g.shape[1]).to(y.dtype), routing, ctx.sizes,
+        gy = moe_send_tokens(g.to(y.dtype).contiguous(), weights, routing, ctx.sizes,
                              ctx.world)
         gy = torch.where(_in_groups(gy.shape[0], routing[0]), gy, 0)
     if weights is not None and ctx.needs_input_grad[1]:

@@ -99,13 +99,24 @@ def _copy_tile(item, col_tiles, R: tl.constexpr, BC: tl.constexpr):
 
 
 @triton.jit
-def _move_rows(dst, dst_first, src, src_first, src_rows, index, rows, row, peer, ctx,
-               R: tl.constexpr, BC: tl.constexpr, INDEXED: tl.constexpr):
+def _scaled(v, scale, i, ok, SCALED: tl.constexpr):
+    """Rows ``v`` times ``scale[i]`` (in fp32, rounded once to ``v``'s type) if ``SCALED``."""
+    if SCALED:
+        f = tl.load(scale + i, mask=ok, other=0.0).to(tl.float32)
+        v = (v.to(tl.float32) * f[:, None]).to(v.dtype)
+    return v
+
+
+@triton.jit
+def _move_rows(dst, dst_first, src, src_first, src_rows, index, scale, rows, row, peer, ctx,
+               R: tl.constexpr, BC: tl.constexpr, INDEXED: tl.constexpr,
+               SCALED: tl.constexpr):
     """This program's share of ``dst[dst_first + i] = src[s]`` for ``i < rows``, ``s =
     index[i]`` (``INDEXED``; rows with ``s`` outside ``[0, src_rows)`` are skipped) or
-    ``src_first + i``; rows of ``row`` elements, ``dst`` in ``peer``'s heap. Work items
-    are tiles of ``R`` rows by ``BC`` elements dealt round-robin over the programs of axis
-    0: many bytes in flight per program, whatever the row length."""
+    ``src_first + i``, times ``scale[i]`` if ``SCALED``; rows of ``row`` elements, ``dst``
+    in ``peer``'s heap. Work items are tiles of ``R`` rows by ``BC`` elements dealt
+    round-robin over the programs of axis 0: many bytes in flight per program, whatever
+    the row length."""
     col_tiles = tl.cdiv(row, BC)
     for item in range(tl.program_id(0), tl.cdiv(rows, R) * col_tiles, tl.num_programs(0)):
         i, cols = _copy_tile(item, col_tiles, R, BC)
@@ -117,19 +128,22 @@ def _move_rows(dst, dst_first, src, src_first, src_rows, index, rows, row, peer,
             s = src_first + i
         mask = ok[:, None] & (cols < row)[None, :]
         v = tl.load(src + s.to(tl.int64)[:, None] * row + cols[None, :], mask=mask)
+        v = _scaled(v, scale, i, ok, SCALED)
         dl.store(dst + (dst_first + i).to(tl.int64)[:, None] * row + cols[None, :], v, peer,
                  ctx, mask=mask)
 
 
 @triton.jit
-def _collect_rows(out, inbox, x, send_index, recv_index, rows, came, own_lo, own_n, own_src,
-                  x_len, row, R: tl.constexpr, BC: tl.constexpr, RECV_INDEXED: tl.constexpr,
-                  SEND_INDEXED: tl.constexpr):
+def _collect_rows(out, inbox, x, send_index, send_scale, recv_index, rows, came, own_lo, own_n,
+                  own_src, x_len, row, R: tl.constexpr, BC: tl.constexpr,
+                  RECV_INDEXED: tl.constexpr, SEND_INDEXED: tl.constexpr,
+                  SCALED: tl.constexpr):
     """This program's share of ``out[r] = received row j`` for ``r < rows``, ``j =
     recv_index[r]`` (``RECV_INDEXED``) or ``r``, where ``j < came``: rows
     ``own_lo .. own_lo + own_n - 1`` are this rank's own send rows ``own_src ..``, read
-    from ``x`` (through ``send_index`` with ``SEND_INDEXED``) in place of the inbox, which
-    they never entered; tiles as in :func:`_move_rows`."""
+    from ``x`` (through ``send_index`` with ``SEND_INDEXED``, times ``send_scale`` with
+    ``SCALED``) in place of the inbox, which they never entered; tiles as in
+    :func:`_move_rows`."""
     col_tiles = tl.cdiv(row, BC)
     for item in range(tl.program_id(0), tl.cdiv(rows, R) * col_tiles, tl.num_programs(0)):
         r, cols = _copy_tile(item, col_tiles, R, BC)
@@ -149,8 +163,10 @@ def _collect_rows(out, inbox, x, send_index, recv_index, rows, came, own_lo, own
         in_cols = (cols < row)[None, :]
         v = tl.load(inbox + j.to(tl.int64)[:, None] * row + cols[None, :],
                     mask=(ok & ~own)[:, None] & in_cols)
-        v = tl.where(own[:, None], tl.load(x + s.to(tl.int64)[:, None] * row + cols[None, :],
-                                           mask=own[:, None] & in_cols), v)
+        mine = tl.load(x + s.to(tl.int64)[:, None] * row + cols[None, :],
+                       mask=own[:, None] & in_cols)
+        mine = _scaled(mine, send_scale, own_src + j - own_lo, own, SCALED)
+        v = tl.where(own[:, None], mine, v)
         tl.store(out + r.to(tl.int64)[:, None] * row + cols[None, :], v,
                  mask=ok[:, None] & in_cols)
 
@@ -172,9 +188,9 @@ def _placement(mat_h, me, q, x_rows, cap_rows, w, WB: tl.constexpr):
 
 
 @triton.jit
-def _data_kernel(x, x_rows, x_len, index, inbox, inbox_stride, mat, pad, epoch_ptr, row,
+def _data_kernel(x, x_rows, x_len, index, scale, inbox, inbox_stride, mat, pad, epoch_ptr, row,
                  cap_rows, ctx, R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr,
-                 INDEXED: tl.constexpr):
+                 INDEXED: tl.constexpr, SCALED: tl.constexpr):
     q = tl.program_id(1)
     me = ctx.rank
     w = ctx.world_size
@@ -184,21 +200,22 @@ def _data_kernel(x, x_rows, x_len, index, inbox, inbox_stride, mat, pad, epoch_p
     dst_first, src_first, rows = _placement(mat_h, me, q, x_rows, cap_rows, w, WB)
     if q != me:  # my rows for myself skip the inbox: _finish_kernel reads them from x
         if INDEXED:  # send row i is x[index[i]]
-            _move_rows(inbox_h, dst_first, x, 0, x_len, index + src_first, rows, row, q, ctx,
-                       R, BC, True)
+            _move_rows(inbox_h, dst_first, x, 0, x_len, index + src_first,
+                       scale + src_first, rows, row, q, ctx, R, BC, True, SCALED)
         else:
-            _move_rows(inbox_h, dst_first, x, src_first, x_len, index, rows, row, q, ctx, R,
-                       BC, False)
+            _move_rows(inbox_h, dst_first, x, src_first, x_len, index, scale + src_first,
+                       rows, row, q, ctx, R, BC, False, SCALED)
     # every program (p, q) adds 1 to q's "data ready" counter, which reaches epoch * P once
     # all P programs of this call are done
     dl.notify(pad + w + me, 1, q, ctx, op="add")
 
 
 @triton.jit
-def _finish_kernel(out, out_splits, first_row, recv_index, x, x_rows, x_len, send_index, inbox,
-                   inbox_stride, mat, pad, epoch_ptr, row, cap_rows, first, count, senders, ctx,
-                   R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr, COLLECT: tl.constexpr,
-                   RECV_INDEXED: tl.constexpr, SEND_INDEXED: tl.constexpr):
+def _finish_kernel(out, out_splits, first_row, recv_index, x, x_rows, x_len, send_index,
+                   send_scale, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_rows, first,
+                   count, senders, ctx, R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr,
+                   COLLECT: tl.constexpr, RECV_INDEXED: tl.constexpr,
+                   SEND_INDEXED: tl.constexpr, SCALED: tl.constexpr):
     me = ctx.rank
     w = ctx.world_size
     epoch = tl.load(epoch_ptr)
@@ -210,9 +227,9 @@ def _finish_kernel(out, out_splits, first_row, recv_index, x, x_rows, x_len, sen
         came = tl.minimum(tl.sum(col), cap_rows)  # only the rows that came
         own_lo, own_src, own_n = _placement(mat_h, me, me, x_rows, cap_rows, w, WB)
         # out row r = received row recv_index[r] (or r), when that row came
-        _collect_rows(out, inbox + (epoch % 2) * inbox_stride, x, send_index, recv_index,
-                      cap_rows if RECV_INDEXED else came, came, own_lo, own_n, own_src, x_len,
-                      row, R, BC, RECV_INDEXED, SEND_INDEXED)
+        _collect_rows(out, inbox + (epoch % 2) * inbox_stride, x, send_index, send_scale,
+                      recv_index, cap_rows if RECV_INDEXED else came, came, own_lo, own_n,
+                      own_src, x_len, row, R, BC, RECV_INDEXED, SEND_INDEXED, SCALED)
     if tl.program_id(0) == 0:
         tl.store(out_splits + offs, col, mask=offs < w)
         if not COLLECT:  # the rows stay in the inbox: where this call's half starts
@@ -339,6 +356,28 @@ def _index(op: str, name: str, index: torch.Tensor | None, dev: torch.device,
     return index.to(torch.int64).contiguous()
 
 
+#: the dtypes ``send_scale`` can weight (those moved as themselves, not as a carrier)
+SCALED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _scale(op: str, scale: torch.Tensor | None, x: torch.Tensor,
+           send_index: torch.Tensor | None) -> torch.Tensor | None:
+    """``send_scale`` checked (a floating device vector, one value per send row, for rows
+    of a :data:`SCALED_DTYPES` type) and as contiguous fp32."""
+    if scale is None:
+        return None
+    rows = x.shape[0] if send_index is None else send_index.shape[0]
+    if scale.device != x.device or scale.dim() != 1 or not scale.dtype.is_floating_point \
+            or scale.shape[0] != rows:
+        raise ValueError(f"{op}: send_scale must be a floating [{rows}] vector (one value "
+                         f"per send row) on {x.device}, got {tuple(scale.shape)} "
+                         f"{scale.dtype} on {scale.device}")
+    if x.dtype not in SCALED_DTYPES:
+        raise ValueError(f"{op}: send_scale weights rows of {', '.join(map(str, SCALED_DTYPES))}"
+                         f", got x of {x.dtype}")
+    return scale.to(torch.float32).contiguous()
+
+
 @dataclasses.dataclass(frozen=True)
 class _Call:
     """One call after its checks: the arguments as the kernels take them, its workspace and
@@ -348,6 +387,7 @@ class _Call:
     dtype: torch.dtype  # the caller's dtype
     splits: torch.Tensor  # int64 [W]
     send_index: torch.Tensor | None
+    send_scale: torch.Tensor | None
     max_out_rows: int
     row: int  # elements of a row, in x's moved dtype
     ws: _Workspace
@@ -390,7 +430,7 @@ def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: in
 
 
 def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
-          send_index: torch.Tensor | None) -> _Call:
+          send_index: torch.Tensor | None, send_scale: torch.Tensor | None = None) -> _Call:
     """Steps 1 and 2 of the protocol (the splits, then the rows to the peers' inboxes) for
     checked arguments."""
     rt = current()
@@ -408,7 +448,7 @@ def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
                            "leave its with block) once the kernels reading it are enqueued")
     cpu = rt.world.backend == "cpu"
     c = _Call(x.contiguous(), dtype, splits.to(torch.int64).contiguous(), send_index,
-              max_out_rows, row, ws, rt.context(),
+              send_scale, max_out_rows, row, ws, rt.context(),
               SENDERS_CPU if cpu else max(MIN_SENDERS, GPU_SENDERS // w),
               _tile_shape(rt.world.backend, row, x.element_size()), 4 if cpu else COPY_WARPS)
     node = rt.topo.node_ranks()
@@ -417,9 +457,11 @@ def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
                        WB=wb)
     _FAST_DATA[(c.senders, w)](c.x, c.send_rows, c.x.shape[0],
                                c.splits if send_index is None else send_index,
-                               ws.inbox, ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
+                               c.splits if send_scale is None else send_scale, ws.inbox,
+                               ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
                                max_out_rows, c.ctx, R=c.tile[0], BC=c.tile[1], WB=wb,
-                               INDEXED=send_index is not None, num_warps=c.warps)
+                               INDEXED=send_index is not None,
+                               SCALED=send_scale is not None, num_warps=c.warps)
     return c
 
 
@@ -438,12 +480,14 @@ def _finish(c: _Call, out: torch.Tensor, out_splits: torch.Tensor, first_row: to
     send_index = c.splits if c.send_index is None else c.send_index
     _FAST_FINISH[(programs,)](out, out_splits, first_row,
                               c.splits if recv_index is None else recv_index, c.x,
-                              c.send_rows, c.x.shape[0], send_index, c.ws.inbox,
+                              c.send_rows, c.x.shape[0], send_index,
+                              c.splits if c.send_scale is None else c.send_scale, c.ws.inbox,
                               c.ws.inbox.shape[1], c.ws.mat, c.ws.pad, c.ws.epoch, c.row,
                               c.max_out_rows, node.start, len(node), c.senders, c.ctx, R=r,
                               BC=bc, WB=next_power_of_2(rt.world.world_size), COLLECT=collect,
                               RECV_INDEXED=recv_index is not None,
-                              SEND_INDEXED=c.send_index is not None, num_warps=c.warps)
+                              SEND_INDEXED=c.send_index is not None,
+                              SCALED=c.send_scale is not None, num_warps=c.warps)
 
 
 def _ack(c: _Call) -> None:
@@ -457,6 +501,7 @@ def _ack(c: _Call) -> None:
 def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, *,
                       send_index: torch.Tensor | None = None,
                       recv_index: torch.Tensor | None = None,
+                      send_scale: torch.Tensor | None = None,
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Send rows ``splits[q]`` of ``x`` (dim 0, in order) to rank ``q``; ``splits`` is an
     integer device tensor ``[W]`` that may be computed on the device (no host sync).
@@ -473,11 +518,17 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     checked on the host in debug mode only); ``recv_index [max_out_rows]`` makes ``out[r]``
     the received row ``recv_index[r]`` (in the order above) when that row came, and leaves
     ``out[r]`` undefined otherwise (a negative or too large index included).
+
+    ``send_scale [S]`` (floating, on the device; ``S`` the send rows: ``x``'s or
+    ``send_index``'s length) sends row ``i`` times ``send_scale[i]``, computed in fp32 and
+    rounded once to ``x``'s dtype (fp16, bf16 or fp32): a per-row weighting fused into the
+    move (MoE's combine gradient).
     """
     op = "all_to_all_device"
     send_index = _check_call(op, x, splits, max_out_rows, send_index)
     recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
-    c = _send(x, splits, max_out_rows, send_index)
+    send_scale = _scale(op, send_scale, x, send_index)
+    c = _send(x, splits, max_out_rows, send_index, send_scale)
     out = torch.empty((max_out_rows, *c.x.shape[1:]), dtype=c.x.dtype, device=x.device)
     out_splits = torch.empty(len(splits), dtype=torch.int64, device=x.device)
     _finish(c, out, out_splits, out_splits, recv_index, collect=True)

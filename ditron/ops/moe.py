@@ -149,13 +149,15 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
 
 
 def _send(src: torch.Tensor, index: torch.Tensor, send_splits: torch.Tensor, capacity: int,
-          perm: torch.Tensor) -> torch.Tensor:
-    """Rows ``src[index]`` (in send order, ``send_splits`` per rank) to their experts'
-    ranks, grouped by ``perm`` into ``capacity`` rows: the gather and the grouping happen
-    inside the all-to-all's kernels."""
+          perm: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows ``src[index]`` (in send order, ``send_splits`` per rank; times ``scale``, one
+    value per send row) to their experts' ranks, grouped by ``perm`` into ``capacity``
+    rows: the gather, the scaling and the grouping happen inside the all-to-all's
+    kernels."""
     from .a2a_device import all_to_all_device
 
-    return all_to_all_device(src, send_splits, capacity, send_index=index, recv_index=perm)[0]
+    return all_to_all_device(src, send_splits, capacity, send_index=index, recv_index=perm,
+                             send_scale=scale)[0]
 
 
 @public_op
@@ -166,6 +168,18 @@ def send_copies(rows: torch.Tensor, dispatch: MoEDispatch) -> torch.Tensor:
     Collective; no checks (``ditron.nn`` uses it for gradients)."""
     d = dispatch
     return _send(rows, d.order, d.send_splits, d.capacity, d.perm)
+
+
+def send_tokens(rows: torch.Tensor, dispatch: MoEDispatch,
+                weights: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`moe_dispatch`'s movement for new token rows: ``rows [T, N]`` (fp16, bf16 or
+    fp32), row ``t`` to each copy ``(t, j)``'s expert, times ``weights[t, j]`` (``[T, k]``;
+    in fp32, rounded once), grouped as ``dispatch.x``. With the combine's weights and its
+    output's gradient this is the gradient of its ``y``, no ``[T, k, N]`` copies made.
+    Collective; no checks."""
+    d = dispatch
+    scale = None if weights is None else weights.reshape(-1)[d.order]
+    return _send(rows, d.order // d.topk, d.send_splits, d.capacity, d.perm, scale)
 
 
 def _returned(y: torch.Tensor, d: MoEDispatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -306,6 +306,9 @@ def check_compile(compiler: str = "aot_eager", opcheck: bool = True) -> list[str
              ("moe_combine", (torch.randn(*grouped.shape, device=dev),
                               torch.rand(4, w, device=dev), routing, sizes)),
              ("moe_combine", (torch.randn(*grouped.shape, device=dev), None, routing, sizes)),
+             ("moe_send_tokens", (torch.randn(4, 3, device=dev), torch.rand(4, w, device=dev),
+                                  routing, sizes)),
+             ("moe_send_tokens", (torch.randn(4, 3, device=dev), None, routing, sizes)),
              ("moe_copy_dots", (torch.randn(*grouped.shape, device=dev),
                                 torch.randn(4, hidden, device=dev), routing, sizes)),
              ("grouped_gemm", (xs, ws, offsets)),
@@ -321,7 +324,7 @@ def check_compile(compiler: str = "aot_eager", opcheck: bool = True) -> list[str
 
 def test_compile_and_opcheck(backend):
     res = ditron.launch(check_compile, 2, backend=backend)
-    assert res[0] == res[1] and len(res[0]) == 8
+    assert res[0] == res[1] and len(res[0]) == 10
 
 
 @pytest.mark.gpu

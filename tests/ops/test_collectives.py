@@ -584,7 +584,9 @@ def check_all_to_all_device_indexed(calls: int = 6,
     ``dist.all_to_all_single`` and then indexed by ``recv_index``: rows of ``x`` sent twice
     or never, an index longer than the splits use, ``recv_index`` with negative, too large
     and repeated entries; both, either one alone (calls rotate), four dtypes (int16 rows
-    travel widened), int32 and int64 indices, and a capacity that drops rows last.
+    travel widened), int32 and int64 indices, and a capacity that drops rows last; every
+    other call weights the rows with ``send_scale`` (fp32 or bf16 values, negative ones
+    too), against the rows scaled in fp32 and rounded once.
     ``tile``: the copy tiles' ``(bytes, columns)`` on this backend (small ones cut the
     20-element rows into partial tiles of rows and of columns)."""
     from ditron.ops import a2a_device
@@ -609,11 +611,16 @@ def check_all_to_all_device_indexed(calls: int = 6,
             x = torch.randn(3 + it, 5, 4, generator=g).mul(100).to(dtype)
             send_index = torch.randint(0, x.shape[0], (s + 2,), generator=g)
             sent = x[send_index[:s]]
+        kw = {}
+        if it % 2 == 0:
+            scale = (torch.rand(x.shape[0] if it % 3 == 2 else s + 2, generator=g) * 3 - 1
+                     ).to(torch.bfloat16 if it % 4 else torch.float32)
+            kw["send_scale"] = scale.to(dev)
+            sent = (sent.float() * scale[:s].float()[:, None, None]).to(dtype)
         outs, ref = _a2a_ref(sent.float(), ins)
         cap = 3 if it == calls - 1 else 4 * w
         kept = min(int(outs.sum()), cap)
         recv_index = torch.randint(-2, cap + 2, (cap,), generator=g)
-        kw = {}
         if it % 3 != 2:
             kw["send_index"] = send_index.to(dev, torch.int32 if it % 2 else torch.int64)
         if it % 3 != 1:
@@ -637,9 +644,18 @@ def check_all_to_all_device_indexed(calls: int = 6,
     for words, kw in [("send_index must be an integer vector",
                        {"send_index": torch.zeros(2, device=dev)}),
                       (rf"recv_index must be an integer \[{w}\]",
-                       {"recv_index": torch.zeros(w + 1, dtype=torch.int64, device=dev)})]:
+                       {"recv_index": torch.zeros(w + 1, dtype=torch.int64, device=dev)}),
+                      (r"send_scale must be a floating \[4\] vector",
+                       {"send_scale": torch.ones(3, device=dev)}),
+                      (r"send_scale must be a floating \[2\] vector",
+                       {"send_scale": torch.ones(4, device=dev),
+                        "send_index": torch.zeros(2, dtype=torch.int64, device=dev)}),
+                      ("send_scale must be a floating", {"send_scale": torch.ones(
+                          4, dtype=torch.int64, device=dev)})]:
         with pytest.raises(ValueError, match=words):
             ditron.ops.all_to_all_device(x, splits, w, **kw)
+    with pytest.raises(ValueError, match="send_scale weights rows of .* got x of torch.int32"):
+        ditron.ops.all_to_all_device(x.int(), splits, w, send_scale=torch.ones(4, device=dev))
     if current().wait_timeout > 0:  # debug mode: the send index is read and checked
         with pytest.raises(ValueError, match=rf"rank {me}: send_index holds 0..4, outside"):
             ditron.ops.all_to_all_device(x, splits, w, send_index=torch.arange(5, device=dev))
