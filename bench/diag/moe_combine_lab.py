@@ -2,11 +2,14 @@
 replaced in session 48, one rank, same run.
 
 New: the ``ditron::moe_combine`` op (the rows read in place by one weighted gather-sum;
-its backward sends ``w * g`` to the experts and fetches the copies again for ``dw``).
+its backward sends ``g``'s rows to the experts, weighted as they move, and reads the
+copies again in place for ``dw``: ``moe_send_tokens``, ``moe_copy_dots``).
 Old: ``ditron::moe_return_copies`` (the copies as fp32 ``[T, k, H]``), times the weights,
 summed in torch (autograd keeps the fp32 copies for ``dw``). Times forward and forward +
 backward (CUDA events, medians of fixed counts), the memory a forward call leaves held for
-its backward, and the largest difference between the two's outputs and gradients.
+its backward, and the largest difference between the two's outputs and gradients; then
+the ops under the new one alone (``ditron.ops.moe``: the combine and the two halves of its
+backward), without autograd around them.
 
     python bench/diag/moe_combine_lab.py [--tokens 1024,8192] [--out F]
 """
@@ -48,6 +51,7 @@ def _held(fwd, dev) -> tuple[torch.Tensor, float]:
 def _measure(args) -> list[dict]:
     from ditron.nn import library
     from ditron.nn import moe as nn_moe
+    from ditron.ops import moe as ops_moe
     from ditron.tune.tuner import time_calls
 
     dev = ditron.world().device
@@ -80,11 +84,20 @@ def _measure(args) -> list[dict]:
             del out
         row["max_diff"] = [float((a - b).abs().max()) for a, b in
                            zip(results["new"], results["old"], strict=True)]
+        parts = {"combine": functools.partial(ops_moe.combine_copies, y, d, wts),
+                 "send_tokens": functools.partial(ops_moe.send_tokens, grad, d, wts),
+                 "copy_dots": functools.partial(ops_moe.copy_dots, y, d, grad)}
+        with torch.no_grad():
+            for name, call in parts.items():
+                row[f"op_{name}"] = statistics.median(
+                    time_calls(call, args.warmup, args.iters, dev, batch=2))
         rows.append(row)
         print(f"T {tokens:5d}  forward new {row['new_fwd']:8.1f} old {row['old_fwd']:8.1f} us"
               f"  fwd+bwd new {row['new_fwd_bwd']:8.1f} old {row['old_fwd_bwd']:8.1f} us"
               f"  held new {row['new_held_MB']:7.1f} old {row['old_held_MB']:7.1f} MB"
               f"  max diff out/dy/dw {row['max_diff']}", flush=True)
+        print("  ops alone (us): " + "  ".join(f"{n} {row['op_' + n]:.1f}" for n in parts),
+              flush=True)
     return rows
 
 

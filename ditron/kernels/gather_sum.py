@@ -60,14 +60,17 @@ def _gather_sum_kernel(src, idx, src2, idx2, weights, out, T, N, s_src, s_src2, 
 
 
 @triton.jit
-def _gather_dot_kernel(src, idx, src2, idx2, g, out, T, N, s_src, s_src2, s_g,
+def _gather_dot_kernel(src, idx, src2, idx2, g, out, T, N, s_src, s_src2, s_g, per_slice,
                        K: tl.constexpr, KB: tl.constexpr, TWO: tl.constexpr,
                        BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program ``(p, s)``: the dot products of tokens block ``p`` over column slice ``s``
+    (``per_slice`` blocks of ``BLOCK_N``), written to ``out[s]`` (``[slices, T, K]``)."""
     ts = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     t_ok = ts < T
     ks = tl.arange(0, KB)
     acc = tl.zeros((BLOCK_T, KB), dtype=tl.float32)
-    for c in range(0, tl.cdiv(N, BLOCK_N)):
+    first = tl.program_id(1) * per_slice
+    for c in range(first, tl.minimum(first + per_slice, tl.cdiv(N, BLOCK_N))):
         cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = cols < N
         gt = tl.load(g + ts.to(tl.int64)[:, None] * s_g + cols[None, :],
@@ -76,6 +79,7 @@ def _gather_dot_kernel(src, idx, src2, idx2, g, out, T, N, s_src, s_src2, s_g,
             v, ok = _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2,
                               K, TWO)
             acc += tl.where(ks[None, :] == j, tl.sum(v * gt, axis=1)[:, None], 0.0)
+    out += tl.program_id(1).to(tl.int64) * T * K
     tl.store(out + ts.to(tl.int64)[:, None] * K + ks[None, :], acc,
              mask=t_ok[:, None] & (ks < K)[None, :])
 
@@ -137,12 +141,26 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     return out
 
 
+#: programs per SM :func:`gather_dot` aims for on a GPU (few tokens: the columns are cut
+#: into slices, each summed by its own program, the slices' sums added in a fixed order)
+DOT_PROGRAMS_PER_SM = 4
+
+
+def _column_slices(device: torch.device, token_blocks: int, col_blocks: int) -> int:
+    if device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(col_blocks, cdiv(DOT_PROGRAMS_PER_SM * sms, token_blocks)))
+
+
 def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
-               src2: torch.Tensor | None = None,
-               idx2: torch.Tensor | None = None) -> torch.Tensor:
+               src2: torch.Tensor | None = None, idx2: torch.Tensor | None = None,
+               slices: int | None = None) -> torch.Tensor:
     """``out[t, j] = <g[t], row(t, j)>`` in fp32, ``[T, k]``, rows as in
     :func:`weighted_gather_sum` (zero where a copy has none): the gradient of its weights,
-    with ``g [T, N]`` the gradient of its output, read without materialising the rows."""
+    with ``g [T, N]`` the gradient of its output, read without materialising the rows.
+    ``slices``: column slices summed apart (default: enough to fill a GPU, one on the
+    CPU); the result does not depend on the launch, only on ``slices``."""
     two = src2 is not None
     idx, src2, idx2 = _sources("gather_dot", src, idx, src2, idx2)
     T, k = idx.shape
@@ -156,7 +174,14 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
     if N == 0:
         return out.zero_()
     block_t, block_n = _blocks(src.device, N)
-    _GATHER_DOT[(cdiv(T, block_t),)](src, idx, src2, idx2, g, out, T, N, src.stride(0),
-                                     src2.stride(0), g.stride(0), K=k, KB=next_power_of_2(k),
-                                     TWO=two, BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
-    return out
+    col_blocks = cdiv(N, block_n)
+    if slices is None:
+        slices = _column_slices(src.device, cdiv(T, block_t), col_blocks)
+    per_slice = cdiv(col_blocks, max(1, min(slices, col_blocks)))
+    slices = cdiv(col_blocks, per_slice)
+    part = out if slices == 1 else out.new_empty((slices, T, k))
+    _GATHER_DOT[(cdiv(T, block_t), slices)](src, idx, src2, idx2, g, part, T, N,
+                                            src.stride(0), src2.stride(0), g.stride(0),
+                                            per_slice, K=k, KB=next_power_of_2(k), TWO=two,
+                                            BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
+    return out if slices == 1 else torch.sum(part, 0, out=out)

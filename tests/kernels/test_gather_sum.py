@@ -52,7 +52,8 @@ def test_gather_sum_matches_torch(T, k, N, dtype, two, device):
 @pytest.mark.parametrize("T,k,N", [(13, 3, 20), (37, 8, 300)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("two", [False, True])
-def test_gather_dot_matches_torch(T, k, N, dtype, two, device):
+@pytest.mark.parametrize("slices", [None, 3])
+def test_gather_dot_matches_torch(T, k, N, dtype, two, slices, device):
     g = torch.Generator().manual_seed(T * k + two + 7)
     src = torch.randn(29, N, generator=g).to(dtype)
     src2 = torch.randn(17, N, generator=g).to(dtype)
@@ -60,7 +61,8 @@ def test_gather_dot_matches_torch(T, k, N, dtype, two, device):
     idx2 = torch.where(idx < 0, torch.randint(-1, 17, (T, k), generator=g), -1)
     grad = torch.randn(T, N, generator=g).to(dtype)
     kw = {"src2": src2.to(device), "idx2": idx2.to(device)} if two else {}
-    out = gather_dot(src.to(device), idx.to(device), grad.to(device), **kw).cpu()
+    out = gather_dot(src.to(device), idx.to(device), grad.to(device), slices=slices,
+                     **kw).cpu()
     want = (_rows(src, idx, *((src2, idx2) if two else ())) * grad.float()[:, None, :]).sum(2)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, want, atol=1e-4 * N ** 0.5, rtol=1e-4)
