@@ -1,12 +1,16 @@
 """Where the time of ``ditron.nn``'s differentiable combine goes, one rank: host issue time
 of its forward and of forward + backward (the GPU drained before each call, no sync after),
-their wall time with the sync, and torch.profiler's tables (host time by op, GPU time by
+their wall time with the sync, a cProfile of the steps by function, and torch.profiler's
+tables (host time by op, GPU time by
 kernel) of a few forward + backward steps.
 
     PYTHONPATH=$PWD python bench/diag/nn_combine_profile.py [tokens] [calls]
 """
 from __future__ import annotations
 
+import cProfile
+import io
+import pstats
 import sys
 import time
 
@@ -58,6 +62,16 @@ def profile(tokens: int, calls: int) -> str:
     for name, fn in (("forward", forward), ("forward+backward", step)):
         lines.append(f"  {name:18s} {_median_us(fn, calls, False):9.1f} "
                      f"{_median_us(fn, calls, True):9.1f}")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        step()
+    prof.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
+    lines.append(f"cProfile of {calls} forward + backward steps, by own time:")
+    lines.append(out.getvalue())
     torch.cuda.synchronize()
     with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
         for _ in range(5):
