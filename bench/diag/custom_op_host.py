@@ -1,11 +1,15 @@
 """Host issue time of the combine's backward ops called through their torch custom op
 (``torch.ops.ditron.*``) against the same ``ditron.ops.moe`` function called directly, one
-rank, the GPU drained before each call: what the custom-op layer costs per call.
+rank, the GPU drained before each call: what the custom-op layer costs per call; then a
+cProfile of the direct calls.
 
     PYTHONPATH=$PWD python bench/diag/custom_op_host.py [tokens] [calls]
 """
 from __future__ import annotations
 
+import cProfile
+import io
+import pstats
 import sys
 import time
 
@@ -58,6 +62,16 @@ def measure(tokens: int, calls: int) -> str:
             a = _median_us(direct, calls)
             b = _median_us(op, calls) if op else float("nan")
             lines.append(f"  {name:12s} {a:8.1f} {b:8.1f}")
+        for name in ("send_tokens", "copy_dots"):
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(calls):
+                pairs[name][0]()
+            prof.disable()
+            torch.cuda.synchronize()
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(45)
+            lines.append(f"cProfile of {calls} direct {name} calls:\n{out.getvalue()}")
     return "\n".join(lines)
 
 
