@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# s49f: the custom-op layer's host cost (bench/diag/custom_op_host.py), and the torch
+# s49f: s49e again, with a cProfile of the direct send_tokens and copy_dots calls.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 DITRON_LAUNCH_TIMEOUT=150
 O=$OUT/s49f; mkdir -p $O
