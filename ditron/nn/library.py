@@ -359,9 +359,8 @@ def _send_copies_backward(ctx, g):
 def _return_copies_backward(ctx, g):
     routing = list(ctx.saved_tensors)
     rows = g.reshape(-1, g.shape[2]).to(ctx.dtype)
-    gy = moe_send_copies(rows, routing, ctx.sizes, ctx.world)
-    return (torch.where(_in_groups(gy.shape[0], routing[0]), gy, 0), [None] * len(routing),
-            None, None)
+    gy = moe_send_copies(rows, routing, ctx.sizes, ctx.world)  # rows past the groups: zero
+    return gy, [None] * len(routing), None, None
 
 
 def _combine_setup(ctx, inputs, output):
@@ -378,8 +377,7 @@ def _combine_backward(ctx, g):
     gy = gw = None
     if ctx.needs_input_grad[0]:
         gy = moe_send_tokens(g.to(y.dtype).contiguous(), weights, routing, ctx.sizes,
-                             ctx.world)
-        gy = torch.where(_in_groups(gy.shape[0], routing[0]), gy, 0)
+                             ctx.world)  # rows past the groups: zero
     if weights is not None and ctx.needs_input_grad[1]:
         gw = moe_copy_dots(y, g, routing, ctx.sizes, ctx.world).to(weights.dtype)
     return gy, gw, [None] * len(routing), None, None

@@ -137,17 +137,18 @@ def _move_rows(dst, dst_first, src, src_first, src_rows, index, scale, rows, row
 def _collect_rows(out, inbox, x, send_index, send_scale, recv_index, rows, came, own_lo, own_n,
                   own_src, x_len, row, R: tl.constexpr, BC: tl.constexpr,
                   RECV_INDEXED: tl.constexpr, SEND_INDEXED: tl.constexpr,
-                  SCALED: tl.constexpr):
+                  SCALED: tl.constexpr, ZERO: tl.constexpr):
     """This program's share of ``out[r] = received row j`` for ``r < rows``, ``j =
     recv_index[r]`` (``RECV_INDEXED``) or ``r``, where ``j < came``: rows
     ``own_lo .. own_lo + own_n - 1`` are this rank's own send rows ``own_src ..``, read
     from ``x`` (through ``send_index`` with ``SEND_INDEXED``, times ``send_scale`` with
-    ``SCALED``) in place of the inbox, which they never entered; tiles as in
-    :func:`_move_rows`."""
+    ``SCALED``) in place of the inbox, which they never entered; with ``ZERO`` the other
+    rows ``r < rows`` are written zero; tiles as in :func:`_move_rows`."""
     col_tiles = tl.cdiv(row, BC)
     for item in range(tl.program_id(0), tl.cdiv(rows, R) * col_tiles, tl.num_programs(0)):
         r, cols = _copy_tile(item, col_tiles, R, BC)
-        ok = r < rows
+        in_rows = r < rows
+        ok = in_rows
         if RECV_INDEXED:
             j = tl.load(recv_index + r, mask=ok, other=-1)
         else:
@@ -167,6 +168,9 @@ def _collect_rows(out, inbox, x, send_index, send_scale, recv_index, rows, came,
                        mask=own[:, None] & in_cols)
         mine = _scaled(mine, send_scale, own_src + j - own_lo, own, SCALED)
         v = tl.where(own[:, None], mine, v)
+        if ZERO:
+            v = tl.where(ok[:, None], v, 0)
+            ok = in_rows
         tl.store(out + r.to(tl.int64)[:, None] * row + cols[None, :], v,
                  mask=ok[:, None] & in_cols)
 
@@ -215,7 +219,7 @@ def _finish_kernel(out, out_splits, first_row, recv_index, x, x_rows, x_len, sen
                    send_scale, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_rows, first,
                    count, senders, ctx, R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr,
                    COLLECT: tl.constexpr, RECV_INDEXED: tl.constexpr,
-                   SEND_INDEXED: tl.constexpr, SCALED: tl.constexpr):
+                   SEND_INDEXED: tl.constexpr, SCALED: tl.constexpr, ZERO: tl.constexpr):
     me = ctx.rank
     w = ctx.world_size
     epoch = tl.load(epoch_ptr)
@@ -228,8 +232,9 @@ def _finish_kernel(out, out_splits, first_row, recv_index, x, x_rows, x_len, sen
         own_lo, own_src, own_n = _placement(mat_h, me, me, x_rows, cap_rows, w, WB)
         # out row r = received row recv_index[r] (or r), when that row came
         _collect_rows(out, inbox + (epoch % 2) * inbox_stride, x, send_index, send_scale,
-                      recv_index, cap_rows if RECV_INDEXED else came, came, own_lo, own_n,
-                      own_src, x_len, row, R, BC, RECV_INDEXED, SEND_INDEXED, SCALED)
+                      recv_index, cap_rows if RECV_INDEXED or ZERO else came, came, own_lo,
+                      own_n, own_src, x_len, row, R, BC, RECV_INDEXED, SEND_INDEXED, SCALED,
+                      ZERO)
     if tl.program_id(0) == 0:
         tl.store(out_splits + offs, col, mask=offs < w)
         if not COLLECT:  # the rows stay in the inbox: where this call's half starts
@@ -466,7 +471,7 @@ def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
 
 
 def _finish(c: _Call, out: torch.Tensor, out_splits: torch.Tensor, first_row: torch.Tensor,
-            recv_index: torch.Tensor | None, collect: bool) -> None:
+            recv_index: torch.Tensor | None, collect: bool, zero: bool = False) -> None:
     """Step 3: wait for the peers' rows, write ``out_splits`` and either copy the rows to
     ``out`` (``collect``) or write where they lie in the inbox to ``first_row``."""
     rt = current()
@@ -487,7 +492,7 @@ def _finish(c: _Call, out: torch.Tensor, out_splits: torch.Tensor, first_row: to
                               BC=bc, WB=next_power_of_2(rt.world.world_size), COLLECT=collect,
                               RECV_INDEXED=recv_index is not None,
                               SEND_INDEXED=c.send_index is not None,
-                              SCALED=c.send_scale is not None, num_warps=c.warps)
+                              SCALED=c.send_scale is not None, ZERO=zero, num_warps=c.warps)
 
 
 def _ack(c: _Call) -> None:
@@ -501,7 +506,7 @@ def _ack(c: _Call) -> None:
 def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, *,
                       send_index: torch.Tensor | None = None,
                       recv_index: torch.Tensor | None = None,
-                      send_scale: torch.Tensor | None = None,
+                      send_scale: torch.Tensor | None = None, zero_missing: bool = False,
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """Send rows ``splits[q]`` of ``x`` (dim 0, in order) to rank ``q``; ``splits`` is an
     integer device tensor ``[W]`` that may be computed on the device (no host sync).
@@ -522,7 +527,8 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     ``send_scale [S]`` (floating, on the device; ``S`` the send rows: ``x``'s or
     ``send_index``'s length) sends row ``i`` times ``send_scale[i]``, computed in fp32 and
     rounded once to ``x``'s dtype (fp16, bf16 or fp32): a per-row weighting fused into the
-    move (MoE's combine gradient).
+    move (MoE's combine gradient). ``zero_missing``: the rows of ``out`` left undefined
+    above are zero instead (one pass: the finishing kernel writes them).
     """
     op = "all_to_all_device"
     send_index = _check_call(op, x, splits, max_out_rows, send_index)
@@ -531,7 +537,7 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     c = _send(x, splits, max_out_rows, send_index, send_scale)
     out = torch.empty((max_out_rows, *c.x.shape[1:]), dtype=c.x.dtype, device=x.device)
     out_splits = torch.empty(len(splits), dtype=torch.int64, device=x.device)
-    _finish(c, out, out_splits, out_splits, recv_index, collect=True)
+    _finish(c, out, out_splits, out_splits, recv_index, collect=True, zero=zero_missing)
     _ack(c)
     return (out if out.dtype == c.dtype else out.view(c.dtype)), out_splits
 

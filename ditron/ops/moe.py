@@ -149,37 +149,38 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
 
 
 def _send(src: torch.Tensor, index: torch.Tensor, send_splits: torch.Tensor, capacity: int,
-          perm: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+          perm: torch.Tensor, scale: torch.Tensor | None = None,
+          zero: bool = False) -> torch.Tensor:
     """Rows ``src[index]`` (in send order, ``send_splits`` per rank; times ``scale``, one
     value per send row) to their experts' ranks, grouped by ``perm`` into ``capacity``
-    rows: the gather, the scaling and the grouping happen inside the all-to-all's
-    kernels."""
+    rows (those past the groups zero with ``zero``, else undefined): the gather, the
+    scaling and the grouping happen inside the all-to-all's kernels."""
     from .a2a_device import all_to_all_device
 
     return all_to_all_device(src, send_splits, capacity, send_index=index, recv_index=perm,
-                             send_scale=scale)[0]
+                             send_scale=scale, zero_missing=zero)[0]
 
 
 @public_op
 def send_copies(rows: torch.Tensor, dispatch: MoEDispatch) -> torch.Tensor:
     """The data movement of :func:`moe_dispatch` for any per-copy rows: ``rows [T * k, N]``
     (row ``t * k + j`` for copy ``(t, j)``) arrive at their experts' ranks, grouped as
-    ``dispatch.x`` (``[max_recv_rows, N]``; rows past ``expert_offsets[-1]`` undefined).
+    ``dispatch.x`` (``[max_recv_rows, N]``; rows past ``expert_offsets[-1]`` zero).
     Collective; no checks (``ditron.nn`` uses it for gradients)."""
     d = dispatch
-    return _send(rows, d.order, d.send_splits, d.capacity, d.perm)
+    return _send(rows, d.order, d.send_splits, d.capacity, d.perm, zero=True)
 
 
 def send_tokens(rows: torch.Tensor, dispatch: MoEDispatch,
                 weights: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`moe_dispatch`'s movement for new token rows: ``rows [T, N]`` (fp16, bf16 or
     fp32), row ``t`` to each copy ``(t, j)``'s expert, times ``weights[t, j]`` (``[T, k]``;
-    in fp32, rounded once), grouped as ``dispatch.x``. With the combine's weights and its
-    output's gradient this is the gradient of its ``y``, no ``[T, k, N]`` copies made.
-    Collective; no checks."""
+    in fp32, rounded once), grouped as ``dispatch.x`` (rows past ``expert_offsets[-1]``
+    zero). With the combine's weights and its output's gradient this is the gradient of
+    its ``y``, no ``[T, k, N]`` copies made. Collective; no checks."""
     d = dispatch
     scale = None if weights is None else weights.reshape(-1)[d.order]
-    return _send(rows, d.order // d.topk, d.send_splits, d.capacity, d.perm, scale)
+    return _send(rows, d.order // d.topk, d.send_splits, d.capacity, d.perm, scale, zero=True)
 
 
 def _returned(y: torch.Tensor, d: MoEDispatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -225,6 +225,52 @@ def test_from_experts(world_size, backend):
     assert ditron.launch(check_from_experts, world_size, backend=backend) == [6] * world_size
 
 
+def check_combine_grads(calls: int = 3) -> int:
+    """The combine's gradients (``ditron.nn.moe.moe_combine``) against the formulation
+    through ``moe_return_copies`` (copies times weights summed in torch, which the layer
+    tests check against torch), with dropped (call 0) and unrouted copies; ``y``'s
+    gradient rows past the groups (poisoned memory before the call) must be zero."""
+    from ditron.nn import library
+    from ditron.nn import moe as nn_moe
+
+    poison_empty()
+    w, me, dev = ditron.world().world_size, ditron.world().rank, ditron.world().device
+    experts, k, T, N = 2 * w, 3, 5, 12
+    for call in range(calls):
+        g = torch.Generator().manual_seed(100 * me + call)
+        ids = torch.randint(-1, experts, (T, k), generator=g).to(dev)
+        d = nn_moe.moe_dispatch(torch.randn(T, N, device=dev), ids, experts,
+                                max_recv_rows=2 * w * k if call == 0 else w * T * k)
+        y0 = torch.randn(d.capacity, N, generator=g).to(dev)
+        wts0 = torch.rand(T, k, generator=g).to(dev)
+        grad = torch.randn(T, N, generator=g).to(dev)
+        routing, sizes = library.routing_of(d)
+        grads = []
+        for way in ("combine", "copies"):
+            y, wts = y0.clone().requires_grad_(), wts0.clone().requires_grad_()
+            if way == "combine":
+                out = nn_moe.moe_combine(y, d, wts)
+            else:
+                copies = torch.ops.ditron.moe_return_copies(y, routing, sizes,
+                                                            library.world_key())
+                out = (copies * wts[:, :, None]).sum(1)
+            out.backward(grad)
+            grads.append((out.detach(), y.grad, wts.grad))
+        end = int(d.expert_offsets[-1])
+        assert call == 0 or end < d.capacity  # rows past the groups to check
+        for i, (got, want) in enumerate(zip(*grads, strict=True)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5,
+                                       msg=f"rank {me} call {call}: output/grad {i}")
+        past = grads[0][1][end:]
+        assert torch.equal(past, torch.zeros_like(past)), f"rank {me} call {call}"
+    return calls
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_combine_gradients(world_size, backend):
+    assert ditron.launch(check_combine_grads, world_size, backend=backend) == [3] * world_size
+
+
 def check_layer_refusals() -> int:
     dev = ditron.world().device
     with pytest.raises(ValueError, match="num_experts must be a positive multiple"):

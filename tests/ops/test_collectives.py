@@ -586,7 +586,8 @@ def check_all_to_all_device_indexed(calls: int = 6,
     and repeated entries; both, either one alone (calls rotate), four dtypes (int16 rows
     travel widened), int32 and int64 indices, and a capacity that drops rows last; every
     other call weights the rows with ``send_scale`` (fp32 or bf16 values, negative ones
-    too), against the rows scaled in fp32 and rounded once.
+    too), against the rows scaled in fp32 and rounded once; calls 1 and 2 ask for
+    ``zero_missing`` (the rows left undefined otherwise, poisoned, must come back zero).
     ``tile``: the copy tiles' ``(bytes, columns)`` on this backend (small ones cut the
     20-element rows into partial tiles of rows and of columns)."""
     from ditron.ops import a2a_device
@@ -625,6 +626,8 @@ def check_all_to_all_device_indexed(calls: int = 6,
             kw["send_index"] = send_index.to(dev, torch.int32 if it % 2 else torch.int64)
         if it % 3 != 1:
             kw["recv_index"] = recv_index.to(dev)
+        if it in (1, 2):
+            kw["zero_missing"] = True
         out, out_splits = ditron.ops.all_to_all_device(x.to(dev), ins.to(dev), cap, **kw)
         out, out_splits = out.cpu(), out_splits.cpu()
         assert out.shape == (cap, 5, 4) and out.dtype == dtype
@@ -632,8 +635,12 @@ def check_all_to_all_device_indexed(calls: int = 6,
         if "recv_index" in kw:
             valid = (recv_index >= 0) & (recv_index < kept)
             got, want = out[valid], ref[recv_index[valid]].to(dtype)
+            missing = out[~valid]
         else:
             got, want = out[:kept], ref[:kept].to(dtype)
+            missing = out[kept:]
+        if kw.get("zero_missing"):
+            assert torch.equal(missing, torch.zeros_like(missing)), f"call {it}: not zero"
         what = f"all_to_all_device indexed call {it} {sorted(kw)} {dtype}"
         if dtype.is_floating_point:
             _close(got, want, what)
