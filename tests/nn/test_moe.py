@@ -266,7 +266,7 @@ def check_combine_grads(calls: int = 3) -> int:
     return calls
 
 
-@pytest.mark.parametrize("world_size", [1, 3])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_combine_gradients(world_size, backend):
     assert ditron.launch(check_combine_grads, world_size, backend=backend) == [3] * world_size
 
