@@ -171,6 +171,7 @@ def send_copies(rows: torch.Tensor, dispatch: MoEDispatch) -> torch.Tensor:
     return _send(rows, d.order, d.send_splits, d.capacity, d.perm, zero=True)
 
 
+@public_op
 def send_tokens(rows: torch.Tensor, dispatch: MoEDispatch,
                 weights: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`moe_dispatch`'s movement for new token rows: ``rows [T, N]`` (fp16, bf16 or
