@@ -152,7 +152,7 @@ def sort_copies(topk_ids: torch.Tensor, num_experts: int, world_size: int) -> So
 
 
 @triton.jit
-def _group_kernel(cnt, perm, inv_perm, offsets, tokens, kept_splits, W, L, cap,
+def _group_kernel(cnt, perm, inv_perm, offsets, kept_splits, W, L, cap,
                   BLOCK: tl.constexpr, WB: tl.constexpr, LB: tl.constexpr):
     """Every program rebuilds the ``[W, L]`` tables (small) and maps its block of rows."""
     s = tl.arange(0, WB)
@@ -168,7 +168,6 @@ def _group_kernel(cnt, perm, inv_perm, offsets, tokens, kept_splits, W, L, cap,
     # block (s, e)'s received row start + j goes to first[e] + kept(s' < s, e) + j
     shift = first[None, :] + tl.cumsum(kept, axis=0) - kept - start
     if tl.program_id(0) == 0:
-        tl.store(tokens + e, per_expert, mask=e < L)
         tl.store(offsets + e, first, mask=e < L)
         tl.store(offsets + L, tl.sum(per_expert, axis=0))
         tl.store(kept_splits + s, tl.sum(kept, axis=1), mask=s < W)
@@ -186,16 +185,15 @@ _GROUP = FastKernel(_group_kernel)
 
 
 def group_received(recv_counts: torch.Tensor, capacity: int
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                              torch.Tensor]:
-    """Regroup received rows by local expert: ``(perm, inv_perm, offsets, tokens, kept)``.
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Regroup received rows by local expert: ``(perm, inv_perm, offsets, kept)``.
 
     ``recv_counts [W, L]`` (int64): the rows source rank ``s`` sends for local expert ``e``;
     they arrive by source, each source's by expert, and rows from ``capacity`` on are
     dropped. Grouped by expert (stable: source, then arrival), grouped row ``i`` is received
     row ``perm[i]`` and received row ``r`` is grouped row ``inv_perm[r]`` (both
     ``[capacity]``; rows past the kept ones keep their place); ``offsets [L + 1]``: expert
-    ``e``'s grouped rows start at ``offsets[e]``; ``tokens [L]``: kept rows per expert;
+    ``e``'s grouped rows start at ``offsets[e]`` (``offsets[L]``: all kept rows);
     ``kept [W]``: rows kept from each source. One launch.
     """
     W, L = recv_counts.shape
@@ -203,14 +201,13 @@ def group_received(recv_counts: torch.Tensor, capacity: int
     perm = torch.empty(capacity, dtype=torch.int64, device=dev)
     inv_perm = torch.empty(capacity, dtype=torch.int64, device=dev)
     offsets = torch.empty(L + 1, dtype=torch.int64, device=dev)
-    tokens = torch.empty(L, dtype=torch.int64, device=dev)
     kept = torch.empty(W, dtype=torch.int64, device=dev)
     wb, lb = next_power_of_2(W), next_power_of_2(L)
     block = max(16, min(128, 8192 // (wb * lb)))
     _GROUP[(max(1, cdiv(capacity, block)),)](
-        recv_counts.to(torch.int64).contiguous(), perm, inv_perm, offsets, tokens, kept, W, L,
+        recv_counts.to(torch.int64).contiguous(), perm, inv_perm, offsets, kept, W, L,
         capacity, BLOCK=block, WB=wb, LB=lb, num_warps=4)
-    return perm, inv_perm, offsets, tokens, kept
+    return perm, inv_perm, offsets, kept
 
 
 @triton.jit

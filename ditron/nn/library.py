@@ -183,8 +183,7 @@ def dispatch_of(like: torch.Tensor, routing: list[torch.Tensor],
     """The :class:`~ditron.ops.moe.MoEDispatch` of ``routing`` and ``sizes`` (its ``x``: an
     empty tensor like ``like``)."""
     fields = dict(zip(ROUTING, routing, strict=True)) | dict(zip(SIZES, sizes, strict=True))
-    offsets = fields["expert_offsets"]
-    return MoEDispatch(x=like[:0], tokens_per_expert=offsets.diff(), **fields)
+    return MoEDispatch(x=like[:0], **fields)
 
 
 def routing_of(d: MoEDispatch) -> tuple[list[torch.Tensor], list[int]]:

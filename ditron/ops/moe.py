@@ -49,13 +49,12 @@ class MoEDispatch:
 
     ``x [max_recv_rows, H]``: the received token rows grouped by local expert; rows
     ``expert_offsets[e] .. expert_offsets[e + 1] - 1`` go to local expert ``e``, rows from
-    ``expert_offsets[-1]`` on are undefined. ``tokens_per_expert [E_local]`` (int64).
-    The other fields are the routing ``moe_combine`` reverses.
+    ``expert_offsets[-1]`` on are undefined. The other fields are the routing
+    ``moe_combine`` reverses.
     """
 
     x: torch.Tensor
     expert_offsets: torch.Tensor
-    tokens_per_expert: torch.Tensor
     num_experts: int
     num_tokens: int
     topk: int
@@ -73,6 +72,11 @@ class MoEDispatch:
     inv_perm: torch.Tensor
     #: received rows kept from each rank [W] (rows past the capacity dropped)
     kept_splits: torch.Tensor
+
+    @property
+    def tokens_per_expert(self) -> torch.Tensor:
+        """Rows each local expert received ``[E_local]`` (int64; a new tensor, one launch)."""
+        return self.expert_offsets.diff()
 
     @property
     def mean_rows_per_expert(self) -> float:
@@ -142,9 +146,9 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     from .a2a_device import exchange_counts
 
     recv_counts = exchange_counts(copies.counts.view(w, local))  # [source, local expert]
-    perm, inv_perm, offsets, tokens, kept_splits = group_received(recv_counts, cap)
+    perm, inv_perm, offsets, kept_splits = group_received(recv_counts, cap)
     grouped = _send(x, copies.token, copies.send_splits, cap, perm)
-    return MoEDispatch(grouped, offsets, tokens, num_experts, T, k, max_tokens, cap,
+    return MoEDispatch(grouped, offsets, num_experts, T, k, max_tokens, cap,
                        copies.order, copies.send_splits, perm, inv_perm, kept_splits)
 
 
