@@ -25,6 +25,9 @@ Protocol (four stream-ordered launches; ``e`` = the workspace's device epoch, ``
 
 :func:`exchange_counts` (MoE routing counts: a small integer row per peer) runs the same
 protocol in one launch, ``_exchange_kernel``: steps 1, 3 (the rows are the data) and 4.
+
+A world over several nodes takes the forms of ``a2a_nodes.py`` instead (split sizes read on
+the host, rows through :func:`ditron.ops.all_to_all`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.signals import signal_pad
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
+from . import a2a_nodes
 from .fused_launch import sm_count
 from .graphs import capturing
 from .modes import public_op
@@ -411,9 +415,6 @@ def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: in
     """The checks both entry points share (before any launch); ``send_index`` as int64."""
     rt = current()
     w = rt.world.world_size
-    if rt.topo.num_nodes > 1:
-        raise NotImplementedError(f"{op}: ranks on several nodes are not supported yet; use "
-                                  f"ditron.ops.all_to_all")
     if x.device != rt.world.device or splits.device != rt.world.device:
         raise ValueError(f"{op}: x and splits must be on {rt.world.device}")
     if x.dim() == 0 or splits.shape != (w,) or splits.dtype.is_floating_point:
@@ -515,7 +516,8 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     ``out_splits.sum()`` holding the rows received from ranks ``0..W-1`` in order (the rest
     is undefined); rows beyond the capacity are dropped (compare ``out_splits.sum()`` with
     ``max_out_rows``). Equivalent, with host splits, to ``dist.all_to_all_single``. Every
-    rank must pass the same ``max_out_rows`` and row shape. Ranks must share a node.
+    rank must pass the same ``max_out_rows`` and row shape. Across nodes the splits are
+    read on the host (one sync; not capturable in a CUDA graph: ``a2a_nodes.py``).
 
     Gathers fused into the move (no extra pass over the rows; integer device vectors):
     ``send_index [S]`` sends ``x[send_index]`` instead of ``x`` (the sending kernel reads
@@ -534,6 +536,9 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     send_index = _check_call(op, x, splits, max_out_rows, send_index)
     recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
     send_scale = _scale(op, send_scale, x, send_index)
+    if current().topo.num_nodes > 1:
+        return a2a_nodes.all_to_all_device(x, splits, max_out_rows, send_index, recv_index,
+                                           send_scale, zero_missing)
     c = _send(x, splits, max_out_rows, send_index, send_scale)
     out = torch.empty((max_out_rows, *c.x.shape[1:]), dtype=c.x.dtype, device=x.device)
     out_splits = torch.empty(len(splits), dtype=torch.int64, device=x.device)
@@ -559,11 +564,11 @@ class Inbox:
     rows: torch.Tensor
     splits: torch.Tensor
     first: torch.Tensor
-    _call: _Call
+    _call: _Call | None = None  # None across nodes: the rows are a tensor of their own
 
     def close(self) -> None:
         """Send the call's ack (once; later calls do nothing)."""
-        if self._call.ws.inbox_open:
+        if self._call is not None and self._call.ws.inbox_open:
             self._call.ws.inbox_open = False
             _ack(self._call)
 
@@ -584,6 +589,8 @@ def all_to_all_inbox(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, *
     pass over every received row when the consumer can read them where they lie.
     """
     send_index = _check_call("all_to_all_inbox", x, splits, max_out_rows, send_index)
+    if current().topo.num_nodes > 1:
+        return Inbox(*a2a_nodes.inbox_rows(x, splits, max_out_rows, send_index))
     c = _send(x, splits, max_out_rows, send_index)
     out_splits = torch.empty(len(splits), dtype=torch.int64, device=x.device)
     first = torch.empty(1, dtype=torch.int64, device=x.device)
@@ -600,13 +607,10 @@ def exchange_counts(counts: torch.Tensor) -> torch.Tensor:
     """Send row ``q`` of the integer device matrix ``counts [W, L]`` to rank ``q``; returns
     ``[W, L]`` int64 whose row ``s`` is the row rank ``s`` sent here (an all-to-all of one
     small row per peer, e.g. MoE routing counts per expert). One launch, no host sync:
-    capturable in a CUDA graph after a first call with this ``L``. Every rank must pass the
-    same ``L``. Ranks must share a node."""
+    capturable in a CUDA graph after a first call with this ``L`` (on one node). Every rank
+    must pass the same ``L``."""
     rt = current()
     w = rt.world.world_size
-    if rt.topo.num_nodes > 1:
-        raise NotImplementedError("exchange_counts: ranks on several nodes are not supported "
-                                  "yet")
     if counts.dim() != 2 or counts.shape[0] != w or counts.dtype.is_floating_point \
             or counts.dtype.is_complex or counts.dtype == torch.bool \
             or counts.device != rt.world.device:
@@ -615,6 +619,8 @@ def exchange_counts(counts: torch.Tensor) -> torch.Tensor:
                          f"{counts.device}")
     L = counts.shape[1]
     agree("ditron.ops.exchange_counts", cols=L)
+    if rt.topo.num_nodes > 1:
+        return a2a_nodes.exchange_counts(counts)
     ws = _workspace("exchange_counts", f"counts:{L}", L, 2)
     out = torch.empty((w, L), dtype=torch.int64, device=counts.device)
     if L == 0:

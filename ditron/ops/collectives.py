@@ -528,17 +528,25 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     run as one fused kernel (CUDA-graph safe; ``"auto"`` takes it below
     ``FUSED_A2A_MAX_BYTES`` per peer and while capturing).
     """
+    return all_to_all_counted(x, in_splits, out_splits, engine=engine)[0]
+
+
+def all_to_all_counted(x: torch.Tensor, in_splits: Sequence[int] | None = None,
+                       out_splits: Sequence[int] | None = None, *,
+                       engine: str | None = None) -> tuple[torch.Tensor, list[int]]:
+    """:func:`all_to_all`, and the rows received from each rank (a host list ``[W]``)."""
     _check_tensor("all_to_all", x)
     _dim("all_to_all", x, 0)
     xc = viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))  # splits cut dim 0
-    return _viewed_as(_all_to_all(xc, in_splits, out_splits, engine, x.dtype), x.dtype)
+    out, outs = _all_to_all(xc, in_splits, out_splits, engine, x.dtype)
+    return _viewed_as(out, x.dtype), outs
 
 
 def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
                 out_splits: Sequence[int] | None, engine: str | None,
-                dtype: torch.dtype) -> torch.Tensor:
-    """:func:`all_to_all` of a checked ``x`` of a native dtype (``dtype``: the caller's,
-    which the ranks agree on)."""
+                dtype: torch.dtype) -> tuple[torch.Tensor, list[int]]:
+    """:func:`all_to_all_counted` of a checked ``x`` of a native dtype (``dtype``: the
+    caller's, which the ranks agree on)."""
     op = "all_to_all"
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
@@ -570,10 +578,11 @@ def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
     if even and not uniform:  # every rank decides as the ranks with uneven splits do
         eng = _engine(op, engine, x.numel() * x.element_size() // w, fusable=False)
     if w == 1:
-        return _copy_out(x)
+        return _copy_out(x), outs
     if uniform and _fused_ok(eng, x.numel(), op):
         flat = x.contiguous().view(-1)
-        return fused_launch.run(flat, kfc.ALL_TO_ALL, torch.empty_like(flat)).view(x.shape)
+        out = fused_launch.run(flat, kfc.ALL_TO_ALL, torch.empty_like(flat)).view(x.shape)
+        return out, outs
     xc = x.contiguous().view(x.shape[0], row)
     capacity = max(sum(matrix[p][q] for p in range(w)) for q in range(w)) * row
     parts, start = [], 0
@@ -588,7 +597,7 @@ def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
     call = exchange(op, x.dtype, capacity, parts, recvs, eng)
     out = _copy_out(call.inbox[: start * row].view(start, *x.shape[1:]))
     call.finish()
-    return out
+    return out, outs
 
 
 def all_to_all_device(*args, **kw):

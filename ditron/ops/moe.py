@@ -23,7 +23,8 @@ contribute zero to ``moe_combine``, as are copies whose expert id is outside ``[
 (``-1`` marks an unrouted copy, as in DeepEP; ids ``>= E`` raise ``ValueError`` in
 debug mode, ``DITRON_WAIT_TIMEOUT > 0``, where the ids are read on the host).
 
-Ranks must share a node (the device all-to-all's limit today).
+Across nodes the all-to-alls read their split sizes on the host (one synchronisation each,
+``a2a_nodes.py``), so such a layer cannot be captured in a CUDA graph.
 """
 
 from __future__ import annotations

@@ -694,10 +694,12 @@ def check_all_to_all_inbox(calls: int = 6) -> int:
     ``all_to_all_device``'s ``out_splits``; three dtypes (int16 rows travel widened), a
     capacity that drops the last rows of some calls; every third call is an
     ``all_to_all_device`` of the same signature (one workspace), so the inbox calls see both
-    halves of it."""
+    halves of it. Across nodes the rows come in a tensor of their own, from row 0, and the
+    inbox holds nothing back."""
     w, me = ditron.world().world_size, ditron.world().rank
     dev = ditron.world().device
     cap = 3 * w
+    nodes = current().topo.num_nodes > 1
     halves = set()
     for it in range(calls):
         g = _gen(me, it, 17)
@@ -715,19 +717,20 @@ def check_all_to_all_inbox(calls: int = 6) -> int:
         with ditron.ops.all_to_all_inbox(*args, send_index=send_index.to(dev)) as inbox:
             rows, first = inbox.rows.cpu(), int(inbox.first)
             splits = inbox.splits.cpu()
-        assert rows.shape == (2 * cap, 5, 4) and rows.dtype == dtype
+        assert rows.shape == (cap if nodes else 2 * cap, 5, 4) and rows.dtype == dtype
         assert torch.equal(splits, outs), (splits, outs)
-        assert first in (0, cap), first
+        assert first in ((0,) if nodes else (0, cap)), first
         halves.add(first)
         peer = (torch.repeat_interleave(torch.arange(w), outs) != me)[:kept]
         got = rows[first:first + kept][peer]
         assert torch.equal(got, ref[:kept][peer].to(dtype)), f"inbox call {it} {dtype}"
-    assert halves == {0, cap}, halves
+    assert halves == ({0} if nodes else {0, cap}), halves
     kw = {"send_index": send_index.to(dev)}
     inbox = ditron.ops.all_to_all_inbox(*args, **kw)
-    with pytest.raises(RuntimeError, match="Inbox of an earlier all_to_all_inbox call .* "
-                                           "is still open"):
-        ditron.ops.all_to_all_device(*args, **kw)
+    if not nodes:
+        with pytest.raises(RuntimeError, match="Inbox of an earlier all_to_all_inbox call .* "
+                                               "is still open"):
+            ditron.ops.all_to_all_device(*args, **kw)
     inbox.close()
     inbox.close()  # a second close sends nothing
     for _ in range(2):  # the protocol goes on (the second call waits for the inbox's ack)
@@ -999,3 +1002,32 @@ def _a2a_device_graph() -> int:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_all_to_all_device_in_cuda_graph():
     assert ditron.launch(_a2a_device_graph, 2, backend="cuda") == [4, 4]
+
+
+def check_device_exchanges_across_nodes() -> int:
+    """The device all-to-all's checks on a world over several nodes (its host-synchronised
+    form, ``ops/a2a_nodes.py``): the same results as on one node."""
+    from ditron.ops import a2a_nodes
+
+    assert current().topo.num_nodes > 1
+    checks = (check_all_to_all_device(7) + check_all_to_all_device_indexed()
+              + check_all_to_all_inbox() + check_exchange_counts())
+    dev = ditron.world().device
+    x, splits = torch.ones(2, 3, device=dev), torch.zeros(ditron.world().world_size,
+                                                          dtype=torch.int64, device=dev)
+    real, a2a_nodes.capturing = a2a_nodes.capturing, lambda: True  # as if capturing a graph
+    try:
+        for op in (ditron.ops.all_to_all_device, ditron.ops.all_to_all_inbox):
+            with pytest.raises(RuntimeError, match="across nodes the split sizes are read on "
+                                                   "the host"):
+                op(x, splits, 4)
+    finally:
+        a2a_nodes.capturing = real
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_device_exchanges_across_simulated_nodes(monkeypatch, world_size):
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")  # nodes of ranks {0, 1}, {2, 3}
+    counts = ditron.launch(check_device_exchanges_across_nodes, world_size, backend="cpu")
+    assert counts == [25] * world_size

@@ -328,6 +328,15 @@ def test_moe_drops_copies_past_the_capacity(backend):
     assert counts == [12] * 3
 
 
+@pytest.mark.parametrize("world_size,cap_rows", [(4, None), (3, 4)])
+def test_moe_layer_across_simulated_nodes(world_size, cap_rows, monkeypatch):
+    """Nodes of two ranks: the all-to-alls take their host-synchronised form
+    (``ops/a2a_nodes.py``); the same dispatch, drops and layer as on one node."""
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
+    counts = ditron.launch(check_moe, world_size, cap_rows, backend="cpu")
+    assert counts == [12] * world_size
+
+
 def check_refusals() -> int:
     dev, me = ditron.world().device, ditron.world().rank
     ops = ditron.ops
