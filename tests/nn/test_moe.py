@@ -271,12 +271,12 @@ def test_combine_gradients(world_size, backend):
     assert ditron.launch(check_combine_grads, world_size, backend=backend) == [3] * world_size
 
 
-def test_layer_and_gradients_across_simulated_nodes(monkeypatch):
+def test_layer_and_gradients_across_simulated_nodes(monkeypatch, backend):
     """Four ranks on two nodes: the layer (drops included) and the combine's gradients on
     the all-to-alls' host-synchronised form."""
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
-    assert ditron.launch(check_layer, 4, 5, backend="cpu") == [15] * 4
-    assert ditron.launch(check_combine_grads, 4, backend="cpu") == [3] * 4
+    assert ditron.launch(check_layer, 4, 5, backend=backend) == [15] * 4
+    assert ditron.launch(check_combine_grads, 4, backend=backend) == [3] * 4
 
 
 def check_layer_refusals() -> int:

@@ -1027,7 +1027,7 @@ def check_device_exchanges_across_nodes() -> int:
 
 
 @pytest.mark.parametrize("world_size", [3, 4])
-def test_device_exchanges_across_simulated_nodes(monkeypatch, world_size):
+def test_device_exchanges_across_simulated_nodes(monkeypatch, world_size, backend):
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")  # nodes of ranks {0, 1}, {2, 3}
-    counts = ditron.launch(check_device_exchanges_across_nodes, world_size, backend="cpu")
+    counts = ditron.launch(check_device_exchanges_across_nodes, world_size, backend=backend)
     assert counts == [25] * world_size

@@ -329,11 +329,11 @@ def test_moe_drops_copies_past_the_capacity(backend):
 
 
 @pytest.mark.parametrize("world_size,cap_rows", [(4, None), (3, 4)])
-def test_moe_layer_across_simulated_nodes(world_size, cap_rows, monkeypatch):
+def test_moe_layer_across_simulated_nodes(world_size, cap_rows, monkeypatch, backend):
     """Nodes of two ranks: the all-to-alls take their host-synchronised form
     (``ops/a2a_nodes.py``); the same dispatch, drops and layer as on one node."""
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
-    counts = ditron.launch(check_moe, world_size, cap_rows, backend="cpu")
+    counts = ditron.launch(check_moe, world_size, cap_rows, backend=backend)
     assert counts == [12] * world_size
 
 
