@@ -227,15 +227,20 @@ def persistent_gemm(
             c = tl.load(wait_lo_ptr + mb)
             hi = tl.load(wait_hi_ptr + mb)
             waited = c <= hi
+            polled = tl.full((), 0, tl.int32)
             while c <= hi:
                 bit = tl.full((), 1, tl.int64) << (c % 64).to(tl.int64)
                 if (c >= 64) | ((seen & bit) == 0):
                     dl.wait(wait_sig_ptr + c, wait_target, ctx)
+                    polled = tl.full((), 1, tl.int32)
                     if c < 64:
                         seen = seen | bit
                 c += 1
-            if USE_TMA:  # TMA loads go through the async proxy: order them after the acquire
-                dl.fence_async_proxy(GPU_TIMER)
+            # TMA loads go through the async proxy: order them after a new acquire (the
+            # fence after an earlier one still orders this tile's loads)
+            if USE_TMA:
+                if polled != 0:
+                    dl.fence_async_proxy(GPU_TIMER)
         if TRACE:
             if waited:
                 tl.store(trace_ptr + 3 + i * 5, dl.timestamp(trace_ptr, GPU_TIMER))
