@@ -189,13 +189,6 @@ def run_shape(M: int, N: int, K: int) -> list[dict]:
     order = cached_linear_order(M, N, best, a.device)
     cases["flat+tstore wait"] = lambda: launch_gemm(a, b, c, M, order=order, seg_rows=M,
                                                     cfg=best, hooks=hooks)
-    # the same waits with the tables indexed by the tile's slot in the order (loaded beside
-    # order[i] rather than after it)
-    row_block = order.long() // triton.cdiv(N, best.block_n)
-    slot = dataclasses.replace(hooks, wait_lo=lo[row_block].contiguous(),
-                               wait_hi=lo[row_block].contiguous(), wait_by_slot=True)
-    cases["flat+tstore wait/slot"] = lambda: launch_gemm(a, b, c, M, order=order, seg_rows=M,
-                                                         cfg=best, hooks=slot)
     graphs = {}
     for name, fn in cases.items():
         try:

@@ -187,7 +187,7 @@ def persistent_gemm(
     TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
     USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False, C_TMA: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, DEVICE_EPOCH: tl.constexpr = False,
-    OWN_A: tl.constexpr = False, WAIT_BY_SLOT: tl.constexpr = False,
+    OWN_A: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -224,9 +224,8 @@ def persistent_gemm(
             tl.store(trace_ptr + 1 + i * 5, tile.to(tl.int64))
             tl.store(trace_ptr + 2 + i * 5, t_start)
         if WAIT:
-            w_at = i if WAIT_BY_SLOT else mb  # by slot: loaded beside order[i], not after
-            c = tl.load(wait_lo_ptr + w_at)
-            hi = tl.load(wait_hi_ptr + w_at)
+            c = tl.load(wait_lo_ptr + mb)
+            hi = tl.load(wait_hi_ptr + mb)
             waited = c <= hi
             polled = tl.full((), 0, tl.int32)
             while c <= hi:
@@ -395,10 +394,6 @@ class GemmHooks:
     #: ``own_lo .. own_lo + rows`` of A are read from it (``OWN_A``)
     own_a: torch.Tensor | None = None
     own_lo: int = 0
-    #: the wait tables are indexed by the tile's slot in ``order`` (``[num_tiles]``, entry
-    #: ``i`` for tile ``order[i]``) instead of by row block: the kernel loads them beside
-    #: ``order[i]`` rather than after it
-    wait_by_slot: bool = False
 
 
 def own_rows_ok(own: torch.Tensor, a: torch.Tensor, cfg: GemmConfig) -> bool:
@@ -526,7 +521,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
            seg_rows, num_tiles, cfg, hooks.a_remote, hooks.gathered is not None,
            hooks.wait_sig is not None, hooks.epilogue, hooks.trace is not None,
            hooks.epoch_cell is not None, use_tma, hooks.own_a is not None,
-           hooks.wait_by_slot, os.environ.get("DITRON_GEMM_TMA", ""))
+           os.environ.get("DITRON_GEMM_TMA", ""))
     static = _STATIC.get(key)
     if static is not None:
         return static
@@ -551,7 +546,6 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
         # (TritonGPUFuseNestedLoops fails), so those run unflattened
         FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
         DEVICE_EPOCH=hooks.epoch_cell is not None, OWN_A=hooks.own_a is not None,
-        WAIT_BY_SLOT=hooks.wait_by_slot,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     static = (
