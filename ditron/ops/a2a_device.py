@@ -558,7 +558,9 @@ class Inbox:
     there (they never leave ``x``); their place is left free. ``close()`` (or leaving a
     ``with`` block) tells the peers the inbox may be reused: call it once every kernel
     reading ``rows`` is enqueued; a call of the same signature (row shape, dtype,
-    ``max_out_rows``) before it raises ``RuntimeError``.
+    ``max_out_rows``) before it raises ``RuntimeError``. Across nodes (``a2a_nodes.py``)
+    ``rows [max_out_rows, *row]`` is a tensor of its own holding every received row, this
+    rank's own too, from ``first[0] = 0`` on, and closing it releases nothing.
     """
 
     rows: torch.Tensor
