@@ -1026,8 +1026,8 @@ def check_device_exchanges_across_nodes() -> int:
     return checks
 
 
-@pytest.mark.parametrize("world_size", [3, 4])
-def test_device_exchanges_across_simulated_nodes(monkeypatch, world_size, backend):
-    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")  # nodes of ranks {0, 1}, {2, 3}
+@pytest.mark.parametrize("world_size,node_size", [(2, 1), (3, 2), (4, 2)])
+def test_device_exchanges_across_simulated_nodes(monkeypatch, world_size, node_size, backend):
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", str(node_size))  # ranks {0, 1}, {2, 3}, ...
     counts = ditron.launch(check_device_exchanges_across_nodes, world_size, backend=backend)
     assert counts == [25] * world_size
