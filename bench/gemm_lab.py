@@ -12,7 +12,8 @@ before the checked call and compared with an fp32 product.
 ``lab`` is a minimal persistent TMA GEMM (grouped order computed inline, no hooks, TMA
 store) kept here as the yardstick for what stock Triton reaches on this GPU.
 
-    python bench/gemm_lab.py [--shapes 8192x1376x4096,...] [--out DIR]
+    python bench/gemm_lab.py [--shapes 8192x1376x4096,...] [--configs 128x256x64/w8/s4,...]
+                             [--out DIR]
 """
 
 from __future__ import annotations
@@ -148,7 +149,17 @@ def variants(M: int, N: int) -> dict[str, GemmConfig]:
     return out
 
 
-def run_shape(M: int, N: int, K: int) -> list[dict]:
+def parse_config(text: str) -> GemmConfig:
+    """``BMxBNxBK/wW/sS[/gG][/t0]`` as a flattened :class:`GemmConfig` (``t0``: plain
+    stores of C instead of TMA stores)."""
+    dims, *rest = text.split("/")
+    bm, bn, bk = (int(v) for v in dims.split("x"))
+    opts = {part[0]: int(part[1:]) for part in rest}
+    return GemmConfig(bm, bn, bk, opts.get("g", 8), opts.get("w", 8), opts.get("s", 3),
+                      flatten=True, tma_store=bool(opts.get("t", 1)))
+
+
+def run_shape(M: int, N: int, K: int, extra: tuple[str, ...] = ()) -> list[dict]:
     import ditron
 
     shape = f"{M}x{N}x{K}"
@@ -169,7 +180,8 @@ def run_shape(M: int, N: int, K: int) -> list[dict]:
         return err
 
     cases = {"cublas": lambda: torch.matmul(a, b, out=c)}
-    for name, cfg in variants(M, N).items():
+    configs = variants(M, N) | {f"cfg {text}": parse_config(text) for text in extra}
+    for name, cfg in configs.items():
         order = cached_linear_order(M, N, cfg, a.device)
         cases[name] = (lambda cfg=cfg, order=order:
                        launch_gemm(a, b, c, M, order=order, seg_rows=M, cfg=cfg))
@@ -211,6 +223,9 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--shapes", default=SHAPES)
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    p.add_argument("--configs", default="",
+                   help="more tile configs, BMxBNxBK/wW/sS[/gG][/t0] comma-separated "
+                        "(flattened; t0: plain stores)")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     import ditron
@@ -219,7 +234,8 @@ def main() -> None:
     torch.manual_seed(0)
     rows = []
     for shape in args.shapes.split(","):
-        rows += run_shape(*(int(x) for x in shape.split("x")))
+        extra = tuple(c for c in args.configs.split(",") if c)
+        rows += run_shape(*(int(x) for x in shape.split("x")), extra)
     with open(os.path.join(args.out, "gemm_lab.json"), "w") as f:
         json.dump(rows, f, indent=1)
     print(f"\n{'shape':<18}{'variant':<22}{'alone':>8}{'stream':>8}{'graph':>8}{'host':>7}"
