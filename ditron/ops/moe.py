@@ -50,8 +50,9 @@ class MoEDispatch:
 
     ``x [max_recv_rows, H]``: the received token rows grouped by local expert; rows
     ``expert_offsets[e] .. expert_offsets[e + 1] - 1`` go to local expert ``e``, rows from
-    ``expert_offsets[-1]`` on are undefined. The other fields are the routing
-    ``moe_combine`` reverses.
+    ``expert_offsets[-1]`` on are undefined. ``x_scales``: the ``x_scales`` rows given to
+    :func:`moe_dispatch`, moved and grouped as ``x`` (``[max_recv_rows, *S]``), else
+    ``None``. The other fields are the routing ``moe_combine`` reverses.
     """
 
     x: torch.Tensor
@@ -73,6 +74,7 @@ class MoEDispatch:
     inv_perm: torch.Tensor
     #: received rows kept from each rank [W] (rows past the capacity dropped)
     kept_splits: torch.Tensor
+    x_scales: torch.Tensor | None = None
 
     @property
     def tokens_per_expert(self) -> torch.Tensor:
@@ -94,7 +96,8 @@ def mean_rows_per_expert(world_size: int, max_tokens: int, topk: int,
     return world_size * max_tokens * topk / num_experts
 
 
-def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int) -> None:
+def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int,
+           x_scales: torch.Tensor | None) -> None:
     if x.dim() != 2:
         raise ValueError(f"moe_dispatch: x must be [tokens, hidden], got {tuple(x.shape)}")
     if not x.dtype.is_floating_point:
@@ -110,23 +113,39 @@ def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int) ->
     if not isinstance(num_experts, int) or num_experts <= 0 or num_experts % w:
         raise ValueError(f"moe_dispatch: num_experts must be a positive multiple of the world "
                          f"size {w}, got {num_experts!r}")
+    if x_scales is not None and (
+            not isinstance(x_scales, torch.Tensor) or x_scales.dim() < 1
+            or x_scales.shape[0] != x.shape[0] or not x_scales.dtype.is_floating_point
+            or x_scales.device != x.device):
+        raise ValueError(f"moe_dispatch: x_scales must be a floating [{x.shape[0]}, ...] "
+                         f"tensor (a row per token) on {x.device}, got "
+                         f"{_described(x_scales)}")
+
+
+def _described(t: object) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"{tuple(t.shape)} {t.dtype} on {t.device}"
+    return type(t).__name__
 
 
 @public_op
 def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
-                 max_tokens: int | None = None,
-                 max_recv_rows: int | None = None) -> MoEDispatch:
+                 max_tokens: int | None = None, max_recv_rows: int | None = None,
+                 x_scales: torch.Tensor | None = None) -> MoEDispatch:
     """Send each token row ``x[t]`` to the ranks of its ``k`` experts ``topk_ids[t]``.
 
     ``x [T, H]`` (floating), ``topk_ids [T, k]`` integer expert ids in ``[0, E)`` (``-1``:
     not routed), ``num_experts = E`` a multiple of the world size. ``max_tokens``: the
     largest ``T`` of any rank (default this rank's ``T``; pass it when ranks differ), and
     ``max_recv_rows``: rows a rank can receive (default ``W * max_tokens * k``); both equal
-    on every rank (checked). Collective. Returns a :class:`MoEDispatch`.
+    on every rank (checked). ``x_scales [T, *S]`` (floating, optional): per-token rows that
+    travel with ``x``, e.g. the dequantisation scales of fp8 token rows (DeepSeek-V3's
+    ``[T, H / 128]``); they come back grouped as ``x`` in :attr:`MoEDispatch.x_scales`.
+    Collective. Returns a :class:`MoEDispatch`.
     """
     rt = current()
     w = rt.world.world_size
-    _check(x, topk_ids, num_experts, w)
+    _check(x, topk_ids, num_experts, w, x_scales)
     T, k = topk_ids.shape
     max_tokens = T if max_tokens is None else max_tokens
     if not isinstance(max_tokens, int) or max_tokens < T:
@@ -136,7 +155,8 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     if not isinstance(cap, int) or cap < 0:
         raise ValueError(f"moe_dispatch: max_recv_rows must be an int >= 0, got {cap!r}")
     agree("ditron.ops.moe_dispatch", num_experts=num_experts, k=k, hidden=x.shape[1],
-          dtype=x.dtype, max_tokens=max_tokens, max_recv_rows=cap)
+          dtype=x.dtype, max_tokens=max_tokens, max_recv_rows=cap,
+          scales=None if x_scales is None else (tuple(x_scales.shape[1:]), x_scales.dtype))
     if rt.wait_timeout > 0 and not capturing() and topk_ids.numel() \
             and int(topk_ids.max()) >= num_experts:
         raise ValueError(f"moe_dispatch: rank {rt.world.rank}: expert id "
@@ -149,8 +169,10 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     recv_counts = exchange_counts(copies.counts.view(w, local))  # [source, local expert]
     perm, inv_perm, offsets, kept_splits = group_received(recv_counts, cap)
     grouped = _send(x, copies.token, copies.send_splits, cap, perm)
+    scales = None if x_scales is None else _send(x_scales, copies.token, copies.send_splits,
+                                                 cap, perm)
     return MoEDispatch(grouped, offsets, num_experts, T, k, max_tokens, cap,
-                       copies.order, copies.send_splits, perm, inv_perm, kept_splits)
+                       copies.order, copies.send_splits, perm, inv_perm, kept_splits, scales)
 
 
 def _send(src: torch.Tensor, index: torch.Tensor, send_splits: torch.Tensor, capacity: int,

@@ -257,6 +257,19 @@ def _kept(w: int, experts: int, cap: int, routings: list[torch.Tensor]) -> list[
     return kept
 
 
+def _expert_rows(gathered: list, kept: list[torch.Tensor], expert: int) -> list[torch.Tensor]:
+    """The rows expert ``expert`` receives, in order: ``gathered[s] = (rows, ids)`` of
+    source rank ``s`` (``rows`` a row per token), its copies taken by expert id (stable),
+    those ``kept`` at the destination."""
+    out = []
+    for s, (gx, gi) in enumerate(gathered):
+        flat = gi.reshape(-1)
+        for c in torch.argsort(flat, stable=True).tolist():
+            if int(flat[c]) == expert and kept[s].view(-1)[c]:
+                out.append(gx[c // gi.shape[1]])
+    return out
+
+
 def check_moe(cap_rows: int | None) -> int:
     rt = current()
     w, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
@@ -285,9 +298,7 @@ def check_moe(cap_rows: int | None) -> int:
         assert offsets[0] == 0
         counts = d.tokens_per_expert.cpu().tolist()
         for e in range(per_rank):
-            rows = [gx[c // k] for s, (gx, gi) in enumerate(gathered)
-                    for c in torch.argsort(gi.reshape(-1), stable=True).tolist()
-                    if int(gi.reshape(-1)[c]) == me * per_rank + e and kept[s].view(-1)[c]]
+            rows = _expert_rows(gathered, kept, me * per_rank + e)
             want = torch.stack(rows) if rows else torch.empty(0, hidden, dtype=dtype)
             got = d.x[int(offsets[e]):int(offsets[e + 1])].cpu()
             assert torch.equal(got, want), f"rank {me} call {call} expert {e}: rows differ"
@@ -335,6 +346,64 @@ def test_moe_layer_across_simulated_nodes(world_size, cap_rows, monkeypatch, bac
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
     counts = ditron.launch(check_moe, world_size, cap_rows, backend=backend)
     assert counts == [12] * world_size
+
+
+def check_fp8_dispatch(cap_rows: int | None) -> int:
+    """fp8 token rows (e4m3 and e5m2) with per-token scale rows (``x_scales``: fp32 ``[T,
+    2]``, then bf16 ``[T]``) against the routings gathered with torch.distributed: the rows'
+    bits and the scales land grouped by expert, exactly; ranks of different sizes, one
+    without tokens, unrouted copies, and with ``cap_rows`` drops."""
+    rt = current()
+    w, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
+    poison_empty()
+    checks = 0
+    for call, (dtype, k, per_rank) in enumerate([(torch.float8_e4m3fn, 2, 2),
+                                                 (torch.float8_e5m2, 3, 1),
+                                                 (torch.float8_e4m3fn, 1, 3)]):
+        experts, hidden = per_rank * w, 32
+        routings = [_routing(call, r, w, experts, k, hidden, torch.float32) for r in range(w)]
+        x, ids, _ = routings[me]
+        x = (x * 4).to(dtype)
+        g = _gen(call, me, 31)
+        scales = (torch.rand(x.shape[0], 2, generator=g) if call % 2 == 0
+                  else torch.rand(x.shape[0], generator=g).to(torch.bfloat16))
+        max_tokens = max(r[0].shape[0] for r in routings)
+        d = ditron.ops.moe_dispatch(x.to(dev), ids.to(dev), experts, max_tokens=max_tokens,
+                                    max_recv_rows=cap_rows, x_scales=scales.to(dev))
+        cap = w * max_tokens * k if cap_rows is None else cap_rows
+        assert d.x.dtype == dtype and d.x_scales.dtype == scales.dtype
+        assert d.x_scales.shape == (cap, *scales.shape[1:])
+        gathered = [None] * w
+        dist.all_gather_object(gathered, (x.view(torch.uint8), scales, ids),
+                               group=rt.host_group)
+        kept = _kept(w, experts, cap, [gt[2] for gt in gathered])
+        offsets = d.expert_offsets.cpu()
+        for e in range(per_rank):
+            lo, hi = int(offsets[e]), int(offsets[e + 1])
+            for got, part in ((d.x.view(torch.uint8), 0), (d.x_scales, 1)):
+                rows = _expert_rows([(gt[part], gt[2]) for gt in gathered], kept,
+                                    me * per_rank + e)
+                want = (torch.stack(rows) if rows
+                        else torch.empty(0, *got.shape[1:], dtype=got.dtype))
+                assert torch.equal(got[lo:hi].cpu(), want), \
+                    f"rank {me} call {call} expert {e} part {part}"
+                checks += 1
+    x = torch.zeros(4, 8, device=dev).to(torch.float8_e4m3fn)
+    ids = torch.zeros(4, 1, dtype=torch.int64, device=dev)
+    for bad in (torch.ones(3, 2, device=dev), torch.ones(4, 2, dtype=torch.int32, device=dev)):
+        with pytest.raises(ValueError, match=r"x_scales must be a floating \[4, \.\.\.\]"):
+            ditron.ops.moe_dispatch(x, ids, w, x_scales=bad)
+    assert ditron.ops.moe_dispatch(x, ids, w).x_scales is None
+    return checks
+
+
+@pytest.mark.parametrize("world_size,cap_rows,node_size",
+                         [(1, None, 1), (2, None, 2), (3, 5, 3), (4, None, 4), (4, 9, 2)])
+def test_fp8_dispatch_with_scales(world_size, cap_rows, node_size, backend, monkeypatch):
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", str(node_size))  # 2: two simulated nodes
+    counts = ditron.launch(check_fp8_dispatch, world_size, cap_rows, backend=backend)
+    # (experts per rank) x 2 parts, per call
+    assert counts == [(2 + 1 + 3) * 2] * world_size
 
 
 def check_refusals() -> int:
