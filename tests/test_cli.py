@@ -106,18 +106,21 @@ def test_bench_tp_mlp_smoke(tmp_path):
 
 def test_bench_moe_smoke(tmp_path):
     out = _run("bench", "moe", "--smoke", "--world-size", "2", "--parts",
-               "gemm,wgrad,a2a,layer", "--out", str(tmp_path / "moe.json"))
+               "gemm,wgrad,a2a,dispatch,layer", "--out", str(tmp_path / "moe.json"))
     assert out.returncode == 0, out.stderr
     rows = {row["part"]: row for row in json.loads((tmp_path / "moe.json").read_text())}
-    assert set(rows) == {"gemm", "wgrad", "a2a", "layer"}
+    assert set(rows) == {"gemm", "wgrad", "a2a", "dispatch", "layer"}
     for part, names in (("gemm", ("ditron", "ditron_triton", "torch_loop", "dense")),
                         ("wgrad", ("ditron", "torch_loop")),
-                        ("a2a", ("fused", "unfused", "plain")), ("layer", ("ditron", "torch"))):
+                        ("a2a", ("fused", "unfused", "plain")), ("dispatch", ("bf16", "fp8")),
+                        ("layer", ("ditron", "torch"))):
         assert all(rows[part][name] > 0 for name in names), (part, rows[part])
     # every result against the bench's own torch reference (a NaN fails the comparison)
     for part in ("gemm", "wgrad", "layer"):
         assert rows[part]["max_rel_err"] < 3e-2, (part, rows[part]["max_rel_err"])
     assert rows["a2a"]["same_result"] is True
+    # fp8 rows dequantised with their moved scales against the bf16 rows (e4m3: 2^-4)
+    assert rows["dispatch"]["same_groups"] is True and rows["dispatch"]["fp8_rel_err"] < 0.07
 
 
 def test_bench_moe_gated_layer_smoke(tmp_path):

@@ -334,6 +334,42 @@ def _a2a_rows(tokens: int, hidden: int, topk: int, rounds: int, iters: int,
     return [row]
 
 
+def _dispatch_rows(tokens: int, hidden: int, experts: int, topk: int, rounds: int,
+                   iters: int, warmup: int) -> list[dict]:
+    """``moe_dispatch`` of bf16 token rows against fp8 (e4m3) rows with their fp32 scales
+    per 128 channels (``x_scales``): the same routing, the rows' bytes halved."""
+    from ditron.runtime.world import current
+
+    rt = current()
+    W, me, dev = rt.world.world_size, rt.world.rank, rt.world.device
+    gen = torch.Generator().manual_seed(11 + me)
+    ids = _routing(tokens, experts, topk, dev, gen)
+    x = torch.randn(tokens, hidden, generator=gen).to(dev, torch.bfloat16)
+    scales = x.float().view(tokens, -1, 128).abs().amax(-1).clamp(min=1e-4) / 448
+    x8 = (x.float().view(tokens, -1, 128) / scales[..., None]).view(tokens, hidden).to(
+        torch.float8_e4m3fn)
+
+    def bf16():
+        return ditron.ops.moe_dispatch(x, ids, experts)
+
+    def fp8():
+        return ditron.ops.moe_dispatch(x8, ids, experts, x_scales=scales)
+
+    a, b = bf16(), fp8()
+    ok = torch.equal(a.expert_offsets, b.expert_offsets)
+    n = int(a.expert_offsets[-1])
+    deq = (b.x[:n].float().view(n, -1, 128) * b.x_scales[:n, :, None]).view(n, hidden)
+    err = ((deq - a.x[:n].float()).norm() / a.x[:n].float().norm().clamp(min=1e-30)).item()
+    samples = time_in_rounds({"bf16": bf16, "fp8": fp8}, rounds, iters, warmup, dev)
+    row = {"part": "dispatch", "tokens": tokens, "hidden": hidden, "experts": experts,
+           "topk": topk, "world_size": W, "same_groups": bool(agreed_median([float(ok)]) == 1),
+           "fp8_rel_err": agreed_median([err])}
+    for name, times in samples.items():
+        row[name] = agreed_median(times)
+    row["speedup"] = row["bf16"] / row["fp8"]
+    return [row]
+
+
 def _measure(args) -> list[dict]:
     dev = ditron.world().device
     rows = []
@@ -349,6 +385,10 @@ def _measure(args) -> list[dict]:
         for tokens in args.layer_tokens:
             rows += _a2a_rows(tokens, args.hidden, args.topk, args.rounds, args.iters,
                               args.warmup)
+    if "dispatch" in args.parts:
+        for tokens in args.layer_tokens:
+            rows += _dispatch_rows(tokens, args.hidden, args.experts, args.topk, args.rounds,
+                                   args.iters, args.warmup)
     if "layer" in args.parts:
         for tokens in args.layer_tokens:
             rows += _layer_rows(tokens, args.hidden, args.ffn, args.experts, args.topk,
@@ -364,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench moe", description=__doc__.split("\n\n")[0])
     p.add_argument("--world-size", type=int, default=1)
     p.add_argument("--parts", default="gemm,a2a,layer",
-                   help="gemm, wgrad, a2a, layer (a list)")
+                   help="gemm, wgrad, a2a, dispatch, layer (a list)")
     p.add_argument("--tokens", type=int, default=8192, help="tokens of the gemm rows")
     p.add_argument("--layer-tokens", default="128,8192", help="tokens per rank, layer rows")
     p.add_argument("--hidden", type=int, default=7168)
@@ -388,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     args.shapes = SHAPES
     if args.smoke:
         args.shapes = [(24, 40, 4, 2)]
-        args.tokens, args.layer_tokens, args.hidden, args.ffn = 16, [6], 32, 16
+        args.tokens, args.layer_tokens, args.hidden, args.ffn = 16, [6], 256, 16
         args.experts, args.topk = 2 * args.world_size, 2
         args.warmup, args.iters, args.rounds = 1, 2, 1
     if args.experts % args.world_size:
@@ -413,6 +453,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"W {row['world_size']}  fused {row['fused']:9.1f}  unfused "
                   f"{row['unfused']:9.1f}  plain {row['plain']:9.1f} us  fused speed-up "
                   f"{row['speedup']:.3f}x  (same result: {row['same_result']})")
+        elif row["part"] == "dispatch":
+            print(f"dispatch T {row['tokens']:5d} H {row['hidden']} E {row['experts']} "
+                  f"top{row['topk']} W {row['world_size']}  bf16 {row['bf16']:9.1f}  fp8 + "
+                  f"scales {row['fp8']:9.1f} us  ({row['speedup']:.3f}x; same groups: "
+                  f"{row['same_groups']}, fp8 error {row['fp8_rel_err']:.1e})")
         else:
             print(f"layer T {row['tokens']:5d} H {row['hidden']} F {row['ffn']}"
                   f"{' SwiGLU' if row['gated'] else ''} E {row['experts']} top{row['topk']} "
