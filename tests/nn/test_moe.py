@@ -271,12 +271,13 @@ def test_combine_gradients(world_size, backend):
     assert ditron.launch(check_combine_grads, world_size, backend=backend) == [3] * world_size
 
 
-def test_layer_and_gradients_across_simulated_nodes(monkeypatch, backend):
-    """Four ranks on two nodes: the layer (drops included) and the combine's gradients on
-    the all-to-alls' host-synchronised form."""
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_layer_and_gradients_across_simulated_nodes(world_size, monkeypatch, backend):
+    """Nodes of two ranks (the last one of one rank at W = 3): the layer (drops included)
+    and the combine's gradients on the all-to-alls' host-synchronised form."""
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
-    assert ditron.launch(check_layer, 4, 5, backend=backend) == [15] * 4
-    assert ditron.launch(check_combine_grads, 4, backend=backend) == [3] * 4
+    assert ditron.launch(check_layer, world_size, 5, backend=backend) == [15] * world_size
+    assert ditron.launch(check_combine_grads, world_size, backend=backend) == [3] * world_size
 
 
 def check_layer_refusals() -> int:
