@@ -30,7 +30,13 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from ditron.kernels.gemm import GemmConfig, GemmHooks, cached_linear_order, launch_gemm
+from ditron.kernels.gemm import (
+    GemmConfig,
+    GemmHooks,
+    cached_linear_order,
+    launch_gemm,
+    slot_waits,
+)
 
 SHAPES = "8192x1376x4096,8192x3584x8192,8192x6656x16384,8192x4096x1376,8192x8192x3584"
 
@@ -197,8 +203,9 @@ def run_shape(M: int, N: int, K: int, extra: tuple[str, ...] = ()) -> list[dict]
     sig = ditron.zeros(8, torch.int64)
     sig.fill_(1)
     lo = torch.arange(mb, dtype=torch.int32, device="cuda") * best.block_m * 8 // M
-    hooks = GemmHooks(wait_lo=lo, wait_hi=lo.clone(), wait_sig=sig, wait_target=1)
     order = cached_linear_order(M, N, best, a.device)
+    hooks = GemmHooks(waits=slot_waits(order, lo, lo, triton.cdiv(N, best.block_n)),
+                      wait_sig=sig, wait_target=1)
     cases["flat+tstore wait"] = lambda: launch_gemm(a, b, c, M, order=order, seg_rows=M,
                                                     cfg=best, hooks=hooks)
     graphs = {}

@@ -18,10 +18,15 @@ Hooks, all selected by ``constexpr`` switches so the plain GEMM pays nothing for
 * ``OWN_A`` (AG-GEMM): tiles whose rows lie within ``[own_lo, own_hi)`` load A from
   ``own_ptr`` (row ``r`` at row ``r - own_lo``: this rank's input, with A's strides) instead
   of ``a_ptr``, so the own rows need not be copied into the gathered buffer first.
-* ``WAIT`` (consumer prologue): before a tile of row block ``mb`` the program waits until the
-  chunk signals ``wait_lo[mb] .. wait_hi[mb]`` reach ``wait_target`` (acquire, system scope).
-  Each program polls a chunk (ids below 64) once: after its acquire has seen the chunk,
-  later tiles on those rows are ordered behind it and skip the poll.
+* ``WAIT`` (consumer prologue): before the tile of slot ``i`` of the order the program waits
+  until the chunk signals ``lo .. hi`` reach ``wait_target`` (acquire, system scope), where
+  ``waits[i] = lo | hi << 32`` (:func:`slot_waits`; ``hi < lo``: no wait). Slot ``i + P``'s
+  tile id and range are loaded while slot ``i`` runs, so the prologue waits on no table load.
+  Chunks 0..63 are tracked per program in a bit set: when a tile needs one the program has
+  not yet seen arrive, it reads the first ``min(wait_count, 64)`` signals at once (one
+  acquire atomic per lane, all in flight together) and records every chunk that has
+  arrived; only chunks still short are then polled one by one. After an acquire has seen a
+  chunk, later tiles on its rows are ordered behind it and read no signal.
 * ``EPILOGUE`` 0: store the tile in ``c``. 1 (reduce-scatter): the tile's segment is its
   destination rank ``d``; for ``d != rank`` the tile is stored into ``d``'s ``recv[rank]``
   and ``d``'s signal ``rank * tiles_per_seg + local_tile`` is set to ``epoch`` (release),
@@ -168,13 +173,28 @@ def _tile_rows(mb, seg_rows, blocks_per_seg, M, BLOCK_M: tl.constexpr):
     return seg, seg_start, row0, row_end
 
 
+@triton.jit
+def _arrived_chunks(sig_ptr, count, target):
+    """Bit ``c`` set for each chunk signal ``c < min(count, 64)`` that is ``>= target``:
+    one acquire atomic (system scope) per lane, all lanes in flight together. Every thread's
+    later loads are ordered after the lanes' acquires: the sum reaches each thread through
+    shared memory and a CTA barrier (an explicit ``tl.debug_barrier`` here would stop
+    Triton 3.6 from pipelining the flattened tile loop)."""
+    lanes = tl.arange(0, 64)
+    mask = lanes < count
+    vals = tl.atomic_add(sig_ptr + lanes, 0, mask=mask, sem="acquire", scope="sys")
+    one = tl.full((64,), 1, tl.int64)
+    bits = tl.where(mask & (vals >= target), one << lanes.to(tl.int64), 0)
+    return tl.sum(bits, axis=0)
+
+
 @triton.jit(do_not_specialize=["wait_target", "epoch", "own_lo", "own_hi"])
 def persistent_gemm(
     a_ptr, b_ptr, c_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     order_ptr, num_tiles, n_blocks, seg_rows, blocks_per_seg,
     a_rows, a_local, node_base,
-    wait_lo_ptr, wait_hi_ptr, wait_sig_ptr, wait_target,
+    waits_ptr, wait_sig_ptr, wait_target, wait_count,
     ga_ptr, stride_gm, stride_gk,
     recv_ptr, stride_rs, stride_rm, stride_rn,
     rs_sig_ptr, bc_ptr, bc_sig_ptr, epoch, epoch_ptr,
@@ -213,8 +233,20 @@ def persistent_gemm(
     # two programs can wait on each other
     pend_slot = tl.full((), -1, tl.int64)
     pend_peer = tl.full((), 0, tl.int32)
+    # each slot's tile id (and wait range) is read one tile ahead, so a tile's prologue does
+    # not wait on a load (program pid < num_tiles: the grid has at most one per tile)
+    last = num_tiles - 1
+    next_tile = tl.load(order_ptr + pid)
+    if WAIT:
+        next_wait = tl.load(waits_ptr + pid)
     for i in tl.range(pid, num_tiles, nprog, flatten=FLATTEN):
-        tile = tl.load(order_ptr + i)
+        tile = next_tile
+        ahead = tl.minimum(i + nprog, last)
+        next_tile = tl.load(order_ptr + ahead)
+        if WAIT:
+            c = next_wait.to(tl.int32)  # the low half
+            hi = (next_wait >> 32).to(tl.int32)
+            next_wait = tl.load(waits_ptr + ahead)
         mb = tile // n_blocks
         nb = tile % n_blocks
         seg, seg_start, row0, row_end = _tile_rows(mb, seg_rows, blocks_per_seg, M, BLOCK_M)
@@ -224,10 +256,16 @@ def persistent_gemm(
             tl.store(trace_ptr + 1 + i * 5, tile.to(tl.int64))
             tl.store(trace_ptr + 2 + i * 5, t_start)
         if WAIT:
-            c = tl.load(wait_lo_ptr + mb)
-            hi = tl.load(wait_hi_ptr + mb)
             waited = c <= hi
             polled = tl.full((), 0, tl.int32)
+            if waited & (c < 64):
+                top = tl.minimum(hi, 63).to(tl.int64)
+                # bits c..top; 2 << 63 wraps to 0, so top == 63 still gives the right mask
+                need = ((tl.full((), 2, tl.int64) << top) - 1) & ~(
+                    (tl.full((), 1, tl.int64) << c.to(tl.int64)) - 1)
+                if (seen & need) != need:
+                    seen = seen | _arrived_chunks(wait_sig_ptr, wait_count, wait_target)
+                    polled = tl.full((), 1, tl.int32)
             while c <= hi:
                 bit = tl.full((), 1, tl.int64) << (c % 64).to(tl.int64)
                 if (c >= 64) | ((seen & bit) == 0):
@@ -372,8 +410,9 @@ class GemmHooks:
     a_local: int = 1
     node_base: int = 0
     gathered: torch.Tensor | None = None
-    wait_lo: torch.Tensor | None = None
-    wait_hi: torch.Tensor | None = None
+    #: int64 per slot of the tile order: the chunk range ``lo | hi << 32`` its tile waits
+    #: for (:func:`slot_waits`), on ``c``'s device; with ``wait_sig`` (the chunk signals)
+    waits: torch.Tensor | None = None
     wait_sig: torch.Tensor | None = None
     wait_target: int = 0
     epilogue: int = EPI_STORE
@@ -394,6 +433,21 @@ class GemmHooks:
     #: ``own_lo .. own_lo + rows`` of A are read from it (``OWN_A``)
     own_a: torch.Tensor | None = None
     own_lo: int = 0
+
+
+def slot_waits(order: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
+               n_blocks: int) -> torch.Tensor:
+    """The consumer's wait table by slot (``GemmHooks.waits``): for slot ``i`` of ``order``
+    (tile ids, ``n_blocks`` column blocks per row block) the chunk range ``[lo[mb], hi[mb]]``
+    of its row block ``mb = order[i] // n_blocks``, packed as ``lo | hi << 32`` (int64, on
+    ``order``'s device). ``lo``/``hi``: per row block, as ``plan.deps.consumer_waits``
+    gives them (``hi < lo``: no wait)."""
+    mb = order.long() // n_blocks
+    lo = lo.to(order.device).long()[mb]
+    hi = hi.to(order.device).long()[mb]
+    if lo.numel() and (int(lo.min()) < 0 or int(lo.max()) >= 1 << 31):
+        raise ValueError("slot_waits: chunk ids must lie in [0, 2**31)")
+    return (lo & 0xFFFFFFFF) | (hi << 32)
 
 
 def own_rows_ok(own: torch.Tensor, a: torch.Tensor, cfg: GemmConfig) -> bool:
@@ -445,10 +499,16 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
     whose operands meet the TMA rules (:func:`tma_operands`), else the pointer path.
     """
     hooks = hooks or _NO_HOOKS
-    for name, t in (("order", order), ("hooks.wait_lo", hooks.wait_lo),
-                    ("hooks.wait_hi", hooks.wait_hi)):
+    for name, t in (("order", order), ("hooks.waits", hooks.waits)):
         if t is not None and t.device != c.device:  # the kernel reads them
             raise ValueError(f"launch_gemm: {name} is on {t.device}, c on {c.device}")
+    if (hooks.waits is None) != (hooks.wait_sig is None):
+        raise ValueError("launch_gemm: hooks.waits and hooks.wait_sig go together")
+    if hooks.waits is not None and (hooks.waits.dtype != torch.int64
+                                    or hooks.waits.shape != order.shape):
+        raise ValueError(f"launch_gemm: hooks.waits must be int64 {tuple(order.shape)} (one "
+                         f"per slot of the order), got {hooks.waits.dtype} "
+                         f"{tuple(hooks.waits.shape)}")
     K, N = b.shape
     num_tiles = order.numel()
     if num_tiles == 0:
@@ -486,10 +546,10 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         order, num_tiles, n_blocks, max(seg_rows, 1), blocks_per_seg,
         hooks.a_rows, hooks.a_local, hooks.node_base,
-        hooks.wait_lo if hooks.wait_lo is not None else dummy,
-        hooks.wait_hi if hooks.wait_hi is not None else dummy,
+        hooks.waits if hooks.waits is not None else dummy,
         hooks.wait_sig if hooks.wait_sig is not None else dummy,
         hooks.wait_target,
+        hooks.wait_sig.numel() if hooks.wait_sig is not None else 0,
         ga if ga is not None else c, ga.stride(0) if ga is not None else 0,
         ga.stride(1) if ga is not None else 0,
         recv if recv is not None else c,

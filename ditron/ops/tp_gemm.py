@@ -51,6 +51,7 @@ from ..kernels.gemm import (
     default_config,
     launch_gemm,
     own_rows_ok,
+    slot_waits,
 )
 from ..plan import deps as plan_deps
 from ..plan import ir as plan_ir
@@ -286,8 +287,8 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
                   chunk_rows: int | None = None, halves: int = 2) -> dict:
     """Per-shape AG-GEMM workspace: a symmetric A of ``rows`` rows in ``halves`` buffers (a
     cached workspace, ``ops/workspaces.py``), the plan (split into chunks of ``chunk_rows``
-    rows when given), the per-row-block chunk waits derived from it, the gather-mode tile
-    order and this rank's own chunk ids."""
+    rows when given), the gather-mode tile order, the chunk waits of each of its slots
+    (derived from the plan) and this rank's own chunk ids."""
     rt = current()
     W, rank, L = rt.world.world_size, rt.world.rank, rt.world.local_world_size
     m, K = a.shape
@@ -308,7 +309,8 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
                                      arrival=plan.arrival_order(rank), group_m=cfg.group_m)
         held = torch.tensor([q for q in range(W) if q % L == rank % L], dtype=torch.int32,
                             device="cpu")
-        ws = dict(plan=plan, waits=waits.to(a.device), order=order.to(a.device),
+        order = order.to(a.device)
+        ws = dict(plan=plan, waits=slot_waits(order, waits.lo, waits.hi, n_blocks), order=order,
                   held=held.to(a.device), n_blocks=n_blocks, own=own.to(a.device),
                   own_ids=own_ids)
         rt.cache[key] = ws
@@ -393,8 +395,8 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
             after=Signal(pad, t.dst_rank, epoch - 1)) for t in transfers]
     engine.issue(transfers)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    hooks = GemmHooks(wait_lo=ws["waits"].lo, wait_hi=ws["waits"].hi,
-                      wait_sig=pad.signals[first:], wait_target=0 if graph else epoch,
+    hooks = GemmHooks(waits=ws["waits"], wait_sig=pad.signals[first:],
+                      wait_target=0 if graph else epoch,
                       epoch_cell=epoch.cell if graph else None,
                       own_a=a if in_place else None, own_lo=rank * m)
     try:
@@ -452,8 +454,8 @@ def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     gathered = torch.empty((M, K), dtype=a.dtype, device=a.device) if return_gathered else None
     hooks = GemmHooks(a_remote=True, a_rows=m, a_local=L, node_base=node * L,
-                      gathered=gathered, wait_lo=ws["waits"].lo, wait_hi=ws["waits"].hi,
-                      wait_sig=pad.signals, wait_target=epoch)
+                      gathered=gathered, waits=ws["waits"], wait_sig=pad.signals,
+                      wait_target=epoch)
     _traced_launch("ag_gemm", buf, b, c, M, order=ws["order"], seg_rows=M, cfg=cfg,
                    hooks=hooks, n_blocks=ws["n_blocks"], ctx=ctx)
     _after_launch()

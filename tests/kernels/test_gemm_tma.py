@@ -12,7 +12,7 @@ import torch
 
 import ditron  # before anything imports triton: it arranges the interpreter
 from ditron.kernels import gemm
-from ditron.kernels.gemm import GemmConfig, GemmHooks, launch_gemm, matmul
+from ditron.kernels.gemm import GemmConfig, GemmHooks, launch_gemm, matmul, slot_waits
 from ditron.kernels.swizzle import linear_order
 
 CFG = GemmConfig(block_m=16, block_n=32, block_k=16, group_m=4, num_warps=1, num_stages=1,
@@ -91,7 +91,8 @@ def test_segments_wait_prologue_and_trace(dtype, tma_calls):
     order = linear_order(m_blocks, n_blocks, CFG.group_m)
     chunk = torch.arange(m_blocks, dtype=torch.int32) // blocks_per_seg  # a chunk per segment
     sig = torch.full((W,), 5, dtype=torch.int64)
-    hooks = GemmHooks(wait_lo=chunk, wait_hi=chunk.clone(), wait_sig=sig, wait_target=5,
+    hooks = GemmHooks(waits=slot_waits(order, chunk, chunk, n_blocks), wait_sig=sig,
+                      wait_target=5,
                       trace=torch.zeros(1 + gemm.TRACE_FIELDS * order.numel(),
                                         dtype=torch.int64))
     c = torch.full((M, N), float("nan"), dtype=dtype)
@@ -139,9 +140,9 @@ def test_tables_on_another_device_raise_before_the_kernel():
     c = torch.full((37, 72), float("nan"))
     order = linear_order(3, 3, CFG.group_m)
     meta = order.to("meta")
+    sig = torch.zeros(3, dtype=torch.int64)
     cases = {"order": (meta, None),
-             "hooks.wait_lo": (order, GemmHooks(wait_lo=meta, wait_hi=order)),
-             "hooks.wait_hi": (order, GemmHooks(wait_lo=order, wait_hi=meta))}
+             "hooks.waits": (order, GemmHooks(waits=order.long().to("meta"), wait_sig=sig))}
     for name, (tiles, hooks) in cases.items():
         with pytest.raises(ValueError, match=f"{name} is on meta, c on cpu"):
             launch_gemm(a, b, c, 37, order=tiles, seg_rows=37, cfg=CFG, hooks=hooks)
