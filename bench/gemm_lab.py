@@ -156,13 +156,14 @@ def variants(M: int, N: int) -> dict[str, GemmConfig]:
 
 
 def parse_config(text: str) -> GemmConfig:
-    """``BMxBNxBK/wW/sS[/gG][/t0]`` as a flattened :class:`GemmConfig` (``t0``: plain
-    stores of C instead of TMA stores)."""
+    """``BMxBNxBK/wW/sS[/gG][/t0][/pP]`` as a flattened :class:`GemmConfig` (``t0``: plain
+    stores of C instead of TMA stores; ``pP``: ``P`` programs instead of one per SM)."""
     dims, *rest = text.split("/")
     bm, bn, bk = (int(v) for v in dims.split("x"))
     opts = {part[0]: int(part[1:]) for part in rest}
     return GemmConfig(bm, bn, bk, opts.get("g", 8), opts.get("w", 8), opts.get("s", 3),
-                      flatten=True, tma_store=bool(opts.get("t", 1)))
+                      programs=opts.get("p", 0), flatten=True,
+                      tma_store=bool(opts.get("t", 1)))
 
 
 def run_shape(M: int, N: int, K: int, extra: tuple[str, ...] = ()) -> list[dict]:
@@ -231,7 +232,7 @@ def main() -> None:
     p.add_argument("--shapes", default=SHAPES)
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     p.add_argument("--configs", default="",
-                   help="more tile configs, BMxBNxBK/wW/sS[/gG][/t0] comma-separated "
+                   help="more tile configs, BMxBNxBK/wW/sS[/gG][/t0][/pP] comma-separated "
                         "(flattened; t0: plain stores)")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
