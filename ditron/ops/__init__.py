@@ -2,7 +2,8 @@
 
 Collectives (``collectives.py``): ``all_gather``, ``reduce_scatter``, ``all_reduce``,
 ``all_to_all``, ``all_to_all_device``, ``all_to_all_inbox`` (the received rows read in
-place) and ``exchange_counts`` (device-side splits, ``a2a_device.py``); point-to-point
+place), ``all_to_all_device_pair`` (companion rows along the same routes) and
+``exchange_counts`` (device-side splits, ``a2a_device.py``); point-to-point
 (``p2p.py``): ``send``, ``recv``. Overlapped GEMMs (``tp_gemm.py``): ``ag_gemm``,
 ``gemm_rs``, ``gemm_ar``. Expert parallelism (``moe.py``): ``moe_dispatch``,
 ``grouped_gemm``, ``moe_combine``. ``graph_safe`` (``graphs.py``): the warm-up of the
@@ -24,6 +25,7 @@ _HOME = {
     "all_to_all": "collectives",
     "all_to_all_device": "collectives",
     "all_to_all_inbox": "a2a_device",
+    "all_to_all_device_pair": "a2a_device",
     "exchange_counts": "a2a_device",
     "send": "p2p",
     "recv": "p2p",

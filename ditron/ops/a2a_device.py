@@ -197,8 +197,10 @@ def _placement(mat_h, me, q, x_rows, cap_rows, w, WB: tl.constexpr):
 
 @triton.jit
 def _data_kernel(x, x_rows, x_len, index, scale, inbox, inbox_stride, mat, pad, epoch_ptr, row,
-                 cap_rows, ctx, R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr,
-                 INDEXED: tl.constexpr, SCALED: tl.constexpr):
+                 cap_rows, extra, extra_inbox, extra_stride, extra_row, ctx, R: tl.constexpr,
+                 BC: tl.constexpr, WB: tl.constexpr, INDEXED: tl.constexpr,
+                 SCALED: tl.constexpr, EXTRA: tl.constexpr = False, R2: tl.constexpr = 1,
+                 BC2: tl.constexpr = 1):
     q = tl.program_id(1)
     me = ctx.rank
     w = ctx.world_size
@@ -213,6 +215,14 @@ def _data_kernel(x, x_rows, x_len, index, scale, inbox, inbox_stride, mat, pad, 
         else:
             _move_rows(inbox_h, dst_first, x, src_first, x_len, index, scale + src_first,
                        rows, row, q, ctx, R, BC, False, SCALED)
+        if EXTRA:  # the companion rows, along the same routes, unscaled
+            extra_h = extra_inbox + (epoch % 2) * extra_stride
+            if INDEXED:
+                _move_rows(extra_h, dst_first, extra, 0, x_len, index + src_first, scale,
+                           rows, extra_row, q, ctx, R2, BC2, True, False)
+            else:
+                _move_rows(extra_h, dst_first, extra, src_first, x_len, index, scale, rows,
+                           extra_row, q, ctx, R2, BC2, False, False)
     # every program (p, q) adds 1 to q's "data ready" counter, which reaches epoch * P once
     # all P programs of this call are done
     dl.notify(pad + w + me, 1, q, ctx, op="add")
@@ -221,9 +231,11 @@ def _data_kernel(x, x_rows, x_len, index, scale, inbox, inbox_stride, mat, pad, 
 @triton.jit
 def _finish_kernel(out, out_splits, first_row, recv_index, x, x_rows, x_len, send_index,
                    send_scale, inbox, inbox_stride, mat, pad, epoch_ptr, row, cap_rows, first,
-                   count, senders, ctx, R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr,
+                   count, senders, extra_out, extra, extra_inbox, extra_stride, extra_row, ctx,
+                   R: tl.constexpr, BC: tl.constexpr, WB: tl.constexpr,
                    COLLECT: tl.constexpr, RECV_INDEXED: tl.constexpr,
-                   SEND_INDEXED: tl.constexpr, SCALED: tl.constexpr, ZERO: tl.constexpr):
+                   SEND_INDEXED: tl.constexpr, SCALED: tl.constexpr, ZERO: tl.constexpr,
+                   EXTRA: tl.constexpr = False, R2: tl.constexpr = 1, BC2: tl.constexpr = 1):
     me = ctx.rank
     w = ctx.world_size
     epoch = tl.load(epoch_ptr)
@@ -235,10 +247,15 @@ def _finish_kernel(out, out_splits, first_row, recv_index, x, x_rows, x_len, sen
         came = tl.minimum(tl.sum(col), cap_rows)  # only the rows that came
         own_lo, own_src, own_n = _placement(mat_h, me, me, x_rows, cap_rows, w, WB)
         # out row r = received row recv_index[r] (or r), when that row came
+        rows = cap_rows if RECV_INDEXED or ZERO else came
         _collect_rows(out, inbox + (epoch % 2) * inbox_stride, x, send_index, send_scale,
-                      recv_index, cap_rows if RECV_INDEXED or ZERO else came, came, own_lo,
-                      own_n, own_src, x_len, row, R, BC, RECV_INDEXED, SEND_INDEXED, SCALED,
-                      ZERO)
+                      recv_index, rows, came, own_lo, own_n, own_src, x_len, row, R, BC,
+                      RECV_INDEXED, SEND_INDEXED, SCALED, ZERO)
+        if EXTRA:
+            _collect_rows(extra_out, extra_inbox + (epoch % 2) * extra_stride, extra,
+                          send_index, send_scale, recv_index, rows, came, own_lo, own_n,
+                          own_src, x_len, extra_row, R2, BC2, RECV_INDEXED, SEND_INDEXED,
+                          False, ZERO)
     if tl.program_id(0) == 0:
         tl.store(out_splits + offs, col, mask=offs < w)
         if not COLLECT:  # the rows stay in the inbox: where this call's half starts
@@ -282,12 +299,16 @@ class _Workspace:
     pad_key: str  # the signal pad's name
     #: an :class:`Inbox` of this workspace not yet closed (its call's ack not yet sent)
     inbox_open: bool = False
+    #: symmetric [2, cap_rows * extra_row]: the companion rows' inbox (``extra=`` of
+    #: :func:`exchange_rows`)
+    extra_inbox: torch.Tensor | None = None
 
     def release(self, heap) -> None:
         """Free the heap buffers (collective; the caller drops the signal pad)."""
         heap.free(self.mat)
-        if self.inbox is not None:
-            heap.free(self.inbox)
+        for buf in (self.inbox, self.extra_inbox):
+            if buf is not None:
+                heap.free(buf)
 
 
 _FAST_SPLITS = FastKernel(_splits_kernel)
@@ -298,10 +319,11 @@ _FAST_EXCHANGE = FastKernel(_exchange_kernel)
 
 
 def _workspace(op: str, tag: str, cols: int, slots: int,
-               inbox: tuple[int, torch.dtype] | None = None) -> _Workspace:
+               inbox: tuple[int, torch.dtype] | None = None,
+               extra_inbox: tuple[int, torch.dtype] | None = None) -> _Workspace:
     """The workspace named ``tag`` (``mat`` of ``cols`` columns, a pad of ``slots`` W
-    slots, an inbox of ``(elements, dtype)`` per half), built collectively the first time;
-    refused while capturing a CUDA graph."""
+    slots, an inbox of ``(elements, dtype)`` per half, and one for companion rows), built
+    collectively the first time; refused while capturing a CUDA graph."""
     rt = current()
     key = ("a2a_device", tag)
     ws = rt.cache.get(("workspace", *key))
@@ -310,17 +332,20 @@ def _workspace(op: str, tag: str, cols: int, slots: int,
             raise RuntimeError(f"{op}: no workspace yet for this signature ({tag}); call it "
                                f"once before capturing a CUDA graph (workspaces are "
                                f"allocated collectively)")
-        ws = cached(key, lambda: _new_workspace(f"a2a_device:{tag}", cols, slots, inbox))
+        ws = cached(key, lambda: _new_workspace(f"a2a_device:{tag}", cols, slots, inbox,
+                                                extra_inbox))
     return ws
 
 
-def _new_workspace(tag: str, cols: int, slots: int,
-                   inbox: tuple[int, torch.dtype] | None) -> _Workspace:
+def _new_workspace(tag: str, cols: int, slots: int, inbox: tuple[int, torch.dtype] | None,
+                   extra_inbox: tuple[int, torch.dtype] | None) -> _Workspace:
     rt = current()
     w = rt.world.world_size
     specs = [((2, w, max(cols, 1)), torch.int64, f"{tag}:rows")]
     if inbox is not None:
         specs.append(((2, max(inbox[0], 1)), inbox[1], f"{tag}:inbox"))
+    if extra_inbox is not None:
+        specs.append(((2, max(extra_inbox[0], 1)), extra_inbox[1], f"{tag}:extra"))
     bufs = alloc_buffers(specs)
     mat = bufs.tensors[0]
     mat.zero_()
@@ -330,7 +355,8 @@ def _new_workspace(tag: str, cols: int, slots: int,
         bufs.release(rt.heap)
         raise
     epoch = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
-    return _Workspace(mat, bufs.tensors[1] if inbox is not None else None, pad, epoch, tag)
+    return _Workspace(mat, bufs.tensors[1] if inbox is not None else None, pad, epoch, tag,
+                      extra_inbox=bufs.tensors[-1] if extra_inbox is not None else None)
 
 
 def _tile_shape(backend: str, row: int, itemsize: int) -> tuple[int, int]:
@@ -404,6 +430,12 @@ class _Call:
     senders: int
     tile: tuple[int, int]
     warps: int
+    #: companion rows moved along the same routes (contiguous, in their moved dtype), the
+    #: caller's dtype, elements per row and copy tile; ``None`` without
+    extra: torch.Tensor | None = None
+    extra_dtype: torch.dtype | None = None
+    extra_row: int = 1
+    extra_tile: tuple[int, int] = (1, 1)
 
     @property
     def send_rows(self) -> int:
@@ -435,19 +467,32 @@ def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: in
     return send_index
 
 
+def _moved(x: torch.Tensor) -> tuple[torch.Tensor, int, str]:
+    """``x`` viewed as the type its rows move as, its elements per row, and a tag of both."""
+    x = viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))
+    row = math.prod(x.shape[1:])
+    return x, row, f"{str(x.dtype).removeprefix('torch.')}:{row}"
+
+
 def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
-          send_index: torch.Tensor | None, send_scale: torch.Tensor | None = None) -> _Call:
-    """Steps 1 and 2 of the protocol (the splits, then the rows to the peers' inboxes) for
-    checked arguments."""
+          send_index: torch.Tensor | None, send_scale: torch.Tensor | None = None,
+          extra: torch.Tensor | None = None) -> _Call:
+    """Steps 1 and 2 of the protocol (the splits, then the rows, and the ``extra`` rows
+    with them, to the peers' inboxes) for checked arguments."""
     rt = current()
     w = rt.world.world_size
     agree("ditron.ops.all_to_all_device", row_shape=tuple(x.shape[1:]), dtype=x.dtype,
-          max_out_rows=int(max_out_rows))
-    dtype, x = x.dtype, viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))
-    row = math.prod(x.shape[1:])
-    ws = _workspace("all_to_all_device",
-                    f"{str(x.dtype).removeprefix('torch.')}:{row}:{max_out_rows}", w, 3,
-                    inbox=(max_out_rows * row, x.dtype))
+          max_out_rows=int(max_out_rows),
+          extra=None if extra is None else (tuple(extra.shape[1:]), extra.dtype))
+    dtype, (x, row, tag) = x.dtype, _moved(x)
+    extra_inbox = extra_dtype = None
+    extra_row = 1
+    if extra is not None:
+        extra_dtype, (extra, extra_row, extra_tag) = extra.dtype, _moved(extra)
+        tag = f"{tag}+{extra_tag}"
+        extra_inbox = (max_out_rows * extra_row, extra.dtype)
+    ws = _workspace("all_to_all_device", f"{tag}:{max_out_rows}", w, 3,
+                    inbox=(max_out_rows * row, x.dtype), extra_inbox=extra_inbox)
     if ws.inbox_open:
         raise RuntimeError("all_to_all_device: the Inbox of an earlier all_to_all_inbox call "
                            "with these rows and max_out_rows is still open; close it (or "
@@ -456,7 +501,12 @@ def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
     c = _Call(x.contiguous(), dtype, splits.to(torch.int64).contiguous(), send_index,
               send_scale, max_out_rows, row, ws, rt.context(),
               SENDERS_CPU if cpu else max(MIN_SENDERS, GPU_SENDERS // w),
-              _tile_shape(rt.world.backend, row, x.element_size()), 4 if cpu else COPY_WARPS)
+              _tile_shape(rt.world.backend, row, x.element_size()), 4 if cpu else COPY_WARPS,
+              None if extra is None else extra.contiguous(), extra_dtype, extra_row,
+              _tile_shape(rt.world.backend, extra_row,
+                          1 if extra is None else extra.element_size()))
+    e_args = (c.x, c.ws.inbox, 0) if extra is None else (c.extra, ws.extra_inbox,
+                                                         ws.extra_inbox.shape[1])
     node = rt.topo.node_ranks()
     wb = next_power_of_2(w)
     _FAST_SPLITS[(1,)](c.splits, ws.mat, ws.pad, ws.epoch, node.start, len(node), c.ctx,
@@ -465,16 +515,19 @@ def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
                                c.splits if send_index is None else send_index,
                                c.splits if send_scale is None else send_scale, ws.inbox,
                                ws.inbox.shape[1], ws.mat, ws.pad, ws.epoch, row,
-                               max_out_rows, c.ctx, R=c.tile[0], BC=c.tile[1], WB=wb,
-                               INDEXED=send_index is not None,
-                               SCALED=send_scale is not None, num_warps=c.warps)
+                               max_out_rows, *e_args, c.extra_row, c.ctx, R=c.tile[0],
+                               BC=c.tile[1], WB=wb, INDEXED=send_index is not None,
+                               SCALED=send_scale is not None, EXTRA=extra is not None,
+                               R2=c.extra_tile[0], BC2=c.extra_tile[1], num_warps=c.warps)
     return c
 
 
 def _finish(c: _Call, out: torch.Tensor, out_splits: torch.Tensor, first_row: torch.Tensor,
-            recv_index: torch.Tensor | None, collect: bool, zero: bool = False) -> None:
+            recv_index: torch.Tensor | None, collect: bool, zero: bool = False,
+            extra_out: torch.Tensor | None = None) -> None:
     """Step 3: wait for the peers' rows, write ``out_splits`` and either copy the rows to
-    ``out`` (``collect``) or write where they lie in the inbox to ``first_row``."""
+    ``out`` (and the companion rows to ``extra_out``; ``collect``) or write where they lie
+    in the inbox to ``first_row``."""
     rt = current()
     node = rt.topo.node_ranks()
     r, bc = c.tile
@@ -484,16 +537,21 @@ def _finish(c: _Call, out: torch.Tensor, out_splits: torch.Tensor, first_row: to
     else:
         programs = max(1, min(FINISH_PER_SM * sm_count(c.x.device), tiles))
     send_index = c.splits if c.send_index is None else c.send_index
+    extra = c.extra is not None
+    e_args = ((extra_out, c.extra, c.ws.extra_inbox, c.ws.extra_inbox.shape[1]) if extra
+              else (out, c.x, c.ws.inbox, 0))
     _FAST_FINISH[(programs,)](out, out_splits, first_row,
                               c.splits if recv_index is None else recv_index, c.x,
                               c.send_rows, c.x.shape[0], send_index,
                               c.splits if c.send_scale is None else c.send_scale, c.ws.inbox,
                               c.ws.inbox.shape[1], c.ws.mat, c.ws.pad, c.ws.epoch, c.row,
-                              c.max_out_rows, node.start, len(node), c.senders, c.ctx, R=r,
-                              BC=bc, WB=next_power_of_2(rt.world.world_size), COLLECT=collect,
+                              c.max_out_rows, node.start, len(node), c.senders, *e_args,
+                              c.extra_row, c.ctx, R=r, BC=bc,
+                              WB=next_power_of_2(rt.world.world_size), COLLECT=collect,
                               RECV_INDEXED=recv_index is not None,
                               SEND_INDEXED=c.send_index is not None,
-                              SCALED=c.send_scale is not None, ZERO=zero, num_warps=c.warps)
+                              SCALED=c.send_scale is not None, ZERO=zero, EXTRA=extra,
+                              R2=c.extra_tile[0], BC2=c.extra_tile[1], num_warps=c.warps)
 
 
 def _ack(c: _Call) -> None:
@@ -536,15 +594,61 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     send_index = _check_call(op, x, splits, max_out_rows, send_index)
     recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
     send_scale = _scale(op, send_scale, x, send_index)
+    out, out_splits, _ = _exchange(x, None, splits, max_out_rows, send_index, recv_index,
+                                   send_scale, zero_missing)
+    return out, out_splits
+
+
+@public_op
+def all_to_all_device_pair(x: torch.Tensor, extra: torch.Tensor, splits: torch.Tensor,
+                           max_out_rows: int, *, send_index: torch.Tensor | None = None,
+                           recv_index: torch.Tensor | None = None,
+                           zero_missing: bool = False,
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`all_to_all_device` of ``x`` and, along the same routes in the same launches,
+    of ``extra``: rows ``extra[i]`` (any row shape and dtype, ``extra.shape[0] ==
+    x.shape[0]``) go wherever ``x[i]`` goes (``send_index``, ``recv_index``, the capacity
+    cut and ``zero_missing`` apply to both). E.g. fp8 token rows and their dequantisation
+    scales in one exchange instead of two. Returns ``(out, extra_out, out_splits)``,
+    ``extra_out [max_out_rows, *extra.shape[1:]]``. Across nodes: two exchanges."""
+    op = "all_to_all_device_pair"
+    send_index = _check_call(op, x, splits, max_out_rows, send_index)
+    recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
+    if not isinstance(extra, torch.Tensor) or extra.dim() == 0 \
+            or extra.shape[0] != x.shape[0] or extra.device != x.device:
+        raise ValueError(f"{op}: extra must be a [{x.shape[0]}, ...] tensor (a row per row "
+                         f"of x) on {x.device}, got "
+                         f"{tuple(extra.shape) if isinstance(extra, torch.Tensor) else extra}")
+    from .collectives import _check_tensor
+
+    _check_tensor(op, extra)
+    out, out_splits, extra_out = _exchange(x, extra, splits, max_out_rows, send_index,
+                                           recv_index, None, zero_missing)
+    return out, extra_out, out_splits
+
+
+def _exchange(x: torch.Tensor, extra: torch.Tensor | None, splits: torch.Tensor,
+              max_out_rows: int, send_index: torch.Tensor | None,
+              recv_index: torch.Tensor | None, send_scale: torch.Tensor | None,
+              zero_missing: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The collecting all-to-all for checked arguments: ``(out, out_splits, extra_out)``."""
     if current().topo.num_nodes > 1:
-        return a2a_nodes.all_to_all_device(x, splits, max_out_rows, send_index, recv_index,
-                                           send_scale, zero_missing)
-    c = _send(x, splits, max_out_rows, send_index, send_scale)
+        out, out_splits = a2a_nodes.all_to_all_device(x, splits, max_out_rows, send_index,
+                                                      recv_index, send_scale, zero_missing)
+        extra_out = None if extra is None else a2a_nodes.all_to_all_device(
+            extra, splits, max_out_rows, send_index, recv_index, None, zero_missing)[0]
+        return out, out_splits, extra_out
+    c = _send(x, splits, max_out_rows, send_index, send_scale, extra)
     out = torch.empty((max_out_rows, *c.x.shape[1:]), dtype=c.x.dtype, device=x.device)
     out_splits = torch.empty(len(splits), dtype=torch.int64, device=x.device)
-    _finish(c, out, out_splits, out_splits, recv_index, collect=True, zero=zero_missing)
+    extra_out = None if c.extra is None else torch.empty(
+        (max_out_rows, *c.extra.shape[1:]), dtype=c.extra.dtype, device=x.device)
+    _finish(c, out, out_splits, out_splits, recv_index, collect=True, zero=zero_missing,
+            extra_out=extra_out)
     _ack(c)
-    return (out if out.dtype == c.dtype else out.view(c.dtype)), out_splits
+    if extra_out is not None and extra_out.dtype != c.extra_dtype:
+        extra_out = extra_out.view(c.extra_dtype)
+    return (out if out.dtype == c.dtype else out.view(c.dtype)), out_splits, extra_out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -168,9 +168,13 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
 
     recv_counts = exchange_counts(copies.counts.view(w, local))  # [source, local expert]
     perm, inv_perm, offsets, kept_splits = group_received(recv_counts, cap)
-    grouped = _send(x, copies.token, copies.send_splits, cap, perm)
-    scales = None if x_scales is None else _send(x_scales, copies.token, copies.send_splits,
-                                                 cap, perm)
+    if x_scales is None:
+        grouped, scales = _send(x, copies.token, copies.send_splits, cap, perm), None
+    else:  # the scales ride along the rows' routes, in the same launches
+        from .a2a_device import all_to_all_device_pair
+
+        grouped, scales, _ = all_to_all_device_pair(x, x_scales, copies.send_splits, cap,
+                                                    send_index=copies.token, recv_index=perm)
     return MoEDispatch(grouped, offsets, num_experts, T, k, max_tokens, cap,
                        copies.order, copies.send_splits, perm, inv_perm, kept_splits, scales)
 

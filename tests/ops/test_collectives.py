@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
+from ditron.ops.a2a_device import all_to_all_device_pair
 from ditron.runtime.world import current
 
 from .poison import poison_empty
@@ -667,6 +668,67 @@ def check_all_to_all_device_indexed(calls: int = 6,
         with pytest.raises(ValueError, match=rf"rank {me}: send_index holds 0..4, outside"):
             ditron.ops.all_to_all_device(x, splits, w, send_index=torch.arange(5, device=dev))
     return calls
+
+
+def check_all_to_all_device_pair(calls: int = 5) -> int:
+    """``all_to_all_device_pair``: companion rows of another dtype and row shape (fp32 rows
+    of 3, moved as int32; int8 rows of 5 x 2, moved as int16; fp8 rows of 16, moved as
+    int64) arrive bit for bit wherever their ``x`` rows go, against both sent by
+    ``dist.all_to_all_single``: with ``send_index`` and ``recv_index`` (calls rotate through
+    both, either, neither), ``zero_missing`` on calls 1 and 3 (poisoned rows must come back
+    zero in both outputs) and a capacity that drops rows on the last call."""
+    poison_empty()
+    w, me = ditron.world().world_size, ditron.world().rank
+    dev = ditron.world().device
+    extras = [((3,), torch.float32), ((5, 2), torch.int8), ((16,), torch.float8_e4m3fn)]
+    for it in range(calls):
+        g = _gen(me, it, 29)
+        ins = torch.randint(0, 5, (w,), generator=g)
+        if it % 2:  # a zero split; at W = 2 the one to myself, so rows cross
+            ins[(me + it + 1) % w] = 0
+        s = int(ins.sum())
+        n = s + 3
+        x = torch.randn(n, 6, generator=g).mul(10).to(torch.bfloat16)
+        shape, edtype = extras[it % 3]
+        extra = torch.randint(-100, 100, (n, *shape), generator=g).to(edtype)
+        send_index = torch.randint(0, n, (s,), generator=g) if it % 2 == 0 else None
+        pick = send_index if send_index is not None else torch.arange(s)
+        outs, ref = _a2a_ref(x[pick].float(), ins)
+        _, eref = _a2a_ref(extra[pick].float(), ins)
+        cap = 2 if it == calls - 1 else 4 * w
+        kept = min(int(outs.sum()), cap)
+        recv_index = torch.randint(-2, cap + 2, (cap,), generator=g) if it in (0, 1, 4) \
+            else None
+        zero = it in (1, 3)
+        out, eout, out_splits = all_to_all_device_pair(
+            x.to(dev), extra.to(dev), ins.to(dev), cap,
+            send_index=None if send_index is None else send_index.to(dev),
+            recv_index=None if recv_index is None else recv_index.to(dev), zero_missing=zero)
+        out, eout = out.cpu(), eout.cpu()
+        assert eout.shape == (cap, *shape) and eout.dtype == edtype
+        assert torch.equal(out_splits.cpu(), outs)
+        if recv_index is not None:
+            came = (recv_index >= 0) & (recv_index < kept)
+            src = recv_index[came]
+        else:
+            came = torch.arange(cap) < kept
+            src = torch.arange(kept)
+        what = f"all_to_all_device_pair call {it}"
+        _close(out[came], ref[src].to(torch.bfloat16), what)
+        assert torch.equal(eout[came].float(), eref[src]), f"{what}: companion rows differ"
+        if zero:
+            assert not out[~came].float().any() and not eout[~came].float().any(), what
+    x = torch.randn(4, 3, device=dev)
+    splits = torch.zeros(w, dtype=torch.int64, device=dev)
+    with pytest.raises(ValueError, match=r"extra must be a \[4, \.\.\.\] tensor"):
+        all_to_all_device_pair(x, torch.zeros(3, 2, device=dev), splits, w)
+    return calls
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_all_to_all_device_pair(world_size):
+    counts = ditron.launch(check_all_to_all_device_pair, world_size, backend="cpu")
+    assert counts == [5] * world_size
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
