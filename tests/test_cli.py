@@ -112,7 +112,8 @@ def test_bench_moe_smoke(tmp_path):
     assert set(rows) == {"gemm", "wgrad", "a2a", "dispatch", "layer"}
     for part, names in (("gemm", ("ditron", "ditron_triton", "torch_loop", "dense")),
                         ("wgrad", ("ditron", "torch_loop")),
-                        ("a2a", ("fused", "unfused", "plain")), ("dispatch", ("bf16", "fp8")),
+                        ("a2a", ("fused", "unfused", "plain")),
+                        ("dispatch", ("bf16", "fp8", "fp8_apart")),
                         ("layer", ("ditron", "torch"))):
         assert all(rows[part][name] > 0 for name in names), (part, rows[part])
     # every result against the bench's own torch reference (a NaN fails the comparison)
