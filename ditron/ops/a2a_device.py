@@ -498,13 +498,20 @@ def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
                            "with these rows and max_out_rows is still open; close it (or "
                            "leave its with block) once the kernels reading it are enqueued")
     cpu = rt.world.backend == "cpu"
+    tile = _tile_shape(rt.world.backend, row, x.element_size())
+    extra_tile = (1, 1)
+    if extra is not None:
+        # at most half the elements of the rows' tiles: a kernel's registers (and so its
+        # copies' occupancy) follow its larger tile, and short rows in tall tiles carry
+        # more per-row state (an fp8 row's scales in the rows' 2048: 120 registers, in
+        # 1024: 60, as without them; ptxas for sm_90a, session 51)
+        r2, bc2 = _tile_shape(rt.world.backend, extra_row, extra.element_size())
+        extra_tile = (max(1, min(r2, tile[0] * tile[1] // (2 * bc2))), bc2)
     c = _Call(x.contiguous(), dtype, splits.to(torch.int64).contiguous(), send_index,
               send_scale, max_out_rows, row, ws, rt.context(),
-              SENDERS_CPU if cpu else max(MIN_SENDERS, GPU_SENDERS // w),
-              _tile_shape(rt.world.backend, row, x.element_size()), 4 if cpu else COPY_WARPS,
-              None if extra is None else extra.contiguous(), extra_dtype, extra_row,
-              _tile_shape(rt.world.backend, extra_row,
-                          1 if extra is None else extra.element_size()))
+              SENDERS_CPU if cpu else max(MIN_SENDERS, GPU_SENDERS // w), tile,
+              4 if cpu else COPY_WARPS, None if extra is None else extra.contiguous(),
+              extra_dtype, extra_row, extra_tile)
     e_args = (c.x, c.ws.inbox, 0) if extra is None else (c.extra, ws.extra_inbox,
                                                          ws.extra_inbox.shape[1])
     node = rt.topo.node_ranks()
