@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# s51g: the dispatch bench with a third column in the same rounds, the scales moved in an
-# finishing kernel's registers 198 -> 60 at these shapes, ptxas), twice.
+# s51g: as s51f (the dispatch bench, scales along the rows' routes and in an exchange of
+# their own, twice), with the companion rows in tiles of at most half the rows' elements
+# (the finishing kernel's registers 198 -> 60 at these shapes, ptxas for sm_90a).
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 DITRON_LAUNCH_TIMEOUT=150
 O=$OUT/s51g; mkdir -p $O
