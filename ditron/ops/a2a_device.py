@@ -617,7 +617,8 @@ def all_to_all_device_pair(x: torch.Tensor, extra: torch.Tensor, splits: torch.T
     x.shape[0]``) go wherever ``x[i]`` goes (``send_index``, ``recv_index``, the capacity
     cut and ``zero_missing`` apply to both). E.g. fp8 token rows and their dequantisation
     scales in one exchange instead of two. Returns ``(out, extra_out, out_splits)``,
-    ``extra_out [max_out_rows, *extra.shape[1:]]``. Across nodes: two exchanges."""
+    ``extra_out [max_out_rows, *extra.shape[1:]]``. Across nodes each row and its ``extra``
+    row travel as one row of bytes (one exchange)."""
     op = "all_to_all_device_pair"
     send_index = _check_call(op, x, splits, max_out_rows, send_index)
     recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
@@ -640,11 +641,12 @@ def _exchange(x: torch.Tensor, extra: torch.Tensor | None, splits: torch.Tensor,
               zero_missing: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The collecting all-to-all for checked arguments: ``(out, out_splits, extra_out)``."""
     if current().topo.num_nodes > 1:
+        if extra is not None:  # (never scaled: the pair takes no send_scale)
+            return a2a_nodes.all_to_all_device_pair(x, extra, splits, max_out_rows,
+                                                    send_index, recv_index, zero_missing)
         out, out_splits = a2a_nodes.all_to_all_device(x, splits, max_out_rows, send_index,
                                                       recv_index, send_scale, zero_missing)
-        extra_out = None if extra is None else a2a_nodes.all_to_all_device(
-            extra, splits, max_out_rows, send_index, recv_index, None, zero_missing)[0]
-        return out, out_splits, extra_out
+        return out, out_splits, None
     c = _send(x, splits, max_out_rows, send_index, send_scale, extra)
     out = torch.empty((max_out_rows, *c.x.shape[1:]), dtype=c.x.dtype, device=x.device)
     out_splits = torch.empty(len(splits), dtype=torch.int64, device=x.device)

@@ -11,6 +11,8 @@ host synchronisation: its rows are one per peer, an all-to-all of even splits.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..runtime.agreement import agree
@@ -67,6 +69,31 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
         picked = got.index_select(0, recv_index.clamp(0, kept - 1))
         out = torch.where(came, picked, out)
     return out, out_splits
+
+
+def all_to_all_device_pair(x: torch.Tensor, extra: torch.Tensor, splits: torch.Tensor,
+                           max_out_rows: int, send_index: torch.Tensor | None,
+                           recv_index: torch.Tensor | None, zero_missing: bool
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(out, out_splits, extra_out)`` of :func:`ditron.ops.all_to_all_device_pair` across
+    nodes (checked arguments): each row of ``x`` and its ``extra`` row travel as one row of
+    bytes, so the pair costs one exchange (one split read), not two."""
+    packed = torch.cat([_row_bytes(x), _row_bytes(extra)], dim=1)
+    out, out_splits = all_to_all_device(packed, splits, max_out_rows, send_index, recv_index,
+                                        None, zero_missing)
+    cut = _row_bytes(x).shape[1]
+    return (_from_bytes(out[:, :cut], x), out_splits, _from_bytes(out[:, cut:], extra))
+
+
+def _row_bytes(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s rows (dim 0) as ``[rows, bytes]`` uint8."""
+    width = t.element_size() * math.prod(t.shape[1:])
+    return t.contiguous().view(-1).view(torch.uint8).view(t.shape[0], width)
+
+
+def _from_bytes(b: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``[rows, bytes]`` uint8 back to rows of ``like``'s row shape and dtype."""
+    return b.contiguous().view(-1).view(like.dtype).view(b.shape[0], *like.shape[1:])
 
 
 def inbox_rows(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,

@@ -731,6 +731,14 @@ def test_all_to_all_device_pair(world_size):
     assert counts == [5] * world_size
 
 
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_all_to_all_device_pair_across_simulated_nodes(monkeypatch, world_size):
+    """Across nodes a row and its companion travel as one row of bytes."""
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")  # nodes {0, 1}, {2, 3}
+    counts = ditron.launch(check_all_to_all_device_pair, world_size, backend="cpu")
+    assert counts == [5] * world_size
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_all_to_all_device_fused_gathers(world_size):
     counts = ditron.launch(check_all_to_all_device_indexed, world_size, backend="cpu")
