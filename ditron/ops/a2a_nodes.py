@@ -78,10 +78,11 @@ def all_to_all_device_pair(x: torch.Tensor, extra: torch.Tensor, splits: torch.T
     """``(out, out_splits, extra_out)`` of :func:`ditron.ops.all_to_all_device_pair` across
     nodes (checked arguments): each row of ``x`` and its ``extra`` row travel as one row of
     bytes, so the pair costs one exchange (one split read), not two."""
-    packed = torch.cat([_row_bytes(x), _row_bytes(extra)], dim=1)
+    xb = _row_bytes(x)
+    packed = torch.cat([xb, _row_bytes(extra)], dim=1)
     out, out_splits = all_to_all_device(packed, splits, max_out_rows, send_index, recv_index,
                                         None, zero_missing)
-    cut = _row_bytes(x).shape[1]
+    cut = xb.shape[1]
     return (_from_bytes(out[:, :cut], x), out_splits, _from_bytes(out[:, cut:], extra))
 
 
