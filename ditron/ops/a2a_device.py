@@ -299,8 +299,8 @@ class _Workspace:
     pad_key: str  # the signal pad's name
     #: an :class:`Inbox` of this workspace not yet closed (its call's ack not yet sent)
     inbox_open: bool = False
-    #: symmetric [2, cap_rows * extra_row]: the companion rows' inbox (``extra=`` of
-    #: :func:`exchange_rows`)
+    #: symmetric [2, cap_rows * extra_row]: the companion rows' inbox
+    #: (:func:`all_to_all_device_pair`'s ``extra``)
     extra_inbox: torch.Tensor | None = None
 
     def release(self, heap) -> None:
