@@ -65,8 +65,8 @@ def _place_kernel(ids, hist, total, order, token, counts, send_splits, n, nb, E,
                   BLOCK: tl.constexpr, EB: tl.constexpr, WB: tl.constexpr,
                   NB: tl.constexpr):
     """``order[pos(c)] = c`` and ``token[pos(c)] = c // k``, ``pos(c)``: the copies before
-    ``c`` in (key, c) order. ``NB > 0``: ``hist`` holds the ``nb <= NB`` blocks' own
-    counts (no scan ran), summed here."""
+    ``c`` in (key, c) order, computed in int32 (fewer than 2**31 copies). ``NB > 0``:
+    ``hist`` holds the ``nb <= NB`` blocks' own counts (no scan ran), summed here."""
     b = tl.program_id(0)
     c = b * BLOCK + tl.arange(0, BLOCK)
     key = _expert_keys(ids, c, n, E)
@@ -80,9 +80,9 @@ def _place_kernel(ids, hist, total, order, token, counts, send_splits, n, nb, E,
     else:
         tot = tl.load(total + bins)
         prior = tl.load(hist + b * EB + bins)
-    base = tl.cumsum(tot, axis=0) - tot + prior
+    base = (tl.cumsum(tot, axis=0) - tot + prior).to(tl.int32)
     hits = key[:, None] == bins[None, :]
-    before = tl.cumsum(hits.to(tl.int64), axis=0) - 1  # same-key copies earlier in the block
+    before = tl.cumsum(hits.to(tl.int32), axis=0) - 1  # same-key copies earlier in the block
     pos = tl.sum(tl.where(hits, base[None, :] + before, 0), axis=1)
     tl.store(order + pos, c.to(tl.int64), mask=c < n)
     tl.store(token + pos, (c // k).to(tl.int64), mask=c < n)
@@ -125,8 +125,10 @@ def sort_copies(topk_ids: torch.Tensor, num_experts: int, world_size: int) -> So
     unrouted copy) by expert, ``E = num_experts`` a multiple of ``world_size``. Three
     launches: block histograms, their running sums, the placement; two when the
     histograms are small (:data:`FOLD_BINS`), the placement summing them."""
+    n = topk_ids.numel()
+    if n >= 2**31:  # positions are int32 inside the placement
+        raise ValueError(f"sort_copies: {n} copies; at most 2**31 - 1 are supported")
     ids = topk_ids.contiguous()
-    n = ids.numel()
     dev = ids.device
     order = torch.empty(n, dtype=torch.int64, device=dev)
     token = torch.empty(n, dtype=torch.int64, device=dev)

@@ -51,6 +51,12 @@ def test_sort_copies_matches_a_stable_sort(T, k, E, W, device):
         assert got.send_splits.cpu().tolist() == splits
 
 
+
+def test_sort_copies_refuses_more_copies_than_int32_positions():
+    ids = torch.zeros(1, 1, dtype=torch.int32).expand(2**30, 2)  # no memory behind it
+    with pytest.raises(ValueError, match="2147483648 copies; at most 2\\*\\*31 - 1"):
+        sort_copies(ids, 8, 1)
+
 def _grouped_ref(cnt: torch.Tensor, cap: int):
     """Received rows (by source, each source's by expert) regrouped by expert, stably."""
     W, L = cnt.shape

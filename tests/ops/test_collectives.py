@@ -726,16 +726,8 @@ def check_all_to_all_device_pair(calls: int = 5) -> int:
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_all_to_all_device_pair(world_size):
-    counts = ditron.launch(check_all_to_all_device_pair, world_size, backend="cpu")
-    assert counts == [5] * world_size
-
-
-@pytest.mark.parametrize("world_size", [3, 4])
-def test_all_to_all_device_pair_across_simulated_nodes(monkeypatch, world_size):
-    """Across nodes a row and its companion travel as one row of bytes."""
-    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")  # nodes {0, 1}, {2, 3}
-    counts = ditron.launch(check_all_to_all_device_pair, world_size, backend="cpu")
+def test_all_to_all_device_pair(world_size, backend):
+    counts = ditron.launch(check_all_to_all_device_pair, world_size, backend=backend)
     assert counts == [5] * world_size
 
 
@@ -1076,12 +1068,14 @@ def test_all_to_all_device_in_cuda_graph():
 
 def check_device_exchanges_across_nodes() -> int:
     """The device all-to-all's checks on a world over several nodes (its host-synchronised
-    form, ``ops/a2a_nodes.py``): the same results as on one node."""
+    form, ``ops/a2a_nodes.py``; with a companion, a row and its companion travel as one row
+    of bytes): the same results as on one node."""
     from ditron.ops import a2a_nodes
 
     assert current().topo.num_nodes > 1
     checks = (check_all_to_all_device(7) + check_all_to_all_device_indexed()
-              + check_all_to_all_inbox() + check_exchange_counts())
+              + check_all_to_all_inbox() + check_exchange_counts()
+              + check_all_to_all_device_pair())
     dev = ditron.world().device
     x, splits = torch.ones(2, 3, device=dev), torch.zeros(ditron.world().world_size,
                                                           dtype=torch.int64, device=dev)
@@ -1100,4 +1094,4 @@ def check_device_exchanges_across_nodes() -> int:
 def test_device_exchanges_across_simulated_nodes(monkeypatch, world_size, node_size, backend):
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", str(node_size))  # ranks {0, 1}, {2, 3}, ...
     counts = ditron.launch(check_device_exchanges_across_nodes, world_size, backend=backend)
-    assert counts == [25] * world_size
+    assert counts == [30] * world_size
