@@ -10,7 +10,8 @@ microseconds to issue one call). Medians; fixed warm-up; random bf16 inputs, B g
 before the checked call and compared with an fp32 product.
 
 ``lab`` is a minimal persistent TMA GEMM (grouped order computed inline, no hooks, TMA
-store) kept here as the yardstick for what stock Triton reaches on this GPU.
+store) kept here as the yardstick for what stock Triton reaches on this GPU; ``lab swap``
+the same computing ``C^T = W A^T`` (tiles over N x M, stored transposed).
 
     python bench/gemm_lab.py [--shapes 8192x1376x4096,...] [--configs 128x256x64/w8/s4,...]
                              [--out DIR]
@@ -43,7 +44,8 @@ SHAPES = "8192x1376x4096,8192x3584x8192,8192x6656x16384,8192x4096x1376,8192x8192
 
 @triton.jit
 def lab_gemm(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr):
+             BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr,
+             SWAP: tl.constexpr = False):
     pid = tl.program_id(0)
     m_blocks = tl.cdiv(M, BLOCK_M)
     n_blocks = tl.cdiv(N, BLOCK_N)
@@ -59,20 +61,29 @@ def lab_gemm(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl
             a = a_desc.load([mb * BLOCK_M, ks * BLOCK_K])
             b = b_desc.load([nb * BLOCK_N, ks * BLOCK_K])
             acc = tl.dot(a, b.T, acc)
-        c_desc.store([mb * BLOCK_M, nb * BLOCK_N], acc.to(c_desc.dtype))
+        if SWAP:  # this tile is C^T's: its rows are C's columns
+            c_desc.store([nb * BLOCK_N, mb * BLOCK_M], tl.trans(acc).to(c_desc.dtype))
+        else:
+            c_desc.store([mb * BLOCK_M, nb * BLOCK_N], acc.to(c_desc.dtype))
 
 
-def lab_call(a, w, c, cfg: GemmConfig, flatten: bool):
+def lab_call(a, w, c, cfg: GemmConfig, flatten: bool, swap: bool = False):
+    """``c = a @ w.t()``; ``swap``: computed as ``c.t() = w @ a.t()``, tiles over ``N x M``
+    (1376 columns pad 2% into 128-row tiles instead of 12% into 256-column ones)."""
     M, K = a.shape
     N = w.shape[0]
+    if swap:
+        a, w, M, N = w, a, N, M
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
     ad = TensorDescriptor(a, [M, K], [K, 1], [cfg.block_m, cfg.block_k])
     bd = TensorDescriptor(w, [N, K], [K, 1], [cfg.block_n, cfg.block_k])
-    cd = TensorDescriptor(c, [M, N], [N, 1], [cfg.block_m, cfg.block_n])
+    cd = (TensorDescriptor(c, [N, M], [M, 1], [cfg.block_n, cfg.block_m]) if swap else
+          TensorDescriptor(c, [M, N], [N, 1], [cfg.block_m, cfg.block_n]))
     lab_gemm[(min(sms, tiles),)](ad, bd, cd, M, N, K, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                                  BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, FLATTEN=flatten,
-                                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                                 SWAP=swap, num_warps=cfg.num_warps,
+                                 num_stages=cfg.num_stages)
 
 
 def timings(fn, warmup: int = 5) -> dict:
@@ -198,6 +209,8 @@ def run_shape(M: int, N: int, K: int, extra: tuple[str, ...] = ()) -> list[dict]
                                             use_tma=False)
     for fl in (False, True):
         cases[f"lab flat={int(fl)}"] = lambda fl=fl: lab_call(a, w, c, GemmConfig(), fl)
+        cases[f"lab swap flat={int(fl)}"] = lambda fl=fl: lab_call(a, w, c, GemmConfig(), fl,
+                                                                   swap=True)
     # consumer GEMM: one chunk wait per tile, every chunk already arrived
     best = GemmConfig(flatten=True, tma_store=True)
     mb = triton.cdiv(M, best.block_m)
