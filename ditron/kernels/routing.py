@@ -36,28 +36,29 @@ def _expert_keys(ids, c, n, E):
 
 @triton.jit
 def _count_kernel(ids, hist, n, E, BLOCK: tl.constexpr, EB: tl.constexpr):
-    """``hist[b, e]``: the copies of block ``b`` with key ``e``."""
+    """``hist[b, e]`` (int32): the copies of block ``b`` with key ``e``."""
     b = tl.program_id(0)
     c = b * BLOCK + tl.arange(0, BLOCK)
     key = _expert_keys(ids, c, n, E)
     bins = tl.arange(0, EB)
-    hits = (key[:, None] == bins[None, :]).to(tl.int64)
+    hits = (key[:, None] == bins[None, :]).to(tl.int32)
     tl.store(hist + b * EB + bins, tl.sum(hits, axis=0))
 
 
 @triton.jit
-def _scan_kernel(hist, total, nb, CH: tl.constexpr, EB: tl.constexpr):
+def _scan_kernel(hist, total, nb, CH: tl.constexpr, EB: tl.constexpr, BB: tl.constexpr):
     """In place: ``hist[b, e]`` becomes the copies of blocks ``< b`` with key ``e``;
-    ``total[e]``: all copies with key ``e``. One program."""
-    bins = tl.arange(0, EB)
-    carry = tl.zeros((EB,), dtype=tl.int64)
+    ``total[e]`` (int64): all copies with key ``e``. Program ``p`` scans bins ``[p * BB,
+    (p + 1) * BB)``."""
+    bins = tl.program_id(0) * BB + tl.arange(0, BB)
+    carry = tl.zeros((BB,), dtype=tl.int32)
     for b0 in range(0, nb, CH):
         bs = b0 + tl.arange(0, CH)
         ptrs = hist + bs[:, None] * EB + bins[None, :]
         h = tl.load(ptrs, mask=(bs < nb)[:, None], other=0)
         tl.store(ptrs, tl.cumsum(h, axis=0) - h + carry[None, :], mask=(bs < nb)[:, None])
         carry += tl.sum(h, axis=0)
-    tl.store(total + bins, carry)
+    tl.store(total + bins, carry.to(tl.int64))
 
 
 @triton.jit
@@ -75,7 +76,7 @@ def _place_kernel(ids, hist, total, order, token, counts, send_splits, n, nb, E,
         blocks = tl.arange(0, NB)
         h = tl.load(hist + blocks[:, None] * EB + bins[None, :], mask=(blocks < nb)[:, None],
                     other=0)
-        tot = tl.sum(h, axis=0)
+        tot = tl.sum(h, axis=0).to(tl.int64)
         prior = tl.sum(tl.where((blocks < b)[:, None], h, 0), axis=0)
     else:
         tot = tl.load(total + bins)
@@ -118,13 +119,15 @@ class SortedCopies:
 #: block histograms (blocks x bins) small enough for each placing program to sum itself,
 #: sparing the scan's launch (decoding sizes: up to 4096 copies with 64 experts)
 FOLD_BINS = 4096
+#: bins per program of the scan (programs scan their bins' running sums side by side)
+SCAN_BINS = 32
 
 
 def sort_copies(topk_ids: torch.Tensor, num_experts: int, world_size: int) -> SortedCopies:
     """Sort the copies of ``topk_ids [T, k]`` (integers; an id outside ``[0, E)`` marks an
     unrouted copy) by expert, ``E = num_experts`` a multiple of ``world_size``. Three
-    launches: block histograms, their running sums, the placement; two when the
-    histograms are small (:data:`FOLD_BINS`), the placement summing them."""
+    launches: block histograms, their running sums (by bins, side by side), the placement;
+    two when the histograms are small (:data:`FOLD_BINS`), the placement summing them."""
     n = topk_ids.numel()
     if n >= 2**31:  # positions are int32 inside the placement
         raise ValueError(f"sort_copies: {n} copies; at most 2**31 - 1 are supported")
@@ -141,12 +144,14 @@ def sort_copies(topk_ids: torch.Tensor, num_experts: int, world_size: int) -> So
     eb = next_power_of_2(num_experts + 1)
     block = max(16, min(128, 16384 // eb))
     nb = cdiv(n, block)
-    hist = torch.empty((nb, eb), dtype=torch.int64, device=dev)
+    hist = torch.empty((nb, eb), dtype=torch.int32, device=dev)
     total = torch.empty(eb, dtype=torch.int64, device=dev)
     _COUNT[(nb,)](ids, hist, n, num_experts, BLOCK=block, EB=eb, num_warps=4)
     fold = next_power_of_2(nb) if nb * eb <= FOLD_BINS else 0
     if not fold:
-        _SCAN[(1,)](hist, total, nb, CH=max(1, min(64, 4096 // eb)), EB=eb, num_warps=4)
+        bb = min(eb, SCAN_BINS)
+        _SCAN[(eb // bb,)](hist, total, nb, CH=min(next_power_of_2(nb), 4096 // bb), EB=eb,
+                           BB=bb, num_warps=4)
     _PLACE[(nb,)](ids, hist, total, order, token, counts, send_splits, n, nb, num_experts,
                   topk_ids.shape[1], num_experts // world_size, world_size, BLOCK=block,
                   EB=eb, WB=next_power_of_2(world_size), NB=fold, num_warps=4)

@@ -33,10 +33,10 @@ def _sorted_ref(ids: torch.Tensor, E: int, W: int):
 
 
 # (T, k, E, W): decode-sized, one block; 19 blocks summed by the placement (no scan); 44
-# blocks, more than a scan step (5600 copies); k = 1; many experts (a smaller block, the
-# scan); no tokens
+# blocks scanned by 4 programs of 32 bins; k = 1; many experts (blocks of 32 copies, 150 of
+# them: 16 scanning programs, each in two steps of 128 blocks); no tokens
 CASES = [(16, 8, 64, 1), (37, 3, 6, 3), (300, 8, 64, 4), (700, 8, 64, 2), (50, 1, 4, 4),
-         (90, 4, 256, 4), (0, 2, 8, 2)]
+         (600, 8, 256, 4), (0, 2, 8, 2)]
 
 
 @pytest.mark.parametrize("T,k,E,W", CASES)
