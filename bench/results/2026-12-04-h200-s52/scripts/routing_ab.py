@@ -1,10 +1,12 @@
-"""s52a: ``kernels.routing.sort_copies`` at a git revision (``--old``) against this tree's,
-on one GPU: same inputs, outputs compared, then CUDA graphs of 20 calls each replayed in
-turns over 9 rounds (medians, microseconds per call, warm-up excluded)."""
+"""s52a, s52b: ``kernels.routing.sort_copies`` at a git revision or in a saved file
+(``--old``) against this tree's, on one GPU: same inputs, outputs compared, then CUDA graphs
+of 20 calls each replayed in turns over 9 rounds (medians, microseconds per call, warm-up
+excluded)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import types
@@ -15,8 +17,12 @@ from ditron.kernels import routing as new
 
 
 def _old(rev: str) -> types.ModuleType:
-    src = subprocess.run(["git", "show", f"{rev}:ditron/kernels/routing.py"], check=True,
-                         capture_output=True, text=True).stdout
+    if os.path.exists(rev):  # a saved copy (the device's checkout lacks local commits)
+        with open(rev) as f:
+            src = f.read()
+    else:
+        src = subprocess.run(["git", "show", f"{rev}:ditron/kernels/routing.py"], check=True,
+                             capture_output=True, text=True).stdout
     src = src.replace("from ..runtime", "from ditron.runtime")
     mod = types.ModuleType("routing_old")
     mod.__file__ = "/tmp/routing_old.py"

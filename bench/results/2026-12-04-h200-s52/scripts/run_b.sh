@@ -8,7 +8,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISA
 O=$OUT/s52b; mkdir -p $O
 { git log --oneline -1; git status --short; nvidia-smi -L; } > $O/commit.txt
 for old in 4816b60 31f8751; do
-  timeout 120 python bench/results/2026-12-04-h200-s52/scripts/routing_ab.py --old $old > $O/routing_$old.txt 2>&1
+  timeout 120 python bench/results/2026-12-04-h200-s52/scripts/routing_ab.py --old $( [ $old = 31f8751 ] && echo bench/results/2026-12-04-h200-s52/scripts/routing_31f8751.py || echo $old ) > $O/routing_$old.txt 2>&1
   echo "rc=$?" >> $O/routing_$old.txt; cat $O/routing_$old.txt
 done
 timeout 150 python -m ditron bench moe --parts dispatch --experts 256 --layer-tokens 128,8192 --out $O/dispatch256.json > $O/bench256.txt 2>&1
