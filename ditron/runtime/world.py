@@ -189,7 +189,12 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
 
     owns_pg = not dist.is_initialized()
     if owns_pg:
-        pg_backend = "gloo" if impl.shares_devices(node_size) else impl.dist_backend
+        # nodes simulated on one machine (fewer ranks per node than the machine's
+        # processes) reuse its devices across nodes, which NCCL refuses as it refuses
+        # ranks of a node sharing one
+        simulated = node_size < _env_int("LOCAL_WORLD_SIZE", default=node_size)
+        shared = simulated or impl.shares_devices(node_size)
+        pg_backend = "gloo" if shared else impl.dist_backend
         init_method = os.environ.get("DITRON_INIT_METHOD", "env://")
         if init_method == "env://" and job_size == 1:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
