@@ -173,7 +173,8 @@ def _(x, world=""):
 
 
 #: the :class:`~ditron.ops.moe.MoEDispatch` tensors a ``routing`` list holds, in order
-ROUTING = ("expert_offsets", "order", "send_splits", "perm", "inv_perm", "kept_splits")
+ROUTING = ("expert_offsets", "order", "token", "send_splits", "perm", "inv_perm",
+           "kept_splits")
 #: its integers a ``sizes`` list holds, in order
 SIZES = ("num_experts", "num_tokens", "topk", "max_tokens", "capacity")
 
@@ -207,8 +208,9 @@ def _(x, topk_ids, num_experts, max_tokens, max_recv_rows, world=""):
     copies = topk_ids.shape[0] * topk_ids.shape[1]
     return [x.new_empty((max_recv_rows, x.shape[1])),
             torch.empty(num_experts // W + 1, **index), torch.empty(copies, **index),
-            torch.empty(W, **index), torch.empty(max_recv_rows, **index),
-            torch.empty(max_recv_rows, **index), torch.empty(W, **index)]
+            torch.empty(copies, **index), torch.empty(W, **index),
+            torch.empty(max_recv_rows, **index), torch.empty(max_recv_rows, **index),
+            torch.empty(W, **index)]
 
 
 @torch.library.custom_op("ditron::moe_send_copies", mutates_args=())

@@ -65,6 +65,8 @@ class MoEDispatch:
     capacity: int
     #: send position ``i`` holds copy ``order[i]`` (flat ``t * k + j``) [T * k]
     order: torch.Tensor
+    #: ... of token ``token[i] = order[i] // k`` [T * k]
+    token: torch.Tensor
     #: copies sent to each rank [W]; the received rows each rank kept of them are in
     #: the combine's returned splits
     send_splits: torch.Tensor
@@ -176,7 +178,8 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
         grouped, scales, _ = all_to_all_device_pair(x, x_scales, copies.send_splits, cap,
                                                     send_index=copies.token, recv_index=perm)
     return MoEDispatch(grouped, offsets, num_experts, T, k, max_tokens, cap,
-                       copies.order, copies.send_splits, perm, inv_perm, kept_splits, scales)
+                       copies.order, copies.token, copies.send_splits, perm, inv_perm,
+                       kept_splits, scales)
 
 
 def _send(src: torch.Tensor, index: torch.Tensor, send_splits: torch.Tensor, capacity: int,
@@ -212,7 +215,7 @@ def send_tokens(rows: torch.Tensor, dispatch: MoEDispatch,
     its ``y``, no ``[T, k, N]`` copies made. Collective; no checks."""
     d = dispatch
     scale = None if weights is None else weights.reshape(-1)[d.order]
-    return _send(rows, d.order // d.topk, d.send_splits, d.capacity, d.perm, scale, zero=True)
+    return _send(rows, d.token, d.send_splits, d.capacity, d.perm, scale, zero=True)
 
 
 def _returned(y: torch.Tensor, d: MoEDispatch) -> tuple[torch.Tensor, torch.Tensor]:
