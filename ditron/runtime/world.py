@@ -132,6 +132,15 @@ def _env_int(*names: str, default: int | None = None) -> int | None:
     return default
 
 
+def host_backend(impl, node_size: int) -> str:
+    """The ``torch.distributed`` backend of the host collectives: the device backend's own
+    (NCCL), or gloo where ranks share a device, which NCCL refuses: ranks of a node on one
+    device, or nodes simulated on one machine (``node_size`` below its processes,
+    ``LOCAL_WORLD_SIZE``), whose nodes reuse the machine's devices."""
+    simulated = node_size < _env_int("LOCAL_WORLD_SIZE", default=node_size)
+    return "gloo" if simulated or impl.shares_devices(node_size) else impl.dist_backend
+
+
 def init(backend: str | None = None, *, group=None, heap_size: int | str | None = None,
          wait_timeout: float | None = None, local_world_size: int | None = None) -> World:
     """Join the job and map the symmetric heap (collective over the world's ranks).
@@ -189,12 +198,7 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
 
     owns_pg = not dist.is_initialized()
     if owns_pg:
-        # nodes simulated on one machine (fewer ranks per node than the machine's
-        # processes) reuse its devices across nodes, which NCCL refuses as it refuses
-        # ranks of a node sharing one
-        simulated = node_size < _env_int("LOCAL_WORLD_SIZE", default=node_size)
-        shared = simulated or impl.shares_devices(node_size)
-        pg_backend = "gloo" if shared else impl.dist_backend
+        pg_backend = host_backend(impl, node_size)
         init_method = os.environ.get("DITRON_INIT_METHOD", "env://")
         if init_method == "env://" and job_size == 1:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

@@ -178,3 +178,24 @@ def test_env_flags_read_one_way(value, on, monkeypatch):
     assert env_flag("DITRON_CHECK_CALLS") is on
     settings = Settings.from_env("cpu")
     assert settings.check_calls is on and settings.poison is on
+
+
+def test_host_collectives_use_gloo_where_ranks_share_a_device(monkeypatch):
+    """NCCL refuses two ranks on one device: a node with more ranks than devices, or nodes
+    simulated on one machine (``s52b``: W = 2 on two one-rank nodes failed on one GPU)."""
+    from ditron.runtime.world import host_backend
+
+    class TwoDevices:
+        dist_backend = "nccl"
+
+        def shares_devices(self, local_world_size):
+            return local_world_size > 2
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert host_backend(TwoDevices(), 4) == "gloo"  # 4 ranks of a node on 2 devices
+    assert host_backend(TwoDevices(), 2) == "gloo"  # two simulated nodes of 2 on 4 processes
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert host_backend(TwoDevices(), 2) == "nccl"
+    assert host_backend(TwoDevices(), 1) == "gloo"  # two one-rank nodes on one machine
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert host_backend(TwoDevices(), 2) == "nccl"  # no launcher's count: the node's own
