@@ -6,13 +6,20 @@ recorded with ``DITRON_RECORD_LAUNCHES=DIR`` is compiled through ``JITFunction.w
 mismatched atomic types, non-constexpr globals, str defaults of constexpr parameters.
 
     DITRON_RECORD_LAUNCHES=/tmp/launches python -m pytest -q
-    python tools/cuda_compile_check.py /tmp/launches
+    python tools/cuda_compile_check.py /tmp/launches [--registers N]
 
 Distinct launches compile in parallel, one process per CPU (``DITRON_COMPILE_JOBS=n``).
+``--registers N`` also lists the ``N`` launches with the most spilled bytes, then the most
+registers per thread (``ptxas -v`` for sm_90a): register pressure found without a GPU. The
+constexprs are the recorded ones, so a kernel whose tiles differ on the CPU backend (the
+GEMMs) shows its CPU tiles; record a launch with GPU tiles to judge those.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import functools
 import glob
 import importlib
 import importlib.util
@@ -20,12 +27,15 @@ import json
 import multiprocessing
 import os
 import re
+import subprocess
 import sys
+import tempfile
 
 os.environ["DITRON_BACKEND"] = "cuda"
 os.environ.pop("TRITON_INTERPRET", None)
 
 import torch  # noqa: E402
+import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.backends.nvidia.driver import CudaDriver  # noqa: E402
 from triton.runtime import driver  # noqa: E402
@@ -145,23 +155,50 @@ def _short(exc: BaseException) -> str:
     return "\n    ".join(errors[:6] or text.splitlines()[-6:])
 
 
-def _compile(rec) -> str | None:
-    """Compile one recorded launch; the failure's report, or None."""
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """What one compiled launch uses per thread / per program (``ptxas -v``, sm_90a)."""
+
+    kernel: str
+    constexprs: str
+    registers: int
+    spilled: int  # bytes of spill stores
+    shared: int  # bytes of shared memory
+
+
+def _usage(rec, compiled) -> Usage:
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(compiled.asm["ptx"])
+        f.flush()
+        log = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
+                             capture_output=True, text=True, check=True).stderr
+    regs = max(map(int, re.findall(r"Used (\d+) registers", log)), default=0)
+    spilled = max(map(int, re.findall(r"(\d+) bytes spill stores", log)), default=0)
+    consts = ", ".join(f"{k}={d['value']}" for k, d in sorted(rec["kwargs"].items())
+                       if isinstance(d, dict) and "value" in d)
+    return Usage(rec["kernel"], consts, regs, spilled, compiled.metadata.shared)
+
+
+def _compile(rec, usage: bool = False) -> tuple[str | None, Usage | None]:
+    """Compile one recorded launch: the failure's report or None, and with ``usage`` its
+    :class:`Usage`."""
     kernel = _resolve(rec["kernel"], rec.get("file"))
     args = [_build(d) for d in rec["args"]]
     kwargs = {k: _build(d) for k, d in rec["kwargs"].items()}
     kwargs.update({k: _on_gpu(k) for k in kwargs if _on_gpu(k) is not None})
     try:
-        kernel.warmup(*args, grid=(1,), **kwargs)
+        compiled = kernel.warmup(*args, grid=(1,), **kwargs)
+        return None, _usage(rec, compiled) if usage else None
     except Exception as exc:  # noqa: BLE001 - report every failing kernel
         return (f"FAIL {rec['kernel']}:\n    {_short(exc)}\n"
-                f"    caused by: {_short(exc.__cause__ or exc)}")
-    return None
+                f"    caused by: {_short(exc.__cause__ or exc)}"), None
 
 
-def main(directory: str) -> int:
+def main(directory: str, registers: int = 0) -> int:
     """Compile each distinct recorded launch, on ``DITRON_COMPILE_JOBS`` processes (default:
-    one per CPU; each compile is one thread of LLVM and ptxas)."""
+    one per CPU; each compile is one thread of LLVM and ptxas); with ``registers``, list
+    that many launches by spills, then registers."""
     sys.path.insert(0, os.getcwd())  # kernels recorded from the tests import as tests.*
     driver.set_active(_Hopper())
     done: set[str] = set()
@@ -183,13 +220,21 @@ def main(directory: str) -> int:
     if jobs > 1 and len(todo) > 1:
         # forked workers inherit the stand-in driver and the loaded modules
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            reports = list(pool.imap_unordered(_compile, todo))
+            results = list(pool.imap_unordered(
+                functools.partial(_compile, usage=registers > 0), todo))
     else:
-        reports = [_compile(rec) for rec in todo]
-    for report in reports:
+        results = [_compile(rec, registers > 0) for rec in todo]
+    for report, _ in results:
         if report is not None:
             failures += 1
             print(report)
+    if registers:
+        used = sorted({u for _, u in results if u is not None},  # one row per binary's use
+                      key=lambda u: (-u.spilled, -u.registers, u.kernel, u.constexprs))
+        print(f"{'spilled B':>9} {'regs':>4} {'smem KB':>7}  kernel (constexprs)")
+        for u in used[:registers]:
+            print(f"{u.spilled:9d} {u.registers:4d} {u.shared / 1024:7.1f}  {u.kernel} "
+                  f"({u.constexprs})")
     kernels = {json.loads(k)[0] for k in done}
     print(f"cuda compile check (sm_90): {len(done)} distinct launches of {len(kernels)} "
           f"kernels, {failures} failed ({skipped} launches from scripts skipped; {jobs} jobs)")
@@ -197,4 +242,9 @@ def main(directory: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/ditron-launches"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("directory", nargs="?", default="/tmp/ditron-launches")
+    parser.add_argument("--registers", type=int, default=0, metavar="N",
+                        help="list the N launches with the most spills, then registers")
+    cli = parser.parse_args()
+    raise SystemExit(main(cli.directory, cli.registers))

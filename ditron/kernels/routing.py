@@ -72,12 +72,13 @@ def _place_kernel(ids, hist, total, order, token, counts, send_splits, n, nb, E,
     c = b * BLOCK + tl.arange(0, BLOCK)
     key = _expert_keys(ids, c, n, E)
     bins = tl.arange(0, EB)
-    if NB > 0:
-        blocks = tl.arange(0, NB)
-        h = tl.load(hist + blocks[:, None] * EB + bins[None, :], mask=(blocks < nb)[:, None],
-                    other=0)
-        tot = tl.sum(h, axis=0).to(tl.int64)
-        prior = tl.sum(tl.where((blocks < b)[:, None], h, 0), axis=0)
+    if NB > 0:  # a row at a time: an [NB, EB] tile beside the [BLOCK, EB] one spilled
+        tot = tl.zeros((EB,), dtype=tl.int64)
+        prior = tl.zeros((EB,), dtype=tl.int32)
+        for j in tl.static_range(NB):  # unrolled: the loads issue together
+            h = tl.load(hist + j * EB + bins, mask=j < nb, other=0)
+            tot += h
+            prior += tl.where(j < b, h, 0)
     else:
         tot = tl.load(total + bins)
         prior = tl.load(hist + b * EB + bins)
