@@ -9,10 +9,12 @@ mismatched atomic types, non-constexpr globals, str defaults of constexpr parame
     python tools/cuda_compile_check.py /tmp/launches [--registers N]
 
 Distinct launches compile in parallel, one process per CPU (``DITRON_COMPILE_JOBS=n``).
-``--registers N`` also lists the ``N`` launches with the most spilled bytes, then the most
-registers per thread (``ptxas -v`` for sm_90a): register pressure found without a GPU. The
-constexprs are the recorded ones, so a kernel whose tiles differ on the CPU backend (the
-GEMMs) shows its CPU tiles; record a launch with GPU tiles to judge those.
+``--registers N`` also lists, for the ``N`` kernels with the most spilled bytes, then the
+most registers per thread (``ptxas -v`` for sm_90a), the launch that spills most and how
+many of the kernel's launches spill: register pressure found without a GPU. The constexprs
+are the recorded ones, so a kernel whose tiles or warps differ on the CPU backend (the
+GEMMs, the fused collectives' one warp) shows its CPU choice; compile a launch with the
+GPU's to judge those.
 """
 
 from __future__ import annotations
@@ -195,10 +197,27 @@ def _compile(rec, usage: bool = False) -> tuple[str | None, Usage | None]:
                 f"    caused by: {_short(exc.__cause__ or exc)}"), None
 
 
+def _print_usage(used: list[Usage], kernels: int) -> None:
+    """Per kernel, worst first: its launch with the most spills (then registers), and how
+    many of its launches spill."""
+    by_kernel: dict[str, list[Usage]] = {}
+    for u in used:
+        by_kernel.setdefault(u.kernel, []).append(u)
+    worst = [(max(us, key=lambda u: (u.spilled, u.registers)), us)
+             for us in by_kernel.values()]
+    worst.sort(key=lambda pair: (-pair[0].spilled, -pair[0].registers, pair[0].kernel))
+    print(f"{'spilled B':>9} {'regs':>4} {'smem KB':>7} {'spilling':>9}  kernel (its worst "
+          f"launch's constexprs)")
+    for u, us in worst[:kernels]:
+        spilling = f"{sum(x.spilled > 0 for x in us)}/{len(us)}"
+        print(f"{u.spilled:9d} {u.registers:4d} {u.shared / 1024:7.1f} {spilling:>9}  "
+              f"{u.kernel} ({u.constexprs})")
+
+
 def main(directory: str, registers: int = 0) -> int:
     """Compile each distinct recorded launch, on ``DITRON_COMPILE_JOBS`` processes (default:
     one per CPU; each compile is one thread of LLVM and ptxas); with ``registers``, list
-    that many launches by spills, then registers."""
+    that many kernels by spills, then registers."""
     sys.path.insert(0, os.getcwd())  # kernels recorded from the tests import as tests.*
     driver.set_active(_Hopper())
     done: set[str] = set()
@@ -229,12 +248,7 @@ def main(directory: str, registers: int = 0) -> int:
             failures += 1
             print(report)
     if registers:
-        used = sorted({u for _, u in results if u is not None},  # one row per binary's use
-                      key=lambda u: (-u.spilled, -u.registers, u.kernel, u.constexprs))
-        print(f"{'spilled B':>9} {'regs':>4} {'smem KB':>7}  kernel (constexprs)")
-        for u in used[:registers]:
-            print(f"{u.spilled:9d} {u.registers:4d} {u.shared / 1024:7.1f}  {u.kernel} "
-                  f"({u.constexprs})")
+        _print_usage([u for _, u in results if u is not None], registers)
     kernels = {json.loads(k)[0] for k in done}
     print(f"cuda compile check (sm_90): {len(done)} distinct launches of {len(kernels)} "
           f"kernels, {failures} failed ({skipped} launches from scripts skipped; {jobs} jobs)")
@@ -245,6 +259,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", nargs="?", default="/tmp/ditron-launches")
     parser.add_argument("--registers", type=int, default=0, metavar="N",
-                        help="list the N launches with the most spills, then registers")
+                        help="list the N kernels with the most spills, then registers")
     cli = parser.parse_args()
     raise SystemExit(main(cli.directory, cli.registers))
