@@ -360,7 +360,7 @@ def _dispatch_rows(tokens: int, hidden: int, experts: int, topk: int, rounds: in
     def fp8_apart():
         d = ditron.ops.moe_dispatch(x8, ids, experts)
         return ditron.ops.all_to_all_device(scales, d.send_splits, d.capacity,
-                                            send_index=d.order // topk, recv_index=d.perm)
+                                            send_index=d.token, recv_index=d.perm)
 
     a, b = bf16(), fp8()
     ok = torch.equal(a.expert_offsets, b.expert_offsets)
