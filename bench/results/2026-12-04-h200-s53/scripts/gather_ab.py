@@ -1,0 +1,90 @@
+"""s53a: ``kernels.gather_sum``'s two kernels with their copy loop unrolled
+(``tl.static_range(K)``, as in the tree) against a runtime loop (``range(K)``), on one GPU:
+the combine's two-source reads (half the copies in ``src``, half in ``src2``), hidden 7168,
+top-8, bf16. Outputs compared with each other and with torch; CUDA graphs of 20 calls each
+replayed in turns over 9 rounds (medians, microseconds per call, warm-up excluded)."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import statistics
+
+import torch
+
+import ditron.kernels.gather_sum as tree
+
+UNROLLED = "for j in tl.static_range(K):"
+
+
+def _variant(name: str, text: str):
+    path = pathlib.Path(f"/tmp/{name}.py")
+    path.write_text(text)  # triton.jit reads the source from the file
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _graph(fn, calls=20):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    return g
+
+
+def _inputs(T: int, k: int, N: int):
+    n = T * k
+    src = torch.randn(n, N, device="cuda", dtype=torch.bfloat16)
+    src2 = torch.randn(n, N, device="cuda", dtype=torch.bfloat16)
+    first = torch.rand(T, k, device="cuda") < 0.5
+    idx = torch.where(first, torch.randperm(n, device="cuda").view(T, k), -1)
+    idx2 = torch.where(first, -1, torch.randperm(n, device="cuda").view(T, k))
+    w = torch.rand(T, k, device="cuda")
+    g = torch.randn(T, N, device="cuda", dtype=torch.bfloat16)
+    return src, idx, src2, idx2, w, g
+
+
+def main() -> None:
+    text = pathlib.Path(tree.__file__).read_text().replace("from ..runtime", "from ditron.runtime")
+    assert text.count(UNROLLED) == 2
+    mods = {"unrolled": tree, "loop": _variant("gather_loop", text.replace(UNROLLED, "for j in range(K):"))}
+    print("kernel T k N | unrolled us | loop us | loop/unrolled")
+    for T, k, N in [(128, 8, 7168), (1024, 8, 7168), (8192, 8, 7168), (8192, 6, 2048)]:
+        src, idx, src2, idx2, w, g = _inputs(T, k, N)
+        rows = torch.where((idx >= 0)[..., None], src[idx.clamp(min=0)].float(),
+                           src2[idx2.clamp(min=0)].float())
+        refs = {"sum": (rows * w[..., None]).sum(1), "dot": (rows * g.float()[:, None]).sum(-1)}
+        calls = {
+            "sum": lambda m: m.weighted_gather_sum(src, idx, w, src2=src2, idx2=idx2),
+            "dot": lambda m: m.gather_dot(src, idx, g, src2=src2, idx2=idx2),
+        }
+        for kern, call in calls.items():
+            outs = {n: call(m) for n, m in mods.items()}
+            for n, o in outs.items():
+                err = (o.float() - refs[kern]).abs().max() / refs[kern].abs().max()
+                assert err < 2e-2, (kern, n, float(err))
+            graphs = {n: _graph(lambda m=m, c=call: c(m)) for n, m in mods.items()}
+            times = {n: [] for n in graphs}
+            for _ in range(9):
+                for n, gr in graphs.items():
+                    e0 = torch.cuda.Event(enable_timing=True)
+                    e1 = torch.cuda.Event(enable_timing=True)
+                    e0.record()
+                    gr.replay()
+                    e1.record()
+                    e1.synchronize()
+                    times[n].append(e0.elapsed_time(e1) * 1000 / 20)
+            u, lp = statistics.median(times["unrolled"]), statistics.median(times["loop"])
+            print(f"{kern} {T} {k} {N} | {u:.1f} | {lp:.1f} | {lp / u:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
