@@ -22,39 +22,50 @@ from ..runtime.triton_launch import FastKernel
 
 
 @triton.jit
-def _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2,
-              K: tl.constexpr, TWO: tl.constexpr):
-    """``(rows, ok)``: the ``[BLOCK_T, BLOCK_N]`` fp32 tile of copy ``j``'s rows of tokens
-    ``ts`` (``src[idx]``, else ``src2[idx2]``, else zero), and which tokens have one."""
-    rows = tl.load(idx + ts.to(tl.int64) * K + j, mask=t_ok, other=-1)
-    ok = rows >= 0
-    v = tl.load(src + rows.to(tl.int64)[:, None] * s_src + cols[None, :],
-                mask=ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+def _copy_rows(idx, idx2, ts, t_ok, ks, K: tl.constexpr, TWO: tl.constexpr):
+    """``(rows, rows2)``: ``[BLOCK_T, KB]`` int64, the row of copy ``ks`` of tokens ``ts``
+    in ``src`` and, where it has none there, in ``src2`` (``-1``: none)."""
+    at = ts.to(tl.int64)[:, None] * K + ks[None, :]
+    live = t_ok[:, None] & (ks < K)[None, :]
+    rows = tl.load(idx + at, mask=live, other=-1).to(tl.int64)
+    rows2 = rows
     if TWO:
-        rows2 = tl.load(idx2 + ts.to(tl.int64) * K + j, mask=t_ok & ~ok, other=-1)
-        ok2 = rows2 >= 0
-        v += tl.load(src2 + rows2.to(tl.int64)[:, None] * s_src2 + cols[None, :],
-                     mask=ok2[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        ok = ok | ok2
-    return v, ok
+        rows2 = tl.load(idx2 + at, mask=live & (rows < 0), other=-1).to(tl.int64)
+    return rows, rows2
+
+
+@triton.jit
+def _copies(src, src2, rows, rows2, cols, col_ok, s_src, s_src2, TWO: tl.constexpr):
+    """``[BLOCK_T, KB, BLOCK_N]`` fp32: columns ``cols`` of every copy's row (zero where
+    a copy has none); all of a token block's copies are loaded at once."""
+    c = cols[None, None, :]
+    v = tl.load(src + rows[:, :, None] * s_src + c,
+                mask=(rows >= 0)[:, :, None] & col_ok[None, None, :], other=0.0)
+    v = v.to(tl.float32)
+    if TWO:
+        v += tl.load(src2 + rows2[:, :, None] * s_src2 + c,
+                     mask=(rows2 >= 0)[:, :, None] & col_ok[None, None, :],
+                     other=0.0).to(tl.float32)
+    return v
 
 
 @triton.jit
 def _gather_sum_kernel(src, idx, src2, idx2, weights, out, T, N, s_src, s_src2, s_out,
-                       K: tl.constexpr, HAS_W: tl.constexpr, TWO: tl.constexpr,
-                       BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
+                       K: tl.constexpr, KB: tl.constexpr, HAS_W: tl.constexpr,
+                       TWO: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program ``(p, c)``: ``out`` of token block ``p``, column block ``c``."""
     ts = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     t_ok = ts < T
     col_ok = cols < N
-    acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
-    for j in tl.static_range(K):
-        v, ok = _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2, K,
-                          TWO)
-        if HAS_W:
-            wj = tl.load(weights + ts.to(tl.int64) * K + j, mask=t_ok & ok, other=0.0)
-            v = v * wj.to(tl.float32)[:, None]
-        acc += v
+    ks = tl.arange(0, KB)
+    rows, rows2 = _copy_rows(idx, idx2, ts, t_ok, ks, K, TWO)
+    v = _copies(src, src2, rows, rows2, cols, col_ok, s_src, s_src2, TWO)
+    if HAS_W:  # a copy without a row weighs zero (its weight may be anything)
+        has = (rows >= 0) | (rows2 >= 0)
+        w = tl.load(weights + ts.to(tl.int64)[:, None] * K + ks[None, :], mask=has, other=0.0)
+        v = v * w.to(tl.float32)[:, :, None]
+    acc = tl.sum(v, axis=1)
     o_ptrs = out + ts.to(tl.int64)[:, None] * s_out + cols[None, :]
     tl.store(o_ptrs, acc.to(out.dtype.element_ty), mask=t_ok[:, None] & col_ok[None, :])
 
@@ -68,6 +79,7 @@ def _gather_dot_kernel(src, idx, src2, idx2, g, out, T, N, s_src, s_src2, s_g, p
     ts = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     t_ok = ts < T
     ks = tl.arange(0, KB)
+    rows, rows2 = _copy_rows(idx, idx2, ts, t_ok, ks, K, TWO)
     acc = tl.zeros((BLOCK_T, KB), dtype=tl.float32)
     first = tl.program_id(1) * per_slice
     for c in range(first, tl.minimum(first + per_slice, tl.cdiv(N, BLOCK_N))):
@@ -75,10 +87,8 @@ def _gather_dot_kernel(src, idx, src2, idx2, g, out, T, N, s_src, s_src2, s_g, p
         col_ok = cols < N
         gt = tl.load(g + ts.to(tl.int64)[:, None] * s_g + cols[None, :],
                      mask=t_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        for j in tl.static_range(K):
-            v, ok = _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2,
-                              K, TWO)
-            acc += tl.where(ks[None, :] == j, tl.sum(v * gt, axis=1)[:, None], 0.0)
+        v = _copies(src, src2, rows, rows2, cols, col_ok, s_src, s_src2, TWO)
+        acc += tl.sum(v * gt[:, None, :], axis=2)
     out += tl.program_id(1).to(tl.int64) * T * K
     tl.store(out + ts.to(tl.int64)[:, None] * K + ks[None, :], acc,
              mask=t_ok[:, None] & (ks < K)[None, :])
@@ -107,10 +117,15 @@ def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor |
     return (idx, src2, idx2.contiguous()) if two else (idx, src, idx)
 
 
-def _blocks(device: torch.device, N: int) -> tuple[int, int]:
-    """``(BLOCK_T, BLOCK_N)`` of both kernels."""
-    cuda = device.type == "cuda"
-    return (8 if cuda else 16), min(next_power_of_2(N), 256 if cuda else 64)
+#: elements of a program's ``[BLOCK_T, KB, BLOCK_N]`` tile of copies on a GPU
+GPU_TILE = 8192
+
+
+def _blocks(device: torch.device, N: int, k: int) -> tuple[int, int, int]:
+    """``(BLOCK_T, BLOCK_N, num_warps)`` of both kernels for ``k`` copies per token."""
+    if device.type != "cuda":
+        return 16, min(next_power_of_2(N), 64), 4
+    return 8, min(next_power_of_2(N), max(32, GPU_TILE // (8 * next_power_of_2(k)))), 4
 
 
 def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
@@ -133,11 +148,11 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     if k == 0:
         return out.zero_()
     w = idx if weights is None else weights.contiguous()
-    block_t, block_n = _blocks(src.device, N)
+    block_t, block_n, warps = _blocks(src.device, N, k)
     grid = (cdiv(T, block_t), cdiv(N, block_n))
     _GATHER_SUM[grid](src, idx, src2, idx2, w, out, T, N, src.stride(0), src2.stride(0),
-                      out.stride(0), K=k, HAS_W=weights is not None, TWO=two,
-                      BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
+                      out.stride(0), K=k, KB=next_power_of_2(k), HAS_W=weights is not None, TWO=two,
+                      BLOCK_T=block_t, BLOCK_N=block_n, num_warps=warps)
     return out
 
 
@@ -173,7 +188,7 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
         return out
     if N == 0:
         return out.zero_()
-    block_t, block_n = _blocks(src.device, N)
+    block_t, block_n, warps = _blocks(src.device, N, k)
     col_blocks = cdiv(N, block_n)
     if slices is None:
         slices = _column_slices(src.device, cdiv(T, block_t), col_blocks)
@@ -183,5 +198,5 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
     _GATHER_DOT[(cdiv(T, block_t), slices)](src, idx, src2, idx2, g, part, T, N,
                                             src.stride(0), src2.stride(0), g.stride(0),
                                             per_slice, K=k, KB=next_power_of_2(k), TWO=two,
-                                            BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
+                                            BLOCK_T=block_t, BLOCK_N=block_n, num_warps=warps)
     return out if slices == 1 else torch.sum(part, 0, out=out)

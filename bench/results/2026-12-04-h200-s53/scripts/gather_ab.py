@@ -52,21 +52,28 @@ def _inputs(T: int, k: int, N: int):
     return src, idx, src2, idx2, w, g
 
 
+def _calls(src, idx, src2, idx2, w, g) -> dict:
+    """Each kernel's call on these inputs, given the module that runs it."""
+    return {
+        "sum": lambda m: m.weighted_gather_sum(src, idx, w, src2=src2, idx2=idx2),
+        "dot": lambda m: m.gather_dot(src, idx, g, src2=src2, idx2=idx2),
+    }
+
+
 def main() -> None:
-    text = pathlib.Path(tree.__file__).read_text().replace("from ..runtime", "from ditron.runtime")
+    text = pathlib.Path(tree.__file__).read_text()
+    text = text.replace("from ..runtime", "from ditron.runtime")
     assert text.count(UNROLLED) == 2
-    mods = {"unrolled": tree, "loop": _variant("gather_loop", text.replace(UNROLLED, "for j in range(K):"))}
+    loop = _variant("gather_loop", text.replace(UNROLLED, "for j in range(K):"))
+    mods = {"unrolled": tree, "loop": loop}
     print("kernel T k N | unrolled us | loop us | loop/unrolled")
     for T, k, N in [(128, 8, 7168), (1024, 8, 7168), (8192, 8, 7168), (8192, 6, 2048)]:
-        src, idx, src2, idx2, w, g = _inputs(T, k, N)
+        args = _inputs(T, k, N)
+        src, idx, src2, idx2, w, g = args
         rows = torch.where((idx >= 0)[..., None], src[idx.clamp(min=0)].float(),
                            src2[idx2.clamp(min=0)].float())
         refs = {"sum": (rows * w[..., None]).sum(1), "dot": (rows * g.float()[:, None]).sum(-1)}
-        calls = {
-            "sum": lambda m: m.weighted_gather_sum(src, idx, w, src2=src2, idx2=idx2),
-            "dot": lambda m: m.gather_dot(src, idx, g, src2=src2, idx2=idx2),
-        }
-        for kern, call in calls.items():
+        for kern, call in _calls(*args).items():
             outs = {n: call(m) for n, m in mods.items()}
             for n, o in outs.items():
                 err = (o.float() - refs[kern]).abs().max() / refs[kern].abs().max()
