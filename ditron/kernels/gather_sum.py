@@ -9,6 +9,9 @@ combine reads peers' rows from an inbox and its own from its experts' output.
 
 One pass: each program gathers the ``k`` rows of a block of tokens and sums them in
 registers, where a torch formulation writes and rereads ``[T, k, N]`` fp32 intermediates.
+The sum loads the copies' ``[BLOCK_T, BLOCK_N]`` tiles one after another; the dot loads
+all ``k`` at once (a ``[BLOCK_T, KB, BLOCK_N]`` tile: fewer registers than the unrolled
+loop's, which spilled at 8 copies, and 1.06-2.2x faster on an H200).
 """
 
 from __future__ import annotations
@@ -19,6 +22,44 @@ import triton.language as tl
 
 from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.triton_launch import FastKernel
+
+
+@triton.jit
+def _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2,
+              K: tl.constexpr, TWO: tl.constexpr):
+    """``(rows, ok)``: the ``[BLOCK_T, BLOCK_N]`` fp32 tile of copy ``j``'s rows of tokens
+    ``ts`` (``src[idx]``, else ``src2[idx2]``, else zero), and which tokens have one."""
+    rows = tl.load(idx + ts.to(tl.int64) * K + j, mask=t_ok, other=-1)
+    ok = rows >= 0
+    v = tl.load(src + rows.to(tl.int64)[:, None] * s_src + cols[None, :],
+                mask=ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+    if TWO:
+        rows2 = tl.load(idx2 + ts.to(tl.int64) * K + j, mask=t_ok & ~ok, other=-1)
+        ok2 = rows2 >= 0
+        v += tl.load(src2 + rows2.to(tl.int64)[:, None] * s_src2 + cols[None, :],
+                     mask=ok2[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        ok = ok | ok2
+    return v, ok
+
+
+@triton.jit
+def _gather_sum_kernel(src, idx, src2, idx2, weights, out, T, N, s_src, s_src2, s_out,
+                       K: tl.constexpr, HAS_W: tl.constexpr, TWO: tl.constexpr,
+                       BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
+    ts = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    t_ok = ts < T
+    col_ok = cols < N
+    acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
+    for j in tl.static_range(K):
+        v, ok = _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2, K,
+                          TWO)
+        if HAS_W:
+            wj = tl.load(weights + ts.to(tl.int64) * K + j, mask=t_ok & ok, other=0.0)
+            v = v * wj.to(tl.float32)[:, None]
+        acc += v
+    o_ptrs = out + ts.to(tl.int64)[:, None] * s_out + cols[None, :]
+    tl.store(o_ptrs, acc.to(out.dtype.element_ty), mask=t_ok[:, None] & col_ok[None, :])
 
 
 @triton.jit
@@ -47,27 +88,6 @@ def _copies(src, src2, rows, rows2, cols, col_ok, s_src, s_src2, TWO: tl.constex
                      mask=(rows2 >= 0)[:, :, None] & col_ok[None, None, :],
                      other=0.0).to(tl.float32)
     return v
-
-
-@triton.jit
-def _gather_sum_kernel(src, idx, src2, idx2, weights, out, T, N, s_src, s_src2, s_out,
-                       K: tl.constexpr, KB: tl.constexpr, HAS_W: tl.constexpr,
-                       TWO: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Program ``(p, c)``: ``out`` of token block ``p``, column block ``c``."""
-    ts = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    t_ok = ts < T
-    col_ok = cols < N
-    ks = tl.arange(0, KB)
-    rows, rows2 = _copy_rows(idx, idx2, ts, t_ok, ks, K, TWO)
-    v = _copies(src, src2, rows, rows2, cols, col_ok, s_src, s_src2, TWO)
-    if HAS_W:  # a copy without a row weighs zero (its weight may be anything)
-        has = (rows >= 0) | (rows2 >= 0)
-        w = tl.load(weights + ts.to(tl.int64)[:, None] * K + ks[None, :], mask=has, other=0.0)
-        v = v * w.to(tl.float32)[:, :, None]
-    acc = tl.sum(v, axis=1)
-    o_ptrs = out + ts.to(tl.int64)[:, None] * s_out + cols[None, :]
-    tl.store(o_ptrs, acc.to(out.dtype.element_ty), mask=t_ok[:, None] & col_ok[None, :])
 
 
 @triton.jit
@@ -117,15 +137,23 @@ def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor |
     return (idx, src2, idx2.contiguous()) if two else (idx, src, idx)
 
 
-#: elements of a program's ``[BLOCK_T, KB, BLOCK_N]`` tile of copies on a GPU
-GPU_TILE = 8192
-
-
-def _blocks(device: torch.device, N: int, k: int) -> tuple[int, int, int]:
-    """``(BLOCK_T, BLOCK_N, num_warps)`` of both kernels for ``k`` copies per token."""
+def _sum_blocks(device: torch.device, N: int) -> tuple[int, int]:
+    """``(BLOCK_T, BLOCK_N)`` of the gather-sum (a tile per copy, copies one after another)."""
     if device.type != "cuda":
-        return 16, min(next_power_of_2(N), 64), 4
-    return 8, min(next_power_of_2(N), max(32, GPU_TILE // (8 * next_power_of_2(k)))), 4
+        return 16, min(next_power_of_2(N), 64)
+    return 8, min(next_power_of_2(N), 256)
+
+
+#: elements of the gather-dot's ``[BLOCK_T, KB, BLOCK_N]`` tile of copies on a GPU (more
+#: spills registers: 255 with 144 B of spills at 8 x 8 x 256)
+DOT_TILE = 8192
+
+
+def _dot_blocks(device: torch.device, N: int, k: int) -> tuple[int, int]:
+    """``(BLOCK_T, BLOCK_N)`` of the gather-dot (all ``k`` copies' tiles at once)."""
+    if device.type != "cuda":
+        return 16, min(next_power_of_2(N), 64)
+    return 8, min(next_power_of_2(N), 128, max(16, DOT_TILE // (8 * next_power_of_2(k))))
 
 
 def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
@@ -148,11 +176,11 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     if k == 0:
         return out.zero_()
     w = idx if weights is None else weights.contiguous()
-    block_t, block_n, warps = _blocks(src.device, N, k)
+    block_t, block_n = _sum_blocks(src.device, N)
     grid = (cdiv(T, block_t), cdiv(N, block_n))
     _GATHER_SUM[grid](src, idx, src2, idx2, w, out, T, N, src.stride(0), src2.stride(0),
-                      out.stride(0), K=k, KB=next_power_of_2(k), HAS_W=weights is not None, TWO=two,
-                      BLOCK_T=block_t, BLOCK_N=block_n, num_warps=warps)
+                      out.stride(0), K=k, HAS_W=weights is not None, TWO=two,
+                      BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
     return out
 
 
@@ -188,7 +216,7 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
         return out
     if N == 0:
         return out.zero_()
-    block_t, block_n, warps = _blocks(src.device, N, k)
+    block_t, block_n = _dot_blocks(src.device, N, k)
     col_blocks = cdiv(N, block_n)
     if slices is None:
         slices = _column_slices(src.device, cdiv(T, block_t), col_blocks)
@@ -198,5 +226,5 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
     _GATHER_DOT[(cdiv(T, block_t), slices)](src, idx, src2, idx2, g, part, T, N,
                                             src.stride(0), src2.stride(0), g.stride(0),
                                             per_slice, K=k, KB=next_power_of_2(k), TWO=two,
-                                            BLOCK_T=block_t, BLOCK_N=block_n, num_warps=warps)
+                                            BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
     return out if slices == 1 else torch.sum(part, 0, out=out)

@@ -49,7 +49,8 @@ def test_gather_sum_matches_torch(T, k, N, dtype, two, device):
         torch.testing.assert_close(out.float(), want.to(dtype).float(), atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("T,k,N", [(13, 3, 20), (37, 8, 300)])
+# (T, k, N): as the sum's, and more copies than a power of two (the dot's copy tiles pad k)
+@pytest.mark.parametrize("T,k,N", [(13, 3, 20), (37, 8, 300), (11, 20, 70)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("two", [False, True])
 @pytest.mark.parametrize("slices", [None, 3])
