@@ -11,7 +11,9 @@ One pass: each program gathers the ``k`` rows of a block of tokens and sums them
 registers, where a torch formulation writes and rereads ``[T, k, N]`` fp32 intermediates.
 The sum loads the copies' ``[BLOCK_T, BLOCK_N]`` tiles one after another; the dot loads
 all ``k`` at once (a ``[BLOCK_T, KB, BLOCK_N]`` tile: fewer registers than the unrolled
-loop's, which spilled at 8 copies, and 1.06-2.2x faster on an H200).
+loop's, which spilled at 8 copies, and 1.06-2.2x faster on an H200). Both pick their tiles
+from the shapes alone, the same on every backend, so the CPU compile check sees the GPU's
+launches (``tools/cuda_compile_check.py``: these kernels must not spill).
 """
 
 from __future__ import annotations
@@ -137,23 +139,29 @@ def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor |
     return (idx, src2, idx2.contiguous()) if two else (idx, src, idx)
 
 
-def _sum_blocks(device: torch.device, N: int) -> tuple[int, int]:
+def _sum_blocks(N: int) -> tuple[int, int]:
     """``(BLOCK_T, BLOCK_N)`` of the gather-sum (a tile per copy, copies one after another)."""
-    if device.type != "cuda":
-        return 16, min(next_power_of_2(N), 64)
     return 8, min(next_power_of_2(N), 256)
 
 
-#: elements of the gather-dot's ``[BLOCK_T, KB, BLOCK_N]`` tile of copies on a GPU (more
-#: spills registers: 255 with 144 B of spills at 8 x 8 x 256)
+#: elements of the gather-dot's ``[BLOCK_T, KB, BLOCK_N]`` tile of copies for 16-bit rows
+#: whose loads vectorize (sm_90a: 160 registers at 8 x 8 x 128; 8 x 8 x 256 spilled)
 DOT_TILE = 8192
 
 
-def _dot_blocks(device: torch.device, N: int, k: int) -> tuple[int, int]:
-    """``(BLOCK_T, BLOCK_N)`` of the gather-dot (all ``k`` copies' tiles at once)."""
-    if device.type != "cuda":
-        return 16, min(next_power_of_2(N), 64)
-    return 8, min(next_power_of_2(N), 128, max(16, DOT_TILE // (8 * next_power_of_2(k))))
+def _dot_blocks(N: int, k: int, itemsize: int, aligned: bool) -> tuple[int, int]:
+    """``(BLOCK_T, BLOCK_N)`` of the gather-dot (all ``k`` copies' tiles at once): a tile of
+    at most :data:`DOT_TILE` elements, half that for 32-bit rows and a quarter for rows
+    whose loads cannot vectorize (a stride or address not a multiple of 16), which take
+    more registers per element (spilled at the larger tiles)."""
+    budget = DOT_TILE // max(1, itemsize // 2) // (1 if aligned else 4)
+    return 8, min(next_power_of_2(N), 128, max(16, budget // (8 * next_power_of_2(k))))
+
+
+def _vectorizes(*rows: tuple[torch.Tensor, int]) -> bool:
+    """Whether loads of rows ``(tensor, row stride)`` are 16-byte aligned vectors (Triton
+    specializes addresses and integers by divisibility by 16)."""
+    return all(t.data_ptr() % 16 == 0 and s % 16 == 0 for t, s in rows)
 
 
 def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
@@ -176,7 +184,7 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     if k == 0:
         return out.zero_()
     w = idx if weights is None else weights.contiguous()
-    block_t, block_n = _sum_blocks(src.device, N)
+    block_t, block_n = _sum_blocks(N)
     grid = (cdiv(T, block_t), cdiv(N, block_n))
     _GATHER_SUM[grid](src, idx, src2, idx2, w, out, T, N, src.stride(0), src2.stride(0),
                       out.stride(0), K=k, HAS_W=weights is not None, TWO=two,
@@ -216,7 +224,8 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
         return out
     if N == 0:
         return out.zero_()
-    block_t, block_n = _dot_blocks(src.device, N, k)
+    aligned = _vectorizes((src, src.stride(0)), (src2, src2.stride(0)), (g, g.stride(0)))
+    block_t, block_n = _dot_blocks(N, k, src.element_size(), aligned)
     col_blocks = cdiv(N, block_n)
     if slices is None:
         slices = _column_slices(src.device, cdiv(T, block_t), col_blocks)

@@ -29,8 +29,9 @@ def _reference(src, idx, weights, src2=None, idx2=None) -> torch.Tensor:
     return rows.sum(1)
 
 
-# (T, k, N): rows shorter than a block, rows of several blocks with a partial one
-@pytest.mark.parametrize("T,k,N", [(13, 3, 20), (37, 8, 300)])
+# (T, k, N): rows shorter than a block, rows of several blocks with a partial one, and
+# rows of 16-byte aligned loads (the GPU's tiles: the compile check keeps them spill-free)
+@pytest.mark.parametrize("T,k,N", [(13, 3, 20), (37, 8, 300), (21, 8, 256)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("two", [False, True])
 def test_gather_sum_matches_torch(T, k, N, dtype, two, device):
@@ -50,7 +51,7 @@ def test_gather_sum_matches_torch(T, k, N, dtype, two, device):
 
 
 # (T, k, N): as the sum's, and more copies than a power of two (the dot's copy tiles pad k)
-@pytest.mark.parametrize("T,k,N", [(13, 3, 20), (37, 8, 300), (11, 20, 70)])
+@pytest.mark.parametrize("T,k,N", [(13, 3, 20), (37, 8, 300), (21, 8, 256), (11, 20, 70)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("two", [False, True])
 @pytest.mark.parametrize("slices", [None, 3])
