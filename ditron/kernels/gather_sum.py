@@ -9,8 +9,8 @@ combine reads peers' rows from an inbox and its own from its experts' output.
 
 One pass: each program gathers the ``k`` rows of a block of tokens and sums them in
 registers, where a torch formulation writes and rereads ``[T, k, N]`` fp32 intermediates.
-The sum loads the copies' ``[BLOCK_T, BLOCK_N]`` tiles one after another; the dot loads
-all ``k`` at once (a ``[BLOCK_T, KB, BLOCK_N]`` tile: fewer registers than the unrolled
+The sum adds the copies' ``[BLOCK_T, BLOCK_N]`` tiles one after another (an unrolled
+loop); the dot loads all ``k`` at once (a ``[BLOCK_T, KB, BLOCK_N]`` tile: fewer registers than the unrolled
 loop's, which spilled at 8 copies, and 1.06-2.2x faster on an H200). Both pick their tiles
 from the shapes alone, the same on every backend, so the CPU compile check sees the GPU's
 launches (``tools/cuda_compile_check.py``: these kernels must not spill).
@@ -139,23 +139,25 @@ def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor |
     return (idx, src2, idx2.contiguous()) if two else (idx, src, idx)
 
 
-def _sum_blocks(N: int) -> tuple[int, int]:
-    """``(BLOCK_T, BLOCK_N)`` of the gather-sum (a tile per copy, copies one after another)."""
-    return 8, min(next_power_of_2(N), 256)
-
-
-#: elements of the gather-dot's ``[BLOCK_T, KB, BLOCK_N]`` tile of copies for 16-bit rows
-#: whose loads vectorize (sm_90a: 160 registers at 8 x 8 x 128; 8 x 8 x 256 spilled)
+#: tokens per program of both kernels
+BLOCK_T = 8
+#: elements of the gather-sum's copy tiles of a program (``BLOCK_T x k x BLOCK_N``: its
+#: unrolled loop keeps them all in flight) whose loads vectorize; half for those that do
+#: not (sm_90a: 96 registers at 8 copies of 8 x 256 bf16; 16 unvectorized copies spilled)
+SUM_TILE = 32768
+#: elements of the gather-dot's ``[BLOCK_T, KB, BLOCK_N]`` tile for 16-bit rows whose loads
+#: vectorize; half for 32-bit rows, a quarter for loads that do not vectorize (sm_90a: 160
+#: registers at 8 x 8 x 128 bf16; twice the elements spilled, as did fp32 or unvectorized
+#: rows at this size)
 DOT_TILE = 8192
 
 
-def _dot_blocks(N: int, k: int, itemsize: int, aligned: bool) -> tuple[int, int]:
-    """``(BLOCK_T, BLOCK_N)`` of the gather-dot (all ``k`` copies' tiles at once): a tile of
-    at most :data:`DOT_TILE` elements, half that for 32-bit rows and a quarter for rows
-    whose loads cannot vectorize (a stride or address not a multiple of 16), which take
-    more registers per element (spilled at the larger tiles)."""
-    budget = DOT_TILE // max(1, itemsize // 2) // (1 if aligned else 4)
-    return 8, min(next_power_of_2(N), 128, max(16, budget // (8 * next_power_of_2(k))))
+def _blocks(tile: int, N: int, k: int, widest: int) -> tuple[int, int]:
+    """``(BLOCK_T, BLOCK_N)``: column blocks of at most ``widest`` (and ``N``) columns,
+    with ``BLOCK_T x KB x BLOCK_N`` at most ``tile`` elements (``KB``: ``k`` rounded up to
+    a power of two) but 16 columns at least. Shapes alone decide, on every backend."""
+    return BLOCK_T, min(next_power_of_2(N), widest,
+                        max(16, tile // (BLOCK_T * next_power_of_2(k))))
 
 
 def _vectorizes(*rows: tuple[torch.Tensor, int]) -> bool:
@@ -184,7 +186,8 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     if k == 0:
         return out.zero_()
     w = idx if weights is None else weights.contiguous()
-    block_t, block_n = _sum_blocks(N)
+    aligned = _vectorizes((src, src.stride(0)), (src2, src2.stride(0)), (out, out.stride(0)))
+    block_t, block_n = _blocks(SUM_TILE // (1 if aligned else 2), N, k, 256)
     grid = (cdiv(T, block_t), cdiv(N, block_n))
     _GATHER_SUM[grid](src, idx, src2, idx2, w, out, T, N, src.stride(0), src2.stride(0),
                       out.stride(0), K=k, HAS_W=weights is not None, TWO=two,
@@ -225,7 +228,8 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
     if N == 0:
         return out.zero_()
     aligned = _vectorizes((src, src.stride(0)), (src2, src2.stride(0)), (g, g.stride(0)))
-    block_t, block_n = _dot_blocks(N, k, src.element_size(), aligned)
+    tile = DOT_TILE // max(1, src.element_size() // 2) // (1 if aligned else 4)
+    block_t, block_n = _blocks(tile, N, k, 128)
     col_blocks = cdiv(N, block_n)
     if slices is None:
         slices = _column_slices(src.device, cdiv(T, block_t), col_blocks)

@@ -12,6 +12,12 @@ from ditron.kernels.gather_sum import gather_dot, weighted_gather_sum
 
 pytestmark = pytest.mark.usefixtures("poisoned")
 
+#: (T, k, N): rows shorter than a block; rows of several blocks with a partial one; rows
+#: of 16-byte aligned loads; more copies than a power of two (tiles pad k, and narrow for
+#: many copies). The kernels' tiles depend on these alone, so CI's compile check sees each
+#: tile a GPU would pick for them and keeps it spill-free.
+SHAPES = [(13, 3, 20), (37, 8, 300), (21, 8, 256), (11, 20, 70)]
+
 
 def _rows(src, idx, src2=None, idx2=None) -> torch.Tensor:
     """``[T, k, N]`` fp32: each copy's row, zero where it has none."""
@@ -29,9 +35,7 @@ def _reference(src, idx, weights, src2=None, idx2=None) -> torch.Tensor:
     return rows.sum(1)
 
 
-# (T, k, N): rows shorter than a block, rows of several blocks with a partial one, and
-# rows of 16-byte aligned loads (the GPU's tiles: the compile check keeps them spill-free)
-@pytest.mark.parametrize("T,k,N", [(13, 3, 20), (37, 8, 300), (21, 8, 256)])
+@pytest.mark.parametrize("T,k,N", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("two", [False, True])
 def test_gather_sum_matches_torch(T, k, N, dtype, two, device):
@@ -50,8 +54,7 @@ def test_gather_sum_matches_torch(T, k, N, dtype, two, device):
         torch.testing.assert_close(out.float(), want.to(dtype).float(), atol=tol, rtol=tol)
 
 
-# (T, k, N): as the sum's, and more copies than a power of two (the dot's copy tiles pad k)
-@pytest.mark.parametrize("T,k,N", [(13, 3, 20), (37, 8, 300), (21, 8, 256), (11, 20, 70)])
+@pytest.mark.parametrize("T,k,N", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("two", [False, True])
 @pytest.mark.parametrize("slices", [None, 3])
