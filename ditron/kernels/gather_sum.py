@@ -10,10 +10,10 @@ combine reads peers' rows from an inbox and its own from its experts' output.
 One pass: each program gathers the ``k`` rows of a block of tokens and sums them in
 registers, where a torch formulation writes and rereads ``[T, k, N]`` fp32 intermediates.
 The sum adds the copies' ``[BLOCK_T, BLOCK_N]`` tiles one after another (an unrolled
-loop); the dot loads all ``k`` at once (a ``[BLOCK_T, KB, BLOCK_N]`` tile: fewer registers than the unrolled
-loop's, which spilled at 8 copies, and 1.06-2.2x faster on an H200). Both pick their tiles
-from the shapes alone, the same on every backend, so the CPU compile check sees the GPU's
-launches (``tools/cuda_compile_check.py``: these kernels must not spill).
+loop); the dot loads all ``k`` at once, a ``[BLOCK_T, KB, BLOCK_N]`` tile (fewer registers
+than an unrolled loop's, which spilled at 8 copies; 1.06-2.2x faster on an H200). Both
+pick their tiles from the shapes alone, the same on every backend, so the CPU compile check
+sees the GPU's launches (``tools/cuda_compile_check.py``: these kernels must not spill).
 """
 
 from __future__ import annotations
