@@ -36,7 +36,7 @@ def main() -> None:
             a, b = call(old), call(tree)
             err = (a.float() - b.float()).abs().max() / a.float().abs().max()
             assert err < 1e-2, (kern, float(err))
-            us = sweep._timed({"old": lambda c=call: c(old), "new": lambda c=call: c(tree)})
+            us = ab.timed({"old": lambda c=call: c(old), "new": lambda c=call: c(tree)})
             print(f"{kern} {T} {k} {N} | {us['old']:.1f} | {us['new']:.1f} | "
                   f"{us['new'] / us['old']:.3f}", flush=True)
 

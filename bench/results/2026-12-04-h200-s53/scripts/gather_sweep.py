@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import pathlib
-import statistics
 import subprocess
 
 import torch
@@ -32,21 +31,6 @@ CASES = [(128, 8, 7168), (1024, 8, 7168), (8192, 8, 7168), (8192, 6, 2048), (819
 
 def _name(cfg: tuple[int, int, int]) -> str:
     return f"{cfg[0]}x{cfg[1]} w{cfg[2]}"
-
-
-def _timed(fns: dict, rounds: int = 9) -> dict:
-    graphs = {n: ab._graph(f) for n, f in fns.items()}
-    times = {n: [] for n in graphs}
-    for _ in range(rounds):
-        for n, gr in graphs.items():
-            e0 = torch.cuda.Event(enable_timing=True)
-            e1 = torch.cuda.Event(enable_timing=True)
-            e0.record()
-            gr.replay()
-            e1.record()
-            e1.synchronize()
-            times[n].append(e0.elapsed_time(e1) * 1000 / 20)
-    return {n: statistics.median(t) for n, t in times.items()}
 
 
 def main() -> None:
@@ -82,7 +66,7 @@ def main() -> None:
                 o = f()
                 err = (o.float() - refs[kern]).abs().max() / refs[kern].abs().max()
                 assert err < 2e-2, (kern, n, float(err))
-            us = _timed(fns)
+            us = ab.timed(fns)
             base = us["old"]
             cfg = _name(default(src.device, N, k))
             print(f"{kern} T={T} k={k} N={N} (default {cfg}): " + ", ".join(
