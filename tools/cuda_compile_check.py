@@ -184,7 +184,8 @@ def _usage(rec, compiled) -> Usage:
                              capture_output=True, text=True, check=True).stderr
     regs = max(map(int, re.findall(r"Used (\d+) registers", log)), default=0)
     spilled = max(map(int, re.findall(r"(\d+) bytes spill stores", log)), default=0)
-    consts = ", ".join(f"{k}={d['value']}" for k, d in sorted(rec["kwargs"].items())
+    consts = ", ".join(f"{k}={d['value'] if _on_gpu(k) is None else _on_gpu(k)}"
+                       for k, d in sorted(rec["kwargs"].items())
                        if isinstance(d, dict) and "value" in d)
     return Usage(rec["kernel"], consts, regs, spilled, compiled.metadata.shared)
 

@@ -36,6 +36,15 @@ def tma_wanted(device: torch.device, use_tma: bool | None = None) -> bool:
     return device.type == "cuda" and capability(device)[0] >= 9
 
 
+def transposable(dtype: torch.dtype) -> bool:
+    """Whether a kernel should load a ``[c, r]`` box of this dtype and transpose it for
+    ``tl.dot``: 16-bit operands only. 32-bit ones multiply in IEEE fp32 (FMA, no tensor
+    cores), and that dot on a transposed TMA tile spills (ptxas, sm_90a: 8-22 KB per thread
+    at 128 x 128 and 128 x 256 fp32 tiles); on row-major boxes or through pointer loads, the
+    same tiles do not."""
+    return dtype.itemsize == 2
+
+
 def capability(device: torch.device) -> tuple[int, int]:
     """CUDA compute capability of ``device`` (cached)."""
     index = device.index if device.index is not None else torch.cuda.current_device()

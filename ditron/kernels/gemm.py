@@ -69,7 +69,7 @@ from .. import language as dl
 from ..runtime.grid_math import cdiv
 from ..runtime.triton_launch import FastKernel
 from . import descriptors
-from .descriptors import describe, tma_wanted
+from .descriptors import describe, tma_wanted, transposable
 
 EPI_STORE = 0
 EPI_REDUCE_SCATTER = 1
@@ -111,10 +111,11 @@ GPU_CONFIG = GemmConfig(flatten=True, tma_store=True)
 def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> GemmConfig:
     """The tile configuration used when the tuner has not chosen one.
 
-    On GPU, 4-byte operands take half the K block and store through registers (128x256x64
-    fp32 tiles in 3 stages need 262 KB of shared memory, a TMA-stored fp32 tile another
-    128 KB; an H100/H200 has 227 KB). ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the block
-    sizes (e.g. ``16x16x16``)."""
+    On GPU, 4-byte operands take 128 x 128 x 32 tiles and store through registers: they
+    multiply in IEEE fp32 on FMA units, where a 128 x 256 tile spills (ptxas, sm_90a: 472 B
+    per thread), and 128x256x64 fp32 tiles in 3 stages would need 262 KB of shared memory
+    (an H100/H200 has 227 KB). ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the block sizes
+    (e.g. ``16x16x16``)."""
     env = os.environ.get("DITRON_GEMM_BLOCKS")
     key = (device.type, dtype, env)
     cfg = _DEFAULT_CONFIGS.get(key)
@@ -129,7 +130,7 @@ _DEFAULT_CONFIGS: dict = {}
 def _default_config(device: torch.device, dtype: torch.dtype, env: str | None) -> GemmConfig:
     cfg = GPU_CONFIG if device.type == "cuda" else CPU_CONFIG
     if device.type == "cuda" and dtype.itemsize > 2:
-        cfg = dataclasses.replace(cfg, block_k=cfg.block_k // 2, tma_store=False)
+        cfg = dataclasses.replace(cfg, block_n=128, block_k=32, tma_store=False)
     if env:
         bm, bn, bk = (int(x) for x in env.lower().split("x"))
         cfg = dataclasses.replace(cfg, block_m=bm, block_n=bn, block_k=bk)
@@ -464,12 +465,13 @@ def tma_operands(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig):
     """``(a_desc, b_desc, b_nk)`` for the TMA load path, or ``None`` when the operands
     break the TMA rules (``descriptors.describe``). B is described on ``[K, N]`` when
     row-major, else on the contiguous ``[N, K]`` of ``b.t()`` (``b_nk``: the kernel
-    transposes the loaded tile); A only row-major."""
+    transposes the loaded tile; 16-bit operands only, :func:`descriptors.transposable`); A
+    only row-major."""
     if a.dtype != b.dtype:
         return None
     a_tma = describe(a, (cfg.block_m, cfg.block_k))
     b_tma = describe(b, (cfg.block_k, cfg.block_n))
-    if a_tma is None or a_tma[1] or b_tma is None:
+    if a_tma is None or a_tma[1] or b_tma is None or (b_tma[1] and not transposable(b.dtype)):
         return None
     return a_tma[0], b_tma[0], b_tma[1]
 

@@ -22,17 +22,17 @@ wrong in triton 3.6), as in the persistent GEMM.
 Load paths: through pointers (masked), or, on CUDA capability >= 9 (``tma_wanted``; the CPU
 backend's interpreter with ``DITRON_GEMM_TMA=1``) when the operands meet the TMA rules,
 through host TMA descriptors (``GroupedGemmConfig.tma``): ``x``'s on ``[R, K]``, ``w``'s on
-the stacked ``[G * K, N]`` (or, for a transposed weight, ``[G * N, K]``, each loaded block
-transposed). A tile's rows past its group's end load the next group's rows (masked at the
-store); for the ``[G * K, N]`` form ``K`` must be a multiple of ``BLOCK_K`` so that a
-block never reads the next group's weight rows.
+the stacked ``[G * K, N]`` (or, for a transposed 16-bit weight, ``[G * N, K]``, each loaded
+block transposed: ``descriptors.transposable``). A tile's rows past its group's end load
+the next group's rows (masked at the store); for the ``[G * K, N]`` form ``K`` must be a
+multiple of ``BLOCK_K`` so that a block never reads the next group's weight rows.
 
 The weight gradient's grid is ``G * K tiles * N tiles`` programs, group by group, each
 group's tiles of ``dw`` in grouped order (``group_m`` K tiles sweep the N tiles together);
 program ``(g, kb, nb)`` loops over group ``g``'s rows in blocks of ``BLOCK_M`` (an empty
-group stores zeros). With TMA loads (descriptors on row-major ``x`` and ``dy``) it takes
-the group's whole blocks through the descriptors, unmasked, and its last partial block
-through masked pointers.
+group stores zeros). With TMA loads (descriptors on row-major ``x`` and ``dy``; 16-bit
+operands only, since ``x``'s blocks are transposed) it takes the group's whole blocks
+through the descriptors, unmasked, and its last partial block through masked pointers.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import triton.language as tl
 
 from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.triton_launch import FastKernel
-from .descriptors import describe, tma_wanted
+from .descriptors import describe, tma_wanted, transposable
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -301,7 +301,7 @@ def _descriptors(x: torch.Tensor, w: torch.Tensor, cfg: GroupedGemmConfig):
     if w.stride(2) == 1 and w.stride(0) == K * w.stride(1) and K % bk == 0:
         wd = describe(w.as_strided((G * K, N), (w.stride(1), 1)), (bk, bn))
         return None if wd is None or wd[1] else (xd[0], wd[0], False)
-    if w.stride(1) == 1 and w.stride(0) == N * w.stride(2):
+    if w.stride(1) == 1 and w.stride(0) == N * w.stride(2) and transposable(w.dtype):
         wd = describe(w.as_strided((G * N, K), (w.stride(2), 1)), (bn, bk))
         return None if wd is None or wd[1] else (xd[0], wd[0], True)
     return None
@@ -335,7 +335,7 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
     cfg = config or default_wgrad_config(x.device, x.dtype)
     grid = (G * cdiv(K, cfg.block_m) * cdiv(N, cfg.block_n),)
     descs = (_wgrad_descriptors(x, dy, cfg) if cfg.tma and x.shape[0] > 0
-             and tma_wanted(x.device) else None)
+             and tma_wanted(x.device) and transposable(x.dtype) else None)
     x_desc, dy_desc = (x, dy) if descs is None else descs
     _WGRAD[grid](
         x, dy, out, offsets, K, N, x.stride(0), x.stride(1), dy.stride(0), dy.stride(1),

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import torch
 
 from ..kernels import tiles
-from ..kernels.descriptors import describe, tma_wanted
+from ..kernels.descriptors import describe, tma_wanted, transposable
 from ..runtime.symmetric import empty
 from ..runtime.world import current
 from ..tune import cache
@@ -135,13 +135,14 @@ def _gemm_operands(wanted: bool, a: torch.Tensor, a_box: tuple[int, int],
                    weights: Sequence[torch.Tensor], w_box: tuple[int, int]):
     """``(operands, transposed)`` for a GEMM task's TMA path: descriptors of the row-major
     activations ``a`` and of every weight, and per weight whether its descriptor is on its
-    ``.t()``; ``None`` (the pointer path) when not ``wanted`` or an operand breaks the TMA
-    rules."""
+    ``.t()``; ``None`` (the pointer path) when not ``wanted``, an operand breaks the TMA
+    rules, or a 32-bit weight would be transposed (``descriptors.transposable``)."""
     if not wanted:
         return None
     a_desc = describe(a, a_box)
     w_descs = [describe(w, w_box) for w in weights]
-    if a_desc is None or a_desc[1] or None in w_descs:
+    if a_desc is None or a_desc[1] or None in w_descs or any(
+            d[1] and not transposable(w.dtype) for d, w in zip(w_descs, weights, strict=True)):
         return None
     return (a_desc[0], *(d for d, _ in w_descs)), tuple(t for _, t in w_descs)
 

@@ -18,6 +18,7 @@ from ditron import task as dt
 from ..ops.poison import poison_empty
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
+H200_SMEM = 232448  # shared memory per program (opt-in) on an H200
 
 
 def _close(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
@@ -165,10 +166,12 @@ def test_tp_mlp_through_descriptors(world_size, dtype, backend):
     # the GEMM tasks load x, h and the weights (the gate's transposed, the others row-major)
     # through TMA descriptors, emulated by the interpreter on the CPU backend: boxes past
     # the ends of 20 rows, hidden 72 and 40 ffn columns per rank load zeros; the down
-    # tiles' split-K chunks stop at whole K blocks
+    # tiles' split-K chunks stop at whole K blocks. In fp32 the up tasks load through
+    # pointers: their gate weight is transposed (``descriptors.transposable``)
     blocks = MlpBlocks(block_m=16, block_n=32, block_k=16, reduce_n=64, split_k=2, tma=True)
+    described = 4 if dtype == torch.bfloat16 else 2
     res = ditron.launch(_mlp_case, world_size, 20, 72, 40, 2, dtype, 3, blocks, False, True,
-                        4, backend=backend)
+                        described, backend=backend)
     assert res == [3] * world_size
 
 
@@ -185,13 +188,31 @@ def test_tp_mlp_with_wider_down_tiles(tma, backend):
     assert res == [2] * 3
 
 
+@pytest.mark.parametrize("tokens", [16, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_tp_mlp_with_the_gpu_default_blocks(tokens, dtype, backend):
+    """The tiles an H200 takes when none are tuned (``default_blocks`` for its shared
+    memory), through descriptors as on a GPU, on shapes smaller than a tile; on the CPU
+    backend the CI's compile check then compiles these launches for sm_90. fp32 up tasks
+    load through pointers (their gate weight is transposed)."""
+    import dataclasses
+
+    from ditron.task.tp_mlp import default_blocks
+
+    blocks = dataclasses.replace(default_blocks(tokens, dtype, smem=H200_SMEM), tma=True)
+    described = 2 if dtype == torch.bfloat16 else 1
+    res = ditron.launch(_mlp_case, 2, 20, 264, 136, 1, dtype, 2, blocks, False, True,
+                        described, backend=backend)
+    assert res == [2, 2]
+
+
 def test_tp_mlp_one_rank_without_descriptors(backend):
     from ditron.task.tp_mlp import MlpBlocks
 
     # rank 1's input is not aligned for TMA: its first up task loads x through pointers
     # while rank 0's loads through a descriptor; the ranks still agree on the graph
     blocks = MlpBlocks(block_m=16, block_n=32, block_k=16, reduce_n=64, tma=True)
-    res = ditron.launch(_mlp_case, 2, 20, 72, 40, 2, torch.float32, 2, blocks, False, True,
+    res = ditron.launch(_mlp_case, 2, 20, 72, 40, 2, torch.bfloat16, 2, blocks, False, True,
                         4, 1, backend=backend)
     assert res == [2, 2]
 

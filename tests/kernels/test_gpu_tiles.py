@@ -1,0 +1,165 @@
+"""The GPU's default tiles, run by the interpreter and compiled for sm_90 without spills.
+
+CPU runs take small tiles (a program is a NumPy call), so the tiles a GPU runs would meet
+only GPU tests. Here the interpreter runs the persistent GEMM and the grouped GEMM (forward
+and weight gradient) with the GPU's default configs and TMA loads, on shapes that do not
+divide into those tiles (the CI's compile check then compiles these launches for sm_90),
+and ``ptxas`` checks that, for operands laid out as a model's (rows of a multiple of 16
+bytes), none of those launches spills registers: a spill cost the GPU up to 2x where it
+went unnoticed (sessions 52-54).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from ditron.kernels import gemm
+from ditron.kernels import grouped_gemm as gg
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CUDA = torch.device("cuda")  # only to pick the GPU's configs: nothing runs on it
+DTYPES = (torch.bfloat16, torch.float32)
+#: (M or rows, N, K): aligned rows (16-byte multiples) as a model's, and rows that are not
+SHAPES = {True: (200, 320, 192), False: (131, 257, 100)}
+
+
+def _offsets(R: int) -> tuple[int, ...]:
+    """Three groups, one empty; the last ``19`` rows belong to none (they keep their
+    contents)."""
+    return 0, R // 3, R // 3, R - 19
+
+
+def _error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((got.double() - ref).abs().max() / ref.abs().max())
+
+
+def _gemm_case(dtype: torch.dtype, aligned: bool, transposed: bool):
+    M, N, K = SHAPES[aligned]
+    cfg = gemm.default_config(CUDA, dtype)
+    a = torch.randn(M, K, dtype=dtype)
+    b = torch.randn(N, K, dtype=dtype).t() if transposed else torch.randn(K, N, dtype=dtype)
+    c = torch.full((M, N), float("nan"), dtype=dtype)
+    order = gemm.cached_linear_order(M, N, cfg, c.device)
+    gemm.launch_gemm(a, b, c, M, order=order, seg_rows=M, cfg=cfg, use_tma=True)
+    return c, a.double() @ b.double()
+
+
+def _grouped_case(dtype: torch.dtype, aligned: bool, transposed: bool,
+                  rows_per_group: float | None):
+    R, N, K = SHAPES[aligned]
+    cfg = gg.default_config(CUDA, dtype, rows_per_group)
+    bounds = _offsets(R)
+    offsets = torch.tensor(bounds)
+    G = len(bounds) - 1
+    x = torch.randn(R, K, dtype=dtype)
+    w = (torch.randn(G, N, K, dtype=dtype).transpose(1, 2) if transposed
+         else torch.randn(G, K, N, dtype=dtype))
+    out = torch.full((R, N), float("nan"), dtype=dtype)
+    gg.grouped_gemm(x, w, offsets, out=out, config=cfg)
+    ref = torch.full((R, N), float("nan"), dtype=torch.float64)
+    for g in range(G):
+        lo, hi = bounds[g], bounds[g + 1]
+        ref[lo:hi] = x[lo:hi].double() @ w[g].double()
+    return out, ref
+
+
+def _wgrad_case(dtype: torch.dtype, aligned: bool):
+    R, N, K = SHAPES[aligned]
+    cfg = gg.default_wgrad_config(CUDA, dtype)
+    bounds = _offsets(R)
+    offsets = torch.tensor(bounds)
+    x, dy = torch.randn(R, K, dtype=dtype), torch.randn(R, N, dtype=dtype)
+    out = torch.full((len(bounds) - 1, K, N), float("nan"), dtype=dtype)
+    gg.grouped_gemm_wgrad(x, dy, offsets, out=out, config=cfg)
+    ref = torch.stack([x[lo:hi].double().t() @ dy[lo:hi].double()
+                       for lo, hi in zip(bounds, bounds[1:], strict=False)])
+    return out, ref
+
+
+def cases(aligned: bool) -> dict[str, Callable[[], tuple[torch.Tensor, torch.Tensor]]]:
+    """Each kernel and GPU default config on operands ``aligned`` or not, by name: a
+    function returning ``(output, float64 reference)`` (NaN where the output must keep
+    its poison)."""
+    out = {}
+    for dtype in DTYPES:
+        d = str(dtype).removeprefix("torch.")
+        for transposed in (False, True):
+            t = "w.t()" if transposed else "row-major"
+            out[f"gemm {d} b {t}"] = lambda d=dtype, t=transposed: _gemm_case(d, aligned, t)
+            groups = {"many rows": None, "few rows": 16} if dtype != torch.float32 else \
+                {"fp32": None}
+            for name, rows in groups.items():
+                out[f"grouped {d} {name} w {t}"] = (
+                    lambda d=dtype, t=transposed, r=rows: _grouped_case(d, aligned, t, r))
+        out[f"wgrad {d}"] = lambda d=dtype: _wgrad_case(d, aligned)
+    return out
+
+
+def run_cases(aligned: bool) -> None:
+    """Run :func:`cases` (for the recording the spill check compiles)."""
+    for fn in cases(aligned).values():
+        fn()
+
+
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "unaligned"])
+def test_gpu_default_tiles_in_the_interpreter(aligned, monkeypatch):
+    monkeypatch.setenv("DITRON_GEMM_TMA", "1")  # the GPU's load path (where operands allow)
+    torch.manual_seed(0)
+    for name, fn in cases(aligned).items():
+        got, ref = fn()
+        keep = ref.isnan()
+        assert got[keep].isnan().all(), f"{name}: wrote rows outside its groups"
+        tol = 2e-2 if got.dtype == torch.bfloat16 else 1e-5
+        err = _error(got[~keep], ref[~keep])
+        assert err < tol, f"{name}: relative error {err:.2e}"
+
+
+_COMPILE = textwrap.dedent("""
+    import glob, json, sys
+    sys.path.insert(0, sys.argv[1] + "/tools")
+    import cuda_compile_check as check  # switches the backend off the interpreter
+    from triton.runtime import driver
+    driver.set_active(check._Hopper())
+    out, seen = [], set()
+    for path in sorted(glob.glob(sys.argv[2] + "/launches-*.jsonl")):
+        for line in open(path):
+            rec = json.loads(line)
+            key = check._key(check._resolve(rec["kernel"]), rec)
+            if key in seen:
+                continue
+            seen.add(key)
+            error, usage = check._compile(rec, usage=True)
+            out.append({"kernel": rec["kernel"], "error": error,
+                        "usage": usage and [usage.constexprs, usage.registers, usage.spilled]})
+    print(json.dumps(out))
+""")
+
+
+def test_gpu_default_tiles_compile_without_spills(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    record = dict(env, TRITON_INTERPRET="1", DITRON_GEMM_TMA="1", DITRON_BACKEND="cpu",
+                  DITRON_RECORD_LAUNCHES=str(tmp_path))
+    script = "from tests.kernels.test_gpu_tiles import run_cases; run_cases(aligned=True)"
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=record,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = subprocess.run([sys.executable, "-c", _COMPILE, ROOT, str(tmp_path)], cwd=ROOT,
+                          env=dict(env, DITRON_BACKEND="cuda"), capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    launches = json.loads(proc.stdout.strip().splitlines()[-1])
+    kernels = {r["kernel"].split(":")[1] for r in launches}
+    assert kernels == {"persistent_gemm", "_grouped_gemm_kernel", "_grouped_wgrad_kernel"}
+    failed = [f"{r['kernel']}: {r['error']}" for r in launches if r["error"]]
+    assert not failed, "\n".join(failed)
+    spilled = [f"{r['kernel']} ({r['usage'][0]}): {r['usage'][2]} B spilled, "
+               f"{r['usage'][1]} registers" for r in launches if r["usage"][2] > 0]
+    assert not spilled, "\n".join(spilled)
