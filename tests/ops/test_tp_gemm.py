@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
-from ditron.kernels.gemm import matmul
+from ditron.kernels.gemm import default_config, matmul
 
 from .poison import poison_empty
 
@@ -46,37 +46,40 @@ def _sum(x: torch.Tensor) -> torch.Tensor:
     return cpu.to(x.device)
 
 
-def _ops_case(m: int, K: int, N: int, specs) -> int:
-    """``specs``: (dtype, repeated calls, methods) triples; returns the number of checks."""
+def _ops_case(m: int, K: int, N: int, specs, gpu_tiles: bool = False) -> int:
+    """``specs``: (dtype, repeated calls, methods) triples; returns the number of checks.
+    ``gpu_tiles``: every op takes the GPU's default :class:`GemmConfig` for its dtype."""
     poison_empty()
     w = ditron.world()
     W, rank, dev = w.world_size, w.rank, w.device
     checks = 0
     for dtype, reps, methods in specs:
+        cfg = default_config(torch.device("cuda"), dtype) if gpu_tiles else None
         for it in range(reps):
             for method in methods:
                 torch.manual_seed(1000 * it + 17 * rank + len(method))
                 a = torch.randn(m, K, dtype=torch.float32).to(dev, dtype)
                 b = torch.randn(N, K, dtype=torch.float32).to(dev, dtype).t()  # transposed weight
                 ref = _gather(a).double() @ b.double()
-                c, ga = ditron.ops.ag_gemm(a, b, return_gathered=True, method=method)
+                c, ga = ditron.ops.ag_gemm(a, b, return_gathered=True, method=method,
+                                               config=cfg)
                 _close(f"ag_gemm[{method}]", c, ref, dtype)
                 assert torch.equal(ga, _gather(a)), "ag_gemm gathered A differs"
-                _close(f"ag_gemm[{method}] no-gather", ditron.ops.ag_gemm(a, b, method=method),
-                       ref, dtype)
+                _close(f"ag_gemm[{method}] no-gather",
+                       ditron.ops.ag_gemm(a, b, method=method, config=cfg), ref, dtype)
 
                 a2 = torch.randn(W * m, K, dtype=torch.float32).to(dev, dtype)
                 full = _sum(a2.double() @ b.double())
-                rs = ditron.ops.gemm_rs(a2, b, method=method)
+                rs = ditron.ops.gemm_rs(a2, b, method=method, config=cfg)
                 _close(f"gemm_rs[{method}]", rs, full[rank * m:(rank + 1) * m], dtype)
                 if method == "overlap":  # the copy engine's segments: pushed, and pulled
                     for engine in ("copy_engine", "copy_engine_pull"):
-                        rs = ditron.ops.gemm_rs(a2, b, method=method, engine=engine)
+                        rs = ditron.ops.gemm_rs(a2, b, method=method, engine=engine, config=cfg)
                         _close(f"gemm_rs[{engine}]", rs, full[rank * m:(rank + 1) * m], dtype)
                         checks += 1
 
                 a3 = torch.randn(W * m + 1, K, dtype=torch.float32).to(dev, dtype)[:, :]
-                ar = ditron.ops.gemm_ar(a3, b, method=method)
+                ar = ditron.ops.gemm_ar(a3, b, method=method, config=cfg)
                 _close(f"gemm_ar[{method}]", ar, _sum(a3.double() @ b.double()), dtype)
                 checks += 4
     return checks
@@ -89,6 +92,17 @@ def _poison_heap(monkeypatch):
 
 SPECS = [(torch.float32, 3, ["overlap"]), (torch.bfloat16, 1, ["overlap", "fallback"])]
 GPU_SPECS = [(torch.float32, 3, ["overlap"]), (torch.bfloat16, 1, ["overlap"])]
+
+
+def test_ops_with_the_gpu_default_tiles(monkeypatch, backend):
+    """The ops on the tiles an H200 takes by default (bf16 128 x 256 x 64, fp32 128 x 128 x
+    32) and TMA loads where the GPU takes them, M per rank and K not multiples of the tiles;
+    on the CPU backend the interpreter runs them and CI's compile check then compiles these
+    launches (every epilogue, the waits) for sm_90."""
+    monkeypatch.setenv("DITRON_GEMM_TMA", "1")
+    specs = [(torch.float32, 2, ["overlap"]), (torch.bfloat16, 2, ["overlap"])]
+    assert ditron.launch(_ops_case, 3, 136, 200, 320, specs, True,
+                         backend=backend) == [24] * 3
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
