@@ -39,9 +39,9 @@ def tma_wanted(device: torch.device, use_tma: bool | None = None) -> bool:
 def transposable(dtype: torch.dtype) -> bool:
     """Whether a kernel should load a ``[c, r]`` box of this dtype and transpose it for
     ``tl.dot``: 16-bit operands only. 32-bit ones multiply in IEEE fp32 (FMA, no tensor
-    cores), and that dot on a transposed TMA tile spills (ptxas, sm_90a: 8-22 KB per thread
-    at 128 x 128 and 128 x 256 fp32 tiles); on row-major boxes or through pointer loads, the
-    same tiles do not."""
+    cores), and that dot on a transposed TMA tile spills (ptxas, sm_90a: 4.7-22 KB per
+    thread at the GEMMs' and the megakernel's GPU tiles); on row-major boxes or through
+    pointer loads, the same tiles do not."""
     return dtype.itemsize == 2
 
 
