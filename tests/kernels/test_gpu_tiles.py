@@ -97,16 +97,17 @@ def cases(aligned: bool) -> dict[str, Callable[[], tuple[torch.Tensor, torch.Ten
     its poison)."""
     out = {}
     for dtype in DTYPES:
-        d = str(dtype).removeprefix("torch.")
+        dn = str(dtype).removeprefix("torch.")
         for transposed in (False, True):
-            t = "w.t()" if transposed else "row-major"
-            out[f"gemm {d} b {t}"] = lambda d=dtype, t=transposed: _gemm_case(d, aligned, t)
+            layout = "w.t()" if transposed else "row-major"
+            out[f"gemm {dn} b {layout}"] = (
+                lambda d=dtype, t=transposed: _gemm_case(d, aligned, t))
             groups = {"many rows": None, "few rows": 16} if dtype != torch.float32 else \
                 {"fp32": None}
             for name, rows in groups.items():
-                out[f"grouped {d} {name} w {t}"] = (
+                out[f"grouped {dn} {name} w {layout}"] = (
                     lambda d=dtype, t=transposed, r=rows: _grouped_case(d, aligned, t, r))
-        out[f"wgrad {d}"] = lambda d=dtype: _wgrad_case(d, aligned)
+        out[f"wgrad {dn}"] = lambda d=dtype: _wgrad_case(d, aligned)
     return out
 
 
