@@ -13,8 +13,9 @@ Distinct launches compile in parallel, one process per CPU (``DITRON_COMPILE_JOB
 most registers per thread (``ptxas -v`` for sm_90a), the launch that spills most and how
 many of the kernel's launches spill: register pressure found without a GPU. The constexprs
 are the recorded ones, so a kernel whose tiles or warps differ on the CPU backend (the
-GEMMs, the fused collectives' one warp) shows its CPU choice; compile a launch with the
-GPU's to judge those.
+GEMMs, the fused collectives' one warp) shows its CPU choice, except where a test runs it
+with the GPU's (``tests/kernels/test_gpu_tiles.py``: the GEMMs' default configs, which it
+also checks for spills).
 
 The kernels of :data:`SPILL_FREE` choose the same tiles and warps on both backends, so their
 recorded launches are the GPU's: a launch of theirs that spills registers fails the check
