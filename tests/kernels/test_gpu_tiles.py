@@ -112,16 +112,24 @@ def cases(aligned: bool) -> dict[str, Callable[[], tuple[torch.Tensor, torch.Ten
 
 
 def _tp_ops() -> bool:
-    """The overlapped TP GEMMs on the GPU's default configs (a rank of a launch): the
-    persistent GEMM with its waits and its reduce-scatter / all-reduce epilogues."""
+    """The overlapped TP GEMMs on the GPU's default configs with each engine a GPU tunes
+    over (``tune.tuner.GPU_ENGINES``; a rank of a launch): the persistent GEMM with its
+    waits, own rows in place and its reduce-scatter / all-reduce epilogues."""
+    from ditron.tune.tuner import GPU_ENGINES, MATMUL_ENGINES
+
     W = ditron.world().world_size
     m, N, K = TP_SHAPE
     for dtype in DTYPES:
         cfg = gemm.default_config(CUDA, dtype)
         a = torch.randn(m, K).to(dtype)
         b = torch.randn(N, K).to(dtype).t()
-        ditron.ops.ag_gemm(a, b, method="overlap", config=cfg)
-        ditron.ops.gemm_rs(torch.randn(W * m, K).to(dtype), b, method="overlap", config=cfg)
+        a2 = torch.randn(W * m, K).to(dtype)
+        whole = torch.randn(2 * cfg.block_m, K).to(dtype)  # own rows read in place (OWN_A)
+        for op, args in (("ag_gemm", (a, b)), ("ag_gemm", (whole, b)), ("gemm_rs", (a2, b))):
+            for engine in GPU_ENGINES[op]:
+                if engine not in MATMUL_ENGINES.get(op, ()):
+                    getattr(ditron.ops, op)(*args, method="overlap", config=cfg,
+                                            engine=engine)
         ditron.ops.gemm_ar(a, b, method="overlap", config=cfg)
     return True
 
@@ -184,7 +192,8 @@ def test_gpu_default_tiles_compile_without_spills(tmp_path):
     launches = json.loads(proc.stdout.strip().splitlines()[-1])
     kernels = {r["kernel"].split(":")[1] for r in launches}
     assert {"persistent_gemm", "_grouped_gemm_kernel", "_grouped_wgrad_kernel"} <= kernels
-    assert any("EPILOGUE=1" in r["usage"][0] for r in launches if r["usage"]), "no GEMM-RS"
+    for variant in ("WAIT=True", "OWN_A=True", "EPILOGUE=1", "EPILOGUE=2"):
+        assert any(variant in r["usage"][0] for r in launches if r["usage"]), variant
     failed = [f"{r['kernel']}: {r['error']}" for r in launches if r["error"]]
     assert not failed, "\n".join(failed)
     spilled = [f"{r['kernel']} ({r['usage'][0]}): {r['usage'][2]} B spilled, "
