@@ -228,12 +228,10 @@ def _print_usage(used: list[Usage], kernels: int) -> None:
               f"{u.kernel} ({u.constexprs})")
 
 
-def main(directory: str, registers: int = 0) -> int:
-    """Compile each distinct recorded launch, on ``DITRON_COMPILE_JOBS`` processes (default:
-    one per CPU; each compile is one thread of LLVM and ptxas); with ``registers``, list
-    that many kernels by spills, then registers."""
+def distinct_launches(directory: str) -> tuple[list[dict], int]:
+    """The recorded launches of ``directory`` that compile to distinct binaries (one record
+    each), and how many were skipped as defined in a script (not importable here)."""
     sys.path.insert(0, os.getcwd())  # kernels recorded from the tests import as tests.*
-    driver.set_active(_Hopper())
     done: set[str] = set()
     todo = []
     skipped = 0
@@ -242,21 +240,39 @@ def main(directory: str, registers: int = 0) -> int:
             for line in f:
                 rec = json.loads(line)
                 if rec["kernel"].startswith(("__main__:", "__mp_main__:")) or _injected(rec):
-                    skipped += 1  # defined in a script: not importable here
+                    skipped += 1
                     continue
                 key = _key(_resolve(rec["kernel"], rec.get("file")), rec)
                 if key not in done:
                     done.add(key)
                     todo.append(rec)
-    jobs = max(1, int(os.environ.get("DITRON_COMPILE_JOBS", os.cpu_count() or 1)))
-    failures = 0
+    return todo, skipped
+
+
+def compile_all(todo: list[dict], registers: int = 0, jobs: int | None = None
+                ) -> list[tuple[str | None, Usage | None]]:
+    """:func:`_compile_checked` of every record of ``todo`` (in any order), on ``jobs``
+    processes (default ``DITRON_COMPILE_JOBS``, else one per CPU); ``registers > 0``: the
+    usage of every launch."""
+    driver.set_active(_Hopper())
+    if jobs is None:
+        jobs = max(1, int(os.environ.get("DITRON_COMPILE_JOBS", os.cpu_count() or 1)))
     if jobs > 1 and len(todo) > 1:
         # forked workers inherit the stand-in driver and the loaded modules
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            results = list(pool.imap_unordered(
+            return list(pool.imap_unordered(
                 functools.partial(_compile_checked, registers=registers), todo))
-    else:
-        results = [_compile_checked(rec, registers) for rec in todo]
+    return [_compile_checked(rec, registers) for rec in todo]
+
+
+def main(directory: str, registers: int = 0) -> int:
+    """Compile each distinct recorded launch, on ``DITRON_COMPILE_JOBS`` processes (default:
+    one per CPU; each compile is one thread of LLVM and ptxas); with ``registers``, list
+    that many kernels by spills, then registers."""
+    todo, skipped = distinct_launches(directory)
+    jobs = max(1, int(os.environ.get("DITRON_COMPILE_JOBS", os.cpu_count() or 1)))
+    results = compile_all(todo, registers, jobs)
+    failures = 0
     for report, usage in results:
         if report is None and usage is not None and usage.kernel.startswith(SPILL_FREE) \
                 and usage.spilled:
@@ -267,8 +283,8 @@ def main(directory: str, registers: int = 0) -> int:
             print(report)
     if registers:
         _print_usage([u for _, u in results if u is not None], registers)
-    kernels = {json.loads(k)[0] for k in done}
-    print(f"cuda compile check (sm_90): {len(done)} distinct launches of {len(kernels)} "
+    kernels = {rec["kernel"] for rec in todo}
+    print(f"cuda compile check (sm_90): {len(todo)} distinct launches of {len(kernels)} "
           f"kernels, {failures} failed ({skipped} launches from scripts skipped; {jobs} jobs)")
     return 1 if failures else 0
 

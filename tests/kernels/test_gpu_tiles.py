@@ -157,22 +157,12 @@ def test_gpu_default_tiles_in_the_interpreter(aligned, monkeypatch):
 
 
 _COMPILE = textwrap.dedent("""
-    import glob, json, sys
+    import json, sys
     sys.path.insert(0, sys.argv[1] + "/tools")
     import cuda_compile_check as check  # switches the backend off the interpreter
-    from triton.runtime import driver
-    driver.set_active(check._Hopper())
-    out, seen = [], set()
-    for path in sorted(glob.glob(sys.argv[2] + "/launches-*.jsonl")):
-        for line in open(path):
-            rec = json.loads(line)
-            key = check._key(check._resolve(rec["kernel"]), rec)
-            if key in seen:
-                continue
-            seen.add(key)
-            error, usage = check._compile(rec, usage=True)
-            out.append({"kernel": rec["kernel"], "error": error,
-                        "usage": usage and [usage.constexprs, usage.registers, usage.spilled]})
+    launches, _ = check.distinct_launches(sys.argv[2])
+    out = [{"error": error, "usage": u and [u.kernel, u.constexprs, u.registers, u.spilled]}
+           for error, u in check.compile_all(launches, registers=1)]
     print(json.dumps(out))
 """)
 
@@ -190,15 +180,16 @@ def test_gpu_default_tiles_compile_without_spills(tmp_path):
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     launches = json.loads(proc.stdout.strip().splitlines()[-1])
-    kernels = {r["kernel"].split(":")[1] for r in launches}
+    failed = [r["error"] for r in launches if r["error"]]
+    assert not failed, "\n".join(failed)
+    used = [r["usage"] for r in launches]  # [kernel, constexprs, registers, spilled]
+    kernels = {kernel.split(":")[1] for kernel, *_ in used}
     assert {"persistent_gemm", "_grouped_gemm_kernel", "_grouped_wgrad_kernel"} <= kernels
     for variant in ("WAIT=True", "OWN_A=True", "EPILOGUE=1", "EPILOGUE=2"):
-        assert any(variant in r["usage"][0] for r in launches if r["usage"]), variant
-    failed = [f"{r['kernel']}: {r['error']}" for r in launches if r["error"]]
-    assert not failed, "\n".join(failed)
-    spilled = [f"{r['kernel']} ({r['usage'][0]}): {r['usage'][2]} B spilled, "
-               f"{r['usage'][1]} registers" for r in launches
-               if r["usage"][2] > ALLOWED_SPILL.get(_epilogue(r["usage"][0]), 0)]
+        assert any(variant in consts for _, consts, *_ in used), variant
+    spilled = [f"{kernel} ({consts}): {spill} B spilled, {regs} registers"
+               for kernel, consts, regs, spill in used
+               if spill > ALLOWED_SPILL.get(_epilogue(consts), 0)]
     assert not spilled, "\n".join(spilled)
 
 
