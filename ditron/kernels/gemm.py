@@ -69,6 +69,7 @@ from .. import language as dl
 from ..runtime.grid_math import cdiv
 from ..runtime.triton_launch import FastKernel
 from . import descriptors
+from .alignment import DIVISOR, vector_loads
 from .descriptors import describe, tma_wanted, transposable
 
 EPI_STORE = 0
@@ -108,33 +109,65 @@ CPU_CONFIG = GemmConfig(block_m=16, block_n=32, block_k=16, group_m=4, num_warps
 GPU_CONFIG = GemmConfig(flatten=True, tma_store=True)
 
 
-def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> GemmConfig:
+def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16,
+                   operands: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   epilogue: int = EPI_STORE) -> GemmConfig:
     """The tile configuration used when the tuner has not chosen one.
 
-    On GPU, 4-byte operands take 128 x 128 x 32 tiles and store through registers: they
-    multiply in IEEE fp32 on FMA units, where a 128 x 256 tile spills (ptxas, sm_90a: 472 B
-    per thread), and 128x256x64 fp32 tiles in 3 stages would need 262 KB of shared memory
-    (an H100/H200 has 227 KB). ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the block sizes
-    (e.g. ``16x16x16``)."""
+    On GPU, 128 x 256 x 64 tiles, 3 stages, 8 warps. 4-byte operands take 128 x 128 x 32
+    tiles and store through registers: they multiply in IEEE fp32 on FMA units, where a
+    128 x 256 tile spills (ptxas, sm_90a: 472 B per thread), and 128x256x64 fp32 tiles in
+    3 stages would need 262 KB of shared memory (an H100/H200 has 227 KB).
+
+    ``operands`` (the ``(a, b)`` the GEMM will load, when given) that are not laid out as
+    a model's (``alignment.vector_loads``; ptxas, sm_90a, session 55): with the plain
+    store, 128 x 128 x 32 where they take pointer loads that cannot be vectorized
+    (:func:`scalar_loads`; the default tiles spill 0.9-3 KB per thread there, these
+    none); with a reduce-scatter or all-reduce ``epilogue``, which loads the peers'
+    ``[rows, N]`` partials, 64 x 128 x 32 unless ``a``, ``b`` and ``N`` are all multiples
+    of 16 elements (larger tiles spill 16-940 B there, these none).
+    ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the block sizes (e.g. ``16x16x16``)."""
     env = os.environ.get("DITRON_GEMM_BLOCKS")
-    key = (device.type, dtype, env)
+    shape = "default"
+    if operands is not None and device.type == "cuda":
+        a, b = operands
+        if epilogue != EPI_STORE and not (vector_loads(a) and vector_loads(b)
+                                          and b.shape[1] % DIVISOR == 0):
+            shape = "scatter"
+        elif scalar_loads(a, b, device):
+            shape = "scalar"
+    key = (device.type, dtype, env, shape)
     cfg = _DEFAULT_CONFIGS.get(key)
     if cfg is None:
-        cfg = _DEFAULT_CONFIGS[key] = _default_config(device, dtype, env)
+        cfg = _DEFAULT_CONFIGS[key] = _default_config(device, dtype, env, shape)
     return cfg
 
 
 _DEFAULT_CONFIGS: dict = {}
 
 
-def _default_config(device: torch.device, dtype: torch.dtype, env: str | None) -> GemmConfig:
+def _default_config(device: torch.device, dtype: torch.dtype, env: str | None,
+                    shape: str) -> GemmConfig:
     cfg = GPU_CONFIG if device.type == "cuda" else CPU_CONFIG
-    if device.type == "cuda" and dtype.itemsize > 2:
+    if shape == "scatter":
+        cfg = dataclasses.replace(cfg, block_m=64, block_n=128, block_k=32, tma_store=False)
+    elif device.type == "cuda" and (dtype.itemsize > 2 or shape == "scalar"):
         cfg = dataclasses.replace(cfg, block_n=128, block_k=32, tma_store=False)
     if env:
         bm, bn, bk = (int(x) for x in env.lower().split("x"))
         cfg = dataclasses.replace(cfg, block_m=bm, block_n=bn, block_k=bk)
     return cfg
+
+
+def scalar_loads(a: torch.Tensor, b: torch.Tensor, device: torch.device) -> bool:
+    """Whether the GEMM of ``a @ b`` on ``device``, a GPU, would load an operand through
+    pointers that cannot be vectorized (``alignment.vector_loads``): ``a`` or ``b``
+    unaligned (e.g. ``K``, or a row-major ``b``'s ``N``, not a multiple of 16 elements)
+    and not on the TMA path (where the device and the operands allow it, at
+    :data:`GPU_CONFIG`'s boxes). ``False`` off CUDA."""
+    if device.type != "cuda" or (vector_loads(a) and vector_loads(b)):
+        return False
+    return not (tma_wanted(device) and tma_operands(a, b, GPU_CONFIG) is not None)
 
 
 def smem_bytes(cfg: GemmConfig, itemsize: int) -> int:
@@ -666,7 +699,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig | None = None,
     """Local ``a @ b`` with the persistent GEMM (``torch.matmul`` equivalent, fp32 accum)."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: cannot multiply {tuple(a.shape)} by {tuple(b.shape)}")
-    cfg = cfg or default_config(a.device, a.dtype)
+    cfg = cfg or default_config(a.device, a.dtype, (a, b))
     M = a.shape[0]
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)

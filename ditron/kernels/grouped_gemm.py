@@ -45,6 +45,7 @@ import triton.language as tl
 
 from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.triton_launch import FastKernel
+from .alignment import vector_loads
 from .descriptors import describe, tma_wanted, transposable
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -72,23 +73,40 @@ SMALL_GROUP_ROWS = 128
 
 
 def default_config(device: torch.device, dtype: torch.dtype,
-                   rows_per_group: float | None = None) -> GroupedGemmConfig:
+                   rows_per_group: float | None = None,
+                   operands: tuple[torch.Tensor, torch.Tensor] | None = None
+                   ) -> GroupedGemmConfig:
     """The tile config for ``rows_per_group`` average rows per group (``None``: many).
 
     On a GPU, fp16 / bf16: 128 x 256 x 64 tiles, 3 stages, 8 warps, TMA loads (the fastest
     on REFERENCES.md's MoE shapes at 8192 tokens on an H200, sessions 42 and 44); up to
     :data:`SMALL_GROUP_ROWS` rows per group, 64 x 128 x 64, 4 stages, 4 warps, pointer
     loads (the fastest at 128 and 1024 tokens, 1.0-1.6x the large tiles, session 45:
-    ``docs/perf.md``). fp32, whose tiles are twice the bytes: 128 x 128 x 32. On the CPU
+    ``docs/perf.md``). fp32, whose tiles are twice the bytes: 128 x 128 x 32. So do
+    ``operands`` (``(x, w)``, when given) whose loads would go through pointers that cannot
+    be vectorized (``alignment.vector_loads``: e.g. ``K`` not a multiple of 16), and
+    there 64 x 128 x 32 with 8 warps for few rows per group: the tiles above spill
+    0.8-2.6 KB per thread there (ptxas, sm_90a, session 55), these none. On the CPU
     backend 64 x 64 x 32, where a program is a NumPy call and larger tiles mean fewer of
     them."""
     if device.type != "cuda":
         return _CPU
     if dtype == torch.float32:
         return _FP32
-    if rows_per_group is not None and rows_per_group <= SMALL_GROUP_ROWS:
-        return _SMALL_GROUPS
-    return _LARGE
+    small = rows_per_group is not None and rows_per_group <= SMALL_GROUP_ROWS
+    cfg = _SMALL_GROUPS if small else _LARGE
+    if operands is not None and _scalar_loads(*operands, cfg, device):
+        return _SCALAR_SMALL if small else _SCALAR
+    return cfg
+
+
+def _scalar_loads(x: torch.Tensor, w: torch.Tensor, cfg: GroupedGemmConfig,
+                  device: torch.device) -> bool:
+    """Whether ``cfg`` would load ``x`` or ``w`` through pointer loads that cannot be
+    vectorized."""
+    if vector_loads(x) and vector_loads(w):
+        return False
+    return not (cfg.tma and tma_wanted(device) and _descriptors(x, w, cfg) is not None)
 
 
 def default_wgrad_config(device: torch.device, dtype: torch.dtype) -> GroupedGemmConfig:
@@ -105,6 +123,9 @@ def default_wgrad_config(device: torch.device, dtype: torch.dtype) -> GroupedGem
 _CPU = GroupedGemmConfig(64, 64, 32, num_warps=4, num_stages=1)
 _FP32 = GroupedGemmConfig(128, 128, 32, num_warps=8, num_stages=3)
 _SMALL_GROUPS = GroupedGemmConfig(64, 128, 64, num_warps=4, num_stages=4, tma=False)
+#: unvectorized pointer loads (default_config)
+_SCALAR = _FP32
+_SCALAR_SMALL = GroupedGemmConfig(64, 128, 32, num_warps=8, num_stages=4, tma=False)
 _LARGE = GroupedGemmConfig()
 _WGRAD_CONFIG = GroupedGemmConfig(128, 256, 64, num_warps=8, num_stages=4, tma=True)
 
@@ -274,7 +295,8 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     if R == 0 or N == 0 or G == 0:
         return out
     cfg = config or default_config(x.device, x.dtype,
-                                   R / G if rows_per_group is None else rows_per_group)
+                                   R / G if rows_per_group is None else rows_per_group,
+                                   (x, w))
     slots = cdiv(R, cfg.block_m) + G
     grid = (slots * cdiv(N, cfg.block_n),)
     descs = _descriptors(x, w, cfg) if cfg.tma and K > 0 and tma_wanted(x.device) else None

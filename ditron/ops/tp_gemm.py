@@ -45,6 +45,7 @@ from ..kernels import swizzle
 from ..kernels.gemm import (
     EPI_ALL_REDUCE,
     EPI_REDUCE_SCATTER,
+    EPI_STORE,
     TRACE_FIELDS,
     GemmConfig,
     GemmHooks,
@@ -138,16 +139,20 @@ class Choice:
     graph: Choice | None = None  # the tuned choice for calls captured in CUDA graphs
 
 
-def _choose(op: str, method: str, M: int, N: int, K: int, dtype: torch.dtype,
+def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
             config: GemmConfig | None) -> Choice:
+    """Overlap or fall back, and the GEMM's config, for ``op`` over ``M`` rows of ``a``
+    (``[rows, K]``, as the GEMM will read it) times ``b``."""
     rt = current()
     W = rt.world.world_size
-    cfg = config or default_config(rt.world.device, dtype)
+    N, K, dtype = b.shape[1], b.shape[0], a.dtype
+    epilogue = {"gemm_rs": EPI_REDUCE_SCATTER, "gemm_ar": EPI_ALL_REDUCE}.get(op, EPI_STORE)
+    cfg = config or default_config(rt.world.device, dtype, (a, b), epilogue)
     if method == "fallback" or W == 1 or M == 0 or N == 0:
         return Choice(False, cfg)
     if method == "overlap":
         return Choice(True, cfg)
-    key = ("tp_gemm_choice", op, M, N, K, dtype, config)
+    key = ("tp_gemm_choice", op, M, N, K, dtype, config, cfg)
     choice = rt.cache.get(key)
     if choice is None:
         # Ranks must take the same path (their caches on disk may differ): rank 0 decides.
@@ -248,9 +253,8 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     rt = current()
     W = rt.world.world_size
     m, K = a.shape
-    N = b.shape[1]
     M = W * m
-    choice = _choose("ag_gemm", method, M, N, K, a.dtype, config)
+    choice = _choose("ag_gemm", method, M, a, b, config)
     if choice.overlap and W % rt.world.local_world_size != 0:
         choice = dataclasses.replace(choice, overlap=False)
     graph = choice.overlap and graph_mode()
@@ -509,14 +513,14 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         raise ValueError(f"gemm_rs: engine must be one of {RS_ENGINES}, got {forced!r}")
     rt = current()
     W = rt.world.world_size
-    M, k = a.shape
+    M = a.shape[0]
     N = b.shape[1]
     chunk_rows = _rs_chunk_rows(chunk_rows, M // W)
     if early_rows is not None and (not isinstance(early_rows, int) or isinstance(early_rows, bool)
                                    or not 0 <= early_rows < max(M // W, 1)):
         raise ValueError(f"gemm_rs: early_rows must be an int in [0, M / W = {M // W}), got "
                          f"{early_rows!r}")
-    choice = _choose("gemm_rs", method, M, N, k, a.dtype, config)
+    choice = _choose("gemm_rs", method, M, a, b, config)
     if choice.overlap and rt.topo.num_nodes > 1:
         choice = dataclasses.replace(choice, overlap=False)  # no inter-node push path yet
     graph = choice.overlap and graph_mode()
@@ -576,9 +580,8 @@ def gemm_ar(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     """
     _validate("gemm_ar", a, b, method)
     rt = current()
-    M, k = a.shape
-    N = b.shape[1]
-    choice = _choose("gemm_ar", method, M, N, k, a.dtype, config)
+    M = a.shape[0]
+    choice = _choose("gemm_ar", method, M, a, b, config)
     if choice.overlap and rt.topo.num_nodes > 1:
         choice = dataclasses.replace(choice, overlap=False)
     if not choice.overlap:

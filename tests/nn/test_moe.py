@@ -158,8 +158,8 @@ def check_rows_hint() -> list:
 
     seen = []
     real = module.default_config
-    module.default_config = lambda dev, dtype, rows=None: seen.append(rows) or real(dev, dtype,
-                                                                                 rows)
+    module.default_config = lambda dev, dtype, rows=None, *ops: seen.append(rows) or real(
+        dev, dtype, rows, *ops)
     try:
         dev = ditron.world().device
         layer = ditron.nn.ExpertParallelMLP(8, 4, 6)

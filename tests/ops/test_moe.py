@@ -201,7 +201,8 @@ def test_grouped_gemm_rows_per_group_picks_the_config(monkeypatch):
     seen = []
     real = module.default_config
     monkeypatch.setattr(module, "default_config",
-                        lambda dev, dtype, rows=None: seen.append(rows) or real(dev, dtype, rows))
+                        lambda dev, dtype, rows=None, *ops: seen.append(rows)
+                        or real(dev, dtype, rows, *ops))
     x, w, o = torch.randn(12, 8), torch.randn(3, 8, 5), torch.tensor([0, 2, 7, 9])
     ref = _grouped_ref(x, w, o)[:9].float()
     for hint in (None, 2.5):

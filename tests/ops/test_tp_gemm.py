@@ -9,7 +9,14 @@ import torch
 import torch.distributed as dist
 
 import ditron
-from ditron.kernels.gemm import default_config, matmul
+from ditron.kernels import descriptors
+from ditron.kernels.gemm import (
+    EPI_ALL_REDUCE,
+    EPI_REDUCE_SCATTER,
+    EPI_STORE,
+    default_config,
+    matmul,
+)
 
 from .poison import poison_empty
 
@@ -46,21 +53,33 @@ def _sum(x: torch.Tensor) -> torch.Tensor:
     return cpu.to(x.device)
 
 
+def _gpu_config(gpu_tiles: bool, operands, epilogue: int = EPI_STORE):
+    """The :class:`GemmConfig` an H200 takes by default for ``operands`` and ``epilogue``
+    (``None`` unless ``gpu_tiles``); a rank without a GPU picks it as for capability 9.0."""
+    if not gpu_tiles:
+        return None
+    device = ditron.world().device
+    if device.type != "cuda":
+        descriptors.capability = lambda d: (9, 0)  # this rank's process only
+        device = torch.device("cuda", 0)
+    return default_config(device, operands[0].dtype, operands, epilogue)
+
+
 def _ops_case(m: int, K: int, N: int, specs, gpu_tiles: bool = False) -> int:
     """``specs``: (dtype, repeated calls, methods) triples; returns the number of checks.
-    ``gpu_tiles``: every op takes the GPU's default :class:`GemmConfig` for its dtype."""
+    ``gpu_tiles``: every op takes the GPU's default :class:`GemmConfig` for its operands."""
     poison_empty()
     w = ditron.world()
     W, rank, dev = w.world_size, w.rank, w.device
     checks = 0
     for dtype, reps, methods in specs:
-        cfg = default_config(torch.device("cuda"), dtype) if gpu_tiles else None
         for it in range(reps):
             for method in methods:
                 torch.manual_seed(1000 * it + 17 * rank + len(method))
                 a = torch.randn(m, K, dtype=torch.float32).to(dev, dtype)
                 b = torch.randn(N, K, dtype=torch.float32).to(dev, dtype).t()  # transposed weight
                 ref = _gather(a).double() @ b.double()
+                cfg = _gpu_config(gpu_tiles, (a, b))
                 c, ga = ditron.ops.ag_gemm(a, b, return_gathered=True, method=method,
                                                config=cfg)
                 _close(f"ag_gemm[{method}]", c, ref, dtype)
@@ -70,6 +89,7 @@ def _ops_case(m: int, K: int, N: int, specs, gpu_tiles: bool = False) -> int:
 
                 a2 = torch.randn(W * m, K, dtype=torch.float32).to(dev, dtype)
                 full = _sum(a2.double() @ b.double())
+                cfg = _gpu_config(gpu_tiles, (a2, b), EPI_REDUCE_SCATTER)
                 rs = ditron.ops.gemm_rs(a2, b, method=method, config=cfg)
                 _close(f"gemm_rs[{method}]", rs, full[rank * m:(rank + 1) * m], dtype)
                 if method == "overlap":  # the copy engine's segments: pushed, and pulled
@@ -79,6 +99,7 @@ def _ops_case(m: int, K: int, N: int, specs, gpu_tiles: bool = False) -> int:
                         checks += 1
 
                 a3 = torch.randn(W * m + 1, K, dtype=torch.float32).to(dev, dtype)[:, :]
+                cfg = _gpu_config(gpu_tiles, (a3, b), EPI_ALL_REDUCE)
                 ar = ditron.ops.gemm_ar(a3, b, method=method, config=cfg)
                 _close(f"gemm_ar[{method}]", ar, _sum(a3.double() @ b.double()), dtype)
                 checks += 4
@@ -94,14 +115,16 @@ SPECS = [(torch.float32, 3, ["overlap"]), (torch.bfloat16, 1, ["overlap", "fallb
 GPU_SPECS = [(torch.float32, 3, ["overlap"]), (torch.bfloat16, 1, ["overlap"])]
 
 
-def test_ops_with_the_gpu_default_tiles(monkeypatch, backend):
-    """The ops on the tiles an H200 takes by default (bf16 128 x 256 x 64, fp32 128 x 128 x
-    32) and TMA loads where the GPU takes them, M per rank and K not multiples of the tiles;
-    on the CPU backend the interpreter runs them and CI's compile check then compiles these
-    launches (every epilogue, the waits) for sm_90."""
+@pytest.mark.parametrize("K, N", [(208, 320), (200, 257)], ids=["aligned", "unaligned"])
+def test_ops_with_the_gpu_default_tiles(K, N, monkeypatch, backend):
+    """The ops on the tiles an H200 takes by default for their operands (bf16 128 x 256 x 64,
+    fp32 128 x 128 x 32; with K = 200 and N = 257 the smaller tiles of unvectorized loads
+    and of the scatter epilogues) and TMA loads where the GPU takes them, M per rank and K
+    not multiples of the tiles; on the CPU backend the interpreter runs them and CI's
+    compile check then compiles these launches (every epilogue, the waits) for sm_90."""
     monkeypatch.setenv("DITRON_GEMM_TMA", "1")
     specs = [(torch.float32, 2, ["overlap"]), (torch.bfloat16, 2, ["overlap"])]
-    assert ditron.launch(_ops_case, 3, 136, 200, 320, specs, True,
+    assert ditron.launch(_ops_case, 3, 136, K, N, specs, True,
                          backend=backend) == [24] * 3
 
 
@@ -749,7 +772,7 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
                 cache.put(key, dataclasses.asdict(tuned))
                 assert decisions.Decision.from_json(cache.get(key)) == tuned
             dist.barrier(group=current().host_group)
-            current().cache.pop(("tp_gemm_choice", "gemm_rs", W * m, N, K, a.dtype, None),
+            current().cache.pop(("tp_gemm_choice", "gemm_rs", W * m, N, K, a.dtype, None, cfg),
                                 None)  # "auto" decides again, from the new entry
             _close("tuned, eager", ditron.ops.gemm_rs(a, b), ref, torch.float32)
             with ditron.ops.graph_safe():
