@@ -111,7 +111,7 @@ GPU_CONFIG = GemmConfig(flatten=True, tma_store=True)
 
 def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16,
                    operands: tuple[torch.Tensor, torch.Tensor] | None = None,
-                   epilogue: int = EPI_STORE) -> GemmConfig:
+                   epilogue: int = EPI_STORE, a_remote: bool = False) -> GemmConfig:
     """The tile configuration used when the tuner has not chosen one.
 
     On GPU, 128 x 256 x 64 tiles, 3 stages, 8 warps. 4-byte operands take 128 x 128 x 32
@@ -125,17 +125,13 @@ def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16,
     (:func:`scalar_loads`; the default tiles spill 0.9-3 KB per thread there, these
     none); with a reduce-scatter or all-reduce ``epilogue``, which loads the peers'
     ``[rows, N]`` partials, 64 x 128 x 32 unless ``a``, ``b`` and ``N`` are all multiples
-    of 16 elements (larger tiles spill 16-940 B there, these none).
-    ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the block sizes (e.g. ``16x16x16``)."""
+    of 16 elements (larger tiles spill 16-940 B there, these none). ``a_remote`` (the
+    colocated pull: A rows loaded from the peers' heaps through per-row pointers, as
+    ``GemmHooks.a_remote``): 128 x 128 x 32 (bf16 128 x 256 x 64 spilled 1.3 KB per
+    thread there, on aligned operands too). ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the
+    block sizes (e.g. ``16x16x16``)."""
     env = os.environ.get("DITRON_GEMM_BLOCKS")
-    shape = "default"
-    if operands is not None and device.type == "cuda":
-        a, b = operands
-        if epilogue != EPI_STORE and not (vector_loads(a) and vector_loads(b)
-                                          and b.shape[1] % DIVISOR == 0):
-            shape = "scatter"
-        elif scalar_loads(a, b, device):
-            shape = "scalar"
+    shape = _tile_class(device, operands, epilogue, a_remote)
     key = (device.type, dtype, env, shape)
     cfg = _DEFAULT_CONFIGS.get(key)
     if cfg is None:
@@ -144,6 +140,21 @@ def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16,
 
 
 _DEFAULT_CONFIGS: dict = {}
+
+
+def _tile_class(device: torch.device, operands, epilogue: int, a_remote: bool) -> str:
+    """Which of :func:`default_config`'s GPU tiles: ``"scatter"``, ``"scalar"`` or
+    ``"default"``."""
+    if device.type != "cuda":
+        return "default"
+    if operands is not None:
+        a, b = operands
+        if epilogue != EPI_STORE and not (vector_loads(a) and vector_loads(b)
+                                          and b.shape[1] % DIVISOR == 0):
+            return "scatter"
+        if scalar_loads(a, b, device):
+            return "scalar"
+    return "scalar" if a_remote else "default"
 
 
 def _default_config(device: torch.device, dtype: torch.dtype, env: str | None,

@@ -280,7 +280,16 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
         return _ag_pushed(a, b, choice.config, return_gathered,
                           chunk_rows if chunk_rows is not None else choice.chunk_rows, graph,
                           engine)
-    return _ag_overlap(a, b, choice.config, return_gathered)
+    return _ag_overlap(a, b, _pull_config(choice, config, a, b), return_gathered)
+
+
+def _pull_config(choice: Choice, config: GemmConfig | None, a, b) -> GemmConfig:
+    """The colocated pull's config: the default for A rows loaded from the peers' heaps
+    (``default_config(..., a_remote=True)``) unless the config was given or tuned."""
+    device = current().world.device
+    if config is not None or choice.config != default_config(device, a.dtype, (a, b)):
+        return choice.config
+    return default_config(device, a.dtype, (a, b), a_remote=True)
 
 
 def _ag_key(a, b, cfg: GemmConfig, tag: str, chunk_rows: int | None) -> tuple:

@@ -45,9 +45,12 @@ def test_vector_loads_sees_the_row_stride_of_a_column_slice():
     assert not vector_loads(x[:, :192])  # 192 columns, but rows 200 apart
 
 
-def _gemm_tiles(a, b, epilogue=gemm.EPI_STORE):
-    cfg = gemm.default_config(CUDA, a.dtype, (a, b), epilogue)
+def _tiles(cfg: gemm.GemmConfig) -> tuple[int, int, int, int]:
     return cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps
+
+
+def _gemm_tiles(a, b, epilogue=gemm.EPI_STORE):
+    return _tiles(gemm.default_config(CUDA, a.dtype, (a, b), epilogue))
 
 
 def test_gemm_tiles_for_unaligned_operands(h200, monkeypatch):
@@ -85,6 +88,17 @@ def test_gemm_tiles_for_the_scatter_epilogues(h200):
                            torch.empty(320, 200, dtype=BF16).t(), epilogue) == (64, 128, 32, 8)
         assert _gemm_tiles(torch.empty(8, 200), torch.empty(320, 200).t(), epilogue) \
             == (64, 128, 32, 8)
+
+
+def test_gemm_tiles_for_a_pulled_from_peers(h200):
+    """The colocated pull loads A rows from the peers' heaps through per-row pointers:
+    smaller tiles, aligned operands too (bf16 128 x 256 x 64 spilled 1.3 KB)."""
+    a, b = torch.empty(8, 192, dtype=BF16), torch.empty(320, 192, dtype=BF16).t()
+    assert gemm.default_config(CUDA, BF16, (a, b), a_remote=True) \
+        == gemm.default_config(CUDA, BF16, a_remote=True)
+    assert _tiles(gemm.default_config(CUDA, BF16, a_remote=True)) == (128, 128, 32, 8)
+    assert gemm.default_config(torch.device("cpu"), BF16, a_remote=True) \
+        == gemm.default_config(torch.device("cpu"), BF16)
 
 
 def test_cpu_and_fp32_configs_ignore_alignment(h200):

@@ -122,9 +122,9 @@ def cases(aligned: bool) -> dict[str, Callable[[], tuple[torch.Tensor, torch.Ten
 
 def _tp_ops(aligned: bool) -> bool:
     """The overlapped TP GEMMs on the GPU's default configs for their operands with each
-    engine a GPU tunes over (``tune.tuner.GPU_ENGINES``; a rank of a launch): the
-    persistent GEMM with its waits, own rows in place and its reduce-scatter / all-reduce
-    epilogues."""
+    engine a GPU tunes over (``tune.tuner.GPU_ENGINES``; a rank of a launch) and the
+    colocated pull (AG-GEMM across nodes): the persistent GEMM with its waits, own rows in
+    place, A rows from the peers' heaps and its reduce-scatter / all-reduce epilogues."""
     from ditron.tune.tuner import GPU_ENGINES, MATMUL_ENGINES
 
     as_h200()
@@ -145,6 +145,8 @@ def _tp_ops(aligned: bool) -> bool:
                                             engine=engine)
         cfg = gemm.default_config(CUDA, dtype, (a, b), gemm.EPI_ALL_REDUCE)
         ditron.ops.gemm_ar(a, b, method="overlap", config=cfg)
+        cfg = gemm.default_config(CUDA, dtype, (a, b), a_remote=True)  # across nodes
+        ditron.ops.ag_gemm(a, b, method="overlap", config=cfg, engine="colocated")
     return True
 
 
@@ -201,7 +203,7 @@ def test_gpu_default_tiles_compile_without_spills(tmp_path):
     used = [r["usage"] for r in launches]  # [kernel, constexprs, registers, spilled]
     kernels = {kernel.split(":")[1] for kernel, *_ in used}
     assert {"persistent_gemm", "_grouped_gemm_kernel", "_grouped_wgrad_kernel"} <= kernels
-    for variant in ("WAIT=True", "OWN_A=True", "EPILOGUE=1", "EPILOGUE=2"):
+    for variant in ("WAIT=True", "OWN_A=True", "A_REMOTE=True", "EPILOGUE=1", "EPILOGUE=2"):
         assert any(variant in consts for _, consts, *_ in used), variant
     spilled = [f"{kernel} ({consts}): {spill} B spilled, {regs} registers"
                for kernel, consts, regs, spill in used
@@ -212,8 +214,9 @@ def test_gpu_default_tiles_compile_without_spills(tmp_path):
 #: spill bytes allowed per thread by a launch of the persistent GEMM with these switches
 #: (sm_90a): the all-reduce epilogue holds its reduced tile while pushing it to every peer
 #: (session 54: 8-80 B at both dtypes' default tiles); the consumer's wait prologue with
-#: fp32 rows of 200 elements, 4 B (session 55); every other launch here must not spill
-ALLOWED_SPILL = {"EPILOGUE=2": 128, "WAIT=True": 8}
+#: fp32 rows of 200 elements, 4 B, and the colocated pull's, 16 B (session 55); every
+#: other launch here must not spill
+ALLOWED_SPILL = {"EPILOGUE=2": 128, "WAIT=True": 8, "A_REMOTE=True": 16}
 
 
 def _allowed_spill(constexprs: str) -> int:

@@ -53,16 +53,17 @@ def _sum(x: torch.Tensor) -> torch.Tensor:
     return cpu.to(x.device)
 
 
-def _gpu_config(gpu_tiles: bool, operands, epilogue: int = EPI_STORE):
-    """The :class:`GemmConfig` an H200 takes by default for ``operands`` and ``epilogue``
-    (``None`` unless ``gpu_tiles``); a rank without a GPU picks it as for capability 9.0."""
+def _gpu_config(gpu_tiles: bool, operands, epilogue: int = EPI_STORE, a_remote: bool = False):
+    """The :class:`GemmConfig` an H200 takes by default for ``operands``, ``epilogue`` and
+    ``a_remote`` (``None`` unless ``gpu_tiles``); a rank without a GPU picks it as for
+    capability 9.0."""
     if not gpu_tiles:
         return None
     device = ditron.world().device
     if device.type != "cuda":
         descriptors.capability = lambda d: (9, 0)  # this rank's process only
         device = torch.device("cuda", 0)
-    return default_config(device, operands[0].dtype, operands, epilogue)
+    return default_config(device, operands[0].dtype, operands, epilogue, a_remote)
 
 
 def _ops_case(m: int, K: int, N: int, specs, gpu_tiles: bool = False) -> int:
@@ -86,6 +87,11 @@ def _ops_case(m: int, K: int, N: int, specs, gpu_tiles: bool = False) -> int:
                 assert torch.equal(ga, _gather(a)), "ag_gemm gathered A differs"
                 _close(f"ag_gemm[{method}] no-gather",
                        ditron.ops.ag_gemm(a, b, method=method, config=cfg), ref, dtype)
+                if gpu_tiles:  # the colocated pull: A rows loaded from the peers' heaps
+                    pull = _gpu_config(gpu_tiles, (a, b), a_remote=True)
+                    _close("ag_gemm[colocated]", ditron.ops.ag_gemm(
+                        a, b, method=method, engine="colocated", config=pull), ref, dtype)
+                    checks += 1
 
                 a2 = torch.randn(W * m, K, dtype=torch.float32).to(dev, dtype)
                 full = _sum(a2.double() @ b.double())
@@ -125,7 +131,34 @@ def test_ops_with_the_gpu_default_tiles(K, N, monkeypatch, backend):
     monkeypatch.setenv("DITRON_GEMM_TMA", "1")
     specs = [(torch.float32, 2, ["overlap"]), (torch.bfloat16, 2, ["overlap"])]
     assert ditron.launch(_ops_case, 3, 136, K, N, specs, True,
-                         backend=backend) == [24] * 3
+                         backend=backend) == [28] * 3
+
+
+def _pull_config_case() -> list[bool]:
+    """Which ``a_remote`` the colocated pull's default config is asked with."""
+    from ditron.ops import tp_gemm
+
+    asked = []
+    real = tp_gemm.default_config
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("a_remote", False))
+        return real(*args, **kwargs)
+
+    tp_gemm.default_config = spy
+    a = torch.randn(5, 16)
+    b = torch.randn(24, 16).t()
+    for config in (None, default_config(a.device, a.dtype)):
+        asked.append("call")
+        ditron.ops.ag_gemm(a, b, method="overlap", engine="colocated", config=config)
+    return asked
+
+
+def test_colocated_pull_asks_for_the_pulled_a_config():
+    """Its A rows load from the peers' heaps through per-row pointers, which spill at the
+    default tiles on a GPU (``default_config(a_remote=True)``); a given config wins."""
+    got = ditron.launch(_pull_config_case, 2, backend="cpu")
+    assert got == [["call", False, False, True, "call"]] * 2
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
