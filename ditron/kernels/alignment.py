@@ -24,10 +24,13 @@ def vector_loads(t: torch.Tensor) -> bool:
     dimension has stride 1 and an extent that is a multiple of :data:`DIVISOR`, every other
     dimension of more than one element has a stride that is, and the base is 16-byte
     aligned. ``False`` when no dimension has stride 1."""
-    if t.dim() == 0 or t.data_ptr() % DIVISOR:
+    strides, shape = t.stride(), t.shape
+    if 1 not in strides or t.data_ptr() % DIVISOR:
         return False
-    inner = next((d for d in reversed(range(t.dim())) if t.stride(d) == 1), None)
-    if inner is None or t.shape[inner] % DIVISOR:
+    inner = len(strides) - 1 - strides[::-1].index(1)  # the last unit-stride dimension
+    if shape[inner] % DIVISOR:
         return False
-    return all(t.stride(d) % DIVISOR == 0 for d in range(t.dim())
-               if d != inner and t.shape[d] > 1)
+    for d, stride in enumerate(strides):
+        if d != inner and stride % DIVISOR and shape[d] > 1:
+            return False
+    return True

@@ -131,11 +131,11 @@ def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16,
     thread there, on aligned operands too). ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the
     block sizes (e.g. ``16x16x16``)."""
     env = os.environ.get("DITRON_GEMM_BLOCKS")
-    shape = _tile_class(device, operands, epilogue, a_remote)
-    key = (device.type, dtype, env, shape)
+    tiles = _tile_class(device, operands, epilogue, a_remote)
+    key = (device.type, dtype, env, tiles)
     cfg = _DEFAULT_CONFIGS.get(key)
     if cfg is None:
-        cfg = _DEFAULT_CONFIGS[key] = _default_config(device, dtype, env, shape)
+        cfg = _DEFAULT_CONFIGS[key] = _default_config(device, dtype, env, tiles)
     return cfg
 
 
@@ -158,11 +158,11 @@ def _tile_class(device: torch.device, operands, epilogue: int, a_remote: bool) -
 
 
 def _default_config(device: torch.device, dtype: torch.dtype, env: str | None,
-                    shape: str) -> GemmConfig:
+                    tiles: str) -> GemmConfig:
     cfg = GPU_CONFIG if device.type == "cuda" else CPU_CONFIG
-    if shape == "scatter":
+    if tiles == "scatter":
         cfg = dataclasses.replace(cfg, block_m=64, block_n=128, block_k=32, tma_store=False)
-    elif device.type == "cuda" and (dtype.itemsize > 2 or shape == "scalar"):
+    elif device.type == "cuda" and (dtype.itemsize > 2 or tiles == "scalar"):
         cfg = dataclasses.replace(cfg, block_n=128, block_k=32, tma_store=False)
     if env:
         bm, bn, bk = (int(x) for x in env.lower().split("x"))
