@@ -123,9 +123,9 @@ def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16,
     a model's (``alignment.vector_loads``; ptxas, sm_90a, session 55): with the plain
     store, 128 x 128 x 32 where they take pointer loads that cannot be vectorized
     (:func:`scalar_loads`; the default tiles spill 0.9-3 KB per thread there, these
-    none); with a reduce-scatter or all-reduce ``epilogue``, which loads the peers'
-    ``[rows, N]`` partials, 64 x 128 x 32 unless ``a``, ``b`` and ``N`` are all multiples
-    of 16 elements (larger tiles spill 16-940 B there, these none). ``a_remote`` (the
+    none); with a reduce-scatter or all-reduce ``epilogue``, 64 x 128 x 32 there and
+    where ``N`` is not a multiple of 16 (the epilogue loads the peers' ``[rows, N]``
+    partials; larger tiles spill 20 B-1.9 KB there, these none). ``a_remote`` (the
     colocated pull: A rows loaded from the peers' heaps through per-row pointers, as
     ``GemmHooks.a_remote``): 128 x 128 x 32 (bf16 128 x 256 x 64 spilled 1.3 KB per
     thread there, on aligned operands too). ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the
@@ -149,10 +149,10 @@ def _tile_class(device: torch.device, operands, epilogue: int, a_remote: bool) -
         return "default"
     if operands is not None:
         a, b = operands
-        if epilogue != EPI_STORE and not (vector_loads(a) and vector_loads(b)
-                                          and b.shape[1] % DIVISOR == 0):
+        scalar = scalar_loads(a, b, device)
+        if epilogue != EPI_STORE and (scalar or b.shape[1] % DIVISOR):
             return "scatter"
-        if scalar_loads(a, b, device):
+        if scalar:
             return "scalar"
     return "scalar" if a_remote else "default"
 
