@@ -33,8 +33,8 @@ CUDA = torch.device("cuda", 0)  # only to pick the GPU's configs: nothing runs o
 DTYPES = (torch.bfloat16, torch.float32)
 #: (M or rows, N, K): sizes as a model's (multiples of 16: aligned rows; K = 192 whole K
 #: blocks, which the grouped GEMM's row-major TMA weight needs), and sizes that are not.
-#: Spills depend on that: Triton specializes sizes by divisibility by 16 (the TP GEMMs at
-#: K = 200 spilled where K = 208 does not)
+#: Spills depend on that: Triton specializes sizes by divisibility by 16, and loads that
+#: cannot be vectorized take the smaller tiles of ``kernels/alignment.py``
 SHAPES = {True: (200, 320, 192), False: (131, 257, 100)}
 #: (m per rank, N, K) of the TP GEMMs: K not a multiple of a block; unaligned: bf16 rows of
 #: K = 200 (400 bytes) load through TMA, fp32 ones through pointers, N = 257 partials
