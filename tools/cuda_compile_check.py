@@ -249,14 +249,18 @@ def distinct_launches(directory: str) -> tuple[list[dict], int]:
     return todo, skipped
 
 
+def default_jobs() -> int:
+    """Compile processes: ``DITRON_COMPILE_JOBS``, else one per CPU."""
+    return max(1, int(os.environ.get("DITRON_COMPILE_JOBS", os.cpu_count() or 1)))
+
+
 def compile_all(todo: list[dict], registers: int = 0, jobs: int | None = None
                 ) -> list[tuple[str | None, Usage | None]]:
     """:func:`_compile_checked` of every record of ``todo`` (in any order), on ``jobs``
     processes (default ``DITRON_COMPILE_JOBS``, else one per CPU); ``registers > 0``: the
     usage of every launch."""
     driver.set_active(_Hopper())
-    if jobs is None:
-        jobs = max(1, int(os.environ.get("DITRON_COMPILE_JOBS", os.cpu_count() or 1)))
+    jobs = jobs or default_jobs()
     if jobs > 1 and len(todo) > 1:
         # forked workers inherit the stand-in driver and the loaded modules
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
@@ -270,7 +274,7 @@ def main(directory: str, registers: int = 0) -> int:
     one per CPU; each compile is one thread of LLVM and ptxas); with ``registers``, list
     that many kernels by spills, then registers."""
     todo, skipped = distinct_launches(directory)
-    jobs = max(1, int(os.environ.get("DITRON_COMPILE_JOBS", os.cpu_count() or 1)))
+    jobs = default_jobs()
     results = compile_all(todo, registers, jobs)
     failures = 0
     for report, usage in results:
