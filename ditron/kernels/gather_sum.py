@@ -139,12 +139,20 @@ def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor |
     return (idx, src2, idx2.contiguous()) if two else (idx, src, idx)
 
 
-#: tokens per program of both kernels
+#: tokens per program of both kernels (the gather-sum takes :data:`SCALAR_SUM_BLOCK_T` on
+#: rows whose loads do not vectorize)
 BLOCK_T = 8
 #: elements of the gather-sum's copy tiles of a program (``BLOCK_T x k x BLOCK_N``: its
-#: unrolled loop keeps them all in flight) whose loads vectorize; half for those that do
-#: not (sm_90a: 96 registers at 8 copies of 8 x 256 bf16; 16 unvectorized copies spilled)
+#: unrolled loop keeps them all in flight) for 16-bit rows whose loads vectorize, at most
+#: 256 columns; half of both for 32-bit rows (an H200, session 56: 8 x 128 fp32 tiles
+#: 1.05-1.2x faster than 8 x 256)
 SUM_TILE = 32768
+#: the gather-sum's tiles for rows whose loads do not vectorize: 4 tokens, at most 64
+#: columns, at most this many elements over the copies (an H200, session 56: 4 x 64 was the
+#: fastest of 8 tile shapes on every such case, 1.3-1.8x faster than 8 x 256 or 8 x 128,
+#: bf16 and fp32, k = 6-16)
+SCALAR_SUM_TILE = 4096
+SCALAR_SUM_BLOCK_T = 4
 #: elements of the gather-dot's ``[BLOCK_T, KB, BLOCK_N]`` tile for 16-bit rows whose loads
 #: vectorize; half for 32-bit rows, a quarter for loads that do not vectorize (sm_90a: 160
 #: registers at 8 x 8 x 128 bf16; twice the elements spilled, as did fp32 or unvectorized
@@ -152,12 +160,22 @@ SUM_TILE = 32768
 DOT_TILE = 8192
 
 
-def _blocks(tile: int, N: int, k: int, widest: int) -> tuple[int, int]:
-    """``(BLOCK_T, BLOCK_N)``: column blocks of at most ``widest`` (and ``N``) columns,
-    with ``BLOCK_T x KB x BLOCK_N`` at most ``tile`` elements (``KB``: ``k`` rounded up to
+def _blocks(tile: int, N: int, k: int, widest: int,
+            block_t: int = BLOCK_T) -> tuple[int, int]:
+    """``(block_t, BLOCK_N)``: column blocks of at most ``widest`` (and ``N``) columns,
+    with ``block_t x KB x BLOCK_N`` at most ``tile`` elements (``KB``: ``k`` rounded up to
     a power of two) but 16 columns at least. Shapes alone decide, on every backend."""
-    return BLOCK_T, min(next_power_of_2(N), widest,
-                        max(16, tile // (BLOCK_T * next_power_of_2(k))))
+    return block_t, min(next_power_of_2(N), widest,
+                        max(16, tile // (block_t * next_power_of_2(k))))
+
+
+def _sum_blocks(N: int, k: int, itemsize: int, aligned: bool) -> tuple[int, int]:
+    """The gather-sum's ``(BLOCK_T, BLOCK_N)`` for rows of ``N`` elements of ``itemsize``
+    bytes, ``k`` copies, loads vectorized or not (``aligned``)."""
+    if not aligned:
+        return _blocks(SCALAR_SUM_TILE, N, k, 64, SCALAR_SUM_BLOCK_T)
+    wide = max(1, itemsize // 2)
+    return _blocks(SUM_TILE // wide, N, k, 256 // wide)
 
 
 def _vectorizes(*rows: tuple[torch.Tensor, int]) -> bool:
@@ -187,7 +205,7 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
         return out.zero_()
     w = idx if weights is None else weights.contiguous()
     aligned = _vectorizes((src, src.stride(0)), (src2, src2.stride(0)), (out, out.stride(0)))
-    block_t, block_n = _blocks(SUM_TILE // (1 if aligned else 2), N, k, 256)
+    block_t, block_n = _sum_blocks(N, k, src.element_size(), aligned)
     grid = (cdiv(T, block_t), cdiv(N, block_n))
     _GATHER_SUM[grid](src, idx, src2, idx2, w, out, T, N, src.stride(0), src2.stride(0),
                       out.stride(0), K=k, HAS_W=weights is not None, TWO=two,
