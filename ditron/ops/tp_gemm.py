@@ -52,6 +52,7 @@ from ..kernels.gemm import (
     default_config,
     launch_gemm,
     own_rows_ok,
+    scalar_loads,
     slot_waits,
 )
 from ..plan import deps as plan_deps
@@ -152,11 +153,13 @@ def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
         return Choice(False, cfg)
     if method == "overlap":
         return Choice(True, cfg)
-    key = ("tp_gemm_choice", op, M, N, K, dtype, config, cfg)
+    scalar = scalar_loads(a, b, rt.world.device)
+    key = ("tp_gemm_choice", op, M, N, K, dtype, config, cfg, scalar)
     choice = rt.cache.get(key)
     if choice is None:
         # Ranks must take the same path (their caches on disk may differ): rank 0 decides.
-        decided = [_auto_choice(op, M, N, K, dtype, config, cfg) if rt.world.rank == 0 else None]
+        decided = [_auto_choice(op, M, N, K, dtype, config, cfg, scalar)
+                   if rt.world.rank == 0 else None]
         dist.broadcast_object_list(decided, group=rt.host_group, group_src=0)
         choice = rt.cache[key] = decided[0]
     if choice.graph is not None and graph_mode():
@@ -165,8 +168,9 @@ def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
 
 
 def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
-                 config: GemmConfig | None, cfg: GemmConfig) -> Choice:
-    """The tuned decision if one is cached for this device, else the cost model's."""
+                 config: GemmConfig | None, cfg: GemmConfig, scalar: bool = False) -> Choice:
+    """The tuned decision if one is cached for this device, else the cost model's
+    (``scalar``: the GEMM's loads cannot be vectorized, ``kernels.gemm.scalar_loads``)."""
     from ..tune.decisions import lookup
 
     rt = current()
@@ -179,11 +183,12 @@ def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
 
         graph = choice(tuned.graph) if tuned.graph is not None else None
         return dataclasses.replace(choice(tuned), graph=graph)
-    from ..tune.cost_model import overlap_pays
+    from ..tune.cost_model import gemm_slowdown, overlap_pays
 
     name = torch.cuda.get_device_name(rt.world.device) if rt.world.device.type == "cuda" else ""
-    itemsize = dtype.itemsize
-    return Choice(overlap_pays(op, M, N, K, W, itemsize, rt.world.backend, name), cfg)
+    slowdown = gemm_slowdown(dtype.itemsize, scalar)
+    return Choice(overlap_pays(op, M, N, K, W, dtype.itemsize, rt.world.backend, name,
+                               gemm_slowdown=slowdown), cfg)
 
 
 def _after_launch() -> None:

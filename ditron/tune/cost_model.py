@@ -11,7 +11,9 @@ work than ``host_serial``, cuBLAS + NCCL), which decides for small GEMMs. Overla
         < (1 - margin) * max(T_gemm + T_comm, host_serial)
 
 by a ``margin`` that covers the model's error. Small GEMMs (the GEMM-RS regression of
-REFERENCES.md) fall back to cuBLAS + NCCL.
+REFERENCES.md) fall back to cuBLAS + NCCL. Where the persistent GEMM is slower than cuBLAS
+(:func:`gemm_slowdown`: fp32, operands whose loads cannot be vectorized) the overlapped op's
+GEMM takes that many times ``T_gemm``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import dataclasses
 @dataclasses.dataclass(frozen=True)
 class DeviceSpec:
     peak_flops: float  # dense 16-bit FLOP/s
+    fp32_flops: float  # cuBLAS's IEEE fp32 FLOP/s (no TF32)
     mem_bw: float  # bytes/s
     link_bw: float  # bytes/s one way, per rank
     latency: float  # seconds per collective
@@ -36,9 +39,26 @@ class DeviceSpec:
 # cuBLAS; method="overlap" untuned took 1.00-1.06x T_gemm on the large REFERENCES.md shapes
 # and 27-45 us more than cuBLAS on the GPU on the small ones, with 330-430 us of host time
 # per call against ~100 for cuBLAS + NCCL.
-H200 = DeviceSpec(peak_flops=700e12, mem_bw=4.3e12, link_bw=370e9, latency=30e-6,
-                  overhead=0.01, margin=0.02)
-GENERIC_GPU = DeviceSpec(peak_flops=200e12, mem_bw=1.5e12, link_bw=100e9, latency=30e-6)
+# fp32: cuBLAS ran 8192 x 1376 x 4096 at 45 TFLOP/s on an H200 (session 56).
+H200 = DeviceSpec(peak_flops=700e12, fp32_flops=45e12, mem_bw=4.3e12, link_bw=370e9,
+                  latency=30e-6, overhead=0.01, margin=0.02)
+#: the persistent GEMM's time over cuBLAS's on operands whose pointer loads cannot be
+#: vectorized (``kernels.gemm.scalar_loads``), the worst measured (an H200, bf16, session
+#: 56: 1.18x with a row-major ``[4096, 50257]`` weight, 2.56-2.58x at K = 4100)
+SCALAR_LOADS_SLOWDOWN = 2.6
+#: the same for fp32 operands, which it multiplies on FMA units (an H200, session 56:
+#: 2.5x at 8192 x 1376 x 4096 with ``b = w.t()``)
+FP32_SLOWDOWN = 2.5
+GENERIC_GPU = DeviceSpec(peak_flops=200e12, fp32_flops=20e12, mem_bw=1.5e12, link_bw=100e9,
+                         latency=30e-6)
+
+
+def gemm_slowdown(itemsize: int, scalar_loads: bool) -> float:
+    """The persistent GEMM's time over cuBLAS's for operands of ``itemsize`` bytes whose
+    loads vectorize or not (``scalar_loads``); 1 where it matched cuBLAS (16-bit, aligned:
+    0.98-1.00x on the REFERENCES.md shapes)."""
+    return max(SCALAR_LOADS_SLOWDOWN if scalar_loads else 1.0,
+               FP32_SLOWDOWN if itemsize > 2 else 1.0)
 
 
 def spec_for(device_name: str) -> DeviceSpec:
@@ -66,12 +86,14 @@ class Estimate:
 
 
 def estimate(op: str, M: int, N: int, K: int, world_size: int, itemsize: int,
-             spec: DeviceSpec) -> Estimate:
+             spec: DeviceSpec, gemm_slowdown: float = 1.0) -> Estimate:
     """Estimate for ``op`` in ``ag_gemm``/``gemm_rs``/``gemm_ar`` with the *global* M and the
-    per-rank GEMM ``[M, K] @ [K, N]`` (AG: K full, N local; RS/AR: K local)."""
+    per-rank GEMM ``[M, K] @ [K, N]`` (AG: K full, N local; RS/AR: K local); the overlapped
+    op's GEMM takes ``gemm_slowdown`` times cuBLAS's ``t_gemm``."""
     flops = 2.0 * M * N * K
     mem = (M * K + K * N + M * N) * itemsize
-    t_gemm = max(flops / spec.peak_flops, mem / spec.mem_bw)
+    peak = spec.fp32_flops if itemsize > 2 else spec.peak_flops
+    t_gemm = max(flops / peak, mem / spec.mem_bw)
     frac = (world_size - 1) / world_size
     if op == "ag_gemm":
         nbytes = M * K * itemsize * frac
@@ -82,17 +104,19 @@ def estimate(op: str, M: int, N: int, K: int, world_size: int, itemsize: int,
     else:
         raise ValueError(f"unknown op {op!r}")
     t_comm = nbytes / spec.link_bw + spec.latency
-    t_overlap = max(max(t_gemm, t_comm) + spec.overhead * t_gemm + spec.fixed,
+    t_ours = gemm_slowdown * t_gemm
+    t_overlap = max(max(t_ours, t_comm) + spec.overhead * t_ours + spec.fixed,
                     spec.host_overlap)
     return Estimate(t_gemm, t_comm, t_overlap, spec.margin, spec.host_serial)
 
 
 def overlap_pays(op: str, M: int, N: int, K: int, world_size: int, itemsize: int,
-                 backend: str, device_name: str = "") -> bool:
+                 backend: str, device_name: str = "", gemm_slowdown: float = 1.0) -> bool:
     """The cost model's decision. World size 1: never (nothing to overlap). CPU backend:
     always (the overlapped path is what the CPU backend exists to run and test)."""
     if world_size <= 1:
         return False
     if backend == "cpu":
         return True
-    return estimate(op, M, N, K, world_size, itemsize, spec_for(device_name)).pays
+    spec = spec_for(device_name)
+    return estimate(op, M, N, K, world_size, itemsize, spec, gemm_slowdown).pays

@@ -161,6 +161,48 @@ def test_colocated_pull_asks_for_the_pulled_a_config():
     assert got == [["call", False, False, True, "call"]] * 2
 
 
+def _slowdown_case() -> list[float]:
+    """The ``gemm_slowdown`` the cost model is asked with by "auto" AG-GEMMs: bf16 at K = 32
+    and K = 20, fp32 at K = 32, with ``scalar_loads`` answering as a GPU's would (K not a
+    16-multiple: the loads do not vectorize; the CPU backend's answer is always no)."""
+    from ditron.ops import tp_gemm
+    from ditron.tune import cost_model
+
+    asked = []
+    real = cost_model.overlap_pays
+
+    def spy(*args, gemm_slowdown=1.0, **kwargs):
+        asked.append(gemm_slowdown)
+        return real(*args, gemm_slowdown=gemm_slowdown, **kwargs)
+
+    cost_model.overlap_pays = spy
+    tp_gemm.scalar_loads = lambda a, b, device: a.shape[1] % 16 != 0
+    cases = [(32, torch.bfloat16), (20, torch.bfloat16), (20, torch.bfloat16),  # cached
+             (32, torch.float32)]
+    for K, dtype in cases:
+        a = torch.randn(5, K, dtype=dtype)
+        b = torch.randn(24, K, dtype=dtype).t()
+        got = ditron.ops.ag_gemm(a, b, method="auto").float()
+        torch.testing.assert_close(got, _gathered(a).float() @ b.float(), rtol=2e-2, atol=5e-2)
+    return asked
+
+
+def _gathered(a: torch.Tensor) -> torch.Tensor:
+    parts = [torch.empty_like(a) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, a)
+    return torch.cat(parts)
+
+
+def test_unvectorized_operands_reach_the_cost_model():
+    """The persistent GEMM measured 1.2-2.6x slower than cuBLAS where its loads do not
+    vectorize, 2.5x in fp32 (docs/perf.md, session 56): "auto" tells the cost model so
+    (rank 0 decides)."""
+    from ditron.tune.cost_model import FP32_SLOWDOWN, SCALAR_LOADS_SLOWDOWN
+
+    got = ditron.launch(_slowdown_case, 2, backend="cpu")
+    assert got == [[1.0, SCALAR_LOADS_SLOWDOWN, FP32_SLOWDOWN], []]
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
 def test_ops_match_torch(world_size, backend):
     # Rows per rank (21 or 9) are not a multiple of BLOCK_M=16, so AG tiles straddle two

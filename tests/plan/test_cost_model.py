@@ -1,6 +1,13 @@
 from __future__ import annotations
 
-from ditron.tune.cost_model import H200, estimate, overlap_pays
+from ditron.tune.cost_model import (
+    FP32_SLOWDOWN,
+    H200,
+    SCALAR_LOADS_SLOWDOWN,
+    estimate,
+    gemm_slowdown,
+    overlap_pays,
+)
 
 
 def test_small_gemm_rs_regression_falls_back():
@@ -14,3 +21,26 @@ def test_estimate_follows_the_roofline():
     # all_gather moves (W-1)/W of the gathered A per rank
     assert abs(e.t_comm - (8192 * 8192 * 2 / 2 / H200.link_bw + H200.latency)) < 1e-9
     assert e.t_overlap >= max(e.t_gemm, e.t_comm)
+
+
+def test_a_slower_gemm_can_make_the_fallback_win():
+    # AG-GEMM on 2 H200s, bf16, M = 8192, N = 7168, K = 4096: compute-bound, so overlap pays
+    # with the persistent GEMM at cuBLAS's speed, but not at the speed measured where its
+    # loads do not vectorize; the slowdown lengthens the overlapped op, not cuBLAS's time.
+    args = ("ag_gemm", 8192, 7168, 4096, 2, 2)
+    assert overlap_pays(*args, "cuda", "NVIDIA H200")
+    assert not overlap_pays(*args, "cuda", "NVIDIA H200", gemm_slowdown=SCALAR_LOADS_SLOWDOWN)
+    assert overlap_pays(*args, "cpu", gemm_slowdown=SCALAR_LOADS_SLOWDOWN)
+    fast, slow = estimate(*args, H200), estimate(*args, H200, SCALAR_LOADS_SLOWDOWN)
+    assert slow.t_gemm == fast.t_gemm and slow.t_comm == fast.t_comm
+    assert slow.t_overlap > SCALAR_LOADS_SLOWDOWN * fast.t_gemm > fast.t_overlap
+
+
+def test_the_slowdowns_follow_the_measurements():
+    assert gemm_slowdown(2, False) == 1.0
+    assert gemm_slowdown(2, True) == SCALAR_LOADS_SLOWDOWN
+    assert gemm_slowdown(4, False) == FP32_SLOWDOWN
+    assert gemm_slowdown(4, True) == max(FP32_SLOWDOWN, SCALAR_LOADS_SLOWDOWN)
+    # fp32's T_gemm is cuBLAS's IEEE fp32 rate, not the tensor cores'
+    e = estimate("gemm_rs", 8192, 4096, 4096, 2, 4, H200)
+    assert abs(e.t_gemm - 2 * 8192 * 4096 * 4096 / H200.fp32_flops) < 1e-9
