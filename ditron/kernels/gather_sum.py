@@ -149,7 +149,7 @@ BLOCK_T = 8
 SUM_TILE = 32768
 #: the gather-sum's tiles for rows whose loads do not vectorize: 4 tokens, at most 64
 #: columns, at most this many elements over the copies (an H200, session 56: 4 x 64 was the
-#: fastest of 8 tile shapes on every such case, 1.3-1.8x faster than 8 x 256 or 8 x 128,
+#: fastest of 8 tile shapes on every such case, 1.5-1.8x faster than 8 x 256 or 8 x 128,
 #: bf16 and fp32, k = 6-16)
 SCALAR_SUM_TILE = 4096
 SCALAR_SUM_BLOCK_T = 4
@@ -158,6 +158,11 @@ SCALAR_SUM_BLOCK_T = 4
 #: registers at 8 x 8 x 128 bf16; twice the elements spilled, as did fp32 or unvectorized
 #: rows at this size)
 DOT_TILE = 8192
+#: the gather-dot's tokens per program for vectorized 16-bit rows of 16 copies or more, at
+#: twice :data:`DOT_TILE` (sm_90a: 4 x 32 x 128 bf16, 239 registers, no spill, where 8 x 32
+#: x 128 spilled 1.1 KB, as did fp32 at 4 x 16 x 128; an H200, session 56: 4 x 128
+#: 1.1-1.45x faster than 8 x 64 / 8 x 32 at k = 16-32)
+DOT_WIDE_BLOCK_T = 4
 
 
 def _blocks(tile: int, N: int, k: int, widest: int,
@@ -176,6 +181,17 @@ def _sum_blocks(N: int, k: int, itemsize: int, aligned: bool) -> tuple[int, int]
         return _blocks(SCALAR_SUM_TILE, N, k, 64, SCALAR_SUM_BLOCK_T)
     wide = max(1, itemsize // 2)
     return _blocks(SUM_TILE // wide, N, k, 256 // wide)
+
+
+def _dot_blocks(N: int, k: int, itemsize: int, aligned: bool) -> tuple[int, int]:
+    """The gather-dot's ``(BLOCK_T, BLOCK_N)`` for rows of ``N`` elements of ``itemsize``
+    bytes, ``k`` copies, loads vectorized or not (``aligned``)."""
+    tile = DOT_TILE // max(1, itemsize // 2)
+    if not aligned:
+        return _blocks(tile // 4, N, k, 128)
+    if itemsize <= 2 and next_power_of_2(k) >= 16:
+        return _blocks(2 * tile, N, k, 128, DOT_WIDE_BLOCK_T)
+    return _blocks(tile, N, k, 128)
 
 
 def _vectorizes(*rows: tuple[torch.Tensor, int]) -> bool:
@@ -246,8 +262,7 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
     if N == 0:
         return out.zero_()
     aligned = _vectorizes((src, src.stride(0)), (src2, src2.stride(0)), (g, g.stride(0)))
-    tile = DOT_TILE // max(1, src.element_size() // 2) // (1 if aligned else 4)
-    block_t, block_n = _blocks(tile, N, k, 128)
+    block_t, block_n = _dot_blocks(N, k, src.element_size(), aligned)
     col_blocks = cdiv(N, block_n)
     if slices is None:
         slices = _column_slices(src.device, cdiv(T, block_t), col_blocks)

@@ -1,6 +1,7 @@
-"""s56c: the gather-sum's tiles from session 56's timing (4 x 64 on rows whose loads do not
-vectorize, 8 x 128 on vectorized fp32 rows) against ``--old REV``'s (3bc3ca6), on one GPU,
-the cases of session 54's ``shrunk_ab.py``. Outputs checked against torch; CUDA graphs of 20
+"""s56c: the gather kernels' tiles from session 56's timing (gather-sum: 4 x 64 on rows whose
+loads do not vectorize, 8 x 128 on vectorized fp32 rows; gather-dot: 4 x 128 on vectorized
+16-bit rows of 16 copies or more) against ``--old REV``'s (3bc3ca6), on one GPU, the cases
+of session 54's ``shrunk_ab.py``. Outputs checked against torch; CUDA graphs of 20
 calls, 9 rounds in turns, medians (``gather_ab.timed``), microseconds per call."""
 
 from __future__ import annotations
@@ -35,22 +36,23 @@ def main() -> None:
     text = subprocess.run(["git", "show", f"{args.old}:ditron/kernels/gather_sum.py"],
                           check=True, capture_output=True, text=True).stdout
     old = ab._variant("gather_old", text.replace("from ..runtime", "from ditron.runtime"))
-    print("T k N dtype | tile now | old us | now us | now/old")
+    print("kernel T k N dtype | tile now | old us | now us | now/old")
     for T, k, N, dtype in shrunk.CASES:
         src, idx, src2, idx2, w, g = shrunk._inputs(T, k, N, dtype)
         rows = torch.where((idx >= 0)[..., None], src[idx.clamp(min=0)].float(),
                            src2[idx2.clamp(min=0)].float())
-        ref = (rows * w[..., None]).sum(1)
-        call = ab._calls(src, idx, src2, idx2, w, g)["sum"]
-        fns = {"old": lambda c=call: c(old), "now": lambda c=call: c(tree)}
-        for name, fn in fns.items():
-            err = (fn().float() - ref).abs().max() / ref.abs().max()
-            assert err < 2e-2, (name, float(err))
+        refs = {"sum": (rows * w[..., None]).sum(1), "dot": (rows * g.float()[:, None]).sum(-1)}
         aligned = tree._vectorizes((src, src.stride(0)))
-        bt, bn = tree._sum_blocks(N, k, src.element_size(), aligned)
-        us = ab.timed(fns)
-        print(f"{T} {k} {N} {str(dtype)[6:]} | {bt}x{bn} | {us['old']:.1f} | {us['now']:.1f} | "
-              f"{us['now'] / us['old']:.3f}", flush=True)
+        for kern, call in ab._calls(src, idx, src2, idx2, w, g).items():
+            fns = {"old": lambda c=call: c(old), "now": lambda c=call: c(tree)}
+            for name, fn in fns.items():
+                err = (fn().float() - refs[kern]).abs().max() / refs[kern].abs().max()
+                assert err < 2e-2, (kern, name, float(err))
+            pick = tree._sum_blocks if kern == "sum" else tree._dot_blocks
+            bt, bn = pick(N, k, src.element_size(), aligned)
+            us = ab.timed(fns)
+            print(f"{kern} {T} {k} {N} {str(dtype)[6:]} | {bt}x{bn} | {us['old']:.1f} | "
+                  f"{us['now']:.1f} | {us['now'] / us['old']:.3f}", flush=True)
 
 
 if __name__ == "__main__":
