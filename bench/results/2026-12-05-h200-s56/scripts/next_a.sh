@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# s57a (prepared, nvidia-h200): fp32_now.py (the fp32 defaults against torch), then session
-# 54's pytest -m gpu part 1 (run_b.sh) with what is left. Run as
-#   bash bench/results/2026-12-05-h200-s56/scripts/chain.sh bench/results/2026-12-05-h200-s56/scripts/next_a.sh
+# s57a (prepared, nvidia-h200): fp32_now.py, the fp32 defaults against torch. Chain it with
+# session 54's pytest -m gpu part 1, from the repository root:
+#   R=bench/results; bash $R/2026-12-05-h200-s56/scripts/chain.sh \
+#     $R/2026-12-05-h200-s56/scripts/next_a.sh $R/2026-12-04-h200-s54/scripts/run_b.sh
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 O=$OUT/s57a; mkdir -p $O
