@@ -123,9 +123,11 @@ def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16,
     a model's (``alignment.vector_loads``; ptxas, sm_90a, session 55): with the plain
     store, 128 x 128 x 32 where they take pointer loads that cannot be vectorized
     (:func:`scalar_loads`; the default tiles spill 0.9-3 KB per thread there, these
-    none); with a reduce-scatter or all-reduce ``epilogue``, 64 x 128 x 32 there and
-    where ``N`` is not a multiple of 16 (the epilogue loads the peers' ``[rows, N]``
-    partials; larger tiles spill 20 B-1.9 KB there, these none). ``a_remote`` (the
+    none, and run 3.5-8x faster on an H200, session 56, though 1.2-2.6x cuBLAS's time:
+    ``tune.cost_model.gemm_slowdown``); with a reduce-scatter or all-reduce ``epilogue``,
+    64 x 128 x 32 there and where ``N`` is not a multiple of 16 (the epilogue loads the
+    peers' ``[rows, N]`` partials; larger tiles spill 20 B-1.9 KB there, these none).
+    ``a_remote`` (the
     colocated pull: A rows loaded from the peers' heaps through per-row pointers, as
     ``GemmHooks.a_remote``): 128 x 128 x 32 (bf16 128 x 256 x 64 spilled 1.3 KB per
     thread there, on aligned operands too). ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the
