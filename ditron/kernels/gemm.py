@@ -127,11 +127,10 @@ def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16,
     ``tune.cost_model.gemm_slowdown``); with a reduce-scatter or all-reduce ``epilogue``,
     64 x 128 x 32 there and where ``N`` is not a multiple of 16 (the epilogue loads the
     peers' ``[rows, N]`` partials; larger tiles spill 20 B-1.9 KB there, these none).
-    ``a_remote`` (the
-    colocated pull: A rows loaded from the peers' heaps through per-row pointers, as
-    ``GemmHooks.a_remote``): 128 x 128 x 32 (bf16 128 x 256 x 64 spilled 1.3 KB per
-    thread there, on aligned operands too). ``DITRON_GEMM_BLOCKS=BMxBNxBK`` overrides the
-    block sizes (e.g. ``16x16x16``)."""
+    ``a_remote`` (the colocated pull: A rows loaded from the peers' heaps through per-row
+    pointers, as ``GemmHooks.a_remote``): 128 x 128 x 32 (bf16 128 x 256 x 64 spilled
+    1.3 KB per thread there, on aligned operands too). ``DITRON_GEMM_BLOCKS=BMxBNxBK``
+    overrides the block sizes (e.g. ``16x16x16``)."""
     env = os.environ.get("DITRON_GEMM_BLOCKS")
     tiles = _tile_class(device, operands, epilogue, a_remote)
     key = (device.type, dtype, env, tiles)
