@@ -151,9 +151,13 @@ def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
     cfg = config or default_config(rt.world.device, dtype, (a, b), epilogue)
     if method == "fallback" or W == 1 or M == 0 or N == 0:
         return Choice(False, cfg)
+    scalar = scalar_loads(a, b, rt.world.device)
+    # The tiles number the signals the peers' epilogues write, and both pick "auto"'s cache
+    # entry (a miss on one rank only would leave it alone in the broadcast below): operands
+    # laid out differently on different ranks must not split them.
+    agree(f"{op} tiles", config=cfg, unvectorized_loads=scalar)
     if method == "overlap":
         return Choice(True, cfg)
-    scalar = scalar_loads(a, b, rt.world.device)
     key = ("tp_gemm_choice", op, M, N, K, dtype, config, cfg, scalar)
     choice = rt.cache.get(key)
     if choice is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -182,15 +183,9 @@ def _slowdown_case() -> list[float]:
     for K, dtype in cases:
         a = torch.randn(5, K, dtype=dtype)
         b = torch.randn(24, K, dtype=dtype).t()
-        got = ditron.ops.ag_gemm(a, b, method="auto").float()
-        torch.testing.assert_close(got, _gathered(a).float() @ b.float(), rtol=2e-2, atol=5e-2)
+        _close(f"ag_gemm K={K} {dtype}", ditron.ops.ag_gemm(a, b, method="auto"),
+               _gather(a).double() @ b.double(), dtype)
     return asked
-
-
-def _gathered(a: torch.Tensor) -> torch.Tensor:
-    parts = [torch.empty_like(a) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, a)
-    return torch.cat(parts)
 
 
 def test_unvectorized_operands_reach_the_cost_model():
@@ -201,6 +196,52 @@ def test_unvectorized_operands_reach_the_cost_model():
 
     got = ditron.launch(_slowdown_case, 2, backend="cpu")
     assert got == [[1.0, SCALAR_LOADS_SLOWDOWN, FP32_SLOWDOWN], []]
+
+
+def _layouts_case() -> list[str]:
+    """Rank 1's ``a`` rows padded to a stride of 21 elements, which a GPU would load
+    unvectorized and give narrower tiles (``scalar_loads`` and ``default_config`` answer
+    here as a GPU's would; twice the column blocks, so twice GEMM-RS's signals): every op
+    refuses on every rank, then runs with matching layouts."""
+    from ditron.ops import tp_gemm
+
+    real = tp_gemm.default_config
+
+    def unvectorized(a, b, device):
+        return a.stride(0) % 16 != 0
+
+    def config(device, dtype, operands=None, epilogue=EPI_STORE, a_remote=False):
+        cfg = real(device, dtype, operands, epilogue, a_remote)
+        return dataclasses.replace(cfg, block_n=16) if unvectorized(*operands, device) else cfg
+
+    tp_gemm.scalar_loads, tp_gemm.default_config = unvectorized, config
+    rank = ditron.world().rank
+    seen = []
+    for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
+        for padded in (rank == 1, False):  # the second call: both ranks alike
+            a = torch.randn(8, 21)[:, :16] if padded else torch.randn(8, 16)
+            b = torch.randn(16, 24)
+            try:
+                got = getattr(ditron.ops, op)(a, b, method="overlap")
+            except ValueError as exc:
+                seen.append(str(exc).splitlines()[0])
+                continue
+            ref = a.double() @ b.double()
+            ref = (_gather(a).double() @ b.double() if op == "ag_gemm" else
+                   _sum(ref)[rank * 4:(rank + 1) * 4] if op == "gemm_rs" else _sum(ref))
+            _close(op, got, ref, torch.float32)
+            seen.append(f"{op} ok")
+    return seen
+
+
+def test_ranks_with_differently_laid_out_operands_are_refused():
+    """The tiles number the signals between ranks: operands that would take different
+    tiles on different ranks raise on every rank (naming what differs) rather than hang."""
+    got = ditron.launch(_layouts_case, 2, backend="cpu")
+    differ = "ranks disagree on the call (config, unvectorized_loads differ):"
+    expected = [line for op in ("ag_gemm", "gemm_rs", "gemm_ar")
+                for line in (f"{op} tiles: {differ}", f"{op} ok")]
+    assert got == [expected] * 2
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
