@@ -138,6 +138,7 @@ class Choice:
     chunk_rows: int | tuple[int, ...] | None = None  # a tuned chunking, if any
     early_rows: int = 0  # a tuned early_rows (GEMM-RS by the copy engine)
     graph: Choice | None = None  # the tuned choice for calls captured in CUDA graphs
+    tuned: bool = False  # from the tuner's cache (its config measured, not the default)
 
 
 def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
@@ -183,7 +184,7 @@ def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
     if tuned is not None:
         def choice(d) -> Choice:
             return Choice(d.method == "overlap", config or d.gemm_config(), d.engine,
-                          d.chunk_rows, d.early_rows)
+                          d.chunk_rows, d.early_rows, tuned=True)
 
         graph = choice(tuned.graph) if tuned.graph is not None else None
         return dataclasses.replace(choice(tuned), graph=graph)
@@ -295,10 +296,9 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
 def _pull_config(choice: Choice, config: GemmConfig | None, a, b) -> GemmConfig:
     """The colocated pull's config: the default for A rows loaded from the peers' heaps
     (``default_config(..., a_remote=True)``) unless the config was given or tuned."""
-    device = current().world.device
-    if config is not None or choice.config != default_config(device, a.dtype, (a, b)):
+    if config is not None or choice.tuned:
         return choice.config
-    return default_config(device, a.dtype, (a, b), a_remote=True)
+    return default_config(current().world.device, a.dtype, (a, b), a_remote=True)
 
 
 def _ag_key(a, b, cfg: GemmConfig, tag: str, chunk_rows: int | None) -> tuple:

@@ -15,6 +15,7 @@ from ditron.kernels.gemm import (
     EPI_ALL_REDUCE,
     EPI_REDUCE_SCATTER,
     EPI_STORE,
+    GemmConfig,
     default_config,
     matmul,
 )
@@ -159,7 +160,16 @@ def test_colocated_pull_asks_for_the_pulled_a_config():
     """Its A rows load from the peers' heaps through per-row pointers, which spill at the
     default tiles on a GPU (``default_config(a_remote=True)``); a given config wins."""
     got = ditron.launch(_pull_config_case, 2, backend="cpu")
-    assert got == [["call", False, False, True, "call"]] * 2
+    assert got == [["call", False, True, "call"]] * 2
+
+
+def test_the_colocated_pull_keeps_a_tuned_config():
+    from ditron.ops import tp_gemm
+
+    a, b = torch.randn(5, 16), torch.randn(16, 24)
+    measured = GemmConfig(block_m=32, block_n=64, block_k=16)
+    tuned = tp_gemm.Choice(True, measured, "colocated", tuned=True)
+    assert tp_gemm._pull_config(tuned, None, a, b) is measured
 
 
 def _slowdown_case() -> list[float]:
