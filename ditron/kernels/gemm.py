@@ -111,7 +111,8 @@ GPU_CONFIG = GemmConfig(flatten=True, tma_store=True)
 
 def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16,
                    operands: tuple[torch.Tensor, torch.Tensor] | None = None,
-                   epilogue: int = EPI_STORE, a_remote: bool = False) -> GemmConfig:
+                   epilogue: int = EPI_STORE, a_remote: bool = False, *,
+                   scalar: bool | None = None) -> GemmConfig:
     """The tile configuration used when the tuner has not chosen one.
 
     On GPU, 128 x 256 x 64 tiles, 3 stages, 8 warps. 4-byte operands take 128 x 128 x 32
@@ -129,10 +130,11 @@ def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16,
     peers' ``[rows, N]`` partials; larger tiles spill 20 B-1.9 KB there, these none).
     ``a_remote`` (the colocated pull: A rows loaded from the peers' heaps through per-row
     pointers, as ``GemmHooks.a_remote``): 128 x 128 x 32 (bf16 128 x 256 x 64 spilled
-    1.3 KB per thread there, on aligned operands too). ``DITRON_GEMM_BLOCKS=BMxBNxBK``
+    1.3 KB per thread there, on aligned operands too). ``scalar``: :func:`scalar_loads` of
+    ``operands``, when the caller has it already. ``DITRON_GEMM_BLOCKS=BMxBNxBK``
     overrides the block sizes (e.g. ``16x16x16``)."""
     env = os.environ.get("DITRON_GEMM_BLOCKS")
-    tiles = _tile_class(device, operands, epilogue, a_remote)
+    tiles = _tile_class(device, operands, epilogue, a_remote, scalar)
     key = (device.type, dtype, env, tiles)
     cfg = _DEFAULT_CONFIGS.get(key)
     if cfg is None:
@@ -143,14 +145,16 @@ def default_config(device: torch.device, dtype: torch.dtype = torch.bfloat16,
 _DEFAULT_CONFIGS: dict = {}
 
 
-def _tile_class(device: torch.device, operands, epilogue: int, a_remote: bool) -> str:
+def _tile_class(device: torch.device, operands, epilogue: int, a_remote: bool,
+                scalar: bool | None) -> str:
     """Which of :func:`default_config`'s GPU tiles: ``"scatter"``, ``"scalar"`` or
     ``"default"``."""
     if device.type != "cuda":
         return "default"
     if operands is not None:
         a, b = operands
-        scalar = scalar_loads(a, b, device)
+        if scalar is None:
+            scalar = scalar_loads(a, b, device)
         if epilogue != EPI_STORE and (scalar or b.shape[1] % DIVISOR):
             return "scatter"
         if scalar:

@@ -149,10 +149,10 @@ def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
     W = rt.world.world_size
     N, K, dtype = b.shape[1], b.shape[0], a.dtype
     epilogue = {"gemm_rs": EPI_REDUCE_SCATTER, "gemm_ar": EPI_ALL_REDUCE}.get(op, EPI_STORE)
-    cfg = config or default_config(rt.world.device, dtype, (a, b), epilogue)
+    scalar = scalar_loads(a, b, rt.world.device)
+    cfg = config or default_config(rt.world.device, dtype, (a, b), epilogue, scalar=scalar)
     if method == "fallback" or W == 1 or M == 0 or N == 0:
         return Choice(False, cfg)
-    scalar = scalar_loads(a, b, rt.world.device)
     # The tiles number the signals the peers' epilogues write, and both pick "auto"'s cache
     # entry (a miss on one rank only would leave it alone in the broadcast below): operands
     # laid out differently on different ranks must not split them.

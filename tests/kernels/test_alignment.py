@@ -76,6 +76,20 @@ def test_gemm_tiles_for_unaligned_operands(h200, monkeypatch):
     assert _gemm_tiles(*k200) == narrow
 
 
+def test_a_given_scalar_answer_is_the_one_computed(h200):
+    """``default_config(..., scalar=scalar_loads(a, b, device))`` (what the TP ops pass, so
+    the check runs once per call) picks what the operands alone would."""
+    layouts = [(torch.empty(8, 192, dtype=BF16), torch.empty(320, 192, dtype=BF16).t()),
+               (torch.empty(8, 100, dtype=BF16), torch.empty(320, 100, dtype=BF16).t()),
+               (torch.empty(8, 192, dtype=BF16), torch.empty(192, 257, dtype=BF16))]
+    for a, b in layouts:
+        scalar = gemm.scalar_loads(a, b, CUDA)
+        for epilogue in (gemm.EPI_STORE, gemm.EPI_REDUCE_SCATTER):
+            assert gemm.default_config(CUDA, BF16, (a, b), epilogue, scalar=scalar) \
+                == gemm.default_config(CUDA, BF16, (a, b), epilogue)
+    assert [gemm.scalar_loads(a, b, CUDA) for a, b in layouts] == [False, True, True]
+
+
 def test_gemm_tiles_for_the_scatter_epilogues(h200):
     a = torch.empty(8, 192, dtype=BF16)
     for epilogue in (gemm.EPI_REDUCE_SCATTER, gemm.EPI_ALL_REDUCE):

@@ -220,8 +220,9 @@ def _layouts_case() -> list[str]:
     def unvectorized(a, b, device):
         return a.stride(0) % 16 != 0
 
-    def config(device, dtype, operands=None, epilogue=EPI_STORE, a_remote=False):
-        cfg = real(device, dtype, operands, epilogue, a_remote)
+    def config(device, dtype, operands=None, epilogue=EPI_STORE, a_remote=False, *,
+               scalar=None):
+        cfg = real(device, dtype, operands, epilogue, a_remote, scalar=scalar)
         return dataclasses.replace(cfg, block_n=16) if unvectorized(*operands, device) else cfg
 
     tp_gemm.scalar_loads, tp_gemm.default_config = unvectorized, config
