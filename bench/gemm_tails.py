@@ -42,9 +42,19 @@ def _store_tile(c_desc, acc, mb, nb, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
 
 
 @triton.jit
-def _whole_tiles(a_desc, b_desc, c_desc, pid, nprog, dp_tiles, m_blocks, n_blocks, k_steps,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 GROUP_M: tl.constexpr, SWAP: tl.constexpr):
+def _whole_tiles(a_desc, b_desc, c_desc, M, N, K, dp_tiles, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                 SWAP: tl.constexpr, REVERSE: tl.constexpr):
+    """The tail kernels' first phase: tiles ``0 .. dp_tiles`` of the grouped order, whole,
+    program ``p`` taking ``p, p + P, ...``. Returns ``(p, P, m_blocks, n_blocks, k_steps)``;
+    ``REVERSE`` numbers the programs backwards."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    if REVERSE:
+        pid = nprog - 1 - pid
+    m_blocks = tl.cdiv(M, BLOCK_M)
+    n_blocks = tl.cdiv(N, BLOCK_N)
+    k_steps = tl.cdiv(K, BLOCK_K)
     for t in tl.range(pid, dp_tiles, nprog, flatten=True):
         mb, nb = _grouped_tile(t, m_blocks, n_blocks, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -53,6 +63,7 @@ def _whole_tiles(a_desc, b_desc, c_desc, pid, nprog, dp_tiles, m_blocks, n_block
             b = b_desc.load([nb * BLOCK_N, ks * BLOCK_K])
             acc = tl.dot(a, b.T, acc)
         _store_tile(c_desc, acc, mb, nb, BLOCK_M, BLOCK_N, SWAP)
+    return pid, nprog, m_blocks, n_blocks, k_steps
 
 
 @triton.jit
@@ -74,15 +85,9 @@ def lab_splitk(a_desc, b_desc, c_desc, c_ptr, stride_cm, stride_cn, part_ptr, fl
     C), so no full second tile sits in registers. Timing probes (wrong results): 0, no
     partials, every piece stores; 3, as 1 without waiting for the flags. The CPU interpreter
     runs programs in order: there only one piece per program can finish."""
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    if REVERSE:
-        pid = nprog - 1 - pid
-    m_blocks = tl.cdiv(M, BLOCK_M)
-    n_blocks = tl.cdiv(N, BLOCK_N)
-    k_steps = tl.cdiv(K, BLOCK_K)
-    _whole_tiles(a_desc, b_desc, c_desc, pid, nprog, dp_tiles, m_blocks, n_blocks, k_steps,
-                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SWAP)
+    pid, nprog, m_blocks, n_blocks, k_steps = _whole_tiles(
+        a_desc, b_desc, c_desc, M, N, K, dp_tiles, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SWAP,
+        REVERSE)
     rest = m_blocks * n_blocks - dp_tiles
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -154,15 +159,9 @@ def lab_streamk(a_desc, b_desc, c_desc, part_ptr, flag_ptr, M, N, K, dp_tiles,
     tile. Owners wait only for pieces computed at their programs' starts, so no cycle.
     ``REVERSE`` numbers the programs backwards (the CPU interpreter runs them in order).
     ``FIXUP=False`` (a timing probe, wrong results): every piece stores, nobody waits."""
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    if REVERSE:
-        pid = nprog - 1 - pid
-    m_blocks = tl.cdiv(M, BLOCK_M)
-    n_blocks = tl.cdiv(N, BLOCK_N)
-    k_steps = tl.cdiv(K, BLOCK_K)
-    _whole_tiles(a_desc, b_desc, c_desc, pid, nprog, dp_tiles, m_blocks, n_blocks, k_steps,
-                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SWAP)
+    pid, nprog, m_blocks, n_blocks, k_steps = _whole_tiles(
+        a_desc, b_desc, c_desc, M, N, K, dp_tiles, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SWAP,
+        REVERSE)
     total = (m_blocks * n_blocks - dp_tiles) * k_steps
     it = pid.to(tl.int64) * total // nprog
     end = (pid + 1).to(tl.int64) * total // nprog
