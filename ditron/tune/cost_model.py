@@ -47,7 +47,7 @@ H200 = DeviceSpec(peak_flops=700e12, fp32_flops=45e12, mem_bw=4.3e12, link_bw=37
 #: 56: 1.18x with a row-major ``[4096, 50257]`` weight, 2.56-2.58x at K = 4100)
 SCALAR_LOADS_SLOWDOWN = 2.6
 #: the same for fp32 operands, which it multiplies on FMA units (an H200, session 56:
-#: 2.5x at 8192 x 1376 x 4096 with ``b = w.t()``)
+#: 2.5x at 8192 x 1376 x 4096 with ``b = w.t()``; session 57: 2.49-2.54x on four GEMM shapes)
 FP32_SLOWDOWN = 2.5
 GENERIC_GPU = DeviceSpec(peak_flops=200e12, fp32_flops=20e12, mem_bw=1.5e12, link_bw=100e9,
                          latency=30e-6)
@@ -55,8 +55,8 @@ GENERIC_GPU = DeviceSpec(peak_flops=200e12, fp32_flops=20e12, mem_bw=1.5e12, lin
 
 def gemm_slowdown(itemsize: int, scalar_loads: bool) -> float:
     """The persistent GEMM's time over cuBLAS's for operands of ``itemsize`` bytes whose
-    loads vectorize or not (``scalar_loads``); 1 where it matched cuBLAS (16-bit, aligned:
-    0.98-1.00x on the REFERENCES.md shapes)."""
+    loads vectorize or not (``scalar_loads``); 1 where it is near cuBLAS (16-bit, aligned:
+    0.96-1.02x on the REFERENCES.md per-rank shapes)."""
     return max(SCALAR_LOADS_SLOWDOWN if scalar_loads else 1.0,
                FP32_SLOWDOWN if itemsize > 2 else 1.0)
 
