@@ -329,8 +329,8 @@ def _workspace(op: str, tag: str, cols: int, slots: int,
     ws = rt.cache.get(("workspace", *key))
     if ws is None:
         if capturing():
-            raise RuntimeError(f"{op}: no workspace yet for this signature ({tag}); call it "
-                               f"once before capturing a CUDA graph (workspaces are "
+            raise RuntimeError(f"ditron.ops.{op}: no workspace yet for this signature ({tag}); "
+                               f"call it once before capturing a CUDA graph (workspaces are "
                                f"allocated collectively)")
         ws = cached(key, lambda: _new_workspace(f"a2a_device:{tag}", cols, slots, inbox,
                                                 extra_inbox))
@@ -386,7 +386,7 @@ def _index(op: str, name: str, index: torch.Tensor | None, dev: torch.device,
             or index.dtype.is_complex or index.dtype == torch.bool \
             or (size is not None and index.shape[0] != size):
         want = f"[{size}]" if size is not None else "vector"
-        raise ValueError(f"{op}: {name} must be an integer {want} on {dev}, got "
+        raise ValueError(f"ditron.ops.{op}: {name} must be an integer {want} on {dev}, got "
                          f"{tuple(index.shape)} {index.dtype} on {index.device}")
     return index.to(torch.int64).contiguous()
 
@@ -404,12 +404,12 @@ def _scale(op: str, scale: torch.Tensor | None, x: torch.Tensor,
     rows = x.shape[0] if send_index is None else send_index.shape[0]
     if scale.device != x.device or scale.dim() != 1 or not scale.dtype.is_floating_point \
             or scale.shape[0] != rows:
-        raise ValueError(f"{op}: send_scale must be a floating [{rows}] vector (one value "
-                         f"per send row) on {x.device}, got {tuple(scale.shape)} "
+        raise ValueError(f"ditron.ops.{op}: send_scale must be a floating [{rows}] vector (one "
+                         f"value per send row) on {x.device}, got {tuple(scale.shape)} "
                          f"{scale.dtype} on {scale.device}")
     if x.dtype not in SCALED_DTYPES:
-        raise ValueError(f"{op}: send_scale weights rows of {', '.join(map(str, SCALED_DTYPES))}"
-                         f", got x of {x.dtype}")
+        raise ValueError(f"ditron.ops.{op}: send_scale weights rows of "
+                         f"{', '.join(map(str, SCALED_DTYPES))}, got x of {x.dtype}")
     return scale.to(torch.float32).contiguous()
 
 
@@ -448,12 +448,12 @@ def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: in
     rt = current()
     w = rt.world.world_size
     if x.device != rt.world.device or splits.device != rt.world.device:
-        raise ValueError(f"{op}: x and splits must be on {rt.world.device}")
+        raise ValueError(f"ditron.ops.{op}: x and splits must be on {rt.world.device}")
     if x.dim() == 0 or splits.shape != (w,) or splits.dtype.is_floating_point:
-        raise ValueError(f"{op}: need x with >= 1 dim and integer splits [{w}], got x "
+        raise ValueError(f"ditron.ops.{op}: need x with >= 1 dim and integer splits [{w}], got x "
                          f"{tuple(x.shape)}, splits {tuple(splits.shape)} {splits.dtype}")
     if max_out_rows < 0:
-        raise ValueError(f"{op}: max_out_rows must be >= 0, got {max_out_rows}")
+        raise ValueError(f"ditron.ops.{op}: max_out_rows must be >= 0, got {max_out_rows}")
     send_index = _index(op, "send_index", send_index, x.device)
     from .collectives import _check_tensor
 
@@ -461,7 +461,7 @@ def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: in
     if send_index is not None and rt.wait_timeout > 0 and not capturing() \
             and send_index.numel() and not (0 <= int(send_index.min())
                                             and int(send_index.max()) < x.shape[0]):
-        raise ValueError(f"{op}: rank {rt.world.rank}: send_index holds "
+        raise ValueError(f"ditron.ops.{op}: rank {rt.world.rank}: send_index holds "
                          f"{int(send_index.min())}..{int(send_index.max())}, outside the "
                          f"{x.shape[0]} rows of x")
     return send_index
@@ -624,8 +624,8 @@ def all_to_all_device_pair(x: torch.Tensor, extra: torch.Tensor, splits: torch.T
     recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
     if not isinstance(extra, torch.Tensor) or extra.dim() == 0 \
             or extra.shape[0] != x.shape[0] or extra.device != x.device:
-        raise ValueError(f"{op}: extra must be a [{x.shape[0]}, ...] tensor (a row per row "
-                         f"of x) on {x.device}, got "
+        raise ValueError(f"ditron.ops.{op}: extra must be a [{x.shape[0]}, ...] tensor (a row "
+                         f"per row of x) on {x.device}, got "
                          f"{tuple(extra.shape) if isinstance(extra, torch.Tensor) else extra}")
     from .collectives import _check_tensor
 

@@ -552,7 +552,8 @@ def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
     w, me = rt.world.world_size, rt.world.rank
     ins = _splits(op, in_splits, x.shape[0], w, "in_splits")
     if sum(ins) != x.shape[0]:
-        raise ValueError(f"{op}: in_splits {ins} sum to {sum(ins)}, but x has {x.shape[0]} rows")
+        raise ValueError(f"ditron.ops.{op}: in_splits {ins} sum to {sum(ins)}, but x has "
+                         f"{x.shape[0]} rows")
     row = math.prod(x.shape[1:])
     even = all(s == ins[0] for s in ins) and (
         out_splits is None or all(int(s) == ins[0] for s in out_splits))

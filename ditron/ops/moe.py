@@ -101,27 +101,29 @@ def mean_rows_per_expert(world_size: int, max_tokens: int, topk: int,
 def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int,
            x_scales: torch.Tensor | None) -> None:
     if x.dim() != 2:
-        raise ValueError(f"moe_dispatch: x must be [tokens, hidden], got {tuple(x.shape)}")
+        raise ValueError(f"ditron.ops.moe_dispatch: x must be [tokens, hidden], got "
+                         f"{tuple(x.shape)}")
     if not x.dtype.is_floating_point:
-        raise ValueError(f"moe_dispatch: x must be a floating tensor, got {x.dtype}")
+        raise ValueError(f"ditron.ops.moe_dispatch: x must be a floating tensor, got {x.dtype}")
     if topk_ids.dim() != 2 or topk_ids.shape[0] != x.shape[0]:
-        raise ValueError(f"moe_dispatch: topk_ids must be [tokens, k] = [{x.shape[0]}, k], "
-                         f"got {tuple(topk_ids.shape)}")
+        raise ValueError(f"ditron.ops.moe_dispatch: topk_ids must be [tokens, k] = "
+                         f"[{x.shape[0]}, k], got {tuple(topk_ids.shape)}")
     if topk_ids.dtype.is_floating_point or topk_ids.dtype.is_complex \
             or topk_ids.dtype == torch.bool:
-        raise ValueError(f"moe_dispatch: topk_ids must be integers, got {topk_ids.dtype}")
+        raise ValueError(f"ditron.ops.moe_dispatch: topk_ids must be integers, got "
+                         f"{topk_ids.dtype}")
     if topk_ids.device != x.device:
-        raise ValueError(f"moe_dispatch: topk_ids is on {topk_ids.device}, x on {x.device}")
+        raise ValueError(f"ditron.ops.moe_dispatch: topk_ids is on {topk_ids.device}, x on "
+                         f"{x.device}")
     if not isinstance(num_experts, int) or num_experts <= 0 or num_experts % w:
-        raise ValueError(f"moe_dispatch: num_experts must be a positive multiple of the world "
-                         f"size {w}, got {num_experts!r}")
+        raise ValueError(f"ditron.ops.moe_dispatch: num_experts must be a positive multiple of "
+                         f"the world size {w}, got {num_experts!r}")
     if x_scales is not None and (
             not isinstance(x_scales, torch.Tensor) or x_scales.dim() < 1
             or x_scales.shape[0] != x.shape[0] or not x_scales.dtype.is_floating_point
             or x_scales.device != x.device):
-        raise ValueError(f"moe_dispatch: x_scales must be a floating [{x.shape[0]}, ...] "
-                         f"tensor (a row per token) on {x.device}, got "
-                         f"{_described(x_scales)}")
+        raise ValueError(f"ditron.ops.moe_dispatch: x_scales must be a floating [{x.shape[0]}, "
+                         f"...] tensor (a row per token) on {x.device}, got {_described(x_scales)}")
 
 
 def _described(t: object) -> str:
@@ -151,17 +153,17 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     T, k = topk_ids.shape
     max_tokens = T if max_tokens is None else max_tokens
     if not isinstance(max_tokens, int) or max_tokens < T:
-        raise ValueError(f"moe_dispatch: max_tokens must be an int >= this rank's {T} tokens, "
-                         f"got {max_tokens!r}")
+        raise ValueError(f"ditron.ops.moe_dispatch: max_tokens must be an int >= this rank's {T} "
+                         f"tokens, got {max_tokens!r}")
     cap = w * max_tokens * k if max_recv_rows is None else max_recv_rows
     if not isinstance(cap, int) or cap < 0:
-        raise ValueError(f"moe_dispatch: max_recv_rows must be an int >= 0, got {cap!r}")
+        raise ValueError(f"ditron.ops.moe_dispatch: max_recv_rows must be an int >= 0, got {cap!r}")
     agree("ditron.ops.moe_dispatch", num_experts=num_experts, k=k, hidden=x.shape[1],
           dtype=x.dtype, max_tokens=max_tokens, max_recv_rows=cap,
           scales=None if x_scales is None else (tuple(x_scales.shape[1:]), x_scales.dtype))
     if rt.wait_timeout > 0 and not capturing() and topk_ids.numel() \
             and int(topk_ids.max()) >= num_experts:
-        raise ValueError(f"moe_dispatch: rank {rt.world.rank}: expert id "
+        raise ValueError(f"ditron.ops.moe_dispatch: rank {rt.world.rank}: expert id "
                          f"{int(topk_ids.max())} >= num_experts {num_experts}")
     local = num_experts // w
 
@@ -293,18 +295,19 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
     agreement on ``y``'s shape and dtype."""
     d = dispatch
     if not isinstance(d, MoEDispatch):
-        raise TypeError(f"moe_combine: dispatch must be what moe_dispatch returned, got "
+        raise TypeError(f"ditron.ops.moe_combine: dispatch must be what moe_dispatch returned, got "
                         f"{type(d).__name__}")
     T, k = d.num_tokens, d.topk
     if y.dim() != 2 or y.shape[0] != d.capacity or not y.dtype.is_floating_point:
-        raise ValueError(f"moe_combine: y must be floating [{d.capacity}, N] (dispatch.x's "
-                         f"rows), got {tuple(y.shape)} {y.dtype}")
+        raise ValueError(f"ditron.ops.moe_combine: y must be floating [{d.capacity}, N] "
+                         f"(dispatch.x's rows), got {tuple(y.shape)} {y.dtype}")
     if y.device != d.x.device:
-        raise ValueError(f"moe_combine: y is on {y.device}, the dispatch on {d.x.device}")
+        raise ValueError(f"ditron.ops.moe_combine: y is on {y.device}, the dispatch on "
+                         f"{d.x.device}")
     if topk_weights is not None and (topk_weights.shape != (T, k)
                                      or not topk_weights.dtype.is_floating_point
                                      or topk_weights.device != y.device):
-        raise ValueError(f"moe_combine: topk_weights must be floating [{T}, {k}] on "
+        raise ValueError(f"ditron.ops.moe_combine: topk_weights must be floating [{T}, {k}] on "
                          f"{y.device}, got {tuple(topk_weights.shape)} {topk_weights.dtype} "
                          f"on {topk_weights.device}")
     agree("ditron.ops.moe_combine", rows=y.shape[0], n=y.shape[1], dtype=y.dtype,

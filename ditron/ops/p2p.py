@@ -45,9 +45,10 @@ def _peer(op: str, peer: int) -> None:
                          f"[0, {rt.world.world_size})")
 
 
-def _header(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+def _header(op: str, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     if len(shape) > _HEADER - 2:
-        raise ValueError(f"point-to-point supports at most {_HEADER - 2} dimensions")
+        raise ValueError(f"ditron.ops.{op}: point-to-point supports at most {_HEADER - 2} "
+                         f"dimensions, got {len(shape)}")
     h = torch.full((_HEADER,), -1, dtype=torch.int64, device="cpu")
     h[0], h[1] = len(shape), _DTYPE_CODES[dtype]
     h[2: 2 + len(shape)] = torch.tensor(list(shape), dtype=torch.int64, device="cpu")
@@ -64,7 +65,7 @@ def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     _check_tensor("send", x)
     _peer("send", dst)
     _p2p_engine("send", engine)
-    dist.send(_header(x.shape, x.dtype), group=current().host_group, group_dst=dst)
+    dist.send(_header("send", x.shape, x.dtype), group=current().host_group, group_dst=dst)
     net = engine_instance("network")
     flat = carried(x).contiguous()
     net.issue([Transfer(flat, flat, current().world.rank, dst)])
@@ -89,7 +90,7 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
     _p2p_engine("recv", engine)
     header = torch.empty(_HEADER, dtype=torch.int64, device="cpu")
     dist.recv(header, group=rt.host_group, group_src=src)
-    if not torch.equal(header, _header(out.shape, out.dtype)):
+    if not torch.equal(header, _header("recv", out.shape, out.dtype)):
         nd, code = int(header[0]), int(header[1])
         sent = carried(torch.empty(tuple(header[2: 2 + nd].tolist()), dtype=_DTYPES[code],
                                    device=out.device))

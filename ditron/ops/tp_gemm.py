@@ -94,28 +94,30 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
     if seen in valid and not rt.settings.check_calls:
         return
     if method not in METHODS:
-        raise ValueError(f"{op}: method must be one of {METHODS}, got {method!r}")
+        raise ValueError(f"ditron.ops.{op}: method must be one of {METHODS}, got {method!r}")
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+            raise TypeError(f"ditron.ops.{op}: {name} must be a torch.Tensor, got "
+                            f"{type(t).__name__}")
         if t.dim() != 2:
-            raise ValueError(f"{op}: {name} must be 2-D, got shape {tuple(t.shape)}")
+            raise ValueError(f"ditron.ops.{op}: {name} must be 2-D, got shape {tuple(t.shape)}")
         if t.dtype not in DTYPES:
-            raise ValueError(f"{op}: {name} has dtype {t.dtype}; use float16, bfloat16 or "
-                             f"float32")
+            raise ValueError(f"ditron.ops.{op}: {name} has dtype {t.dtype}; use float16, "
+                             f"bfloat16 or float32")
         if t.device != rt.world.device:
-            raise ValueError(f"{op}: {name} is on {t.device}, this rank computes on "
+            raise ValueError(f"ditron.ops.{op}: {name} is on {t.device}, this rank computes on "
                              f"{rt.world.device}")
     if a.dtype != b.dtype:
-        raise ValueError(f"{op}: dtype mismatch: a is {a.dtype}, b is {b.dtype}")
+        raise ValueError(f"ditron.ops.{op}: dtype mismatch: a is {a.dtype}, b is {b.dtype}")
     if a.shape[1] != b.shape[0]:
-        raise ValueError(f"{op}: a {tuple(a.shape)} and b {tuple(b.shape)} do not multiply "
-                         f"(a.shape[1] != b.shape[0])")
+        raise ValueError(f"ditron.ops.{op}: a {tuple(a.shape)} and b {tuple(b.shape)} do not "
+                         f"multiply (a.shape[1] != b.shape[0])")
     W = rt.world.world_size
     if op == "gemm_rs" and a.shape[0] % W != 0:
-        raise ValueError(f"{op}: M = {a.shape[0]} rows is not divisible by the world size "
-                         f"{W} (reduce_scatter splits rows evenly)")
-    agree(op, a_shape=tuple(a.shape), b_shape=tuple(b.shape), dtype=a.dtype, method=method)
+        raise ValueError(f"ditron.ops.{op}: M = {a.shape[0]} rows is not divisible by the world "
+                         f"size {W} (reduce_scatter splits rows evenly)")
+    agree(f"ditron.ops.{op}", a_shape=tuple(a.shape), b_shape=tuple(b.shape), dtype=a.dtype,
+          method=method)
     valid.add(seen)
 
 
@@ -124,8 +126,8 @@ def _no_graph_variant(op: str, method: str, why: str) -> bool:
     """``method="overlap"`` with no graph-safe overlapped variant raises; ``"auto"`` falls
     back (returns ``False``: not overlapped)."""
     if method == "overlap":
-        raise RuntimeError(f"{op}(method='overlap') cannot be captured in a CUDA graph: {why} "
-                           f"(method='auto' takes the graph-safe fallback)")
+        raise RuntimeError(f"ditron.ops.{op}(method='overlap') cannot be captured in a CUDA "
+                           f"graph: {why} (method='auto' takes the graph-safe fallback)")
     return False
 
 
@@ -156,7 +158,7 @@ def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
     # The tiles number the signals the peers' epilogues write, and both pick "auto"'s cache
     # entry (a miss on one rank only would leave it alone in the broadcast below): operands
     # laid out differently on different ranks must not split them.
-    agree(f"{op} tiles", config=cfg, unvectorized_loads=scalar)
+    agree(f"ditron.ops.{op} tiles", config=cfg, unvectorized_loads=scalar)
     if method == "overlap":
         return Choice(True, cfg)
     key = ("tp_gemm_choice", op, M, N, K, dtype, config, cfg, scalar)
@@ -257,9 +259,10 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     _validate("ag_gemm", a, b, method)
     forced = engine or os.environ.get("DITRON_AG_ENGINE")
     if forced is not None and forced not in AG_ENGINES:
-        raise ValueError(f"ag_gemm: engine must be one of {AG_ENGINES}, got {forced!r}")
+        raise ValueError(f"ditron.ops.ag_gemm: engine must be one of {AG_ENGINES}, got {forced!r}")
     if chunk_rows is not None and (not isinstance(chunk_rows, int) or chunk_rows <= 0):
-        raise ValueError(f"ag_gemm: chunk_rows must be a positive int, got {chunk_rows!r}")
+        raise ValueError(f"ditron.ops.ag_gemm: chunk_rows must be a positive int, got "
+                         f"{chunk_rows!r}")
     rt = current()
     W = rt.world.world_size
     m, K = a.shape
@@ -528,7 +531,7 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     _validate("gemm_rs", a, b, method)
     forced = engine or os.environ.get("DITRON_RS_ENGINE")
     if forced is not None and forced not in RS_ENGINES:
-        raise ValueError(f"gemm_rs: engine must be one of {RS_ENGINES}, got {forced!r}")
+        raise ValueError(f"ditron.ops.gemm_rs: engine must be one of {RS_ENGINES}, got {forced!r}")
     rt = current()
     W = rt.world.world_size
     M = a.shape[0]
@@ -536,8 +539,8 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     chunk_rows = _rs_chunk_rows(chunk_rows, M // W)
     if early_rows is not None and (not isinstance(early_rows, int) or isinstance(early_rows, bool)
                                    or not 0 <= early_rows < max(M // W, 1)):
-        raise ValueError(f"gemm_rs: early_rows must be an int in [0, M / W = {M // W}), got "
-                         f"{early_rows!r}")
+        raise ValueError(f"ditron.ops.gemm_rs: early_rows must be an int in [0, M / W = "
+                         f"{M // W}), got {early_rows!r}")
     choice = _choose("gemm_rs", method, M, a, b, config)
     if choice.overlap and rt.topo.num_nodes > 1:
         choice = dataclasses.replace(choice, overlap=False)  # no inter-node push path yet
@@ -553,8 +556,8 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     rs_engine = forced or choice.engine
     rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
     if early_rows and rs_engine != "copy_engine":
-        raise ValueError(f"gemm_rs: early_rows applies to engine='copy_engine' only, not "
-                         f"{rs_engine!r}")
+        raise ValueError(f"ditron.ops.gemm_rs: early_rows applies to engine='copy_engine' only, "
+                         f"not {rs_engine!r}")
     if rs_engine == "copy_engine":
         # the tuned early_rows goes with the tuned chunking only
         early = (early_rows if early_rows is not None
@@ -576,11 +579,11 @@ def _rs_chunk_rows(chunk_rows, seg: int) -> int | tuple[int, ...] | None:
         if (sizes and all(isinstance(r, int) and not isinstance(r, bool) and r > 0
                           for r in sizes) and sum(sizes) == seg):
             return sizes
-        raise ValueError(f"gemm_rs: chunk_rows as a sequence gives the rows of each chunk of "
-                         f"a segment: positive ints summing to M / W = {seg}, got "
+        raise ValueError(f"ditron.ops.gemm_rs: chunk_rows as a sequence gives the rows of each "
+                         f"chunk of a segment: positive ints summing to M / W = {seg}, got "
                          f"{chunk_rows!r}")
-    raise ValueError(f"gemm_rs: chunk_rows must be a positive int or a tuple of chunk sizes, "
-                     f"got {chunk_rows!r}")
+    raise ValueError(f"ditron.ops.gemm_rs: chunk_rows must be a positive int or a tuple of chunk "
+                     f"sizes, got {chunk_rows!r}")
 
 
 @public_op

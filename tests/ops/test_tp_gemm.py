@@ -251,7 +251,7 @@ def test_ranks_with_differently_laid_out_operands_are_refused():
     got = ditron.launch(_layouts_case, 2, backend="cpu")
     differ = "ranks disagree on the call (config, unvectorized_loads differ):"
     expected = [line for op in ("ag_gemm", "gemm_rs", "gemm_ar")
-                for line in (f"{op} tiles: {differ}", f"{op} ok")]
+                for line in (f"ditron.ops.{op} tiles: {differ}", f"{op} ok")]
     assert got == [expected] * 2
 
 
@@ -298,9 +298,11 @@ def _bad_inputs_case() -> list[str]:
         "ranks": lambda: ditron.ops.ag_gemm(torch.randn(4 + w.rank, 6, device=w.device), b),
     }
     for name, fn in cases.items():
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"^ditron\.ops\.(ag_gemm|gemm_rs|gemm_ar)\b"):
             fn()
         seen.append(name)
+    with pytest.raises(TypeError, match="ditron.ops.gemm_ar: a must be a torch.Tensor"):
+        ditron.ops.gemm_ar(a.tolist(), b)
     # still usable after the errors
     c = ditron.ops.ag_gemm(a, b, method="overlap")
     assert torch.allclose(c, _gather(a) @ b, rtol=1e-4, atol=1e-4)
