@@ -20,6 +20,7 @@ import dataclasses
 
 import torch
 
+from .cuda_graphs import capturing
 from .world import current
 
 
@@ -76,8 +77,7 @@ class SignalPad:
         ``engines.sync.bump`` at the start of each use; a pad uses either this or
         :meth:`next_epoch`, never both."""
         if self._cell is None:
-            # as ops.graphs.capturing: a process that never initialised CUDA captures nothing
-            if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
+            if capturing():
                 raise RuntimeError("ditron: a device epoch cannot be made while a CUDA graph "
                                    "is being captured; run the op once before capturing")
             self._cell = torch.zeros(1, dtype=torch.int64, device=self.signals.device)

@@ -36,6 +36,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from .. import trace as tracing
 from ..runtime.agreement import agree
 from ..runtime.barrier import barrier
+from ..runtime.cuda_graphs import capturing
 from ..runtime.diagnostics import WaitTimeoutError, check_waits
 from ..runtime.signals import SignalPad
 from ..runtime.symmetric import is_symmetric
@@ -145,12 +146,11 @@ class Megakernel:
         May be captured in a CUDA graph once it has run eagerly (the first call compiles);
         each replay is a call. Timeout mode checks the waits after eager calls only."""
         rt = current()
-        capturing = (rt.world.device.type == "cuda"
-                     and torch.cuda.is_current_stream_capturing())
-        if capturing and self._calls == 0:
+        in_capture = capturing()
+        if in_capture and self._calls == 0:
             raise RuntimeError("ditron.task: run the megakernel once before capturing it in "
                                "a CUDA graph (its first call compiles it)")
-        if capturing and self.traced:
+        if in_capture and self.traced:
             raise RuntimeError("ditron.task: a traced megakernel cannot be captured in a CUDA "
                                "graph (it synchronises after each call)")
         self._calls += 1
@@ -167,7 +167,7 @@ class Megakernel:
                       zip(self.schedule.item_task, self.schedule.item_tile, strict=True)]
             tracing.record_items(f"megakernel {self.graph.name}", rows, labels,
                                int(self._trace[0]), t0, t1)
-        if not capturing and (rt.wait_timeout > 0 or rt.world.backend == "cpu"):
+        if not in_capture and (rt.wait_timeout > 0 or rt.world.backend == "cpu"):
             try:
                 check_waits()
             except WaitTimeoutError as exc:

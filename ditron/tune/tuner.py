@@ -51,6 +51,7 @@ import torch
 import torch.distributed as dist
 
 from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits
+from ..runtime.cuda_graphs import capture, collectives_capturable
 from . import cache
 from .decisions import Decision, key_for, lookup
 
@@ -321,8 +322,6 @@ def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str,
     Returns ``(trial, us per call)``: the fastest overlapped trial if it beats the fallback
     by ``MARGIN`` (or the fallback was not captured), else the fallback; ``None`` when
     nothing could be captured."""
-    from ..ops.graphs import capture, collectives_capturable
-
     margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
     graphs = {}
     for j, trial in enumerate(trials):
