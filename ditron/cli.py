@@ -49,7 +49,14 @@ def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     try:
         module = importlib.import_module(f"ditron.benchmarks.{name}")
     except ModuleNotFoundError:
-        print(f"ditron bench: unknown benchmark {args.name!r}", file=sys.stderr)
+        import pkgutil
+
+        import ditron.benchmarks
+
+        names = sorted(m.name.replace("_", "-")
+                       for m in pkgutil.iter_modules(ditron.benchmarks.__path__))
+        print(f"ditron bench: unknown benchmark {args.name!r}; choose one of "
+              f"{', '.join(names)}", file=sys.stderr)
         return 2
     return module.main(rest)
 
@@ -60,7 +67,10 @@ def _trace(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ditron", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="ditron", description="Ditron: compute-communication-overlapped multi-GPU "
+        "kernels in stock Triton. Settings are DITRON_* environment variables "
+        "(docs/settings.md).")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="versions, backend, devices, heap size")
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
@@ -72,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     # bench and trace forward their options (``--help`` included) to their own modules
     p = sub.add_parser("bench", help="benchmarks: collectives, tp-gemm, tp-mlp, megakernel, moe",
                        add_help=False)
-    p.add_argument("name", help="collectives | tp-gemm | tp-mlp | megakernel")
+    p.add_argument("name", help="collectives | tp-gemm | tp-mlp | megakernel | moe")
     sub.add_parser("trace", help="overlap trace of an operator (Chrome trace + PNG)",
                    add_help=False)
     args, rest = parser.parse_known_args(argv)

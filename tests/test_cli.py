@@ -44,7 +44,8 @@ def test_demo_verifies_against_torch():
 
 def test_unknown_benchmark_is_an_error():
     out = _run("bench", "no-such-bench")
-    assert out.returncode == 2 and "unknown benchmark" in out.stderr
+    assert out.returncode == 2 and "unknown benchmark 'no-such-bench'" in out.stderr
+    assert "choose one of collectives, megakernel, moe, tp-gemm, tp-mlp" in out.stderr
 
 
 @pytest.mark.parametrize("name", ["collectives", "tp-gemm", "tp-mlp", "megakernel"])
