@@ -51,8 +51,9 @@ def _rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         raise ValueError(f"ditron.nn.{name}: weight must be 2-D [out, in], got "
                          f"{tuple(weight.shape)}")
     if x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"ditron.nn.{name}: input's last dim must be in_features = "
-                         f"{weight.shape[1]}, got input {tuple(x.shape)}")
+        raise ValueError(f"ditron.nn.{name}: input's last dim must match the {weight.shape[1]} "
+                         f"input features of this rank's weight {tuple(weight.shape)}, got "
+                         f"input {tuple(x.shape)}")
     if bias is not None and bias.shape != (weight.shape[0],):
         raise ValueError(f"ditron.nn.{name}: bias must be [{weight.shape[0]}], got "
                          f"{tuple(bias.shape)}")
