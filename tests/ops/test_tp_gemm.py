@@ -431,7 +431,6 @@ def _graph_confirm_case() -> tuple[int, list[int]]:
     fastest at first (a low draw); timed again, the default (1) is. Returns the pick and
     which graphs the confirmation rounds replayed."""
     from ditron.kernels.gemm import CPU_CONFIG
-    from ditron.ops import graphs as op_graphs
     from ditron.tune import tuner
 
     batch = 4
@@ -460,17 +459,17 @@ def _graph_confirm_case() -> tuple[int, list[int]]:
               tuner.Trial("overlap", CPU_CONFIG, "copy_engine"),
               tuner.Trial("overlap", CPU_CONFIG, "copy_engine_pull"),
               tuner.Trial("overlap", CPU_CONFIG, "copy_engine", 4)]
-    saved = (op_graphs.capture, op_graphs.collectives_capturable, tuner.time_calls,
+    saved = (tuner.capture, tuner.collectives_capturable, tuner.time_calls,
              torch.cuda.synchronize)
-    op_graphs.capture = lambda fn, calls, safe_warm_up=False: Graph(next(made))
-    op_graphs.collectives_capturable = lambda: True
+    tuner.capture = lambda fn, calls, safe_warm_up=False: Graph(next(made))
+    tuner.collectives_capturable = lambda: True
     tuner.time_calls = fake_time_calls
     torch.cuda.synchronize = lambda *args: None
     try:
         picked = tuner._graph_pass(trials, [1.0] * 5, None, None, None, "gemm_rs", 3,
                                    torch.device("cpu"), batch, False)
     finally:
-        (op_graphs.capture, op_graphs.collectives_capturable, tuner.time_calls,
+        (tuner.capture, tuner.collectives_capturable, tuner.time_calls,
          torch.cuda.synchronize) = saved
     confirmed = sorted(set(timed[rounds_first * len(first):]))
     return picked[0], confirmed
