@@ -62,9 +62,9 @@ SENDERS_CPU = 2
 #: the rows' copy tiles (``_move_rows``): bytes a tile moves, and at most this many
 #: elements of a row per tile (a tile takes several rows of a short row), by backend.
 #: On sm_90a (ptxas, session 58) rows of a multiple of 16 elements compile spill-free
-#: (7168 bf16 with a 56-float companion row: 128-212 registers); 2-byte rows of fewer than
-#: 16 elements that are not a multiple of 16 (no vectorized access) spill up to 220 B at
-#: the 8192-element tile; not timed
+#: (7168 bf16 with a 56-float companion row: 128-212 registers); 2-byte rows of other
+#: widths (no vectorized access) take 219-255 registers and spill 220-264 B when up to
+#: 128 elements wide (8, 24, 100; not 200, 500, 1000); not timed
 TILE_BYTES = {"cuda": 16384, "cpu": 16384}
 TILE_COLS = {"cuda": 1024, "cpu": 4096}
 #: programs per SM of the finishing copy (8: 512 us for 65536 rows of 7168 bf16 on an H200,
