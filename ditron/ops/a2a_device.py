@@ -60,13 +60,17 @@ GPU_SENDERS = 256
 MIN_SENDERS = 16
 SENDERS_CPU = 2
 #: the rows' copy tiles (``_move_rows``): bytes a tile moves, and at most this many
-#: elements of a row per tile (a tile takes several rows of a short row), by backend.
-#: On sm_90a (ptxas, session 58) rows of a multiple of 16 elements compile spill-free
-#: (7168 bf16 with a 56-float companion row: 128-212 registers); 2-byte rows of other
-#: widths (no vectorized access) take 219-255 registers and spill 220-264 B when up to
-#: 128 elements wide (8, 24, 100; not 200, 500, 1000); not timed
+#: elements of a row per tile (a tile takes several rows of a short row), by backend
 TILE_BYTES = {"cuda": 16384, "cpu": 16384}
 TILE_COLS = {"cuda": 1024, "cpu": 4096}
+#: the most elements a copy tile holds (its addresses and masks take registers): on sm_90a
+#: (ptxas, session 58) tiles of 8192 bf16 elements spilled 32-476 B per thread where the
+#: rows are narrower than ``WIDE_COLS`` elements (8 to 128, aligned or not), none where
+#: they are wider (200 to 7168; 4 B with 1024 and a 64-float companion row); 4096-element
+#: tiles of the narrow rows spill none
+TILE_ELEMENTS = 8192
+NARROW_TILE_ELEMENTS = 4096
+WIDE_COLS = 256
 #: programs per SM of the finishing copy (8: 512 us for 65536 rows of 7168 bf16 on an H200,
 #: 700 with 2; 12 and 16 no better, session 48), and warps of both copy kernels (GPU)
 FINISH_PER_SM = 8
@@ -365,9 +369,11 @@ def _new_workspace(tag: str, cols: int, slots: int, inbox: tuple[int, torch.dtyp
 
 def _tile_shape(backend: str, row: int, itemsize: int) -> tuple[int, int]:
     """``(R, BC)`` of the copy tiles for rows of ``row`` elements of ``itemsize`` bytes:
-    ``BC`` a power of two up to ``TILE_COLS``, ``R`` rows filling ``TILE_BYTES``."""
+    ``BC`` a power of two up to ``TILE_COLS``, ``R`` rows filling ``TILE_BYTES`` and at
+    most ``TILE_ELEMENTS`` elements (``NARROW_TILE_ELEMENTS`` where ``BC < WIDE_COLS``)."""
     bc = min(next_power_of_2(max(row, 1)), TILE_COLS[backend])
-    return max(1, TILE_BYTES[backend] // (bc * itemsize)), bc
+    cap = TILE_ELEMENTS if bc >= WIDE_COLS else NARROW_TILE_ELEMENTS
+    return max(1, min(TILE_BYTES[backend] // itemsize, cap) // bc), bc
 
 
 def _check_waits() -> None:

@@ -5,7 +5,8 @@ only GPU tests. Here the interpreter runs the persistent GEMM and the grouped GE
 and weight gradient) with the GPU's default configs and TMA loads, on shapes that do not
 divide into those tiles (the CI's compile check then compiles these launches for sm_90),
 and ``ptxas`` checks that none of those launches, nor the overlapped TP GEMMs' (their
-waits and epilogues, on two ranks), spills registers (a few bytes allowed:
+waits and epilogues, on two ranks) or the device all-to-all's copies (narrow and wide
+rows), spills registers (a few bytes allowed:
 ``ALLOWED_SPILL``), for operands laid out as a model's (sizes of a multiple of 16) and for
 those that are not, on which the default configs take smaller tiles: a spill cost the
 GPU up to 2x where it went unnoticed (sessions 52-54).
@@ -150,13 +151,46 @@ def _tp_ops(aligned: bool) -> bool:
     return True
 
 
+#: row widths (bf16 elements) of the device all-to-all's copy tiles: narrow ones (their
+#: tiles hold fewer elements), wide ones and a model's hidden size
+A2A_ROWS = (8, 24, 100, 256, 7168)
+
+
+def _a2a_ops() -> bool:
+    """The device all-to-all's copy kernels at the GPU's tiles (``TILE_COLS``), for rows of
+    :data:`A2A_ROWS`: plain, then with send and receive indices, row scales, zeroed misses
+    and a 56-float companion row (a 7168-wide row's fp8 scales); the plain call's rows are
+    checked."""
+    from ditron.ops import a2a_device
+
+    a2a_device.TILE_COLS["cpu"] = a2a_device.TILE_COLS["cuda"]
+    W, me = ditron.world().world_size, ditron.world().rank
+    splits = torch.full((W,), 3, dtype=torch.int64)
+    for row in A2A_ROWS:
+        x = torch.arange(3 * W * row, dtype=torch.float32).add(1000 * me).view(3 * W, row)
+        x = x.to(torch.bfloat16)
+        out, _ = ditron.ops.all_to_all_device(x, splits, 3 * W)
+        want = torch.cat([torch.arange(3 * W * row, dtype=torch.float32).add(1000 * q)
+                          .view(3 * W, row)[3 * me:3 * me + 3] for q in range(W)])
+        assert torch.equal(out.float(), want.to(torch.bfloat16).float()), row
+        index = torch.arange(3 * W - 1, -1, -1)
+        scale = torch.linspace(0.5, 2.0, 3 * W)
+        ditron.ops.all_to_all_device(x, splits, 3 * W, send_index=index, recv_index=index,
+                                     send_scale=scale, zero_missing=True)
+        ditron.ops.all_to_all_device_pair(x, torch.randn(3 * W, 56), splits, 3 * W,
+                                          send_index=index, recv_index=index)
+    return True
+
+
 def run_cases(aligned: bool) -> None:
     """Run :func:`cases` and the TP GEMMs on two ranks (for the recording the spill check
-    compiles)."""
+    compiles), and once (``aligned``) the device all-to-all's copies."""
     as_h200()
     for fn in cases(aligned).values():
         fn()
     assert ditron.launch(_tp_ops, 2, aligned, backend="cpu") == [True, True]
+    if aligned:
+        assert ditron.launch(_a2a_ops, 2, backend="cpu") == [True, True]
 
 
 @pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "unaligned"])
@@ -202,7 +236,8 @@ def test_gpu_default_tiles_compile_without_spills(tmp_path):
     assert not failed, "\n".join(failed)
     used = [r["usage"] for r in launches]  # [kernel, constexprs, registers, spilled]
     kernels = {kernel.split(":")[1] for kernel, *_ in used}
-    assert {"persistent_gemm", "_grouped_gemm_kernel", "_grouped_wgrad_kernel"} <= kernels
+    assert {"persistent_gemm", "_grouped_gemm_kernel", "_grouped_wgrad_kernel",
+            "_data_kernel", "_finish_kernel"} <= kernels
     for variant in ("WAIT=True", "OWN_A=True", "A_REMOTE=True", "EPILOGUE=1", "EPILOGUE=2"):
         assert any(variant in consts for _, consts, *_ in used), variant
     spilled = [f"{kernel} ({consts}): {spill} B spilled, {regs} registers"
