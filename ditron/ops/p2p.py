@@ -55,20 +55,32 @@ def _header(op: str, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return h
 
 
+#: a header's first entry (the number of dimensions) when the sender failed before sending
+_FAILED = -1
+
+
 @public_op
 def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     """Send ``x`` to rank ``dst`` (which calls :func:`recv`). Equivalent: ``dist.send(x, dst)``.
 
     A small header (shape, dtype) goes first over the host group so that the receiver can
-    report a mismatch instead of receiving garbage.
+    report a mismatch instead of receiving garbage; when ``x`` or ``engine`` is refused
+    here, the header says so and the receiver raises too instead of waiting.
     """
-    _check_tensor("send", x)
     _peer("send", dst)
-    _p2p_engine("send", engine)
-    dist.send(_header("send", x.shape, x.dtype), group=current().host_group, group_dst=dst)
+    rt = current()
+    try:
+        _check_tensor("send", x)
+        _p2p_engine("send", engine)
+        header = _header("send", x.shape, x.dtype)
+    except Exception:
+        failed = torch.full((_HEADER,), _FAILED, dtype=torch.int64, device="cpu")
+        dist.send(failed, group=rt.host_group, group_dst=dst)
+        raise
+    dist.send(header, group=rt.host_group, group_dst=dst)
     net = engine_instance("network")
     flat = carried(x).contiguous()
-    net.issue([Transfer(flat, flat, current().world.rank, dst)])
+    net.issue([Transfer(flat, flat, rt.world.rank, dst)])
     net.drain()
 
 
@@ -77,31 +89,60 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
          dtype: torch.dtype = torch.float32, engine: str | None = None) -> torch.Tensor:
     """Receive from rank ``src`` into ``x_or_shape`` (a tensor, filled and returned) or a new
     tensor of that shape and ``dtype``. Equivalent: ``dist.recv(out, src); out``.
+
+    Raises when the sender's rows differ in shape or dtype, when its :func:`send` was
+    refused, and when ``x_or_shape`` or ``engine`` is refused here; in every case after
+    taking whatever the sender sends, so that neither rank waits and the next pair of
+    calls between them is in step.
     """
     rt = current()
-    if isinstance(x_or_shape, torch.Tensor):
-        out = x_or_shape
-    else:
-        out = torch.empty(tuple(int(s) for s in x_or_shape), dtype=dtype,
-                          device=rt.world.device)
-    _check_tensor("recv", out)
-    check_writable("recv", out)
     _peer("recv", src)
-    _p2p_engine("recv", engine)
-    header = torch.empty(_HEADER, dtype=torch.int64, device="cpu")
-    dist.recv(header, group=rt.host_group, group_src=src)
-    if not torch.equal(header, _header("recv", out.shape, out.dtype)):
-        nd, code = int(header[0]), int(header[1])
-        sent = carried(torch.empty(tuple(header[2: 2 + nd].tolist()), dtype=_DTYPES[code],
-                                   device=out.device))
-        net = engine_instance("network")
-        net.issue([Transfer(sent, sent, src, rt.world.rank)])  # keep the channel in step
-        net.drain()
-        raise ValueError(f"ditron.ops.recv: rank {src} sent shape "
-                         f"{tuple(header[2: 2 + nd].tolist())} {_DTYPES[code]}, but this rank "
-                         f"receives {tuple(out.shape)} {out.dtype}")
+    try:
+        if isinstance(x_or_shape, torch.Tensor):
+            out = x_or_shape
+        else:
+            out = torch.empty(tuple(int(s) for s in x_or_shape), dtype=dtype,
+                              device=rt.world.device)
+        _check_tensor("recv", out)
+        check_writable("recv", out)
+        _p2p_engine("recv", engine)
+        expected = _header("recv", out.shape, out.dtype)
+    except Exception:
+        _take(src, _received_header(src))
+        raise
+    header = _received_header(src)
+    if not torch.equal(header, expected):
+        sent = _take(src, header)
+        if sent is None:
+            raise RuntimeError(f"ditron.ops.recv: rank {src}'s matching send was refused "
+                               f"there before it sent (its error says why)")
+        raise ValueError(f"ditron.ops.recv: rank {src} sent shape {tuple(sent.shape)} "
+                         f"{sent.dtype}, but this rank receives {tuple(out.shape)} "
+                         f"{out.dtype}")
     net = engine_instance("network")
     into = carried(out)
     net.issue([Transfer(into, into, src, rt.world.rank)])
     net.drain()
     return out
+
+
+def _received_header(src: int) -> torch.Tensor:
+    header = torch.empty(_HEADER, dtype=torch.int64, device="cpu")
+    dist.recv(header, group=current().host_group, group_src=src)
+    return header
+
+
+def _take(src: int, header: torch.Tensor) -> torch.Tensor | None:
+    """Receive and return the rows ``header`` announces from ``src`` (into a new tensor),
+    keeping the channel in step; ``None`` for the header of a refused send (no rows)."""
+    nd = int(header[0])
+    if nd == _FAILED:
+        return None
+    rt = current()
+    sent = torch.empty(tuple(header[2: 2 + nd].tolist()), dtype=_DTYPES[int(header[1])],
+                       device=rt.world.device)
+    into = carried(sent)
+    net = engine_instance("network")
+    net.issue([Transfer(into, into, src, rt.world.rank)])
+    net.drain()
+    return sent

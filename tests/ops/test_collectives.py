@@ -914,6 +914,43 @@ def test_bad_inputs_raise_before_kernels():
     assert all(c == 18 for c in counts)
 
 
+def check_p2p_refusals() -> int:
+    """A send or a recv refused on its own rank (an unknown engine, too many dimensions, a
+    tensor on another device) makes the other rank raise too, or return, instead of waiting;
+    afterwards the two are in step."""
+    me = ditron.world().rank
+    dev = ditron.world().device
+    x = torch.arange(12.0, device=dev).view(3, 4) + 7
+    refused_sends = [(ValueError, "unknown engine", lambda: ditron.ops.send(x, 1, engine="pigeon")),
+                     (ValueError, "at most 8 dimensions",
+                      lambda: ditron.ops.send(torch.zeros((1,) * 9, device=dev), 1)),
+                     (TypeError, "Tensor", lambda: ditron.ops.send([1.0], 1))]
+    for exc, words, fn in refused_sends:
+        if me == 0:
+            with pytest.raises(exc, match=words):
+                fn()
+        else:
+            with pytest.raises(RuntimeError, match="rank 0's matching send was refused"):
+                ditron.ops.recv((3, 4), 0)
+    if me == 0:  # the receiver refuses: the sender returns
+        ditron.ops.send(x, 1)
+        ditron.ops.send(x, 1)
+    else:
+        with pytest.raises(ValueError, match="meta"):
+            ditron.ops.recv(torch.empty(3, 4, device="meta"), 0)
+        with pytest.raises(ValueError, match="unknown engine"):
+            ditron.ops.recv((3, 4), 0, engine="pigeon")
+    if me == 0:
+        ditron.ops.send(x, 1)
+    else:
+        assert torch.equal(ditron.ops.recv((3, 4), 0), x)
+    return len(refused_sends) + 3
+
+
+def test_refused_send_or_recv_does_not_leave_the_peer_waiting(backend):
+    assert ditron.launch(check_p2p_refusals, 2, backend=backend) == [6, 6]
+
+
 def check_rank_changing_alone() -> int:
     """Every call agreed once; then the last rank alone changes its shape while the others
     repeat theirs: ``DITRON_CHECK_CALLS=1`` makes every rank raise before any transfer."""
