@@ -6,6 +6,7 @@ reports a mismatch instead of receiving garbage.
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Sequence
 
@@ -38,11 +39,20 @@ def _p2p_engine(op: str, engine: str | None) -> None:
     raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}")
 
 
+def _is_peer(peer) -> bool:
+    """Whether ``peer`` is an integer naming another rank of the world."""
+    w = current().world
+    try:
+        peer = operator.index(peer)
+    except TypeError:
+        return False
+    return 0 <= peer < w.world_size and peer != w.rank
+
+
 def _peer(op: str, peer: int) -> None:
-    rt = current()
-    if not 0 <= peer < rt.world.world_size or peer == rt.world.rank:
+    if not _is_peer(peer):
         raise ValueError(f"ditron.ops.{op}: peer {peer} must be another rank in "
-                         f"[0, {rt.world.world_size})")
+                         f"[0, {current().world.world_size})")
 
 
 def _header(op: str, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
@@ -67,16 +77,17 @@ def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     report a mismatch instead of receiving garbage; when ``x`` or ``engine`` is refused
     here, the header says so and the receiver raises too instead of waiting.
     """
-    _peer("send", dst)
     rt = current()
     try:
         _check_tensor("send", x)
         _p2p_engine("send", engine)
         header = _header("send", x.shape, x.dtype)
     except Exception:
-        failed = torch.full((_HEADER,), _FAILED, dtype=torch.int64, device="cpu")
-        dist.send(failed, group=rt.host_group, group_dst=dst)
+        if _is_peer(dst):
+            failed = torch.full((_HEADER,), _FAILED, dtype=torch.int64, device="cpu")
+            dist.send(failed, group=rt.host_group, group_dst=dst)
         raise
+    _peer("send", dst)
     dist.send(header, group=rt.host_group, group_dst=dst)
     net = engine_instance("network")
     flat = carried(x).contiguous()
@@ -91,12 +102,11 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
     tensor of that shape and ``dtype``. Equivalent: ``dist.recv(out, src); out``.
 
     Raises when the sender's rows differ in shape or dtype, when its :func:`send` was
-    refused, and when ``x_or_shape`` or ``engine`` is refused here; in every case after
-    taking whatever the sender sends, so that neither rank waits and the next pair of
-    calls between them is in step.
+    refused, and when ``x_or_shape`` or ``engine`` is refused here; in every case (``src``
+    another rank) after taking whatever the sender sends, so that neither rank waits and
+    the next pair of calls between them is in step.
     """
     rt = current()
-    _peer("recv", src)
     try:
         if isinstance(x_or_shape, torch.Tensor):
             out = x_or_shape
@@ -108,8 +118,10 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
         _p2p_engine("recv", engine)
         expected = _header("recv", out.shape, out.dtype)
     except Exception:
-        _take(src, _received_header(src))
+        if _is_peer(src):
+            _take(src, _received_header(src))
         raise
+    _peer("recv", src)
     header = _received_header(src)
     if not torch.equal(header, expected):
         sent = _take(src, header)
