@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # s58a (prepared): session 58's copy tiles for narrow rows against 8192-element ones, then
-# the spill check and the device all-to-all's tests on cuda.
+# the device all-to-all, point-to-point and interleaved-op tests on cuda.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 DITRON_LAUNCH_TIMEOUT=150
 O=$OUT/s58a; mkdir -p $O
