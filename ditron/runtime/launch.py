@@ -22,6 +22,7 @@ import multiprocessing.connection as mpc
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -70,6 +71,17 @@ def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str,
 
 
 _CPU_CONTEXT = None
+
+
+def _in_rank_reimport() -> bool:
+    """Whether this call runs from the top level of the launching script while a rank
+    process re-imports it (``multiprocessing`` runs it there as ``__mp_main__``)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _cpu_context():
@@ -137,6 +149,11 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
 
     Equivalent, without Ditron, to running ``fn`` under ``torchrun --nproc-per-node``.
     """
+    if _in_rank_reimport():
+        raise RuntimeError(
+            "ditron.launch: called while a rank process re-imports the script that launched "
+            "it; put the call under `if __name__ == \"__main__\":` (every rank starts by "
+            "importing that script)")
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"ditron.launch: world_size must be a positive int, got {world_size!r}")
     if not callable(fn):
@@ -295,7 +312,8 @@ def _receive(conn, pending, procs, results, failures, started) -> None:
 def _raise_failure(failure: _Failure):
     if failure.exitcode is not None:
         raise RankError(failure.rank,
-                        f"process exited with code {failure.exitcode} before returning")
+                        f"process exited with code {failure.exitcode} before returning (its "
+                        f"output above says why)")
     exc = None
     if failure.payload is not None:
         try:

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -199,3 +202,19 @@ def test_host_collectives_use_gloo_where_ranks_share_a_device(monkeypatch):
     assert host_backend(TwoDevices(), 1) == "gloo"  # two one-rank nodes on one machine
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     assert host_backend(TwoDevices(), 2) == "nccl"  # no launcher's count: the node's own
+
+
+def test_unguarded_launch_in_a_script_says_to_guard_it(tmp_path, backend):
+    """A script calling ``launch`` at its top level: each rank re-imports it, and that
+    re-import's call raises naming the fix instead of multiprocessing's bootstrap error."""
+    script = tmp_path / "unguarded.py"
+    script.write_text("import ditron\n\ndef main():\n    return ditron.world().rank\n\n"
+                      "print(ditron.launch(main, 2))\n")
+    root = str(Path(__file__).resolve().parents[2])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path, env={**env, "DITRON_BACKEND": backend})
+    assert out.returncode != 0
+    assert 'put the call under `if __name__ == "__main__":`' in out.stderr, out.stderr
+    assert "RankError: rank " in out.stderr and "its output above says why" in out.stderr

@@ -14,10 +14,6 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_docs_example_runs(tmp_path):
     text = (ROOT / "docs" / "megakernel.md").read_text()
     code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
-    assert "print(ditron.launch(main, 1))" in code
-    # launched ranks re-import the script: guard its last line as any launching script must
-    code = code.replace("print(ditron.launch(main, 1))",
-                        "if __name__ == '__main__':\n    print(ditron.launch(main, 1))")
     script = tmp_path / "example.py"
     script.write_text(code)
     # importable from this checkout whether or not it is installed
