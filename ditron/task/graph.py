@@ -57,7 +57,8 @@ class _Context:
 #: (``ditron.language`` primitives need it): the megakernel passes its own.
 CTX = _Context()
 
-Regions = Callable[[int, int], Iterable[Region]]
+#: ``reads`` / ``writes`` of a task: ``(tile, rank)`` -> one region or an iterable of them
+Regions = Callable[[int, int], Region | Iterable[Region]]
 
 
 def _no_regions(tile: int, rank: int) -> Iterable[Region]:
@@ -184,6 +185,22 @@ class _Access:
     write: bool
 
 
+def _regions(task: str, kind: str, fn: Regions, tile: int, rank: int) -> list[Region]:
+    """``fn(tile, rank)``: one region or an iterable of them, checked."""
+    got = fn(tile, rank)
+    if isinstance(got, Region):
+        return [got]
+    bad = f"task {task!r}: {kind}({tile}, {rank}) must return a ditron.task.region(...) box "
+    try:
+        regs = list(got)
+    except TypeError:
+        raise TypeError(f"{bad}or a list of them, got {type(got).__name__}") from None
+    for reg in regs:
+        if not isinstance(reg, Region):
+            raise TypeError(f"{bad}or a list of them, got a {type(reg).__name__} in it")
+    return regs
+
+
 def _accesses(tasks: Sequence[Task], offsets: list[int], world_size: int,
               local_world_size: int, is_symmetric: Callable[[torch.Tensor], bool]) -> dict:
     """Every rank's accesses, grouped by (tensor, rank holding the memory)."""
@@ -192,12 +209,8 @@ def _accesses(tasks: Sequence[Task], offsets: list[int], world_size: int,
         for k, task in enumerate(tasks):
             for tile in range(task.tiles):
                 for write, fn in ((False, task.reads), (True, task.writes)):
-                    for reg in fn(tile, rank):
-                        if not isinstance(reg, Region):
-                            kind = "writes" if write else "reads"
-                            raise TypeError(f"task {task.name!r}: {kind}({tile}, {rank}) must "
-                                            f"yield ditron.task.region(...) boxes, got "
-                                            f"{type(reg).__name__}")
+                    for reg in _regions(task.name, "writes" if write else "reads", fn, tile,
+                                        rank):
                         if reg.empty:
                             continue
                         holder = rank if reg.rank is None else reg.rank

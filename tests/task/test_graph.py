@@ -167,10 +167,30 @@ def test_bad_graphs_raise():
     with pytest.raises(ValueError, match="not symmetric"):
         local.schedule(0, 2, is_symmetric=lambda t: False)
 
-    wrong = dt.TaskGraph()
-    wrong.add("w", _noop, x, 32, 8, tiles=1, writes=lambda t, r: [x])
-    with pytest.raises(TypeError, match="must yield ditron.task.region"):
-        wrong.schedule(0, 1)
+    for got, named in (([x], "got a Tensor in it"), (1.5, "got float"),
+                       (None, "got NoneType")):
+        wrong = dt.TaskGraph()
+        wrong.add("w", _noop, x, 32, 8, tiles=1, writes=lambda t, r, got=got: got)
+        msg = r"task 'w': writes\(0, 0\) must return a ditron\.task\.region\(...\) box"
+        with pytest.raises(TypeError, match=rf"{msg} or a list of them, {named}"):
+            wrong.schedule(0, 1)
+
+
+def test_reads_and_writes_may_return_one_region():
+    """A single region is read as a list of one: the same schedule as the list form."""
+    x, y = torch.empty(32), torch.empty(32)
+
+    def build(wrap):
+        g = dt.TaskGraph()
+        g.add("a", _noop, x, 32, 8, tiles=4,
+              writes=lambda t, r: wrap(dt.region(x, (8 * t, 8 * t + 8))))
+        g.add("b", _noop, y, 32, 8, tiles=4,
+              reads=lambda t, r: wrap(dt.region(x, (8 * t + 4, 8 * t + 12))),
+              writes=lambda t, r: wrap(dt.region(y, (8 * t, 8 * t + 8))))
+        return g.schedule(0, 1)
+
+    one, listed = build(lambda reg: reg), build(lambda reg: [reg])
+    assert one == listed and one.dep_slot  # b waits for two tiles of a each
 
 
 def test_the_graph_runs_with_the_most_warps_a_task_asks_for():
