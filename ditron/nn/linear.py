@@ -16,14 +16,19 @@ import math
 
 import torch
 
+from ..ops.tp_gemm import METHODS
 from ..runtime.world import world
 from . import functional as F
 
 
-def _shard(features: int, what: str) -> int:
-    W = world().world_size
+def _shard(in_features: int, out_features: int, split: str) -> int:
+    """This rank's share of the ``split`` features (``"in_features"`` or ``"out_features"``)."""
+    for what, value in (("in_features", in_features), ("out_features", out_features)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"ditron.nn: {what} must be a positive int, got {value!r}")
+    features, W = (in_features if split == "in_features" else out_features), world().world_size
     if features % W:
-        raise ValueError(f"ditron.nn: {what} = {features} does not split over {W} ranks")
+        raise ValueError(f"ditron.nn: {split} = {features} does not split over {W} ranks")
     return features // W
 
 
@@ -32,6 +37,8 @@ class _ParallelLinear(torch.nn.Module):
                  bias_size: int | None, sequence_parallel: bool, method: str, device,
                  dtype) -> None:
         super().__init__()
+        if method not in METHODS:
+            raise ValueError(f"ditron.nn: method must be one of {METHODS}, got {method!r}")
         self.in_features, self.out_features = in_features, out_features
         self.sequence_parallel, self.method = sequence_parallel, method
         self.world = world()  # the shards split over its ranks
@@ -78,7 +85,7 @@ class ColumnParallelLinear(_ParallelLinear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  sequence_parallel: bool = True, keep_gathered: bool = True,
                  method: str = "auto", device=None, dtype=None) -> None:
-        n = _shard(out_features, "out_features")
+        n = _shard(in_features, out_features, "out_features")
         super().__init__(in_features, out_features, (n, in_features), n if bias else None,
                          sequence_parallel, method, device, dtype)
         self.keep_gathered = keep_gathered
@@ -117,7 +124,7 @@ class RowParallelLinear(_ParallelLinear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  sequence_parallel: bool = True, method: str = "auto", device=None,
                  dtype=None) -> None:
-        k = _shard(in_features, "in_features")
+        k = _shard(in_features, out_features, "in_features")
         super().__init__(in_features, out_features, (out_features, k),
                          out_features if bias else None, sequence_parallel, method, device,
                          dtype)

@@ -126,6 +126,10 @@ class ExpertParallelMLP(torch.nn.Module):
                  dtype: torch.dtype | None = None) -> None:
         super().__init__()
         w = world()
+        for what, value in (("hidden", hidden), ("ffn", ffn)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ExpertParallelMLP: {what} must be a positive int, got "
+                                 f"{value!r}")
         if num_experts <= 0 or num_experts % w.world_size:
             raise ValueError(f"ExpertParallelMLP: num_experts must be a positive multiple of "
                              f"the world size {w.world_size}, got {num_experts}")

@@ -234,19 +234,31 @@ def _bad_inputs_case() -> int:
     from ditron.nn import functional as F
 
     col, row = nn.ColumnParallelLinear(6, 4), nn.RowParallelLinear(4, 6)
-    cases = {
-        "out_features": lambda: nn.ColumnParallelLinear(6, 5),
-        "in_features": lambda: nn.RowParallelLinear(5, 6),
-        "features": lambda: col(torch.randn(3, 5)),
-        "dtype": lambda: col(torch.randn(3, 6, dtype=torch.float64)),
-        "one dim": lambda: col(torch.randn(6)),
-        "device": lambda: col(torch.randn(3, 6, device="meta")),
-        "rows": lambda: row(torch.randn(3, 2)),
-        "bias": lambda: F.linear_all_reduce(torch.randn(3, 2), row.weight, torch.zeros(5)),
-        "scatter rows": lambda: F.reduce_scatter(torch.randn(3, 2)),
+    cases = {  # what is called, and the words of its error
+        "out_features": (lambda: nn.ColumnParallelLinear(6, 5),
+                         "out_features = 5 does not split over 2 ranks"),
+        "in_features": (lambda: nn.RowParallelLinear(5, 6),
+                        "in_features = 5 does not split over 2 ranks"),
+        "no features": (lambda: nn.ColumnParallelLinear(6, 0),
+                        "out_features must be a positive int, got 0"),
+        "fractional": (lambda: nn.RowParallelLinear(4.0, 6),
+                       "in_features must be a positive int, got 4.0"),
+        "negative": (lambda: nn.ColumnParallelLinear(-6, 4),
+                     "in_features must be a positive int, got -6"),
+        "method": (lambda: nn.RowParallelLinear(4, 6, method="fused"),
+                   r"method must be one of \('auto', 'overlap', 'fallback'\), got 'fused'"),
+        "features": (lambda: col(torch.randn(3, 5)), "last dim must match the 6 input"),
+        "dtype": (lambda: col(torch.randn(3, 6, dtype=torch.float64)),
+                  "input dtype torch.float64 != weight dtype"),
+        "one dim": (lambda: col(torch.randn(6)), "at least 2 dims"),
+        "device": (lambda: col(torch.randn(3, 6, device="meta")), "input on meta, weight on"),
+        "rows": (lambda: row(torch.randn(3, 2)), "dim 0 of"),
+        "bias": (lambda: F.linear_all_reduce(torch.randn(3, 2), row.weight, torch.zeros(5)),
+                 "bias"),
+        "scatter rows": (lambda: F.reduce_scatter(torch.randn(3, 2)), "dim 0 of"),
     }
-    for name, fn in cases.items():
-        with pytest.raises(ValueError, match="ditron"):
+    for name, (fn, words) in cases.items():
+        with pytest.raises(ValueError, match=words):
             fn()
             pytest.fail(f"{name}: no error")
     x = torch.randn(4, 6, device=ditron.world().device, requires_grad=True)  # still usable
@@ -256,7 +268,7 @@ def _bad_inputs_case() -> int:
 
 
 def test_bad_inputs_raise_before_any_kernel(backend):
-    assert ditron.launch(_bad_inputs_case, 2, backend=backend) == [9, 9]
+    assert ditron.launch(_bad_inputs_case, 2, backend=backend) == [13, 13]
 
 
 @pytest.mark.gpu

@@ -284,16 +284,20 @@ def check_layer_refusals() -> int:
     dev = ditron.world().device
     with pytest.raises(ValueError, match="num_experts must be a positive multiple"):
         ditron.nn.ExpertParallelMLP(8, 4, 3)
+    for hidden, ffn, bad in ((0, 4, "hidden must be a positive int, got 0"),
+                             (8, 2.5, "ffn must be a positive int, got 2.5")):
+        with pytest.raises(ValueError, match=bad):
+            ditron.nn.ExpertParallelMLP(hidden, ffn, 2)
     layer = ditron.nn.ExpertParallelMLP(8, 4, 2)
     x = torch.randn(3, 8, device=dev, dtype=torch.bfloat16)
     ids = torch.zeros(3, 1, dtype=torch.int64, device=dev)
     with pytest.raises(ValueError, match="input dtype torch.bfloat16 != weight dtype"):
         layer(x, ids, torch.ones(3, 1, device=dev))  # no autocast: no silent cast
-    return 2
+    return 4
 
 
 def test_expert_parallel_mlp_refuses_bad_input(backend):
-    assert ditron.launch(check_layer_refusals, 2, backend=backend) == [2, 2]
+    assert ditron.launch(check_layer_refusals, 2, backend=backend) == [4, 4]
 
 
 def check_compile(compiler: str = "aot_eager", opcheck: bool = True) -> list[str]:
