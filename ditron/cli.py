@@ -7,6 +7,8 @@ import importlib
 import os
 import sys
 
+from .runtime.arguments import positive_int
+
 
 def _info(args: argparse.Namespace) -> int:
     import torch
@@ -75,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("info", help="versions, backend, devices, heap size")
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
     p = sub.add_parser("demo", help="ring exchange and all-gather with the primitives")
-    p.add_argument("--world-size", type=int, default=None)
+    p.add_argument("--world-size", type=positive_int, default=None)
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
-    p.add_argument("--n", type=int, default=200, help="elements per rank")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--n", type=positive_int, default=200, help="elements per rank")
+    p.add_argument("--repeats", type=positive_int, default=3)
     # bench and trace forward their options (``--help`` included) to their own modules
     p = sub.add_parser("bench", help="benchmarks: collectives, tp-gemm, tp-mlp, megakernel, moe",
                        add_help=False)

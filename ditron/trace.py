@@ -29,6 +29,7 @@ import time
 
 import torch
 
+from .runtime.arguments import positive_int
 from .runtime.config import env_flag
 
 _ENABLED: bool | None = None
@@ -309,11 +310,11 @@ def _sync_ranks() -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron trace", description=__doc__.split("\n")[0])
     p.add_argument("--op", default="ag_gemm", choices=["ag_gemm", "gemm_rs", "gemm_ar"])
-    p.add_argument("--world-size", type=int, default=2)
-    p.add_argument("--m", type=int, default=64, help="global rows")
-    p.add_argument("--n", type=int, default=64)
-    p.add_argument("--k", type=int, default=32)
-    p.add_argument("--calls", type=int, default=2)
+    p.add_argument("--world-size", type=positive_int, default=2)
+    p.add_argument("--m", type=positive_int, default=64, help="global rows")
+    p.add_argument("--n", type=positive_int, default=64)
+    p.add_argument("--k", type=positive_int, default=32)
+    p.add_argument("--calls", type=positive_int, default=2)
     p.add_argument("--out", default="ditron-trace")
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")

@@ -48,7 +48,7 @@ def test_unknown_benchmark_is_an_error():
     assert "choose one of collectives, megakernel, moe, tp-gemm, tp-mlp" in out.stderr
 
 
-@pytest.mark.parametrize("name", ["collectives", "tp-gemm", "tp-mlp", "megakernel"])
+@pytest.mark.parametrize("name", ["collectives", "tp-gemm", "tp-mlp", "megakernel", "moe"])
 def test_every_benchmark_answers_help(name):
     out = _run("bench", name, "--help")
     assert out.returncode == 0, out.stderr
@@ -92,6 +92,28 @@ def test_bench_tp_gemm_shape_subset():
         shapes(["ag"], 1.0, False, 2, "4096x11008")  # a GEMM-RS shape
     with pytest.raises(ValueError, match="'4096by11008' is not one"):
         shapes(["rs"], 1.0, False, 2, "4096by11008")
+    with pytest.raises(ValueError, match="--smoke .* runs tiny ones"):
+        shapes(["rs"], 1.0, True, 2, "11008x4096")
+    with pytest.raises(ValueError, match="--ops: a comma list of ag and rs, got 'ag,ar'"):
+        shapes(["ag", "ar"], 1.0, False, 2)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("demo", "--world-size", "0"), "argument --world-size: must be a positive integer, got 0"),
+    (("demo", "--n", "x"), "argument --n: not an integer: 'x'"),
+    (("bench", "collectives", "--sizes", "4K,4Q"),
+     "argument --sizes: cannot read a byte count from '4Q'"),
+    (("bench", "tp-gemm", "--warmup", "-1"), "argument --warmup: must be an integer >= 0, got -1"),
+    (("bench", "tp-gemm", "--backend", "cpu", "--shapes", "4096x11008"),
+     "--shapes picks REFERENCES.md shapes"),
+    (("bench", "moe", "--topk", "0"), "argument --topk: must be a positive integer, got 0"),
+    (("trace", "--calls", "0"), "argument --calls: must be a positive integer, got 0"),
+])
+def test_bad_option_values_are_usage_errors(args, words):
+    """Refused by the parser, naming the option, before any rank starts."""
+    out = _run(*args)
+    assert out.returncode == 2, out.stderr
+    assert words in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
 def test_bench_tp_mlp_smoke(tmp_path):

@@ -43,6 +43,7 @@ import torch
 import torch.distributed as dist
 
 from ..ops.graphs import capture
+from ..runtime.arguments import byte_count, byte_counts, non_negative_int, positive_int
 
 _SMALL = ["4K", "64K"]
 _DEFAULT_GPU = ["4K", "8K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G"]
@@ -52,36 +53,38 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="ditron bench collectives", description=__doc__)
-    p.add_argument("--world-size", type=int, default=None,
+    p.add_argument("--world-size", type=positive_int, default=None,
                    help="ranks to launch (default: number of GPUs, or 2 on CPU)")
     p.add_argument("--backend", choices=("cpu", "cuda"), default=None)
-    p.add_argument("--sizes", default=None,
+    p.add_argument("--sizes", default=None, type=_size_spec,
                    help="'small', or comma list like 4K,1M,1G (default: 4K..1G on GPU, small "
                         "on CPU)")
     p.add_argument("--ops", default=",".join(_OPS))
     p.add_argument("--engines", default="copy_engine,sm")
     p.add_argument("--dtype", choices=sorted(_DTYPES), default="bf16")
-    p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("--iters", type=int, default=None)
+    p.add_argument("--warmup", type=non_negative_int, default=None)
+    p.add_argument("--iters", type=positive_int, default=None)
     p.add_argument("--graphs", action="store_true",
                    help="also time all-reduce / all-gather / reduce-scatter / all-to-all under "
                         "CUDA graphs (GPU only)")
     p.add_argument("--busy", action="store_true",
                    help="also time calls issued back to back (rows '<impl> busy')")
-    p.add_argument("--graph-max", default="4M", help="largest all-reduce timed under graphs")
-    p.add_argument("--graph-calls", type=int, default=50, help="calls captured per graph")
+    p.add_argument("--graph-max", default="4M", type=byte_count,
+                   help="largest all-reduce timed under graphs")
+    p.add_argument("--graph-calls", type=positive_int, default=50, help="calls captured per graph")
     p.add_argument("--out", default="bench/results/collectives")
     return p.parse_args(argv)
 
 
-def _sizes(spec: str | None, backend: str) -> list[int]:
-    from ..runtime.config import parse_bytes
+def _size_spec(text: str) -> str | list[int]:
+    """``--sizes``: ``"small"`` or a comma list of byte counts."""
+    return "small" if text == "small" else byte_counts(text)
 
+
+def _sizes(spec: str | list[int] | None, backend: str) -> list[int]:
     if spec is None:
-        spec = ",".join(_DEFAULT_GPU if backend == "cuda" else _SMALL)
-    if spec == "small":
-        spec = ",".join(_SMALL)
-    return [parse_bytes(s) for s in spec.split(",") if s]
+        spec = "small" if backend != "cuda" else byte_counts(",".join(_DEFAULT_GPU))
+    return byte_counts(",".join(_SMALL)) if spec == "small" else spec
 
 
 def main(argv: list[str]) -> int:
@@ -363,9 +366,7 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
     graphs = args.graphs and cuda
     if args.graphs and not cuda and rt.world.rank == 0:
         print("--graphs: CUDA graphs need the cuda backend; timing eagerly only")
-    from ..runtime.config import parse_bytes
-
-    graph_max = parse_bytes(args.graph_max)
+    graph_max = args.graph_max
     records = []
     for name in [o for o in args.ops.split(",") if o]:
         for size in sizes:

@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 import ditron
 from ditron import trace
+from ditron.runtime.arguments import non_negative_int, positive_int
 from ditron.runtime.world import current
 from ditron.task.tp_mlp import MlpBlocks, default_blocks
 from ditron.tune.tuner import agreed_median, all_ok, kernel_time, time_in_rounds
@@ -152,9 +153,9 @@ def _host_time(fn, dev, calls: int = 20) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench megakernel",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--world-size", type=positive_int, default=1)
     p.add_argument("--shape", default="16,4096,11008", help="tokens,hidden,ffn (global)")
-    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--layers", type=positive_int, default=4)
     p.add_argument("--blocks",
                    help="comma-separated MlpBlocks labels, "
                         "BMxBNxBKxRN[xSPLIT][sSTAGES][wWARPS][t0|t1][dDOWN_N] (sSTAGES: the "
@@ -162,9 +163,10 @@ def main(argv: list[str] | None = None) -> int:
                         "t1/t0: TMA descriptor loads on/off, dDOWN_N: the down tiles' "
                         "columns when not BN; default: add_tp_mlp's untuned choice for the "
                         "tokens)")
-    p.add_argument("--stages", type=int,
+    p.add_argument("--stages", type=positive_int,
                    help="num_stages of the whole megakernel (Triton's default)")
-    p.add_argument("--programs", type=int, help="programs per rank (ditron.task's default)")
+    p.add_argument("--programs", type=positive_int,
+                   help="programs per rank (ditron.task's default)")
     p.add_argument("--warps", type=int,
                    help="num_warps of the megakernel (default: the most its tiles want, 4 "
                         "unless a label says wWARPS)")
@@ -175,9 +177,9 @@ def main(argv: list[str] | None = None) -> int:
                         "([out, in], used transposed), 'kn' as [in, out]")
     p.add_argument("--tune", action="store_true",
                    help="run the MLP tuner first (tune_mlp) and time its choice too")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=40)
-    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--warmup", type=non_negative_int, default=5)
+    p.add_argument("--iters", type=positive_int, default=40)
+    p.add_argument("--rounds", type=positive_int, default=4)
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", help="write the result row as JSON here")
     p.add_argument("--trace", metavar="PREFIX",

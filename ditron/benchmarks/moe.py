@@ -52,6 +52,7 @@ from ditron.kernels.grouped_gemm import (
     grouped_gemm,
     grouped_gemm_wgrad,
 )
+from ditron.runtime.arguments import non_negative_int, positive_int
 from ditron.tune.tuner import agreed_median, time_in_rounds
 
 #: (N, K, experts, topk) of REFERENCES.md: Qwen1.5-MoE, Mixtral-8x7B, Mixtral-8x22B,
@@ -410,18 +411,18 @@ def _measure(args) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench moe", description=__doc__.split("\n\n")[0])
-    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--world-size", type=positive_int, default=1)
     p.add_argument("--parts", default="gemm,a2a,layer",
                    help="gemm, wgrad, a2a, dispatch, layer (a list)")
-    p.add_argument("--tokens", type=int, default=8192, help="tokens of the gemm rows")
+    p.add_argument("--tokens", type=positive_int, default=8192, help="tokens of the gemm rows")
     p.add_argument("--layer-tokens", default="128,8192", help="tokens per rank, layer rows")
-    p.add_argument("--hidden", type=int, default=7168)
-    p.add_argument("--ffn", type=int, default=2048)
-    p.add_argument("--experts", type=int, default=64)
-    p.add_argument("--topk", type=int, default=8)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--hidden", type=positive_int, default=7168)
+    p.add_argument("--ffn", type=positive_int, default=2048)
+    p.add_argument("--experts", type=positive_int, default=64)
+    p.add_argument("--topk", type=positive_int, default=8)
+    p.add_argument("--warmup", type=non_negative_int, default=3)
+    p.add_argument("--iters", type=positive_int, default=20)
+    p.add_argument("--rounds", type=positive_int, default=4)
     p.add_argument("--sweep", action="store_true", help="time other tile configs too")
     p.add_argument("--gated", action="store_true",
                    help="layer rows: SwiGLU experts (w1 twice as wide; silu(gate) * up)")

@@ -47,6 +47,7 @@ import torch.distributed as dist
 
 from ..ops.graphs import capture, collectives_capturable
 from ..ops.tp_gemm import RS_ENGINES
+from ..runtime.arguments import non_negative_int, positive_int
 from ..runtime.world import current
 
 AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
@@ -70,10 +71,15 @@ def _round(x: float, q: int = 64) -> int:
 def shapes(ops: list[str], scale: float, smoke: bool, W: int,
            only: str = "") -> list[tuple[str, int, int, int]]:
     """(op, M global, N global, K global) rows. ``only``: ``"NxK,..."``, a subset of the
-    REFERENCES.md shapes by their unscaled ``N x K`` (ignored with ``smoke``)."""
+    REFERENCES.md shapes by their unscaled ``N x K`` (``smoke`` has tiny shapes instead)."""
+    if not ops or set(ops) - {"ag", "rs"}:
+        raise ValueError(f"--ops: a comma list of ag and rs, got {','.join(ops)!r}")
+    if only.strip() and smoke:
+        raise ValueError("--shapes picks REFERENCES.md shapes, but --smoke (the default on the "
+                         "CPU backend) runs tiny ones")
     known = set(AG_SHAPES if "ag" in ops else []) | set(RS_SHAPES if "rs" in ops else [])
     picked = None
-    if only.strip() and not smoke:
+    if only.strip():
         picked = set()
         for item in only.split(","):
             n, _, k = item.strip().lower().partition("x")
@@ -343,19 +349,19 @@ def _plot(results: list[dict], path: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench tp-gemm", description=__doc__.split("\n")[0])
-    p.add_argument("--world-size", type=int, default=None)
+    p.add_argument("--world-size", type=positive_int, default=None)
     p.add_argument("--scale", type=float, default=None,
                    help="multiply the REFERENCES.md shapes (default 1/W*2 fits one H200 each)")
     p.add_argument("--ops", default="ag,rs")
     p.add_argument("--shapes", default="",
                    help="only these REFERENCES.md shapes, as unscaled NxK (e.g. 4096x11008)")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--warmup", type=non_negative_int, default=5)
+    p.add_argument("--iters", type=positive_int, default=10)
     p.add_argument("--smoke", action="store_true", help="tiny shapes (CPU backend)")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
-    p.add_argument("--batch", type=int, default=None,
+    p.add_argument("--batch", type=positive_int, default=None,
                    help="calls timed back to back per sample (default 5 on GPU, 1 on CPU): "
                         "launch cost then shows only where it exceeds the GPU time")
     p.add_argument("--tune", action="store_true",

@@ -23,6 +23,7 @@ import json
 import torch
 
 import ditron
+from ditron.runtime.arguments import non_negative_int, positive_int
 from ditron.tune.tuner import agreed_median, time_in_rounds
 
 VARIANTS = {"fallback": "fallback", "overlap": "auto"}
@@ -77,12 +78,12 @@ def _measure(tokens: int, hidden: int, ffn: int, warmup: int, iters: int, batch:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench tp-mlp",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--world-size", type=positive_int, default=2)
     p.add_argument("--shape", default="8192,4096,11008", help="tokens,hidden,ffn (global)")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--batch", type=int, default=4, help="steps per timed sample")
-    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--warmup", type=non_negative_int, default=3)
+    p.add_argument("--iters", type=positive_int, default=20)
+    p.add_argument("--batch", type=positive_int, default=4, help="steps per timed sample")
+    p.add_argument("--rounds", type=positive_int, default=4)
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", help="write the result row as JSON here")
     args = p.parse_args(argv)
