@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -40,7 +41,7 @@ def normalize_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
     if isinstance(shape, int):
         shape = (shape,)
     try:
-        dims = tuple(int(d) for d in shape)
+        dims = tuple(operator.index(d) for d in shape)  # 2.5 is refused, not truncated
     except TypeError:
         raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
     if any(d < 0 for d in dims):
@@ -104,6 +105,7 @@ class SymmetricHeap:
         if alloc is None:
             raise ValueError("ditron.free: tensor is not the start of a live symmetric buffer")
         self._give_back(offset, alloc.nbytes)
+        self._views.clear()  # a view of the freed block must be asked for (and refused) again
 
     def _take(self, nbytes: int) -> int | None:
         for i, (off, size) in enumerate(self._free):
@@ -197,6 +199,7 @@ class SymmetricHeap:
         if not 0 <= rank < len(self.mapping.peers):
             raise ValueError(f"ditron.peer: rank {rank} is outside [0, {len(self.mapping.peers)})")
         offset = self.offset_of(tensor)
+        self._check_live(offset, tensor)
         other = self.mapping.peers[rank]
         if other is None:
             raise ValueError(f"ditron.peer: rank {rank} is on another node; its heap is not "
@@ -204,6 +207,18 @@ class SymmetricHeap:
         itemsize = tensor.element_size()
         usable = other[: self.size - self.size % itemsize].view(tensor.dtype)
         return usable.as_strided(tensor.shape, tensor.stride(), offset // itemsize)
+
+    def _check_live(self, offset: int, tensor: torch.Tensor) -> None:
+        """Raise unless the bytes ``tensor`` spans lie inside one live buffer."""
+        if tensor.numel() == 0:
+            return
+        span = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride(), strict=True))
+        end = offset + span * tensor.element_size()
+        if not any(a.offset <= offset and end <= a.offset + a.nbytes
+                   for a in self._live.values()):
+            raise ValueError(f"ditron.peer: the tensor spans heap bytes [{offset}, {end}), "
+                             f"which are not inside one live symmetric buffer (freed, or "
+                             f"reaching past the buffer it views)")
 
     @property
     def used_bytes(self) -> int:

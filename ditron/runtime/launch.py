@@ -22,6 +22,7 @@ import multiprocessing.connection as mpc
 import os
 import pickle
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -309,11 +310,22 @@ def _receive(conn, pending, procs, results, failures, started) -> None:
         failures.append(_Failure(rank, *msg[1:]))
 
 
+def _exit_reason(code: int) -> str:
+    """Why a rank's process ended before returning, from its exit code."""
+    if code >= 0:
+        return f"process exited with code {code} before returning (its output above says why)"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    hint = (": a bad memory access, e.g. a kernel's pointer or peer rank out of range (the "
+            "CPU backend runs kernels in the rank's own process)") if name == "SIGSEGV" else ""
+    return f"process was killed by {name} before returning{hint}"
+
+
 def _raise_failure(failure: _Failure):
     if failure.exitcode is not None:
-        raise RankError(failure.rank,
-                        f"process exited with code {failure.exitcode} before returning (its "
-                        f"output above says why)")
+        raise RankError(failure.rank, _exit_reason(failure.exitcode))
     exc = None
     if failure.payload is not None:
         try:

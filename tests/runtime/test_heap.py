@@ -70,7 +70,23 @@ def _free_and_reuse() -> bool:
         ditron.peer(torch.zeros(3), 0)
     with pytest.raises(ValueError, match="outside"):
         ditron.peer(b, 99)
-    return c.data_ptr() == where
+    other = 1 - ditron.world().rank
+    tail = ditron.peer(c[800:], other)  # a view of a live buffer, asked for before the free
+    ditron.free(c)
+    for freed in (c, c[800:]):  # its views too, though one was made while it lived
+        with pytest.raises(ValueError, match=r"ditron.peer: the tensor spans heap bytes "
+                                             r"\[\d+, \d+\), which are not inside one live"):
+            ditron.peer(freed, other)
+    d = ditron.empty((900,), torch.float32)  # the same block again: its views are fine
+    assert ditron.peer(d[800:], other).data_ptr() == tail.data_ptr()
+    for bad in (-1, 2.5, "3"):
+        with pytest.raises(ValueError, match=f"ditron.signal_pad: slots must be an int >= 0, "
+                                             f"got {bad!r}"):
+            ditron.signal_pad("test.bad", bad)
+    for bad in ((2.5, 4), ("3",)):
+        with pytest.raises(TypeError, match="shape must be an int or a sequence of ints"):
+            ditron.empty(bad, torch.float32)
+    return c.data_ptr() == where == d.data_ptr()
 
 
 def test_free_and_reuse(backend):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -50,6 +51,18 @@ def _crash() -> None:
 def test_crashed_rank_is_reported(backend):
     with pytest.raises(ditron.RankError, match="rank 1: process exited with code 7"):
         ditron.launch(_crash, 2, backend=backend)
+
+
+def _segfault() -> None:
+    if ditron.world().rank == 1:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    ditron.barrier()
+
+
+def test_rank_killed_by_a_signal_is_named(backend):
+    with pytest.raises(ditron.RankError, match="rank 1: process was killed by SIGSEGV before "
+                                               "returning: a bad memory access"):
+        ditron.launch(_segfault, 2, backend=backend)
 
 
 def _sleep_on_rank1() -> None:
