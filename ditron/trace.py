@@ -194,11 +194,12 @@ def program_occupancy(all_events: list[dict], rank: int
     return times, counts
 
 
-def write(all_events: list[dict], prefix: str) -> list[str]:
+def write(all_events: list[dict], prefix: str, title: str = "") -> list[str]:
     """Write ``prefix.json`` (Chrome trace) and ``prefix.png`` (if matplotlib); return paths.
 
-    The PNG draws an op's tiles and waits as bars, one row per rank, and a megakernel's
-    programs as how many of them run each task or wait, over time, one panel per rank."""
+    The PNG (headed ``title``) draws an op's tiles and waits as bars, one row per rank, and a
+    megakernel's programs as how many of them run each task or wait, over time, one panel
+    per rank."""
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     meta = []
     for pid in sorted({e["pid"] for e in all_events}):
@@ -233,6 +234,8 @@ def write(all_events: list[dict], prefix: str) -> list[str]:
         _draw_op_tiles(axes.pop(0), all_events, op_ranks, t_min)
     for ax, r in zip(axes, mk_ranks, strict=True):
         _draw_programs(ax, all_events, r, t_min)
+    if title:
+        fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
     fig.savefig(prefix + ".png")
     plt.close(fig)
@@ -319,8 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     args = p.parse_args(argv)
+    if args.op != "gemm_ar" and args.m % args.world_size:
+        p.error(f"--m {args.m} (global rows) does not split over --world-size "
+                f"{args.world_size} ranks for {args.op}")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     import ditron
+    from ditron.runtime.config import default_backend
 
     per_rank = ditron.launch(_run_traced, args.world_size, args.op, args.m, args.n, args.k,
                              args.calls, dtype, backend=args.backend)
@@ -330,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
                 figures = ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
                                     for k, v in e["args"].items())
                 print(f"rank {e['pid']} {e['name']}: {figures}")
-    paths = write([e for evs in per_rank for e in evs], args.out)
+    title = (f"{args.op}, M x N x K = {args.m} x {args.n} x {args.k}, {args.dtype}, "
+             f"{args.world_size} ranks ({args.backend or default_backend()} backend)")
+    paths = write([e for evs in per_rank for e in evs], args.out, title)
     print("wrote " + ", ".join(paths), file=sys.stderr)
     return 0

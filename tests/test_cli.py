@@ -108,6 +108,7 @@ def test_bench_tp_gemm_shape_subset():
      "--shapes picks REFERENCES.md shapes"),
     (("bench", "moe", "--topk", "0"), "argument --topk: must be a positive integer, got 0"),
     (("trace", "--calls", "0"), "argument --calls: must be a positive integer, got 0"),
+    (("trace", "--m", "65"), "--m 65 (global rows) does not split over --world-size 2 ranks"),
 ])
 def test_bad_option_values_are_usage_errors(args, words):
     """Refused by the parser, naming the option, before any rank starts."""
