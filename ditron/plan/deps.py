@@ -23,6 +23,11 @@ class TileMapping:
     block_m: int
     seg_rows: int = 0  # 0: one segment of M rows
 
+    def __post_init__(self):
+        if self.M < 0 or self.block_m < 1 or self.seg_rows < 0:
+            raise ValueError(f"TileMapping needs M >= 0, block_m >= 1 and seg_rows >= 0, got "
+                             f"M={self.M}, block_m={self.block_m}, seg_rows={self.seg_rows}")
+
     @property
     def segment(self) -> int:
         return self.seg_rows if self.seg_rows > 0 else max(self.M, 1)
@@ -67,6 +72,11 @@ def consumer_waits(plan: Plan, mapping: TileMapping, rank: int | None = None) ->
     """Chunks each row block reads. With ``rank``, chunks already on ``rank`` (owned by it)
     at the ends of the range are dropped: those tiles need no wait for them. ``owner[mb]``
     is the owner of the last chunk the block reads (its place in the gather order)."""
+    if mapping.M != plan.rows:
+        raise ValueError(f"the tile mapping covers {mapping.M} rows, the plan {plan.name} "
+                         f"{plan.rows}: they must tile the same tensor")
+    if rank is not None and not 0 <= rank < plan.world_size:
+        raise ValueError(f"rank {rank} is not a rank of the plan's {plan.world_size}")
     lo, hi, owner = [], [], []
     for mb in range(mapping.m_blocks):
         start, stop = mapping.rows(mb)

@@ -12,6 +12,8 @@ from .ir import Chunk, Plan, Transfer, check
 
 
 def shard_offsets(rows_per_rank: int | Sequence[int], world_size: int) -> list[int]:
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
     sizes = [rows_per_rank] * world_size if isinstance(rows_per_rank, int) else list(
         rows_per_rank)
     if len(sizes) != world_size or any(s < 0 for s in sizes):
@@ -52,15 +54,17 @@ def all_gather(rows_per_rank: int | Sequence[int], world_size: int, *, order: st
 
 def all_gather_2d(rows_per_rank: int | Sequence[int], world_size: int, local_world_size: int,
                   *, tensor: str = "A") -> Plan:
-    """Hierarchical all-gather across nodes of ``local_world_size`` ranks.
+    """Hierarchical all-gather across nodes of ``local_world_size`` ranks each (it divides
+    ``world_size``: with a shorter last node the ops take their plain path instead).
 
     Stage 1 (``inter``, collective over the network): rank ``r`` receives the shards of the
     ranks with its local index on the other nodes. Stage 2 (``intra``, pull): rank ``r``
     pulls every other shard from the rank of its own node that holds it after stage 1.
     """
     L = local_world_size
-    if not 1 <= L <= world_size:
-        raise ValueError(f"local_world_size must be in [1, {world_size}], got {L}")
+    if not 1 <= L <= world_size or world_size % L:
+        raise ValueError(f"local_world_size must divide the world size {world_size} (nodes "
+                         f"of equal size), got {L}")
     offs = shard_offsets(rows_per_rank, world_size)
     transfers: list[Transfer] = []
     landed: dict[tuple[int, int], int] = {}  # (shard, holder) -> transfer id

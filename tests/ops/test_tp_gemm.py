@@ -273,13 +273,15 @@ def _ops_checks(specs) -> int:
                for _, reps, methods in specs)
 
 
-def test_two_simulated_nodes(backend, monkeypatch):
+@pytest.mark.parametrize("world_size", [4, 3])
+def test_two_simulated_nodes(world_size, backend, monkeypatch):
     # 4 ranks on 2 simulated nodes: ag_gemm runs the hierarchical plan (network stage, then
-    # colocated pulls on the node); "auto" gemm_rs / gemm_ar fall back across nodes.
+    # colocated pulls on the node); gemm_rs / gemm_ar fall back across nodes. 3 ranks: the
+    # second node is shorter, and ag_gemm falls back too.
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
     specs = [(torch.float32, 3, ["overlap", "auto"])]
-    res = ditron.launch(_ops_case, 4, 11, 20, 24, specs, backend=backend)
-    assert res == [_ops_checks(specs)] * 4
+    res = ditron.launch(_ops_case, world_size, 11, 20, 24, specs, backend=backend)
+    assert res == [_ops_checks(specs)] * world_size
 
 
 def _bad_inputs_case() -> list[str]:

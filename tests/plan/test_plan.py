@@ -41,6 +41,27 @@ def test_all_gather_2d_reaches_everyone_and_orders_stages():
                 assert plan.transfers[dep].chunk == t.chunk
 
 
+@pytest.mark.parametrize("world_size, local", [(2, 1), (4, 2), (6, 3), (6, 2), (8, 4)])
+def test_all_gather_2d_delivers_every_shard(world_size, local):
+    plan = templates.all_gather_2d([1 + r % 3 for r in range(world_size)], world_size, local)
+    for r in range(world_size):
+        assert _owners_landing(plan, r) == set(range(world_size)) - {r}
+
+
+def test_plans_and_mappings_refuse_what_they_cannot_describe():
+    with pytest.raises(ValueError, match="local_world_size must divide the world size 6"):
+        templates.all_gather_2d(4, 6, 4)  # a short last node: its ranks would miss shards
+    with pytest.raises(ValueError, match="world_size must be >= 1, got 0"):
+        templates.all_gather(4, 0)
+    with pytest.raises(ValueError, match="block_m >= 1"):
+        deps.TileMapping(8, 0)
+    plan = templates.all_gather(4, 2)
+    with pytest.raises(ValueError, match="covers 100 rows, the plan .* 8: they must tile"):
+        deps.consumer_waits(plan, deps.TileMapping(100, 4), 0)
+    with pytest.raises(ValueError, match="rank 5 is not a rank of the plan's 2"):
+        deps.consumer_waits(plan, deps.TileMapping(8, 4), 5)
+
+
 def test_reduce_scatter_all_reduce_ring():
     rs = templates.reduce_scatter(4, 3)
     assert all(t.reduce and t.mode == "push" and t.chunk == t.dst for t in rs.transfers)
