@@ -1,11 +1,15 @@
 """On-disk cache of tuned decisions: one JSON file in ``DITRON_CACHE_DIR`` or ~/.cache/ditron.
 
 Keys name everything a decision depends on: op, shapes, dtype, world size, device name.
-Writes are atomic (temporary file + rename), so concurrent ranks never read a torn file.
+Writes are atomic (temporary file + rename), so a reader never sees a torn file, and
+serialized by an advisory lock on ``tune.json.lock``, so processes writing different keys at
+once (two jobs tuning side by side) keep each other's entries.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
@@ -29,7 +33,7 @@ def load() -> dict:
         with open(path) as f:
             data = json.load(f)
         return data if isinstance(data, dict) else {}
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, ValueError):  # none yet, or unreadable: tune again
         return {}
 
 
@@ -37,12 +41,25 @@ def get(key: str) -> dict | None:
     return load().get(key)
 
 
+@contextlib.contextmanager
+def _locked(d: str):
+    with open(os.path.join(d, FILE + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def put(key: str, value: dict) -> None:
+    """Add or replace one entry; the read-modify-write holds the lock, so no other
+    process's entry written meanwhile is lost."""
     d = cache_dir()
     os.makedirs(d, exist_ok=True)
-    data = load()
-    data[key] = value
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tune-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, os.path.join(d, FILE))
+    with _locked(d):
+        data = load()
+        data[key] = value
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tune-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, os.path.join(d, FILE))
