@@ -46,19 +46,40 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _benchmarks() -> dict[str, str]:
+    """Each benchmark's command name and the first line of its module's docstring."""
+    import pkgutil
+
+    import ditron.benchmarks
+
+    found = {}
+    for m in sorted(pkgutil.iter_modules(ditron.benchmarks.__path__), key=lambda m: m.name):
+        doc = importlib.import_module(f"ditron.benchmarks.{m.name}").__doc__ or ""
+        line = doc.strip().splitlines()[0] if doc.strip() else ""
+        if line.startswith("``ditron bench"):  # "``ditron bench x``: what it times"
+            line = line.split(": ", 1)[-1]
+        found[m.name.replace("_", "-")] = line[:1].upper() + line[1:]
+    return found
+
+
+def _bench_usage(file) -> None:
+    print("usage: ditron bench NAME [options]   (ditron bench NAME --help: its options)\n\n"
+          "benchmarks:", file=file)
+    for name, summary in _benchmarks().items():
+        print(f"  {name:<12} {summary}", file=file)
+
+
 def _bench(args: argparse.Namespace, rest: list[str]) -> int:
+    if args.name is None:  # ``ditron bench`` alone, or ``ditron bench --help``
+        wants_help = any(a in ("-h", "--help") for a in rest)
+        _bench_usage(sys.stdout if wants_help else sys.stderr)
+        return 0 if wants_help else 2
     name = args.name.replace("-", "_")
     try:
         module = importlib.import_module(f"ditron.benchmarks.{name}")
     except ModuleNotFoundError:
-        import pkgutil
-
-        import ditron.benchmarks
-
-        names = sorted(m.name.replace("_", "-")
-                       for m in pkgutil.iter_modules(ditron.benchmarks.__path__))
         print(f"ditron bench: unknown benchmark {args.name!r}; choose one of "
-              f"{', '.join(names)}", file=sys.stderr)
+              f"{', '.join(_benchmarks())}", file=sys.stderr)
         return 2
     return module.main(rest)
 
@@ -84,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     # bench and trace forward their options (``--help`` included) to their own modules
     p = sub.add_parser("bench", help="benchmarks: collectives, tp-gemm, tp-mlp, megakernel, moe",
                        add_help=False)
-    p.add_argument("name", help="collectives | tp-gemm | tp-mlp | megakernel | moe")
+    p.add_argument("name", nargs="?", help="collectives | tp-gemm | tp-mlp | megakernel | moe")
     sub.add_parser("trace", help="overlap trace of an operator (Chrome trace + PNG)",
                    add_help=False)
     args, rest = parser.parse_known_args(argv)

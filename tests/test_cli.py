@@ -48,6 +48,19 @@ def test_unknown_benchmark_is_an_error():
     assert "choose one of collectives, megakernel, moe, tp-gemm, tp-mlp" in out.stderr
 
 
+def test_bench_help_lists_the_benchmarks():
+    """``ditron bench --help`` lists every benchmark with what it times (it used to be a
+    usage error); ``ditron bench`` alone prints the same list as an error."""
+    out = _run("bench", "--help")
+    assert out.returncode == 0, out.stderr
+    lines = {line.split()[0]: line for line in out.stdout.splitlines()
+             if line.startswith("  ")}
+    assert sorted(lines) == ["collectives", "megakernel", "moe", "tp-gemm", "tp-mlp"]
+    assert "Overlapped TP GEMMs vs torch.matmul" in lines["tp-gemm"]
+    bare = _run("bench")
+    assert bare.returncode == 2 and "tp-mlp" in bare.stderr and not bare.stdout
+
+
 @pytest.mark.parametrize("name", ["collectives", "tp-gemm", "tp-mlp", "megakernel", "moe"])
 def test_every_benchmark_answers_help(name):
     out = _run("bench", name, "--help")

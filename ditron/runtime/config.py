@@ -17,6 +17,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import operator
 import os
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -25,14 +27,18 @@ BACKENDS = ("cpu", "cuda")
 
 def parse_bytes(text: str | int) -> int:
     """``"512M"`` -> 536870912; plain integers are bytes."""
-    if isinstance(text, int):
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text <= 0:
+            raise ValueError(f"byte count must be positive, got {text}")
         return text
+    if not isinstance(text, str):
+        raise ValueError(f"a byte count is an int or a string like '512M', got {text!r}")
     s = text.strip().upper().removesuffix("B").removesuffix("I")
     scale = _UNITS.get(s[-1:], 1)
     number = s[:-1] if s[-1:] in _UNITS else s
     try:
         value = int(float(number) * scale)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, nan, inf
         raise ValueError(f"cannot read a byte count from {text!r} (try '512M' or '2G')") from None
     if value <= 0:
         raise ValueError(f"byte count must be positive, got {text!r}")
@@ -79,21 +85,56 @@ class Settings:
 
     @classmethod
     def from_env(cls, backend: str | None = None, **overrides) -> Settings:
+        """The settings of ``DITRON_*`` variables, with ``overrides`` (``ditron.init``'s
+        keywords; ``None``: not given) taking precedence. A malformed value raises
+        ``ValueError`` naming the variable or keyword."""
         backend = check_backend(backend) if backend else default_backend()
         env = os.environ
-        heap = env.get("DITRON_HEAP_SIZE", "1G" if backend == "cpu" else "2G")
-        timeout = env.get("DITRON_WAIT_TIMEOUT", "120" if backend == "cpu" else "0")
-        lws = env.get("DITRON_LOCAL_WORLD_SIZE")
-        values = dict(
+
+        def given(key: str, var: str, default: str | None) -> tuple[object, str]:
+            if overrides.get(key) is not None:
+                return overrides[key], f"ditron.init({key}=...)"
+            return env.get(var) or default, var
+
+        heap, heap_src = given("heap_size", "DITRON_HEAP_SIZE", "1G" if backend == "cpu" else "2G")
+        timeout, timeout_src = given("wait_timeout", "DITRON_WAIT_TIMEOUT",
+                                     "120" if backend == "cpu" else "0")
+        lws, lws_src = given("local_world_size", "DITRON_LOCAL_WORLD_SIZE", None)
+        try:
+            heap_size = parse_bytes(heap)
+        except ValueError as e:
+            raise ValueError(f"{heap_src}: {e}") from None
+        return cls(
             backend=backend,
-            heap_size=parse_bytes(heap),
-            wait_timeout=float(timeout),
-            local_world_size=int(lws) if lws else None,
+            heap_size=heap_size,
+            wait_timeout=_seconds(timeout, timeout_src),
+            local_world_size=None if lws is None else _positive_int(lws, lws_src),
             poison=env_flag("DITRON_POISON"),
-            launch_timeout=float(env.get("DITRON_LAUNCH_TIMEOUT", "0")),
+            launch_timeout=_seconds(env.get("DITRON_LAUNCH_TIMEOUT") or "0",
+                                    "DITRON_LAUNCH_TIMEOUT"),
             check_calls=env_flag("DITRON_CHECK_CALLS"),
         )
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        if "heap_size" in overrides and overrides["heap_size"] is not None:
-            values["heap_size"] = parse_bytes(overrides["heap_size"])
-        return cls(**values)
+
+
+def _seconds(value: object, source: str) -> float:
+    """A timeout in seconds: a number >= 0 (0: no limit)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not seconds >= 0:  # also refuses nan
+        raise ValueError(f"{source} must be a number of seconds >= 0 (0: no limit), "
+                         f"got {value!r}")
+    return seconds
+
+
+def _positive_int(value: object, source: str) -> int:
+    try:
+        number = int(value) if isinstance(value, str) else operator.index(value)
+    except (TypeError, ValueError):
+        number = 0
+    if isinstance(value, bool):
+        number = 0
+    if number < 1:
+        raise ValueError(f"{source} must be a positive whole number, got {value!r}")
+    return number

@@ -49,3 +49,47 @@ def test_default_on_switches_turn_off_one_way(monkeypatch):
     kernel = triton_launch.FastKernel.__new__(triton_launch.FastKernel)
     kernel._params = [object()]
     assert kernel._enabled() is False
+
+
+@pytest.mark.parametrize("var, value, words", [
+    ("DITRON_WAIT_TIMEOUT", "30s", "DITRON_WAIT_TIMEOUT must be a number of seconds"),
+    ("DITRON_WAIT_TIMEOUT", "-5", "DITRON_WAIT_TIMEOUT must be a number of seconds >= 0"),
+    ("DITRON_WAIT_TIMEOUT", "nan", "DITRON_WAIT_TIMEOUT"),
+    ("DITRON_LAUNCH_TIMEOUT", "-1", "DITRON_LAUNCH_TIMEOUT must be a number of seconds"),
+    ("DITRON_LOCAL_WORLD_SIZE", "0", "DITRON_LOCAL_WORLD_SIZE must be a positive whole"),
+    ("DITRON_LOCAL_WORLD_SIZE", "two", "DITRON_LOCAL_WORLD_SIZE must be a positive whole"),
+    ("DITRON_HEAP_SIZE", "inf", "DITRON_HEAP_SIZE: cannot read a byte count"),
+    ("DITRON_HEAP_SIZE", "0", "DITRON_HEAP_SIZE: byte count must be positive"),
+])
+def test_malformed_variable_is_named(var, value, words, monkeypatch):
+    """A bad ``DITRON_*`` value raises naming the variable (before: Python's own "could not
+    convert string to float: '30s'", or a negative timeout silently meaning "forever")."""
+    from ditron.runtime.config import Settings
+
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        Settings.from_env("cpu")
+
+
+@pytest.mark.parametrize("keyword, value", [
+    ("wait_timeout", -1), ("heap_size", 0), ("heap_size", 1.5e9), ("local_world_size", 2.5),
+    ("local_world_size", True), ("local_world_size", 0)])
+def test_malformed_init_keyword_is_named(keyword, value):
+    from ditron.runtime.config import Settings
+
+    with pytest.raises(ValueError, match=re.escape(f"ditron.init({keyword}=...)")):
+        Settings.from_env("cpu", **{keyword: value})
+
+
+def test_settings_read_from_variables_and_keywords(monkeypatch):
+    from ditron.runtime.config import Settings
+
+    monkeypatch.setenv("DITRON_HEAP_SIZE", "64MiB")
+    monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "2.5")
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "")  # empty: the default
+    s = Settings.from_env("cpu")
+    assert (s.heap_size, s.wait_timeout, s.local_world_size, s.launch_timeout) == \
+        (64 << 20, 2.5, 2, 0.0)
+    s = Settings.from_env("cpu", heap_size="1G", wait_timeout=0, local_world_size=4)
+    assert (s.heap_size, s.wait_timeout, s.local_world_size) == (1 << 30, 0.0, 4)
