@@ -8,4 +8,5 @@
 - ``fused_collective``: single-launch collectives within one node, CUDA-graph safe.
 - ``tiles``: one-tile functions for task graphs (``ditron.task``).
 - ``descriptors``, ``alignment``: host TMA descriptors, and whether pointer loads vectorize.
+- ``tile_config``: the checks every tile configuration passes when it is built.
 """

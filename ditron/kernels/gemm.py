@@ -71,6 +71,7 @@ from ..runtime.triton_launch import FastKernel
 from . import descriptors
 from .alignment import DIVISOR, vector_loads
 from .descriptors import describe, tma_wanted, transposable
+from .tile_config import check_tile_config
 
 EPI_STORE = 0
 EPI_REDUCE_SCATTER = 1
@@ -102,6 +103,9 @@ class GemmConfig:
                  + (f"/p{self.programs}" if self.programs else ""))
         return (f"{self.block_m}x{self.block_n}x{self.block_k}/w{self.num_warps}"
                 f"s{self.num_stages}{extra}")
+
+    def __post_init__(self) -> None:
+        check_tile_config(self)
 
 
 CPU_CONFIG = GemmConfig(block_m=16, block_n=32, block_k=16, group_m=4, num_warps=1,

@@ -47,6 +47,7 @@ from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.triton_launch import FastKernel
 from .alignment import vector_loads
 from .descriptors import describe, tma_wanted, transposable
+from .tile_config import check_tile_config
 
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -65,6 +66,9 @@ class GroupedGemmConfig:
     group_m: int = 8
     #: load through TMA descriptors where the device and operands allow (module docstring)
     tma: bool = True
+
+    def __post_init__(self) -> None:
+        check_tile_config(self)
 
 
 #: average rows per group up to which the forward kernel takes 64 x 128 tiles with pointer

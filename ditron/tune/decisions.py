@@ -60,5 +60,5 @@ def lookup(op: str, M: int, N: int, K: int, dtype: torch.dtype,
         return None
     try:
         return Decision.from_json(entry)
-    except (KeyError, TypeError):  # an entry written by an older version: tune again
+    except (KeyError, TypeError, ValueError):  # written by an older version: tune again
         return None

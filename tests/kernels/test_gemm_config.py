@@ -85,3 +85,42 @@ def test_smem_estimate_bounds_what_the_compiler_allocates():
 @pytest.mark.parametrize("cfg", GPU_CANDIDATES, ids=lambda c: c.label())
 def test_tuner_candidates_fit_for_16_bit_operands(cfg):
     assert smem_bytes(cfg, 2) <= H100_SMEM
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("block_m", 12, "block_m must be a power of two >= 16, got 12"),
+    ("block_k", 8, "block_k must be a power of two >= 16"),
+    ("block_n", 256.0, "block_n must be a power of two"),
+    ("num_warps", 3, "num_warps must be one of 1, 2, 4, 8, 16, 32"),
+    ("num_stages", 0, "num_stages must be an int >= 1"),
+    ("group_m", 0, "group_m must be an int >= 1"),
+    ("programs", -1, "programs must be an int >= 0"),
+])
+def test_bad_tile_config_is_refused_when_built(field, value, words):
+    """Before, a 12-row tile reached the kernel (Triton's "arange's range must be a power
+    of 2" from inside an overlapped op's launch) and 3 warps or 0 stages failed on the GPU
+    only; both GEMMs' configs now refuse them when built."""
+    from ditron.kernels.grouped_gemm import GroupedGemmConfig
+
+    with pytest.raises(ValueError, match=f"GemmConfig: {words}"):
+        GemmConfig(**{field: value})
+    if field != "programs":
+        with pytest.raises(ValueError, match=f"GroupedGemmConfig: {words}"):
+            GroupedGemmConfig(**{field: value})
+    GemmConfig(block_m=16, block_n=32, block_k=16, num_warps=1, num_stages=1, group_m=1)
+
+
+def test_stale_cached_decision_with_a_bad_config_is_ignored(tmp_path, monkeypatch):
+    """A decision cached by an older version whose tiles are now refused reads as
+    "not tuned" (tune again), not as an error at the op's call."""
+    from ditron.tune import cache, decisions
+
+    monkeypatch.setenv("DITRON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(decisions, "_device_name", lambda: "cpu")
+    key = decisions.key_for("ag_gemm", 64, 32, 16, torch.float32, 2)
+    entry = {"method": "overlap", "config": {"block_m": 12}, "engine": "colocated",
+             "time_us": 1.0}
+    cache.put(key, entry)
+    assert decisions.lookup("ag_gemm", 64, 32, 16, torch.float32, 2) is None
+    cache.put(key, {**entry, "config": {"block_m": 32}})
+    assert decisions.lookup("ag_gemm", 64, 32, 16, torch.float32, 2).config.block_m == 32
