@@ -29,7 +29,7 @@ import time
 
 import torch
 
-from .runtime.arguments import positive_int
+from .runtime.arguments import output_file, positive_int
 from .runtime.config import env_flag
 
 _ENABLED: bool | None = None
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=positive_int, default=64)
     p.add_argument("--k", type=positive_int, default=32)
     p.add_argument("--calls", type=positive_int, default=2)
-    p.add_argument("--out", default="ditron-trace")
+    p.add_argument("--out", type=output_file, default="ditron-trace")
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     args = p.parse_args(argv)

@@ -122,9 +122,16 @@ def test_bench_tp_gemm_shape_subset():
     (("bench", "moe", "--topk", "0"), "argument --topk: must be a positive integer, got 0"),
     (("trace", "--calls", "0"), "argument --calls: must be a positive integer, got 0"),
     (("trace", "--m", "65"), "--m 65 (global rows) does not split over --world-size 2 ranks"),
+    (("bench", "moe", "--out", "{tmp}"), "argument --out: '{tmp}' is a folder; give a file"),
+    (("bench", "collectives", "--out", "{tmp}/file"), "argument --out: '{tmp}/file' is a file,"),
+    (("trace", "--out", "{tmp}/file/x"), "argument --out: cannot make the folder for"),
 ])
-def test_bad_option_values_are_usage_errors(args, words):
-    """Refused by the parser, naming the option, before any rank starts."""
+def test_bad_option_values_are_usage_errors(args, words, tmp_path):
+    """Refused by the parser, naming the option, before any rank starts (an output path
+    that cannot be written used to fail after the whole benchmark had run)."""
+    (tmp_path / "file").write_text("")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    words = words.replace("{tmp}", str(tmp_path))
     out = _run(*args)
     assert out.returncode == 2, out.stderr
     assert words in out.stderr and "Traceback" not in out.stderr, out.stderr
@@ -211,10 +218,10 @@ def test_bench_megakernel_leaves_out_a_config_that_fails_to_build(tmp_path):
     # configuration timed, on both ranks
     out = subprocess.run([sys.executable, "-m", "ditron", "bench", "megakernel", "--smoke",
                           "--world-size", "2", "--blocks", "16x24x16x32x2,16x16x16x32x2",
-                          "--out", str(tmp_path / "mk.json")],
+                          "--out", str(tmp_path / "new" / "mk.json")],  # its folder is made
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    row = json.loads((tmp_path / "mk.json").read_text())
+    row = json.loads((tmp_path / "new" / "mk.json").read_text())
     assert list(row["failed"]) == ["16x24x16x32x2"]
     assert "block_n must be a power of two" in row["failed"]["16x24x16x32x2"]
     assert "megakernel_16x24x16x32x2: not timed, its build failed" in out.stdout

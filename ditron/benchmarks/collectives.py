@@ -43,7 +43,13 @@ import torch
 import torch.distributed as dist
 
 from ..ops.graphs import capture
-from ..runtime.arguments import byte_count, byte_counts, non_negative_int, positive_int
+from ..runtime.arguments import (
+    byte_count,
+    byte_counts,
+    non_negative_int,
+    output_dir,
+    positive_int,
+)
 
 _SMALL = ["4K", "64K"]
 _DEFAULT_GPU = ["4K", "8K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G"]
@@ -72,7 +78,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--graph-max", default="4M", type=byte_count,
                    help="largest all-reduce timed under graphs")
     p.add_argument("--graph-calls", type=positive_int, default=50, help="calls captured per graph")
-    p.add_argument("--out", default="bench/results/collectives")
+    p.add_argument("--out", type=output_dir, default="bench/results/collectives")
     return p.parse_args(argv)
 
 

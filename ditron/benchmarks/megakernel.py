@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 import ditron
 from ditron import trace
-from ditron.runtime.arguments import non_negative_int, positive_int
+from ditron.runtime.arguments import non_negative_int, output_file, positive_int
 from ditron.runtime.world import current
 from ditron.task.tp_mlp import MlpBlocks, default_blocks
 from ditron.tune.tuner import agreed_median, all_ok, kernel_time, time_in_rounds
@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=positive_int, default=40)
     p.add_argument("--rounds", type=positive_int, default=4)
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
-    p.add_argument("--out", help="write the result row as JSON here")
-    p.add_argument("--trace", metavar="PREFIX",
+    p.add_argument("--out", type=output_file, help="write the result row as JSON here")
+    p.add_argument("--trace", metavar="PREFIX", type=output_file,
                    help="also run each config traced (ditron.trace) and write "
                         "PREFIX_<config>_rank<r>.json / .png; print where each task's time went")
     args = p.parse_args(argv)

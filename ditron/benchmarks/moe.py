@@ -52,7 +52,7 @@ from ditron.kernels.grouped_gemm import (
     grouped_gemm,
     grouped_gemm_wgrad,
 )
-from ditron.runtime.arguments import non_negative_int, positive_int
+from ditron.runtime.arguments import non_negative_int, output_file, positive_int
 from ditron.tune.tuner import agreed_median, time_in_rounds
 
 #: (N, K, experts, topk) of REFERENCES.md: Qwen1.5-MoE, Mixtral-8x7B, Mixtral-8x22B,
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true",
                    help="print the ditron layer's GPU time by kernel (torch.profiler)")
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
-    p.add_argument("--out", help="write the rows as JSON here")
+    p.add_argument("--out", type=output_file, help="write the rows as JSON here")
     args = p.parse_args(argv)
     args.parts = args.parts.split(",")
     args.layer_tokens = [int(v) for v in args.layer_tokens.split(",")]

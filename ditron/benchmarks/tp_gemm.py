@@ -47,7 +47,7 @@ import torch.distributed as dist
 
 from ..ops.graphs import capture, collectives_capturable
 from ..ops.tp_gemm import RS_ENGINES
-from ..runtime.arguments import non_negative_int, positive_int
+from ..runtime.arguments import non_negative_int, output_dir, positive_int
 from ..runtime.world import current
 
 AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=non_negative_int, default=5)
     p.add_argument("--iters", type=positive_int, default=10)
     p.add_argument("--smoke", action="store_true", help="tiny shapes (CPU backend)")
-    p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    p.add_argument("--out", type=output_dir, default=os.environ.get("OUT", "bench/results"))
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
     p.add_argument("--batch", type=positive_int, default=None,
                    help="calls timed back to back per sample (default 5 on GPU, 1 on CPU): "

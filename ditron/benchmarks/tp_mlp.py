@@ -23,7 +23,7 @@ import json
 import torch
 
 import ditron
-from ditron.runtime.arguments import non_negative_int, positive_int
+from ditron.runtime.arguments import non_negative_int, output_file, positive_int
 from ditron.tune.tuner import agreed_median, time_in_rounds
 
 VARIANTS = {"fallback": "fallback", "overlap": "auto"}
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=positive_int, default=4, help="steps per timed sample")
     p.add_argument("--rounds", type=positive_int, default=4)
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
-    p.add_argument("--out", help="write the result row as JSON here")
+    p.add_argument("--out", type=output_file, help="write the result row as JSON here")
     args = p.parse_args(argv)
     tokens, hidden, ffn = (int(v) for v in args.shape.split(","))
     backend = "cpu" if args.smoke else "cuda"

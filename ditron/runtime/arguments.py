@@ -4,6 +4,7 @@ error that names the option, before any rank is launched."""
 from __future__ import annotations
 
 import argparse
+import os
 
 from .config import parse_bytes
 
@@ -45,3 +46,30 @@ def byte_counts(text: str) -> list[int]:
     if not counts:
         raise argparse.ArgumentTypeError(f"no byte counts in {text!r}")
     return counts
+
+
+def _make_folder(folder: str, text: str) -> None:
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot make the folder for {text!r}: "
+                                         f"{exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write into {folder!r}")
+
+
+def output_file(text: str) -> str:
+    """A file to write (JSON, a trace's prefix): not a folder; its folder is made now, so a
+    long run cannot fail at its end for want of it."""
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
+    _make_folder(os.path.dirname(os.path.abspath(text)), text)
+    return text
+
+
+def output_dir(text: str) -> str:
+    """A folder to write results into: made now (see :func:`output_file`)."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
+    _make_folder(text, text)
+    return text
