@@ -174,8 +174,12 @@ def _default_config(device: torch.device, dtype: torch.dtype, env: str | None,
     elif device.type == "cuda" and (dtype.itemsize > 2 or tiles == "scalar"):
         cfg = dataclasses.replace(cfg, block_n=128, block_k=32, tma_store=False)
     if env:
-        bm, bn, bk = (int(x) for x in env.lower().split("x"))
-        cfg = dataclasses.replace(cfg, block_m=bm, block_n=bn, block_k=bk)
+        try:
+            bm, bn, bk = (int(x) for x in env.lower().split("x"))
+            cfg = dataclasses.replace(cfg, block_m=bm, block_n=bn, block_k=bk)
+        except ValueError as exc:
+            raise ValueError(f"DITRON_GEMM_BLOCKS must be BMxBNxBK, e.g. 64x128x32, got "
+                             f"{env!r} ({exc})") from None
     return cfg
 
 

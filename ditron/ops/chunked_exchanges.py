@@ -23,7 +23,7 @@ import torch
 
 from ..engines.base import Engine, Transfer
 from ..engines.sync import notify_peers, use_stream_memops
-from ..runtime.config import env_flag
+from ..runtime.config import env_flag, env_int
 from ..runtime.world import current
 from .exchange import PULL_MAX_CHUNKS, Chunked, Turn, engine_instance, open_chunked, reduce_slots
 from .raw_pushes import open_raw, usable
@@ -61,7 +61,7 @@ PULL_TAPER_EAGER_BYTES = 256 << 20
 #: follow each other, and two were as fast or slower (2 H200s under graphs, docs/perf.md,
 #: session 19). Eagerly the pushes keep one stream: there every chunk to ``q`` raises the
 #: same slot to a growing value, and only one stream keeps those writes in order
-PUSH_LANES = int(os.environ.get("DITRON_PUSH_LANES") or 1)
+PUSH_LANES = env_int("DITRON_PUSH_LANES", 0) or 1
 #: graph-safe pushes raise their chunk signals from a stream of their own
 #: (``CopyEngine(signal_lane=True)``), so that the copies of a side stream follow each
 #: other without a signal kernel between them (env ``DITRON_PUSH_SIGNAL_LANE``: 0 turns
@@ -98,7 +98,7 @@ def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,
     ``docs/perf.md``, session 16.) ``head``: the same sizes in reverse order, the small
     chunks first (for an all-gather by pulls, whose first chunk is published before
     anything moves)."""
-    big = max(1, (int(os.environ.get("DITRON_PULL_CHUNK_BYTES") or 0) or PULL_CHUNK_BYTES)
+    big = max(1, (env_int("DITRON_PULL_CHUNK_BYTES", 0) or PULL_CHUNK_BYTES)
               // itemsize)
     raw = os.environ.get("DITRON_CHUNK_TAPER")
     try:

@@ -29,7 +29,6 @@ calls by address (``raw_pushes.py``).
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 
@@ -47,7 +46,7 @@ from ..engines.sync import (
     wait_slots,
 )
 from ..runtime import stream_memops
-from ..runtime.config import env_flag
+from ..runtime.config import env_flag, env_int
 from ..runtime.dtypes import accumulator
 from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import DeviceValue, SignalPad, signal_pad
@@ -269,7 +268,7 @@ CHUNK_SLOTS = 64
 #: or 1 (every call waits for the acknowledgement of the one before). Each setting has its
 #: own pad and inboxes (read at call time, so both may be used in turn); env
 #: ``DITRON_GRAPH_HALVES`` sets it at import
-GRAPH_HALVES = int(os.environ.get("DITRON_GRAPH_HALVES") or 2)
+GRAPH_HALVES = env_int("DITRON_GRAPH_HALVES", 0) or 2
 #: with two halves, a captured call whose inbox's previous call was captured in the same
 #: graph writes without waiting for the readers' acknowledgement: that call received every
 #: peer's data, which each peer sent after finishing its own earlier calls, the reads of

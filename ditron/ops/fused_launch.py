@@ -14,6 +14,7 @@ import os
 import torch
 
 from ..kernels import fused_collective as kfc
+from ..runtime.config import env_int
 from ..runtime.diagnostics import check_waits
 from ..runtime.world import current
 from .graphs import capturing
@@ -70,7 +71,7 @@ def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
     env = os.environ
     if backend == "cpu":  # the interpreter: pull and one block size unless forced
         return FusedVariant(env.get("DITRON_FUSED_PUSH", "0") == "1",
-                            int(env.get("DITRON_FUSED_BLOCK") or 0) or 1024, 1)
+                            env_int("DITRON_FUSED_BLOCK", 0) or 1024, 1)
     wide = (nbytes >= WIDE_MIN_BYTES and not shared_gpu
             and mode in (kfc.ALL_GATHER, kfc.REDUCE_SCATTER, kfc.ALL_TO_ALL))
     forced = env.get("DITRON_FUSED_PUSH", "")
@@ -78,13 +79,13 @@ def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
         push = forced == "1"
     else:
         push = mode != kfc.ALL_GATHER if wide else nbytes >= PUSH_MIN_BYTES
-    block = int(env.get("DITRON_FUSED_BLOCK") or 0) or min(
+    block = env_int("DITRON_FUSED_BLOCK", 0) or min(
         (WIDE_RS_BLOCK if mode == kfc.REDUCE_SCATTER else 16384) if wide
         else 4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20) else 1024,
         MAX_BLOCK_BYTES // itemsize)
-    warps = int(env.get("DITRON_FUSED_WARPS") or 0) or (
+    warps = env_int("DITRON_FUSED_WARPS", 0) or (
         16 if wide and block >= 16384 else 4 if block <= 1024 else 8)
-    programs = int(env.get("DITRON_FUSED_PROGRAMS") or 0) or (
+    programs = env_int("DITRON_FUSED_PROGRAMS", 0) or (
         WIDE_AG_PROGRAMS_PER_SM * sms if wide and mode == kfc.ALL_GATHER and not push else 0)
     return FusedVariant(push, block, warps, programs)
 

@@ -32,18 +32,17 @@ then on. So a working set larger than the cache (more ``out`` buffers in a step 
 from __future__ import annotations
 
 import collections
-import os
 from collections.abc import Callable
 
 import torch
 
-from ..runtime.config import env_flag
+from ..runtime.config import env_flag, env_int
 from ..runtime.world import current
 from .graphs import graph_safe
 
 #: eager calls may replay captured graphs (env ``DITRON_REPLAY``: 0 turns it off)
 ENABLED = env_flag("DITRON_REPLAY", True)
-MAX_GRAPHS = int(os.environ.get("DITRON_REPLAY_GRAPHS") or 16)
+MAX_GRAPHS = env_int("DITRON_REPLAY_GRAPHS", 0) or 16
 _CACHE = "ops:replays"
 
 

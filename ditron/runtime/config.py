@@ -54,6 +54,36 @@ def env_flag(name: str, default: bool = False) -> bool:
     return value not in ("0", "false", "off", "no")
 
 
+def env_int(name: str, default: int, minimum: int = 0) -> int:
+    """The integer environment variable ``name``: ``default`` when unset or empty;
+    ``ValueError`` naming it when it is not an integer >= ``minimum``."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is None or number < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return number
+
+
+def env_float(name: str, default: float) -> float:
+    """The number environment variable ``name`` (``default`` when unset or empty);
+    ``ValueError`` naming it when it is not a finite number."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return number
+
+
 def check_backend(name: str) -> str:
     name = name.lower()
     if name not in BACKENDS:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 
+from ..runtime.config import env_float
 from ..runtime.symmetric import free
 from ..runtime.world import current
 from ..tune import cache
@@ -149,7 +149,7 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
     samples = time_in_rounds(runs, 1, iters, warmup, dev, batch)
     times = {i: agreed_median(samples[i]) for i in runs}
     best = min(times, key=times.get)
-    margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
+    margin = env_float("DITRON_TUNE_MARGIN", MARGIN)
     if 0 in times and times[best] > times[0] * (1.0 - margin):
         best = 0
     if show:

@@ -42,7 +42,6 @@ are tried with the first tile config only.
 from __future__ import annotations
 
 import dataclasses
-import os
 import statistics
 import sys
 import time
@@ -51,6 +50,7 @@ import torch
 import torch.distributed as dist
 
 from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits
+from ..runtime.config import env_float
 from ..runtime.cuda_graphs import capture, collectives_capturable
 from . import cache
 from .decisions import Decision, key_for, lookup
@@ -322,7 +322,7 @@ def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str,
     Returns ``(trial, us per call)``: the fastest overlapped trial if it beats the fallback
     by ``MARGIN`` (or the fallback was not captured), else the fallback; ``None`` when
     nothing could be captured."""
-    margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
+    margin = env_float("DITRON_TUNE_MARGIN", MARGIN)
     graphs = {}
     for j, trial in enumerate(trials):
         if results[j] == float("inf") or (trial.method == "fallback"
@@ -505,7 +505,7 @@ def _confirm(trials: list[Trial], close: list[int], fn_op, a, b, op: str, warmup
     return the fastest of ``close`` over those rounds if it beats the fallback by
     ``MARGIN``, else 0 (collective: every rank makes the same calls and gets the same agreed
     medians)."""
-    margin = float(os.environ.get("DITRON_TUNE_MARGIN", MARGIN))
+    margin = env_float("DITRON_TUNE_MARGIN", MARGIN)
     samples: dict[int, list[float]] = {j: [] for j in (0, *close)}
     for order in rotations(list(samples), CONFIRM_ROUNDS):
         for j in order:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"DITRON_[A-Z0-9_]*[A-Z0-9]")
@@ -93,3 +94,27 @@ def test_settings_read_from_variables_and_keywords(monkeypatch):
         (64 << 20, 2.5, 2, 0.0)
     s = Settings.from_env("cpu", heap_size="1G", wait_timeout=0, local_world_size=4)
     assert (s.heap_size, s.wait_timeout, s.local_world_size) == (1 << 30, 0.0, 4)
+
+
+@pytest.mark.parametrize("var, value, words", [
+    ("DITRON_FUSED_BLOCK", "4k", "DITRON_FUSED_BLOCK must be an integer >= 0, got '4k'"),
+    ("DITRON_PULL_CHUNK_BYTES", "-1", "DITRON_PULL_CHUNK_BYTES must be an integer >= 0"),
+    ("DITRON_TUNE_MARGIN", "5%", "DITRON_TUNE_MARGIN must be a number, got '5%'"),
+    ("DITRON_GEMM_BLOCKS", "64x128", "DITRON_GEMM_BLOCKS must be BMxBNxBK"),
+    ("DITRON_GEMM_BLOCKS", "64x100x32", "block_n must be a power of two"),
+])
+def test_malformed_experiment_knob_is_named(var, value, words, monkeypatch):
+    """The experiments' knobs, read where they are used: a bad value names the variable
+    (before: Python's "invalid literal for int() with base 10: '4k'")."""
+    from ditron.kernels import gemm
+    from ditron.ops import chunked_exchanges, fused_launch
+    from ditron.runtime.config import env_float
+
+    monkeypatch.setenv(var, value)
+    read = {"DITRON_FUSED_BLOCK": lambda: fused_launch.fused_variant(1 << 20, "cuda"),
+            "DITRON_PULL_CHUNK_BYTES": lambda: chunked_exchanges.chunk_bounds(1 << 20, 2),
+            "DITRON_TUNE_MARGIN": lambda: env_float("DITRON_TUNE_MARGIN", 0.02),
+            "DITRON_GEMM_BLOCKS": lambda: gemm._default_config(
+                torch.device("cpu"), torch.float32, value, "plain")}[var]
+    with pytest.raises(ValueError, match=re.escape(words)):
+        read()
