@@ -114,15 +114,19 @@ class Settings:
     check_calls: bool = False
 
     @classmethod
-    def from_env(cls, backend: str | None = None, **overrides) -> Settings:
-        """The settings of ``DITRON_*`` variables, with ``overrides`` (``ditron.init``'s
-        keywords; ``None``: not given) taking precedence. A malformed value raises
-        ``ValueError`` naming the variable or keyword."""
+    def from_env(cls, backend: str | None = None, *, heap_size: int | str | None = None,
+                 wait_timeout: float | None = None,
+                 local_world_size: int | None = None) -> Settings:
+        """The settings of ``DITRON_*`` variables, with ``ditron.init``'s keywords (``None``:
+        not given) taking precedence. A malformed value raises ``ValueError`` naming the
+        variable or keyword."""
         backend = check_backend(backend) if backend else default_backend()
         env = os.environ
+        overrides = {"heap_size": heap_size, "wait_timeout": wait_timeout,
+                     "local_world_size": local_world_size}
 
         def given(key: str, var: str, default: str | None) -> tuple[object, str]:
-            if overrides.get(key) is not None:
+            if overrides[key] is not None:
                 return overrides[key], f"ditron.init({key}=...)"
             return env.get(var) or default, var
 
