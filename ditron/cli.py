@@ -8,6 +8,7 @@ import os
 import sys
 
 from .runtime.arguments import positive_int
+from .runtime.config import SettingsError
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -109,13 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("trace", help="overlap trace of an operator (Chrome trace + PNG)",
                    add_help=False)
     args, rest = parser.parse_known_args(argv)
-    if args.command == "bench":
-        return _bench(args, rest)
-    if args.command == "trace":
-        return _trace(args, rest)
-    if rest:
+    if args.command not in ("bench", "trace") and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return {"info": _info, "demo": _demo}[args.command](args)
+    run = {"info": _info, "demo": _demo, "bench": _bench, "trace": _trace}[args.command]
+    try:
+        return run(args, rest) if args.command in ("bench", "trace") else run(args)
+    except SettingsError as e:  # a DITRON_* variable: a usage error, not a traceback
+        print(f"ditron: {e} (docs/settings.md)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -137,6 +137,19 @@ def test_bad_option_values_are_usage_errors(args, words, tmp_path):
     assert words in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("var, value, args", [
+    ("DITRON_WAIT_TIMEOUT", "30s", ("info", "--backend", "cpu")),
+    ("DITRON_HEAP_SIZE", "lots", ("demo", "--world-size", "2", "--backend", "cpu")),
+    ("DITRON_LAUNCH_TIMEOUT", "-1", ("bench", "tp-gemm", "--smoke", "--world-size", "2")),
+])
+def test_bad_setting_is_a_usage_error(var, value, args):
+    """A malformed ``DITRON_*`` variable: one line naming it, exit code 2, no traceback."""
+    out = subprocess.run([sys.executable, "-m", "ditron", *args], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, var: value})
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(f"ditron: {var}") and "Traceback" not in out.stderr, out.stderr
+
+
 def test_bench_tp_mlp_smoke(tmp_path):
     out = _run("bench", "tp-mlp", "--smoke", "--world-size", "2", "--out",
                str(tmp_path / "mlp.json"))

@@ -66,6 +66,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.config import SettingsError
 from ..runtime.grid_math import cdiv
 from ..runtime.triton_launch import FastKernel
 from . import descriptors
@@ -178,7 +179,7 @@ def _default_config(device: torch.device, dtype: torch.dtype, env: str | None,
             bm, bn, bk = (int(x) for x in env.lower().split("x"))
             cfg = dataclasses.replace(cfg, block_m=bm, block_n=bn, block_k=bk)
         except ValueError as exc:
-            raise ValueError(f"DITRON_GEMM_BLOCKS must be BMxBNxBK, e.g. 64x128x32, got "
+            raise SettingsError(f"DITRON_GEMM_BLOCKS must be BMxBNxBK, e.g. 64x128x32, got "
                              f"{env!r} ({exc})") from None
     return cfg
 

@@ -23,7 +23,7 @@ import torch
 
 from ..engines.base import Engine, Transfer
 from ..engines.sync import notify_peers, use_stream_memops
-from ..runtime.config import env_flag, env_int
+from ..runtime.config import SettingsError, env_flag, env_int
 from ..runtime.world import current
 from .exchange import PULL_MAX_CHUNKS, Chunked, Turn, engine_instance, open_chunked, reduce_slots
 from .raw_pushes import open_raw, usable
@@ -104,7 +104,7 @@ def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,
     try:
         growth = int(raw) if raw else TAPER_GROWTH
     except ValueError:
-        raise ValueError(f"DITRON_CHUNK_TAPER must be an integer growth factor (0 or 1: chunks "
+        raise SettingsError(f"DITRON_CHUNK_TAPER must be an integer growth factor (0 or 1: chunks "
                          f"of one size), got {raw!r}") from None
     min_bytes = TAPER_MIN_BYTES if min_bytes is None else min_bytes
     if not taper or n * itemsize < min(min_bytes, big * itemsize):

@@ -25,6 +25,11 @@ _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 BACKENDS = ("cpu", "cuda")
 
 
+class SettingsError(ValueError):
+    """A ``DITRON_*`` variable or ``ditron.init`` keyword that cannot be read (the message
+    names it)."""
+
+
 def parse_bytes(text: str | int) -> int:
     """``"512M"`` -> 536870912; plain integers are bytes."""
     if isinstance(text, int) and not isinstance(text, bool):
@@ -56,7 +61,7 @@ def env_flag(name: str, default: bool = False) -> bool:
 
 def env_int(name: str, default: int, minimum: int = 0) -> int:
     """The integer environment variable ``name``: ``default`` when unset or empty;
-    ``ValueError`` naming it when it is not an integer >= ``minimum``."""
+    ``SettingsError`` naming it when it is not an integer >= ``minimum``."""
     value = os.environ.get(name, "").strip()
     if not value:
         return default
@@ -65,13 +70,13 @@ def env_int(name: str, default: int, minimum: int = 0) -> int:
     except ValueError:
         number = None
     if number is None or number < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise SettingsError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return number
 
 
 def env_float(name: str, default: float) -> float:
     """The number environment variable ``name`` (``default`` when unset or empty);
-    ``ValueError`` naming it when it is not a finite number."""
+    ``SettingsError`` naming it when it is not a finite number."""
     value = os.environ.get(name, "").strip()
     if not value:
         return default
@@ -80,14 +85,14 @@ def env_float(name: str, default: float) -> float:
     except ValueError:
         number = math.nan
     if not math.isfinite(number):
-        raise ValueError(f"{name} must be a number, got {value!r}")
+        raise SettingsError(f"{name} must be a number, got {value!r}")
     return number
 
 
 def check_backend(name: str) -> str:
     name = name.lower()
     if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        raise SettingsError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     return name
 
 
@@ -95,7 +100,10 @@ def default_backend() -> str:
     """The backend used when none is named: ``DITRON_BACKEND``, else by hardware."""
     env = os.environ.get("DITRON_BACKEND")
     if env:
-        return check_backend(env)
+        try:
+            return check_backend(env)
+        except SettingsError as e:
+            raise SettingsError(f"DITRON_BACKEND: {e}") from None
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -118,7 +126,7 @@ class Settings:
                  wait_timeout: float | None = None,
                  local_world_size: int | None = None) -> Settings:
         """The settings of ``DITRON_*`` variables, with ``ditron.init``'s keywords (``None``:
-        not given) taking precedence. A malformed value raises ``ValueError`` naming the
+        not given) taking precedence. A malformed value raises ``SettingsError`` naming the
         variable or keyword."""
         backend = check_backend(backend) if backend else default_backend()
         env = os.environ
@@ -137,7 +145,7 @@ class Settings:
         try:
             heap_size = parse_bytes(heap)
         except ValueError as e:
-            raise ValueError(f"{heap_src}: {e}") from None
+            raise SettingsError(f"{heap_src}: {e}") from None
         return cls(
             backend=backend,
             heap_size=heap_size,
@@ -157,7 +165,7 @@ def _seconds(value: object, source: str) -> float:
     except (TypeError, ValueError):
         seconds = math.nan
     if not seconds >= 0:  # also refuses nan
-        raise ValueError(f"{source} must be a number of seconds >= 0 (0: no limit), "
+        raise SettingsError(f"{source} must be a number of seconds >= 0 (0: no limit), "
                          f"got {value!r}")
     return seconds
 
@@ -170,5 +178,5 @@ def _positive_int(value: object, source: str) -> int:
     if isinstance(value, bool):
         number = 0
     if number < 1:
-        raise ValueError(f"{source} must be a positive whole number, got {value!r}")
+        raise SettingsError(f"{source} must be a positive whole number, got {value!r}")
     return number
