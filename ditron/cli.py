@@ -34,6 +34,11 @@ def _info(args: argparse.Namespace) -> int:
     print(f"timeout  {timeout} (DITRON_WAIT_TIMEOUT)")
     checks = "every call" if settings.check_calls else "first call of each shape"
     print(f"agree    {checks} checked across ranks (DITRON_CHECK_CALLS)")
+    from ditron.tune import cache
+
+    path = os.path.join(cache.cache_dir(), cache.FILE)
+    tuned = len(cache.load())
+    print(f"tuned    {tuned} decision{'' if tuned == 1 else 's'} in {path} (DITRON_CACHE_DIR)")
     given = sorted(k for k in os.environ if k.startswith("DITRON_"))
     listed = ", ".join(f"{k}={os.environ[k]}" for k in given) or "no DITRON_* variable set"
     print(f"env      {listed} (every setting: docs/settings.md)")

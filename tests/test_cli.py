@@ -19,6 +19,7 @@ def test_info_reports_versions_and_backend():
     assert out.returncode == 0, out.stderr
     assert "triton   3." in out.stdout and "backend  cpu" in out.stdout
     assert "agree    first call of each shape checked" in out.stdout
+    assert "tuned    " in out.stdout and "tune.json (DITRON_CACHE_DIR)" in out.stdout
     out = subprocess.run([sys.executable, "-m", "ditron", "info", "--backend", "cpu"],
                          capture_output=True, text=True, timeout=300,
                          env={**os.environ, "DITRON_CHECK_CALLS": "1"})
