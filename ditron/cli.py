@@ -117,9 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.command not in ("bench", "trace") and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    run = {"info": _info, "demo": _demo, "bench": _bench, "trace": _trace}[args.command]
+    run = {"info": lambda: _info(args), "demo": lambda: _demo(args),
+           "bench": lambda: _bench(args, rest), "trace": lambda: _trace(args, rest)}
     try:
-        return run(args, rest) if args.command in ("bench", "trace") else run(args)
+        return run[args.command]()
     except SettingsError as e:  # a DITRON_* variable: a usage error, not a traceback
         print(f"ditron: {e} (docs/settings.md)", file=sys.stderr)
         return 2
