@@ -196,6 +196,9 @@ class SymmetricHeap:
 
     @torch.inference_mode(False)
     def _peer_view(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
+        if isinstance(rank, bool) or not hasattr(rank, "__index__"):
+            raise TypeError(f"ditron.peer: rank must be an int, got {rank!r}")
+        rank = operator.index(rank)
         if not 0 <= rank < len(self.mapping.peers):
             raise ValueError(f"ditron.peer: rank {rank} is outside [0, {len(self.mapping.peers)})")
         offset = self.offset_of(tensor)

@@ -70,6 +70,9 @@ def _free_and_reuse() -> bool:
         ditron.peer(torch.zeros(3), 0)
     with pytest.raises(ValueError, match="outside"):
         ditron.peer(b, 99)
+    for bad in (0.5, True, "1"):  # 0.5 passed the range check and failed indexing a list
+        with pytest.raises(TypeError, match=f"ditron.peer: rank must be an int, got {bad!r}"):
+            ditron.peer(b, bad)
     other = 1 - ditron.world().rank
     tail = ditron.peer(c[800:], other)  # a view of a live buffer, asked for before the free
     ditron.free(c)
