@@ -48,6 +48,6 @@ def check_waits() -> None:
 def set_wait_timeout(seconds: float) -> None:
     """Set how long device waits spin before giving up (0: forever); takes effect for
     contexts built afterwards (``ditron.context()``)."""
-    if seconds < 0:
-        raise ValueError(f"wait timeout must be >= 0 seconds, got {seconds}")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise ValueError(f"wait timeout must be a number of seconds >= 0, got {seconds!r}")
     current().wait_timeout = float(seconds)
