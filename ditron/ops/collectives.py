@@ -602,7 +602,7 @@ def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
 
 
 def all_to_all_device(*args, **kw):
-    """See :func:`ditron.ops.all_to_all_device.all_to_all_device`."""
+    """See :func:`ditron.ops.a2a_device.all_to_all_device`."""
     from .a2a_device import all_to_all_device as impl
 
     return impl(*args, **kw)

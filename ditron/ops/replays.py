@@ -23,10 +23,11 @@ writes the addresses it was captured with; the key holds them, so a replay only 
 tensors at those addresses with that shape, dtype and strides.
 
 Graphs are kept per process, the ``MAX_GRAPHS`` most recently used (env
-``DITRON_REPLAY_GRAPHS``); ``release()`` drops them (``ditron.release_workspaces`` does). A
-key whose graph was dropped to make room is not captured again: it runs uncaptured from
-then on. So a working set larger than the cache (more ``out`` buffers in a step than
-``MAX_GRAPHS``) costs at most one capture per key, never a capture per call.
+``DITRON_REPLAY_GRAPHS``); ``release()`` drops them (as
+``ditron.ops.collectives.release_workspaces`` does). A key whose graph was dropped to make
+room is not captured again: it runs uncaptured from then on. So a working set larger than
+the cache (more ``out`` buffers in a step than ``MAX_GRAPHS``) costs at most one capture per
+key, never a capture per call.
 """
 
 from __future__ import annotations
