@@ -1,5 +1,6 @@
-"""Every ``ditron.…`` name the README and docs/ mention exists (``torch.ops.ditron.…``: a
-registered custom op), so a rename cannot leave the pages pointing at nothing."""
+"""Every ``ditron.…`` name the README, docs/ and the package's own docstrings mention
+exists (``torch.ops.ditron.…``: a registered custom op), so a rename cannot leave a page or
+a docstring pointing at nothing."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md")
                                      if p.name != "perf.md")]  # perf.md: a dated log
+SOURCES = sorted((ROOT / "ditron").rglob("*.py"))
 NAME = re.compile(r"(torch\.ops\.)?\bditron((?:\.[A-Za-z_]\w*)+)")
 
 
@@ -29,21 +31,33 @@ def _resolves(parts: list[str]) -> bool:
     return True
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_names_on_page_exist(page):
+def _missing(text: str) -> set[str]:
     import torch
 
     import ditron.nn  # noqa: F401  (registers torch.ops.ditron)
 
     missing = set()
-    for custom_op, dotted in NAME.findall(page.read_text()):
+    for match in NAME.finditer(text):
+        custom_op, dotted = match.groups()
         parts = dotted.lstrip(".").split(".")
-        if parts[-1] in ("py", "md", "json"):  # a file name such as ditron/ops/foo.py
-            continue
+        if parts[-1] in ("py", "md", "json") or text[match.end():match.end() + 1] == "*":
+            continue  # a file name (ditron/ops/foo.py), or a family (torch.ops.ditron.moe_*)
         if custom_op:
             found = hasattr(torch.ops.ditron, parts[0])
         else:
             found = _resolves(["ditron", *parts])
         if not found:
-            missing.add(("torch.ops." if custom_op else "") + "ditron." + ".".join(parts))
+            missing.add(match.group(0))
+    return missing
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_names_on_page_exist(page):
+    missing = _missing(page.read_text())
     assert not missing, f"{page.name} names what does not exist: {sorted(missing)}"
+
+
+def test_names_in_docstrings_exist():
+    missing = {f"{path.relative_to(ROOT)}: {name}" for path in SOURCES
+               for name in _missing(path.read_text())}
+    assert not missing, f"the package names what does not exist: {sorted(missing)}"
