@@ -67,7 +67,9 @@ TILE_COLS = {"cuda": 1024, "cpu": 4096}
 #: (ptxas, session 58) tiles of 8192 bf16 elements spilled 32-476 B per thread where the
 #: rows are narrower than ``WIDE_COLS`` elements (8 to 128, aligned or not), none where
 #: they are wider (200 to 7168; 4 B with 1024 and a 64-float companion row); 4096-element
-#: tiles of the narrow rows spill none
+#: tiles of the narrow rows spill none, and took 0.94-1.01x the time of 8192-element ones on
+#: an H200 (65536 bf16 rows of 8-128 elements, plain and indexed; rows of 256, unchanged,
+#: 1.00x; docs/perf.md, session 60)
 TILE_ELEMENTS = 8192
 NARROW_TILE_ELEMENTS = 4096
 WIDE_COLS = 256
