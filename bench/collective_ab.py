@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 import ditron
 from ditron.runtime.config import parse_bytes
+from ditron.runtime.torch_dist import all_gather_single, reduce_scatter_single
 from ditron.runtime.world import current
 from ditron.tune.tuner import rotations
 
@@ -76,13 +77,13 @@ def _ops(op: str, nbytes: int, engine: str | None, dtype: torch.dtype):
         x = torch.randn(n // w.world_size, generator=gen).to(w.device, dtype)
         out = torch.empty(n, device=w.device, dtype=dtype)
         mine = lambda: ditron.ops.all_gather(x, engine=engine)  # noqa: E731
-        theirs = (lambda: dist.all_gather_into_tensor(out, x)) if w.device.type == "cuda" \
+        theirs = (lambda: all_gather_single(out, x)) if w.device.type == "cuda" \
             else None
     elif op == "reduce_scatter":
         x = torch.randn(n, generator=gen).to(w.device, dtype)
         out = torch.empty(n // w.world_size, device=w.device, dtype=dtype)
         mine = lambda: ditron.ops.reduce_scatter(x, engine=engine)  # noqa: E731
-        theirs = (lambda: dist.reduce_scatter_tensor(out, x)) if w.device.type == "cuda" \
+        theirs = (lambda: reduce_scatter_single(out, x)) if w.device.type == "cuda" \
             else None
     else:
         x = torch.randn(n, generator=gen).to(w.device, dtype)

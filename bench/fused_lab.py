@@ -20,6 +20,7 @@ import sys
 import torch
 
 import ditron
+from ditron.runtime.torch_dist import all_gather_single, reduce_scatter_single
 
 VARIANTS = "default,pull:1024,pull:4096,push:1024,push:2048,push:4096"
 _KNOBS = ("DITRON_FUSED_PUSH", "DITRON_FUSED_BLOCK", "DITRON_FUSED_PROGRAMS",
@@ -61,10 +62,10 @@ def _impls(op: str, x: torch.Tensor, part: torch.Tensor, variants) -> list:
     if dist.get_backend() == "nccl":
         if op == "all_gather":
             dst = torch.empty_like(x)
-            impls.append(("nccl", lambda: dist.all_gather_into_tensor(dst, part)))
+            impls.append(("nccl", lambda: all_gather_single(dst, part)))
         elif op == "reduce_scatter":
             out = torch.empty_like(part)
-            impls.append(("nccl", lambda: dist.reduce_scatter_tensor(out, x)))
+            impls.append(("nccl", lambda: reduce_scatter_single(out, x)))
         elif op == "all_reduce/one_shot":
             buf = x.clone()
             impls.append(("nccl", lambda: dist.all_reduce(buf)))

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 import ditron
 from ditron.benchmarks.collectives import _time
+from ditron.runtime.torch_dist import all_gather_single, reduce_scatter_single
 
 
 def _impls(size: int):
@@ -38,9 +39,9 @@ def _impls(size: int):
         out.append((f"reduce_scatter/{eng}", lambda e=eng: ops.reduce_scatter(x, engine=e)))
     out.append(("all_reduce/auto", lambda: ops.all_reduce(x)))
     dst = torch.empty_like(x)
-    out.append(("all_gather/nccl", lambda: dist.all_gather_into_tensor(dst, part)))
+    out.append(("all_gather/nccl", lambda: all_gather_single(dst, part)))
     rs = torch.empty_like(part)
-    out.append(("reduce_scatter/nccl", lambda: dist.reduce_scatter_tensor(rs, x)))
+    out.append(("reduce_scatter/nccl", lambda: reduce_scatter_single(rs, x)))
     buf = x.clone()
     out.append(("all_reduce/nccl", lambda: dist.all_reduce(buf)))
     return out
@@ -59,11 +60,11 @@ def _tp_impls(m: int, n: int, k: int):
     ops = ditron.ops
 
     def base_ag():
-        dist.all_gather_into_tensor(g, a)
+        all_gather_single(g, a)
         return g @ b
 
     def base_rs():
-        dist.reduce_scatter_tensor(rs, a_rs @ b_rs)
+        reduce_scatter_single(rs, a_rs @ b_rs)
         return rs
 
     return [("ag_gemm/auto", lambda: ops.ag_gemm(a, b)),

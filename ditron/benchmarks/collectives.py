@@ -50,6 +50,7 @@ from ..runtime.arguments import (
     output_dir,
     positive_int,
 )
+from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
 
 _SMALL = ["4K", "64K"]
 _DEFAULT_GPU = ["4K", "8K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G"]
@@ -170,10 +171,10 @@ def _ops_for(name: str, size: int, dtype: torch.dtype, engines: list[str], base_
     if base_ok:
         if name == "all_gather":
             dst = torch.empty_like(full)
-            out.append(("torch", lambda: dist.all_gather_into_tensor(dst, part, group=group)))
+            out.append(("torch", lambda: all_gather_single(dst, part, group=group)))
         elif name == "reduce_scatter":
             dst = torch.empty_like(part)
-            out.append(("torch", lambda: dist.reduce_scatter_tensor(dst, full, group=group)))
+            out.append(("torch", lambda: reduce_scatter_single(dst, full, group=group)))
         elif name == "all_reduce":
             buf = full.clone()
             out.append(("torch", lambda: dist.all_reduce(buf, group=group)))
@@ -285,14 +286,14 @@ def _graph_impls(name: str, size: int, dtype: torch.dtype, base_ok: bool, calls:
         if base_ok:
             dst = torch.empty_like(x)
             impls.append(("nccl graph",
-                          lambda: dist.all_gather_into_tensor(dst, part, group=group)))
+                          lambda: all_gather_single(dst, part, group=group)))
         return _replay_each(impls, calls, warmup, iters)
     if name == "reduce_scatter":
         impls = [("sm graph", lambda: ops.reduce_scatter(x, engine="sm")),
                  ("copy_engine graph", lambda: ops.reduce_scatter(x, engine="copy_engine"))]
         if base_ok:
             dst = torch.empty(numel // w, dtype=dtype, device=dev)
-            impls.append(("nccl graph", lambda: dist.reduce_scatter_tensor(dst, x, group=group)))
+            impls.append(("nccl graph", lambda: reduce_scatter_single(dst, x, group=group)))
         return _replay_each(impls, calls, warmup, iters)
     if name == "all_to_all":
         impls = [("sm graph", lambda: ops.all_to_all(x, engine="sm"))]

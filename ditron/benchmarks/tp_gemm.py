@@ -43,11 +43,11 @@ import sys
 import warnings
 
 import torch
-import torch.distributed as dist
 
 from ..ops.graphs import capture, collectives_capturable
 from ..ops.tp_gemm import RS_ENGINES
 from ..runtime.arguments import non_negative_int, output_dir, positive_int
+from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
 from ..runtime.world import current
 
 AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
@@ -170,14 +170,14 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         b = torch.randn(N // W, K, device=dev).to(dtype).t()  # a transposed weight
         full_a = torch.empty(M, K, device=dev, dtype=dtype)
         gemm = lambda: torch.matmul(full_a, b)  # noqa: E731
-        comm = lambda: dist.all_gather_into_tensor(full_a, a, group=group)  # noqa: E731
+        comm = lambda: all_gather_single(full_a, a, group=group)  # noqa: E731
     else:
         a = torch.randn(M, K // W, device=dev).to(dtype)
         b = torch.randn(N, K // W, device=dev).to(dtype).t()
         part = torch.matmul(a, b)
         out = torch.empty(M // W, N, device=dev, dtype=dtype)
         gemm = lambda: torch.matmul(a, b)  # noqa: E731
-        comm = lambda: dist.reduce_scatter_tensor(out, part, group=group)  # noqa: E731
+        comm = lambda: reduce_scatter_single(out, part, group=group)  # noqa: E731
     fn = getattr(ditron.ops, op)
     row = {"op": op, "M": M, "N": N, "K": K, "world_size": W, "dtype": str(dtype)}
     if tune:

@@ -63,6 +63,7 @@ from ..runtime.diagnostics import check_waits
 from ..runtime.grid_math import cdiv
 from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
+from ..runtime.torch_dist import reduce_scatter_single
 from ..runtime.world import current
 from . import rs_copy_engine
 from .exchange import engine_instance
@@ -550,8 +551,7 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         if W == 1:
             return partial
         out = torch.empty((M // W, N), dtype=a.dtype, device=a.device)
-        fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        fn(out, partial.contiguous(), group=rt.groups.device)
+        reduce_scatter_single(out, partial.contiguous(), group=rt.groups.device)
         return out
     rs_engine = forced or choice.engine
     rows = chunk_rows if chunk_rows is not None else choice.chunk_rows

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-import torch.distributed as dist
 import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.torch_dist import all_gather_single
 from ..runtime.triton_launch import FastKernel
 from .ir import Chunk, Plan
 
@@ -107,5 +107,4 @@ def local_index_group(rt):
 def network_all_gather(out: torch.Tensor, shard: torch.Tensor, group) -> None:
     """``out`` (``[nodes * rows, ...]``) = the shards of the ranks of ``group`` in rank
     order (the ``inter`` stage of ``templates.all_gather_2d``)."""
-    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    fn(out, shard.contiguous(), group=group)
+    all_gather_single(out, shard.contiguous(), group=group)
