@@ -28,6 +28,7 @@ import time
 import torch
 
 from ..runtime import stream_memops
+from ..runtime.integers import check_int
 from ..runtime.signals import host_value
 from ..runtime.world import current
 from .base import Engine, Signal, Transfer, check_transfer, register_engine
@@ -90,8 +91,7 @@ class CopyEngine(Engine):
     can_wait = True
 
     def __init__(self, lanes: int = 1, signal_lane: bool = False) -> None:
-        if not isinstance(lanes, int) or lanes < 1:
-            raise ValueError(f"copy_engine: lanes must be a positive int, got {lanes!r}")
+        lanes = check_int(lanes, "copy_engine: lanes", 1)
         self._signal_lane = bool(signal_lane)
         self._pending: list[cf.Future] = []
         self._lanes = lanes

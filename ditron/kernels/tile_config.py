@@ -5,7 +5,8 @@ kernel launch (Triton's ``arange`` error, or a compile failure on the GPU only).
 from __future__ import annotations
 
 import dataclasses
-import operator
+
+from ..runtime.integers import as_int
 
 #: the smallest tile side ``tl.dot`` takes
 MIN_BLOCK = 16
@@ -13,23 +14,16 @@ MIN_BLOCK = 16
 WARPS = (1, 2, 4, 8, 16, 32)
 
 
-def _whole(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
-
-
 def check_tile_config(cfg: object) -> None:
     """Raise ``ValueError`` naming the first bad field of the dataclass ``cfg``:
     ``block_*`` powers of two >= :data:`MIN_BLOCK`, ``num_warps`` in :data:`WARPS`,
-    ``num_stages`` and ``group_m`` >= 1, ``programs`` >= 0 (0: one per SM)."""
+    ``num_stages`` and ``group_m`` >= 1, ``programs`` >= 0 (0: one per SM). The checked
+    fields are stored back as plain ints (a NumPy integer would key Triton's compile cache
+    apart from the same ``int``)."""
     owner = type(cfg).__name__
     for field in dataclasses.fields(cfg):
         name, value = field.name, getattr(cfg, field.name)
-        n = _whole(value)
+        n = as_int(value)
         if name.startswith("block_"):
             ok, want = n is not None and n >= MIN_BLOCK and n & (n - 1) == 0, \
                 f"a power of two >= {MIN_BLOCK}"
@@ -43,3 +37,4 @@ def check_tile_config(cfg: object) -> None:
             continue
         if not ok:
             raise ValueError(f"{owner}: {name} must be {want}, got {value!r}")
+        object.__setattr__(cfg, name, n)  # works on frozen dataclasses too

@@ -17,19 +17,20 @@ import math
 import torch
 
 from ..ops.tp_gemm import METHODS
+from ..runtime.integers import check_int
 from ..runtime.world import world
 from . import functional as F
 
 
-def _shard(in_features: int, out_features: int, split: str) -> int:
-    """This rank's share of the ``split`` features (``"in_features"`` or ``"out_features"``)."""
-    for what, value in (("in_features", in_features), ("out_features", out_features)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"ditron.nn: {what} must be a positive int, got {value!r}")
-    features, W = (in_features if split == "in_features" else out_features), world().world_size
+def _shard(in_features: int, out_features: int, split: str) -> tuple[int, int, int]:
+    """``(in_features, out_features, this rank's share of the split ones)``, the split
+    ones being ``"in_features"`` or ``"out_features"``."""
+    sizes = {what: check_int(value, f"ditron.nn: {what}", 1)
+             for what, value in (("in_features", in_features), ("out_features", out_features))}
+    features, W = sizes[split], world().world_size
     if features % W:
         raise ValueError(f"ditron.nn: {split} = {features} does not split over {W} ranks")
-    return features // W
+    return sizes["in_features"], sizes["out_features"], features // W
 
 
 class _ParallelLinear(torch.nn.Module):
@@ -85,7 +86,7 @@ class ColumnParallelLinear(_ParallelLinear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  sequence_parallel: bool = True, keep_gathered: bool = True,
                  method: str = "auto", device=None, dtype=None) -> None:
-        n = _shard(in_features, out_features, "out_features")
+        in_features, out_features, n = _shard(in_features, out_features, "out_features")
         super().__init__(in_features, out_features, (n, in_features), n if bias else None,
                          sequence_parallel, method, device, dtype)
         self.keep_gathered = keep_gathered
@@ -124,7 +125,7 @@ class RowParallelLinear(_ParallelLinear):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  sequence_parallel: bool = True, method: str = "auto", device=None,
                  dtype=None) -> None:
-        k = _shard(in_features, out_features, "in_features")
+        in_features, out_features, k = _shard(in_features, out_features, "in_features")
         super().__init__(in_features, out_features, (out_features, k),
                          out_features if bias else None, sequence_parallel, method, device,
                          dtype)

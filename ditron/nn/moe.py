@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..ops.moe import MoEDispatch, check_combine, mean_rows_per_expert
+from ..runtime.integers import as_int, check_int
 from ..runtime.world import world
 from . import library
 
@@ -126,13 +127,13 @@ class ExpertParallelMLP(torch.nn.Module):
                  dtype: torch.dtype | None = None) -> None:
         super().__init__()
         w = world()
-        for what, value in (("hidden", hidden), ("ffn", ffn)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ExpertParallelMLP: {what} must be a positive int, got "
-                                 f"{value!r}")
-        if num_experts <= 0 or num_experts % w.world_size:
+        hidden = check_int(hidden, "ExpertParallelMLP: hidden", 1)
+        ffn = check_int(ffn, "ExpertParallelMLP: ffn", 1)
+        experts = as_int(num_experts)
+        if experts is None or experts <= 0 or experts % w.world_size:
             raise ValueError(f"ExpertParallelMLP: num_experts must be a positive multiple of "
-                             f"the world size {w.world_size}, got {num_experts}")
+                             f"the world size {w.world_size}, got {num_experts!r}")
+        num_experts = experts
         self.world = w
         self.hidden, self.ffn, self.num_experts = hidden, ffn, num_experts
         self.local_experts = num_experts // w.world_size

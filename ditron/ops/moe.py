@@ -39,6 +39,7 @@ from ..kernels.grouped_gemm import check_grouped
 from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from ..kernels.routing import group_received, returned_index, returned_sources, sort_copies
 from ..runtime.agreement import agree
+from ..runtime.integers import as_int, check_int
 from ..runtime.world import current
 from .graphs import capturing
 from .modes import public_op
@@ -99,7 +100,8 @@ def mean_rows_per_expert(world_size: int, max_tokens: int, topk: int,
 
 
 def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int,
-           x_scales: torch.Tensor | None) -> None:
+           x_scales: torch.Tensor | None) -> int:
+    """Refuse bad dispatch arguments; return ``num_experts`` as an int."""
     if x.dim() != 2:
         raise ValueError(f"ditron.ops.moe_dispatch: x must be [tokens, hidden], got "
                          f"{tuple(x.shape)}")
@@ -115,7 +117,8 @@ def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int,
     if topk_ids.device != x.device:
         raise ValueError(f"ditron.ops.moe_dispatch: topk_ids is on {topk_ids.device}, x on "
                          f"{x.device}")
-    if not isinstance(num_experts, int) or num_experts <= 0 or num_experts % w:
+    experts = as_int(num_experts)
+    if experts is None or experts <= 0 or experts % w:
         raise ValueError(f"ditron.ops.moe_dispatch: num_experts must be a positive multiple of "
                          f"the world size {w}, got {num_experts!r}")
     if x_scales is not None and (
@@ -124,6 +127,7 @@ def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int,
             or x_scales.device != x.device):
         raise ValueError(f"ditron.ops.moe_dispatch: x_scales must be a floating [{x.shape[0]}, "
                          f"...] tensor (a row per token) on {x.device}, got {_described(x_scales)}")
+    return experts
 
 
 def _described(t: object) -> str:
@@ -149,15 +153,15 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     """
     rt = current()
     w = rt.world.world_size
-    _check(x, topk_ids, num_experts, w, x_scales)
+    num_experts = _check(x, topk_ids, num_experts, w, x_scales)
     T, k = topk_ids.shape
-    max_tokens = T if max_tokens is None else max_tokens
-    if not isinstance(max_tokens, int) or max_tokens < T:
+    tokens = T if max_tokens is None else as_int(max_tokens)
+    if tokens is None or tokens < T:
         raise ValueError(f"ditron.ops.moe_dispatch: max_tokens must be an int >= this rank's {T} "
                          f"tokens, got {max_tokens!r}")
-    cap = w * max_tokens * k if max_recv_rows is None else max_recv_rows
-    if not isinstance(cap, int) or cap < 0:
-        raise ValueError(f"ditron.ops.moe_dispatch: max_recv_rows must be an int >= 0, got {cap!r}")
+    max_tokens = tokens
+    cap = check_int(w * max_tokens * k if max_recv_rows is None else max_recv_rows,
+                    "ditron.ops.moe_dispatch: max_recv_rows")
     agree("ditron.ops.moe_dispatch", num_experts=num_experts, k=k, hidden=x.shape[1],
           dtype=x.dtype, max_tokens=max_tokens, max_recv_rows=cap,
           scales=None if x_scales is None else (tuple(x_scales.shape[1:]), x_scales.dtype))

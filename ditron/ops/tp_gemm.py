@@ -61,6 +61,7 @@ from ..plan import lowering, templates
 from ..runtime.agreement import agree
 from ..runtime.diagnostics import check_waits
 from ..runtime.grid_math import cdiv
+from ..runtime.integers import as_int, check_int
 from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
 from ..runtime.torch_dist import reduce_scatter_single
@@ -261,9 +262,8 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     forced = engine or os.environ.get("DITRON_AG_ENGINE")
     if forced is not None and forced not in AG_ENGINES:
         raise ValueError(f"ditron.ops.ag_gemm: engine must be one of {AG_ENGINES}, got {forced!r}")
-    if chunk_rows is not None and (not isinstance(chunk_rows, int) or chunk_rows <= 0):
-        raise ValueError(f"ditron.ops.ag_gemm: chunk_rows must be a positive int, got "
-                         f"{chunk_rows!r}")
+    if chunk_rows is not None:
+        chunk_rows = check_int(chunk_rows, "ditron.ops.ag_gemm: chunk_rows", 1)
     rt = current()
     W = rt.world.world_size
     m, K = a.shape
@@ -538,10 +538,12 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     M = a.shape[0]
     N = b.shape[1]
     chunk_rows = _rs_chunk_rows(chunk_rows, M // W)
-    if early_rows is not None and (not isinstance(early_rows, int) or isinstance(early_rows, bool)
-                                   or not 0 <= early_rows < max(M // W, 1)):
-        raise ValueError(f"ditron.ops.gemm_rs: early_rows must be an int in [0, M / W = "
-                         f"{M // W}), got {early_rows!r}")
+    if early_rows is not None:
+        early = as_int(early_rows)
+        if early is None or not 0 <= early < max(M // W, 1):
+            raise ValueError(f"ditron.ops.gemm_rs: early_rows must be an int in [0, M / W = "
+                             f"{M // W}), got {early_rows!r}")
+        early_rows = early
     choice = _choose("gemm_rs", method, M, a, b, config)
     if choice.overlap and rt.topo.num_nodes > 1:
         choice = dataclasses.replace(choice, overlap=False)  # no inter-node push path yet
@@ -571,13 +573,14 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
 def _rs_chunk_rows(chunk_rows, seg: int) -> int | tuple[int, ...] | None:
     """``gemm_rs``'s ``chunk_rows`` checked: ``None``, a positive int, or the rows of each
     chunk of a segment of ``seg`` rows (a tuple; a list is accepted)."""
-    if chunk_rows is None or (isinstance(chunk_rows, int) and not isinstance(chunk_rows, bool)
-                              and chunk_rows > 0):
-        return chunk_rows
+    if chunk_rows is None:
+        return None
+    rows = as_int(chunk_rows)
+    if rows is not None and rows > 0:
+        return rows
     if isinstance(chunk_rows, (tuple, list)):
-        sizes = tuple(chunk_rows)
-        if (sizes and all(isinstance(r, int) and not isinstance(r, bool) and r > 0
-                          for r in sizes) and sum(sizes) == seg):
+        sizes = tuple(as_int(r) for r in chunk_rows)
+        if sizes and all(r is not None and r > 0 for r in sizes) and sum(sizes) == seg:
             return sizes
         raise ValueError(f"ditron.ops.gemm_rs: chunk_rows as a sequence gives the rows of each "
                          f"chunk of a segment: positive ints summing to M / W = {seg}, got "

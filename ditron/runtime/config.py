@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import operator
 import os
+
+from .integers import as_int, check_int
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 BACKENDS = ("cpu", "cuda")
@@ -32,10 +33,11 @@ class SettingsError(ValueError):
 
 def parse_bytes(text: str | int) -> int:
     """``"512M"`` -> 536870912; plain integers are bytes."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text <= 0:
+    count = as_int(text)
+    if count is not None:
+        if count <= 0:
             raise ValueError(f"byte count must be positive, got {text}")
-        return text
+        return count
     if not isinstance(text, str):
         raise ValueError(f"a byte count is an int or a string like '512M', got {text!r}")
     s = text.strip().upper().removesuffix("B").removesuffix("I")
@@ -171,12 +173,10 @@ def _seconds(value: object, source: str) -> float:
 
 
 def _positive_int(value: object, source: str) -> int:
-    try:
-        number = int(value) if isinstance(value, str) else operator.index(value)
-    except (TypeError, ValueError):
-        number = 0
-    if isinstance(value, bool):
-        number = 0
-    if number < 1:
-        raise SettingsError(f"{source} must be a positive whole number, got {value!r}")
-    return number
+    """A positive int, from a variable's text or a keyword's value."""
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            pass
+    return check_int(value, source, 1, error=SettingsError)

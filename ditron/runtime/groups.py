@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 import torch.distributed as dist
 
+from .integers import as_int
+
 
 @dataclasses.dataclass(frozen=True)
 class Groups:
@@ -55,8 +57,8 @@ def group_ranks(group, job_size: int) -> tuple[int, ...]:
     if isinstance(group, (str, bytes)) or not isinstance(group, Sequence):
         raise ValueError(f"ditron.init: group must be a torch.distributed ProcessGroup or a "
                          f"sequence of global ranks, got {group!r}")
-    ranks = list(group)
-    if (not ranks or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks)
+    ranks = [as_int(r) for r in group]
+    if (not ranks or None in ranks
             or len(set(ranks)) != len(ranks) or not all(0 <= r < job_size for r in ranks)):
         raise ValueError(f"ditron.init: group must list distinct global ranks in "
                          f"[0, {job_size}), got {group!r}")

@@ -11,13 +11,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-import operator
 from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 
 from .backends import HeapMapping
+from .integers import as_int
 
 ALIGNMENT = 256
 
@@ -38,12 +38,14 @@ class Allocation:
 
 
 def normalize_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
-    if isinstance(shape, int):
+    if as_int(shape) is not None:
         shape = (shape,)
     try:
-        dims = tuple(operator.index(d) for d in shape)  # 2.5 is refused, not truncated
+        dims = tuple(as_int(d) for d in shape)  # 2.5 is refused, not truncated
     except TypeError:
-        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
+        dims = (None,)
+    if None in dims:
+        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}")
     if any(d < 0 for d in dims):
         raise ValueError(f"shape has a negative dimension: {dims}")
     return dims
@@ -183,6 +185,11 @@ class SymmetricHeap:
 
     def peer(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
         """``tensor`` (a symmetric tensor or a view of one) as it lies in ``rank``'s heap."""
+        if type(rank) is not int:  # before the cache: True would find rank 1's view
+            index = as_int(rank)
+            if index is None:
+                raise TypeError(f"ditron.peer: rank must be an int, got {rank!r}")
+            rank = index
         key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device,
                rank)
         view = self._views.get(key)
@@ -196,9 +203,6 @@ class SymmetricHeap:
 
     @torch.inference_mode(False)
     def _peer_view(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
-        if isinstance(rank, bool) or not hasattr(rank, "__index__"):
-            raise TypeError(f"ditron.peer: rank must be an int, got {rank!r}")
-        rank = operator.index(rank)
         if not 0 <= rank < len(self.mapping.peers):
             raise ValueError(f"ditron.peer: rank {rank} is outside [0, {len(self.mapping.peers)})")
         offset = self.offset_of(tensor)

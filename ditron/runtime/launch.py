@@ -33,6 +33,7 @@ from typing import Any
 
 from . import interpret as interpret_mod
 from .config import Settings, default_backend, env_flag
+from .integers import as_int, check_int
 
 
 class RankError(RuntimeError):
@@ -155,8 +156,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
             "ditron.launch: called while a rank process re-imports the script that launched "
             "it; put the call under `if __name__ == \"__main__\":` (every rank starts by "
             "importing that script)")
-    if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"ditron.launch: world_size must be a positive int, got {world_size!r}")
+    world_size = check_int(world_size, "ditron.launch: world_size", 1)
     if not callable(fn):
         raise TypeError(f"ditron.launch: fn must be callable, got {fn!r}")
     group_of = _group_of(groups, world_size)
@@ -214,10 +214,9 @@ def _group_of(groups, world_size: int) -> list[list[int] | None]:
     """Each rank's group of ``groups`` (``None`` each when ``groups`` is ``None``)."""
     if groups is None:
         return [None] * world_size
-    parts = [list(g) for g in groups]
+    parts = [[as_int(r) for r in g] for g in groups]
     flat = [r for g in parts for r in g]
-    if (not all(isinstance(r, int) and not isinstance(r, bool) for r in flat)
-            or sorted(flat) != list(range(world_size)) or not all(parts)):
+    if None in flat or sorted(flat) != list(range(world_size)) or not all(parts):
         raise ValueError(f"ditron.launch: groups must split range({world_size}) into "
                          f"non-empty lists of ranks, each rank in one, got {groups!r}")
     return [next(g for g in parts if r in g) for r in range(world_size)]

@@ -17,11 +17,11 @@ start of each use (``engines/sync.py``: ``bump``), and signal values are
 from __future__ import annotations
 
 import dataclasses
-import operator
 
 import torch
 
 from .cuda_graphs import capturing
+from .integers import check_int
 from .world import current
 
 
@@ -103,13 +103,7 @@ def signal_pad(key: str, slots: int) -> SignalPad:
     Collective on first use (it allocates); later calls return the cached pad. A pad that
     is too small is replaced by a larger one (collective again).
     """
-    try:
-        count = operator.index(slots)
-    except TypeError:
-        count = -1
-    if count < 0:
-        raise ValueError(f"ditron.signal_pad: slots must be an int >= 0, got {slots!r}")
-    slots = count
+    slots = check_int(slots, "ditron.signal_pad: slots")
     rt = current()
     pad = rt.cache.get(("signal_pad", key))
     if pad is None or pad.signals.numel() < slots:

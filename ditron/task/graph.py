@@ -34,18 +34,20 @@ from typing import Any
 
 import torch
 
+from ..kernels.tile_config import WARPS
+from ..runtime.integers import as_int, check_int
 from .region import Region
 
-#: ``num_warps`` Triton accepts for a launch
-WARPS = (1, 2, 4, 8, 16, 32)
 #: the megakernel's ``num_warps`` when no task asks for more (``TaskGraph.num_warps``)
 DEFAULT_WARPS = 4
 
 
-def check_warps(warps: int | None, where: str) -> None:
-    """Refuse a ``num_warps`` Triton would reject (``None`` is accepted: not given)."""
-    if warps is not None and (type(warps) is not int or warps not in WARPS):
+def check_warps(warps: int | None, where: str) -> int | None:
+    """``warps`` as an int, refusing a ``num_warps`` Triton would reject (``None`` is
+    accepted: not given)."""
+    if warps is not None and as_int(warps) not in WARPS:
         raise ValueError(f"{where}: warps must be None or one of {WARPS}, got {warps!r}")
+    return None if warps is None else as_int(warps)
 
 
 class _Context:
@@ -113,9 +115,8 @@ class Task:
             if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                 raise TypeError(f"task {name!r}: parameter {p.name!r} of {raw.__name__} "
                                 f"must be positional")
-        if not isinstance(tiles, int) or isinstance(tiles, bool) or tiles < 0:
-            raise ValueError(f"task {name!r}: tiles must be an int >= 0, got {tiles!r}")
-        check_warps(warps, f"task {name!r}")
+        tiles = check_int(tiles, f"task {name!r}: tiles")
+        warps = check_warps(warps, f"task {name!r}")
         return cls(name, fn, tuple(p.name for p in params[1:]),
                    tuple(_constexpr(p.annotation) for p in params[1:]), values, tiles,
                    reads or _no_regions, writes or _no_regions, order, warps)

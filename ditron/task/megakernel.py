@@ -38,6 +38,7 @@ from ..runtime.agreement import agree
 from ..runtime.barrier import barrier
 from ..runtime.cuda_graphs import capturing
 from ..runtime.diagnostics import WaitTimeoutError, check_waits
+from ..runtime.integers import check_int
 from ..runtime.signals import SignalPad
 from ..runtime.symmetric import is_symmetric
 from ..runtime.triton_launch import FastKernel
@@ -235,9 +236,9 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
     invalid (see :func:`derive`) or a tensor argument is on another device."""
     rt = current()
     w = rt.world
-    if programs is not None and (not isinstance(programs, int) or programs < 1):
-        raise ValueError(f"programs must be an int >= 1, got {programs!r}")
-    check_warps(num_warps, "compile: num_warps")
+    if programs is not None:
+        programs = check_int(programs, "compile: programs", 1)
+    num_warps = check_warps(num_warps, "compile: num_warps")
     for task in graph.tasks:
         for name, value in zip(task.params, task.args, strict=True):
             if isinstance(value, TensorDescriptor):

@@ -57,8 +57,8 @@ def test_default_on_switches_turn_off_one_way(monkeypatch):
     ("DITRON_WAIT_TIMEOUT", "-5", "DITRON_WAIT_TIMEOUT must be a number of seconds >= 0"),
     ("DITRON_WAIT_TIMEOUT", "nan", "DITRON_WAIT_TIMEOUT"),
     ("DITRON_LAUNCH_TIMEOUT", "-1", "DITRON_LAUNCH_TIMEOUT must be a number of seconds"),
-    ("DITRON_LOCAL_WORLD_SIZE", "0", "DITRON_LOCAL_WORLD_SIZE must be a positive whole"),
-    ("DITRON_LOCAL_WORLD_SIZE", "two", "DITRON_LOCAL_WORLD_SIZE must be a positive whole"),
+    ("DITRON_LOCAL_WORLD_SIZE", "0", "DITRON_LOCAL_WORLD_SIZE must be a positive int"),
+    ("DITRON_LOCAL_WORLD_SIZE", "two", "DITRON_LOCAL_WORLD_SIZE must be a positive int"),
     ("DITRON_HEAP_SIZE", "inf", "DITRON_HEAP_SIZE: cannot read a byte count"),
     ("DITRON_HEAP_SIZE", "0", "DITRON_HEAP_SIZE: byte count must be positive"),
 ])

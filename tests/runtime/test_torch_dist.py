@@ -40,6 +40,6 @@ def _case(rows: int) -> int:
     return rank
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_single_tensor_collectives_match_torch(world_size):
     assert ditron.launch(_case, world_size, 3, backend="cpu") == list(range(world_size))
