@@ -44,6 +44,7 @@ from ..engines.sync import notify_range, wait_range
 from ..runtime.agreement import agree
 from ..runtime.dtypes import moved_as, viewed
 from ..runtime.grid_math import cdiv, next_power_of_2
+from ..runtime.integers import check_int
 from ..runtime.signals import signal_pad
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
@@ -455,8 +456,10 @@ class _Call:
 
 
 def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
-                send_index: torch.Tensor | None) -> torch.Tensor | None:
-    """The checks both entry points share (before any launch); ``send_index`` as int64."""
+                send_index: torch.Tensor | None) -> tuple[int, torch.Tensor | None]:
+    """The checks the entry points share (before any launch); ``max_out_rows`` as an int
+    and ``send_index`` as int64."""
+    max_out_rows = check_int(max_out_rows, f"ditron.ops.{op}: max_out_rows")
     rt = current()
     w = rt.world.world_size
     if x.device != rt.world.device or splits.device != rt.world.device:
@@ -464,8 +467,6 @@ def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: in
     if x.dim() == 0 or splits.shape != (w,) or splits.dtype.is_floating_point:
         raise ValueError(f"ditron.ops.{op}: need x with >= 1 dim and integer splits [{w}], got x "
                          f"{tuple(x.shape)}, splits {tuple(splits.shape)} {splits.dtype}")
-    if max_out_rows < 0:
-        raise ValueError(f"ditron.ops.{op}: max_out_rows must be >= 0, got {max_out_rows}")
     send_index = _index(op, "send_index", send_index, x.device)
     from .collectives import _check_tensor
 
@@ -476,7 +477,7 @@ def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: in
         raise ValueError(f"ditron.ops.{op}: rank {rt.world.rank}: send_index holds "
                          f"{int(send_index.min())}..{int(send_index.max())}, outside the "
                          f"{x.shape[0]} rows of x")
-    return send_index
+    return max_out_rows, send_index
 
 
 def _moved(x: torch.Tensor) -> tuple[torch.Tensor, int, str]:
@@ -610,7 +611,7 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     above are zero instead (one pass: the finishing kernel writes them).
     """
     op = "all_to_all_device"
-    send_index = _check_call(op, x, splits, max_out_rows, send_index)
+    max_out_rows, send_index = _check_call(op, x, splits, max_out_rows, send_index)
     recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
     send_scale = _scale(op, send_scale, x, send_index)
     out, out_splits, _ = _exchange(x, None, splits, max_out_rows, send_index, recv_index,
@@ -632,7 +633,7 @@ def all_to_all_device_pair(x: torch.Tensor, extra: torch.Tensor, splits: torch.T
     ``extra_out [max_out_rows, *extra.shape[1:]]``. Across nodes each row and its ``extra``
     row travel as one row of bytes (one exchange)."""
     op = "all_to_all_device_pair"
-    send_index = _check_call(op, x, splits, max_out_rows, send_index)
+    max_out_rows, send_index = _check_call(op, x, splits, max_out_rows, send_index)
     recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
     if not isinstance(extra, torch.Tensor) or extra.dim() == 0 \
             or extra.shape[0] != x.shape[0] or extra.device != x.device:
@@ -715,7 +716,8 @@ def all_to_all_inbox(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, *
     :class:`Inbox` (``splits`` as ``out_splits`` there), to be closed after use. Saves a
     pass over every received row when the consumer can read them where they lie.
     """
-    send_index = _check_call("all_to_all_inbox", x, splits, max_out_rows, send_index)
+    max_out_rows, send_index = _check_call("all_to_all_inbox", x, splits, max_out_rows,
+                                           send_index)
     if current().topo.num_nodes > 1:
         return Inbox(*a2a_nodes.inbox_rows(x, splits, max_out_rows, send_index))
     c = _send(x, splits, max_out_rows, send_index)

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from ..kernels import fused_collective as kfc
 from ..runtime.agreement import agree
 from ..runtime.dtypes import carried, check_moved, check_reduced, moved_as, reduction, viewed
+from ..runtime.integers import as_int
 from ..runtime.world import current
 from . import fused_launch, replays
 from .chunked_exchanges import gather_on_node, push_gather, push_reduce_scatter
@@ -113,10 +114,13 @@ def _viewed_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def _dim(op: str, x: torch.Tensor, dim: int) -> int:
     if x.dim() == 0:
         raise ValueError(f"ditron.ops.{op}: needs a tensor with at least one dimension")
-    if not -x.dim() <= dim < x.dim():
-        raise ValueError(f"ditron.ops.{op}: dim {dim} is out of range for shape "
+    d = as_int(dim)
+    if d is None:
+        raise TypeError(f"ditron.ops.{op}: dim must be an int, got {dim!r}")
+    if not -x.dim() <= d < x.dim():
+        raise ValueError(f"ditron.ops.{op}: dim {d} is out of range for shape "
                          f"{tuple(x.shape)}")
-    return dim % x.dim()
+    return d % x.dim()
 
 
 def _engine(op: str, engine: str | None, nbytes_per_peer: int, fusable: bool = True,
@@ -487,9 +491,12 @@ def _splits(op: str, splits: Sequence[int] | None, total: int, w: int, what: str
             raise ValueError(f"ditron.ops.{op}: {total} rows do not divide into {w} ranks; "
                              f"pass {what}")
         return [total // w] * w
-    out = [int(s) for s in splits]
-    if len(out) != w or any(s < 0 for s in out):
-        raise ValueError(f"ditron.ops.{op}: {what} must be {w} non-negative sizes, got {out}")
+    if isinstance(splits, torch.Tensor):
+        splits = splits.tolist()  # a host synchronisation when it is on a GPU
+    out = [as_int(s) for s in splits]
+    if len(out) != w or any(s is None or s < 0 for s in out):
+        raise ValueError(f"ditron.ops.{op}: {what} must be {w} non-negative int sizes, got "
+                         f"{splits!r}")
     return out
 
 

@@ -6,7 +6,6 @@ reports a mismatch instead of receiving garbage.
 
 from __future__ import annotations
 
-import operator
 import os
 from collections.abc import Sequence
 
@@ -15,6 +14,7 @@ import torch.distributed as dist
 
 from ..engines.base import Transfer
 from ..runtime.dtypes import carried
+from ..runtime.integers import as_int, check_int
 from ..runtime.world import current
 from .collectives import ENGINES, _check_tensor, check_writable
 from .exchange import engine_instance
@@ -42,17 +42,16 @@ def _p2p_engine(op: str, engine: str | None) -> None:
 def _is_peer(peer) -> bool:
     """Whether ``peer`` is an integer naming another rank of the world."""
     w = current().world
-    try:
-        peer = operator.index(peer)
-    except TypeError:
-        return False
-    return 0 <= peer < w.world_size and peer != w.rank
+    rank = as_int(peer)
+    return rank is not None and 0 <= rank < w.world_size and rank != w.rank
 
 
-def _peer(op: str, peer: int) -> None:
+def _peer(op: str, peer: int) -> int:
+    """``peer`` as an int, refused unless it names another rank of the world."""
     if not _is_peer(peer):
-        raise ValueError(f"ditron.ops.{op}: peer {peer} must be another rank in "
+        raise ValueError(f"ditron.ops.{op}: peer {peer!r} must be another rank in "
                          f"[0, {current().world.world_size})")
+    return as_int(peer)
 
 
 def _header(op: str, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
@@ -85,9 +84,9 @@ def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     except Exception:
         if _is_peer(dst):
             failed = torch.full((_HEADER,), _FAILED, dtype=torch.int64, device="cpu")
-            dist.send(failed, group=rt.host_group, group_dst=dst)
+            dist.send(failed, group=rt.host_group, group_dst=as_int(dst))
         raise
-    _peer("send", dst)
+    dst = _peer("send", dst)
     dist.send(header, group=rt.host_group, group_dst=dst)
     net = engine_instance("network")
     flat = carried(x).contiguous()
@@ -111,17 +110,18 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
         if isinstance(x_or_shape, torch.Tensor):
             out = x_or_shape
         else:
-            out = torch.empty(tuple(int(s) for s in x_or_shape), dtype=dtype,
-                              device=rt.world.device)
+            shape = tuple(check_int(s, "ditron.ops.recv: a size of the shape")
+                          for s in x_or_shape)
+            out = torch.empty(shape, dtype=dtype, device=rt.world.device)
         _check_tensor("recv", out)
         check_writable("recv", out)
         _p2p_engine("recv", engine)
         expected = _header("recv", out.shape, out.dtype)
     except Exception:
         if _is_peer(src):
-            _take(src, _received_header(src))
+            _take(as_int(src), _received_header(as_int(src)))
         raise
-    _peer("recv", src)
+    src = _peer("recv", src)
     header = _received_header(src)
     if not torch.equal(header, expected):
         sent = _take(src, header)
