@@ -26,6 +26,7 @@ import torch
 
 from ..kernels import tiles
 from ..kernels.descriptors import describe, tma_wanted, transposable
+from ..runtime.integers import as_int, check_int
 from ..runtime.symmetric import empty
 from ..runtime.world import current
 from ..tune import cache
@@ -162,22 +163,26 @@ def tuned_blocks(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
         return None
 
 
-def _check_blocks(blocks: MlpBlocks) -> None:
-    """Refuse tile sizes Triton would reject only when compiling: block extents are
-    ``tl.arange`` lengths (powers of two), the GEMM tiles' are ``tl.dot`` operands (>= 16)."""
+def _check_blocks(blocks: MlpBlocks) -> MlpBlocks:
+    """``blocks`` with plain-int fields, refusing tile sizes Triton would reject only when
+    compiling: block extents are ``tl.arange`` lengths (powers of two), the GEMM tiles' are
+    ``tl.dot`` operands (>= 16)."""
+    ints = {}
     for name in ("block_m", "block_n", "block_k", "reduce_n", "down_n"):
-        v = getattr(blocks, name)
-        if v is None:
+        value = getattr(blocks, name)
+        if value is None:
             continue
         least = 1 if name == "reduce_n" else 16
-        if v < least or v & (v - 1):
+        v = as_int(value)
+        if v is None or v < least or v & (v - 1):
             raise ValueError(f"add_tp_mlp: {name} must be a power of two >= {least}"
-                             f"{' (tl.dot)' if least > 1 else ''}, got {v}")
-    if blocks.split_k < 1:
-        raise ValueError(f"add_tp_mlp: split_k must be >= 1, got {blocks.split_k}")
-    if blocks.stages is not None and blocks.stages < 1:
-        raise ValueError(f"add_tp_mlp: stages must be None or >= 1, got {blocks.stages}")
-    check_warps(blocks.warps, "add_tp_mlp")
+                             f"{' (tl.dot)' if least > 1 else ''}, got {value!r}")
+        ints[name] = v
+    ints["split_k"] = check_int(blocks.split_k, "add_tp_mlp: split_k", 1)
+    if blocks.stages is not None:
+        ints["stages"] = check_int(blocks.stages, "add_tp_mlp: stages", 1)
+    ints["warps"] = check_warps(blocks.warps, "add_tp_mlp")
+    return dataclasses.replace(blocks, **ints)
 
 
 def _check(x, w_gate, w_up, w_down, out, residual) -> None:
@@ -218,7 +223,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     if blocks is None:
         blocks = (tuned_blocks(*x.shape, w_gate.shape[1], x.dtype, W)
                   or default_blocks(x.shape[0], x.dtype, shared_memory(x.device)))
-    _check_blocks(blocks)
+    blocks = _check_blocks(blocks)
     _check(x, w_gate, w_up, w_down, out, residual)
     M, H = x.shape
     F = w_gate.shape[1]

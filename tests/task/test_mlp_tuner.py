@@ -177,7 +177,8 @@ def _bad_blocks() -> list[str]:
     messages = []
     for blocks in (MlpBlocks(block_m=8), MlpBlocks(block_n=96), MlpBlocks(block_k=8),
                    MlpBlocks(reduce_n=100), MlpBlocks(split_k=0), MlpBlocks(stages=0),
-                   MlpBlocks(warps=6), MlpBlocks(down_n=48)):
+                   MlpBlocks(warps=6), MlpBlocks(down_n=48), MlpBlocks(block_m=16.0),
+                   MlpBlocks(split_k=True)):
         graph = dt.TaskGraph("bad")
         with pytest.raises(ValueError) as info:
             add_tp_mlp(graph, x, w, w, w, torch.empty_like(x), blocks=blocks)
@@ -194,9 +195,11 @@ def test_add_tp_mlp_refuses_bad_tiles_and_empty_stacks(backend):
               "block_n must be a power of two >= 16 (tl.dot), got 96",
               "block_k must be a power of two >= 16 (tl.dot), got 8",
               "reduce_n must be a power of two >= 1, got 100",
-              "split_k must be >= 1, got 0", "stages must be None or >= 1, got 0",
+              "split_k must be a positive int, got 0", "stages must be a positive int, got 0",
               "warps must be None or one of (1, 2, 4, 8, 16, 32), got 6",
               "down_n must be a power of two >= 16 (tl.dot), got 48",
+              "block_m must be a power of two >= 16 (tl.dot), got 16.0",
+              "split_k must be a positive int, got True",
               "add_tp_mlp_stack: no layers")
     messages = ditron.launch(_bad_blocks, 1, backend=backend)[0]
     assert len(messages) == len(wanted)
