@@ -52,6 +52,7 @@ import torch.distributed as dist
 from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits
 from ..runtime.config import env_float
 from ..runtime.cuda_graphs import capture, collectives_capturable
+from ..runtime.integers import check_int
 from . import cache
 from .decisions import Decision, key_for, lookup
 
@@ -88,6 +89,8 @@ def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN
     return overlap_us <= fallback_us * (1.0 - margin)
 
 
+#: the ops :func:`tune` measures
+TUNED_OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
 #: transfer engines the tuner tries per op (ops not listed move data one way only)
 ENGINES = {"ag_gemm": ("copy_engine", "colocated", "sm", "copy_engine_matmul"),
            "gemm_rs": ("colocated", "copy_engine", "copy_engine_pull")}
@@ -208,13 +211,23 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
 
     Shapes as the op sees them on one rank: ``ag_gemm``: a ``[M / W, K]``, b ``[K, N]``;
     ``gemm_rs`` / ``gemm_ar``: a ``[M, K]``, b ``[K, N]``; b is timed as a transposed
-    ``[N, K]`` weight (``weight.t()``). Returns the agreed decision.
+    ``[N, K]`` weight (``weight.t()``). Returns the agreed decision. Bad arguments raise
+    ``ValueError`` before anything is allocated or timed.
     """
     from .. import ops
     from ..runtime.world import current
 
     rt = current()
     W, dev = rt.world.world_size, rt.world.device
+    if op not in TUNED_OPS:
+        raise ValueError(f"tune: op must be one of {', '.join(TUNED_OPS)}, got {op!r}")
+    M, N, K = (check_int(v, f"tune: {name}", 1) for name, v in (("M", M), ("N", N), ("K", K)))
+    if op != "gemm_ar" and M % W:
+        raise ValueError(f"tune: {op} splits M = {M} rows over {W} ranks; M must divide by {W}")
+    warmup = check_int(warmup, "tune: warmup")
+    iters = check_int(iters, "tune: iters", 1)
+    if batch is not None:
+        batch = check_int(batch, "tune: batch", 1)
     fn_op = getattr(ops, op)
     rows = M // W if op == "ag_gemm" else M
     g = torch.Generator(device="cpu").manual_seed(rt.world.rank)
