@@ -8,16 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..runtime.integers import as_int, check_int
 from .ir import Chunk, Plan, Transfer, check
 
 
 def shard_offsets(rows_per_rank: int | Sequence[int], world_size: int) -> list[int]:
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
-    sizes = [rows_per_rank] * world_size if isinstance(rows_per_rank, int) else list(
-        rows_per_rank)
-    if len(sizes) != world_size or any(s < 0 for s in sizes):
-        raise ValueError(f"rows_per_rank must give {world_size} non-negative sizes, "
+    """Row offsets ``[0, ..., total]`` of the ranks' shards (``world_size + 1`` ints)."""
+    world_size = check_int(world_size, "world_size", 1)
+    equal = as_int(rows_per_rank)
+    if equal is not None:
+        sizes = [equal] * world_size
+    else:
+        try:
+            sizes = [as_int(s) for s in rows_per_rank]
+        except TypeError:
+            sizes = []
+    if len(sizes) != world_size or any(s is None or s < 0 for s in sizes):
+        raise ValueError(f"rows_per_rank must give {world_size} non-negative int sizes, "
                          f"got {rows_per_rank!r}")
     offs = [0]
     for s in sizes:

@@ -51,8 +51,11 @@ def test_all_gather_2d_delivers_every_shard(world_size, local):
 def test_plans_and_mappings_refuse_what_they_cannot_describe():
     with pytest.raises(ValueError, match="local_world_size must divide the world size 6"):
         templates.all_gather_2d(4, 6, 4)  # a short last node: its ranks would miss shards
-    with pytest.raises(ValueError, match="world_size must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="world_size must be a positive int, got 0"):
         templates.all_gather(4, 0)
+    for rows in (4.0, [2, 2.5], [True, 1], [3]):  # [2, 2.5] made a plan of 4.5 rows
+        with pytest.raises(ValueError, match="rows_per_rank must give 2 non-negative int"):
+            templates.all_gather(rows, 2)
     with pytest.raises(ValueError, match="block_m >= 1"):
         deps.TileMapping(8, 0)
     plan = templates.all_gather(4, 2)
