@@ -311,16 +311,26 @@ def _sync_ranks() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ditron trace", description=__doc__.split("\n")[0])
-    p.add_argument("--op", default="ag_gemm", choices=["ag_gemm", "gemm_rs", "gemm_ar"])
-    p.add_argument("--world-size", type=positive_int, default=2)
-    p.add_argument("--m", type=positive_int, default=64, help="global rows")
-    p.add_argument("--n", type=positive_int, default=64)
-    p.add_argument("--k", type=positive_int, default=32)
-    p.add_argument("--calls", type=positive_int, default=2)
-    p.add_argument("--out", type=output_file, default="ditron-trace")
-    p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
-    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    p = argparse.ArgumentParser(prog="ditron trace", description=__doc__.split("\n\n")[0])
+    p.add_argument("--op", default="ag_gemm", choices=["ag_gemm", "gemm_rs", "gemm_ar"],
+                   help="operator to trace (default %(default)s)")
+    p.add_argument("--world-size", type=positive_int, default=2,
+                   help="ranks (default %(default)s)")
+    p.add_argument("--m", type=positive_int, default=64,
+                   help="global rows (default %(default)s)")
+    p.add_argument("--n", type=positive_int, default=64,
+                   help="columns of the weight (default %(default)s)")
+    p.add_argument("--k", type=positive_int, default=32,
+                   help="reduction dimension (default %(default)s)")
+    p.add_argument("--calls", type=positive_int, default=2,
+                   help="calls traced, after one untraced warm-up call (default %(default)s)")
+    p.add_argument("--out", type=output_file, default="ditron-trace",
+                   help="output path without suffix: writes OUT.json and OUT.png "
+                        "(default %(default)s)")
+    p.add_argument("--backend", choices=["cpu", "cuda"], default=None,
+                   help="default: DITRON_BACKEND, else cuda when a GPU is visible, else cpu")
+    p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
+                   help="default %(default)s")
     args = p.parse_args(argv)
     if args.op != "gemm_ar" and args.m % args.world_size:
         p.error(f"--m {args.m} (global rows) does not split over --world-size "

@@ -127,6 +127,20 @@ def test_bench_tp_gemm_shape_subset():
     (("bench", "moe", "--out", "{tmp}"), "argument --out: '{tmp}' is a folder; give a file"),
     (("bench", "collectives", "--out", "{tmp}/file"), "argument --out: '{tmp}/file' is a file,"),
     (("trace", "--out", "{tmp}/file/x"), "argument --out: cannot make the folder for"),
+    (("bench", "tp-mlp", "--shape", "64,32"),
+     "argument --shape: expected 3 comma-separated integers (tokens,hidden,ffn), got '64,32'"),
+    (("bench", "megakernel", "--shape", "16,x,64"), "argument --shape: not an integer: 'x'"),
+    (("bench", "megakernel", "--warps", "3"), "argument --warps: invalid choice: 3"),
+    (("bench", "moe", "--layer-tokens", "128,0"),
+     "argument --layer-tokens: must be a positive integer, got 0"),
+    (("bench", "moe", "--parts", "gemm,layers"),
+     "argument --parts: a comma list of gemm, wgrad, a2a, dispatch, layer; got 'gemm,layers'"),
+    (("bench", "collectives", "--ops", "all_gather,allreduce"),
+     "argument --ops: a comma list of all_gather, reduce_scatter, all_reduce, all_to_all;"),
+    (("bench", "collectives", "--engines", "sm,nccl"),
+     "argument --engines: a comma list of copy_engine, sm, network, tma; got 'sm,nccl'"),
+    (("bench", "tp-gemm", "--scale", "-0.5"), "argument --scale: must be a finite number > 0"),
+    (("bench", "tp-gemm", "--scale", "inf"), "argument --scale: must be a finite number > 0"),
 ])
 def test_bad_option_values_are_usage_errors(args, words, tmp_path):
     """Refused by the parser, naming the option, before any rank starts (an output path

@@ -42,10 +42,12 @@ import time
 import torch
 import torch.distributed as dist
 
+from ..ops.collectives import ENGINES
 from ..ops.graphs import capture
 from ..runtime.arguments import (
     byte_count,
     byte_counts,
+    choice_list,
     non_negative_int,
     output_dir,
     positive_int,
@@ -66,8 +68,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sizes", default=None, type=_size_spec,
                    help="'small', or comma list like 4K,1M,1G (default: 4K..1G on GPU, small "
                         "on CPU)")
-    p.add_argument("--ops", default=",".join(_OPS))
-    p.add_argument("--engines", default="copy_engine,sm")
+    p.add_argument("--ops", default=",".join(_OPS), type=choice_list(_OPS),
+                   help="a comma list of the collectives to time (default: all)")
+    p.add_argument("--engines", default="copy_engine,sm", type=choice_list(ENGINES),
+                   help=f"a comma list of {', '.join(ENGINES)} (default %(default)s)")
     p.add_argument("--dtype", choices=sorted(_DTYPES), default="bf16")
     p.add_argument("--warmup", type=non_negative_int, default=None)
     p.add_argument("--iters", type=positive_int, default=None)
@@ -368,14 +372,14 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
     warmup = args.warmup if args.warmup is not None else (5 if cuda else 1)
     iters = args.iters if args.iters is not None else (20 if cuda else 3)
     dtype = _DTYPES[args.dtype]
-    engines = [e for e in args.engines.split(",") if e]
+    engines = args.engines
     base_ok, base_note = _baseline_ok()
     graphs = args.graphs and cuda
     if args.graphs and not cuda and rt.world.rank == 0:
         print("--graphs: CUDA graphs need the cuda backend; timing eagerly only")
     graph_max = args.graph_max
     records = []
-    for name in [o for o in args.ops.split(",") if o]:
+    for name in args.ops:
         for size in sizes:
             symmetric: list[torch.Tensor] = []
             nbytes, impls = _ops_for(name, size, dtype, engines, base_ok, symmetric)

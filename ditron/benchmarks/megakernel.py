@@ -32,7 +32,8 @@ import torch.distributed as dist
 
 import ditron
 from ditron import trace
-from ditron.runtime.arguments import non_negative_int, output_file, positive_int
+from ditron.kernels.tile_config import WARPS
+from ditron.runtime.arguments import int_list, non_negative_int, output_file, positive_int
 from ditron.runtime.world import current
 from ditron.task.tp_mlp import MlpBlocks, default_blocks
 from ditron.tune.tuner import agreed_median, all_ok, kernel_time, time_in_rounds
@@ -154,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench megakernel",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--world-size", type=positive_int, default=1)
-    p.add_argument("--shape", default="16,4096,11008", help="tokens,hidden,ffn (global)")
+    p.add_argument("--shape", default="16,4096,11008", type=int_list(("tokens", "hidden", "ffn")),
+                   help="tokens,hidden,ffn (global; default %(default)s)")
     p.add_argument("--layers", type=positive_int, default=4)
     p.add_argument("--blocks",
                    help="comma-separated MlpBlocks labels, "
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="num_stages of the whole megakernel (Triton's default)")
     p.add_argument("--programs", type=positive_int,
                    help="programs per rank (ditron.task's default)")
-    p.add_argument("--warps", type=int,
+    p.add_argument("--warps", type=int, choices=WARPS,
                    help="num_warps of the megakernel (default: the most its tiles want, 4 "
                         "unless a label says wWARPS)")
     p.add_argument("--inline", action="store_true",
@@ -186,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="also run each config traced (ditron.trace) and write "
                         "PREFIX_<config>_rank<r>.json / .png; print where each task's time went")
     args = p.parse_args(argv)
-    tokens, hidden, ffn = (int(v) for v in args.shape.split(","))
+    tokens, hidden, ffn = args.shape
     backend = "cpu" if args.smoke else "cuda"
     try:
         blocks = ([MlpBlocks.parse(b).label() for b in args.blocks.split(",")] if args.blocks

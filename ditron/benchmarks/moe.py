@@ -52,11 +52,19 @@ from ditron.kernels.grouped_gemm import (
     grouped_gemm,
     grouped_gemm_wgrad,
 )
-from ditron.runtime.arguments import non_negative_int, output_file, positive_int
+from ditron.runtime.arguments import (
+    choice_list,
+    int_list,
+    non_negative_int,
+    output_file,
+    positive_int,
+)
 from ditron.tune.tuner import agreed_median, time_in_rounds
 
 #: (N, K, experts, topk) of REFERENCES.md: Qwen1.5-MoE, Mixtral-8x7B, Mixtral-8x22B,
 #: DeepSeek-MoE
+#: what ``--parts`` can time
+PARTS = ("gemm", "wgrad", "a2a", "dispatch", "layer")
 SHAPES = [(1408, 2048, 60, 4), (4096, 14336, 8, 2), (6144, 16384, 8, 2), (2048, 1408, 64, 6)]
 
 
@@ -412,10 +420,11 @@ def _measure(args) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench moe", description=__doc__.split("\n\n")[0])
     p.add_argument("--world-size", type=positive_int, default=1)
-    p.add_argument("--parts", default="gemm,a2a,layer",
-                   help="gemm, wgrad, a2a, dispatch, layer (a list)")
+    p.add_argument("--parts", default="gemm,a2a,layer", type=choice_list(PARTS),
+                   help=f"a comma list of {', '.join(PARTS)} (default %(default)s)")
     p.add_argument("--tokens", type=positive_int, default=8192, help="tokens of the gemm rows")
-    p.add_argument("--layer-tokens", default="128,8192", help="tokens per rank, layer rows")
+    p.add_argument("--layer-tokens", default="128,8192", type=int_list(),
+                   help="tokens per rank of the layer rows, a comma list (default %(default)s)")
     p.add_argument("--hidden", type=positive_int, default=7168)
     p.add_argument("--ffn", type=positive_int, default=2048)
     p.add_argument("--experts", type=positive_int, default=64)
@@ -431,8 +440,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", type=output_file, help="write the rows as JSON here")
     args = p.parse_args(argv)
-    args.parts = args.parts.split(",")
-    args.layer_tokens = [int(v) for v in args.layer_tokens.split(",")]
     backend = "cpu" if args.smoke else "cuda"
     args.shapes = SHAPES
     if args.smoke:

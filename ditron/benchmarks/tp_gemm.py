@@ -46,7 +46,7 @@ import torch
 
 from ..ops.graphs import capture, collectives_capturable
 from ..ops.tp_gemm import RS_ENGINES
-from ..runtime.arguments import non_negative_int, output_dir, positive_int
+from ..runtime.arguments import non_negative_int, output_dir, positive_float, positive_int
 from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
 from ..runtime.world import current
 
@@ -350,7 +350,7 @@ def _plot(results: list[dict], path: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench tp-gemm", description=__doc__.split("\n")[0])
     p.add_argument("--world-size", type=positive_int, default=None)
-    p.add_argument("--scale", type=float, default=None,
+    p.add_argument("--scale", type=positive_float, default=None,
                    help="multiply the REFERENCES.md shapes (default 1/W*2 fits one H200 each)")
     p.add_argument("--ops", default="ag,rs")
     p.add_argument("--shapes", default="",

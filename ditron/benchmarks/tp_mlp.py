@@ -23,7 +23,7 @@ import json
 import torch
 
 import ditron
-from ditron.runtime.arguments import non_negative_int, output_file, positive_int
+from ditron.runtime.arguments import int_list, non_negative_int, output_file, positive_int
 from ditron.tune.tuner import agreed_median, time_in_rounds
 
 VARIANTS = {"fallback": "fallback", "overlap": "auto"}
@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench tp-mlp",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--world-size", type=positive_int, default=2)
-    p.add_argument("--shape", default="8192,4096,11008", help="tokens,hidden,ffn (global)")
+    p.add_argument("--shape", default="8192,4096,11008", type=int_list(("tokens", "hidden", "ffn")),
+                   help="tokens,hidden,ffn (global; default %(default)s)")
     p.add_argument("--warmup", type=non_negative_int, default=3)
     p.add_argument("--iters", type=positive_int, default=20)
     p.add_argument("--batch", type=positive_int, default=4, help="steps per timed sample")
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", type=output_file, help="write the result row as JSON here")
     args = p.parse_args(argv)
-    tokens, hidden, ffn = (int(v) for v in args.shape.split(","))
+    tokens, hidden, ffn = args.shape
     backend = "cpu" if args.smoke else "cuda"
     if args.smoke:
         tokens, hidden, ffn = 16 * args.world_size, 32, 16 * args.world_size

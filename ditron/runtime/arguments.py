@@ -4,7 +4,9 @@ error that names the option, before any rank is launched."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
+from collections.abc import Callable, Sequence
 
 from .config import parse_bytes
 
@@ -30,6 +32,48 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (a scale factor)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def int_list(names: Sequence[str] | None = None) -> Callable[[str], list[int]]:
+    """A comma list of positive integers: any number of them, or exactly ``names`` (one per
+    name, e.g. ``("tokens", "hidden", "ffn")``)."""
+
+    def parse(text: str) -> list[int]:
+        parts = [s.strip() for s in text.split(",")]
+        if names is not None and len(parts) != len(names):
+            raise argparse.ArgumentTypeError(
+                f"expected {len(names)} comma-separated integers ({','.join(names)}), "
+                f"got {text!r}")
+        if not any(parts):
+            raise argparse.ArgumentTypeError(f"no integers in {text!r}")
+        return [positive_int(s) for s in parts]
+
+    return parse
+
+
+def choice_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """A comma list of names, each one of ``choices`` (at least one)."""
+
+    def parse(text: str) -> list[str]:
+        picked = [s.strip() for s in text.split(",") if s.strip()]
+        unknown = [s for s in picked if s not in choices]
+        if unknown or not picked:
+            raise argparse.ArgumentTypeError(
+                f"a comma list of {', '.join(choices)}; got {text!r}")
+        return picked
+
+    return parse
 
 
 def byte_count(text: str) -> int:
