@@ -101,13 +101,18 @@ def main(argv: list[str] | None = None) -> int:
         "kernels in stock Triton. Settings are DITRON_* environment variables "
         "(docs/settings.md).")
     sub = parser.add_subparsers(dest="command", required=True)
+    backend_help = "default: DITRON_BACKEND, else cuda when a GPU is visible, else cpu"
     p = sub.add_parser("info", help="versions, backend, devices, heap size")
-    p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--backend", choices=["cpu", "cuda"], default=None, help=backend_help)
     p = sub.add_parser("demo", help="ring exchange and all-gather with the primitives")
-    p.add_argument("--world-size", type=positive_int, default=None)
-    p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
-    p.add_argument("--n", type=positive_int, default=200, help="elements per rank")
-    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--world-size", type=positive_int, default=None,
+                   help="ranks to launch (default: 4 on cpu, the number of GPUs (at least 2) "
+                        "on cuda)")
+    p.add_argument("--backend", choices=["cpu", "cuda"], default=None, help=backend_help)
+    p.add_argument("--n", type=positive_int, default=200,
+                   help="fp32 elements per rank (default %(default)s)")
+    p.add_argument("--repeats", type=positive_int, default=3,
+                   help="rounds, each checked against torch (default %(default)s)")
     # bench and trace forward their options (``--help`` included) to their own modules
     p = sub.add_parser("bench", help="benchmarks: collectives, tp-gemm, tp-mlp, megakernel, moe",
                        add_help=False)

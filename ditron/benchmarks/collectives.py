@@ -64,7 +64,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="ditron bench collectives", description=__doc__)
     p.add_argument("--world-size", type=positive_int, default=None,
                    help="ranks to launch (default: number of GPUs, or 2 on CPU)")
-    p.add_argument("--backend", choices=("cpu", "cuda"), default=None)
+    p.add_argument("--backend", choices=("cpu", "cuda"), default=None,
+                   help="default: DITRON_BACKEND, else cuda when a GPU is visible, else cpu")
     p.add_argument("--sizes", default=None, type=_size_spec,
                    help="'small', or comma list like 4K,1M,1G (default: 4K..1G on GPU, small "
                         "on CPU)")
@@ -72,9 +73,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                    help="a comma list of the collectives to time (default: all)")
     p.add_argument("--engines", default="copy_engine,sm", type=choice_list(ENGINES),
                    help=f"a comma list of {', '.join(ENGINES)} (default %(default)s)")
-    p.add_argument("--dtype", choices=sorted(_DTYPES), default="bf16")
-    p.add_argument("--warmup", type=non_negative_int, default=None)
-    p.add_argument("--iters", type=positive_int, default=None)
+    p.add_argument("--dtype", choices=sorted(_DTYPES), default="bf16",
+                   help="default %(default)s")
+    p.add_argument("--warmup", type=non_negative_int, default=None,
+                   help="untimed calls before the first timed one (default 5 on GPU, 1 on CPU)")
+    p.add_argument("--iters", type=positive_int, default=None,
+                   help="timed calls (default 20 on GPU, 3 on CPU)")
     p.add_argument("--graphs", action="store_true",
                    help="also time all-reduce / all-gather / reduce-scatter / all-to-all under "
                         "CUDA graphs (GPU only)")
@@ -83,7 +87,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--graph-max", default="4M", type=byte_count,
                    help="largest all-reduce timed under graphs")
     p.add_argument("--graph-calls", type=positive_int, default=50, help="calls captured per graph")
-    p.add_argument("--out", type=output_dir, default="bench/results/collectives")
+    p.add_argument("--out", type=output_dir, default="bench/results/collectives",
+                   help="folder for the results (default %(default)s)")
     return p.parse_args(argv)
 
 

@@ -154,10 +154,12 @@ def _host_time(fn, dev, calls: int = 20) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench megakernel",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--world-size", type=positive_int, default=1)
+    p.add_argument("--world-size", type=positive_int, default=1,
+                   help="ranks to launch (default %(default)s)")
     p.add_argument("--shape", default="16,4096,11008", type=int_list(("tokens", "hidden", "ffn")),
                    help="tokens,hidden,ffn (global; default %(default)s)")
-    p.add_argument("--layers", type=positive_int, default=4)
+    p.add_argument("--layers", type=positive_int, default=4,
+                   help="MLP layers in the stack (default %(default)s)")
     p.add_argument("--blocks",
                    help="comma-separated MlpBlocks labels, "
                         "BMxBNxBKxRN[xSPLIT][sSTAGES][wWARPS][t0|t1][dDOWN_N] (sSTAGES: the "
@@ -179,9 +181,13 @@ def main(argv: list[str] | None = None) -> int:
                         "([out, in], used transposed), 'kn' as [in, out]")
     p.add_argument("--tune", action="store_true",
                    help="run the MLP tuner first (tune_mlp) and time its choice too")
-    p.add_argument("--warmup", type=non_negative_int, default=5)
-    p.add_argument("--iters", type=positive_int, default=40)
-    p.add_argument("--rounds", type=positive_int, default=4)
+    p.add_argument("--warmup", type=non_negative_int, default=5,
+                   help="untimed calls before the first timed one (default %(default)s)")
+    p.add_argument("--iters", type=positive_int, default=40,
+                   help="timed calls (default %(default)s)")
+    p.add_argument("--rounds", type=positive_int, default=4,
+                   help="rounds the timed calls are split into, each in a new order "
+                        "(default %(default)s)")
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", type=output_file, help="write the result row as JSON here")
     p.add_argument("--trace", metavar="PREFIX", type=output_file,

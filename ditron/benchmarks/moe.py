@@ -419,19 +419,28 @@ def _measure(args) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench moe", description=__doc__.split("\n\n")[0])
-    p.add_argument("--world-size", type=positive_int, default=1)
+    p.add_argument("--world-size", type=positive_int, default=1,
+                   help="ranks to launch (default %(default)s)")
     p.add_argument("--parts", default="gemm,a2a,layer", type=choice_list(PARTS),
                    help=f"a comma list of {', '.join(PARTS)} (default %(default)s)")
     p.add_argument("--tokens", type=positive_int, default=8192, help="tokens of the gemm rows")
     p.add_argument("--layer-tokens", default="128,8192", type=int_list(),
                    help="tokens per rank of the layer rows, a comma list (default %(default)s)")
-    p.add_argument("--hidden", type=positive_int, default=7168)
-    p.add_argument("--ffn", type=positive_int, default=2048)
-    p.add_argument("--experts", type=positive_int, default=64)
-    p.add_argument("--topk", type=positive_int, default=8)
-    p.add_argument("--warmup", type=non_negative_int, default=3)
-    p.add_argument("--iters", type=positive_int, default=20)
-    p.add_argument("--rounds", type=positive_int, default=4)
+    p.add_argument("--hidden", type=positive_int, default=7168,
+                   help="model dimension (default %(default)s)")
+    p.add_argument("--ffn", type=positive_int, default=2048,
+                   help="expert FFN dimension (default %(default)s)")
+    p.add_argument("--experts", type=positive_int, default=64,
+                   help="experts in all, split over the ranks (default %(default)s)")
+    p.add_argument("--topk", type=positive_int, default=8,
+                   help="experts per token (default %(default)s)")
+    p.add_argument("--warmup", type=non_negative_int, default=3,
+                   help="untimed calls before the first timed one (default %(default)s)")
+    p.add_argument("--iters", type=positive_int, default=20,
+                   help="timed calls (default %(default)s)")
+    p.add_argument("--rounds", type=positive_int, default=4,
+                   help="rounds the timed calls are split into, each in a new order "
+                        "(default %(default)s)")
     p.add_argument("--sweep", action="store_true", help="time other tile configs too")
     p.add_argument("--gated", action="store_true",
                    help="layer rows: SwiGLU experts (w1 twice as wide; silu(gate) * up)")

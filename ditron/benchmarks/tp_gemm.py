@@ -349,18 +349,26 @@ def _plot(results: list[dict], path: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench tp-gemm", description=__doc__.split("\n")[0])
-    p.add_argument("--world-size", type=positive_int, default=None)
+    p.add_argument("--world-size", type=positive_int, default=None,
+                   help="ranks to launch (default: the number of GPUs, or 2 on CPU)")
     p.add_argument("--scale", type=positive_float, default=None,
-                   help="multiply the REFERENCES.md shapes (default 1/W*2 fits one H200 each)")
-    p.add_argument("--ops", default="ag,rs")
+                   help="multiply the REFERENCES.md shapes, rounded to multiples of 64 (default "
+                        "1: the full shapes)")
+    p.add_argument("--ops", default="ag,rs",
+                   help="a comma list of ag (AG-GEMM) and rs (GEMM-RS) (default %(default)s)")
     p.add_argument("--shapes", default="",
                    help="only these REFERENCES.md shapes, as unscaled NxK (e.g. 4096x11008)")
-    p.add_argument("--dtype", choices=list(DTYPES), default="bf16")
-    p.add_argument("--warmup", type=non_negative_int, default=5)
-    p.add_argument("--iters", type=positive_int, default=10)
+    p.add_argument("--dtype", choices=list(DTYPES), default="bf16",
+                   help="default %(default)s")
+    p.add_argument("--warmup", type=non_negative_int, default=5,
+                   help="untimed calls before the first timed one (default %(default)s)")
+    p.add_argument("--iters", type=positive_int, default=10,
+                   help="timed calls (default %(default)s)")
     p.add_argument("--smoke", action="store_true", help="tiny shapes (CPU backend)")
-    p.add_argument("--out", type=output_dir, default=os.environ.get("OUT", "bench/results"))
-    p.add_argument("--backend", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--out", type=output_dir, default=os.environ.get("OUT", "bench/results"),
+                   help="folder for the results (default: $OUT, else bench/results)")
+    p.add_argument("--backend", choices=["cpu", "cuda"], default=None,
+                   help="default: DITRON_BACKEND, else cuda when a GPU is visible, else cpu")
     p.add_argument("--batch", type=positive_int, default=None,
                    help="calls timed back to back per sample (default 5 on GPU, 1 on CPU): "
                         "launch cost then shows only where it exceeds the GPU time")

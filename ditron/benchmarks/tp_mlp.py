@@ -78,13 +78,18 @@ def _measure(tokens: int, hidden: int, ffn: int, warmup: int, iters: int, batch:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench tp-mlp",
                                 description=__doc__.split("\n\n")[0])
-    p.add_argument("--world-size", type=positive_int, default=2)
+    p.add_argument("--world-size", type=positive_int, default=2,
+                   help="ranks to launch (default %(default)s)")
     p.add_argument("--shape", default="8192,4096,11008", type=int_list(("tokens", "hidden", "ffn")),
                    help="tokens,hidden,ffn (global; default %(default)s)")
-    p.add_argument("--warmup", type=non_negative_int, default=3)
-    p.add_argument("--iters", type=positive_int, default=20)
+    p.add_argument("--warmup", type=non_negative_int, default=3,
+                   help="untimed calls before the first timed one (default %(default)s)")
+    p.add_argument("--iters", type=positive_int, default=20,
+                   help="timed calls (default %(default)s)")
     p.add_argument("--batch", type=positive_int, default=4, help="steps per timed sample")
-    p.add_argument("--rounds", type=positive_int, default=4)
+    p.add_argument("--rounds", type=positive_int, default=4,
+                   help="rounds the timed calls are split into, each in a new order "
+                        "(default %(default)s)")
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", type=output_file, help="write the result row as JSON here")
     args = p.parse_args(argv)
