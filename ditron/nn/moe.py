@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..ops.moe import MoEDispatch, check_combine, mean_rows_per_expert
+from ..ops.moe import MoEDispatch, check_combine, check_topk_weights, mean_rows_per_expert
 from ..runtime.integers import as_int, check_int
 from ..runtime.world import world
 from . import library
@@ -161,6 +161,9 @@ class ExpertParallelMLP(torch.nn.Module):
                                f"global ranks {list(self.world.global_ranks)}, but the world "
                                f"over {list(world().global_ranks)} is current; call it inside "
                                f"ditron.use(layer.world)")
+        if isinstance(topk_ids, torch.Tensor) and topk_ids.dim() == 2:
+            # before the dispatch: the combine would otherwise refuse them after the experts ran
+            check_topk_weights("ExpertParallelMLP", topk_weights, *topk_ids.shape, x.device)
         w1, w2, mode = self.w1, self.w2, contextlib.nullcontext()
         kind = x.device.type
         if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):

@@ -20,8 +20,8 @@ by expert id (stable: token order within an expert) and sent; a rank receives th
 of rank 0, then 1, ..., and groups them by local expert (stable: source rank, then token
 order). Copies past ``max_recv_rows`` (those of the highest source ranks) are dropped and
 contribute zero to ``moe_combine``, as are copies whose expert id is outside ``[0, E)``
-(``-1`` marks an unrouted copy, as in DeepEP; ids ``>= E`` raise ``ValueError`` in
-debug mode, ``DITRON_WAIT_TIMEOUT > 0``, where the ids are read on the host).
+(``-1`` marks an unrouted copy, as in DeepEP; ids ``>= E`` raise ``ValueError`` on every
+rank in debug mode, ``DITRON_WAIT_TIMEOUT > 0``, where the ids are read on the host).
 
 Across nodes the all-to-alls read their split sizes on the host (one synchronisation each,
 ``a2a_nodes.py``), so such a layer cannot be captured in a CUDA graph.
@@ -38,7 +38,7 @@ from ..kernels.gather_sum import gather_dot, weighted_gather_sum
 from ..kernels.grouped_gemm import check_grouped
 from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from ..kernels.routing import group_received, returned_index, returned_sources, sort_copies
-from ..runtime.agreement import agree
+from ..runtime.agreement import agree, raise_together
 from ..runtime.integers import as_int, check_int
 from ..runtime.world import current
 from .graphs import capturing
@@ -130,6 +130,16 @@ def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int,
     return experts
 
 
+def _check_ids(topk_ids: torch.Tensor, num_experts: int) -> None:
+    """Debug mode's check that no expert id is ``>= num_experts`` (it reads the ids on the
+    host). Collective: a rank with a bad id raises, and so does every other rank (naming
+    the rank), rather than waiting for it in the exchange."""
+    top = int(topk_ids.max()) if topk_ids.numel() else -1
+    raise_together("ditron.ops.moe_dispatch: expert ids out of range",
+                   f"expert id {top} >= num_experts {num_experts}" if top >= num_experts
+                   else None)
+
+
 def _described(t: object) -> str:
     if isinstance(t, torch.Tensor):
         return f"{tuple(t.shape)} {t.dtype} on {t.device}"
@@ -165,10 +175,8 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     agree("ditron.ops.moe_dispatch", num_experts=num_experts, k=k, hidden=x.shape[1],
           dtype=x.dtype, max_tokens=max_tokens, max_recv_rows=cap,
           scales=None if x_scales is None else (tuple(x_scales.shape[1:]), x_scales.dtype))
-    if rt.wait_timeout > 0 and not capturing() and topk_ids.numel() \
-            and int(topk_ids.max()) >= num_experts:
-        raise ValueError(f"ditron.ops.moe_dispatch: rank {rt.world.rank}: expert id "
-                         f"{int(topk_ids.max())} >= num_experts {num_experts}")
+    if rt.wait_timeout > 0 and not capturing():
+        _check_ids(topk_ids, num_experts)
     local = num_experts // w
 
     copies = sort_copies(topk_ids, num_experts, w)
@@ -293,6 +301,16 @@ def _read_returned(y: torch.Tensor, d: MoEDispatch, read) -> torch.Tensor:
         return read(inbox.rows, idx.view(shape), src2=y, idx2=own.view(shape))
 
 
+def check_topk_weights(what: str, topk_weights: object, tokens: int, k: int,
+                       device: torch.device) -> None:
+    """``ValueError`` unless ``topk_weights`` is a floating ``[tokens, k]`` tensor on
+    ``device``."""
+    if not (isinstance(topk_weights, torch.Tensor) and topk_weights.shape == (tokens, k)
+            and topk_weights.dtype.is_floating_point and topk_weights.device == device):
+        raise ValueError(f"{what}: topk_weights must be floating [{tokens}, {k}] on {device}, "
+                         f"got {_described(topk_weights)}")
+
+
 def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
                   topk_weights: torch.Tensor | None) -> None:
     """The checks of :func:`moe_combine` (``TypeError`` / ``ValueError``), and the ranks'
@@ -308,12 +326,8 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
     if y.device != d.x.device:
         raise ValueError(f"ditron.ops.moe_combine: y is on {y.device}, the dispatch on "
                          f"{d.x.device}")
-    if topk_weights is not None and (topk_weights.shape != (T, k)
-                                     or not topk_weights.dtype.is_floating_point
-                                     or topk_weights.device != y.device):
-        raise ValueError(f"ditron.ops.moe_combine: topk_weights must be floating [{T}, {k}] on "
-                         f"{y.device}, got {tuple(topk_weights.shape)} {topk_weights.dtype} "
-                         f"on {topk_weights.device}")
+    if topk_weights is not None:
+        check_topk_weights("ditron.ops.moe_combine", topk_weights, T, k, y.device)
     agree("ditron.ops.moe_combine", rows=y.shape[0], n=y.shape[1], dtype=y.dtype,
           max_tokens=d.max_tokens, k=k)
 

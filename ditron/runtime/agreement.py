@@ -39,15 +39,9 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     remember = remember and not rt.settings.check_calls
     if remember and key in agreed:
         return
-    every: list = [None] * rt.world.world_size
-    dist.all_gather_object(every, (what, tuple(fields), values), group=rt.host_group)
-    if any(call[:2] != every[0][:2] for call in every):
-        names = "\n".join(f"  rank {r}: {call[0]}" for r, call in enumerate(every))
-        raise ValueError(f"{what}: ranks are in different collective calls (one repeated a "
-                         f"call it had checked before while another made a new one, or "
-                         f"they call ops in different orders):\n{names}")
-    if any(call[2] != every[0][2] for call in every):
-        raise ValueError(disagreement(what, tuple(fields), [call[2] for call in every]))
+    every = _gather(what, tuple(fields), values)
+    if any(v != every[0] for v in every):
+        raise ValueError(disagreement(what, tuple(fields), every))
     if remember:
         if len(agreed) >= _MAX_AGREED:
             agreed.clear()
@@ -63,3 +57,32 @@ def disagreement(what: str, names: Sequence[str], every: Sequence[Sequence]) -> 
                       for r, v in enumerate(every))
     verb = "differs" if len(differ) == 1 else "differ"
     return f"{what}: ranks disagree on the call ({', '.join(differ)} {verb}):\n{lines}"
+
+
+def raise_together(what: str, problem: str | None) -> None:
+    """Raise ``ValueError`` on every rank when any rank found a ``problem`` (its message, or
+    ``None``) in its own data: a check of values that ranks cannot agree on in advance
+    (expert ids in range), where a rank raising alone would leave the others waiting for it.
+    One host all-gather on every call; the message names each rank's problem."""
+    rt = current()
+    if rt.world.world_size > 1:
+        problems = [p for (p,) in _gather(what, ("problem",), (problem,))]
+    else:
+        problems = [problem]
+    if any(p is not None for p in problems):
+        lines = "\n".join(f"  rank {r}: {p}" for r, p in enumerate(problems) if p is not None)
+        raise ValueError(f"{what}:\n{lines}")
+
+
+def _gather(what: str, names: tuple[str, ...], values: tuple) -> list[tuple]:
+    """Every rank's ``values`` (one host all-gather), after checking that all ranks are in
+    the same call ``what`` with the same field ``names``."""
+    rt = current()
+    every: list = [None] * rt.world.world_size
+    dist.all_gather_object(every, (what, names, values), group=rt.host_group)
+    if any(call[:2] != every[0][:2] for call in every):
+        calls = "\n".join(f"  rank {r}: {call[0]}" for r, call in enumerate(every))
+        raise ValueError(f"{what}: ranks are in different collective calls (one repeated a "
+                         f"call it had checked before while another made a new one, or "
+                         f"they call ops in different orders):\n{calls}")
+    return [call[2] for call in every]

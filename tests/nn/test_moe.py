@@ -293,11 +293,20 @@ def check_layer_refusals() -> int:
     ids = torch.zeros(3, 1, dtype=torch.int64, device=dev)
     with pytest.raises(ValueError, match="input dtype torch.bfloat16 != weight dtype"):
         layer(x, ids, torch.ones(3, 1, device=dev))  # no autocast: no silent cast
-    return 4
+    x = x.float()
+    # refused before the dispatch (an int tensor was taken; a wrong shape failed in the
+    # combine's kernel wrapper, after both grouped GEMMs)
+    for wts in (torch.ones(3, 1, dtype=torch.int64, device=dev), torch.ones(3, 2, device=dev),
+                [[1.0]] * 3):
+        with pytest.raises(ValueError, match="ExpertParallelMLP: topk_weights must be "
+                                             "floating \\[3, 1\\]"):
+            layer(x, ids, wts)
+    assert layer(x, ids, torch.ones(3, 1, device=dev)).shape == x.shape
+    return 7
 
 
 def test_expert_parallel_mlp_refuses_bad_input(backend):
-    assert ditron.launch(check_layer_refusals, 2, backend=backend) == [4, 4]
+    assert ditron.launch(check_layer_refusals, 2, backend=backend) == [7, 7]
 
 
 def check_compile(compiler: str = "aot_eager", opcheck: bool = True) -> list[str]:

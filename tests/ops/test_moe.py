@@ -433,6 +433,10 @@ def check_refusals() -> int:
     for words, fn in cases:
         with pytest.raises(ValueError, match=words):
             fn()
+    # a bad id on rank 1 only: rank 0 raises too, naming it (it used to wait in the exchange)
+    words = "expert ids out of range:\n  rank 1: expert id 5 >= num_experts 4$"
+    with pytest.raises(ValueError, match=words):
+        ops.moe_dispatch(x, torch.where(ids == 0, 5 * me, ids), 4)
     d = ops.moe_dispatch(x, ids, 4)
     with pytest.raises(ValueError, match="y must be floating"):
         ops.moe_combine(d.x[:3], d)
@@ -442,12 +446,12 @@ def check_refusals() -> int:
         ops.moe_combine(d.x, "routing")
     out = ops.moe_combine(d.x, d)  # identity experts: every token comes back k times
     torch.testing.assert_close(out, 2 * x)
-    return len(cases) + 4
+    return len(cases) + 5
 
 
 def test_moe_refuses_bad_input(backend, monkeypatch):
     monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "60")  # debug mode: expert ids read and checked
-    assert ditron.launch(check_refusals, 2, backend=backend) == [11, 11]
+    assert ditron.launch(check_refusals, 2, backend=backend) == [12, 12]
 
 
 def _layer_reference(x, ids, weights, w1, w2):

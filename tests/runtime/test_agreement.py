@@ -1,7 +1,8 @@
 """``runtime.agreement.agree``: ranks that pass different fields for a call raise on every
 rank, naming the fields that differ and each rank's values; an agreed call is remembered
 (no second host gather) unless ``remember=False`` or ``DITRON_CHECK_CALLS=1``, which also
-catches a rank repeating an agreed call while another makes a new one."""
+catches a rank repeating an agreed call while another makes a new one.
+``raise_together``: a problem one rank finds in its own data raises on every rank."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
-from ditron.runtime.agreement import agree
+from ditron.runtime.agreement import agree, raise_together
 from ditron.runtime.world import current
 
 SAME = {"shape": (4, 3), "dtype": torch.bfloat16, "method": "one_shot"}
@@ -95,3 +96,25 @@ def test_ranks_in_different_calls_are_named(backend):
     res = ditron.launch(_different_calls, 2, backend=backend)
     assert "ranks are in different collective calls" in res[0]
     assert "  rank 0: second\n  rank 1: first" in res[0] and "rank 0: second" in res[1]
+
+
+def _problems() -> list[str]:
+    """Three calls: no rank has a problem, the last rank has one, every rank has one."""
+    w, me = ditron.world().world_size, ditron.world().rank
+    raise_together("my_check", None)  # returns on every rank
+    messages = []
+    for bad in (me == w - 1, True):
+        with pytest.raises(ValueError) as info:
+            raise_together("my_check", f"value {me} too large" if bad else None)
+        messages.append(str(info.value))
+    return messages
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_a_problem_of_one_rank_raises_on_every_rank(world_size, backend):
+    res = ditron.launch(_problems, world_size, backend=backend)
+    last = world_size - 1
+    every = "\n".join(f"  rank {r}: value {r} too large" for r in range(world_size))
+    for one, everyone in res:
+        assert one == f"my_check:\n  rank {last}: value {last} too large"
+        assert everyone == f"my_check:\n{every}"
