@@ -114,9 +114,12 @@ class Call:
     pad: SignalPad
     epoch: int
     inbox: torch.Tensor
-    node: range
+    node: range  # the peers whose parts come through shared memory (none with "network")
     engine: str
     recvs: dict[int, tuple[int, int]]
+    #: the peers :meth:`finish` acknowledges: every node peer, whatever the engine (a later
+    #: call on the key may push through shared memory, and waits for this call's ack)
+    acked: range = range(0, 0)
     engines: list[Engine] = dataclasses.field(default_factory=list)
     net_transfers: list[Transfer] = dataclasses.field(default_factory=list)
     #: whether :meth:`finish` acknowledges (``False``: acknowledgements implied by data,
@@ -169,7 +172,7 @@ class Call:
         rt = current()
         me = rt.world.rank
         if self.acks:
-            notify_peers(self.pad, rt.world.world_size + me, self.epoch, self.node, skip=me)
+            notify_peers(self.pad, rt.world.world_size + me, self.epoch, self.acked, skip=me)
         for engine in self.engines:
             engine.drain()
         if rt.wait_timeout > 0 or rt.world.backend == "cpu":
@@ -210,15 +213,16 @@ def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
     itemsize = dtype.itemsize
     raw = _inbox(key, inbox_numel * itemsize)
     inbox = raw[epoch % 2, : inbox_numel * itemsize].view(dtype)
-    shm = range(0, 0) if engine == "network" else rt.topo.node_ranks()
+    node = rt.topo.node_ranks()
+    shm = range(0, 0) if engine == "network" else node
     acks = not (implied and ACK_BY_DATA)
     if not acks and rt.world.backend == "cuda":
         _follow_last_call(key)
     # with ``implied`` (one setting per key), ``ACK_BY_DATA`` may differ from call to call
     sent = _acknowledged(key, pad, epoch, acks) if implied else True
     if epoch > 2 and acks and sent:
-        wait_slots(pad, w, shm, epoch - 2, skip=me)
-    return Call(pad, epoch, inbox, shm, engine, recvs, acks=acks)
+        wait_slots(pad, w, node, epoch - 2, skip=me)
+    return Call(pad, epoch, inbox, shm, engine, recvs, acked=node, acks=acks)
 
 
 def _acknowledged(key: str, pad: SignalPad, epoch: int, acks: bool) -> bool:

@@ -105,3 +105,43 @@ def test_interleaved_ops_match_torch(world_size, backend):
     calls = 28 if backend == "cpu" else 60
     assert ditron.launch(_sequence, world_size, world_size, calls, backend=backend) == \
         [[]] * world_size
+
+
+#: engines taken call after call by one op: every pair of neighbours, and each engine two
+#: calls apart from the other (an exchange's inbox half comes back every second call)
+ENGINE_TURNS = ("copy_engine", "network", "network", "copy_engine", "sm", "network",
+                "copy_engine", "copy_engine", "sm", "sm", "copy_engine")
+
+
+def _engine_turns() -> list[str]:
+    """Each collective called with the engines of ``ENGINE_TURNS`` in turn (one node)."""
+    poison_empty()
+    W, me = ditron.world().world_size, ditron.world().rank
+    g = torch.Generator().manual_seed(100 + me)
+    wrong = []
+    for name in ("all_reduce one_shot", "all_reduce two_shot", "all_gather",
+                 "reduce_scatter", "all_to_all"):
+        for i, engine in enumerate(ENGINE_TURNS):
+            x = torch.randn(2 * W, 3, generator=g).to(ditron.world().device)
+            if name.startswith("all_reduce"):
+                got = ops.all_reduce(x, method=name.split()[1], engine=engine)
+                ref = _summed(x)
+            elif name == "all_gather":
+                got, ref = ops.all_gather(x, engine=engine), _gathered(x, 0)
+            elif name == "reduce_scatter":
+                got = ops.reduce_scatter(x, engine=engine)
+                ref = _summed(x)[2 * me:2 * me + 2]
+            else:
+                got = ops.all_to_all(x, [2] * W, engine=engine)
+                ref = torch.empty_like(x.cpu())
+                dist.all_to_all_single(ref, x.cpu(), group=_group())
+            if not torch.allclose(got.cpu(), ref, rtol=1e-5, atol=1e-5):
+                wrong.append(f"{name} call {i} engine {engine}")
+    return wrong
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_engines_switched_between_calls(world_size, backend):
+    """The network engine's calls acknowledge their inboxes to node peers too: a copy-engine
+    call two calls after a network one waited for an acknowledgement nobody sent."""
+    assert ditron.launch(_engine_turns, world_size, backend=backend) == [[]] * world_size
