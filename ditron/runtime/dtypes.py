@@ -103,13 +103,14 @@ def moved_as(dtype: torch.dtype, shape: tuple[int, ...], widen: bool = True) -> 
 
 def viewed(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``x`` as ``dtype`` (a width :func:`moved_as` allows for its shape); a contiguous copy
-    first when ``x``'s strides do not allow the view."""
+    first when ``x``'s strides or storage offset do not allow the view (a slice of 1-byte
+    elements starting at an odd byte is contiguous, yet cannot be viewed as int32)."""
     if x.dtype == dtype:
         return x
     try:
         return x.view(dtype)
     except RuntimeError:
-        return x.contiguous().view(dtype)
+        return x.clone(memory_format=torch.contiguous_format).view(dtype)
 
 
 def accumulator(dtype: torch.dtype) -> torch.dtype:

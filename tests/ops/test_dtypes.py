@@ -67,7 +67,8 @@ def _a2a_bytes(x: torch.Tensor, ins: list[int]) -> tuple[list[int], torch.Tensor
 
 def check_moved(engines: tuple[str | None, ...]) -> int:
     """all_gather (dim 0, a non-contiguous dim 1, into ``out``, widened), all_to_all
-    (uneven with a zero split, even and widened, 1-D) and send/recv around the ring, every
+    (uneven with a zero split, even and widened, 1-D), both from a view at an odd storage
+    offset, and send/recv around the ring, every
     ``MOVED`` dtype."""
     poison_empty()
     w, me = ditron.world().world_size, ditron.world().rank
@@ -108,11 +109,18 @@ def check_moved(engines: tuple[str | None, ...]) -> int:
             x = _bits((2 * w, 8), dtype, g)
             _same_bits(ops.all_to_all(x.to(dev), engine=engine), _a2a_bytes(x, [2] * w)[1],
                        f"all_to_all even {what}")
+            # contiguous, one element into its storage: its rows of 8 cannot be viewed as
+            # int64 in place (a copy first)
+            xo = _bits((2 * w * 8 + 1,), dtype, g).to(dev)[1:].view(2 * w, 8)
+            _same_bits(ops.all_gather(xo, engine=engine), torch.cat(_gathered(xo.cpu()), 0),
+                       f"all_gather offset view {what}")
+            _same_bits(ops.all_to_all(xo, engine=engine), _a2a_bytes(xo.cpu(), [2] * w)[1],
+                       f"all_to_all offset view {what}")
             x = _bits((sum(ins),), dtype, g)  # 1-D: the splits cut the only dimension
             outs, ref = _a2a_bytes(x, ins)
             _same_bits(ops.all_to_all(x.to(dev), ins, outs, engine=engine), ref,
                        f"all_to_all 1-D {what}")
-            checks += 9
+            checks += 11
     if w > 1:
         nxt, prv = (me + 1) % w, (me - 1) % w
         for it, dtype in enumerate(MOVED):
@@ -139,12 +147,12 @@ def test_moved_dtypes_arrive_bit_for_bit(world_size, backend):
     engines = ("copy_engine", "sm") + (("tma",) if world_size == 2 else ())
     counts = ditron.launch(check_moved, world_size, engines, backend=backend)
     ring = len(MOVED) if world_size > 1 else 0
-    assert counts == [9 * len(MOVED) * len(engines) + ring] * world_size
+    assert counts == [11 * len(MOVED) * len(engines) + ring] * world_size
 
 
 def test_moved_dtypes_over_the_network_engine():
     counts = ditron.launch(check_moved, 3, ("network",), backend="cpu")
-    assert counts == [10 * len(MOVED)] * 3
+    assert counts == [12 * len(MOVED)] * 3
 
 
 def test_moved_as_widens_only_what_the_shape_allows():
