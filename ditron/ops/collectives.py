@@ -130,14 +130,23 @@ def _engine(op: str, engine: str | None, nbytes_per_peer: int, fusable: bool = T
     return name
 
 
+def requested_engine(op: str, engine: str | None) -> str:
+    """The engine asked for: the argument, else ``DITRON_<OP>_ENGINE``, else
+    ``DITRON_ENGINE``, else ``"auto"``. Every rank must ask for the same (checked: engines
+    run different protocols); ``"auto"`` picks the same on every rank from what the ranks
+    agree on, except where the engines it picks between interoperate (uneven all-to-all
+    splits: SM or copy-engine pushes into one exchange)."""
+    return (engine or os.environ.get(f"DITRON_{op.upper()}_ENGINE")
+            or os.environ.get("DITRON_ENGINE") or "auto")
+
+
 def _engine_name(op: str, engine: str | None, nbytes_per_peer: int,
                  fusable: bool = True, replay: bool = False) -> str:
     """The engine for this call: the argument, else ``DITRON_<OP>_ENGINE``, else
     ``DITRON_ENGINE``, else ``"auto"``'s choice (``fusable``: whether this call has a fused
     path, i.e. the op has one and, for all_to_all, the splits are even; ``replay``: the
     call would be a graph replay, so ``"auto"`` chooses by ``REPLAY_FUSED_MAX_BYTES``)."""
-    name = (engine or os.environ.get(f"DITRON_{op.upper()}_ENGINE")
-            or os.environ.get("DITRON_ENGINE") or "auto")
+    name = requested_engine(op, engine)
     if name == "auto":
         rt = current()
         if rt.world.backend == "cpu":
@@ -247,7 +256,8 @@ def _all_gather(x: torch.Tensor, d: int, engine: str | None, out: torch.Tensor |
     direct = _direct_offset(eng, d, out)
     replay = can_replay and eng in _REPLAYED_ENGINES
     agree("ditron.ops.all_gather", shape=tuple(x.shape), dtype=dtype, dim=d,
-          network=eng == "network", symmetric_out_offset=direct, replayed=replay)
+          engine=requested_engine("all_gather", engine), symmetric_out_offset=direct,
+          replayed=replay)
     if w == 1:
         return _into(out, x) if out is not None else _copy_out(x)
     xm = (x if d == 0 else x.movedim(d, 0)).contiguous()
@@ -298,7 +308,12 @@ def _check_out(op: str, out: torch.Tensor, shape: tuple, dtype: torch.dtype) -> 
 
 def check_writable(op: str, out: torch.Tensor) -> None:
     """Refuse an ``out`` that torch would refuse to write mid-call (peers would then wait):
-    an inference tensor outside ``torch.inference_mode``."""
+    one whose elements share memory (a dimension of stride 0, as from ``expand``), an
+    inference tensor outside ``torch.inference_mode``."""
+    if any(st == 0 and n > 1 for st, n in zip(out.stride(), out.shape, strict=True)):
+        raise ValueError(f"ditron.ops.{op}: out has elements that share memory (strides "
+                         f"{out.stride()} for shape {tuple(out.shape)}, e.g. from expand); "
+                         f"pass a tensor whose elements are distinct")
     if out.is_inference() and not torch.is_inference_mode_enabled():
         raise ValueError(f"ditron.ops.{op}: out was made under torch.inference_mode and torch "
                          f"writes such tensors only inside that mode; call {op} inside it, "
@@ -390,7 +405,7 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, op: object = "sum",
     eng = _engine("reduce_scatter", engine, nbytes, replay=can_replay)
     replay = can_replay and eng in _REPLAYED_ENGINES
     agree("ditron.ops.reduce_scatter", shape=tuple(x.shape), dtype=x.dtype, dim=d, op=op,
-          network=eng == "network", replayed=replay)
+          engine=requested_engine("reduce_scatter", engine), replayed=replay)
     if w == 1:
         return _into(out, x) if out is not None else _copy_out(x)
     if replay:
@@ -447,7 +462,7 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *, op: object = "sum",
         method = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or w <= 2 else "two_shot"
     eng = _engine("all_reduce", engine, nbytes if method == "one_shot" else nbytes // w)
     agree("ditron.ops.all_reduce", shape=tuple(x.shape), dtype=x.dtype, method=method, op=op,
-          network=eng == "network")
+          engine=requested_engine("all_reduce", engine))
     if w == 1:
         return _copy_out(x)
     if _fused_ok(eng, x.numel(), "all_reduce"):
@@ -500,25 +515,30 @@ def _splits(op: str, splits: Sequence[int] | None, total: int, w: int, what: str
     return out
 
 
-def _gather_splits(op: str, fields: dict, ins: list[int], out_splits: Sequence[int] | None
-                   ) -> tuple[list[list[int]], list[list[int] | None]]:
-    """Every rank's ``in_splits`` (the send matrix, ``[sender][receiver]``) and its
-    ``out_splits`` (``None`` where not given), in one small tensor all-gather over the host
-    group (a third of ``all_gather_object``'s cost: no pickling, one collective). A checksum
-    of the call's ``fields`` (row shape, dtype, engine) travels along; ranks that disagree
-    raise."""
+#: ``_gather_splits``' kinds of a call: uneven splits, even ones given, none given
+_UNEVEN, _EVEN, _NO_SPLITS = 0, 1, 2
+
+
+def _gather_splits(op: str, fields: dict, ins: list[int], out_splits: Sequence[int] | None,
+                   kind: int) -> tuple[list[list[int]], list[list[int] | None], list[int]]:
+    """Every rank's ``in_splits`` (the send matrix, ``[sender][receiver]``), its
+    ``out_splits`` (``None`` where not given) and its call's ``kind`` (``_UNEVEN``,
+    ``_EVEN``, ``_NO_SPLITS``), in one small tensor all-gather over the host group (a third
+    of ``all_gather_object``'s cost: no pickling, one collective). A checksum of the call's
+    ``fields`` (row shape, dtype, engine) travels along; ranks that disagree raise."""
     rt = current()
     w = rt.world.world_size
     outs = [-1] * w if out_splits is None else [int(s) for s in out_splits]
-    mine = torch.tensor([zlib.crc32(repr(fields).encode()), *ins, *outs], dtype=torch.int64,
-                        device="cpu")
+    mine = torch.tensor([zlib.crc32(repr(fields).encode()), kind, *ins, *outs],
+                        dtype=torch.int64, device="cpu")
     rows = [torch.empty_like(mine) for _ in range(w)] if w > 1 else [mine]
     if w > 1:
         dist.all_gather(rows, mine, group=rt.host_group)
     table = [r.tolist() for r in rows]
     if any(t[0] != table[0][0] for t in table):  # every rank saw it: name the differences
         agree(f"ditron.ops.{op}", remember=False, **fields)
-    return [t[1:w + 1] for t in table], [None if t[w + 1] < 0 else t[w + 1:] for t in table]
+    return ([t[2:w + 2] for t in table], [None if t[w + 2] < 0 else t[w + 2:] for t in table],
+            [t[1] for t in table])
 
 
 @public_op
@@ -529,11 +549,13 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     the rows received from ranks ``0..W-1`` in order (``out_splits[q]`` from rank ``q``).
 
     Sizes may differ per rank and be 0; ``None`` splits evenly. Equivalent:
-    ``dist.all_to_all_single(out, x, out_splits, in_splits)``. Explicit split sizes are
-    gathered on the host each call (``None``: only once per shape); for sizes computed on
-    the device use :func:`all_to_all_device`. Even splits on one node with the SM engine
-    run as one fused kernel (CUDA-graph safe; ``"auto"`` takes it below
-    ``FUSED_A2A_MAX_BYTES`` per peer and while capturing).
+    ``dist.all_to_all_single(out, x, out_splits, in_splits)``. The split sizes are
+    gathered on the host each call, except even ones (given or not) on every rank: once per
+    shape (where no rank gives any, every rank's ``x`` must have as many rows); for sizes
+    computed on
+    the device use :func:`all_to_all_device`. Every rank must ask for the same ``engine``.
+    Even splits on one node with the SM engine run as one fused kernel (CUDA-graph safe;
+    ``"auto"`` takes it below ``FUSED_A2A_MAX_BYTES`` per peer and while capturing).
     """
     return all_to_all_counted(x, in_splits, out_splits, engine=engine)[0]
 
@@ -562,18 +584,29 @@ def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
         raise ValueError(f"ditron.ops.{op}: in_splits {ins} sum to {sum(ins)}, but x has "
                          f"{x.shape[0]} rows")
     row = math.prod(x.shape[1:])
-    even = all(s == ins[0] for s in ins) and (
-        out_splits is None or all(int(s) == ins[0] for s in out_splits))
+    even = all(s == ins[0] for s in ins) and (out_splits is None or (
+        len(out_splits) == w and all(int(s) == ins[0] for s in out_splits)))
     eng = _engine(op, engine, x.numel() * x.element_size() // w, fusable=even)
-    fields = {"row_shape": tuple(x.shape[1:]), "dtype": dtype, "network": eng == "network"}
-    if in_splits is None and out_splits is None:
-        # even splits: the matrix is known once the ranks agree on the shape (checked once
-        # per shape, no host round trip on later calls)
-        agree(f"ditron.ops.{op}", shape=tuple(x.shape), dtype=dtype,
-              network=eng == "network", splits="even")
+    fields = {"row_shape": tuple(x.shape[1:]), "dtype": dtype,
+              "engine": requested_engine(op, engine)}
+    even_key = ("all_to_all even", tuple(x.shape), dtype, eng)
+    agreed_even = rt.cache.setdefault("all_to_all_even", set())
+    if even and even_key in agreed_even and not rt.settings.check_calls:
+        # every rank's splits were even at this shape, given or not: no host round trip
         matrix, given = [ins] * w, [None] * w
     else:
-        matrix, given = _gather_splits(op, fields, ins, out_splits)
+        kind = (_NO_SPLITS if in_splits is None and out_splits is None
+                else _EVEN if even else _UNEVEN)
+        matrix, given, kinds = _gather_splits(op, fields, ins, out_splits, kind)
+        same = all(r == matrix[0] for r in matrix)
+        if all(k == _NO_SPLITS for k in kinds) and not same:
+            rows = ", ".join(f"rank {r}: {sum(m)}" for r, m in enumerate(matrix))
+            raise ValueError(f"ditron.ops.{op}: ranks disagree on the call (no splits given, "
+                             f"but x's rows differ: {rows})")
+        if _UNEVEN not in kinds and same and not rt.settings.check_calls:
+            # every rank sends x.shape[0] / W rows to each: later even calls at this shape
+            # skip the host round trip, on every rank at once
+            agreed_even.add(even_key)
     outs = [matrix[r][me] for r in range(w)]
     if out_splits is not None and [int(s) for s in out_splits] != outs:
         raise ValueError(f"ditron.ops.{op}: out_splits {list(out_splits)} on rank {me} do not "

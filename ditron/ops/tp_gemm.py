@@ -290,10 +290,11 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
         engine = "copy_engine"
     if engine == "tma":
         tma.check_supported(a.device)
+    rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
+    # the engines push and signal differently, and the chunks number the signals
+    agree("ditron.ops.ag_gemm transfers", engine=engine, chunk_rows=rows, graph=graph)
     if engine != "colocated" and rt.topo.num_nodes == 1:
-        return _ag_pushed(a, b, choice.config, return_gathered,
-                          chunk_rows if chunk_rows is not None else choice.chunk_rows, graph,
-                          engine)
+        return _ag_pushed(a, b, choice.config, return_gathered, rows, graph, engine)
     return _ag_overlap(a, b, _pull_config(choice, config, a, b), return_gathered)
 
 
@@ -560,10 +561,13 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     if early_rows and rs_engine != "copy_engine":
         raise ValueError(f"ditron.ops.gemm_rs: early_rows applies to engine='copy_engine' only, "
                          f"not {rs_engine!r}")
+    # the tuned early_rows goes with the tuned chunking only
+    early = (early_rows if early_rows is not None
+             else choice.early_rows if chunk_rows is None else 0)
+    # the engines push or pull and signal differently, and the chunks number the signals
+    agree("ditron.ops.gemm_rs transfers", engine=rs_engine, chunk_rows=rows,
+          early_rows=early, graph=graph)
     if rs_engine == "copy_engine":
-        # the tuned early_rows goes with the tuned chunking only
-        early = (early_rows if early_rows is not None
-                 else choice.early_rows if chunk_rows is None else 0)
         return rs_copy_engine.pushed(a, b, rows, graph, early)
     if rs_engine == "copy_engine_pull":
         return rs_copy_engine.pulled(a, b, rows, graph)

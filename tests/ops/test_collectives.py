@@ -887,6 +887,13 @@ def check_bad_inputs() -> int:
         (ValueError, "in_splits", lambda: ops.all_to_all(x, [1, 1])),
         (ValueError, "out_splits", lambda: ops.all_to_all(x, [1, 3], [3, 1] if me else [1, 1])),
         (ValueError, "disagree", lambda: ops.all_to_all(torch.randn(2 * (1 + me), 3))),
+        # engines run different protocols: asking for different ones is refused everywhere
+        (ValueError, r"disagree on the call \(engine differs\)",
+         lambda: ops.all_reduce(x, engine=("sm", "copy_engine")[me])),
+        (ValueError, r"disagree on the call \(engine differs\)",
+         lambda: ops.all_gather(x, engine=("network", "copy_engine")[me])),
+        (ValueError, r"disagree on the call \(engine differs\)",
+         lambda: ops.all_to_all(x, [1, 3], engine=("sm", "copy_engine")[me])),
         (ValueError, "disagree", lambda: ops.all_to_all(torch.randn(4, 3 + me), [2, 2], [2, 2])),
         # rank 0's out_splits are wrong: rank 0 and its peer (whose own are right) both raise
         (ValueError, "out_splits .*rank 0",
@@ -911,7 +918,38 @@ def check_bad_inputs() -> int:
 
 def test_bad_inputs_raise_before_kernels():
     counts = ditron.launch(check_bad_inputs, 2, backend="cpu")
-    assert all(c == 18 for c in counts)
+    assert all(c == 21 for c in counts)
+
+
+def check_mixed_split_arguments() -> int:
+    """all_to_all where one rank gives no splits and the others give theirs (a valid call:
+    each rank's splits are its own), first at a new shape, then at one that every rank
+    called without splits before, then with DITRON_CHECK_CALLS-free repeats."""
+    w, me = ditron.world().world_size, ditron.world().rank
+    dev = ditron.world().device
+    g = _gen(me, 5, 31)
+    checks = 0
+    for rows, warm in ((2 * w, False), (3 * w, True), (3 * w, True)):
+        x = torch.randn(rows, 4, generator=g).to(dev)
+        if warm:  # every rank without splits: agreed once, later calls skip the host gather
+            ref = torch.empty_like(x.cpu())
+            dist.all_to_all_single(ref, x.cpu(), group=current().host_group)
+            _close(ditron.ops.all_to_all(x), ref, "even")
+        even = [rows // w] * w
+        ref = torch.empty_like(x.cpu())
+        dist.all_to_all_single(ref, x.cpu(), group=current().host_group)
+        got = ditron.ops.all_to_all(x) if me == 0 else ditron.ops.all_to_all(x, even)
+        _close(got, ref, f"rank 0 without splits, {rows} rows")
+        got = ditron.ops.all_to_all(x, even, even) if me == 0 else ditron.ops.all_to_all(x)
+        _close(got, ref, f"rank 0 with both splits, {rows} rows")
+        checks += 2
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_all_to_all_with_splits_on_some_ranks_only(world_size, backend):
+    assert ditron.launch(check_mixed_split_arguments, world_size, backend=backend) == \
+        [6] * world_size
 
 
 def check_p2p_refusals() -> int:
@@ -935,20 +973,23 @@ def check_p2p_refusals() -> int:
     if me == 0:  # the receiver refuses: the sender returns
         ditron.ops.send(x, 1)
         ditron.ops.send(x, 1)
+        ditron.ops.send(x, 1)
     else:
         with pytest.raises(ValueError, match="meta"):
             ditron.ops.recv(torch.empty(3, 4, device="meta"), 0)
         with pytest.raises(ValueError, match="unknown engine"):
             ditron.ops.recv((3, 4), 0, engine="pigeon")
+        with pytest.raises(ValueError, match="out has elements that share memory"):
+            ditron.ops.recv(torch.empty(1, 4, device=dev).expand(3, 4), 0)
     if me == 0:
         ditron.ops.send(x, 1)
     else:
         assert torch.equal(ditron.ops.recv((3, 4), 0), x)
-    return len(refused_sends) + 3
+    return len(refused_sends) + 4
 
 
 def test_refused_send_or_recv_does_not_leave_the_peer_waiting(backend):
-    assert ditron.launch(check_p2p_refusals, 2, backend=backend) == [6, 6]
+    assert ditron.launch(check_p2p_refusals, 2, backend=backend) == [7, 7]
 
 
 def check_rank_changing_alone() -> int:

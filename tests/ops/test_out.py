@@ -145,7 +145,13 @@ def check_bad_out() -> int:
         raised += 1
     with pytest.raises(TypeError, match="out must be a torch.Tensor"):
         ditron.ops.reduce_scatter(xr, 0, out=(1,))
-    return raised + 2
+    # an out whose rows share memory: torch would refuse to write it after the transfer
+    shared = "out has elements that share memory"
+    with pytest.raises(ValueError, match=f"all_gather: {shared}"):
+        ditron.ops.all_gather(x, 0, out=torch.empty(1, 3, device=world.device).expand(4 * w, 3))
+    with pytest.raises(ValueError, match=f"reduce_scatter: {shared}"):
+        ditron.ops.reduce_scatter(xr, 0, out=torch.empty(4, 1, device=world.device).expand(4, 3))
+    return raised + 4
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
@@ -163,7 +169,7 @@ def test_reduce_scatter_into_out(world_size):
 
 
 def test_bad_out_raises_before_kernels():
-    assert ditron.launch(check_bad_out, 2, backend="cpu") == [8, 8]
+    assert ditron.launch(check_bad_out, 2, backend="cpu") == [10, 10]
 
 
 def check_direct_cuda(calls: int) -> int:

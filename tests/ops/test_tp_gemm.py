@@ -255,6 +255,48 @@ def test_ranks_with_differently_laid_out_operands_are_refused():
     assert got == [expected] * 2
 
 
+def _transfers_case() -> list[str]:
+    """Overlapped calls whose ranks ask for different engines, chunkings or early rows: each
+    raises on every rank, naming what differs; then a matching call is right."""
+    me = ditron.world().rank
+    dev = ditron.world().device
+    torch.manual_seed(me)
+    a, b = torch.randn(8, 16, device=dev), torch.randn(16, 24, device=dev)
+    a2 = torch.randn(16, 16, device=dev)
+    calls = [
+        lambda: ditron.ops.ag_gemm(a, b, method="overlap",
+                                   engine=("copy_engine", "sm")[me]),
+        lambda: ditron.ops.ag_gemm(a, b, method="overlap", chunk_rows=(4, None)[me]),
+        lambda: ditron.ops.gemm_rs(a2, b, method="overlap",
+                                   engine=("copy_engine", "copy_engine_pull")[me]),
+        lambda: ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine",
+                                   chunk_rows=(4, 8)[me]),
+        lambda: ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine",
+                                   early_rows=(0, 2)[me]),
+    ]
+    seen = []
+    for call in calls:
+        with pytest.raises(ValueError) as info:
+            call()
+        seen.append(str(info.value).splitlines()[0])
+    got = ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine", chunk_rows=4)
+    _close("gemm_rs after the refusals", got,
+           _sum(a2.double() @ b.double())[me * 8:(me + 1) * 8], torch.float32)
+    return seen
+
+
+def test_ranks_asking_for_different_transfers_are_refused():
+    """The engines push, pull and signal differently, and chunks number the signals: a rank
+    taking another engine or chunking used to return a wrong result or wait forever."""
+    differ = "transfers: ranks disagree on the call ({} differs):"
+    expected = [f"ditron.ops.ag_gemm {differ.format('engine')}",
+                f"ditron.ops.ag_gemm {differ.format('chunk_rows')}",
+                f"ditron.ops.gemm_rs {differ.format('engine')}",
+                f"ditron.ops.gemm_rs {differ.format('chunk_rows')}",
+                f"ditron.ops.gemm_rs {differ.format('early_rows')}"]
+    assert ditron.launch(_transfers_case, 2, backend="cpu") == [expected] * 2
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
 def test_ops_match_torch(world_size, backend):
     # Rows per rank (21 or 9) are not a multiple of BLOCK_M=16, so AG tiles straddle two
