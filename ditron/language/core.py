@@ -43,7 +43,8 @@ def translate(ptr, peer, ctx):
     contiguity and alignment and its remote loads and stores vectorize like local ones (a
     round trip through integers would leave them element by element). A block of peers
     keeps the contiguity but not the alignment fact."""
-    elem: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
+    # bytes per element: bool (i1) elements take a byte each
+    elem: tl.constexpr = (ptr.dtype.element_ty.primitive_bitwidth + 7) // 8
     delta = (tl.load(ctx.heap_bases + peer) - tl.load(ctx.heap_bases + ctx.rank)) // elem
     if delta.type.is_block():  # a block of peers works too, without the alignment fact
         offset = delta

@@ -31,19 +31,20 @@ def _same_draw(world_size: int, *shape: int, seed: int, dtype=torch.float32) -> 
     return torch.randn(world_size, *shape, generator=gen).to(dtype)
 
 
-def _push_and_pull(n: int, repeats: int) -> bool:
+def _push_and_pull(n: int, repeats: int, dtype: torch.dtype = torch.float32) -> bool:
     w = ditron.world()
-    src = ditron.empty((n,), torch.float32, name="src")
-    dst = ditron.empty((n,), torch.float32, name="dst")
-    pulled = torch.empty(n, device=w.device)
+    src = ditron.empty((n,), dtype, name="src")
+    dst = ditron.empty((n,), dtype, name="dst")
+    pulled = torch.empty(n, device=w.device, dtype=dtype)
     pad = ditron.signal_pad("test.push", 1)
     left = (w.rank - 1) % w.world_size
     block = triton.next_power_of_2(n)
     for it in range(repeats):
         data = _same_draw(w.world_size, n, seed=100 + it)
+        data = (data > 0) if dtype == torch.bool else (data * 100).to(dtype)
         src.copy_(data[w.rank].to(w.device))
-        dst.fill_(float("nan"))
-        pulled.fill_(float("nan"))
+        dst.copy_(~data[left] if dtype == torch.bool else data[left] + 1)  # not the answer
+        pulled.copy_(dst)
         ditron.barrier()
         push_ring[(1,)](src, dst, pad.signals, pad.next_epoch(), n, BLOCK=block,
                         ctx=ditron.context())
@@ -58,6 +59,13 @@ def _push_and_pull(n: int, repeats: int) -> bool:
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_push_and_pull_ring(backend, world_size):
     assert all(ditron.launch(_push_and_pull, world_size, 37, 3, backend=backend))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.int16, torch.float64])
+def test_push_and_pull_ring_of_other_dtypes(backend, dtype):
+    """Remote addresses move by whole elements of any width (bool elements take a byte:
+    its pointers were once not moved at all, so a push wrote the own copy)."""
+    assert all(ditron.launch(_push_and_pull, 3, 37, 2, dtype, backend=backend))
 
 
 def _all_to_all(tile: int, repeats: int) -> bool:
