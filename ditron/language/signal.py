@@ -52,6 +52,8 @@ def notify(sig_ptr, value, peer, ctx, op: tl.constexpr = SET, scope: tl.constexp
     default) for any waiter; ``"gpu"`` is enough, and cheaper, when every waiter runs on the
     calling program's GPU (a kernel notifying itself).
     """
+    tl.static_assert(op == "set" or op == "add", "dl.notify: op must be set or add")
+    tl.static_assert(scope == "sys" or scope == "gpu", "dl.notify: scope must be sys or gpu")
     tl.debug_barrier()
     remote = translate(sig_ptr, peer, ctx)
     if op == "add":

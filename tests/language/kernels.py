@@ -112,3 +112,9 @@ def wait_lanes_then_read(sig, data, epoch, n, out, BLOCK: tl.constexpr, ctx):
     offs = tl.arange(0, BLOCK)
     tl.store(out, dl.wait_all(sig + offs, epoch, ctx, mask=offs < n))
     tl.store(out + 1 + offs, tl.load(data + offs, mask=offs < n), mask=offs < n)
+
+
+@triton.jit
+def notify_self(sig, value, ctx, OP: tl.constexpr):
+    """``dl.notify`` of the own signal with ``op=OP``."""
+    dl.notify(sig, value, ctx.rank, ctx, op=OP)

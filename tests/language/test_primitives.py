@@ -15,6 +15,7 @@ from .kernels import (
     count_up,
     exchange_ops,
     get_from_left,
+    notify_self,
     pull_ring,
     push_lanes,
     push_ring,
@@ -141,6 +142,23 @@ def test_atomic_counters(backend, world_size):
                             backend=backend)
     step = world_size * programs * per_program
     assert results == [[step * (i + 1) for i in range(repeats)]] * world_size
+
+
+def _notify_ops() -> list:
+    """A signal set, then added to; then an op that is neither (refused when compiled)."""
+    pad = ditron.signal_pad("test.notify_ops", 1)
+    seen = []
+    for op, value in (("set", 5), ("add", 3), ("set", 7)):
+        notify_self[(1,)](pad.signals, value, ditron.context(), OP=op)
+        seen.append(int(pad.signals[0]))
+    for op in ("ADD", "max"):  # a typo once set the value: counters then never completed
+        with pytest.raises(Exception, match="dl.notify: op must be set or add"):
+            notify_self[(1,)](pad.signals, 1, ditron.context(), OP=op)
+    return seen
+
+
+def test_notify_set_add_and_nothing_else(backend):
+    assert ditron.launch(_notify_ops, 1, backend=backend) == [[5, 8, 7]]
 
 
 def _exchange() -> tuple[list[int], list[int]]:
