@@ -195,7 +195,8 @@ def program_occupancy(all_events: list[dict], rank: int
 
 
 def write(all_events: list[dict], prefix: str, title: str = "") -> list[str]:
-    """Write ``prefix.json`` (Chrome trace) and ``prefix.png`` (if matplotlib); return paths.
+    """Write ``prefix.json`` (Chrome trace) and ``prefix.png`` (if matplotlib and there are
+    spans to draw); return paths.
 
     The PNG (headed ``title``) draws an op's tiles and waits as bars, one row per rank, and a
     megakernel's programs as how many of them run each task or wait, over time, one panel
@@ -227,6 +228,8 @@ def write(all_events: list[dict], prefix: str, title: str = "") -> list[str]:
     mk_ranks = sorted({e["pid"] for e in all_events
                        if e["ph"] == "X" and e.get("tid", 0) >= PROGRAM_TID})
     heights = ([1 + 0.8 * len(op_ranks)] if op_ranks else []) + [2.5] * len(mk_ranks)
+    if not heights:  # no tile or task spans recorded: nothing to draw
+        return paths
     fig, axes = plt.subplots(len(heights), 1, figsize=(10, sum(heights) or 1),
                              height_ratios=heights or None, squeeze=False)
     axes = list(axes[:, 0])
@@ -332,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
                    help="default %(default)s")
     args = p.parse_args(argv)
+    if args.world_size == 1:
+        p.error("--world-size 1: one rank runs a plain GEMM, nothing overlaps to trace; "
+                "use 2 or more")
     if args.op != "gemm_ar" and args.m % args.world_size:
         p.error(f"--m {args.m} (global rows) does not split over --world-size "
                 f"{args.world_size} ranks for {args.op}")

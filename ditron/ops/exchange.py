@@ -538,7 +538,8 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
     pad and its epoch."""
     halves = GRAPH_HALVES if turn is None else 2
     if halves not in (1, 2):
-        raise ValueError(f"exchange.GRAPH_HALVES must be 1 or 2, got {halves!r}")
+        raise ValueError(f"exchange.GRAPH_HALVES (DITRON_GRAPH_HALVES) must be 1 or 2, got "
+                         f"{halves!r}")
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
     pad_key = f"{key}:graph" if halves == 1 else f"{key}:graph2"

@@ -31,12 +31,21 @@ class SettingsError(ValueError):
     names it)."""
 
 
+#: the largest byte count read (2**62: past it, sizes overflow the C types they reach)
+MAX_BYTES = 1 << 62
+#: the longest timeout read, in seconds (about 11.6 days; timers take milliseconds as C
+#: ints or days as 32-bit ints past it)
+MAX_SECONDS = 1e6
+
+
 def parse_bytes(text: str | int) -> int:
     """``"512M"`` -> 536870912; plain integers are bytes."""
     count = as_int(text)
     if count is not None:
         if count <= 0:
             raise ValueError(f"byte count must be positive, got {text}")
+        if count > MAX_BYTES:
+            raise ValueError(f"byte count {text} is too large (at most {MAX_BYTES})")
         return count
     if not isinstance(text, str):
         raise ValueError(f"a byte count is an int or a string like '512M', got {text!r}")
@@ -49,6 +58,8 @@ def parse_bytes(text: str | int) -> int:
         raise ValueError(f"cannot read a byte count from {text!r} (try '512M' or '2G')") from None
     if value <= 0:
         raise ValueError(f"byte count must be positive, got {text!r}")
+    if value > MAX_BYTES:
+        raise ValueError(f"byte count {text!r} is too large (at most {MAX_BYTES})")
     return value
 
 
@@ -161,14 +172,14 @@ class Settings:
 
 
 def _seconds(value: object, source: str) -> float:
-    """A timeout in seconds: a number >= 0 (0: no limit)."""
+    """A timeout in seconds: a number in ``[0, MAX_SECONDS]`` (0: no limit)."""
     try:
         seconds = float(value)
     except (TypeError, ValueError):
         seconds = math.nan
-    if not seconds >= 0:  # also refuses nan
-        raise SettingsError(f"{source} must be a number of seconds >= 0 (0: no limit), "
-                         f"got {value!r}")
+    if not 0 <= seconds <= MAX_SECONDS:  # also refuses nan and inf
+        raise SettingsError(f"{source} must be a number of seconds in [0, {MAX_SECONDS:g}] "
+                            f"(0: no limit), got {value!r}")
     return seconds
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..language.context import DIAG_EXPECTED, DIAG_FLAG, DIAG_OFFSET, DIAG_RANK, DIAG_SEEN
+from .config import MAX_SECONDS
 from .world import current
 
 
@@ -48,6 +49,8 @@ def check_waits() -> None:
 def set_wait_timeout(seconds: float) -> None:
     """Set how long device waits spin before giving up (0: forever); takes effect for
     contexts built afterwards (``ditron.context()``)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
-        raise ValueError(f"wait timeout must be a number of seconds >= 0, got {seconds!r}")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not 0 <= seconds <= MAX_SECONDS:  # also refuses nan and inf
+        raise ValueError(f"wait timeout must be a number of seconds in [0, {MAX_SECONDS:g}], "
+                         f"got {seconds!r}")
     current().wait_timeout = float(seconds)

@@ -125,6 +125,24 @@ def use(w: World) -> Iterator[World]:
         _RUNTIME = previous if any(previous is r for r in _RUNTIMES.values()) else None
 
 
+def _check_same_settings(rt: Runtime, heap_size: int | str | None,
+                         wait_timeout: float | None, local_world_size: int | None) -> None:
+    """``init``'s keywords for a world that exists: checked, and equal to its settings
+    (they are not applied to it)."""
+    given = {"heap_size": heap_size, "wait_timeout": wait_timeout,
+             "local_world_size": local_world_size}
+    if all(v is None for v in given.values()):
+        return
+    asked = Settings.from_env(rt.world.backend, **given)
+    have = {"heap_size": rt.settings.heap_size, "wait_timeout": rt.wait_timeout,
+            "local_world_size": rt.world.local_world_size}
+    differ = [f"{k}={getattr(asked, k)!r} (the world has {have[k]!r})"
+              for k, v in given.items() if v is not None and getattr(asked, k) != have[k]]
+    if differ:
+        raise RuntimeError(f"ditron.init: this world exists and keeps its settings; asked for "
+                           f"{', '.join(differ)} (ditron.shutdown() first to change them)")
+
+
 def _env_int(*names: str, default: int | None = None) -> int | None:
     for name in names:
         if name in os.environ:
@@ -160,7 +178,8 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
     heap: ``init`` with a new group makes that world and makes it current; :func:`use`
     switches between them. Calling ``init`` again without a group (e.g. inside
     ``ditron.launch``) returns the current world; with the group of an existing world,
-    that world (made current).
+    that world (made current). Settings keywords given then must equal that world's (it
+    keeps them; ``RuntimeError`` otherwise).
 
     Keyword arguments override the ``DITRON_*`` settings of :class:`Settings`
     (``local_world_size``: ranks per node of the job).
@@ -171,10 +190,10 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
             raise RuntimeError(f"ditron.init: already initialised with backend "
                                f"{_RUNTIME.world.backend!r}, not {backend!r} (call "
                                f"ditron.shutdown() first)")
-        if group is None:
-            return _RUNTIME.world
-        known = _RUNTIMES.get(group_ranks(group, dist.get_world_size()))
+        known = (_RUNTIME if group is None
+                 else _RUNTIMES.get(group_ranks(group, dist.get_world_size())))
         if known is not None:
+            _check_same_settings(known, heap_size, wait_timeout, local_world_size)
             _RUNTIME = known
             return known.world
         backend = _RUNTIME.world.backend
@@ -189,8 +208,10 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
         job_rank, job_size = _env_int("RANK", default=0), _env_int("WORLD_SIZE", default=1)
     node_size = settings.local_world_size or _env_int("LOCAL_WORLD_SIZE", default=job_size)
     if not 1 <= node_size <= job_size:
-        raise ValueError(f"ditron.init: local world size {node_size} must be in "
-                         f"[1, {job_size}]")
+        source = ("ditron.init(local_world_size=...) or DITRON_LOCAL_WORLD_SIZE"
+                  if settings.local_world_size else "LOCAL_WORLD_SIZE")
+        raise ValueError(f"ditron.init: local world size {node_size} ({source}) must be in "
+                         f"[1, {job_size}] (the world's ranks)")
     if not isinstance(group, dist.ProcessGroup):  # a bad list fails before any group is made
         nodes_of(group_ranks(group, job_size), node_size)
     device = impl.device(job_rank % node_size, node_size)

@@ -54,9 +54,13 @@ def test_default_on_switches_turn_off_one_way(monkeypatch):
 
 @pytest.mark.parametrize("var, value, words", [
     ("DITRON_WAIT_TIMEOUT", "30s", "DITRON_WAIT_TIMEOUT must be a number of seconds"),
-    ("DITRON_WAIT_TIMEOUT", "-5", "DITRON_WAIT_TIMEOUT must be a number of seconds >= 0"),
+    ("DITRON_WAIT_TIMEOUT", "-5", "DITRON_WAIT_TIMEOUT must be a number of seconds in [0, "),
     ("DITRON_WAIT_TIMEOUT", "nan", "DITRON_WAIT_TIMEOUT"),
+    # infinite or huge: once an OverflowError from timedelta or the selectors, unnamed
+    ("DITRON_WAIT_TIMEOUT", "inf", "DITRON_WAIT_TIMEOUT must be a number of seconds in [0, "),
+    ("DITRON_LAUNCH_TIMEOUT", "1e9", "DITRON_LAUNCH_TIMEOUT must be a number of seconds in"),
     ("DITRON_LAUNCH_TIMEOUT", "-1", "DITRON_LAUNCH_TIMEOUT must be a number of seconds"),
+    ("DITRON_HEAP_SIZE", "1e30", "DITRON_HEAP_SIZE: byte count '1e30' is too large"),
     ("DITRON_LOCAL_WORLD_SIZE", "0", "DITRON_LOCAL_WORLD_SIZE must be a positive int"),
     ("DITRON_LOCAL_WORLD_SIZE", "two", "DITRON_LOCAL_WORLD_SIZE must be a positive int"),
     ("DITRON_HEAP_SIZE", "inf", "DITRON_HEAP_SIZE: cannot read a byte count"),
@@ -118,3 +122,33 @@ def test_malformed_experiment_knob_is_named(var, value, words, monkeypatch):
                 torch.device("cpu"), torch.float32, value, "plain")}[var]
     with pytest.raises(ValueError, match=re.escape(words)):
         read()
+
+
+def _init_again() -> list[str]:
+    """``ditron.init`` inside a launched rank (its world exists): no keywords, or the
+    world's own settings, return it; other settings or bad values raise."""
+    import ditron
+    from ditron.runtime.world import current
+
+    rt = current()
+    w = ditron.init()
+    assert ditron.init(heap_size=rt.settings.heap_size, wait_timeout=rt.wait_timeout) is w
+    seen = []
+    for kw in ({"heap_size": "1M"}, {"wait_timeout": 3, "local_world_size": 1},
+               {"heap_size": -5}):
+        with pytest.raises((RuntimeError, ValueError)) as info:  # ValueError: a bad value
+            ditron.init(**kw)
+        seen.append(str(info.value))
+    return seen
+
+
+def test_init_keywords_for_an_existing_world_are_checked(monkeypatch):
+    """They were ignored: ``init(heap_size="1M")`` in a rank returned the 1 GiB world."""
+    import ditron
+
+    monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "20")
+    seen = ditron.launch(_init_again, 2, backend="cpu")[0]
+    assert "asked for heap_size=1048576 (the world has" in seen[0]
+    assert "wait_timeout=3.0 (the world has 20.0), local_world_size=1 (the world has 2)" \
+        in seen[1]
+    assert "ditron.init(heap_size=...)" in seen[2]

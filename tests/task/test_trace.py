@@ -134,3 +134,14 @@ def test_trace_png_draws_op_tiles_and_programs(tmp_path):
     assert paths[1].endswith(".png") and os.path.getsize(paths[1]) > 0
     with open(paths[0]) as f:
         assert len([e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]) == 4
+
+
+def test_trace_with_no_spans_writes_the_json_only(tmp_path):
+    """No tile or task span (a call that did not overlap): the JSON, and no PNG (drawing
+    zero panels once raised matplotlib's "Number of rows must be a positive integer")."""
+    call = {"name": "ag_gemm call", "ph": "i", "pid": 0, "tid": 0, "ts": 0.0, "args": {}}
+    for events in ([], [call]):
+        paths = trace.write(events, str(tmp_path / "none"))
+        assert paths == [str(tmp_path / "none") + ".json"]
+        with open(paths[0]) as f:
+            assert len(json.load(f)["traceEvents"]) >= len(events)

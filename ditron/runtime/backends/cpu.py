@@ -54,7 +54,12 @@ class CpuBackend(Backend):
         finally:
             os.close(fd)
         try:
-            local = _map(own, nbytes)
+            try:
+                local = _map(own, nbytes)
+            except RuntimeError as exc:
+                raise RuntimeError(f"ditron: cannot map a symmetric heap of {nbytes} bytes on "
+                                   f"rank {topo.rank} (DITRON_HEAP_SIZE, or ditron.init's "
+                                   f"heap_size): {exc}") from None
             dist.barrier(groups.host)
             peers: list[torch.Tensor | None] = [None] * topo.world_size
             for r in topo.node_ranks():
