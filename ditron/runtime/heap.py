@@ -51,6 +51,24 @@ def normalize_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
     return dims
 
 
+def _address(tensor: torch.Tensor) -> int:
+    """The address of ``tensor``'s first element. Torch reports ``data_ptr()`` 0 for every
+    tensor without elements; its place is still its storage's start plus its offset."""
+    ptr = tensor.data_ptr()
+    if ptr == 0:
+        ptr = (tensor.untyped_storage().data_ptr()
+               + tensor.storage_offset() * tensor.element_size())
+    return ptr
+
+
+def _span(tensor: torch.Tensor) -> int:
+    """The bytes from ``tensor``'s first element to the end of its last (0 when empty)."""
+    if tensor.numel() == 0:
+        return 0
+    span = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride(), strict=True))
+    return span * tensor.element_size()
+
+
 class SymmetricHeap:
     """One rank's allocator over its mapped heap and the peers' heaps."""
 
@@ -101,11 +119,21 @@ class SymmetricHeap:
             torch.cuda.current_stream(raw.device).synchronize()
 
     def free(self, tensor: torch.Tensor) -> None:
-        """Return ``tensor``'s block to the heap (every rank must free the same blocks)."""
+        """Return ``tensor``'s block to the heap (every rank must free the same blocks).
+        ``tensor`` must be a whole buffer: the tensor :meth:`alloc` returned, or a view of all
+        of its bytes and no more (a reshape, a transpose); a part of one is refused."""
         offset = self.offset_of(tensor)
-        alloc = self._live.pop(offset, None)
+        alloc = self._live.get(offset)
         if alloc is None:
             raise ValueError("ditron.free: tensor is not the start of a live symmetric buffer")
+        nbytes = math.prod(alloc.shape) * alloc.dtype.itemsize
+        if tensor.numel() * tensor.element_size() != nbytes or _span(tensor) != nbytes:
+            raise ValueError(f"ditron.free: the tensor (shape {tuple(tensor.shape)}, stride "
+                             f"{tensor.stride()}, {tensor.dtype}) is not all of the symmetric "
+                             f"buffer {alloc.name!r} (shape {alloc.shape}, {alloc.dtype}, "
+                             f"{nbytes} bytes); free the whole buffer (the tensor "
+                             f"ditron.empty returned)")
+        del self._live[offset]
         self._give_back(offset, alloc.nbytes)
         self._views.clear()  # a view of the freed block must be asked for (and refused) again
 
@@ -163,17 +191,26 @@ class SymmetricHeap:
 
     # -- lookup -----------------------------------------------------------------------------
     def contains(self, tensor: torch.Tensor) -> bool:
-        base = self.mapping.bases[self.rank]
-        return tensor.device == self.mapping.local.device and (
-            base <= tensor.data_ptr() < base + self.size)
+        return self._offset(tensor) is not None
 
     def offset_of(self, tensor: torch.Tensor) -> int:
-        if not self.contains(tensor):
+        offset = self._offset(tensor)
+        if offset is None:
             raise ValueError("tensor is not in the symmetric heap (of the current world); "
                              "allocate it with ditron.empty or ditron.zeros (with several "
                              "worlds in a process: inside ditron.use(the world it belongs "
                              "to))")
-        return tensor.data_ptr() - self.mapping.bases[self.rank]
+        return offset
+
+    def _offset(self, tensor: torch.Tensor) -> int | None:
+        """``tensor``'s byte offset in this rank's heap, or ``None`` when it lies elsewhere
+        (an empty view may also sit just past the heap's last byte)."""
+        if tensor.device != self.mapping.local.device:
+            return None
+        offset = _address(tensor) - self.mapping.bases[self.rank]
+        if 0 <= offset < self.size or (offset == self.size and tensor.numel() == 0):
+            return offset
+        return None
 
     def describe(self, offset: int) -> str:
         """Name the buffer and element holding byte ``offset`` (for diagnostics)."""
@@ -190,8 +227,8 @@ class SymmetricHeap:
             if index is None:
                 raise TypeError(f"ditron.peer: rank must be an int, got {rank!r}")
             rank = index
-        key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device,
-               rank)
+        key = (tensor.data_ptr() or _address(tensor), tensor.shape, tensor.stride(),
+               tensor.dtype, tensor.device, rank)  # empty tensors: data_ptr() is 0 for all
         view = self._views.get(key)
         if view is not None:
             return view
@@ -219,8 +256,7 @@ class SymmetricHeap:
         """Raise unless the bytes ``tensor`` spans lie inside one live buffer."""
         if tensor.numel() == 0:
             return
-        span = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride(), strict=True))
-        end = offset + span * tensor.element_size()
+        end = offset + _span(tensor)
         if not any(a.offset <= offset and end <= a.offset + a.nbytes
                    for a in self._live.values()):
             raise ValueError(f"ditron.peer: the tensor spans heap bytes [{offset}, {end}), "

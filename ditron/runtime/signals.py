@@ -91,9 +91,13 @@ class SignalPad:
         signals.zero_()
         return cls(signals)
 
-    def next_epoch(self, steps: int = 1) -> int:
-        """Advance and return the epoch (the value this use's signals must reach)."""
-        self.epoch += steps
+    def next_epoch(self, steps: int | None = None) -> int:
+        """Advance the epoch by ``steps`` (a positive int; 1 when left out) and return it (the
+        value this use's signals must reach). Epochs only grow: a step < 1 is refused."""
+        if steps is None:  # the hot path: no check to make
+            self.epoch += 1
+        else:
+            self.epoch += check_int(steps, "SignalPad.next_epoch: steps", minimum=1)
         return self.epoch
 
 
@@ -101,9 +105,11 @@ def signal_pad(key: str, slots: int) -> SignalPad:
     """The process's pad named ``key`` with at least ``slots`` signals, made on first use.
 
     Collective on first use (it allocates); later calls return the cached pad. A pad that
-    is too small is replaced by a larger one (collective again).
+    is too small is replaced by a larger one (collective again), whose epochs start from 0.
+    The old pad is not freed: its holders may still use it (cached workspaces keep its
+    signals, CUDA graphs captured with it replay into it); :func:`drop_signal_pad` frees.
     """
-    slots = check_int(slots, "ditron.signal_pad: slots")
+    slots = check_int(slots, "ditron.signal_pad: slots", minimum=1)
     rt = current()
     pad = rt.cache.get(("signal_pad", key))
     if pad is None or pad.signals.numel() < slots:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import ditron
+from ditron.runtime.world import current
 
 
 def _symmetric_buffers() -> bool:
@@ -82,10 +83,6 @@ def _free_and_reuse() -> bool:
             ditron.peer(freed, other)
     d = ditron.empty((900,), torch.float32)  # the same block again: its views are fine
     assert ditron.peer(d[800:], other).data_ptr() == tail.data_ptr()
-    for bad in (-1, 2.5, "3"):
-        with pytest.raises(ValueError, match=f"ditron.signal_pad: slots must be an int >= 0, "
-                                             f"got {bad!r}"):
-            ditron.signal_pad("test.bad", bad)
     for bad in ((2.5, 4), ("3",)):
         with pytest.raises(TypeError, match="shape must be an int or a sequence of ints"):
             ditron.empty(bad, torch.float32)
@@ -94,6 +91,59 @@ def _free_and_reuse() -> bool:
 
 def test_free_and_reuse(backend):
     assert all(ditron.launch(_free_and_reuse, 2, backend=backend))
+
+
+def _zero_size_buffers() -> int:
+    w = ditron.world()
+    heap = current().heap
+    used = heap.used_bytes
+    for shape in (0, (0, 4), (3, 0)):
+        for make in (ditron.empty, ditron.zeros):
+            t = make(shape, torch.float32)
+            assert t.numel() == 0 and ditron.is_symmetric(t)  # data_ptr() is 0: was refused
+            for r in range(w.world_size):
+                view = ditron.peer(t, r)
+                assert view.shape == t.shape and view.dtype == t.dtype and view.numel() == 0
+            with pytest.raises(ValueError, match="not in the symmetric heap"):  # not cached
+                ditron.peer(torch.empty(shape, device=w.device), 0)  # as t's views
+            ditron.free(t)
+            with pytest.raises(ValueError, match="not the start of a live symmetric buffer"):
+                ditron.free(t)  # freed twice
+    for _ in range(100):
+        ditron.free(ditron.empty(0))
+    a, z, b = ditron.empty(4), ditron.empty((0, 2)), ditron.empty(4)  # a block of its own
+    assert heap.offset_of(a) < heap.offset_of(z) < heap.offset_of(b)
+    for t in (a, z, b):
+        ditron.free(t)
+    if w.world_size > 1:  # shapes of empty buffers are agreed on too
+        with pytest.raises(ValueError, match=r"(?s)ranks disagree.*shape=\(0, 1\)"):
+            ditron.empty((0, 1 + (w.rank == 1)))
+    return heap.used_bytes - used
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_zero_size_buffers_are_symmetric_and_freed(backend, world_size):
+    assert ditron.launch(_zero_size_buffers, world_size, backend=backend) == [0] * world_size
+
+
+def _free_whole_buffers_only() -> bool:
+    used = current().heap.used_bytes
+    t = ditron.empty(8, torch.float32, name="t")
+    for part in (t[:4], t[:0], t[::2], t[:1].expand(8), t.view(torch.int16)[:8]):
+        with pytest.raises(ValueError, match=r"ditron.free: the tensor \(shape .*\) is not "
+                                             r"all of the symmetric buffer 't' \(shape \(8,\), "
+                                             r"torch.float32, 32 bytes\)"):
+            ditron.free(part)
+    ditron.peer(t, 0)  # still live
+    ditron.free(t.view(2, 4).T)  # all of its bytes: a view of the whole buffer
+    u = ditron.empty((2, 3), torch.bfloat16)
+    ditron.free(u.view(torch.uint8))
+    return current().heap.used_bytes == used
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_free_refuses_part_of_a_buffer(backend, world_size):
+    assert all(ditron.launch(_free_whole_buffers_only, world_size, backend=backend))
 
 
 def _other_node_peer():
