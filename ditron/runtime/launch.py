@@ -9,7 +9,9 @@ interpreter on: its ranks must not inherit that when they import ditron). Ranks
 rendezvous through a file in a private temporary directory. If a rank raises, the others
 are killed and the original exception is re-raised in the caller with the rank and the
 remote traceback attached as a note; nothing is left behind: no process, no shared-memory
-segment, no temporary file.
+segment, no temporary file. That holds too when the caller gets SIGTERM during the launch
+(it stops its ranks and removes its files, then dies of the signal); a caller killed outright
+(SIGKILL) cannot clean up, but its ranks see it gone and exit.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
 import pickle
+import select
 import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
@@ -44,11 +48,17 @@ class RankError(RuntimeError):
         super().__init__(f"rank {rank}: {message}")
 
 
+_IN_RANK = False  # set in a rank's process: a launch there is refused
+
+
 def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str,
                group: list[int] | None) -> None:
+    global _IN_RANK
+    _IN_RANK = True
     # A fork-server child starts with the server's environment: take the caller's instead.
     os.environ.clear()
     os.environ.update(env)
+    _exit_with_launcher(conn)
     from . import world as world_mod
 
     try:
@@ -70,6 +80,28 @@ def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str,
         conn.send(("err", payload, f"{type(exc).__name__}: {exc}", tb))
     finally:
         conn.close()
+
+
+def _exit_with_launcher(conn) -> None:
+    """End this rank's process once the launching process is gone without stopping it (it
+    was killed by SIGKILL, say). The launcher holds the only read end of ``conn``'s pipe, and
+    the kernel reports an error on the write end once no reader is left: a thread blocks in
+    ``poll`` on it, which costs nothing until then. (Watching the parent process would not
+    do: a CPU rank's parent is the fork server, which outlives the launcher for as long as
+    any rank runs, since each of its children holds the server's liveness pipe.)"""
+    fd = os.dup(conn.fileno())  # stays open, unlike conn, until the process ends
+    poller = select.poll()
+    poller.register(fd, 0)  # no event asked for: POLLERR and POLLHUP are reported anyway
+
+    def watch() -> None:
+        while not any(events & (select.POLLERR | select.POLLHUP | select.POLLNVAL)
+                      for _, events in poller.poll()):
+            pass
+        os.write(2, f"ditron rank {os.environ.get('RANK', '?')}: the process that launched "
+                    f"it is gone; exiting\n".encode())
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ditron-launcher-watch", daemon=True).start()
 
 
 _CPU_CONTEXT = None
@@ -147,7 +179,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     (``torch.distributed``'s default group still spans the job). ``fn`` and its
     arguments must be picklable (a module-level function). Results are pickled back. As
     with ``multiprocessing``, a script that calls ``launch`` guards it with
-    ``if __name__ == "__main__":`` (CUDA ranks are spawned and re-import the script).
+    ``if __name__ == "__main__":`` (CUDA ranks are spawned and re-import the script). A
+    rank cannot launch ranks of its own.
 
     Equivalent, without Ditron, to running ``fn`` under ``torchrun --nproc-per-node``.
     """
@@ -156,6 +189,10 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
             "ditron.launch: called while a rank process re-imports the script that launched "
             "it; put the call under `if __name__ == \"__main__\":` (every rank starts by "
             "importing that script)")
+    if _IN_RANK:
+        raise RuntimeError(
+            "ditron.launch cannot be called inside a rank of another launch; launch once with "
+            "the ranks you need (groups= splits them into several Ditron worlds)")
     world_size = check_int(world_size, "ditron.launch: world_size", 1)
     if not callable(fn):
         raise TypeError(f"ditron.launch: fn must be callable, got {fn!r}")
@@ -170,55 +207,102 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     ctx = _cpu_context() if backend == "cpu" else mp.get_context("spawn")
 
     interpret, start = _rank_interpreter(backend)
-    workdir = tempfile.mkdtemp(prefix="ditron-launch-")
     job = uuid.uuid4().hex[:12]
-    job_env = {
-        "DITRON_JOB": job,
-        "WORLD_SIZE": str(world_size),
-        "LOCAL_WORLD_SIZE": str(world_size),
-        "DITRON_INIT_METHOD": f"file://{os.path.join(workdir, 'rendezvous')}",
-        "TRITON_INTERPRET": interpret,
-        "DITRON_BACKEND": backend,  # what the rank runs as, should it ask default_backend()
-    }
     procs, conns = [], []
+    workdir = None
     failed = True
-    try:
-        for rank in range(world_size):
-            env = dict(os.environ, **job_env, RANK=str(rank), LOCAL_RANK=str(rank))
-            parent, child = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_rank_main,
-                            args=(child, fn, args, kw, env, backend, group_of[rank]),
-                            name=f"ditron-rank{rank}", daemon=True)
-            with _environment(**start):
-                p.start()
-            child.close()
-            procs.append(p)
-            conns.append(parent)
-        results = _collect(procs, conns, settings.launch_timeout)
-        failed = False
-        return results
-    finally:
-        for p in procs:  # ranks that returned are shutting down; give them a moment
-            p.join(timeout=_SHUTDOWN_SECONDS if p.exitcode is None and not failed else 0)
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=10)
-        for c in conns:
-            c.close()
+    with _stop_on_sigterm(lambda: _stop(procs, conns, workdir, job)):
+        try:
+            workdir = tempfile.mkdtemp(prefix="ditron-launch-")
+            job_env = {
+                "DITRON_JOB": job,
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_WORLD_SIZE": str(world_size),
+                "DITRON_INIT_METHOD": f"file://{os.path.join(workdir, 'rendezvous')}",
+                "TRITON_INTERPRET": interpret,
+                # what the rank runs as, should it ask default_backend()
+                "DITRON_BACKEND": backend,
+            }
+            for rank in range(world_size):
+                env = dict(os.environ, **job_env, RANK=str(rank), LOCAL_RANK=str(rank))
+                parent, child = ctx.Pipe(duplex=False)
+                p = ctx.Process(target=_rank_main,
+                                args=(child, fn, args, kw, env, backend, group_of[rank]),
+                                name=f"ditron-rank{rank}", daemon=True)
+                with _environment(**start):
+                    p.start()
+                child.close()
+                procs.append(p)
+                conns.append(parent)
+            results = _collect(procs, conns, settings.launch_timeout)
+            failed = False
+            return results
+        finally:
+            for p in procs:  # ranks that returned are shutting down; give them a moment
+                p.join(timeout=_SHUTDOWN_SECONDS if p.exitcode is None and not failed else 0)
+            _stop(procs, conns, workdir, job)
+
+
+def _stop(procs, conns, workdir: str | None, job: str) -> None:
+    """Kill the ranks still running, close their pipes, remove the job's files. Idempotent:
+    the SIGTERM handler may run it in the middle of the launch's own cleanup."""
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=10)
+    for c in conns:
+        c.close()
+    if workdir is not None:
         shutil.rmtree(workdir, ignore_errors=True)
-        _remove_segments(job)
+    _remove_segments(job)
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm(stop: Callable[[], None]):
+    """While the block runs, SIGTERM calls ``stop`` (the launch's ranks and files) and then
+    ends the process as SIGTERM's default action would, exit status included; without this
+    the ranks would run on as orphans. Only in the main thread (the only one that may set
+    handlers) and only over the default action: a program that handles SIGTERM or ignores
+    it decides for itself (a handler that raises unwinds through the launch, which cleans
+    up on the way out). SIGINT (KeyboardInterrupt) is left alone: it unwinds likewise."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL):
+        yield
+        return
+
+    def handler(signum, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM waits for stop()
+        try:
+            stop()
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            os._exit(128 + signal.SIGTERM)  # not reached: the signal ends the process first
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _group_of(groups, world_size: int) -> list[list[int] | None]:
     """Each rank's group of ``groups`` (``None`` each when ``groups`` is ``None``)."""
     if groups is None:
         return [None] * world_size
+
+    def is_list(value) -> bool:  # a sequence of ranks, as group_ranks takes one
+        return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+    message = (f"ditron.launch: groups must split range({world_size}) into non-empty lists "
+               f"of ranks, each rank in one (a list of rank lists, e.g. [[0, 1], [2, 3]]), "
+               f"got {groups!r}")
+    if not is_list(groups) or not all(is_list(g) for g in groups):
+        raise ValueError(message)
     parts = [[as_int(r) for r in g] for g in groups]
     flat = [r for g in parts for r in g]
     if None in flat or sorted(flat) != list(range(world_size)) or not all(parts):
-        raise ValueError(f"ditron.launch: groups must split range({world_size}) into "
-                         f"non-empty lists of ranks, each rank in one, got {groups!r}")
+        raise ValueError(message)
     return [next(g for g in parts if r in g) for r in range(world_size)]
 
 
@@ -229,6 +313,7 @@ class _Failure:
     summary: str = ""
     traceback: str = ""
     exitcode: int | None = None
+    unpickling_error: Exception | None = None  # the rank's message could not be unpickled
 
     @property
     def secondary(self) -> bool:
@@ -293,11 +378,17 @@ def _collect(procs, conns, timeout: float) -> list[Any]:
 def _receive(conn, pending, procs, results, failures, started) -> None:
     rank = pending[conn]
     try:
-        msg = conn.recv()
+        data = conn.recv_bytes()
     except EOFError:  # the process ended without a word
         del pending[conn]
         procs[rank].join(timeout=5)
         failures.append(_Failure(rank, exitcode=procs[rank].exitcode))
+        return
+    try:
+        msg = pickle.loads(data)
+    except Exception as exc:  # noqa: BLE001 - fn's result: the other messages always load
+        del pending[conn]
+        failures.append(_Failure(rank, unpickling_error=exc))
         return
     if msg[0] == "ready":
         started.add(rank)
@@ -325,6 +416,10 @@ def _exit_reason(code: int) -> str:
 def _raise_failure(failure: _Failure):
     if failure.exitcode is not None:
         raise RankError(failure.rank, _exit_reason(failure.exitcode))
+    if failure.unpickling_error is not None:
+        error = failure.unpickling_error
+        raise RankError(failure.rank, f"its result could not be unpickled in the launching "
+                                      f"process ({type(error).__name__}: {error})") from error
     exc = None
     if failure.payload is not None:
         try:
@@ -333,8 +428,13 @@ def _raise_failure(failure: _Failure):
             exc = None
     if not isinstance(exc, BaseException):
         raise RankError(failure.rank, f"{failure.summary}\n{failure.traceback}")
-    exc.rank = failure.rank
     note = f"[ditron] raised on rank {failure.rank}; remote traceback:\n{failure.traceback}"
+    if isinstance(exc, SystemExit):  # sys.exit in fn: raised here, it would end the caller
+        code = exc.code
+        status = 0 if code is None else int(code) if isinstance(code, int) else 1
+        exc = RankError(failure.rank, f"process exited with code {status} (SystemExit"
+                                      f"({code!r}), e.g. sys.exit) without returning a result")
+    exc.rank = failure.rank
     if hasattr(exc, "add_note"):  # Python >= 3.11
         exc.add_note(note)
     else:

@@ -1,0 +1,206 @@
+"""How ``ditron.launch`` reports ranks that end without a usable result, refuses calls it
+cannot serve, and leaves nothing behind when the launching process is stopped."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import ditron
+from ditron.runtime import launch as launch_mod
+
+
+def _exit_on_rank1(code) -> str:
+    if ditron.world().rank == 1:
+        sys.exit(code)
+    return "rank 0 returned"
+
+
+@pytest.mark.parametrize("code, status", [(0, 0), ("bye", 1)])
+def test_sys_exit_in_a_rank_is_a_rank_error(code, status):
+    """``sys.exit`` in ``fn`` is a rank that ended without a result: re-raising its
+    ``SystemExit`` would end the caller (with status 0, silently, for ``sys.exit(0)``)."""
+    with pytest.raises(ditron.RankError, match=rf"rank 1: process exited with code {status} "
+                                               r"\(SystemExit.* without returning a result"):
+        ditron.launch(_exit_on_rank1, 2, code)
+
+
+class _NoLoad:
+    """Pickles, but unpickling calls ``_NoLoad()``, which needs an argument."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __reduce__(self):
+        return (_NoLoad, ())
+
+
+def _unloadable_on_rank1():
+    if ditron.world().rank == 1:
+        return _NoLoad(1)
+    time.sleep(30)  # killed once rank 1's result is found unusable
+
+
+def test_result_that_cannot_be_unpickled_names_the_rank():
+    """A result the caller cannot unpickle fails the launch as that rank's failure, the
+    unpickling error chained, and the other ranks are stopped, not waited for."""
+    start = time.monotonic()
+    with pytest.raises(ditron.RankError, match="rank 1: its result could not be unpickled "
+                                               r"in the launching process \(TypeError") as info:
+        ditron.launch(_unloadable_on_rank1, 2)
+    assert isinstance(info.value.__cause__, TypeError) and info.value.rank == 1
+    assert time.monotonic() - start < 20
+
+
+def _rank() -> int:
+    return ditron.world().rank
+
+
+def _launch_inside() -> list:
+    return ditron.launch(_rank, 1)
+
+
+def test_launch_inside_a_rank_is_refused():
+    """A rank's process cannot start ranks of its own (it is a daemon process): the nested
+    call says so before starting anything."""
+    with pytest.raises(RuntimeError, match="cannot be called inside a rank of another launch"):
+        ditron.launch(_launch_inside, 1)
+
+
+@pytest.mark.parametrize("groups", [[0, 1], [[0], 1], 2, "01", [[0], "1"]])
+def test_groups_must_be_a_list_of_rank_lists(groups):
+    """``groups`` is a list of lists of ranks; anything else is refused, naming the value,
+    before any rank starts."""
+    with pytest.raises(ValueError, match="list of rank lists.*got " + re.escape(repr(groups))):
+        ditron.launch(_rank, 2, groups=groups)
+
+
+def test_sigterm_handler_is_installed_only_during_the_launch():
+    """The handler that stops a launch's ranks on SIGTERM replaces the default action only
+    (not a handler of the program's, nor SIG_IGN), only in the main thread, and only while
+    the launch runs."""
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    with launch_mod._stop_on_sigterm(lambda: None):
+        assert callable(signal.getsignal(signal.SIGTERM))
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+    def own(signum, frame):
+        pass
+
+    for handler in (own, signal.SIG_IGN):
+        signal.signal(signal.SIGTERM, handler)
+        try:
+            with launch_mod._stop_on_sigterm(lambda: None):
+                assert signal.getsignal(signal.SIGTERM) == handler
+            assert signal.getsignal(signal.SIGTERM) == handler
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    seen = []
+
+    def in_thread():
+        with launch_mod._stop_on_sigterm(lambda: None):  # signal.signal would raise here
+            seen.append(signal.getsignal(signal.SIGTERM))
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join()
+    assert seen == [signal.SIG_DFL]
+
+
+_SCRIPT = """\
+import os, sys, time
+import ditron
+
+def stuck(out):
+    path = os.path.join(out, f"rank{ditron.world().rank}")
+    with open(path + ".tmp", "w") as f:  # its process, the fork server's, the job's files
+        f.write(f"{os.getpid()} {os.getppid()} {os.environ['DITRON_INIT_METHOD']}")
+    os.replace(path + ".tmp", path)
+    time.sleep(120)
+
+if __name__ == "__main__":
+    ditron.launch(stuck, 2, sys.argv[1])
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # zombie: ended
+    except FileNotFoundError:
+        return True
+
+
+def _stop_launcher(tmp_path: Path, sig: int) -> tuple[int, list[int], str]:
+    """Start a script whose two ranks sleep, send ``sig`` to it once they run; its exit
+    status, the ranks' and the fork server's pids, and the launch's temporary directory."""
+    (tmp_path / "stuck.py").write_text(_SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    root = str(Path(__file__).resolve().parents[2])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    env["DITRON_BACKEND"] = "cpu"
+    with open(tmp_path / "log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "stuck.py", str(out)], cwd=tmp_path, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not all((out / f"rank{r}").exists() for r in range(2)):
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                (tmp_path / "log").read_text())
+            time.sleep(0.1)
+        for r in range(2):
+            rank_pid, server_pid, init = (out / f"rank{r}").read_text().split()
+            pids += [int(rank_pid), int(server_pid)]
+        proc.send_signal(sig)
+        status = proc.wait(timeout=60)
+        return status, sorted(set(pids)), os.path.dirname(init.removeprefix("file://"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_gone(pids: list[int], seconds: float) -> list[int]:
+    """The processes of ``pids`` still running after ``seconds`` (killed then)."""
+    deadline = time.monotonic() + seconds
+    while not all(map(_gone, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if not _gone(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def test_sigterm_to_the_launcher_stops_its_ranks_and_removes_its_files(tmp_path):
+    """SIGTERM to the launching process: it kills its ranks (and so the fork server exits),
+    removes its temporary directory, and dies of the signal as it would have otherwise."""
+    status, pids, workdir = _stop_launcher(tmp_path, signal.SIGTERM)
+    left = _wait_gone(pids, 10)
+    kept = os.path.exists(workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    assert status == -signal.SIGTERM, (tmp_path / "log").read_text()
+    assert not left, f"processes left running: {left}"
+    assert not kept, f"{workdir} left behind"
+
+
+def test_ranks_exit_when_the_launcher_is_killed(tmp_path):
+    """A launching process killed outright cleans up nothing, but its ranks see it gone
+    (the read end of their result pipe closed) and exit, and so does the fork server."""
+    status, pids, workdir = _stop_launcher(tmp_path, signal.SIGKILL)
+    shutil.rmtree(workdir, ignore_errors=True)  # nobody else will
+    left = _wait_gone(pids, 10)
+    assert status == -signal.SIGKILL
+    assert not left, f"processes left running: {left}"
+    assert "the process that launched it is gone" in (tmp_path / "log").read_text()
