@@ -510,7 +510,7 @@ def test_graph_halves(monkeypatch):
     from ditron.ops import exchange
 
     monkeypatch.setattr(exchange, "GRAPH_HALVES", 3)
-    with pytest.raises(ValueError, match="GRAPH_HALVES must be 1 or 2"):
+    with pytest.raises(ValueError, match=r"GRAPH_HALVES \(DITRON_GRAPH_HALVES\) must be 1 or 2"):
         exchange.graph_pad("test", torch.float32, 8)
 
 
