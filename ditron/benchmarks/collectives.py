@@ -45,10 +45,10 @@ import torch.distributed as dist
 from ..ops.collectives import ENGINES
 from ..ops.graphs import capture
 from ..runtime.arguments import (
+    add_timing_options,
     byte_count,
     byte_counts,
     choice_list,
-    non_negative_int,
     output_dir,
     positive_int,
 )
@@ -75,10 +75,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                    help=f"a comma list of {', '.join(ENGINES)} (default %(default)s)")
     p.add_argument("--dtype", choices=sorted(_DTYPES), default="bf16",
                    help="default %(default)s")
-    p.add_argument("--warmup", type=non_negative_int, default=None,
-                   help="untimed calls before the first timed one (default 5 on GPU, 1 on CPU)")
-    p.add_argument("--iters", type=positive_int, default=None,
-                   help="timed calls (default 20 on GPU, 3 on CPU)")
+    add_timing_options(p, "5 on GPU, 1 on CPU", "20 on GPU, 3 on CPU")
     p.add_argument("--graphs", action="store_true",
                    help="also time all-reduce / all-gather / reduce-scatter / all-to-all under "
                         "CUDA graphs (GPU only)")

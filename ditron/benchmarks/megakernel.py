@@ -33,7 +33,7 @@ import torch.distributed as dist
 import ditron
 from ditron import trace
 from ditron.kernels.tile_config import WARPS
-from ditron.runtime.arguments import int_list, non_negative_int, output_file, positive_int
+from ditron.runtime.arguments import add_timing_options, int_list, output_file, positive_int
 from ditron.runtime.world import current
 from ditron.task.tp_mlp import MlpBlocks, default_blocks
 from ditron.tune.tuner import agreed_median, all_ok, kernel_time, time_in_rounds
@@ -181,13 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                         "([out, in], used transposed), 'kn' as [in, out]")
     p.add_argument("--tune", action="store_true",
                    help="run the MLP tuner first (tune_mlp) and time its choice too")
-    p.add_argument("--warmup", type=non_negative_int, default=5,
-                   help="untimed calls before the first timed one (default %(default)s)")
-    p.add_argument("--iters", type=positive_int, default=40,
-                   help="timed calls (default %(default)s)")
-    p.add_argument("--rounds", type=positive_int, default=4,
-                   help="rounds the timed calls are split into, each in a new order "
-                        "(default %(default)s)")
+    add_timing_options(p, 5, 40, rounds=4)
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", type=output_file, help="write the result row as JSON here")
     p.add_argument("--trace", metavar="PREFIX", type=output_file,

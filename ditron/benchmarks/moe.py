@@ -53,9 +53,9 @@ from ditron.kernels.grouped_gemm import (
     grouped_gemm_wgrad,
 )
 from ditron.runtime.arguments import (
+    add_timing_options,
     choice_list,
     int_list,
-    non_negative_int,
     output_file,
     positive_int,
 )
@@ -434,13 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="experts in all, split over the ranks (default %(default)s)")
     p.add_argument("--topk", type=positive_int, default=8,
                    help="experts per token (default %(default)s)")
-    p.add_argument("--warmup", type=non_negative_int, default=3,
-                   help="untimed calls before the first timed one (default %(default)s)")
-    p.add_argument("--iters", type=positive_int, default=20,
-                   help="timed calls (default %(default)s)")
-    p.add_argument("--rounds", type=positive_int, default=4,
-                   help="rounds the timed calls are split into, each in a new order "
-                        "(default %(default)s)")
+    add_timing_options(p, 3, 20, rounds=4)
     p.add_argument("--sweep", action="store_true", help="time other tile configs too")
     p.add_argument("--gated", action="store_true",
                    help="layer rows: SwiGLU experts (w1 twice as wide; silu(gate) * up)")

@@ -46,7 +46,7 @@ import torch
 
 from ..ops.graphs import capture, collectives_capturable
 from ..ops.tp_gemm import RS_ENGINES
-from ..runtime.arguments import non_negative_int, output_dir, positive_float, positive_int
+from ..runtime.arguments import add_timing_options, output_dir, positive_float, positive_int
 from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
 from ..runtime.world import current
 
@@ -360,10 +360,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="only these REFERENCES.md shapes, as unscaled NxK (e.g. 4096x11008)")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16",
                    help="default %(default)s")
-    p.add_argument("--warmup", type=non_negative_int, default=5,
-                   help="untimed calls before the first timed one (default %(default)s)")
-    p.add_argument("--iters", type=positive_int, default=10,
-                   help="timed calls (default %(default)s)")
+    add_timing_options(p, 5, 10)
     p.add_argument("--smoke", action="store_true", help="tiny shapes (CPU backend)")
     p.add_argument("--out", type=output_dir, default=os.environ.get("OUT", "bench/results"),
                    help="folder for the results (default: $OUT, else bench/results)")

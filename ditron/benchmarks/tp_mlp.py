@@ -23,7 +23,7 @@ import json
 import torch
 
 import ditron
-from ditron.runtime.arguments import int_list, non_negative_int, output_file, positive_int
+from ditron.runtime.arguments import add_timing_options, int_list, output_file, positive_int
 from ditron.tune.tuner import agreed_median, time_in_rounds
 
 VARIANTS = {"fallback": "fallback", "overlap": "auto"}
@@ -82,14 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="ranks to launch (default %(default)s)")
     p.add_argument("--shape", default="8192,4096,11008", type=int_list(("tokens", "hidden", "ffn")),
                    help="tokens,hidden,ffn (global; default %(default)s)")
-    p.add_argument("--warmup", type=non_negative_int, default=3,
-                   help="untimed calls before the first timed one (default %(default)s)")
-    p.add_argument("--iters", type=positive_int, default=20,
-                   help="timed calls (default %(default)s)")
-    p.add_argument("--batch", type=positive_int, default=4, help="steps per timed sample")
-    p.add_argument("--rounds", type=positive_int, default=4,
-                   help="rounds the timed calls are split into, each in a new order "
-                        "(default %(default)s)")
+    add_timing_options(p, 3, 20, rounds=4)
+    p.add_argument("--batch", type=positive_int, default=4,
+                   help="steps per timed sample (default %(default)s)")
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", type=output_file, help="write the result row as JSON here")
     args = p.parse_args(argv)

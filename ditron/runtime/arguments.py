@@ -76,6 +76,27 @@ def choice_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
     return parse
 
 
+def add_timing_options(parser: argparse.ArgumentParser, warmup: int | str, iters: int | str,
+                       rounds: int | None = None) -> None:
+    """The benchmarks' ``--warmup`` and ``--iters`` options, and ``--rounds`` when it has a
+    default. A default given as text (``"5 on GPU, 1 on CPU"``) leaves the option ``None``
+    for the benchmark to choose."""
+
+    def default(value: int | str) -> tuple[int | None, str]:
+        return (None, value) if isinstance(value, str) else (value, "%(default)s")
+
+    value, text = default(warmup)
+    parser.add_argument("--warmup", type=non_negative_int, default=value,
+                        help=f"untimed calls before the first timed one (default {text})")
+    value, text = default(iters)
+    parser.add_argument("--iters", type=positive_int, default=value,
+                        help=f"timed calls (default {text})")
+    if rounds is not None:
+        parser.add_argument("--rounds", type=positive_int, default=rounds,
+                            help="rounds the timed calls are split into, each in a new order "
+                                 "(default %(default)s)")
+
+
 def byte_count(text: str) -> int:
     """A positive byte count: ``4096``, ``64K``, ``512M``, ``1G``."""
     try:
