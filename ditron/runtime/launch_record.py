@@ -48,7 +48,9 @@ def describe(value):
 
 
 def install(directory: str) -> None:
-    """Wrap the interpreter's launch so that each launch is recorded (idempotent)."""
+    """Wrap the interpreter's launch so that each launch that returns is recorded
+    (idempotent). One that raises is not: a test that provokes a compile-time refusal
+    (``tl.static_assert``) expects it to fail to compile."""
     global _INSTALLED
     if _INSTALLED:
         return
@@ -65,9 +67,10 @@ def install(directory: str) -> None:
             "args": [describe(a) for a in args],
             "kwargs": {k: describe(v) for k, v in kwargs.items()},
         }
+        result = original(self, *args, grid=grid, warmup=warmup, **kwargs)
         with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
-        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        return result
 
     InterpretedFunction.run = run
     _INSTALLED = True
