@@ -552,8 +552,8 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     ``dist.all_to_all_single(out, x, out_splits, in_splits)``. The split sizes are
     gathered on the host each call, except even ones (given or not) on every rank: once per
     shape (where no rank gives any, every rank's ``x`` must have as many rows); for sizes
-    computed on
-    the device use :func:`all_to_all_device`. Every rank must ask for the same ``engine``.
+    computed on the device use :func:`all_to_all_device`. Every rank must ask for the same
+    ``engine``.
     Even splits on one node with the SM engine run as one fused kernel (CUDA-graph safe;
     ``"auto"`` takes it below ``FUSED_A2A_MAX_BYTES`` per peer and while capturing).
     """
