@@ -40,22 +40,18 @@ MAX_SECONDS = 1e6
 
 def parse_bytes(text: str | int) -> int:
     """``"512M"`` -> 536870912; plain integers are bytes."""
-    count = as_int(text)
-    if count is not None:
-        if count <= 0:
-            raise ValueError(f"byte count must be positive, got {text}")
-        if count > MAX_BYTES:
-            raise ValueError(f"byte count {text} is too large (at most {MAX_BYTES})")
-        return count
-    if not isinstance(text, str):
-        raise ValueError(f"a byte count is an int or a string like '512M', got {text!r}")
-    s = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = _UNITS.get(s[-1:], 1)
-    number = s[:-1] if s[-1:] in _UNITS else s
-    try:
-        value = int(float(number) * scale)
-    except (ValueError, OverflowError):  # not a number, nan, inf
-        raise ValueError(f"cannot read a byte count from {text!r} (try '512M' or '2G')") from None
+    value = as_int(text)
+    if value is None:
+        if not isinstance(text, str):
+            raise ValueError(f"a byte count is an int or a string like '512M', got {text!r}")
+        s = text.strip().upper().removesuffix("B").removesuffix("I")
+        scale = _UNITS.get(s[-1:], 1)
+        number = s[:-1] if s[-1:] in _UNITS else s
+        try:
+            value = int(float(number) * scale)
+        except (ValueError, OverflowError):  # not a number, nan, inf
+            raise ValueError(f"cannot read a byte count from {text!r} (try '512M' or "
+                             f"'2G')") from None
     if value <= 0:
         raise ValueError(f"byte count must be positive, got {text!r}")
     if value > MAX_BYTES:
