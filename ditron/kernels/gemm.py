@@ -74,6 +74,8 @@ from .alignment import DIVISOR, vector_loads
 from .descriptors import describe, tma_wanted, transposable
 from .tile_config import check_tile_config
 
+#: operand dtypes the GEMM multiplies (``tl.dot`` in fp32 / TF32 / 16-bit)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 EPI_STORE = 0
 EPI_REDUCE_SCATTER = 1
 EPI_ALL_REDUCE = 2
@@ -721,9 +723,14 @@ def cached_linear_order(M: int, N: int, cfg: GemmConfig, device: torch.device) -
 
 def matmul(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig | None = None,
            order: torch.Tensor | None = None, use_tma: bool | None = None) -> torch.Tensor:
-    """Local ``a @ b`` with the persistent GEMM (``torch.matmul`` equivalent, fp32 accum)."""
+    """Local ``a @ b`` with the persistent GEMM (``torch.matmul`` equivalent, fp32 accum):
+    2-D ``a`` and ``b`` of one dtype (float16, bfloat16 or float32) on one device."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: cannot multiply {tuple(a.shape)} by {tuple(b.shape)}")
+    if a.dtype != b.dtype or a.dtype not in DTYPES or a.device != b.device:
+        raise ValueError(f"matmul: a and b must share a dtype among float16, bfloat16, "
+                         f"float32 and a device, got {a.dtype} on {a.device} and {b.dtype} on "
+                         f"{b.device}")
     cfg = cfg or default_config(a.device, a.dtype, (a, b))
     M = a.shape[0]
     N = b.shape[1]

@@ -279,8 +279,9 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     """``out[o[g]:o[g+1]] = x[o[g]:o[g+1]] @ w[g]`` (see the module docstring).
 
     ``x [R, K]`` and ``w [G, K, N]`` with any strides (``w`` may be a transposed
-    ``[G, N, K]`` weight), one dtype; ``offsets [G + 1]`` integer, on the same device, with
-    ``0 <= o[0] <= ... <= o[G] <= R`` (not checked: that would read them on the host).
+    ``[G, N, K]`` weight), one dtype; ``offsets [G + 1]`` integer (any stride), on the
+    same device, with ``0 <= o[0] <= ... <= o[G] <= R`` (not checked: that would read
+    them on the host).
     Returns ``out [R, N]`` (new, or the given one); rows outside ``[o[0], o[G])`` keep
     their contents. ``rows_per_group``: the expected average rows per group, which picks
     :func:`default_config` when ``config`` is ``None`` (default ``R / G``, too many where
@@ -290,6 +291,7 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     from ..runtime import interpret
 
     check_grouped("grouped_gemm", x, w, offsets)
+    offsets = offsets.contiguous()  # the kernel reads them as one vector
     R, K = x.shape
     G, _, N = w.shape
     if out is None:
@@ -351,6 +353,7 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
     if dy.dtype != x.dtype or dy.device != x.device:
         raise ValueError(f"grouped_gemm_wgrad: dy must be {x.dtype} on {x.device}, got "
                          f"{dy.dtype} on {dy.device}")
+    offsets = offsets.contiguous()  # the kernel reads o[g], o[g + 1] side by side
     K = x.shape[1]
     if out is None:
         out = torch.empty((G, K, N), dtype=x.dtype, device=x.device)

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from ..runtime.grid_math import cdiv, next_power_of_2
+from ..runtime.integers import check_int
 from ..runtime.triton_launch import FastKernel
 
 
@@ -128,7 +129,18 @@ def sort_copies(topk_ids: torch.Tensor, num_experts: int, world_size: int) -> So
     """Sort the copies of ``topk_ids [T, k]`` (integers; an id outside ``[0, E)`` marks an
     unrouted copy) by expert, ``E = num_experts`` a multiple of ``world_size``. Three
     launches: block histograms, their running sums (by bins, side by side), the placement;
-    two when the histograms are small (:data:`FOLD_BINS`), the placement summing them."""
+    two when the histograms are small (:data:`FOLD_BINS`), the placement summing them.
+    Raises ``ValueError`` for other ids than a 2-D integer tensor or ``num_experts`` not a
+    multiple of ``world_size`` (its experts would land on no rank's split)."""
+    world_size = check_int(world_size, "sort_copies: world_size", 1)
+    num_experts = check_int(num_experts, "sort_copies: num_experts", 1)
+    if num_experts % world_size:
+        raise ValueError(f"sort_copies: num_experts ({num_experts}) must be a multiple of the "
+                         f"world size ({world_size}): experts go to ranks in equal blocks")
+    if topk_ids.dim() != 2 or topk_ids.dtype.is_floating_point or topk_ids.is_complex() \
+            or topk_ids.dtype == torch.bool:
+        raise ValueError(f"sort_copies: topk_ids must be a 2-D integer tensor [T, k], got "
+                         f"{tuple(topk_ids.shape)} {topk_ids.dtype}")
     n = topk_ids.numel()
     if n >= 2**31:  # positions are int32 inside the placement
         raise ValueError(f"sort_copies: {n} copies; at most 2**31 - 1 are supported")

@@ -46,24 +46,41 @@ def linear_order(m_blocks: int, n_blocks: int, group_m: int = 8) -> torch.Tensor
 
 
 def _segment_blocks(seg_of_block: Sequence[int], segments: Sequence[int]) -> list[int]:
-    """Row blocks in the order of ``segments``; a block belongs to the segment it starts in."""
+    """Row blocks in the order of ``segments`` (``seg_of_block[mb]``: the segment of row
+    block ``mb``, as the caller places it)."""
     order: list[int] = []
     for s in segments:
         order.extend(mb for mb, seg in enumerate(seg_of_block) if seg == s)
     return order
 
 
+def _check_segments(op: str, seg_of_block: Sequence[int], world_size: int) -> None:
+    """Raise ``ValueError`` unless every block's segment is a rank or ``-1`` (a block of no
+    rows, left out of the order): a block of another segment would be left out silently."""
+    bad = sorted({s for s in seg_of_block if not -1 <= s < world_size})
+    if bad:
+        raise ValueError(f"{op}: row blocks must belong to a segment in [0, {world_size}) or "
+                         f"-1 (no rows), got {bad}")
+
+
 def gather_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_size: int,
                  arrival: Sequence[int] | None = None, group_m: int = 8) -> torch.Tensor:
     """AG-GEMM order: own segment first, then segments in ``arrival`` order.
 
-    ``seg_of_block[mb]`` is the last segment whose rows row block ``mb`` reads (a block that
-    straddles two shards is placed with the later one, since it waits for both).
-    ``arrival`` defaults to ``rank+1, rank+2, ...`` (mod ``world_size``).
+    ``seg_of_block[mb]`` is the segment row block ``mb`` is placed with (a block that
+    straddles two shards goes with the one that arrives later, since it waits for both:
+    ``plan.deps.consumer_waits(..., rank).owner``; ``-1``: a block of no rows, left out).
+    ``arrival`` (distinct ranks) defaults to ``rank+1, rank+2, ...`` (mod ``world_size``);
+    ranks it leaves out follow in that default order, so every block is visited once.
     """
-    if arrival is None:
-        arrival = [(rank + i) % world_size for i in range(1, world_size)]
+    _check_segments("gather_order", seg_of_block, world_size)
+    default = [(rank + i) % world_size for i in range(1, world_size)]
+    arrival = default if arrival is None else list(arrival)
+    if len(set(arrival)) != len(arrival) or not all(0 <= s < world_size for s in arrival):
+        raise ValueError(f"gather_order: arrival must name distinct ranks in [0, "
+                         f"{world_size}), got {arrival}")
     segs = [rank] + [s for s in arrival if s != rank]
+    segs += [s for s in default if s not in segs]
     mbs = _segment_blocks(seg_of_block, segs)
     return torch.tensor(grouped(mbs, n_blocks, group_m), dtype=torch.int32, device="cpu")
 
@@ -72,7 +89,9 @@ def scatter_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_s
                   group_m: int = 8) -> torch.Tensor:
     """GEMM-RS order: tiles for ``rank+1`` first, then ``rank+2``, ..., own tiles last,
     grouped within each segment: every peer tile precedes every own tile, so a program
-    never waits (own tiles wait for the peers' partials) with peer tiles still to do."""
+    never waits (own tiles wait for the peers' partials) with peer tiles still to do.
+    Blocks of segment ``-1`` (no rows) are left out."""
+    _check_segments("scatter_order", seg_of_block, world_size)
     segs = [(rank + i) % world_size for i in range(1, world_size)] + [rank]
     tiles: list[int] = []
     for s in segs:

@@ -5,7 +5,9 @@ The GEMM's row tiling is a :class:`TileMapping`: row block ``mb`` covers rows
 plain tiling, where a block may straddle two chunks). A tile reads (consumer) or writes
 (producer) the rows of its row block, whatever its column block, so dependencies are per
 row block: two int32 tensors ``lo[mb]``, ``hi[mb]`` giving the inclusive range of chunk ids
-(chunks are numbered in row order) it touches; ``lo > hi`` means no chunk (no wait).
+(chunks are numbered in row order) it touches; ``lo > hi`` means no chunk (no wait). A
+consumer waits for every chunk of its range: a chunk of zero rows between two that it
+reads is in the range too, so its signal must be raised as well (``lowering`` does).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import dataclasses
 
 import torch
 
+from ..runtime.integers import as_int
 from .ir import Plan, chunks_covering
 
 
@@ -24,9 +27,14 @@ class TileMapping:
     seg_rows: int = 0  # 0: one segment of M rows
 
     def __post_init__(self):
-        if self.M < 0 or self.block_m < 1 or self.seg_rows < 0:
-            raise ValueError(f"TileMapping needs M >= 0, block_m >= 1 and seg_rows >= 0, got "
-                             f"M={self.M}, block_m={self.block_m}, seg_rows={self.seg_rows}")
+        M, block_m, seg_rows = (as_int(v) for v in (self.M, self.block_m, self.seg_rows))
+        if M is None or block_m is None or seg_rows is None or M < 0 or block_m < 1 \
+                or seg_rows < 0:
+            raise ValueError(f"TileMapping needs ints M >= 0, block_m >= 1 and seg_rows >= 0, "
+                             f"got M={self.M!r}, block_m={self.block_m!r}, "
+                             f"seg_rows={self.seg_rows!r}")
+        for name, value in (("M", M), ("block_m", block_m), ("seg_rows", seg_rows)):
+            object.__setattr__(self, name, value)  # plain ints (a NumPy int keys apart)
 
     @property
     def segment(self) -> int:
@@ -70,18 +78,28 @@ class TileDeps:
 
 def consumer_waits(plan: Plan, mapping: TileMapping, rank: int | None = None) -> TileDeps:
     """Chunks each row block reads. With ``rank``, chunks already on ``rank`` (owned by it)
-    at the ends of the range are dropped: those tiles need no wait for them. ``owner[mb]``
-    is the owner of the last chunk the block reads (its place in the gather order)."""
+    at the ends of the range are dropped: those tiles need no wait for them (one in the
+    middle, for a block spanning three shards, stays). ``owner[mb]`` is the block's place
+    in the gather order: without ``rank`` the owner of the last chunk it reads (in row
+    order, ``-1`` for a block of no rows); with ``rank`` the owner of the chunks it reads
+    that land last on ``rank`` (``plan.arrival_order(rank)``, its own chunks first; a tie,
+    e.g. shards that never land there, goes to the last in row order), so a block
+    straddling two shards is computed once both are there."""
     if mapping.M != plan.rows:
         raise ValueError(f"the tile mapping covers {mapping.M} rows, the plan {plan.name} "
                          f"{plan.rows}: they must tile the same tensor")
     if rank is not None and not 0 <= rank < plan.world_size:
         raise ValueError(f"rank {rank} is not a rank of the plan's {plan.world_size}")
+    landing = {} if rank is None else {rank: -1} | {
+        q: i for i, q in enumerate(plan.arrival_order(rank))}
     lo, hi, owner = [], [], []
     for mb in range(mapping.m_blocks):
         start, stop = mapping.rows(mb)
         ids = [c.id for c in chunks_covering(plan, start, stop)]
-        last_owner = plan.chunks[ids[-1]].owner if ids else -1
+        owners = [plan.chunks[c].owner for c in ids]
+        last_owner = owners[-1] if ids else -1
+        if rank is not None and ids:  # a shard that never lands on rank counts as last
+            last_owner = max(reversed(owners), key=lambda q: landing.get(q, len(landing)))
         if rank is not None:
             while ids and plan.chunks[ids[0]].owner == rank:
                 ids.pop(0)

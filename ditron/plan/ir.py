@@ -17,8 +17,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
+from ..runtime.integers import as_int
+
 MODES = ("push", "pull")
 KINDS = ("p2p", "collective")
+LEVELS = ("intra", "inter")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +53,8 @@ class Transfer:
             raise ValueError(f"transfer mode must be one of {MODES}, got {self.mode!r}")
         if self.kind not in KINDS:
             raise ValueError(f"transfer kind must be one of {KINDS}, got {self.kind!r}")
+        if self.level not in LEVELS:
+            raise ValueError(f"transfer level must be one of {LEVELS}, got {self.level!r}")
 
     @property
     def issuer(self) -> int:
@@ -58,7 +63,11 @@ class Transfer:
 
 @dataclasses.dataclass
 class Plan:
-    """A chunk plan over ``world_size`` ranks for a logical tensor of ``rows`` rows."""
+    """A chunk plan over ``world_size`` ranks for a logical tensor of ``rows`` rows.
+
+    Built checked (``ValueError``): chunks numbered ``0..`` in order, each a row range
+    within ``[0, rows]`` owned by a rank; transfers numbered ``0..`` in order (``after``
+    names transfers by id), each between two ranks of the world, of a known chunk."""
 
     name: str
     tensor: str
@@ -71,12 +80,22 @@ class Plan:
     def __post_init__(self):
         if not self.local_world_size:
             self.local_world_size = self.world_size
+        W = self.world_size
         ids = [c.id for c in self.chunks]
         if ids != list(range(len(ids))):
             raise ValueError("plan chunks must be numbered 0.. in order")
+        for c in self.chunks:
+            if not (0 <= c.start <= c.stop <= self.rows and 0 <= c.owner < W):
+                raise ValueError(f"chunk {c.id}: rows [{c.start}, {c.stop}) of rank {c.owner} "
+                                 f"do not fit {self.rows} rows over {W} ranks")
+        if [t.id for t in self.transfers] != list(range(len(self.transfers))):
+            raise ValueError("plan transfers must be numbered 0.. in order")
         for t in self.transfers:
             if not 0 <= t.chunk < len(self.chunks):
                 raise ValueError(f"transfer {t.id} names unknown chunk {t.chunk}")
+            if not (0 <= t.src < W and 0 <= t.dst < W):
+                raise ValueError(f"transfer {t.id} goes from rank {t.src} to rank {t.dst}, "
+                                 f"outside the plan's {W} ranks")
 
     @property
     def num_chunks(self) -> int:
@@ -128,10 +147,11 @@ def split(plan: Plan, chunk_rows: int) -> Plan:
 
     Each transfer becomes one transfer per piece. A dependency on a transfer of the same
     chunk becomes a dependency on the same piece (pipelining); a dependency on another chunk
-    becomes a dependency on all of its pieces.
+    becomes a dependency on all of its pieces. The plan must pass :func:`check`.
     """
-    if chunk_rows <= 0:
-        raise ValueError(f"split: chunk_rows must be positive, got {chunk_rows}")
+    if as_int(chunk_rows) is None or chunk_rows <= 0:
+        raise ValueError(f"split: chunk_rows must be a positive int, got {chunk_rows!r}")
+    check(plan)
     new_chunks: list[Chunk] = []
     pieces_of: dict[int, list[int]] = {}
     for c in sorted(plan.chunks, key=lambda c: (c.start, c.id)):

@@ -53,6 +53,8 @@ def publish(signals: torch.Tensor, chunk_ids: torch.Tensor, epoch: int, peers: r
     if chunk_ids.device != signals.device:
         raise ValueError(f"publish: chunk_ids are on {chunk_ids.device}, the signals on "
                          f"{signals.device}; the kernel reads both")
+    if peers.step != 1:  # the kernel notifies peers.start + p for p < len(peers)
+        raise ValueError(f"publish: peers must be a contiguous range of ranks, got {peers}")
     if chunk_ids.numel() == 0 or len(peers) == 0:
         return
     _FAST_PUBLISH[(1,)](signals, chunk_ids, chunk_ids.numel(), epoch, peers.start,
@@ -65,9 +67,11 @@ def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], tor
 
     ``src_view(chunk, src_rank)`` / ``dst_view(chunk, dst_rank)`` return the chunk's rows as
     the issuing rank sees them (a local tensor or a view of a symmetric tensor). Each
-    transfer raises the chunk's slot of ``pad`` to ``epoch`` on its destination. A
-    transfer's ``after`` must already be satisfied when it is issued (plans lowered here are
-    issued stage by stage).
+    transfer raises the chunk's slot of ``pad`` to ``epoch`` on its destination, that of a
+    chunk of zero rows too (the engine moves nothing and only raises the signal): a row
+    block's chunk range (``deps.consumer_waits``) may pass over such a chunk and wait for
+    it. A transfer's ``after`` must already be satisfied when it is issued (plans lowered
+    here are issued stage by stage).
     """
     from ..engines.base import Signal
     from ..engines.base import Transfer as EngineTransfer
@@ -77,8 +81,6 @@ def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], tor
         if t.level != "intra":
             continue
         chunk = plan.chunks[t.chunk]
-        if chunk.rows == 0:
-            continue
         out.append(EngineTransfer(src=src_view(chunk, t.src), dst=dst_view(chunk, t.dst),
                                   src_rank=t.src, dst_rank=t.dst,
                                   signal=Signal(pad, chunk.id, epoch), reduce=t.reduce))

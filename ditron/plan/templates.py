@@ -68,10 +68,11 @@ def all_gather_2d(rows_per_rank: int | Sequence[int], world_size: int, local_wor
     ranks with its local index on the other nodes. Stage 2 (``intra``, pull): rank ``r``
     pulls every other shard from the rank of its own node that holds it after stage 1.
     """
-    L = local_world_size
-    if not 1 <= L <= world_size or world_size % L:
+    world_size = check_int(world_size, "world_size", 1)
+    L = as_int(local_world_size)
+    if L is None or not 1 <= L <= world_size or world_size % L:
         raise ValueError(f"local_world_size must divide the world size {world_size} (nodes "
-                         f"of equal size), got {L}")
+                         f"of equal size), got {local_world_size!r}")
     offs = shard_offsets(rows_per_rank, world_size)
     transfers: list[Transfer] = []
     landed: dict[tuple[int, int], int] = {}  # (shard, holder) -> transfer id

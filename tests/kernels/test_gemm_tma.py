@@ -152,3 +152,13 @@ def test_tables_on_another_device_raise_before_the_kernel():
     assert c.isnan().all()
     launch_gemm(a, b, c, 37, order=order, seg_rows=37, cfg=CFG)  # the same call, all on cpu
     _check(c, a.double() @ b.double(), torch.float32)
+
+
+def test_matmul_refuses_operands_it_would_multiply_at_another_precision():
+    """Mixed dtypes (torch.matmul refuses them) and float64 / integer operands (the GEMM
+    multiplies in fp32 at best: float64 came back with fp32 errors) are refused."""
+    a, b = torch.randn(8, 16), torch.randn(16, 8)
+    for x, y in ((a, b.bfloat16()), (a.double(), b.double()), (a.long(), b.long())):
+        with pytest.raises(ValueError, match="must share a dtype among float16, bfloat16"):
+            matmul(x, y, CFG)
+    _check(matmul(a, b, CFG), a.double() @ b.double(), torch.float32)

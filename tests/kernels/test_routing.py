@@ -130,3 +130,20 @@ def test_returned_sources_split_own_copies_from_peers(T, k, E, W, rank, device):
         kept.to(device), send_index.to(device), rank)
     assert idx.cpu().tolist() == want_idx
     assert own.cpu().tolist() == want_own
+
+
+def test_sort_copies_refuses_what_it_cannot_split():
+    """Experts are split among ranks in equal blocks: with ``num_experts`` not a multiple of
+    the world size, copies of the last experts went to no rank's split (the splits summed
+    to fewer copies than were routed) and fewer experts than ranks divided by zero."""
+    ids = torch.tensor([[0, 5], [3, 1], [2, 2]])
+    for E, W in ((6, 4), (2, 4)):
+        with pytest.raises(ValueError, match=f"num_experts \\({E}\\) must be a multiple of "
+                                             f"the world size \\({W}\\)"):
+            sort_copies(ids, E, W)
+    with pytest.raises(ValueError, match="world_size must be a positive int, got 0"):
+        sort_copies(ids, 6, 0)
+    for bad in (ids.float(), ids.reshape(-1)):
+        with pytest.raises(ValueError, match="topk_ids must be a 2-D integer tensor"):
+            sort_copies(bad, 6, 2)
+    assert sort_copies(ids, 6, 3).send_splits.tolist() == [2, 3, 1]

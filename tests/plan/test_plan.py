@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import ditron
 from ditron.kernels import swizzle
 from ditron.plan import deps, ir, templates
 
@@ -184,3 +185,131 @@ def test_publish_refuses_chunk_ids_on_another_device():
         lowering.publish(signals, torch.tensor([1], dtype=torch.int32, device="meta"), 1,
                          range(2), None)
     assert signals.eq(0).all()
+
+
+def test_gather_order_places_a_straddling_block_after_its_last_arriving_shard():
+    """A row block reading the end of shard ``r - 1`` and the start of rank ``r``'s own
+    shard waits for ``r - 1``, which the swizzled plan brings to ``r`` last: the block must
+    come after every other peer's blocks, not with the own rows (first)."""
+    plan = templates.all_gather(5, 3)  # blocks of 4: [0,4) [4,8) [8,12) [12,15)
+    mine = deps.consumer_waits(plan, deps.TileMapping(15, 4), rank=1)
+    assert plan.arrival_order(1) == [2, 0]
+    assert mine.owner == [0, 0, 2, 2]  # [4, 8) reads shards 0 and 1: with 0, which lands last
+    order = swizzle.gather_order(mine.owner, 1, 1, 3, arrival=plan.arrival_order(1)).tolist()
+    assert order == [2, 3, 0, 1]
+    for rank in range(3):  # every block follows each peer shard it reads in arrival order
+        w = deps.consumer_waits(plan, deps.TileMapping(15, 4), rank=rank)
+        landing = [rank] + plan.arrival_order(rank)
+        for mb in range(4):
+            owners = {plan.chunks[c].owner for c in w.waits(mb)}
+            assert all(landing.index(w.owner[mb]) >= landing.index(q) for q in owners)
+
+
+def test_tile_orders_visit_every_tile_once_or_refuse():
+    owner = [0, 0, 1, 2, -1]  # -1: a block of no rows, left out
+    # an arrival order that leaves a rank out still visits its blocks (after the others)
+    g = swizzle.gather_order(owner, 2, rank=0, world_size=3, arrival=[2], group_m=1).tolist()
+    assert [t // 2 for t in g] == [0, 0, 1, 1, 3, 3, 2, 2]
+    with pytest.raises(ValueError, match="arrival must name distinct ranks in \\[0, 3\\)"):
+        swizzle.gather_order(owner, 2, rank=0, world_size=3, arrival=[1, 1, 2])
+    with pytest.raises(ValueError, match="arrival must name distinct ranks"):
+        swizzle.gather_order(owner, 2, rank=0, world_size=3, arrival=[1, 3])
+    for fn in (swizzle.gather_order, swizzle.scatter_order):  # block of segment 3 of 3
+        with pytest.raises(ValueError, match="segment in \\[0, 3\\) or -1 .* got \\[3\\]"):
+            fn([0, 1, 3], 2, rank=0, world_size=3)
+    for W in range(1, 5):
+        for M in (1, 5, 13, 40):
+            for bm in (1, 4, 16, 64):
+                m = deps.TileMapping(M, bm)
+                plan = templates.all_gather([M // W + (r < M % W) for r in range(W)], W)
+                for rank in range(W):
+                    w = deps.consumer_waits(plan, m, rank)
+                    order = swizzle.gather_order(w.owner, 3, rank, W,
+                                                 arrival=plan.arrival_order(rank), group_m=2)
+                    assert sorted(order.tolist()) == list(range(3 * m.m_blocks))
+
+
+def _uneven_push_gather(sizes, engine):
+    """A push all-gather plan with an empty shard between two others, lowered to
+    ``engine``, consumed by the persistent GEMM with the waits derived from the same plan."""
+    from ditron.kernels import gemm
+    from ditron.plan import lowering
+
+    cfg = gemm.GemmConfig(block_m=16, block_n=32, block_k=16, group_m=4, num_warps=1,
+                          num_stages=1, programs=1)
+    w = ditron.world()
+    r, W = w.rank, w.world_size
+    M, K, N = sum(sizes), 16, 8
+    plan = templates.all_gather(sizes, W, mode="push")
+    buf = ditron.zeros((M, K), torch.float32)
+    pad = ditron.signal_pad("test.plan.uneven", plan.num_chunks)
+    g = torch.Generator().manual_seed(0)
+    full, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
+    ditron.set_wait_timeout(5)
+    for _ in range(2):  # a second call, one epoch later, over the same signals
+        epoch = pad.next_epoch()
+        buf.zero_()
+        mine = plan.chunks[r]
+        buf[mine.start:mine.stop] = full[mine.start:mine.stop].to(buf.device)
+        ditron.barrier()
+        view = lambda c, _q: buf[c.start:c.stop]  # noqa: E731
+        engine_ = lowering.issue(engine, lowering.engine_transfers(plan, r, view, view, pad,
+                                                                   epoch))
+        waits = deps.consumer_waits(plan, deps.TileMapping(M, cfg.block_m), r)
+        order = swizzle.gather_order(waits.owner, 1, r, W, arrival=plan.arrival_order(r),
+                                     group_m=cfg.group_m).to(buf.device)
+        pad.signals[r] = epoch  # the own chunk is in place
+        c = torch.full((M, N), float("nan"), device=buf.device)
+        hooks = gemm.GemmHooks(waits=gemm.slot_waits(order, waits.lo, waits.hi, 1),
+                               wait_sig=pad.signals, wait_target=epoch)
+        gemm.launch_gemm(buf, b.to(buf.device), c, M, order=order, seg_rows=M, cfg=cfg,
+                         hooks=hooks, ctx=ditron.context())
+        engine_.drain()
+        ditron.check_waits()
+        torch.testing.assert_close(c.cpu(), full @ b, rtol=1e-5, atol=1e-4)
+        ditron.barrier()
+    return True
+
+
+@pytest.mark.parametrize("engine", ["copy_engine", "sm"])
+def test_lowered_plan_signals_the_empty_chunks_a_tile_waits_across(backend, engine):
+    """Rank 1 has no rows: the first row block of rank 3 reads chunks 0 and 2, so its range
+    [0, 2] passes over chunk 1. The lowering must still raise chunk 1's signal (an empty
+    transfer), or the GEMM waits for it forever (here: a wait timeout naming it)."""
+    sizes = [3, 0, 7, 2]
+    plan = templates.all_gather(sizes, 4, mode="push")
+    assert deps.consumer_waits(plan, deps.TileMapping(12, 16), 3).waits(0) == [0, 1, 2]
+    assert ditron.launch(_uneven_push_gather, 4, sizes, engine, backend=backend) == [True] * 4
+
+
+def test_plans_are_checked_when_built():
+    chunks = [ir.Chunk(0, 0, 2, 0), ir.Chunk(1, 2, 4, 1)]
+    with pytest.raises(ValueError, match="transfer 0 goes from rank 0 to rank 7, outside"):
+        ir.Plan("p", "A", 4, 2, chunks, [ir.Transfer(0, 0, 0, 7)])
+    with pytest.raises(ValueError, match="transfers must be numbered 0.. in order"):
+        ir.Plan("p", "A", 4, 2, chunks, [ir.Transfer(3, 0, 0, 1)])
+    with pytest.raises(ValueError, match="chunk 1: rows \\[2, 9\\) of rank 1 do not fit 4"):
+        ir.Plan("p", "A", 4, 2, [chunks[0], ir.Chunk(1, 2, 9, 1)], [])
+    with pytest.raises(ValueError, match="chunk 1: .* of rank 2 do not fit"):
+        ir.Plan("p", "A", 4, 2, [chunks[0], ir.Chunk(1, 2, 4, 2)], [])
+    with pytest.raises(ValueError, match="transfer level must be one of"):
+        ir.Transfer(0, 0, 0, 1, level="node")
+    # split refuses a dependency it cannot map (was a KeyError / IndexError)
+    forward = ir.Plan("p", "A", 4, 2, chunks, [ir.Transfer(0, 0, 0, 1, after=(1,)),
+                                               ir.Transfer(1, 1, 1, 0)])
+    with pytest.raises(ValueError, match="transfer 0 depends on 1, which is not earlier"):
+        ir.split(forward, 1)
+    with pytest.raises(ValueError, match="chunk_rows must be a positive int, got 2.5"):
+        ir.split(templates.ring_all_gather(4, 3), 2.5)
+    with pytest.raises(ValueError, match="local_world_size must divide .* got 2.0"):
+        templates.all_gather_2d(4, 4, 2.0)
+    with pytest.raises(ValueError, match="TileMapping needs ints .* block_m=4.5"):
+        deps.TileMapping(8, 4.5)
+
+
+def test_publish_refuses_a_strided_range_of_peers():
+    from ditron.plan import lowering
+
+    signals = torch.zeros(4, dtype=torch.int32)
+    with pytest.raises(ValueError, match="contiguous range of ranks, got range\\(0, 4, 2\\)"):
+        lowering.publish(signals, torch.tensor([1], dtype=torch.int32), 1, range(0, 4, 2), None)
