@@ -194,27 +194,58 @@ def program_occupancy(all_events: list[dict], rank: int
     return times, counts
 
 
+#: a track's spans that overlap go to more tracks (lanes): lane k of thread t is thread
+#: ``t + k * LANE_TID`` (:func:`write`)
+LANE_TID = 1_000_000
+
+
+def _lanes(all_events: list[dict]) -> list[dict]:
+    """``all_events`` as the JSON holds them: in time order, and the complete (``"X"``)
+    spans of one thread that overlap without nesting (the tiles of GPU programs that run at
+    once, all on the tiles' thread) spread over lanes, each a thread of its own: viewers
+    (chrome://tracing, Perfetto) take a thread's spans as a stack and misdraw or drop
+    those that overlap only in part. Instant events stay on their thread."""
+    ordered = sorted(all_events, key=lambda e: e.get("ts", 0.0))
+    ends: dict[tuple, list[float]] = {}  # (pid, tid) -> each lane's last end
+    out = []
+    for e in ordered:
+        if e.get("ph") != "X":
+            out.append(e)
+            continue
+        lanes = ends.setdefault((e["pid"], e.get("tid", 0)), [])
+        # a span may start where the last ended, give or take float rounding (< 1e-5 us)
+        lane = next((k for k, end in enumerate(lanes) if end <= e["ts"] + 1e-4), len(lanes))
+        if lane == len(lanes):
+            lanes.append(0.0)
+        lanes[lane] = e["ts"] + e["dur"]
+        out.append(e if lane == 0 else {**e, "tid": e.get("tid", 0) + lane * LANE_TID})
+    return out
+
+
 def write(all_events: list[dict], prefix: str, title: str = "") -> list[str]:
     """Write ``prefix.json`` (Chrome trace) and ``prefix.png`` (if matplotlib and there are
     spans to draw); return paths.
 
+    The JSON has a process per rank and its events in time order; spans of one thread that
+    overlap (GPU programs running tiles at once) are spread over lanes (:func:`_lanes`).
     The PNG (headed ``title``) draws an op's tiles and waits as bars, one row per rank, and a
     megakernel's programs as how many of them run each task or wait, over time, one panel
     per rank."""
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    laid = _lanes(all_events)
     meta = []
-    for pid in sorted({e["pid"] for e in all_events}):
+    names = {0: "op", 1: "waits / chunk arrivals", 2: "tiles (main loop)", 3: "epilogues"}
+    for pid in sorted({e["pid"] for e in laid}):
         meta.append({"name": "process_name", "ph": "M", "pid": pid,
                      "args": {"name": f"rank {pid}"}})
-        names = {0: "op", 1: "waits / chunk arrivals", 2: "tiles (main loop)",
-                 3: "epilogues"}
-        for tid in sorted({e.get("tid", 0) for e in all_events if e["pid"] == pid} | {0}):
-            name = names.get(tid, f"program {tid - PROGRAM_TID}")
+        for tid in sorted({e.get("tid", 0) for e in laid if e["pid"] == pid} | {0}):
+            lane, base = divmod(tid, LANE_TID)
+            name = names.get(base, f"program {base - PROGRAM_TID}")
             meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
-                         "args": {"name": name}})
+                         "args": {"name": name + (f" ({lane + 1})" if lane else "")}})
     paths = [prefix + ".json"]
     with open(paths[0], "w") as f:
-        json.dump({"traceEvents": meta + all_events, "displayTimeUnit": "ns"}, f)
+        json.dump({"traceEvents": meta + laid, "displayTimeUnit": "ns"}, f)
     try:
         import matplotlib
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -7,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
@@ -258,3 +260,15 @@ def test_bench_megakernel_leaves_out_a_config_that_fails_to_build(tmp_path):
     assert row["batch1"]["megakernel_16x16x16x32x2"] > 0
     assert "megakernel_16x24x16x32x2" not in row["batch1"]
 
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+@pytest.mark.parametrize("name", ["tp_mlp", "megakernel", "moe"])
+def test_gpu_benchmarks_without_a_gpu_are_usage_errors(name, capsys):
+    """The benchmarks that time GPUs refuse to start without one, before any rank starts
+    (their ranks raised "no CUDA device is visible", each with a traceback)."""
+    module = importlib.import_module(f"ditron.benchmarks.{name}")
+    with pytest.raises(SystemExit) as info:
+        module.main(["--world-size", "2"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "no CUDA device is visible: it times GPUs (--smoke runs tiny shapes" in err, err

@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     tokens, hidden, ffn = args.shape
     backend = "cpu" if args.smoke else "cuda"
+    if backend == "cuda" and not torch.cuda.is_available():  # before any rank starts
+        p.error("no CUDA device is visible: it times GPUs (--smoke runs tiny shapes on the "
+                "CPU backend)")
     try:
         blocks = ([MlpBlocks.parse(b).label() for b in args.blocks.split(",")] if args.blocks
                   else [default_blocks(tokens).label()])

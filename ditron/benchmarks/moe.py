@@ -444,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=output_file, help="write the rows as JSON here")
     args = p.parse_args(argv)
     backend = "cpu" if args.smoke else "cuda"
+    if backend == "cuda" and not torch.cuda.is_available():  # before any rank starts
+        p.error("no CUDA device is visible: it times GPUs (--smoke runs tiny shapes on the "
+                "CPU backend)")
     args.shapes = SHAPES
     if args.smoke:
         args.shapes = [(24, 40, 4, 2)]

@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     tokens, hidden, ffn = args.shape
     backend = "cpu" if args.smoke else "cuda"
+    if backend == "cuda" and not torch.cuda.is_available():  # before any rank starts
+        p.error("no CUDA device is visible: it times GPUs (--smoke runs tiny shapes on the "
+                "CPU backend)")
     if args.smoke:
         tokens, hidden, ffn = 16 * args.world_size, 32, 16 * args.world_size
         args.warmup, args.iters, args.batch, args.rounds = 1, 2, 1, 1

@@ -3,7 +3,9 @@
 Keys name everything a decision depends on: op, shapes, dtype, world size, device name.
 Writes are atomic (temporary file + rename), so a reader never sees a torn file, and
 serialized by an advisory lock on ``tune.json.lock``, so processes writing different keys at
-once (two jobs tuning side by side) keep each other's entries.
+once (two jobs tuning side by side) keep each other's entries. A cache that cannot be read
+(no such file, not JSON, not a table, or a path the process cannot open) reads as empty:
+the ops then decide by the cost model; a write that fails raises :class:`CacheError`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ import os
 import tempfile
 
 FILE = "tune.json"
+
+
+class CacheError(OSError):
+    """The decision could not be written (names the file and why)."""
 
 
 def cache_dir() -> str:
@@ -33,7 +39,7 @@ def load() -> dict:
         with open(path) as f:
             data = json.load(f)
         return data if isinstance(data, dict) else {}
-    except (FileNotFoundError, ValueError):  # none yet, or unreadable: tune again
+    except (OSError, ValueError):  # none yet, or unreadable: tune again
         return {}
 
 
@@ -55,11 +61,22 @@ def put(key: str, value: dict) -> None:
     """Add or replace one entry; the read-modify-write holds the lock, so no other
     process's entry written meanwhile is lost."""
     d = cache_dir()
-    os.makedirs(d, exist_ok=True)
-    with _locked(d):
-        data = load()
-        data[key] = value
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tune-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, os.path.join(d, FILE))
+    path = os.path.join(d, FILE)
+    try:
+        os.makedirs(d, exist_ok=True)
+        with _locked(d):
+            data = load()
+            data[key] = value
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=".tune-", suffix=".json")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(data, f, indent=1, sort_keys=True)
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):  # not renamed: the write failed
+                    os.unlink(tmp)
+    except OSError as exc:
+        why = (f"{d} is not a folder" if os.path.exists(d) and not os.path.isdir(d)
+               else exc.strerror or str(exc))
+        raise CacheError(f"cannot write the tuning cache {path} (DITRON_CACHE_DIR): "
+                         f"{why}") from exc

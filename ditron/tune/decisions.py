@@ -32,12 +32,49 @@ class Decision:
         return self.config
 
     @classmethod
-    def from_json(cls, entry: dict) -> Decision:
+    def from_json(cls, entry: object) -> Decision:
+        """The decision a cache entry holds; ``ValueError`` (or ``KeyError`` / ``TypeError``)
+        where the entry is not one this version wrote: a JSON object with a known method, a
+        valid tile config, an engine name, a time, chunk rows ``null`` or positive ints,
+        ``early_rows`` an int >= 0 and ``graph`` ``null`` or such an object (its own
+        ``graph`` ``null``)."""
+        if not isinstance(entry, dict):
+            raise ValueError(f"a decision is a JSON object, got {entry!r}")
+        method, engine, time_us = entry["method"], entry["engine"], entry["time_us"]
+        chunks, early = entry.get("chunk_rows"), entry.get("early_rows", 0)
         graph = entry.get("graph")
-        chunks = entry.get("chunk_rows")
-        return cls(entry["method"], GemmConfig(**entry["config"]), entry["engine"],
-                   entry["time_us"], tuple(chunks) if isinstance(chunks, list) else chunks,
-                   entry.get("early_rows", 0), cls.from_json(graph) if graph else None)
+        if method not in ("overlap", "fallback") or not isinstance(engine, str):
+            raise ValueError(f"unknown method or engine: {method!r}, {engine!r}")
+        if not _is_int(early, 0) or isinstance(time_us, bool) or not isinstance(
+                time_us, (int, float)):
+            raise ValueError(f"early_rows {early!r} or time_us {time_us!r} is not a number")
+        if isinstance(chunks, list):
+            chunks = tuple(chunks)
+            if not chunks or not all(_is_int(r, 1) for r in chunks):
+                raise ValueError(f"chunk_rows {chunks!r} are not positive ints")
+        elif chunks is not None and not _is_int(chunks, 1):
+            raise ValueError(f"chunk_rows {chunks!r} is not a positive int")
+        if graph is not None and (not isinstance(graph, dict) or graph.get("graph") is not None):
+            raise ValueError(f"graph {graph!r} is not a decision of its own")
+        return cls(method, GemmConfig(**entry["config"]), engine, float(time_us), chunks, early,
+                   cls.from_json(graph) if graph is not None else None)
+
+    def fits(self, op: str, M: int, world_size: int) -> bool:
+        """Whether ``op`` over ``M`` rows (as :func:`key_for` takes them) on ``world_size``
+        ranks can run this decision's knobs: a GEMM-RS's chunk sizes (a tuple) sum to its
+        segment ``M / W`` and its ``early_rows`` is below it; the other ops take no tuple,
+        and no ``early_rows``."""
+        seg = M // max(world_size, 1)
+        if op == "gemm_rs":
+            ok = (not isinstance(self.chunk_rows, tuple) or sum(self.chunk_rows) == seg) and (
+                self.early_rows < max(seg, 1))
+        else:
+            ok = not isinstance(self.chunk_rows, tuple) and self.early_rows == 0
+        return ok and (self.graph is None or self.graph.fits(op, M, world_size))
+
+
+def _is_int(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def _device_name() -> str:
@@ -54,11 +91,14 @@ def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int
 
 def lookup(op: str, M: int, N: int, K: int, dtype: torch.dtype,
            world_size: int) -> Decision | None:
-    """The cached decision for this op and shape on this device, if tuned."""
+    """The cached decision for this op and shape on this device, if tuned; ``None`` where
+    there is none, or the entry is not one this version can run (written by another
+    version, or damaged): the op then decides without it, and ``tune`` replaces it."""
     entry = cache.get(key_for(op, M, N, K, dtype, world_size))
     if entry is None:
         return None
     try:
-        return Decision.from_json(entry)
-    except (KeyError, TypeError, ValueError):  # written by an older version: tune again
+        decision = Decision.from_json(entry)
+    except (KeyError, TypeError, ValueError):  # written by another version: tune again
         return None
+    return decision if decision.fits(op, M, world_size) else None

@@ -4,8 +4,9 @@ A candidate is (method, engine, tile config). Every rank runs the same fixed num
 warm-up and timed calls per candidate (CUDA events on GPU, the host clock on CPU; never
 ``triton.testing.do_bench``, whose adaptive counts differ across ranks and would deadlock a
 collective), takes the median, the ranks agree on the slowest rank's median (all-reduce max
-over the host group), and rank 0's choice is broadcast. The decision is cached on disk
-(``tune/cache.py``) and read by the ops' ``method="auto"`` through
+over the host group), so every rank picks the same candidate from the same numbers
+(failures are agreed too: :func:`all_ok`). Rank 0 caches the decision on disk
+(``tune/cache.py``), where the ops' ``method="auto"`` reads it through
 ``decisions.lookup`` (which sits below the ops; this module sits above them).
 
 The first pass measures every candidate in ``FIRST_PASS_ROUNDS`` rounds, the second in
@@ -42,6 +43,7 @@ are tried with the first tile config only.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import sys
 import time
@@ -206,15 +208,19 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
          save: bool = True) -> Decision:
     """Measure the fallback and every (tile config, engine) of ``op``'s overlapped path
     with fixed warm-up and iteration counts on every rank (``iters`` samples of ``batch``
-    back-to-back calls; default 4 on GPU, 1 on CPU); the slowest rank's median decides, rank
-    0 broadcasts the winner and caches it (collective).
+    back-to-back calls; default 4 on GPU, 1 on CPU); the slowest rank's median decides (the
+    same winner on every rank), rank 0 caches it (collective).
 
     Shapes as the op sees them on one rank: ``ag_gemm``: a ``[M / W, K]``, b ``[K, N]``;
     ``gemm_rs`` / ``gemm_ar``: a ``[M, K]``, b ``[K, N]``; b is timed as a transposed
     ``[N, K]`` weight (``weight.t()``). Returns the agreed decision. Bad arguments raise
-    ``ValueError`` before anything is allocated or timed.
+    ``ValueError`` before anything is allocated or timed. One rank has nothing to overlap
+    (the ops always fall back there): only the fallback is timed, and chosen. Where every
+    candidate fails, the fallback too, nothing is cached and ``RuntimeError`` says why on
+    every rank; so does a decision that rank 0 cannot write (``cache.CacheError``).
     """
     from .. import ops
+    from ..ops.tp_gemm import DTYPES
     from ..runtime.world import current
 
     rt = current()
@@ -224,6 +230,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     M, N, K = (check_int(v, f"tune: {name}", 1) for name, v in (("M", M), ("N", N), ("K", K)))
     if op != "gemm_ar" and M % W:
         raise ValueError(f"tune: {op} splits M = {M} rows over {W} ranks; M must divide by {W}")
+    if dtype not in DTYPES:
+        raise ValueError(f"tune: dtype must be one of {', '.join(map(str, DTYPES))} (the ops' "
+                         f"dtypes), got {dtype!r}")
     warmup = check_int(warmup, "tune: warmup")
     iters = check_int(iters, "tune: iters", 1)
     if batch is not None:
@@ -248,7 +257,7 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     # chunk sizes matter where the copy engine moves whole chunks: a shard, a half, a quarter
     chunkings = [None] + sorted({-(-rows // d) for d in (2, 4)} - {rows}, reverse=True)
     trials = [Trial("fallback", candidates[0], engines[0])]
-    for c in candidates:
+    for c in candidates if W > 1 else ():  # one rank: nothing to overlap, "auto" falls back
         for e in engines:
             if e in MATMUL_ENGINES.get(op, ()) and c is not candidates[0]:
                 continue  # cuBLAS per chunk: no tile config to vary
@@ -302,6 +311,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
             print(f"[ditron tune]   {shown}  {trial.label()}"
                   + (f"  ({errors[i]})" if i in errors else ""), file=sys.stderr)
     best = min(range(len(trials)), key=lambda j: results[j])
+    if results[best] == float("inf"):  # agreed: the same on every rank
+        raise RuntimeError(f"tune: {op} M={M} N={N} K={K} {dtype}: every candidate failed, "
+                           f"the fallback with {errors.get(0)}; nothing cached")
     close = confirm_set(trials, results)
     if close and results[0] != float("inf"):
         best = _confirm(trials, close, fn_op, a, b, op, warmup, iters, dev, batch,
@@ -313,12 +325,16 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
         if picked is not None:
             graph = trials[picked[0]].decision(picked[1])
     decision = trials[best].decision(results[best], graph)
+    saved = None
     if save and rt.world.rank == 0:
-        cache.put(key_for(op, M, N, K, dtype, W), dataclasses.asdict(decision))
+        try:
+            cache.put(key_for(op, M, N, K, dtype, W), dataclasses.asdict(decision))
+        except cache.CacheError as exc:  # every rank raises, none waits for rank 0
+            saved = exc
     for key in [k for k in rt.cache if isinstance(k, tuple) and k[0] == "tp_gemm_choice"]:
         del rt.cache[key]  # "auto" decides again, now from the new decision
-    if W > 1:
-        dist.barrier(group=rt.host_group)
+    if not all_ok(saved is None):  # also the barrier: every rank waits for rank 0's write
+        raise saved or RuntimeError("tune: rank 0 could not write the decision to the cache")
     return decision
 
 
@@ -421,7 +437,7 @@ def split_rows_for(a: torch.Tensor, b: torch.Tensor, seg: int,
     so the split saves twice what it saves here; the bound keeps each chunk's pull hidden
     under the other chunk's GEMM. Collective (:func:`_row_times`)."""
     step = min(EARLY_STEP, max(seg // 8, 1))
-    rs = range(max(-(-int(SPLIT_LEAST * seg) // step) * step, step), -(-seg // 2), step)
+    rs = range(max(-(-math.ceil(SPLIT_LEAST * seg) // step) * step, step), -(-seg // 2), step)
     halves = (seg // 2, seg - seg // 2)
     t = _row_times(a, b, {*halves} | {r for r in rs} | {seg - r for r in rs}, batch)
     return [(seg - r, r) for r in _fastest(rs, lambda r: t[r] + t[seg - r],

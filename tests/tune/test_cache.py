@@ -1,8 +1,9 @@
-"""The tuned-decision cache on disk: entries of concurrent writers survive, a bad file is
-treated as empty."""
+"""The tuned-decision cache on disk: entries of concurrent writers survive, a bad file (or
+one that cannot be opened) is treated as empty, a damaged entry as no decision."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 
@@ -43,3 +44,98 @@ def test_unreadable_file_reads_as_empty_and_is_replaced(tmp_path, monkeypatch):
     assert cache.get("k") == {"method": "fallback"}
     (tmp_path / cache.FILE).write_text("[1, 2]")  # valid JSON, not a table of entries
     assert cache.load() == {}
+
+
+def test_unreadable_location_reads_as_empty_and_a_write_says_where(tmp_path, monkeypatch):
+    """A cache that cannot be opened (``DITRON_CACHE_DIR`` a file, ``tune.json`` a folder)
+    reads as no decisions, as a damaged file does: ``load`` used to raise there, and with
+    it every ``method="auto"`` TP GEMM and ``ditron info``. Writing there raises
+    ``CacheError`` naming the file, and leaves no temporary file behind."""
+    import pytest
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("DITRON_CACHE_DIR", str(tmp_path / "file"))
+    assert cache.load() == {} and cache.get("k") is None
+    with pytest.raises(cache.CacheError, match=r"tune.json \(DITRON_CACHE_DIR\): .*file is "
+                                               r"not a folder"):
+        cache.put("k", {"method": "fallback"})
+    monkeypatch.setenv("DITRON_CACHE_DIR", str(tmp_path / "dir"))
+    (tmp_path / "dir" / cache.FILE).mkdir(parents=True)
+    assert cache.load() == {}
+    with pytest.raises(cache.CacheError, match="cannot write the tuning cache"):
+        cache.put("k", {"method": "fallback"})
+    assert sorted(p.name for p in (tmp_path / "dir").iterdir()) == [cache.FILE,
+                                                                    cache.FILE + ".lock"]
+
+
+def _entry(**changes) -> dict:
+    from ditron.kernels.gemm import CPU_CONFIG
+
+    entry = {"method": "overlap", "config": dataclasses.asdict(CPU_CONFIG),
+             "engine": "copy_engine", "time_us": 12.5, "chunk_rows": None, "early_rows": 0,
+             "graph": None}
+    return {**entry, **changes}
+
+
+DAMAGED = [5, "overlap", [1, 2], _entry(graph="g"), _entry(graph=_entry(graph=_entry())),
+           _entry(method="overlapped"), _entry(engine=3), _entry(time_us="fast"),
+           _entry(chunk_rows="x"), _entry(chunk_rows=0), _entry(chunk_rows=[4, -1]),
+           _entry(chunk_rows=[]), _entry(early_rows=-1), _entry(early_rows=True),
+           _entry(config={"block_m": 0}), _entry(config=[1])]
+
+
+def test_decisions_refuse_damaged_entries():
+    """``Decision.from_json`` refuses what this version did not write (an entry that was
+    no JSON object crashed it with ``AttributeError``, which ``lookup`` let through), and
+    ``fits`` refuses knobs the op cannot take for the shape (a GEMM-RS split that does not
+    sum to the segment, or ``early_rows`` past it), which crashed the op inside."""
+    import pytest
+
+    from ditron.tune.decisions import Decision
+
+    for entry in DAMAGED:
+        with pytest.raises((KeyError, TypeError, ValueError)):
+            Decision.from_json(entry)
+    split = Decision.from_json(_entry(chunk_rows=[12, 4], graph=_entry(chunk_rows=8)))
+    assert split.chunk_rows == (12, 4) and split.graph.chunk_rows == 8
+    assert split.fits("gemm_rs", 32, 2) and not split.fits("gemm_rs", 30, 2)
+    assert not split.fits("ag_gemm", 32, 2)  # the AG-GEMM chunks a shard by one size
+    assert not Decision.from_json(_entry(early_rows=16)).fits("gemm_rs", 32, 2)
+    assert Decision.from_json(_entry(early_rows=15)).fits("gemm_rs", 32, 2)
+    assert Decision.from_json(_entry(chunk_rows=5)).fits("ag_gemm", 32, 2)
+
+
+def _damaged_case(directory: str) -> list[bool]:
+    import os
+
+    import torch
+
+    import ditron
+    from ditron.tune import decisions
+
+    os.environ["DITRON_CACHE_DIR"] = directory
+    w = ditron.world()
+    shapes = {"ag_gemm": (8, 12, 16), "gemm_rs": (8, 12, 16), "gemm_ar": (6, 12, 16)}
+    damaged = {"ag_gemm": _entry(chunk_rows="x"), "gemm_rs": _entry(chunk_rows=[3, 3]),
+               "gemm_ar": 5}
+    if w.rank == 0:
+        for op, (M, N, K) in shapes.items():
+            cache.put(decisions.key_for(op, M, N, K, torch.float32, 2), damaged[op])
+    ditron.barrier()
+    same = []
+    for op, (M, N, K) in shapes.items():
+        assert decisions.lookup(op, M, N, K, torch.float32, 2) is None
+        torch.manual_seed(w.rank)
+        a = torch.randn(M // 2 if op == "ag_gemm" else M, K)
+        b = torch.randn(K, N)
+        fn = getattr(ditron.ops, op)
+        same.append(torch.allclose(fn(a, b), fn(a, b, method="fallback"), atol=1e-4))
+    return same
+
+
+def test_auto_ops_run_past_damaged_entries(tmp_path):
+    """``method="auto"`` with a damaged decision on disk decides as if none were cached (it
+    raised on rank 0, inside the choice the other ranks wait for in a broadcast)."""
+    import ditron
+
+    assert ditron.launch(_damaged_case, 2, str(tmp_path), backend="cpu") == [[True] * 3] * 2
