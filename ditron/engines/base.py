@@ -23,7 +23,9 @@ import dataclasses
 
 import torch
 
+from ..runtime.integers import as_int, check_int
 from ..runtime.signals import DeviceValue, SignalPad
+from ..runtime.world import current
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,14 +55,31 @@ class Transfer:
 
 
 def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = False,
-                   can_wait: bool = False) -> None:
-    """Raise ``ValueError`` for a transfer ``engine`` cannot move from ``rank``: ``src`` and
-    ``dst`` differ in shape or dtype, neither side is ``rank``'s, (``contiguous``) a side
-    is not contiguous, or it has ``after`` or a device-read signal value and the engine
-    cannot wait (``can_wait``)."""
-    if rank not in (t.src_rank, t.dst_rank):
-        raise ValueError(f"{engine}: rank {rank} issues a transfer from rank {t.src_rank} to "
-                         f"rank {t.dst_rank}; one side must be local")
+                   can_wait: bool = False, mapped: bool = True) -> None:
+    """Raise ``ValueError`` for a transfer ``engine`` cannot move from ``rank``: a rank
+    outside the world, neither side ``rank``'s, (``mapped``: engines that reach the peer's
+    heap) the other side on another node, a signal slot outside its pad, ``src`` and
+    ``dst`` differing in shape or dtype, (``contiguous``) a side not contiguous, or
+    ``after`` or a device-read signal value where the engine cannot wait (``can_wait``).
+    Engines check every transfer of a batch before moving any."""
+    rt = current()
+    size = rt.world.world_size
+    src_rank, dst_rank = t.src_rank, t.dst_rank
+    if not (type(src_rank) is int and type(dst_rank) is int  # the common case (hot path)
+            and 0 <= src_rank < size and 0 <= dst_rank < size):
+        check_int(src_rank, f"{engine}: src_rank", 0, size)
+        check_int(dst_rank, f"{engine}: dst_rank", 0, size)
+    if rank != src_rank and rank != dst_rank:
+        raise ValueError(f"{engine}: rank {rank} issues a transfer from rank {src_rank} to "
+                         f"rank {dst_rank}; one side must be local")
+    other = dst_rank if src_rank == rank else src_rank
+    if mapped and rt.heap.mapping.peers[other] is None:
+        raise ValueError(f"{engine}: rank {other} is on another node (its heap is not mapped "
+                         f"on rank {rank}); use the network engine")
+    if t.signal is not None:
+        _check_slot(t.signal, "signal", engine)
+    if t.after is not None:
+        _check_slot(t.after, "after", engine)
     if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
         raise ValueError(f"{engine}: src {tuple(t.src.shape)} {t.src.dtype} and dst "
                          f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
@@ -74,6 +93,13 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
     if t.signal is not None and isinstance(t.signal.value, DeviceValue) and not can_wait:
         raise ValueError(f"{engine}: signal values read on the device (DeviceValue) need an "
                          f"engine with can_wait, e.g. copy_engine")
+
+
+def _check_slot(signal: Signal, what: str, engine: str) -> None:
+    slots = signal.pad.signals.shape[0]
+    index = signal.index
+    if not (type(index) is int or as_int(index) is not None) or not 0 <= index < slots:
+        raise ValueError(f"{engine}: {what} slot {index!r} is outside its pad's {slots} slots")
 
 
 class Engine(abc.ABC):

@@ -17,8 +17,7 @@ CPU: a single worker thread per process performs the copies with ``memcpy`` (aft
 the ``after`` signal, if any) and then stores the signal into the peer's pad (an aligned
 8-byte store; the copy's stores come first in program order, and x86 keeps stores in
 order). It never launches Triton (the interpreter is not thread-safe); :meth:`drain` joins
-the outstanding batches.
-"""
+every outstanding batch, then raises the first error any of them met (a wait timeout)."""
 
 from __future__ import annotations
 
@@ -66,12 +65,17 @@ def side_stream(device: torch.device, lane: int | str = 0) -> torch.cuda.Stream:
 
 
 def _endpoints(t: Transfer, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The transfer's tensors as this process can touch them (peer views for remote sides)."""
+    """The transfer's tensors as this process can touch them (peer views for remote sides;
+    ``ValueError`` where a remote side is not a symmetric tensor)."""
     if t.src.numel() == 0:
         return t.src, t.src  # nothing to move; only the signal matters
     heap = current().heap
-    src = t.src if t.src_rank == rank else heap.peer(t.src, t.src_rank)
-    dst = t.dst if t.dst_rank == rank else heap.peer(t.dst, t.dst_rank)
+    try:
+        src = t.src if t.src_rank == rank else heap.peer(t.src, t.src_rank)
+        dst = t.dst if t.dst_rank == rank else heap.peer(t.dst, t.dst_rank)
+    except ValueError as exc:
+        raise ValueError(f"copy_engine: the remote side of a transfer from rank {t.src_rank} "
+                         f"to rank {t.dst_rank} must be a symmetric tensor: {exc}") from None
     return src, dst
 
 
@@ -125,14 +129,20 @@ class CopyEngine(Engine):
 
     def _issue_cuda(self, transfers: list[Transfer], rank: int, since) -> None:
         rt = current()
+        # every remote side translated (and so checked) before anything is queued
+        raw = use_stream_memops() and all(_raw_ok(t) for t in transfers)
+        if raw:
+            spans = [_span(t, rank) for t in transfers]
+        else:
+            ends = [_endpoints(t, rank) for t in transfers]
         side = side_stream(rt.world.device, self._turn % self._lanes)
         self._turn += 1
         start_after(side, since)
         if side not in self._streams:
             self._streams.append(side)
         self._held += allocator_tensors(transfers)
-        if use_stream_memops() and all(_raw_ok(t) for t in transfers):
-            _issue_raw(transfers, rank, side)
+        if raw:
+            _issue_raw(transfers, spans, rank, side)
             return
         signals = side_stream(rt.world.device, "signals") if self._signal_lane else side
         if signals is not side:
@@ -141,8 +151,7 @@ class CopyEngine(Engine):
             if signals not in self._streams:
                 self._streams.append(signals)
         with torch.cuda.stream(side):
-            for t in transfers:
-                src, dst = _endpoints(t, rank)
+            for t, (src, dst) in zip(transfers, ends, strict=True):
                 if t.after is not None:
                     wait_one(t.after.pad, t.after.index, t.after.value)
                     if t.clear_after:
@@ -165,6 +174,7 @@ class CopyEngine(Engine):
         self._streams = []
         self._turn = 0
         pending, self._pending = self._pending, []
+        cf.wait(pending)  # every batch, also those after one that failed, before raising
         for fut in pending:
             fut.result()
 
@@ -184,18 +194,29 @@ def _address(tensor: torch.Tensor, owner: int, rank: int) -> int:
     return heap.mapping.bases[owner] + heap.offset_of(tensor)
 
 
-def _issue_raw(transfers: list[Transfer], rank: int, side) -> None:
+def _span(t: Transfer, rank: int) -> tuple[int, int, int] | None:
+    """``t``'s destination and source addresses and byte count for a driver copy (``None``:
+    nothing to copy); ``ValueError`` where a remote side is not in the symmetric heap."""
+    if t.src.numel() == 0:
+        return None
+    try:
+        return (_address(t.dst, t.dst_rank, rank), _address(t.src, t.src_rank, rank),
+                t.src.numel() * t.src.element_size())
+    except ValueError as exc:
+        raise ValueError(f"copy_engine: the remote side of a transfer from rank {t.src_rank} "
+                         f"to rank {t.dst_rank} must be a symmetric tensor: {exc}") from None
+
+
+def _issue_raw(transfers: list[Transfer], spans: list, rank: int, side) -> None:
     stream = side.cuda_stream
-    for t in transfers:
+    for t, span in zip(transfers, spans, strict=True):
         if t.after is not None:
             slot = slot_address(t.after.pad, t.after.index, rank)
             stream_memops.wait_value(stream, slot, t.after.value)
             if t.clear_after:
                 stream_memops.write_value(stream, slot, 0)
-        if t.src.numel():
-            stream_memops.memcpy(stream, _address(t.dst, t.dst_rank, rank),
-                                 _address(t.src, t.src_rank, rank),
-                                 t.src.numel() * t.src.element_size())
+        if span is not None:
+            stream_memops.memcpy(stream, *span)
         if t.signal is not None:
             stream_memops.write_value(
                 stream, slot_address(t.signal.pad, t.signal.index, t.dst_rank), t.signal.value)

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ..runtime.world import current
-from .base import Engine, Transfer, register_engine
+from .base import Engine, Transfer, check_transfer, register_engine
 
 
 @register_engine
@@ -40,16 +40,12 @@ class NetworkEngine(Engine):
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rank = current().world.rank
-        ops = []
-        for t in transfers:
-            if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
-                raise ValueError(f"network engine: src {tuple(t.src.shape)} {t.src.dtype} "
-                                 f"and dst {tuple(t.dst.shape)} {t.dst.dtype} differ")
+        for t in transfers:  # all of them before posting any
             if t.src_rank == t.dst_rank:
                 raise ValueError("network engine: a transfer must cross ranks")
-            if t.after is not None:
-                raise ValueError("network engine: cannot wait for a signal before a transfer "
-                                 "(after=)")
+            check_transfer(t, rank, "network engine", mapped=False)
+        ops = []
+        for t in transfers:
             if rank == t.src_rank and t.src.numel():
                 group, staged = self._group(t.src)
                 buf = t.src.contiguous()
@@ -66,9 +62,6 @@ class NetworkEngine(Engine):
                         self._landing.append((buf, t.dst, t.reduce))
                 if t.signal is not None:
                     self._signals.append(t.signal)
-            elif rank != t.src_rank:
-                raise ValueError(f"network engine: rank {rank} is neither end of a transfer "
-                                 f"from {t.src_rank} to {t.dst_rank}")
         if ops:
             self._works.extend(dist.batch_isend_irecv(ops))
 

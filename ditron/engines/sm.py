@@ -9,8 +9,11 @@ program to finish a transfer (a per-transfer counter, reset by that program) rai
 transfer's signal with ``notify`` (release, system scope), so the consumer sees every block.
 
 Transfers of one batch are grouped by (dtype, reduce, signal value); tensors must be
-contiguous. With ``concurrent=True`` (CUDA) the kernels run on a side stream, beside later
-work of the issuing stream, until :meth:`drain`. Descriptor tables are cached by their
+contiguous, and a moved dtype outside ``runtime/dtypes.py``'s native ones (``bool``, fp8,
+``int16``, ``complex64``, ...) moves bit for bit as its carrier. Every transfer of a batch
+is checked (ranks, the remote side inside its peer's heap) before any launch. With
+``concurrent=True`` (CUDA) the kernels run on a side stream, beside later work of the
+issuing stream, until :meth:`drain`. Descriptor tables are cached by their
 contents, so repeated calls on the same buffers launch without host-to-device copies.
 """
 
@@ -23,7 +26,8 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
-from ..runtime.dtypes import check_summed, tl_accumulator
+from ..runtime.dtypes import carried, carrier, check_moved, check_summed, tl_accumulator
+from ..runtime.integers import check_int
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, register_engine
@@ -94,11 +98,13 @@ class SmEngine(Engine):
 
     def __init__(self, programs: int | None = None, block: int | None = None,
                  concurrent: bool = False) -> None:
-        if programs is not None and programs < 1:
-            raise ValueError(f"sm engine: programs must be >= 1, got {programs}")
+        if programs is not None:
+            programs = check_int(programs, "sm engine: programs", 1)
+        if block is not None and (check_int(block, "sm engine: block", 1) & (block - 1)):
+            raise ValueError(f"sm engine: block must be a power of two, got {block}")
         self.programs = programs or _default_programs()
         cpu = current().world.backend == "cpu"
-        self.block = block or (4096 if cpu else 2048)
+        self.block = int(block) if block is not None else (4096 if cpu else 2048)
         self._tables: OrderedDict = OrderedDict()
         self._lane = SideLane(current().world.device, concurrent)
 
@@ -109,8 +115,9 @@ class SmEngine(Engine):
             _check(t, rt.world.rank)
             value = t.signal.value if t.signal is not None else 0
             groups.setdefault((t.src.dtype, t.reduce, value), []).append(t)
+        tables = [(key, batch, self._table(batch)) for key, batch in groups.items()]
         with self._lane.launching(transfers, since):
-            self._launch(groups, rt.context())
+            self._launch(tables, rt.context())
 
     def mark(self) -> object | None:
         return self._lane.mark()
@@ -118,16 +125,18 @@ class SmEngine(Engine):
     def drain(self) -> None:
         self._lane.drain()
 
-    def _launch(self, groups: dict, ctx) -> None:
-        for (_, reduce, value), batch in groups.items():
-            desc, counters, sig_typed = self._table(batch)
+    def _launch(self, tables: list, ctx) -> None:
+        for (dtype, reduce, value), batch, (desc, counters, sig_typed) in tables:
             grid = (self.programs, len(batch))
-            _FAST_MOVE[grid](desc, batch[0].src, sig_typed, counters, value, ctx,
+            _FAST_MOVE[grid](desc, carried(batch[0].src), sig_typed, counters, value, ctx,
                              BLOCK=self.block, REDUCE=reduce, VEC=_vector(batch),
-                             ACC=tl_accumulator(batch[0].src.dtype), num_warps=8)
+                             ACC=tl_accumulator(carrier(dtype)), num_warps=8)
 
     @torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
     def _table(self, batch: list[Transfer]):
+        """The batch's descriptor table, counters and a tensor typed as its signals; on a
+        new table, first check that every remote side lies in its peer's heap (a table's
+        addresses, ranks and sizes key it, so a cached one was checked when it was made)."""
         rows = []
         sig_typed = None
         for t in batch:
@@ -138,9 +147,10 @@ class SmEngine(Engine):
                 sig_rank = t.dst_rank
             rows.append((t.src.data_ptr(), t.dst.data_ptr(), t.src.numel(), t.src_rank,
                          t.dst_rank, sig_addr, sig_rank))
-        key = tuple(rows)
+        key = (batch[0].src.element_size(), tuple(rows))
         entry = self._tables.get(key)
         if entry is None:
+            _check_remote(batch)
             device = current().world.device
             desc = torch.tensor([v for r in rows for v in r], dtype=torch.int64, device=device)
             counters = torch.zeros(len(rows), dtype=torch.int64, device=device)
@@ -167,3 +177,23 @@ def _check(t: Transfer, rank: int) -> None:
     check_transfer(t, rank, "sm engine", contiguous=True)
     if t.reduce:
         check_summed("sm engine", t.src.dtype)
+    else:
+        check_moved("sm engine", t.src.dtype)
+
+
+def _check_remote(batch: list[Transfer]) -> None:
+    """Raise ``ValueError`` unless the remote side of every non-empty transfer of ``batch``
+    lies inside one live symmetric buffer (the kernel translates it without a check)."""
+    rt = current()
+    me = rt.world.rank
+    for t in batch:
+        if t.src.numel() == 0:
+            continue
+        for side, owner in ((t.src, t.src_rank), (t.dst, t.dst_rank)):
+            if owner != me:
+                try:
+                    rt.heap.peer(side, owner)
+                except ValueError as exc:
+                    raise ValueError(f"sm engine: the remote side of a transfer from rank "
+                                     f"{t.src_rank} to rank {t.dst_rank} must be a "
+                                     f"symmetric tensor: {exc}") from None

@@ -30,7 +30,9 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.dtypes import carried, check_moved
 from ..runtime.grid_math import next_power_of_2
+from ..runtime.integers import check_int
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, register_engine
 from .streams import SideLane
@@ -99,17 +101,17 @@ class TmaEngine(Engine):
     def __init__(self, programs: int | None = None, block_rows: int = 128,
                  concurrent: bool = False, stages: int = 3) -> None:
         rt = current()
-        if programs is not None and programs < 1:
-            raise ValueError(f"tma engine: programs must be >= 1, got {programs}")
-        if block_rows < 1 or block_rows > 256 or block_rows & (block_rows - 1):
+        if programs is not None:
+            programs = check_int(programs, "tma engine: programs", 1)
+        block_rows = check_int(block_rows, "tma engine: block_rows", 1, 257)
+        if block_rows & (block_rows - 1):
             raise ValueError(f"tma engine: block_rows must be a power of two in [1, 256], "
                              f"got {block_rows}")
+        stages = check_int(stages, "tma engine: stages", 1)
         cpu = rt.world.backend == "cpu"
         check_supported(rt.world.device)
         self.programs = programs or (1 if cpu else 16)
         self.block_rows = block_rows
-        if stages < 1:
-            raise ValueError(f"tma engine: stages must be >= 1, got {stages}")
         if not cpu:  # a box is block_rows x 512 bytes; leave room for the compiler's own
             smem = torch.cuda.get_device_properties(rt.world.device).shared_memory_per_block_optin
             stages = max(1, min(stages, (smem - _SMEM_SPARE) // (block_rows * _BOX_BYTES)))
@@ -123,9 +125,10 @@ class TmaEngine(Engine):
         me = current().world.rank
         for t in transfers:
             _check(t, me)
+        moves = [_endpoints(t, me) for t in transfers]  # every peer view before any launch
         with self._lane.launching(transfers, since):
-            for t in transfers:
-                self._launch(t)
+            for t, (src, dst) in zip(transfers, moves, strict=True):
+                self._launch(t, src, dst)
 
     def mark(self) -> object | None:
         return self._lane.mark()
@@ -133,23 +136,14 @@ class TmaEngine(Engine):
     def drain(self) -> None:
         self._lane.drain()
 
-    def _launch(self, t: Transfer) -> None:
+    def _launch(self, t: Transfer, src: torch.Tensor, dst: torch.Tensor) -> None:
         from triton.tools.tensor_descriptor import TensorDescriptor
-
-        from ..runtime.symmetric import peer
 
         rt = current()
         me = rt.world.rank
         n = t.src.numel()
         if n == 0 and t.signal is None:
             return
-        # the remote side as this rank sees it: a view of the peer's heap (an empty
-        # transfer only raises its signal; any valid pointer stands in for its tensors)
-        if n == 0:
-            src = dst = t.src.new_empty(1)
-        else:
-            src = t.src if t.src_rank == me else peer(t.src, t.src_rank)
-            dst = t.dst if t.dst_rank == me else peer(t.dst, t.dst_rank)
         C = _row_elems(src)
         rows = n // C
         use_tma = rows > 0 and src.data_ptr() % 16 == 0 and dst.data_ptr() % 16 == 0
@@ -178,3 +172,24 @@ def _check(t: Transfer, rank: int) -> None:
     check_transfer(t, rank, "tma engine", contiguous=True)
     if t.reduce:
         raise ValueError("tma engine: cannot reduce; use the sm engine for reducing transfers")
+    check_moved("tma engine", t.src.dtype)
+
+
+def _endpoints(t: Transfer, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``t``'s tensors as this rank reaches them (the remote side a view of the peer's
+    heap; ``ValueError`` where it is not symmetric), as their carrier dtype
+    (``runtime/dtypes.py``: moved bit for bit). An empty transfer only raises its signal;
+    any valid pointer stands in for its tensors."""
+    from ..runtime.symmetric import peer
+
+    if t.src.numel() == 0:
+        src = dst = t.src.new_empty(1)
+    else:
+        try:
+            src = t.src if t.src_rank == rank else peer(t.src, t.src_rank)
+            dst = t.dst if t.dst_rank == rank else peer(t.dst, t.dst_rank)
+        except ValueError as exc:
+            raise ValueError(f"tma engine: the remote side of a transfer from rank "
+                             f"{t.src_rank} to rank {t.dst_rank} must be a symmetric "
+                             f"tensor: {exc}") from None
+    return carried(src), carried(dst)

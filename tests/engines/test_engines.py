@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -164,17 +166,27 @@ def check_engine_errors() -> int:
         get_engine("tma", programs=0)
     with pytest.raises(ValueError, match="block_rows"):
         get_engine("tma", block_rows=3)
-    with pytest.raises(ValueError, match="stages must be >= 1"):
+    with pytest.raises(ValueError, match="stages must be a positive int"):
         get_engine("tma", stages=0)
+    with pytest.raises(ValueError, match="programs must be a positive int, got 2.5"):
+        get_engine("tma", programs=2.5)
+    with pytest.raises(ValueError, match="programs must be a positive int, got 2.5"):
+        get_engine("sm", programs=2.5)
+    # a negative block copied nothing and raised the signal; 0 took the default
+    for block in (-4, 0):
+        with pytest.raises(ValueError, match="block must be a positive int"):
+            get_engine("sm", block=block)
+    with pytest.raises(ValueError, match="block must be a power of two"):
+        get_engine("sm", block=100)
     with pytest.raises(ValueError, match="cannot reduce"):
         get_engine("tma").issue([Transfer(x, buf, me, 1 - me, reduce=True)])
     with pytest.raises(ValueError, match="clear_after needs a signal to wait for"):
         get_engine("copy_engine").issue([Transfer(buf, x, 1 - me, me, clear_after=True)])
-    return 10
+    return 15
 
 
 def test_engine_errors():
-    assert ditron.launch(check_engine_errors, 2, backend="cpu") == [10, 10]
+    assert ditron.launch(check_engine_errors, 2, backend="cpu") == [15, 15]
     with pytest.raises(ValueError, match="unknown transfer engine"):
         get_engine("pigeon")
     with pytest.raises(ValueError, match="lanes must be a positive int"):
@@ -273,3 +285,156 @@ def check_after_signal() -> tuple[bool, str]:
 def test_transfer_after_signal():
     got = ditron.launch(check_after_signal, 2, backend="cpu")
     assert got == [(True, "0 99 0 signals:test_after[1]"), (True, "1 99 0 signals:test_after[0]")]
+
+
+def check_bad_batches() -> tuple[bool, int, float]:
+    """A batch with one transfer the engine cannot move raises ``ValueError`` before any
+    of it moves. Returns whether anything landed in this rank's box or pad from the peer's
+    refused batches, the network receive's slot after its refused batch's drain, and what
+    its receive buffer holds."""
+    w = ditron.world()
+    me, peer = w.rank, 1 - w.rank
+    pad = ditron.signal_pad("test_bad_batches", 2)
+    box = ditron.zeros((64,), torch.float32)
+    mine = torch.ones(64, device=w.device)
+    ditron.barrier()
+    good = Transfer(mine, box, me, peer, Signal(pad, 0, 1))
+    bad = {r"dst_rank must be an int in \[0, 2\), got 7": Transfer(mine, box, me, 7),
+           "signal slot 2 is outside its pad's 2 slots":
+               Transfer(mine, box, me, peer, Signal(pad, 2, 1)),
+           "signal slot -1 is outside": Transfer(mine, box, me, peer, Signal(pad, -1, 1)),
+           "must be a symmetric tensor":
+               Transfer(mine, torch.zeros(64, device=w.device), me, peer)}
+    for name in ("copy_engine", "sm", "tma"):
+        engine = get_engine(name)
+        for match, t in bad.items():
+            with pytest.raises(ValueError, match=match):
+                engine.issue([good, t])
+            engine.drain()
+    if w.device.type == "cuda":
+        torch.cuda.synchronize()
+    ditron.barrier()
+    landed = bool(box.any()) or bool(pad.signals.any())
+    ditron.barrier()
+    # the network engine: a refused batch leaves no receive posted and no signal to raise
+    net = get_engine("network")
+    inbox = torch.full((64,), -1.0, device=w.device)
+    with pytest.raises(ValueError, match="cross ranks"):
+        net.issue([Transfer(inbox, inbox, peer, me, Signal(pad, 1, 5)),
+                   Transfer(mine, mine, me, me)])
+    net.drain()
+    return landed, int(pad.signals[1]), float(inbox[0])
+
+
+def test_bad_batch_moves_nothing():
+    # before: the sm engine wrote the signal past its pad (into the box), the tma engine
+    # moved the good transfer before refusing the bad one, and the network engine raised
+    # the refused receive's signal at its next drain, with nothing received
+    assert ditron.launch(check_bad_batches, 2, backend="cpu") == [(False, 0, -1.0)] * 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_bad_batch_moves_nothing_cuda():
+    assert ditron.launch(check_bad_batches, 2, backend="cuda") == [(False, 0, -1.0)] * 2
+
+
+def check_other_node() -> list[str]:
+    """The heap engines refuse a peer on another (simulated) node before moving anything."""
+    me = ditron.world().rank
+    box = ditron.zeros((8,), torch.float32)
+    other = (me + 2) % 4
+    errors = []
+    for name in ("copy_engine", "sm", "tma"):
+        with pytest.raises(ValueError, match=f"rank {other} is on another node") as info:
+            get_engine(name).issue([Transfer(torch.ones(8), box, me, other)])
+        errors.append(str(info.value).split(":")[0])
+    return errors
+
+
+def test_heap_engines_refuse_other_nodes(monkeypatch):
+    # before: the sm engine's kernel translated into an unmapped heap (SIGSEGV)
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
+    got = ditron.launch(check_other_node, 4, backend="cpu")
+    assert got == [["copy_engine", "sm engine", "tma engine"]] * 4
+
+
+MOVED = (torch.bool, torch.float8_e4m3fn, torch.int16, torch.uint16, torch.complex64,
+         torch.float64)
+
+
+def check_moved_dtypes(name: str, n: int) -> list[bool]:
+    """Push a payload of every dtype of ``MOVED`` to the right neighbour; whether each
+    arrived bit for bit."""
+    w = ditron.world()
+    me, size = w.rank, w.world_size
+    right, left = (me + 1) % size, (me - 1) % size
+    engine = get_engine(name)
+    pad = ditron.signal_pad(f"test_moved:{name}", 1)
+    same = []
+    for dtype in MOVED:
+        box = ditron.zeros((n,), dtype)
+        ditron.barrier()
+        epoch = pad.next_epoch()
+        payload = _bits(me, n, dtype).to(w.device)
+        engine.issue([Transfer(payload, box, me, right, Signal(pad, 0, epoch))])
+        wait_slots(pad, 0, range(0, 1), epoch)
+        engine.drain()
+        same.append(torch.equal(box.view(torch.uint8).cpu(),
+                                _bits(left, n, dtype).view(torch.uint8)))
+        ditron.barrier()
+        ditron.free(box)
+    return same
+
+
+def _bits(rank: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(rank)
+    raw = torch.randint(0, 256, (n * dtype.itemsize,), generator=g, dtype=torch.uint8)
+    if dtype == torch.bool:
+        raw = raw % 2
+    return raw.view(dtype)
+
+
+@pytest.mark.parametrize("name", ["copy_engine", "sm", "tma"])
+def test_engines_move_any_dtype(name):
+    # before: the sm engine raised KeyError for every dtype outside the native ones, the
+    # tma engine a descriptor error for bool and KeyError for complex64
+    n = 1000  # tma: rows of 512-byte boxes plus a tail for every width
+    got = ditron.launch(check_moved_dtypes, 3, name, n, backend="cpu")
+    assert got == [[True] * len(MOVED)] * 3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", ["copy_engine", "sm", "tma"])
+def test_engines_move_any_dtype_cuda(name):
+    got = ditron.launch(check_moved_dtypes, 2, name, 100_003, backend="cuda")
+    assert got == [[True] * len(MOVED)] * 2
+
+
+def check_drain_after_failure() -> tuple[str, float]:
+    """Two batches whose ``after`` never comes in time: ``drain`` raises the first one's
+    timeout only once the second one has ended too, so nothing lands after it returns."""
+    me = ditron.world().rank
+    pad = ditron.signal_pad("test_drain_failure", 2)
+    src, out = torch.ones(8), torch.zeros(8)
+    engine = get_engine("copy_engine")
+    ditron.set_wait_timeout(0.3)
+    engine.issue([Transfer(src, out, me, me, after=Signal(pad, 0, 1))])
+    engine.issue([Transfer(src, out, me, me, after=Signal(pad, 1, 1))])
+    try:
+        engine.drain()
+    except ditron.WaitTimeoutError as exc:
+        error = exc.signal
+    else:
+        error = "no timeout"
+    pad.signals[1].fill_(1)  # too late: the second batch must have given up already
+    time.sleep(0.2)
+    return error, float(out.sum())
+
+
+def test_copy_engine_drain_waits_for_every_batch():
+    # before: drain raised at the first failed batch and returned while the second still
+    # polled, which then copied into ``out`` once its signal came
+    got = ditron.launch(check_drain_after_failure, 1, backend="cpu")
+    assert got == [("signals:test_drain_failure[0]", 0.0)]
