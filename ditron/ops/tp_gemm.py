@@ -58,7 +58,7 @@ from ..kernels.gemm import (
 from ..plan import deps as plan_deps
 from ..plan import ir as plan_ir
 from ..plan import lowering, templates
-from ..runtime.agreement import agree
+from ..runtime.agreement import agree, rank0_decides
 from ..runtime.diagnostics import check_waits
 from ..runtime.grid_math import cdiv
 from ..runtime.integers import as_int, check_int
@@ -167,10 +167,9 @@ def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
     choice = rt.cache.get(key)
     if choice is None:
         # Ranks must take the same path (their caches on disk may differ): rank 0 decides.
-        decided = [_auto_choice(op, M, N, K, dtype, config, cfg, scalar)
-                   if rt.world.rank == 0 else None]
-        dist.broadcast_object_list(decided, group=rt.host_group, group_src=0)
-        choice = rt.cache[key] = decided[0]
+        choice = rt.cache[key] = rank0_decides(
+            f"ditron.ops.{op} method='auto'",
+            lambda: _auto_choice(op, M, N, K, dtype, config, cfg, scalar))
     if choice.graph is not None and graph_mode():
         return choice.graph
     return choice

@@ -3,12 +3,14 @@
 A collective call (an op, a megakernel's compile) that ranks make with different shapes or
 options would leave some of them waiting for data that never comes. :func:`agree` gathers a
 named signature of the call over the host group and raises on every rank, naming what
-differs, when they disagree.
+differs, when they disagree. :func:`raise_together` does the same for problems each rank
+finds in its own data, and :func:`rank0_decides` for a choice that rank 0 makes for all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 import torch.distributed as dist
 
@@ -18,6 +20,8 @@ from .world import current
 _AGREED = "agreed_calls"
 #: agreed signatures kept before the set starts over
 _MAX_AGREED = 4096
+
+T = TypeVar("T")
 
 
 def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
@@ -72,6 +76,32 @@ def raise_together(what: str, problem: str | None) -> None:
     if any(p is not None for p in problems):
         lines = "\n".join(f"  rank {r}: {p}" for r, p in enumerate(problems) if p is not None)
         raise ValueError(f"{what}:\n{lines}")
+
+
+def rank0_decides(what: str, decide: Callable[[], T]) -> T:
+    """``decide()`` run on rank 0 and its (picklable) result given to every rank (one host
+    broadcast): a choice ranks must share that reads rank 0's own state (its tuning cache
+    on disk). Where ``decide`` raises on rank 0, it raises there and every other rank raises
+    ``RuntimeError`` naming it, instead of waiting for a result that never comes."""
+    rt = current()
+    if rt.world.world_size == 1:
+        return decide()
+    error = None
+    if rt.world.rank == 0:
+        try:
+            box = [(decide(), None)]
+        except Exception as exc:  # noqa: BLE001 - told to every rank, re-raised here
+            error = exc
+            box = [(None, f"{type(exc).__name__}: {exc}")]
+    else:
+        box = [None]
+    dist.broadcast_object_list(box, group=rt.host_group, group_src=0)
+    if error is not None:
+        raise error
+    value, problem = box[0]
+    if problem is not None:
+        raise RuntimeError(f"{what}: rank 0 failed to decide for every rank: {problem}")
+    return value
 
 
 def _gather(what: str, names: tuple[str, ...], values: tuple) -> list[tuple]:

@@ -26,6 +26,7 @@ import torch
 
 from ..kernels import tiles
 from ..kernels.descriptors import describe, tma_wanted, transposable
+from ..runtime.agreement import rank0_decides
 from ..runtime.integers import as_int, check_int
 from ..runtime.symmetric import empty
 from ..runtime.world import current
@@ -215,13 +216,15 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     the ``reduce`` tiles then also wait for the ``up`` tiles that read their rows) or the
     next layer's input. ``blocks``: the tile sizes; by default those that ``tune_mlp``
     (``task/tp_mlp_tuner.py``) cached for these shapes, dtype and world size on this
-    device, else :func:`default_blocks` for its rows."""
+    device (rank 0's cache, broadcast: then the call is collective), else
+    :func:`default_blocks` for its rows."""
     if x.dim() != 2 or w_gate.dim() != 2:
         raise ValueError("add_tp_mlp: x and the weights must be 2-d")
     rt = current()
     W = rt.world.world_size
-    if blocks is None:
-        blocks = (tuned_blocks(*x.shape, w_gate.shape[1], x.dtype, W)
+    if blocks is None:  # rank 0's cache decides: the ranks' caches on disk may differ
+        blocks = (rank0_decides("add_tp_mlp: tuned blocks",
+                                lambda: tuned_blocks(*x.shape, w_gate.shape[1], x.dtype, W))
                   or default_blocks(x.shape[0], x.dtype, shared_memory(x.device)))
     blocks = _check_blocks(blocks)
     _check(x, w_gate, w_up, w_down, out, residual)

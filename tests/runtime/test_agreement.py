@@ -2,7 +2,8 @@
 rank, naming the fields that differ and each rank's values; an agreed call is remembered
 (no second host gather) unless ``remember=False`` or ``DITRON_CHECK_CALLS=1``, which also
 catches a rank repeating an agreed call while another makes a new one.
-``raise_together``: a problem one rank finds in its own data raises on every rank."""
+``raise_together``: a problem one rank finds in its own data raises on every rank.
+``rank0_decides``: rank 0's choice reaches every rank, and so does its failure."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
-from ditron.runtime.agreement import agree, raise_together
+from ditron.runtime.agreement import agree, raise_together, rank0_decides
 from ditron.runtime.world import current
 
 SAME = {"shape": (4, 3), "dtype": torch.bfloat16, "method": "one_shot"}
@@ -118,3 +119,26 @@ def test_a_problem_of_one_rank_raises_on_every_rank(world_size, backend):
     for one, everyone in res:
         assert one == f"my_check:\n  rank {last}: value {last} too large"
         assert everyone == f"my_check:\n{every}"
+
+
+def _rank0_decisions() -> tuple[object, str, str]:
+    """A decision that reads rank 0's state reaches every rank; one that fails on rank 0
+    raises on every rank (rank 0 its own error), and the next call still works."""
+    me = ditron.world().rank
+    value = rank0_decides("pick", lambda: {"rank": me, "blocks": (16, 32)})
+    with pytest.raises((RuntimeError, KeyError)) as info:
+        rank0_decides("pick", lambda: {}["missing"])
+    after = rank0_decides("pick", lambda: me + 10)
+    return value, f"{type(info.value).__name__}: {info.value}", after
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_rank0_decides_for_every_rank(world_size, backend):
+    res = ditron.launch(_rank0_decisions, world_size, backend=backend)
+    for rank, (value, error, after) in enumerate(res):
+        assert value == {"rank": 0, "blocks": (16, 32)} and after == 10
+        if rank == 0:
+            assert error == "KeyError: 'missing'"
+        else:
+            assert error == ("RuntimeError: pick: rank 0 failed to decide for every rank: "
+                             "KeyError: 'missing'")

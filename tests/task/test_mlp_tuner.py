@@ -205,3 +205,36 @@ def test_add_tp_mlp_refuses_bad_tiles_and_empty_stacks(backend):
     assert len(messages) == len(wanted)
     for message, want in zip(messages, wanted, strict=True):
         assert want in message
+
+
+def _rank0_cache_case(cache_root: str) -> int:
+    """Blocks tuned into rank 0's cache only (each rank has its own folder): every rank
+    builds the MLP with them (rank 0's cache decides), so the compile agrees."""
+    import dataclasses
+
+    from ditron import task as dt
+    from ditron.task.tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp
+    from ditron.tune import cache
+    from ditron.tune.decisions import key_for
+
+    me, W = ditron.world().rank, ditron.world().world_size
+    os.environ["DITRON_CACHE_DIR"] = os.path.join(cache_root, f"rank{me}")
+    M, H, F = 20, 24, 16
+    tuned = MlpBlocks(16, 16, 16, 32, 2)
+    if me == 0:
+        cache.put(key_for(TUNED_OP, M, H, F, torch.float32, W),
+                  {"blocks": dataclasses.asdict(tuned)})
+    x = torch.randn(M, H)
+    wg, wd = torch.randn(H, F), torch.randn(F, H)
+    g = dt.TaskGraph("rank0_cache")
+    add_tp_mlp(g, x, wg, wg, wd, torch.empty_like(x))
+    g.compile()  # agrees the tasks' tiles across ranks
+    return g.tasks[0].tiles
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_rank0_cached_blocks_are_used_on_every_rank(world_size, backend, tmp_path):
+    from ditron.kernels import tiles
+
+    res = ditron.launch(_rank0_cache_case, world_size, str(tmp_path), backend=backend)
+    assert res == [tiles.num_tiles(20, 16, 16, 16)] * world_size
