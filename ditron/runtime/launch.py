@@ -371,7 +371,10 @@ def _collect(procs, conns, timeout: float) -> list[Any]:
         if failures and not any(f.secondary for f in failures):
             break
     if failures:
-        _raise_failure(min(failures, key=lambda f: (f.secondary, f.exitcode is not None)))
+        failed = {f.rank for f in failures}
+        returned = [r for r in range(len(procs)) if r not in failed and r not in pending.values()]
+        _raise_failure(min(failures, key=lambda f: (f.secondary, f.exitcode is not None)),
+                       returned)
     return results
 
 
@@ -413,13 +416,19 @@ def _exit_reason(code: int) -> str:
     return f"process was killed by {name} before returning{hint}"
 
 
-def _raise_failure(failure: _Failure):
+def _raise_failure(failure: _Failure, returned: Sequence[int] = ()):
+    """Raise ``failure`` in the launching process, naming the ranks that had ``returned``
+    from ``fn`` by then (a rank waiting for one of them in a collective fails too)."""
     if failure.exitcode is not None:
         raise RankError(failure.rank, _exit_reason(failure.exitcode))
     if failure.unpickling_error is not None:
         error = failure.unpickling_error
         raise RankError(failure.rank, f"its result could not be unpickled in the launching "
                                       f"process ({type(error).__name__}: {error})") from error
+    if returned:
+        failure.traceback += (f"\n[ditron] ranks {list(returned)} had already returned from "
+                              f"fn (if this rank failed waiting in a collective, the ranks "
+                              f"made different collective calls)")
     exc = None
     if failure.payload is not None:
         try:

@@ -61,6 +61,38 @@ def test_result_that_cannot_be_unpickled_names_the_rank():
     assert time.monotonic() - start < 20
 
 
+def _fail_after_the_others_return(world_size: int) -> str:
+    if ditron.world().rank == 0:
+        time.sleep(2)  # the others' results reach the launcher first
+        raise ValueError("rank 0 went on alone")
+    return "returned"
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_failure_names_the_ranks_that_had_returned(world_size):
+    """A rank that fails once others have returned (in a collective they will never join,
+    it would time out) is reported with the ranks that had returned."""
+    with pytest.raises(ValueError, match="went on alone") as info:
+        ditron.launch(_fail_after_the_others_return, world_size, world_size)
+    notes = "\n".join(info.value.__notes__)
+    assert "raised on rank 0" in notes
+    assert (f"ranks {list(range(1, world_size))} had already returned from fn (if this rank "
+            f"failed waiting in a collective, the ranks made different collective calls)") in notes
+
+
+def _ok_or_fail(fail: bool) -> str:
+    if fail and ditron.world().rank == 1:
+        raise ValueError("rank 1 failed")
+    time.sleep(1)
+    return "ok"
+
+
+def test_a_failure_before_any_rank_returned_names_none():
+    with pytest.raises(ValueError, match="rank 1 failed") as info:
+        ditron.launch(_ok_or_fail, 2, True)
+    assert "had already returned" not in "\n".join(info.value.__notes__)
+
+
 def _rank() -> int:
     return ditron.world().rank
 
