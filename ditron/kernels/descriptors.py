@@ -10,9 +10,9 @@ tiles (``tiles.py``) take their operands through :func:`describe`.
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from ..runtime.config import env_switch
 
 #: element types a descriptor may describe
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -28,9 +28,7 @@ def tma_wanted(device: torch.device, use_tma: bool | None = None) -> bool:
     ``use_tma`` forces it on or off; otherwise ``DITRON_GEMM_TMA=0|1`` does (``1`` also turns
     it on for the CPU backend's interpreter); otherwise it is on for CUDA capability >= 9."""
     if use_tma is None:
-        env = os.environ.get("DITRON_GEMM_TMA", "")
-        if env in ("0", "1"):
-            use_tma = env == "1"
+        use_tma = env_switch("DITRON_GEMM_TMA")
     if use_tma is not None:
         return use_tma and (device.type != "cuda" or capability(device)[0] >= 9)
     return device.type == "cuda" and capability(device)[0] >= 9

@@ -226,7 +226,8 @@ def gather_on_node(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     elif by == "pull":
         pull_gather(key + ".pull", flat, out, engine, graph)
     else:
-        raise ValueError(f"chunked_exchanges.GATHER_BY must be 'pull', 'push' or None, got {by!r}")
+        raise ValueError(f"chunked_exchanges.GATHER_BY (DITRON_GATHER_BY) must be 'pull', "
+                         f"'push' or None, got {by!r}")
 
 
 def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,

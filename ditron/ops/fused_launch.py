@@ -9,12 +9,11 @@ workspace exists (the first call of a size allocates it, collectively).
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 
 from ..kernels import fused_collective as kfc
-from ..runtime.config import env_int
+from ..runtime.config import env_int, env_switch
 from ..runtime.diagnostics import check_waits
 from ..runtime.world import current
 from .graphs import capturing
@@ -68,16 +67,13 @@ def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
     elements on a device of ``sms`` SMs (0: unknown). Environment overrides, for
     experiments: ``DITRON_FUSED_PUSH=0/1`` (pull / push), ``DITRON_FUSED_BLOCK``,
     ``DITRON_FUSED_PROGRAMS``, ``DITRON_FUSED_WARPS``."""
-    env = os.environ
     if backend == "cpu":  # the interpreter: pull and one block size unless forced
-        return FusedVariant(env.get("DITRON_FUSED_PUSH", "0") == "1",
+        return FusedVariant(env_switch("DITRON_FUSED_PUSH") or False,
                             env_int("DITRON_FUSED_BLOCK", 0) or 1024, 1)
     wide = (nbytes >= WIDE_MIN_BYTES and not shared_gpu
             and mode in (kfc.ALL_GATHER, kfc.REDUCE_SCATTER, kfc.ALL_TO_ALL))
-    forced = env.get("DITRON_FUSED_PUSH", "")
-    if forced:
-        push = forced == "1"
-    else:
+    push = env_switch("DITRON_FUSED_PUSH")
+    if push is None:
         push = mode != kfc.ALL_GATHER if wide else nbytes >= PUSH_MIN_BYTES
     block = env_int("DITRON_FUSED_BLOCK", 0) or min(
         (WIDE_RS_BLOCK if mode == kfc.REDUCE_SCATTER else 16384) if wide

@@ -68,6 +68,21 @@ def env_flag(name: str, default: bool = False) -> bool:
     return value not in ("0", "false", "off", "no")
 
 
+def env_switch(name: str) -> bool | None:
+    """The environment variable ``name`` that forces a choice either way: ``None`` (the
+    caller's default) when unset or empty, ``False`` for ``0``, ``false``, ``off`` or
+    ``no``, ``True`` for ``1``, ``true``, ``on`` or ``yes`` (any case); ``SettingsError``
+    naming it otherwise."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return None
+    if value in ("0", "false", "off", "no"):
+        return False
+    if value in ("1", "true", "on", "yes"):
+        return True
+    raise SettingsError(f"{name} must be 0 or 1 (or off / on), got {os.environ[name]!r}")
+
+
 def env_int(name: str, default: int, minimum: int = 0) -> int:
     """The integer environment variable ``name``: ``default`` when unset or empty;
     ``SettingsError`` naming it when it is not an integer >= ``minimum``."""

@@ -106,11 +106,14 @@ def test_settings_read_from_variables_and_keywords(monkeypatch):
     ("DITRON_TUNE_MARGIN", "5%", "DITRON_TUNE_MARGIN must be a number, got '5%'"),
     ("DITRON_GEMM_BLOCKS", "64x128", "DITRON_GEMM_BLOCKS must be BMxBNxBK"),
     ("DITRON_GEMM_BLOCKS", "64x100x32", "block_n must be a power of two"),
+    ("DITRON_FUSED_PUSH", "push", "DITRON_FUSED_PUSH must be 0 or 1 (or off / on), got 'push'"),
+    ("DITRON_GEMM_TMA", "2", "DITRON_GEMM_TMA must be 0 or 1 (or off / on), got '2'"),
 ])
 def test_malformed_experiment_knob_is_named(var, value, words, monkeypatch):
     """The experiments' knobs, read where they are used: a bad value names the variable
     (before: Python's "invalid literal for int() with base 10: '4k'")."""
     from ditron.kernels import gemm
+    from ditron.kernels.descriptors import tma_wanted
     from ditron.ops import chunked_exchanges, fused_launch
     from ditron.runtime.config import env_float
 
@@ -119,9 +122,29 @@ def test_malformed_experiment_knob_is_named(var, value, words, monkeypatch):
             "DITRON_PULL_CHUNK_BYTES": lambda: chunked_exchanges.chunk_bounds(1 << 20, 2),
             "DITRON_TUNE_MARGIN": lambda: env_float("DITRON_TUNE_MARGIN", 0.02),
             "DITRON_GEMM_BLOCKS": lambda: gemm._default_config(
-                torch.device("cpu"), torch.float32, value, "plain")}[var]
+                torch.device("cpu"), torch.float32, value, "plain"),
+            "DITRON_FUSED_PUSH": lambda: fused_launch.fused_variant(1 << 20, "cpu"),
+            "DITRON_GEMM_TMA": lambda: tma_wanted(torch.device("cpu"))}[var]
     with pytest.raises(ValueError, match=re.escape(words)):
         read()
+
+
+@pytest.mark.parametrize("value, forced", [("", None), ("1", True), ("TRUE", True),
+                                           ("on", True), ("0", False), ("no", False)])
+def test_switches_force_either_way_or_leave_the_default(value, forced, monkeypatch):
+    """``DITRON_GEMM_TMA`` and ``DITRON_FUSED_PUSH`` take on/off spellings both ways (``true``
+    was ignored, or meant pull); unset or empty leaves the op's default."""
+    from ditron.kernels.descriptors import tma_wanted
+    from ditron.ops import fused_launch
+    from ditron.runtime.config import env_switch
+
+    monkeypatch.setenv("DITRON_GEMM_TMA", value)
+    monkeypatch.setenv("DITRON_FUSED_PUSH", value)
+    assert env_switch("DITRON_GEMM_TMA") is forced
+    assert tma_wanted(torch.device("cpu")) is bool(forced)  # the CPU default is off
+    assert fused_launch.fused_variant(1 << 20, "cpu").push is bool(forced)
+    if forced is not None:  # on CUDA the default for 8 MB is a push
+        assert fused_launch.fused_variant(8 << 20, "cuda", sms=132).push is forced
 
 
 def _init_again() -> list[str]:
