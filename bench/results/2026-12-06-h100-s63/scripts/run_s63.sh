@@ -17,5 +17,5 @@ case $part in
 esac
 O=$OUT/s63$part; mkdir -p $O
 { git log --oneline -1; git status --short; nvidia-smi -L; } > $O/commit.txt
-timeout 570 python -m pytest -v -p no:cacheprovider --durations=0 -x $args > $O/tests.txt 2>&1; echo "rc=$?" >> $O/tests.txt
+timeout 570 python -m pytest -v -p no:cacheprovider --durations=0 $args > $O/tests.txt 2>&1; echo "rc=$?" >> $O/tests.txt
 grep -E "PASSED|FAILED|ERROR|passed|failed|rc=" $O/tests.txt | tail -n 40
