@@ -61,3 +61,20 @@ def test_names_in_docstrings_exist():
     missing = {f"{path.relative_to(ROOT)}: {name}" for path in SOURCES
                for name in _missing(path.read_text())}
     assert not missing, f"the package names what does not exist: {sorted(missing)}"
+
+
+def test_public_ops_show_their_parameters():
+    """``help(ditron.ops.x)`` and ``inspect`` show each op's own parameters and docstring,
+    not a forwarding ``(*args, **kw)`` (``all_to_all_device`` was one)."""
+    import inspect
+
+    import ditron.ops
+
+    for name in ditron.ops.__all__:
+        op = getattr(ditron.ops, name)
+        if not inspect.isfunction(op):
+            continue
+        kinds = {p.kind for p in inspect.signature(op).parameters.values()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds or inspect.Parameter.VAR_POSITIONAL \
+            not in kinds, f"ditron.ops.{name}{inspect.signature(op)}"
+        assert op.__doc__ and not op.__doc__.startswith("See "), name

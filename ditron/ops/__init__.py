@@ -23,7 +23,7 @@ _HOME = {
     "reduce_scatter": "collectives",
     "all_reduce": "collectives",
     "all_to_all": "collectives",
-    "all_to_all_device": "collectives",
+    "all_to_all_device": "a2a_device",
     "all_to_all_inbox": "a2a_device",
     "all_to_all_device_pair": "a2a_device",
     "exchange_counts": "a2a_device",

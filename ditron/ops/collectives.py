@@ -45,8 +45,7 @@ from .modes import public_op
 from .raw_pushes import push_gather_direct, usable
 from .workspaces import release_workspaces
 
-__all__ = ["all_gather", "all_reduce", "all_to_all", "all_to_all_device", "reduce_scatter",
-           "release_workspaces"]
+__all__ = ["all_gather", "all_reduce", "all_to_all", "reduce_scatter", "release_workspaces"]
 
 ENGINES = ("copy_engine", "sm", "network", "tma")
 METHODS = ("auto", "one_shot", "two_shot")
@@ -555,8 +554,8 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     ``dist.all_to_all_single(out, x, out_splits, in_splits)``. The split sizes are
     gathered on the host each call, except even ones (given or not) on every rank: once per
     shape (where no rank gives any, every rank's ``x`` must have as many rows); for sizes
-    computed on the device use :func:`all_to_all_device`. Every rank must ask for the same
-    ``engine``.
+    computed on the device use :func:`ditron.ops.all_to_all_device`. Every rank must ask
+    for the same ``engine``.
     Even splits on one node with the SM engine run as one fused kernel (CUDA-graph safe;
     ``"auto"`` takes it below ``FUSED_A2A_MAX_BYTES`` per peer and while capturing).
     """
@@ -643,10 +642,3 @@ def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
     out = _copy_out(call.inbox[: start * row].view(start, *x.shape[1:]))
     call.finish()
     return out, outs
-
-
-def all_to_all_device(*args, **kw):
-    """See :func:`ditron.ops.a2a_device.all_to_all_device`."""
-    from .a2a_device import all_to_all_device as impl
-
-    return impl(*args, **kw)
