@@ -536,11 +536,25 @@ def _confirm(trials: list[Trial], close: list[int], fn_op, a, b, op: str, warmup
     medians)."""
     margin = env_float("DITRON_TUNE_MARGIN", MARGIN)
     samples: dict[int, list[float]] = {j: [] for j in (0, *close)}
+    failed: set[int] = set()  # a trial failing now (on any rank) drops out on every rank
     for order in rotations(list(samples), CONFIRM_ROUNDS):
         for j in order:
-            samples[j] += time_calls(_call(fn_op, a, b, op, trials[j]), warmup, iters, dev,
-                                     batch)
-    medians = {j: agreed_median(samples[j]) for j in samples}
+            if j in failed:
+                continue
+            error = None
+            try:
+                times = time_calls(_call(fn_op, a, b, op, trials[j]), warmup, iters, dev,
+                                   batch)
+            except Exception as exc:  # noqa: BLE001 - passed the first pass; agreed below
+                times, error = None, exc
+            if all_ok(times is not None):
+                samples[j] += times
+            elif j == 0:
+                raise RuntimeError(f"tune: the fallback ({trials[0].label()}) failed while "
+                                   f"being confirmed, on some rank") from error
+            else:
+                failed.add(j)
+    medians = {j: float("inf") if j in failed else agreed_median(samples[j]) for j in samples}
     best = min(close, key=lambda j: medians[j])
     fallback_us, overlap_us = medians[0], medians[best]
     wins = prefer_overlap(fallback_us, overlap_us, margin)

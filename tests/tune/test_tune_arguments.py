@@ -109,3 +109,45 @@ def test_pulled_splits_keep_their_least_share(monkeypatch):
         assert all(r >= tuner.SPLIT_LEAST * seg and big + r == seg for big, r in splits), (
             seg, splits)
     assert picked[40] == [(25, 15)] and picked[5] == [] and picked[16] == [(10, 6)]
+
+
+def _confirming(failing: int) -> object:
+    """``_confirm`` over three trials (the fallback, a fast one, one failing on rank 1 at
+    its ``failing``-th call): the failing trial drops out on every rank, or, the fallback
+    failing, every rank raises. Trials stand in for calls (``_call`` returns them)."""
+    from ditron.tune import tuner
+
+    me = ditron.world().rank
+    calls = {0: 0, 1: 0, 2: 0}
+
+    class StandIn:
+        def __init__(self, j: int, us: float):
+            self.j, self.us = j, us
+
+        def label(self) -> str:
+            return f"trial {self.j}"
+
+        def __call__(self) -> list[float]:
+            calls[self.j] += 1
+            if me == 1 and self.j == failing and calls[self.j] >= 2:
+                raise RuntimeError("out of memory")
+            return [self.us] * 3
+
+    tuner._call = lambda fn_op, a, b, op, t: t
+    tuner.time_calls = lambda fn, warmup, iters, dev, batch: fn()
+    trials = [StandIn(0, 100.0), StandIn(1, 50.0), StandIn(2, 10.0)]
+    try:
+        return tuner._confirm(trials, [1, 2], None, None, None, "gemm_rs", 1, 3,
+                              torch.device("cpu"), 1, False)
+    except RuntimeError as exc:
+        return str(exc)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_trial_failing_while_confirmed_drops_out_on_every_rank(world_size):
+    """A candidate that passed the first pass and then fails on one rank (it raised there
+    alone, leaving the others in the next candidate's collectives)."""
+    assert ditron.launch(_confirming, world_size, 2) == [1] * world_size
+    res = ditron.launch(_confirming, world_size, 0)
+    assert res == ["tune: the fallback (trial 0) failed while being confirmed, on some "
+                   "rank"] * world_size, res
