@@ -442,7 +442,8 @@ def test_gather_by_checked(monkeypatch):
     from ditron.ops import chunked_exchanges
 
     monkeypatch.setattr(chunked_exchanges, "GATHER_BY", "pulls")
-    with pytest.raises(ValueError, match="GATHER_BY must be 'pull', 'push' or None"):
+    with pytest.raises(ValueError, match=r"GATHER_BY \(DITRON_GATHER_BY\) must be 'pull', "
+                                         r"'push' or None"):
         chunked_exchanges.gather_on_node("test", torch.zeros(4), torch.zeros(2, 4), "copy_engine")
 
 
