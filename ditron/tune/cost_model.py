@@ -49,6 +49,11 @@ SCALAR_LOADS_SLOWDOWN = 2.6
 #: the same for fp32 operands, which it multiplies on FMA units (an H200, session 56:
 #: 2.5x at 8192 x 1376 x 4096 with ``b = w.t()``; session 57: 2.49-2.54x on four GEMM shapes)
 FP32_SLOWDOWN = 2.5
+#: not measured: the H200's figures scaled by the data sheets. An H100 has the same
+#: tensor cores and NVLink and 3.35 TB/s of HBM against 4.8; an H800's NVLink carries
+#: 400 GB/s both ways against 900.
+H100 = dataclasses.replace(H200, mem_bw=H200.mem_bw * 3.35 / 4.8)
+H800 = dataclasses.replace(H100, link_bw=H200.link_bw * 400 / 900)
 GENERIC_GPU = DeviceSpec(peak_flops=200e12, fp32_flops=20e12, mem_bw=1.5e12, link_bw=100e9,
                          latency=30e-6)
 
@@ -62,9 +67,12 @@ def gemm_slowdown(itemsize: int, scalar_loads: bool) -> float:
 
 
 def spec_for(device_name: str) -> DeviceSpec:
+    """The figures of the GPU named ``device_name`` (``torch.cuda.get_device_name``);
+    :data:`GENERIC_GPU` for one the model does not know."""
     name = device_name.upper()
-    if "H200" in name or "H100" in name or "H800" in name:
-        return H200
+    for model, spec in (("H200", H200), ("H100", H100), ("H800", H800)):
+        if model in name:
+            return spec
     return GENERIC_GPU
 
 

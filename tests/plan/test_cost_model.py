@@ -44,3 +44,16 @@ def test_the_slowdowns_follow_the_measurements():
     # fp32's T_gemm is cuBLAS's IEEE fp32 rate, not the tensor cores'
     e = estimate("gemm_rs", 8192, 4096, 4096, 2, 4, H200)
     assert abs(e.t_gemm - 2 * 8192 * 4096 * 4096 / H200.fp32_flops) < 1e-9
+
+
+def test_hopper_variants_take_their_own_figures():
+    """An H800's NVLink carries less than half an H200's (it had the H200's figures), an
+    H100's HBM less; names the model does not know get the generic GPU."""
+    from ditron.tune.cost_model import GENERIC_GPU, H100, H800, spec_for
+
+    assert spec_for("NVIDIA H200") is H200 and spec_for("NVIDIA H100 80GB HBM3") is H100
+    assert spec_for("NVIDIA H800") is H800 and spec_for("NVIDIA L4") is GENERIC_GPU
+    assert H800.link_bw < H200.link_bw / 2 and H100.link_bw == H200.link_bw
+    assert H100.mem_bw < H200.mem_bw and H100.peak_flops == H200.peak_flops
+    args = ("ag_gemm", 8192, 14336, 8192, 2, 2)
+    assert estimate(*args, H800).t_comm > 2 * estimate(*args, H200).t_comm - H200.latency
