@@ -78,10 +78,19 @@ def _is_int(value: object, least: int) -> bool:
 
 
 def _device_name() -> str:
+    """The device part of a cache key: the GPU's name (``cpu`` on the CPU backend), with
+    the topology where it is not one GPU per rank on one node (decisions measured with
+    ranks sharing a GPU, or on nodes joined by the network, do not carry over)."""
     from ..runtime.world import current
 
-    dev = current().world.device
-    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    rt = current()
+    dev, local, W = rt.world.device, rt.world.local_world_size, rt.world.world_size
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+    if dev.type == "cuda" and rt.backend.shares_devices(local):
+        name += f", {local} ranks on {torch.cuda.device_count()} GPUs"
+    if local < W:
+        name += f", nodes of {local}"
+    return name
 
 
 def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int) -> str:

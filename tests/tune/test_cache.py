@@ -1,5 +1,6 @@
 """The tuned-decision cache on disk: entries of concurrent writers survive, a bad file (or
-one that cannot be opened) is treated as empty, a damaged entry as no decision."""
+one that cannot be opened) is treated as empty, a damaged entry as no decision; keys name
+the topology where it is not one node."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import dataclasses
 import json
 import multiprocessing
 
+import pytest
+
+import ditron
 from ditron.tune import cache
 
 WRITERS, PUTS = 4, 30
@@ -139,3 +143,22 @@ def test_auto_ops_run_past_damaged_entries(tmp_path):
     import ditron
 
     assert ditron.launch(_damaged_case, 2, str(tmp_path), backend="cpu") == [[True] * 3] * 2
+
+
+def _keys() -> str:
+    import torch
+
+    from ditron.tune.decisions import key_for
+
+    return key_for("gemm_rs", 64, 32, 16, torch.bfloat16, ditron.world().world_size)
+
+
+@pytest.mark.parametrize("node_size", [None, "1", "2"])
+def test_keys_name_the_topology_apart_from_one_node(node_size, monkeypatch):
+    """A decision measured on nodes joined by the network does not carry over to one
+    node (they shared a key); one node keeps the plain key (entries already cached)."""
+    if node_size is not None:
+        monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", node_size)
+    keys = ditron.launch(_keys, 4, backend="cpu")
+    suffix = "" if node_size is None else f", nodes of {node_size}"
+    assert keys == [f"gemm_rs|64x32x16|bfloat16|w4|cpu{suffix}"] * 4
