@@ -383,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = args.backend or default_backend()
     W = args.world_size or (torch.cuda.device_count() if backend == "cuda" else 2)
+    if W == 1:  # every op falls back: the ratios would compare a call with itself
+        p.error(f"{'--world-size 1' if args.world_size else 'one GPU visible'}: one rank has "
+                f"nothing to overlap (the ops run the local GEMM alone); give --world-size 2 "
+                f"or more (ranks may share a GPU)")
     smoke = args.smoke or backend == "cpu"
     scale = args.scale if args.scale is not None else 1.0
     try:
