@@ -7,7 +7,7 @@
 # NCCL and PyTorch's fused ops, (4) correctness of every op at the full world size.
 # With two or more GPUs it first runs the foundation tests (0; FOUNDATION=0 skips them) and
 # every GPU-marked test (5). With one GPU (the rehearsal): 2 processes share it (no NCCL
-# baseline there), the sweep stops at 4M and tp-gemm runs one process at a quarter of the
+# baseline there), the sweep stops at 4M and tp-gemm runs 2 processes at a quarter of the
 # shapes. QUICK=1 shortens all. STEPS picks steps (default "0 5 1 2 3 4"): a device call is
 # limited to 10 minutes, so on a multi-GPU machine run one or two steps per call (STEPS=0,
 # STEPS=5, STEPS="1 2", STEPS=3, STEPS=4; BUDGET bounds the call; 6: fused-collective
@@ -39,7 +39,7 @@ if [ "$NGPU" -ge 2 ]; then
   W=$NGPU; SIZES=4K,8K,64K,256K,1M,4M,16M,64M,256M,1G; TP_SCALE=1
   TP_WORLDS=$(printf '%s\n' "$NGPU" 4 2 | awk -v n="$NGPU" '$1 <= n && !seen[$1]++' | xargs)
 else
-  W=2; SIZES=8K,64K,1M,4M; TP_WORLDS=1; TP_SCALE=0.25
+  W=2; SIZES=8K,64K,1M,4M; TP_WORLDS=2; TP_SCALE=0.25
 fi
 if [ "${QUICK:-0}" = 1 ]; then SIZES=8K,1M; TP_SCALE=0.125; fi
 echo "machine: $NGPU GPU(s); collectives at W=$W; tp-gemm at W in ($TP_WORLDS); steps$STEPS" \
@@ -77,7 +77,7 @@ fi
 if want 3; then
   echo "== (3) TP GEMMs after the tuner, against cuBLAS + NCCL and PyTorch's fused ops"
   for TW in $TP_WORLDS; do
-    [ "$TW" -le "$NGPU" ] || continue
+    [ "$TW" -le "$NGPU" ] || [ "$NGPU" -lt 2 ] || continue  # one GPU: 2 ranks share it
     timeout $(left) python3 -m ditron bench tp-gemm --world-size "$TW" --scale "$TP_SCALE" \
       --tune --graphs --out "$OUT/tp_gemm_w$TW" > "$OUT/tp_gemm_w$TW.txt" 2>&1 || failed 3
     tail -n 34 "$OUT/tp_gemm_w$TW.txt"
