@@ -11,8 +11,9 @@ Conventions shared by every function here:
 * The peer is named, never the own rank (that comes from ``ctx``); argument order is
   ``(ptr, [value], peer, ctx, ...)`` for every function.
 * ``sem`` is one of ``"relaxed"``, ``"acquire"``, ``"release"``, ``"acq_rel"`` and ``scope``
-  one of ``"cta"``, ``"gpu"``, ``"sys"`` (Triton's own vocabulary, checked by Triton);
-  defaults are ``"acq_rel"`` and ``"sys"`` because a peer is another device or process.
+  one of ``"cta"``, ``"gpu"``, ``"sys"`` (Triton's own vocabulary; anything else, ``None``
+  and ``""`` included, is refused when the kernel is compiled); defaults are ``"acq_rel"``
+  and ``"sys"`` because a peer is another device or process.
 * Every lane of the program performs its own element; masked-off lanes do nothing.
 * Peers must be on the same node (their heap is mapped); crossing nodes is the network
   engines' job.
@@ -31,6 +32,17 @@ SYS = tl.constexpr("sys")
 
 #: heap bases are multiples of this many bytes (checked when the heap is mapped)
 HEAP_BASE_ALIGN = 4096
+
+
+@triton.jit
+def _check_order(sem: tl.constexpr, scope: tl.constexpr):
+    # Triton itself lets None and "" through as its defaults (acq_rel, and gpu scope, not
+    # ours) and calls a bad scope a "memory semantic".
+    tl.static_assert(sem == "relaxed" or sem == "acquire" or sem == "release"
+                     or sem == "acq_rel",
+                     "ditron.language atomics: sem must be relaxed, acquire, release or acq_rel")
+    tl.static_assert(scope == "cta" or scope == "gpu" or scope == "sys",
+                     "ditron.language atomics: scope must be cta, gpu or sys")
 
 
 @triton.jit
@@ -79,6 +91,7 @@ def store(ptr, value, peer, ctx, mask=None):
 def atomic_add(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = ACQ_REL,
                scope: tl.constexpr = SYS):
     """Atomically add ``value`` to ``peer``'s copy of ``ptr``; return the old values."""
+    _check_order(sem, scope)
     return tl.atomic_add(translate(ptr, peer, ctx), value, mask=mask, sem=sem, scope=scope)
 
 
@@ -86,6 +99,7 @@ def atomic_add(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = ACQ_REL,
 def atomic_xchg(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = ACQ_REL,
                 scope: tl.constexpr = SYS):
     """Atomically replace ``peer``'s copy of ``ptr`` by ``value``; return the old values."""
+    _check_order(sem, scope)
     return tl.atomic_xchg(translate(ptr, peer, ctx), value, mask=mask, sem=sem, scope=scope)
 
 
@@ -96,6 +110,7 @@ def atomic_cas(ptr, compare, value, peer, ctx, sem: tl.constexpr = ACQ_REL,
 
     ``compare`` and ``value`` are converted to the pointee type first (CUDA's compare-and-swap
     needs all three to agree; plain Python ints would otherwise be int32)."""
+    _check_order(sem, scope)
     dtype = ptr.dtype.element_ty
     return tl.atomic_cas(translate(ptr, peer, ctx), tl.cast(compare, dtype),
                          tl.cast(value, dtype), sem=sem, scope=scope)
@@ -105,6 +120,7 @@ def atomic_cas(ptr, compare, value, peer, ctx, sem: tl.constexpr = ACQ_REL,
 def atomic_max(ptr, value, peer, ctx, mask=None, sem: tl.constexpr = ACQ_REL,
                scope: tl.constexpr = SYS):
     """Atomically raise ``peer``'s copy of ``ptr`` to at least ``value``; return the old."""
+    _check_order(sem, scope)
     return tl.atomic_max(translate(ptr, peer, ctx), value, mask=mask, sem=sem, scope=scope)
 
 

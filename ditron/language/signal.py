@@ -95,6 +95,9 @@ def wait(sig_ptr, value, ctx):
     backend, for programs of the same launch with a lower id.
     """
     seen = tl.atomic_add(sig_ptr, 0, sem="acquire", scope="sys")
+    # a block would spin forever on the CPU backend, whatever the timeout
+    tl.static_assert(not (seen < value).type.is_block(),
+                     "dl.wait: sig_ptr and value must be scalars; use dl.wait_all for a block")
     if seen < value:
         limit = ctx.spin_limit
         polls = 0
@@ -119,7 +122,10 @@ def wait_all(sig_ptrs, value, ctx, mask=None):
     :func:`wait` for many signals at once: each lane reads its own signal (acquire atomic,
     volatile loads while short, the acquire atomic again once reached), all lanes in
     parallel, so the cost is that of the slowest signal, not the sum. Timeout behaviour as
-    :func:`wait` (the record names a signal that was still short)."""
+    :func:`wait`: the record names the lowest-addressed signal still short and the value
+    seen in it."""
+    tl.static_assert(sig_ptrs.type.is_block(),
+                     "dl.wait_all: sig_ptrs must be a block of pointers; use dl.wait for one")
     if mask is None:
         mask = tl.full(sig_ptrs.shape, True, tl.int1)
     big = tl.full(sig_ptrs.shape, 0x7FFFFFFFFFFFFFFF, tl.int64)
@@ -138,11 +144,13 @@ def wait_all(sig_ptrs, value, ctx, mask=None):
             if (limit > 0) & (polls % _ABORT_CHECK_EVERY == 0):
                 if tl.atomic_add(ctx.diag + DIAG_FLAG, 0, sem="relaxed", scope="sys") != 0:
                     polls = limit
-        if least < value:  # record the lowest-addressed signal still short
+        if least < value:  # record the lowest-addressed signal still short, and its value
             local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
             offsets = (sig_ptrs.to(tl.uint64, bitcast=True) - local_base).to(tl.int64)
-            offset = tl.min(tl.where(mask & (seen < value), offsets, big), axis=0)
-            _record_offset(offset, value, least, ctx)
+            still = mask & (seen < value)
+            offset = tl.min(tl.where(still, offsets, big), axis=0)
+            named = tl.min(tl.where(still & (offsets == offset), seen, big), axis=0)
+            _record_offset(offset, value, named, ctx)
         else:
             seen = tl.where(short, tl.atomic_add(sig_ptrs, 0, mask=short, sem="acquire",
                                                  scope="sys"), seen)

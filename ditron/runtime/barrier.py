@@ -13,7 +13,7 @@ import torch.distributed as dist
 import triton
 
 from .. import language as dl
-from .diagnostics import check_waits
+from .diagnostics import WaitTimeoutError, check_waits
 from .signals import SignalPad
 from .world import current
 
@@ -40,14 +40,24 @@ def _pad() -> SignalPad:
 
 @torch.compiler.disable  # in torch.compile'd code: a graph break, run eagerly
 def barrier() -> None:
-    """Wait until every rank has reached this call (collective)."""
+    """Wait until every rank has reached this call (collective).
+
+    In timeout mode a barrier that some rank of the node does not reach in time raises
+    :class:`ditron.WaitTimeoutError` and does not count: this rank's next ``barrier()``
+    waits for the same arrival again, so a rank that catches the error and carries on
+    stays in step with its peers (a peer that arrives late completes that next call)."""
     rt = current()
     pad = _pad()
     epoch = pad.next_epoch()
     node = rt.topo.node_ranks()
     _barrier_kernel[(1,)](pad.signals, epoch, node.start, len(node), rt.context())
     if rt.wait_timeout > 0 or rt.world.backend == "cpu":
-        check_waits()
+        try:
+            check_waits()
+        except WaitTimeoutError:
+            if int(pad.signals[node.start:node.stop].min()) < epoch:  # not every rank came
+                pad.epoch -= 1  # signals only grow: setting this epoch again is harmless
+            raise
     if rt.topo.num_nodes > 1:
         rt.backend.synchronize(rt.world.device)
         dist.barrier(rt.host_group)
