@@ -42,13 +42,14 @@ def check_waits() -> None:
         signal=rt.heap.describe(int(record[DIAG_OFFSET])),
         expected=int(record[DIAG_EXPECTED]),
         seen=int(record[DIAG_SEEN]),
-        timeout=rt.wait_timeout,
+        timeout=rt.wait_seconds,
     )
 
 
 def set_wait_timeout(seconds: float) -> None:
-    """Set how long device waits spin before giving up (0: forever); takes effect for
-    contexts built afterwards (``ditron.context()``)."""
+    """Set how long device waits spin before giving up (0: forever; a count of polls, at
+    most ``world.MAX_POLLS``: about 1070 s on CUDA); takes effect for contexts built
+    afterwards (``ditron.context()``)."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
             or not 0 <= seconds <= MAX_SECONDS:  # also refuses nan and inf
         raise ValueError(f"wait timeout must be a number of seconds in [0, {MAX_SECONDS:g}], "

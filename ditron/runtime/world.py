@@ -70,15 +70,23 @@ class Runtime:
         self.wait_timeout = settings.wait_timeout
         self.cache: dict = {}  # per-process workspaces keyed by their users (signal pads, ...)
 
+    @property
+    def wait_seconds(self) -> float:
+        """The wait timeout the kernels get (0: none): ``wait_timeout``, less where it
+        exceeds :data:`MAX_POLLS` polls (about 1070 s on CUDA)."""
+        return min(self.wait_timeout, MAX_POLLS / self.backend.polls_per_second)
+
     def context(self) -> DeviceContext:
         limit = 0
         if self.wait_timeout > 0:
-            limit = int(min(self.wait_timeout * self.backend.polls_per_second, 2**31 - 1))
+            limit = int(min(self.wait_timeout * self.backend.polls_per_second, MAX_POLLS))
             limit = max(limit, 1)
         return DeviceContext(self.heap_bases, self.world.rank, self.world.world_size,
                              self.diag, limit)
 
 
+#: the most polls a wait makes before giving up (its counter is an int32 in the kernels)
+MAX_POLLS = 2**31 - 1
 _RUNTIME: Runtime | None = None  # the current world's
 _RUNTIMES: dict[tuple[int, ...], Runtime] = {}  # every world of this process, by global ranks
 

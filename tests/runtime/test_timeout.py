@@ -87,3 +87,22 @@ def _block_wait():
 
 def test_block_wait(backend):
     assert ditron.launch(_block_wait, 1, backend=backend) == [True]
+
+
+def _long_timeout() -> tuple[float, int, float]:
+    """A timeout beyond the kernels' poll counter: the context gets the most polls it can
+    count, and an error reports that wait, not the setting."""
+    from ditron.language.context import DIAG_FLAG
+    from ditron.runtime.world import MAX_POLLS, current
+
+    rt = current()
+    ditron.set_wait_timeout(1e6)
+    rt.diag[DIAG_FLAG] = 1  # as a wait that gave up leaves it
+    with pytest.raises(ditron.WaitTimeoutError) as info:
+        ditron.check_waits()
+    return info.value.timeout, ditron.context().spin_limit, MAX_POLLS / rt.backend.polls_per_second
+
+
+def test_a_timeout_beyond_the_poll_counter_reports_the_real_wait():
+    timeout, limit, most = ditron.launch(_long_timeout, 1, backend="cpu")[0]
+    assert limit == 2**31 - 1 and timeout == most < 1e6
