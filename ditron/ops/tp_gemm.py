@@ -25,9 +25,11 @@ uses the exchange's graph-safe inbox (``exchange.graph_pad``). They use their ow
 buffers, allocated by the warm-up.
 
 Shapes are checked across ranks (``runtime.agreement``, through the host gloo group) the
-first time each shape signature is seen on a rank; a rank whose shapes change later
-without the others then hangs in its waits until ``DITRON_WAIT_TIMEOUT`` raises, unless
-``DITRON_CHECK_CALLS=1`` checks every call.
+first time each shape signature is seen on a rank; when one rank later repeats a checked
+call while another makes a new one, the new one waits in the host check for a peer that
+never comes (no ``DITRON_WAIT_TIMEOUT`` there: only ``DITRON_LAUNCH_TIMEOUT`` or the host
+group's own timeout end it), and the repeating rank hangs in its waits or collectives,
+unless ``DITRON_CHECK_CALLS=1`` checks every call.
 """
 
 from __future__ import annotations
@@ -258,7 +260,7 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     landed.
     """
     _validate("ag_gemm", a, b, method)
-    forced = engine or os.environ.get("DITRON_AG_ENGINE")
+    forced = engine or os.environ.get("DITRON_AG_ENGINE") or None  # empty: unset
     if forced is not None and forced not in AG_ENGINES:
         raise ValueError(f"ditron.ops.ag_gemm: engine must be one of {AG_ENGINES}, got {forced!r}")
     if chunk_rows is not None:
@@ -530,7 +532,7 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     rank order).
     """
     _validate("gemm_rs", a, b, method)
-    forced = engine or os.environ.get("DITRON_RS_ENGINE")
+    forced = engine or os.environ.get("DITRON_RS_ENGINE") or None  # empty: unset
     if forced is not None and forced not in RS_ENGINES:
         raise ValueError(f"ditron.ops.gemm_rs: engine must be one of {RS_ENGINES}, got {forced!r}")
     rt = current()

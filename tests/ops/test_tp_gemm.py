@@ -365,6 +365,27 @@ def test_bad_inputs_raise_before_any_kernel(backend):
     assert res[0] == res[1] and len(res[0]) == 8
 
 
+def _empty_engine_variables_case() -> int:
+    w = ditron.world()
+    torch.manual_seed(w.rank)
+    a = torch.randn(5, 6, device=w.device)
+    a2 = torch.randn(5 * w.world_size, 6, device=w.device)
+    b = torch.randn(6, 7, device=w.device)
+    _close("ag_gemm", ditron.ops.ag_gemm(a, b, method="overlap"),
+           _gather(a).double() @ b.double(), torch.float32)
+    _close("gemm_rs", ditron.ops.gemm_rs(a2, b, method="overlap"),
+           _sum(a2.double() @ b.double())[w.rank * 5:(w.rank + 1) * 5], torch.float32)
+    return 2
+
+
+def test_empty_engine_variables_mean_unset(backend, monkeypatch):
+    # an empty DITRON_AG_ENGINE / DITRON_RS_ENGINE is the default, as for every DITRON_*
+    # variable (docs/settings.md); it used to raise "engine must be one of ..., got ''"
+    monkeypatch.setenv("DITRON_AG_ENGINE", "")
+    monkeypatch.setenv("DITRON_RS_ENGINE", "")
+    assert ditron.launch(_empty_engine_variables_case, 2, backend=backend) == [2, 2]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_local_persistent_gemm(dtype):
     torch.manual_seed(0)
