@@ -86,6 +86,15 @@ def test_bench_collectives_smoke(tmp_path):
     rs = {r["impl"] for r in records if r["op"] == "reduce_scatter"}
     assert {"copy_engine/out", "sm/out", "copy_engine/out busy"} <= rs
     assert all(r["us"] > 0 for r in records)
+    # the table's columns line up whatever the labels' lengths: "bytes" ends where each row's
+    # byte count ends
+    lines = out.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("op") and "bytes" in line)
+    end = lines[head].index("bytes") + len("bytes")
+    rows = [line for line in lines[head + 1:] if line.split()[:1] and line.split()[0] in
+            {"all_gather", "reduce_scatter", "all_reduce"}]
+    assert rows and all(line[:end].rstrip().endswith(line[:end].split()[-1]) and
+                        line[end - 1].isdigit() for line in rows), lines[head:head + 4]
 
 
 def test_bench_tp_gemm_smoke(tmp_path, monkeypatch):

@@ -411,10 +411,13 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
 def _report(records: list[dict], meta: dict, out: str) -> None:
     os.makedirs(out, exist_ok=True)
     print(f"# collectives: {meta}")
-    print(f"{'op':<15}{'impl':<24}{'bytes':>12}{'time us':>12}{'algbw GB/s':>12}"
+    # columns as wide as their longest entry ("copy_engine/symmetric-out busy" is 30 wide)
+    wo = max([15] + [len(r["op"]) + 2 for r in records])
+    wi = max([24] + [len(r["impl"]) + 2 for r in records])
+    print(f"{'op':<{wo}}{'impl':<{wi}}{'bytes':>12}{'time us':>12}{'algbw GB/s':>12}"
           f"{'busbw GB/s':>12}")
     for r in records:
-        print(f"{r['op']:<15}{r['impl']:<24}{r['bytes']:>12}{r['us']:>12.1f}"
+        print(f"{r['op']:<{wo}}{r['impl']:<{wi}}{r['bytes']:>12}{r['us']:>12.1f}"
               f"{r['algbw_GBps']:>12.2f}{r['busbw_GBps']:>12.2f}")
     with open(os.path.join(out, "collectives.json"), "w") as f:
         json.dump(dict(meta=meta, records=records), f, indent=1)
