@@ -12,6 +12,13 @@ all of them). :func:`allocate` then frees every cached workspace (collective:
 :func:`release_workspaces`) and tries once more, so a long run over many shapes (a
 benchmark, a tuner) keeps working with a bounded heap; only the op that needs more than the
 whole heap fails, with the heap's message.
+
+Signal pads that an op outgrew (``runtime.signals.signal_pad`` replaces a pad asked for more
+slots by a larger one) stay allocated while workspaces, CUDA graphs or a peer's earlier call
+may still use them, and are freed with the workspaces: by :func:`release_workspaces`, after
+its barrier and once the graphs and workspaces that point into them are gone. Without that
+an op whose shapes keep growing would scatter them over the heap until a workspace no
+longer fits in any free block, with the heap mostly free.
 """
 
 from __future__ import annotations
@@ -45,11 +52,13 @@ def _is_workspace(key) -> bool:
 
 
 def release_workspaces() -> None:
-    """Free every cached workspace and drop its signal pad (collective: a barrier first, so
-    no peer still uses them; the next call of an op allocates afresh, its device epochs
-    restarting with fresh pads)."""
+    """Free every cached workspace and drop its signal pad, then free the pads that
+    ``signal_pad`` replaced (collective: a barrier first, so no peer still uses them; then
+    the replayed graphs go, which point into both; the next call of an op allocates afresh,
+    its device epochs restarting with fresh pads). CUDA graphs that a user captured on the
+    ops point into the same buffers and pads: they must not be replayed afterwards."""
     from ..runtime.barrier import barrier
-    from ..runtime.signals import drop_signal_pad
+    from ..runtime.signals import drop_signal_pad, free_retired_pads
     from .replays import release as release_replays
 
     rt = current()
@@ -60,15 +69,19 @@ def release_workspaces() -> None:
         ws.release(rt.heap)
         if ws.pad_key is not None:
             drop_signal_pad(ws.pad_key)
+    free_retired_pads()  # same order on every rank: they were retired collectively
 
 
 def allocate(build: Callable[[], T]) -> T:
     """``build()`` (collective heap allocations); if the heap is exhausted, free every cached
-    workspace and build once more (collective either way)."""
+    workspace and every retired signal pad (:func:`release_workspaces`) and build once more
+    (collective either way)."""
+    from ..runtime.signals import retired_pads
+
     try:
         return build()
     except HeapExhausted:
-        if not any(_is_workspace(k) for k in current().cache):
+        if not retired_pads() and not any(_is_workspace(k) for k in current().cache):
             raise
         release_workspaces()
         rt = current()

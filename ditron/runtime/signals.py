@@ -6,7 +6,9 @@ producers ``notify(..., epoch, op="set")`` (or ``op="add"`` with 1, and consumer
 ``epoch * producers``) and consumers ``wait(sig, epoch)``. Values only grow, so no reset is
 ever needed and a notify for epoch ``e + 1`` that arrives while a slow consumer still waits
 for ``e`` satisfies it without harm. Every rank must use a pad in the same order, so their
-epochs agree: pads belong to collective operations.
+epochs agree: pads belong to collective operations. :func:`signal_pad` keeps one pad per
+name; a pad it outgrows is retired (kept allocated for whoever still uses it) until
+:func:`free_retired_pads` (``release_workspaces``).
 
 The same protocol with the epoch counted on the device (what a CUDA graph replays): a pad's
 :meth:`SignalPad.device_epoch` is a local int64 cell that a one-program kernel bumps at the
@@ -21,6 +23,7 @@ import dataclasses
 import torch
 
 from .cuda_graphs import capturing
+from .heap import HeapExhausted
 from .integers import check_int
 from .world import current
 
@@ -101,31 +104,81 @@ class SignalPad:
         return self.epoch
 
 
+#: runtime-cache key of the pads :func:`signal_pad` replaced: ``(key, pad)`` in the order of
+#: their replacement (the same on every rank), freed by :func:`free_retired_pads`
+_RETIRED = "signal_pads:retired"
+
+
 def signal_pad(key: str, slots: int) -> SignalPad:
     """The process's pad named ``key`` with at least ``slots`` signals, made on first use.
 
-    Collective on first use (it allocates); later calls return the cached pad. A pad that
-    is too small is replaced by a larger one (collective again), whose epochs start from 0.
-    The old pad is not freed: its holders may still use it (cached workspaces keep its
-    signals, CUDA graphs captured with it replay into it); :func:`drop_signal_pad` frees.
+    Collective on first use (it allocates ``slots`` signals); later calls return the cached
+    pad. A pad that is too small is replaced (collective again) by one of
+    ``max(slots, 2 * its size)`` signals (``slots`` where the heap has no room for more), so
+    a pad asked for ever more slots is replaced O(log n) times; the new pad's epochs (host
+    and device) start from 0.
+
+    The replaced pad is *retired*, not freed: its holders may still use it (a cached
+    workspace keeps its signals, a CUDA graph captured with it replays into it and into its
+    device-epoch cell, a peer's kernel of an earlier call may still signal into it). It
+    stays allocated, its cell alive, until :func:`free_retired_pads` at a point where none
+    is left: ``ditron.ops.collectives.release_workspaces()`` (also run when a workspace
+    allocation finds the heap full), after a barrier and after dropping the graphs and
+    workspaces that point into it; :func:`drop_signal_pad` frees those of its key. A user's
+    own CUDA graph captured with it must not be replayed after that (nor after the
+    workspaces it uses are freed).
     """
     slots = check_int(slots, "ditron.signal_pad: slots", minimum=1)
     rt = current()
-    pad = rt.cache.get(("signal_pad", key))
-    if pad is None or pad.signals.numel() < slots:
-        pad = SignalPad.allocate(slots, name=f"signals:{key}")
-        rt.cache[("signal_pad", key)] = pad
-        from .barrier import barrier
+    old = rt.cache.get(("signal_pad", key))
+    if old is not None and old.signals.numel() >= slots:
+        return old
+    name = f"signals:{key}"
+    try:  # on HeapExhausted (raised on every rank alike) the old pad stays
+        pad = SignalPad.allocate(max(slots, 2 * old.signals.numel()) if old else slots, name)
+    except HeapExhausted:
+        if old is None or 2 * old.signals.numel() <= slots:
+            raise
+        pad = SignalPad.allocate(slots, name)
+    if old is not None:
+        rt.cache.setdefault(_RETIRED, []).append((key, old))
+    rt.cache[("signal_pad", key)] = pad
+    from .barrier import barrier
 
-        barrier()  # peers must see the zeroed pad before anyone notifies into it
+    barrier()  # peers must see the zeroed pad before anyone notifies into it
     return pad
 
 
+def retired_pads() -> int:
+    """How many replaced pads this process keeps until :func:`free_retired_pads`."""
+    return len(current().cache.get(_RETIRED, ()))
+
+
+def free_retired_pads() -> int:
+    """Free every pad :func:`signal_pad` replaced (in the order of their replacement, the
+    same on every rank; no communication) and return how many. Call it on every rank at
+    the same point, one where nothing uses them any more: after a barrier (no peer's
+    earlier kernel still signals into them) and after dropping every cached workspace and
+    CUDA graph that may point into them (``release_workspaces`` does all three)."""
+    rt = current()
+    retired = rt.cache.pop(_RETIRED, [])
+    for _, pad in retired:
+        rt.heap.free(pad.signals)
+    return len(retired)
+
+
 def drop_signal_pad(key: str) -> None:
-    """Free the pad named ``key`` (collective; nobody may still signal into it). A later
-    ``signal_pad(key, ...)`` makes a fresh zeroed pad, so its users must restart their
-    epochs too."""
+    """Free the pad named ``key`` and the pads of that name it replaced (collective; nobody
+    may still signal into any of them). A later ``signal_pad(key, ...)`` makes a fresh
+    zeroed pad, so its users must restart their epochs too."""
     rt = current()
     pad = rt.cache.pop(("signal_pad", key), None)
+    retired = rt.cache.get(_RETIRED, [])
+    kept = [(k, p) for k, p in retired if k != key]
+    if len(kept) < len(retired):
+        for k, p in retired:
+            if k == key:
+                rt.heap.free(p.signals)
+        rt.cache[_RETIRED] = kept
     if pad is not None:
         rt.heap.free(pad.signals)

@@ -8,7 +8,8 @@ import torch.distributed as dist
 
 import ditron
 from ditron.ops import workspaces
-from ditron.runtime.heap import HeapExhausted
+from ditron.runtime.heap import ALIGNMENT, HeapExhausted
+from ditron.runtime.signals import retired_pads
 from ditron.runtime.world import current
 
 
@@ -51,4 +52,69 @@ def test_full_heap_evicts_cached_workspaces(world_size, monkeypatch):
     monkeypatch.setenv("DITRON_HEAP_SIZE", "6M")
     results = ditron.launch(_rank_many_shapes, world_size)
     assert len({r for r in results}) == 1, results  # every rank evicted at the same calls
+    assert results[0][0] >= 1, "no eviction happened: the heap was not small enough"
+
+
+def _rank_retired_pads_make_room() -> tuple[int, int]:
+    """A full heap holding no workspace but outgrown signal pads frees those and tries again
+    (it used to fail at once: nothing to evict)."""
+    ditron.barrier()  # its pad first, at offset 0
+    for slots in (1000, 2000, 4000):  # the last two replace the one before: 24320 bytes
+        ditron.signal_pad("test.filler", slots)  # retired, 8960 free at the end
+    bufs = workspaces.cached(("test", "room"), lambda: workspaces.alloc_buffers(
+        [((20_000,), torch.uint8, "test:room")]))
+    return current().heap.offset_of(bufs.tensors[0]), workspaces.evictions()
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_full_heap_frees_retired_signal_pads(world_size, monkeypatch):
+    monkeypatch.setenv("DITRON_HEAP_SIZE", "64K")
+    results = ditron.launch(_rank_retired_pads_make_room, world_size)
+    assert len(set(results)) == 1 and results[0][1] == 1, results
+
+
+def _gather_reference(x: torch.Tensor) -> torch.Tensor:
+    parts = [torch.empty_like(x) for _ in range(ditron.world().world_size)]
+    dist.all_gather(parts, x.detach().cpu().contiguous(), group=current().host_group)
+    return torch.cat(parts)
+
+
+def _rank_growing_gemms() -> tuple[int, int]:
+    """GEMM-RS over ever wider ``N`` and AG-GEMM over ever more chunks on a 64K heap: each
+    call outgrows the op's signal pad. The replaced pads used to stay where they were
+    (between the workspaces, which the full heap evicts) until no workspace fit although
+    the heap was almost empty (N = 256: 32768 bytes asked, 1792 used of 65536, largest free
+    block 24576, also after ``release_workspaces``). Results stay exact; after
+    ``release_workspaces`` only the current pads are left."""
+    from ditron.ops.collectives import release_workspaces
+
+    w = ditron.world()
+    W, me = w.world_size, w.rank
+    rt = current()
+    for i, n in enumerate([64, 128, 192, 256, 320, 384]):
+        g = torch.Generator().manual_seed(10 * me + i)
+        a = torch.randn(W * 8, 8, generator=g)
+        b = torch.randn(8, n, generator=g)
+        ref = _reference_sum(a @ b)[me * 8:(me + 1) * 8]
+        got = ditron.ops.gemm_rs(a.to(w.device), b.to(w.device), method="overlap")
+        torch.testing.assert_close(got.cpu(), ref, rtol=1e-4, atol=1e-4, msg=f"gemm_rs N={n}")
+        a = torch.randn(4 * (i + 1), 8, generator=g)  # one chunk per row: the pad grows
+        b = torch.randn(8, 16, generator=torch.Generator().manual_seed(i))
+        got = ditron.ops.ag_gemm(a.to(w.device), b.to(w.device), method="overlap",
+                                 engine="copy_engine", chunk_rows=1)
+        torch.testing.assert_close(got.cpu(), _gather_reference(a) @ b, rtol=1e-4, atol=1e-4,
+                                   msg=f"ag_gemm m={4 * (i + 1)}")
+    replaced = retired_pads()
+    release_workspaces()
+    assert retired_pads() == 0
+    pads = [v.signals for k, v in rt.cache.items() if isinstance(k, tuple) and k[0] ==
+            "signal_pad"] + [rt.cache["barrier_pad"].signals]
+    assert rt.heap.used_bytes == sum(-(-t.nbytes // ALIGNMENT) * ALIGNMENT for t in pads)
+    return workspaces.evictions(), replaced
+
+
+def test_outgrown_signal_pads_do_not_fragment_the_heap(monkeypatch):
+    monkeypatch.setenv("DITRON_HEAP_SIZE", "64K")
+    results = ditron.launch(_rank_growing_gemms, 2)
+    assert results[0] == results[1], results
     assert results[0][0] >= 1, "no eviction happened: the heap was not small enough"
