@@ -1,10 +1,14 @@
 """Every ``ditron.…`` name the README, docs/ and the package's own docstrings mention
-exists (``torch.ops.ditron.…``: a registered custom op), so a rename cannot leave a page or
-a docstring pointing at nothing."""
+exists (``torch.ops.ditron.…``: a registered custom op), and every command the pages print
+names a script and options that exist, so a rename cannot leave a page or a docstring
+pointing at nothing."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
+import io
 import re
 from pathlib import Path
 
@@ -78,3 +82,76 @@ def test_public_ops_show_their_parameters():
         assert inspect.Parameter.VAR_KEYWORD not in kinds or inspect.Parameter.VAR_POSITIONAL \
             not in kinds, f"ditron.ops.{name}{inspect.signature(op)}"
         assert op.__doc__ and not op.__doc__.startswith("See "), name
+
+
+#: a command in a page: ``ditron bench NAME`` / ``ditron trace|demo|info`` (as ``python -m
+#: ditron ...`` too) or a script run by ``python`` / ``bash``, and the rest of its line
+CLI = re.compile(r"(?<![\w.-])ditron (bench [a-z][\w-]*|trace|demo|info)\b(.*)")
+SCRIPT = re.compile(r"(?:python3?|bash) ((?:bench|tools)/[\w./-]+\.(?:py|sh))(.*)")
+#: a script named without its folder (``check_ops_at_scale.py --only tp``): one of these
+BARE = re.compile(r"(?<![\w/.-])([\w-]+\.py)( .*)")
+SCRIPT_DIRS = ("bench", "bench/diag", "tools")
+FLAG = re.compile(r"(?<![\w-])--[a-z][\w-]*")
+
+
+def _commands(text: str) -> list[tuple[int, str]]:
+    """``(line, text)`` of each inline code span and each line of a fenced block."""
+    found = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            continue
+        found += [(lineno, span) for span in re.findall(r"`([^`]+)`", line)]
+    for block in re.finditer(r"```(?:bash|sh)?\n(.*?)```", text, re.S):
+        first = text[:block.start()].count("\n") + 2
+        found += [(first + i, line) for i, line in enumerate(block.group(1).splitlines())]
+    return found
+
+
+@functools.cache
+def _cli_help(command: str) -> str:
+    """``python -m ditron COMMAND --help``, run in this process."""
+    from ditron import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        cli.main([*command.split(), "--help"])
+    return out.getvalue()
+
+
+def _script_options(path: Path) -> str:
+    """The source a script's options are in: its own, or the ``ditron bench`` help of the
+    benchmark module it forwards to (``bench/megakernel.py``)."""
+    source = path.read_text()
+    for module in re.findall(r"ditron\.benchmarks\.(\w+) import main", source):
+        source += _cli_help(f"bench {module.replace('_', '-')}")
+    return source
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))],
+                         ids=lambda p: p.name)
+def test_commands_on_page_exist(page):
+    """``ditron`` subcommands and ``bench/`` / ``tools/`` scripts exist and take the options
+    the page gives them (docs/perf.md's commands included: they are how its figures are
+    reproduced)."""
+    wrong = []
+    for lineno, span in _commands(page.read_text()):
+        if m := CLI.search(span):
+            help_text = _cli_help(m.group(1))
+            if not help_text:
+                wrong.append(f"{lineno}: no command `ditron {m.group(1)}`")
+                continue
+            wrong += [f"{lineno}: `ditron {m.group(1)}` has no {flag}"
+                      for flag in FLAG.findall(m.group(2)) if flag not in help_text]
+        scripts = [(m.group(1), m.group(2)) for m in SCRIPT.finditer(span)]
+        if not scripts and (m := BARE.search(span)):  # in a folder of scripts, if any
+            scripts = [(f"{d}/{m.group(1)}", m.group(2)) for d in SCRIPT_DIRS
+                       if (ROOT / d / m.group(1)).is_file()][:1]
+        for name, rest in scripts:
+            path = ROOT / name
+            if not path.is_file():
+                wrong.append(f"{lineno}: no script {name}")
+                continue
+            source = _script_options(path) if path.suffix == ".py" else path.read_text()
+            wrong += [f"{lineno}: {name} has no {flag}"
+                      for flag in FLAG.findall(rest) if flag not in source]
+    assert not wrong, f"{page.name}: " + "; ".join(wrong)

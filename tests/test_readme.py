@@ -1,5 +1,6 @@
-"""README's first kernel and docs/moe.md's Mixtral block run as printed (as scripts, on
-the backend under test)."""
+"""README's first kernel, docs/moe.md's Mixtral block, docs/tp_gemm.md's worked example
+and docs/megakernel.md's examples run as printed (as scripts, on the backend under test;
+a fragment with the names it uses defined around it)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,26 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run_section(page: str, heading: str, tmp_path: Path, backend: str):
-    """The first Python block after ``heading`` in ``page``, run as a script; the last line
-    it prints, as a Python literal."""
+def _run_section(page: str, heading: str, tmp_path: Path, backend: str, before: str = "",
+                 after: str = ""):
+    """The first Python block after ``heading`` in ``page``, run as a script (between the
+    code ``before`` and ``after``, for a fragment); the last line it prints, as a Python
+    literal."""
     text = (ROOT / page).read_text()
     start = text.index(heading)
     code = re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+    return _run_script(textwrap.dedent(before) + code + textwrap.dedent(after), tmp_path,
+                       backend)
+
+
+def _run_script(code: str, tmp_path: Path, backend: str):
+    """``code`` run as a script; the last line it prints, as a Python literal."""
     script = tmp_path / "section.py"
     script.write_text(code)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -44,3 +54,142 @@ def test_moe_doc_mixtral_block(tmp_path, backend):
     assert len(got) == 2
     for err, router_grad in got:
         assert err < 1e-4 and router_grad is True, got
+
+
+def test_tp_gemm_doc_worked_example(tmp_path, backend):
+    """docs/tp_gemm.md's overlapped all-gather + GEMM equals ``all_gather(a) @ b``: three
+    ranks, rows per rank not a multiple of the tile, repeated calls."""
+    driver = """
+
+    def main():
+        import torch.distributed as dist
+        w = ditron.world()
+        torch.manual_seed(w.rank)
+        a = torch.randn(5, 24, device=w.device)
+        b = torch.randn(40, 24, device=w.device).t()          # a transposed weight
+        parts = [torch.empty_like(a) for _ in range(w.world_size)]
+        dist.all_gather(parts, a)
+        ref = torch.cat(parts) @ b
+        return [(my_ag_gemm(a, b) - ref).abs().max().item() for _ in range(3)]
+
+    if __name__ == "__main__":
+        print(ditron.launch(main, 3))
+    """
+    got = _run_section("docs/tp_gemm.md", "A worked example, an overlapped all-gather",
+                       tmp_path, backend, after=driver)
+    assert len(got) == 3 and max(max(errs) for errs in got) < 1e-4, got
+
+
+def test_megakernel_doc_graph(tmp_path, backend):
+    """docs/megakernel.md's graph in one minute: ``z`` is ``3 * x`` reversed."""
+    got = _run_section("docs/megakernel.md", "## A graph in one minute", tmp_path, backend)
+    assert got == [True]
+
+
+def test_megakernel_doc_mlp_stack(tmp_path, backend):
+    """docs/megakernel.md's stack of MLPs from ``nn.Linear`` shards computes what the page
+    says: ``x_{i+1} = x_i + all_reduce(silu(x_i Wg) * (x_i Wu) Wd)``, each layer's input
+    its residual."""
+    before = """
+    import torch, ditron
+    from ditron import task as dt
+    from ditron.task.tp_mlp import add_tp_mlp_stack
+
+    def mlp(hidden, ffn):
+        return torch.nn.ModuleDict({"gate": torch.nn.Linear(hidden, ffn, bias=False),
+                                    "up": torch.nn.Linear(hidden, ffn, bias=False),
+                                    "down": torch.nn.Linear(ffn, hidden, bias=False)})
+
+    def main(tokens=4, hidden=32, ffn=64, layers=2):
+        w = ditron.world()
+        torch.manual_seed(0)  # the same model on every rank
+        model = [mlp(hidden, ffn).to(w.device) for _ in range(layers)]
+        cols = slice(w.rank * ffn // w.world_size, (w.rank + 1) * ffn // w.world_size)
+        mlps = [mlp(hidden, ffn // w.world_size).to(w.device) for _ in range(layers)]
+        with torch.no_grad():
+            for m, s in zip(model, mlps):  # this rank's shards
+                s.gate.weight.copy_(m.gate.weight[cols])
+                s.up.weight.copy_(m.up.weight[cols])
+                s.down.weight.copy_(m.down.weight[:, cols])
+        tokens = torch.randn(tokens, hidden, device=w.device)
+        x = torch.empty_like(tokens)
+        graph = dt.TaskGraph("stack")
+    """
+    after = """
+        with torch.no_grad():
+            ref = tokens
+            for m in model:
+                ref = ref + m.down(torch.nn.functional.silu(m.gate(ref)) * m.up(ref))
+        return (y - ref).abs().max().item() / ref.abs().max().item()
+
+    if __name__ == "__main__":
+        print(ditron.launch(main, 2))
+    """
+    # the page's block, indented into main()
+    text = (ROOT / "docs/megakernel.md").read_text()
+    start = text.index("`add_tp_mlp_stack(graph, x, weights)`")
+    block = re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+    script = textwrap.dedent(before) + textwrap.indent(block, "    ") + textwrap.dedent(after)
+    got = _run_script(script, tmp_path, backend)
+    assert len(got) == 2 and max(got) < 1e-2, got
+
+
+def test_readme_overlapped_ops(tmp_path, backend):
+    """README's three blocks of "Overlapped ops" (the TP GEMMs and collectives, the
+    ``ditron.nn`` layers, the MoE layer) run on two ranks and equal their torch references."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Overlapped ops"):]
+    section = section[:section.index("\n## ")]
+    ops, layers, moe = (textwrap.indent(block, "    ") for block in
+                        re.findall(r"```python\n(.*?)```", section, re.S))
+    script = textwrap.dedent("""
+    import torch, torch.distributed as dist, ditron
+
+    def gathered(t, dim=0):
+        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, t)
+        return torch.cat(parts, dim)
+
+    def scattered(t):
+        t = t.clone()
+        dist.all_reduce(t)
+        return t.chunk(dist.get_world_size())[dist.get_rank()]
+
+    def inputs():
+        wd = ditron.world()
+        W, dev = wd.world_size, wd.device
+        torch.manual_seed(0)  # the same weights on every rank
+        n, d, K = 4 * W, 8, 16
+        w, w2 = torch.randn(d, K, device=dev), torch.randn(d, K, device=dev)
+        torch.manual_seed(1 + wd.rank)
+        x_shard, h = torch.randn(3, K, device=dev), torch.randn(2 * W, K, device=dev)
+        x, p = torch.randn(n, d, device=dev), torch.randn(n, d, device=dev)
+        return W, dev, n, d, w, w2, x_shard, h, x, p
+
+    def main():  # the blocks import ditron themselves: a local name there
+        W, dev, n, d, w, w2, x_shard, h, x, p = inputs()
+    """) + ops + textwrap.indent(textwrap.dedent("""
+        errs = [(c - gathered(x_shard) @ w.t()).abs().max().item(),
+                (y - scattered(h @ w2.t())).abs().max().item(),
+                (g - gathered(x, 1)).abs().max().item(),
+                (o - gathered(x)).abs().max().item(),
+                (r - scattered(p)).abs().max().item()]
+        h = 16
+        x = torch.randn(2, 3, h, device=dev)
+    """), "    ") + layers + textwrap.indent(textwrap.dedent("""
+        errs.append(0.0 if tuple(y.shape) == (2, 3, h) else float("inf"))
+        T, H, F, E, k = 6, 16, 24, 2 * W, 2
+        x = torch.randn(T, H, device=dev)
+        topk_ids = torch.randint(0, E, (T, k), device=dev)
+        topk_weights = torch.rand(T, k, device=dev)
+        w1, w2 = torch.randn(E // W, H, F, device=dev), torch.randn(E // W, F, H, device=dev)
+    """), "    ") + moe + textwrap.indent(textwrap.dedent("""
+        w1s, w2s = gathered(w1), gathered(w2)  # every expert, in expert order
+        ref = sum(topk_weights[:, j, None] * torch.stack(
+            [torch.relu(t @ w1s[e]) @ w2s[e] for t, e in zip(x, topk_ids[:, j])])
+            for j in range(k))
+        errs.append((out - ref).abs().max().item() / ref.abs().max().item())
+        return errs
+    """), "    ") + "\nif __name__ == '__main__':\n    print(ditron.launch(main, 2))\n"
+    got = _run_script(script, tmp_path, backend)
+    assert len(got) == 2 and max(max(errs) for errs in got) < 1e-4, got
