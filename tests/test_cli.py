@@ -282,3 +282,24 @@ def test_gpu_benchmarks_without_a_gpu_are_usage_errors(name, capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "no CUDA device is visible: it times GPUs (--smoke runs tiny shapes" in err, err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+@pytest.mark.parametrize("command", [["demo"], ["trace"], ["bench", "collectives"],
+                                     ["bench", "tp-gemm"]])
+def test_cuda_backend_without_a_gpu_is_a_usage_error(command):
+    """``--backend cuda`` with no GPU stops before any rank starts, in one line (the ranks
+    each raised with a traceback; bench tp-gemm divided by zero GPUs)."""
+    out = _run(*command, "--backend", "cuda")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "no CUDA device is visible" in out.stderr and "Traceback" not in out.stderr, \
+        out.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+def test_launch_on_cuda_without_a_gpu_raises_before_any_rank_starts():
+    import ditron
+    from ditron.runtime.config import SettingsError
+
+    with pytest.raises(SettingsError, match="backend 'cuda' but no CUDA device is visible"):
+        ditron.launch(print, 2, backend="cuda")

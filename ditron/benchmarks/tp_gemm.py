@@ -382,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     from ditron.runtime.config import default_backend
 
     backend = args.backend or default_backend()
+    if backend == "cuda" and not torch.cuda.is_available():  # before any rank starts
+        p.error("no CUDA device is visible: it times GPUs (--backend cpu or --smoke runs tiny "
+                "shapes on the CPU backend)")
     W = args.world_size or (torch.cuda.device_count() if backend == "cuda" else 2)
     if W == 1:  # every op falls back: the ratios would compare a call with itself
         p.error(f"{'--world-size 1' if args.world_size else 'one GPU visible'}: one rank has "

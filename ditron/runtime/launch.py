@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import interpret as interpret_mod
-from .config import Settings, default_backend, env_flag
+from .config import Settings, SettingsError, default_backend, env_flag
 from .integers import as_int, check_int
 
 
@@ -168,6 +168,12 @@ def _environment(**values: str | None):
         put(saved)
 
 
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None = None,
            groups: Sequence[Sequence[int]] | None = None, **kw) -> list[Any]:
     """Run ``fn(*args, **kw)`` on ``world_size`` local ranks; return the results by rank.
@@ -204,6 +210,11 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
                         f"module level): {exc}") from exc
     backend = backend or default_backend()
     settings = Settings.from_env(backend)
+    if backend == "cuda" and not _cuda_visible():  # before any rank starts
+        raise SettingsError(
+            "ditron.launch: backend 'cuda' but no CUDA device is visible "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
+            "use backend='cpu' (DITRON_BACKEND=cpu, --backend cpu) to run on the CPU")
     ctx = _cpu_context() if backend == "cpu" else mp.get_context("spawn")
 
     interpret, start = _rank_interpreter(backend)
