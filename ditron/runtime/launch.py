@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
+import io
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
@@ -69,7 +70,7 @@ def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str,
             from .diagnostics import check_waits
 
             check_waits()
-        conn.send(("ok", result))
+        conn.send_bytes(_dumps_by_value(("ok", result)))
         world_mod.shutdown()
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
         tb = traceback.format_exc()
@@ -80,6 +81,31 @@ def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str,
         conn.send(("err", payload, f"{type(exc).__name__}: {exc}", tb))
     finally:
         conn.close()
+
+
+class _ByValuePickler(pickle.Pickler):
+    """Plain pickling, with every tensor that views a larger storage (a symmetric tensor's
+    storage is the whole heap; a slice shares its base's) sent as a compact copy."""
+
+    def reducer_override(self, obj):
+        import torch
+
+        if (type(obj) is torch.Tensor and obj.layout == torch.strided
+                and obj.untyped_storage().nbytes() > obj.numel() * obj.element_size()):
+            copy = obj.detach().clone().requires_grad_(obj.requires_grad)
+            return copy.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+        return NotImplemented
+
+
+def _dumps_by_value(msg) -> bytes:
+    """``msg`` pickled with tensors by value. ``Connection.send`` would pickle them with
+    multiprocessing's reducers, which share a tensor's storage through a file descriptor
+    that the launcher fetches while unpickling: that fails once the rank has exited (a race
+    with the launcher) and for heap tensors, whose mapping's descriptor is closed. A CUDA
+    tensor comes back on its device (the launcher then initialises CUDA)."""
+    buf = io.BytesIO()
+    _ByValuePickler(buf, pickle.HIGHEST_PROTOCOL).dump(msg)
+    return buf.getvalue()
 
 
 def _exit_with_launcher(conn) -> None:

@@ -37,13 +37,13 @@ def free(tensor: torch.Tensor) -> None:
     current().heap.free(tensor)
 
 
-def peer(tensor: torch.Tensor, rank: int) -> torch.Tensor:
-    """Host view of ``rank``'s copy of the symmetric tensor ``tensor`` (same node only).
+def peer(t: torch.Tensor, rank: int) -> torch.Tensor:
+    """Host view of ``rank``'s copy of the symmetric tensor ``t`` (same node only).
 
     Reads and writes through the view touch the peer's memory directly; order them with
     ``ditron.barrier()``.
     """
-    return current().heap.peer(tensor, rank)
+    return current().heap.peer(t, rank)
 
 
 def is_symmetric(tensor: torch.Tensor) -> bool:
