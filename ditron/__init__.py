@@ -15,6 +15,7 @@ from .runtime import interpret as _interpret
 _interpret.arrange(_config.default_backend())
 
 from . import language  # noqa: E402
+from .runtime import agreement as _agreement  # noqa: E402, F401 - ditron.runtime.agreement.agree for op writers
 from .runtime.barrier import barrier  # noqa: E402
 from .runtime.diagnostics import WaitTimeoutError, check_waits, set_wait_timeout  # noqa: E402
 from .runtime.launch import RankError, launch  # noqa: E402

@@ -142,3 +142,16 @@ def test_rank0_decides_for_every_rank(world_size, backend):
         else:
             assert error == ("RuntimeError: pick: rank 0 failed to decide for every rank: "
                              "KeyError: 'missing'")
+
+
+def test_agreement_is_reachable_after_import_ditron():
+    """docs/developing.md tells op writers to call ``ditron.runtime.agreement.agree`` after
+    ``import ditron`` (it raised AttributeError: the module was not loaded)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import ditron; "
+                          "print(callable(ditron.runtime.agreement.agree), "
+                          "callable(ditron.runtime.agreement.raise_together))"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["True", "True"], out.stderr
