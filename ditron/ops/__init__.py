@@ -7,7 +7,8 @@ place), ``all_to_all_device_pair`` (companion rows along the same routes) and
 (``p2p.py``): ``send``, ``recv``. Overlapped GEMMs (``tp_gemm.py``): ``ag_gemm``,
 ``gemm_rs``, ``gemm_ar``. Expert parallelism (``moe.py``): ``moe_dispatch``,
 ``grouped_gemm``, ``moe_combine``. ``graph_safe`` (``runtime/cuda_graphs.py``): the
-warm-up of the graph-safe variants before a CUDA-graph capture.
+warm-up of the graph-safe variants before a CUDA-graph capture. ``release_workspaces``
+(``workspaces.py``): free the ops' cached symmetric buffers and signal pads (collective).
 Every op equals its torch / torch.distributed reference, computes in its inputs' dtype
 and, like torch.distributed's, records no autograd history: each runs with gradients and
 autocast off and is a graph break under ``torch.compile`` (``modes.public_op``);
@@ -36,6 +37,7 @@ _HOME = {
     "moe_dispatch": "moe",
     "moe_combine": "moe",
     "grouped_gemm": "moe",
+    "release_workspaces": "workspaces",
 }
 
 __all__ = sorted(_HOME)

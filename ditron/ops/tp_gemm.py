@@ -72,7 +72,7 @@ from . import rs_copy_engine
 from .exchange import engine_instance
 from .graphs import capturing, graph_mode, require_warm
 from .modes import public_op
-from .workspaces import alloc_buffers, cached
+from .workspaces import alloc_buffers, allocate, cached
 
 METHODS = ("auto", "overlap", "fallback")
 AG_ENGINES = ("copy_engine", "colocated", "sm", "tma", "copy_engine_matmul")
@@ -381,14 +381,19 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     pad_key = f"ag_gemm:graph:{M}x{K}:{a.dtype}"
     if graph:
         require_warm("ag_gemm", pad_key, _ag_key(a, b, cfg, tag, chunk_rows))
-    ws = _ag_workspace(a, b, cfg, 1, M, tag, chunk_rows, halves=1 if graph else 2)
-    if graph:  # chunk ids never exceed the rows, so the pad never has to grow
-        pad = signal_pad(pad_key, W + M)
+
+    def workspace_and_pad():
+        ws = _ag_workspace(a, b, cfg, 1, M, tag, chunk_rows, halves=1 if graph else 2)
+        # graph: chunk ids never exceed the rows, so the pad never has to grow
+        return ws, signal_pad(pad_key, W + M) if graph else signal_pad(
+            "ag_gemm:pushed", ws["plan"].num_chunks)
+
+    ws, pad = allocate(workspace_and_pad)  # no room for the pad: free the workspaces, again
+    if graph:
         epoch = bump(pad)
         buf = ws["shards"][0]
         first = W  # chunk signals follow the acknowledgements
     else:
-        pad = signal_pad("ag_gemm:pushed", ws["plan"].num_chunks)
         epoch = pad.next_epoch()
         buf = ws["shards"][epoch % 2]
         first = 0
@@ -652,11 +657,13 @@ def _scatter_overlap(op: str, a, b, cfg: GemmConfig, graph: bool = False):
     specs = [((2, W, seg, N), a.dtype, f"{tag}:recv")]
     if op == "gemm_ar":
         specs.append(((2, M, N), a.dtype, f"{tag}:bcast"))
-    bufs = cached((tag, M, N, a.dtype), lambda: alloc_buffers(specs)).tensors
-    ws = dict(ws, recv=bufs[0], bc=bufs[1] if op == "gemm_ar" else None)
     n_rs = W * ws["tiles_per_seg"]
     n_sig = n_rs + (ws["total_tiles"] if op == "gemm_ar" else 0)
-    pad = signal_pad(tag, n_sig)
+    # no room left for the pad: free every workspace and fetch both again
+    bufs, pad = allocate(lambda: (cached((tag, M, N, a.dtype),
+                                         lambda: alloc_buffers(specs)).tensors,
+                                  signal_pad(tag, n_sig)))
+    ws = dict(ws, recv=bufs[0], bc=bufs[1] if op == "gemm_ar" else None)
     if graph:  # the kernel reads the epoch and takes half ``epoch % 2`` of recv / bc
         cell, epoch, parity = bump(pad).cell, 0, 0
     else:

@@ -118,3 +118,76 @@ def test_outgrown_signal_pads_do_not_fragment_the_heap(monkeypatch):
     results = ditron.launch(_rank_growing_gemms, 2)
     assert results[0] == results[1], results
     assert results[0][0] >= 1, "no eviction happened: the heap was not small enough"
+
+
+def _rank_pad_after_full_heap() -> tuple[int, int]:
+    """GEMM-RS whose receive buffer takes the heap's last free bytes, so its (grown) signal
+    pad, fetched after the buffer, finds no room: the op frees every cached workspace and
+    fetches both again (it raised HeapExhausted, the same at every later call, since the
+    buffer stayed cached)."""
+    w = ditron.world()
+    W, me = w.world_size, w.rank
+    heap = current().heap
+    M, k = 32 * W, 8
+
+    def check(n: int, i: int) -> None:
+        g = torch.Generator().manual_seed(10 * me + i)
+        a, b = torch.randn(M, k, generator=g), torch.randn(k, n, generator=g)
+        ref = _reference_sum(a @ b)[me * 32:(me + 1) * 32]
+        got = ditron.ops.gemm_rs(a.to(w.device), b.to(w.device), method="overlap",
+                                 engine="colocated")
+        torch.testing.assert_close(got.cpu(), ref, rtol=1e-4, atol=1e-4, msg=f"N={n}")
+
+    check(8, 0)
+    per_col = 2 * W * 32 * 4  # the receive buffer's bytes per column of N (fp32)
+    n = (heap.size - heap.used_bytes) // per_col
+    assert heap.size - heap.used_bytes - n * per_col < ALIGNMENT, "the pad would still fit"
+    before = workspaces.evictions()
+    for i in range(3):  # the first call evicts; the later ones reuse what it fetched
+        check(n, i + 1)
+    return workspaces.evictions() - before, n
+
+
+def _rank_ag_pad_after_full_heap() -> tuple[int, int]:
+    """The same for AG-GEMM's pushed variant, whose pad grows with the chunk count."""
+    from ditron.ops.collectives import release_workspaces
+
+    release_workspaces()
+    w = ditron.world()
+    W, me = w.world_size, w.rank
+    heap = current().heap
+    # the pads left between freed blocks: fill every free block but the last, so the op's
+    # buffer and pad compete for one block
+    fillers = [ditron.empty((size,), torch.uint8) for _, size in heap._free[:-1]]
+
+    def check(m: int, kk: int, i: int) -> None:
+        g = torch.Generator().manual_seed(10 * me + i)
+        a = torch.randn(m, kk, generator=g)
+        b = torch.randn(kk, 8, generator=torch.Generator().manual_seed(i))
+        got = ditron.ops.ag_gemm(a.to(w.device), b.to(w.device), method="overlap",
+                                 engine="copy_engine", chunk_rows=1)
+        torch.testing.assert_close(got.cpu(), _gather_reference(a) @ b, rtol=1e-4, atol=1e-4,
+                                   msg=f"m={m} K={kk}")
+
+    check(4, 8, 0)
+    m = 16  # one chunk per row: W * 16 chunks, the pad grows past the first call's
+    per_k = 2 * W * m * 4  # the gathered buffer's bytes per column of K (two halves, fp32)
+    kk = (heap.size - heap.used_bytes) // per_k
+    assert heap.size - heap.used_bytes - kk * per_k < ALIGNMENT, "the pad would still fit"
+    before = workspaces.evictions()
+    for i in range(3):
+        check(m, kk, i + 1)
+    for t in fillers:
+        ditron.free(t)
+    return workspaces.evictions() - before, kk
+
+
+def _rank_pads_after_full_heap() -> list[tuple[int, int]]:
+    return [_rank_pad_after_full_heap(), _rank_ag_pad_after_full_heap()]
+
+
+def test_a_pad_that_finds_the_heap_full_evicts_the_workspaces(monkeypatch):
+    monkeypatch.setenv("DITRON_HEAP_SIZE", "64K")
+    results = ditron.launch(_rank_pads_after_full_heap, 2)
+    assert results[0] == results[1], results
+    assert [evicted for evicted, _ in results[0]] == [1, 1], results
