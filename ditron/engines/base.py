@@ -58,10 +58,11 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
                    can_wait: bool = False, mapped: bool = True) -> None:
     """Raise ``ValueError`` for a transfer ``engine`` cannot move from ``rank``: a rank
     outside the world, neither side ``rank``'s, (``mapped``: engines that reach the peer's
-    heap) the other side on another node, a signal slot outside its pad, ``src`` and
-    ``dst`` differing in shape or dtype, (``contiguous``) a side not contiguous, or
-    ``after`` or a device-read signal value where the engine cannot wait (``can_wait``).
-    Engines check every transfer of a batch before moving any."""
+    heap) the other side on another node, a signal slot outside its pad, a signal value
+    neither an int64 nor a :class:`DeviceValue`, ``src`` and ``dst`` differing in shape or
+    dtype, (``contiguous``) a side not contiguous, or ``after`` or a device-read signal
+    value where the engine cannot wait (``can_wait``). Engines check every transfer of a
+    batch before moving any."""
     rt = current()
     size = rt.world.world_size
     src_rank, dst_rank = t.src_rank, t.dst_rank
@@ -95,18 +96,59 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
                          f"engine with can_wait, e.g. copy_engine")
 
 
+#: the dtypes that engines summing with torch's ``add_`` (``copy_engine``, ``network``) take:
+#: those torch adds on the CPU and on CUDA. Refused: ``bool`` (its add is a logical or), the
+#: fp8 types and ``uint16`` / ``uint32`` / ``uint64`` (torch has no add for them: it failed
+#: only once the data had moved), ``complex32`` (experimental in torch), and the bit, sub-byte
+#: and quantized types
+ADDED = (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex128,
+         torch.complex64, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def check_added(engine: str, dtype: torch.dtype) -> None:
+    """Raise ``ValueError`` (naming ``engine``) unless a reducing transfer of ``dtype`` can
+    sum with torch's ``add_`` (:data:`ADDED`)."""
+    if dtype not in ADDED:
+        raise ValueError(f"{engine}: cannot sum dtype {dtype} into the destination; "
+                         f"reducing transfers take {', '.join(str(d) for d in ADDED)}")
+
+
+def endpoints(t: Transfer, rank: int, engine: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``t``'s ``(src, dst)`` as ``rank`` reaches them: its local side itself, the remote
+    side a view of that side's copy in the peer's heap (``ditron.peer``). ``ValueError``
+    naming ``engine`` where the remote side is not a live symmetric tensor (not in the
+    heap, freed, or reaching past its buffer); call it for every transfer of a batch
+    before moving any."""
+    heap = current().heap
+    try:
+        src = t.src if t.src_rank == rank else heap.peer(t.src, t.src_rank)
+        dst = t.dst if t.dst_rank == rank else heap.peer(t.dst, t.dst_rank)
+    except ValueError as exc:
+        raise ValueError(f"{engine}: the remote side of a transfer from rank {t.src_rank} "
+                         f"to rank {t.dst_rank} must be a symmetric tensor: {exc}") from None
+    return src, dst
+
+
 def _check_slot(signal: Signal, what: str, engine: str) -> None:
     slots = signal.pad.signals.shape[0]
     index = signal.index
     if not (type(index) is int or as_int(index) is not None) or not 0 <= index < slots:
         raise ValueError(f"{engine}: {what} slot {index!r} is outside its pad's {slots} slots")
+    value = signal.value
+    if isinstance(value, DeviceValue):
+        return
+    if not (type(value) is int or as_int(value) is not None) or not -1 << 63 <= value < 1 << 63:
+        raise ValueError(f"{engine}: {what} value {value!r} is not an int64 (or a "
+                         f"DeviceValue)")
 
 
 class Engine(abc.ABC):
     """Moves batches of transfers issued by this rank."""
 
     name: str
-    #: whether the engine can sum into the destination (``Transfer.reduce``)
+    #: whether the engine can sum into the destination (``Transfer.reduce``; the ``sm``
+    #: engine sums ``runtime/dtypes.py``'s ``SUMMED`` types, those that sum with torch's
+    #: ``add_`` the types of :data:`ADDED`)
     can_reduce: bool = False
     #: whether the engine honours ``Transfer.after``
     can_wait: bool = False

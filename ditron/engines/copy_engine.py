@@ -30,7 +30,7 @@ from ..runtime import stream_memops
 from ..runtime.integers import check_int
 from ..runtime.signals import host_value
 from ..runtime.world import current
-from .base import Engine, Signal, Transfer, check_transfer, register_engine
+from .base import Engine, Signal, Transfer, check_added, check_transfer, endpoints, register_engine
 from .streams import allocator_tensors, follow, join, mark_current, start_after
 from .sync import notify_one, slot_address, use_stream_memops, wait_one
 
@@ -69,20 +69,15 @@ def _endpoints(t: Transfer, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     ``ValueError`` where a remote side is not a symmetric tensor)."""
     if t.src.numel() == 0:
         return t.src, t.src  # nothing to move; only the signal matters
-    heap = current().heap
-    try:
-        src = t.src if t.src_rank == rank else heap.peer(t.src, t.src_rank)
-        dst = t.dst if t.dst_rank == rank else heap.peer(t.dst, t.dst_rank)
-    except ValueError as exc:
-        raise ValueError(f"copy_engine: the remote side of a transfer from rank {t.src_rank} "
-                         f"to rank {t.dst_rank} must be a symmetric tensor: {exc}") from None
-    return src, dst
+    return endpoints(t, rank, "copy_engine")
 
 
 @register_engine
 class CopyEngine(Engine):
     """Peer copies issued from the host (DMA engines on GPU, a worker thread on CPU).
 
+    A reducing transfer sums with torch's ``add_``, in the dtype itself, and takes the
+    dtypes of :data:`~.base.ADDED` (refused before anything moves: ``bool``, fp8, ...).
     ``lanes``: side streams that successive :meth:`issue` calls take turns on (CUDA). Only
     transfers within one call are ordered among themselves; :meth:`drain` waits for all.
     ``signal_lane`` (CUDA, signals that are kernels: device-counted values or a wait
@@ -108,6 +103,8 @@ class CopyEngine(Engine):
         rank = rt.world.rank
         for t in transfers:
             check_transfer(t, rank, "copy_engine", can_wait=True)
+            if t.reduce:
+                check_added("copy_engine", t.src.dtype)
         if rt.world.backend == "cpu":
             jobs = []
             for t in transfers:
@@ -186,25 +183,14 @@ def _raw_ok(t: Transfer) -> bool:
             and (t.after is None or isinstance(t.after.value, int)))
 
 
-def _address(tensor: torch.Tensor, owner: int, rank: int) -> int:
-    """``tensor``'s address as this process maps it (``owner``'s heap when remote)."""
-    if owner == rank:
-        return tensor.data_ptr()
-    heap = current().heap
-    return heap.mapping.bases[owner] + heap.offset_of(tensor)
-
-
 def _span(t: Transfer, rank: int) -> tuple[int, int, int] | None:
-    """``t``'s destination and source addresses and byte count for a driver copy (``None``:
-    nothing to copy); ``ValueError`` where a remote side is not in the symmetric heap."""
+    """``t``'s destination and source addresses, as this process maps them, and byte count
+    for a driver copy (``None``: nothing to copy); ``ValueError`` where a remote side is
+    not a live symmetric tensor (:func:`~.base.endpoints`)."""
     if t.src.numel() == 0:
         return None
-    try:
-        return (_address(t.dst, t.dst_rank, rank), _address(t.src, t.src_rank, rank),
-                t.src.numel() * t.src.element_size())
-    except ValueError as exc:
-        raise ValueError(f"copy_engine: the remote side of a transfer from rank {t.src_rank} "
-                         f"to rank {t.dst_rank} must be a symmetric tensor: {exc}") from None
+    src, dst = endpoints(t, rank, "copy_engine")
+    return dst.data_ptr(), src.data_ptr(), t.src.numel() * t.src.element_size()
 
 
 def _issue_raw(transfers: list[Transfer], spans: list, rank: int, side) -> None:

@@ -4,7 +4,9 @@ Two-sided: **both** ends issue the same :class:`~ditron.engines.base.Transfer`. 
 (``src_rank``) posts a send of ``src``; the receiver (``dst_rank``) posts a receive into
 ``dst`` (the other side's tensor is ignored by each end, so pass any tensor of the same
 shape). :meth:`drain` completes the posted operations and then raises, on the receiver, the
-transfer's signal in its local pad. Ops go through ``torch.distributed``: NCCL on GPUs when
+transfer's signal in its local pad (a reducing transfer first adds what it received into
+``dst`` with torch's ``add_``: the dtypes of ``base.ADDED``, refused before anything is
+posted otherwise). Ops go through ``torch.distributed``: NCCL on GPUs when
 the world's device group is NCCL, otherwise its gloo host group (CUDA tensors are staged
 through host memory then); peers are named by their world rank in that group. This is the
 engine that carries a plan past one node; it also works between ranks of one node, which is
@@ -17,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from ..runtime.world import current
-from .base import Engine, Transfer, check_transfer, register_engine
+from .base import Engine, Transfer, check_added, check_transfer, register_engine
 
 
 @register_engine
@@ -44,6 +46,8 @@ class NetworkEngine(Engine):
             if t.src_rank == t.dst_rank:
                 raise ValueError("network engine: a transfer must cross ranks")
             check_transfer(t, rank, "network engine", mapped=False)
+            if t.reduce:
+                check_added("network engine", t.src.dtype)
         ops = []
         for t in transfers:
             if rank == t.src_rank and t.src.numel():

@@ -30,7 +30,7 @@ from ..runtime.dtypes import carried, carrier, check_moved, check_summed, tl_acc
 from ..runtime.integers import check_int
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
-from .base import Engine, Transfer, check_transfer, register_engine
+from .base import Engine, Transfer, check_transfer, endpoints, register_engine
 from .streams import SideLane
 
 # Descriptor row: src address, dst address, numel, src rank, dst rank, signal address
@@ -189,11 +189,4 @@ def _check_remote(batch: list[Transfer]) -> None:
     for t in batch:
         if t.src.numel() == 0:
             continue
-        for side, owner in ((t.src, t.src_rank), (t.dst, t.dst_rank)):
-            if owner != me:
-                try:
-                    rt.heap.peer(side, owner)
-                except ValueError as exc:
-                    raise ValueError(f"sm engine: the remote side of a transfer from rank "
-                                     f"{t.src_rank} to rank {t.dst_rank} must be a "
-                                     f"symmetric tensor: {exc}") from None
+        endpoints(t, me, "sm engine")

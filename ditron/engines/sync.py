@@ -81,9 +81,18 @@ def bump(pad: SignalPad) -> DeviceValue:
     return value
 
 
+def _check_range(ranks: range, what: str) -> None:
+    """Raise ``ValueError`` unless ``ranks`` is a range of step 1: the kernels take its
+    start and length (a step of 2 reached the wrong ranks)."""
+    if not isinstance(ranks, range) or ranks.step != 1:
+        raise ValueError(f"{what}: ranks must be a range of step 1, got {ranks!r}")
+
+
 def bump_and_notify(pad: SignalPad, slot: int, peers: range, skip: int = -1) -> DeviceValue:
     """:func:`bump`, and set slot ``slot`` to the epoch before it (``E - 1``) on every rank
-    in ``peers`` but ``skip`` (release), in one kernel; returns the new epoch ``E``."""
+    in ``peers`` (a range of step 1) but ``skip`` (release), in one kernel; returns the new
+    epoch ``E``."""
+    _check_range(peers, "bump_and_notify")
     value = pad.device_epoch()
     _FAST_BUMP_NOTIFY[(1,)](pad.signals, slot, value.cell, peers.start, len(peers), skip,
                             current().context())
@@ -144,7 +153,9 @@ def wait_one(pad: SignalPad, slot: int, value: int | DeviceValue) -> None:
 
 def notify_peers(pad: SignalPad, slot: int, value: int | DeviceValue, peers: range,
                  skip: int = -1) -> None:
-    """Set slot ``slot`` of ``pad`` to ``value`` on every rank in ``peers`` except ``skip``."""
+    """Set slot ``slot`` of ``pad`` to ``value`` on every rank in ``peers`` (a range of step
+    1) except ``skip``."""
+    _check_range(peers, "notify_peers")
     if len(peers) == 0 or (len(peers) == 1 and peers[0] == skip):
         return
     if isinstance(value, DeviceValue):
@@ -163,7 +174,9 @@ def notify_peers(pad: SignalPad, slot: int, value: int | DeviceValue, peers: ran
 
 def wait_slots(pad: SignalPad, base: int, ranks: range, value: int | DeviceValue,
                skip: int = -1) -> None:
-    """Wait until local slots ``base + r`` (``r`` in ``ranks``, ``r != skip``) are >= ``value``."""
+    """Wait until local slots ``base + r`` (``r`` in ``ranks``, a range of step 1, ``r !=
+    skip``) are >= ``value``."""
+    _check_range(ranks, "wait_slots")
     if len(ranks) == 0 or (len(ranks) == 1 and ranks[0] == skip):
         return
     if isinstance(value, DeviceValue):

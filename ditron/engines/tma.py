@@ -34,7 +34,7 @@ from ..runtime.dtypes import carried, check_moved
 from ..runtime.grid_math import next_power_of_2
 from ..runtime.integers import check_int
 from ..runtime.world import current
-from .base import Engine, Transfer, check_transfer, register_engine
+from .base import Engine, Transfer, check_transfer, endpoints, register_engine
 from .streams import SideLane
 
 _BOX_BYTES = 512  # one box row: C elements
@@ -180,16 +180,8 @@ def _endpoints(t: Transfer, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     heap; ``ValueError`` where it is not symmetric), as their carrier dtype
     (``runtime/dtypes.py``: moved bit for bit). An empty transfer only raises its signal;
     any valid pointer stands in for its tensors."""
-    from ..runtime.symmetric import peer
-
     if t.src.numel() == 0:
         src = dst = t.src.new_empty(1)
     else:
-        try:
-            src = t.src if t.src_rank == rank else peer(t.src, t.src_rank)
-            dst = t.dst if t.dst_rank == rank else peer(t.dst, t.dst_rank)
-        except ValueError as exc:
-            raise ValueError(f"tma engine: the remote side of a transfer from rank "
-                             f"{t.src_rank} to rank {t.dst_rank} must be a symmetric "
-                             f"tensor: {exc}") from None
+        src, dst = endpoints(t, rank, "tma engine")
     return carried(src), carried(dst)

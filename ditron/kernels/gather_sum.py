@@ -1,11 +1,13 @@
 """Weighted gather-sum: ``out[t] = sum_j w[t, j] * src[idx[t, j]]`` (the MoE combine's sum),
 and its weights' gradient, the gather-dot ``dw[t, j] = <g[t], src[idx[t, j]]>``.
 
-``src [R, N]``, ``idx [T, k]`` integer row indices into ``src`` (``-1``: no row, counts
-zero), ``w [T, k]`` floating or ``None`` (weight 1); fp32 accumulation, ``out [T, N]`` in
-``src``'s dtype. A second source ``src2`` with its own index ``idx2`` may supply the rows
-``idx`` leaves out (``src2[idx2[t, j]]`` where ``idx[t, j] < 0 <= idx2[t, j]``): the
-combine reads peers' rows from an inbox and its own from its experts' output.
+``src [R, N]`` floating, ``idx [T, k]`` integer row indices into ``src`` (``-1``: no row,
+counts zero; below ``R``, which is not checked: that would read them on the host), ``w [T,
+k]`` floating or ``None`` (weight 1), all on one device (``ValueError`` otherwise); fp32
+accumulation, ``out [T, N]`` in ``src``'s dtype. A second source ``src2`` with its own
+index ``idx2`` may supply the rows ``idx`` leaves out (``src2[idx2[t, j]]`` where ``idx[t,
+j] < 0 <= idx2[t, j]``): the combine reads peers' rows from an inbox and its own from its
+experts' output.
 
 One pass: each program gathers the ``k`` rows of a block of tokens and sums them in
 registers, where a torch formulation writes and rereads ``[T, k, N]`` fp32 intermediates.
@@ -128,6 +130,13 @@ def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor |
     if src.dim() != 2 or idx.dim() != 2 or src.stride(1) != 1:
         raise ValueError(f"{op}: need src [R, N] with contiguous rows and idx [T, k], got "
                          f"{tuple(src.shape)} (strides {src.stride()}) and {tuple(idx.shape)}")
+    if not src.dtype.is_floating_point:
+        raise ValueError(f"{op}: src must be floating, got {src.dtype}")
+    _check_device(op, src, idx=idx, src2=src2, idx2=idx2)
+    for name, index in (("idx", idx), ("idx2", idx2)):
+        if index is not None and (index.dtype.is_floating_point or index.dtype.is_complex
+                                  or index.dtype == torch.bool):
+            raise ValueError(f"{op}: {name} must hold integer row indices, got {index.dtype}")
     two = src2 is not None
     if two != (idx2 is not None) or two and (
             src2.dim() != 2 or src2.shape[1] != src.shape[1] or src2.stride(1) != 1
@@ -137,6 +146,15 @@ def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor |
                          f"{tuple(idx.shape)}")
     idx = idx.contiguous()
     return (idx, src2, idx2.contiguous()) if two else (idx, src, idx)
+
+
+def _check_device(op: str, src: torch.Tensor, **tensors: torch.Tensor | None) -> None:
+    """Raise ``ValueError`` unless each of ``tensors`` (``None``: absent) is on ``src``'s
+    device (the kernels read them all; a launch does not check)."""
+    for name, t in tensors.items():
+        if t is not None and t.device != src.device:
+            raise ValueError(f"{op}: {name} is on {t.device} and src on {src.device}; they "
+                             f"must be on one device")
 
 
 #: tokens per program of both kernels (the gather-sum takes :data:`SCALAR_SUM_BLOCK_T` on
@@ -209,9 +227,11 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     Sources must have contiguous rows (stride 1 in dim 1), the same ``N`` and dtype."""
     two = src2 is not None
     idx, src2, idx2 = _sources("weighted_gather_sum", src, idx, src2, idx2)
-    if weights is not None and weights.shape != idx.shape:
-        raise ValueError(f"weighted_gather_sum: weights must be {tuple(idx.shape)}, got "
-                         f"{tuple(weights.shape)}")
+    if weights is not None and (weights.shape != idx.shape
+                                or not weights.dtype.is_floating_point):
+        raise ValueError(f"weighted_gather_sum: weights must be floating, of shape "
+                         f"{tuple(idx.shape)}, got {tuple(weights.shape)} {weights.dtype}")
+    _check_device("weighted_gather_sum", src, weights=weights)
     T, k = idx.shape
     N = src.shape[1]
     out = torch.empty((T, N), dtype=src.dtype, device=src.device)
@@ -253,9 +273,10 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
     idx, src2, idx2 = _sources("gather_dot", src, idx, src2, idx2)
     T, k = idx.shape
     N = src.shape[1]
-    if g.shape != (T, N) or g.stride(1) != 1:
-        raise ValueError(f"gather_dot: g must be [{T}, {N}] with contiguous rows, got "
-                         f"{tuple(g.shape)} (strides {g.stride()})")
+    if g.shape != (T, N) or g.stride(1) != 1 or not g.dtype.is_floating_point:
+        raise ValueError(f"gather_dot: g must be floating [{T}, {N}] with contiguous rows, "
+                         f"got {tuple(g.shape)} {g.dtype} (strides {g.stride()})")
+    _check_device("gather_dot", src, g=g)
     out = torch.empty((T, k), dtype=torch.float32, device=src.device)
     if out.numel() == 0:
         return out

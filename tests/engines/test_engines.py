@@ -297,6 +297,8 @@ def check_bad_batches() -> tuple[bool, int, float]:
     pad = ditron.signal_pad("test_bad_batches", 2)
     box = ditron.zeros((64,), torch.float32)
     mine = torch.ones(64, device=w.device)
+    gone = ditron.zeros((64,), torch.float32)
+    ditron.free(gone)
     ditron.barrier()
     good = Transfer(mine, box, me, peer, Signal(pad, 0, 1))
     bad = {r"dst_rank must be an int in \[0, 2\), got 7": Transfer(mine, box, me, 7),
@@ -304,7 +306,9 @@ def check_bad_batches() -> tuple[bool, int, float]:
                Transfer(mine, box, me, peer, Signal(pad, 2, 1)),
            "signal slot -1 is outside": Transfer(mine, box, me, peer, Signal(pad, -1, 1)),
            "must be a symmetric tensor":
-               Transfer(mine, torch.zeros(64, device=w.device), me, peer)}
+               Transfer(mine, torch.zeros(64, device=w.device), me, peer),
+           "must be a symmetric tensor: .* not inside one live symmetric buffer":
+               Transfer(mine, gone, me, peer)}
     for name in ("copy_engine", "sm", "tma"):
         engine = get_engine(name)
         for match, t in bad.items():
@@ -329,7 +333,8 @@ def check_bad_batches() -> tuple[bool, int, float]:
 def test_bad_batch_moves_nothing():
     # before: the sm engine wrote the signal past its pad (into the box), the tma engine
     # moved the good transfer before refusing the bad one, and the network engine raised
-    # the refused receive's signal at its next drain, with nothing received
+    # the refused receive's signal at its next drain, with nothing received; on CUDA the
+    # copy engine's driver-call path copied into a peer's freed buffer
     assert ditron.launch(check_bad_batches, 2, backend="cpu") == [(False, 0, -1.0)] * 2
 
 
@@ -438,3 +443,129 @@ def test_copy_engine_drain_waits_for_every_batch():
     # polled, which then copied into ``out`` once its signal came
     got = ditron.launch(check_drain_after_failure, 1, backend="cpu")
     assert got == [("signals:test_drain_failure[0]", 0.0)]
+
+
+#: dtypes a reducing transfer of the copy and network engines refuses (before: bool summed
+#: as a logical or, the others raised NotImplementedError from torch's add after the data
+#: had moved, leaving the signal unraised)
+UNSUMMABLE = (torch.bool, torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16,
+              torch.complex32)
+
+
+def check_reduce_dtypes() -> tuple[list[str], bool, list[list]]:
+    """Reducing transfers of each dtype of ``UNSUMMABLE`` (in a batch after a good plain
+    move) through the copy and the network engine: the error of each, whether anything
+    landed, and the sums of int16 and complex64, which are summed."""
+    w = ditron.world()
+    me, peer = w.rank, 1 - w.rank
+    pad = ditron.signal_pad("test_reduce_dtypes", 2)
+    box = ditron.zeros((8,), torch.float32)
+    ditron.barrier()
+    good = Transfer(torch.ones(8), box, me, peer, Signal(pad, 0, 1))
+    errors = []
+    for name in ("copy_engine", "network"):
+        engine = get_engine(name)
+        for dtype in UNSUMMABLE:
+            x = torch.zeros(8, dtype=dtype)
+            if name == "copy_engine":
+                sums = [Transfer(x, ditron.zeros((8,), dtype), me, peer, reduce=True)]
+            else:  # two-sided: my send, and my receive summed into x
+                sums = [Transfer(x, x, me, peer), Transfer(x, x, peer, me, Signal(pad, 1, 1),
+                                                           reduce=True)]
+            with pytest.raises(ValueError, match=f"{name}.*cannot sum dtype {dtype}") as info:
+                engine.issue([good, *sums] if name == "copy_engine" else sums)
+            engine.drain()
+            errors.append(str(info.value).split(";")[0])
+    ditron.barrier()
+    landed = bool(box.any()) or bool(pad.signals.any())
+    ditron.barrier()
+    got = []
+    for dtype in (torch.int16, torch.complex64):
+        mine = (torch.arange(8) * (me + 1)).to(dtype)
+        dst = ditron.zeros((8,), dtype)
+        dst.copy_(torch.full((8,), 3).to(dtype))
+        inbox = torch.full((8,), 5).to(dtype)
+        ditron.barrier()
+        copy, net = get_engine("copy_engine"), get_engine("network")
+        copy.issue([Transfer(mine, dst, me, peer, reduce=True)])
+        net.issue([Transfer(mine, mine, me, peer), Transfer(inbox, inbox, peer, me,
+                                                            reduce=True)])
+        copy.drain()
+        net.drain()
+        ditron.barrier()
+        got.append([dst.tolist(), inbox.tolist()])
+    return errors, landed, got
+
+
+def test_reducing_transfers_refuse_unsummable_dtypes():
+    got = ditron.launch(check_reduce_dtypes, 2, backend="cpu")
+    for rank, (errors, landed, sums) in enumerate(got):
+        assert errors == [f"{name}: cannot sum dtype {d} into the destination"
+                          for name in ("copy_engine", "network engine") for d in UNSUMMABLE]
+        assert not landed
+        other = torch.arange(8) * (2 - rank)  # the peer's payload
+        assert sums[0] == [(3 + other).tolist(), (5 + other).tolist()]  # int16
+        assert sums[1] == [(3 + other).to(torch.complex64).tolist(),
+                           (5 + other).to(torch.complex64).tolist()]
+
+
+def check_signal_values() -> tuple[list[str], bool]:
+    """Transfers whose signal (or ``after``) value is not an int64, after a good one in
+    their batch, for every engine: the errors, and whether anything landed."""
+    w = ditron.world()
+    me, peer = w.rank, 1 - w.rank
+    pad = ditron.signal_pad("test_signal_values", 2)
+    box = ditron.zeros((8,), torch.float32)
+    ditron.barrier()
+    good = Transfer(torch.ones(8), box, me, peer, Signal(pad, 0, 1))
+    errors = []
+    for name in ("copy_engine", "sm", "tma", "network"):
+        engine = get_engine(name)
+        for value in (1 << 63, 1.5, "3"):
+            if name == "network":
+                batch = [Transfer(torch.ones(8), torch.ones(8), peer, me, Signal(pad, 1, value))]
+            else:
+                batch = [good, Transfer(torch.ones(8), box, me, peer, Signal(pad, 0, value))]
+            with pytest.raises(ValueError, match="signal value .* is not an int64") as info:
+                engine.issue(batch)
+            engine.drain()
+            errors.append(str(info.value))
+    with pytest.raises(ValueError, match="after value -9223372036854775809 is not an int64"):
+        get_engine("copy_engine").issue([Transfer(box, torch.ones(8), peer, me,
+                                                  after=Signal(pad, peer, -(1 << 63) - 1))])
+    ditron.barrier()
+    return errors, bool(box.any()) or bool(pad.signals.any())
+
+
+def test_signal_values_must_be_int64():
+    # before: 2**63 wrapped to -2**63 in the sm and tma engines' kernels (a consumer waiting
+    # for it never saw it) and 1.5 was truncated to 1; the copy and network engines raised
+    # from their worker or drain, after the data had moved, and left the signal unraised
+    got = ditron.launch(check_signal_values, 2, backend="cpu")
+    for errors, landed in got:
+        assert len(errors) == 12 and not landed
+        assert errors[:3] == [f"copy_engine: signal value {v!r} is not an int64 (or a "
+                              f"DeviceValue)" for v in (1 << 63, 1.5, "3")]
+
+
+def check_stepped_ranges() -> int:
+    """``notify_peers``, ``wait_slots`` and ``bump_and_notify`` refuse a range of ranks with
+    a step; returns this rank's slot afterwards (nothing may have raised it)."""
+    from ditron.engines.sync import bump_and_notify, notify_peers
+
+    pad = ditron.signal_pad("test_stepped_ranges", 3)
+    ditron.barrier()
+    with pytest.raises(ValueError, match=r"notify_peers: ranks must be a range of step 1"):
+        notify_peers(pad, 0, 7, range(0, 3, 2))
+    with pytest.raises(ValueError, match=r"wait_slots: ranks must be a range of step 1"):
+        wait_slots(pad, 0, range(0, 3, 2), 7)
+    with pytest.raises(ValueError, match=r"bump_and_notify: ranks must be a range of step 1"):
+        bump_and_notify(pad, 0, range(0, 3, 2))
+    ditron.barrier()
+    return int(pad.signals.sum())
+
+
+def test_signal_kernels_refuse_stepped_ranges():
+    # before: the kernels took the range's start and length, so range(0, 3, 2) notified
+    # ranks 0 and 1 (CPU, or CUDA with a wait timeout; stream memops notified 0 and 2)
+    assert ditron.launch(check_stepped_ranges, 3, backend="cpu") == [0, 0, 0]

@@ -87,3 +87,71 @@ def test_gather_sum_refuses_mismatched_sources():
                {"src2": src.half(), "idx2": idx}, {"src2": src, "idx2": idx[:, :2]}):
         with pytest.raises(ValueError, match="src2 and idx2 go together"):
             weighted_gather_sum(src, idx, **kw)
+
+
+@pytest.mark.parametrize("arg,bad", [("idx", torch.float32), ("idx", torch.bool),
+                                     ("idx2", torch.float32), ("weights", torch.int32),
+                                     ("weights", torch.bool), ("weights", torch.complex64),
+                                     ("src", torch.int32), ("src", torch.complex64),
+                                     ("src", torch.bool)])
+def test_gather_sum_refuses_bad_dtypes(arg, bad):
+    # before: a float idx was truncated and a bool one read rows 0 / 1, bool and int
+    # weights scaled silently, a complex src or weights raised KeyError from the launch
+    kw = {"src": torch.randn(4, 8), "idx": torch.tensor([[0, 3], [-1, 2]]),
+          "weights": torch.rand(2, 2), "src2": None, "idx2": None}
+    if arg == "idx2":
+        kw.update(src2=torch.randn(3, 8), idx2=torch.tensor([[-1, -1], [1, -1]]))
+    if arg == "src":
+        kw["src"] = kw["src"].to(bad)
+    else:
+        kw[arg] = kw[arg].to(bad)
+    with pytest.raises(ValueError, match=f"weighted_gather_sum: {arg} must "):
+        weighted_gather_sum(kw.pop("src"), kw.pop("idx"), kw.pop("weights"), **kw)
+
+
+def test_gather_dot_refuses_bad_dtypes():
+    src, idx, grad = torch.randn(4, 8), torch.tensor([[0, 3], [-1, 2]]), torch.randn(2, 8)
+    with pytest.raises(ValueError, match="gather_dot: idx must hold integer row indices"):
+        gather_dot(src, idx.float(), grad)
+    with pytest.raises(ValueError, match="gather_dot: g must be floating"):
+        gather_dot(src, idx, grad.int())
+    with pytest.raises(ValueError, match="gather_dot: src must be floating"):
+        gather_dot(src.to(torch.complex64), idx, grad)
+
+
+def _off_device(device: str) -> str:
+    """A device other than ``device`` whose tensors the kernels cannot read."""
+    return "cpu" if device == "cuda" else "meta"
+
+
+@pytest.mark.parametrize("arg", ["idx", "weights", "src2", "idx2"])
+def test_gather_sum_refuses_another_device(arg, device):
+    # before: the launch read a tensor of another device (the interpreter raised
+    # NotImplementedError for a meta tensor; a CUDA launch took a host pointer)
+    other = _off_device(device)
+    kw = {"idx": torch.tensor([[0, 3], [-1, 2]]), "weights": torch.rand(2, 2),
+          "src2": torch.randn(3, 8), "idx2": torch.tensor([[-1, -1], [1, -1]])}
+    kw = {k: v.to(other if k == arg else device) for k, v in kw.items()}
+    src = torch.randn(4, 8, device=device)
+    idx, weights = kw.pop("idx"), kw.pop("weights")
+    with pytest.raises(ValueError, match=f"weighted_gather_sum: {arg} is on {other}"):
+        weighted_gather_sum(src, idx, weights, **kw)
+    if arg != "weights":
+        with pytest.raises(ValueError, match=f"gather_dot: {arg} is on {other}"):
+            gather_dot(src, idx, torch.randn(2, 8, device=device), **kw)
+    with pytest.raises(ValueError, match=f"gather_dot: g is on {other}"):
+        gather_dot(src, torch.tensor([[0, 3], [-1, 2]], device=device),
+                   torch.randn(2, 8, device=other))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gather_sum_refuses_host_index_after_a_launch():
+    # a launch whose key was seen before skips Triton's argument checks (FastKernel)
+    src = torch.randn(4, 8, device="cuda")
+    idx, weights = torch.tensor([[0, 3], [-1, 2]]), torch.rand(2, 2)
+    want = weighted_gather_sum(src, idx.cuda(), weights.cuda())
+    torch.testing.assert_close(want.cpu(), _reference(src.cpu(), idx, weights))
+    for args in ((src, idx, weights.cuda()), (src, idx.cuda(), weights)):
+        with pytest.raises(ValueError, match="is on cpu and src on cuda"):
+            weighted_gather_sum(*args)
