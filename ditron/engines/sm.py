@@ -135,8 +135,9 @@ class SmEngine(Engine):
     @torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
     def _table(self, batch: list[Transfer]):
         """The batch's descriptor table, counters and a tensor typed as its signals; on a
-        new table, first check that every remote side lies in its peer's heap (a table's
-        addresses, ranks and sizes key it, so a cached one was checked when it was made)."""
+        new table, first check that every remote side lies in a live buffer of its peer's
+        heap (a table's addresses, ranks and sizes key it, and the heap's count of frees, so
+        a cached one was checked when it was made and nothing was freed since)."""
         rows = []
         sig_typed = None
         for t in batch:
@@ -147,7 +148,7 @@ class SmEngine(Engine):
                 sig_rank = t.dst_rank
             rows.append((t.src.data_ptr(), t.dst.data_ptr(), t.src.numel(), t.src_rank,
                          t.dst_rank, sig_addr, sig_rank))
-        key = (batch[0].src.element_size(), tuple(rows))
+        key = (batch[0].src.element_size(), tuple(rows), current().heap.frees)
         entry = self._tables.get(key)
         if entry is None:
             _check_remote(batch)

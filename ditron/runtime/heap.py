@@ -81,6 +81,9 @@ class SymmetricHeap:
         self._free: list[tuple[int, int]] = [(0, self.size)]  # sorted (offset, nbytes)
         self._live: dict[int, Allocation] = {}
         self._views: dict[tuple, torch.Tensor] = {}  # peer() results: the mapping never moves
+        #: buffers freed so far: what was checked against the live buffers stays valid while
+        #: it is unchanged (the sm engine's cached descriptor tables)
+        self.frees = 0
 
     # -- allocation -------------------------------------------------------------------------
     # Heap tensors outlive the call that made them: made under inference_mode, dtype views
@@ -136,6 +139,7 @@ class SymmetricHeap:
         del self._live[offset]
         self._give_back(offset, alloc.nbytes)
         self._views.clear()  # a view of the freed block must be asked for (and refused) again
+        self.frees += 1
 
     def _take(self, nbytes: int) -> int | None:
         for i, (off, size) in enumerate(self._free):

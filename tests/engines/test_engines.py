@@ -344,6 +344,37 @@ def test_bad_batch_moves_nothing_cuda():
     assert ditron.launch(check_bad_batches, 2, backend="cuda") == [(False, 0, -1.0)] * 2
 
 
+def check_freed_after_use() -> list[str]:
+    """A transfer into a peer's buffer that worked, repeated once that buffer is freed, is
+    refused by every heap engine (the sm engine's cached descriptor table skipped the check
+    and wrote into the freed block)."""
+    w = ditron.world()
+    me, peer = w.rank, 1 - w.rank
+    errors = []
+    for name in ("copy_engine", "sm", "tma"):
+        box = ditron.zeros((64,), torch.float32)
+        ditron.barrier()
+        engine = get_engine(name)
+        x = torch.ones(64, device=w.device)
+        engine.issue([Transfer(x, box, me, peer)])
+        engine.drain()
+        ditron.barrier()
+        ditron.free(box)
+        try:
+            engine.issue([Transfer(x, box, me, peer)])
+            engine.drain()
+            errors.append(f"{name}: accepted")
+        except ValueError as exc:
+            errors.append(f"{name}: {'not inside one live symmetric buffer' in str(exc)}")
+        ditron.barrier()
+    return errors
+
+
+def test_engines_refuse_a_buffer_freed_after_use():
+    assert ditron.launch(check_freed_after_use, 2, backend="cpu") == [
+        ["copy_engine: True", "sm: True", "tma: True"]] * 2
+
+
 def check_other_node() -> list[str]:
     """The heap engines refuse a peer on another (simulated) node before moving anything."""
     me = ditron.world().rank
