@@ -105,11 +105,6 @@ def _check_tensor(op: str, x: torch.Tensor, reduced: str | None = None) -> None:
         check_reduced(f"ditron.ops.{op}", reduced, x.dtype)
 
 
-def _viewed_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``x`` as ``dtype`` (the same size): the result of a call that moved a carrier."""
-    return x if x.dtype == dtype else x.view(dtype)
-
-
 def _dim(op: str, x: torch.Tensor, dim: int) -> int:
     if x.dim() == 0:
         raise ValueError(f"ditron.ops.{op}: needs a tensor with at least one dimension")
@@ -233,14 +228,14 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     width = moved_as(x.dtype, tuple(x.shape))  # the call's, the same on every rank
     xc = viewed(x, width)
     if out is None:
-        return _viewed_as(_all_gather(xc, d, engine, None, x.dtype), x.dtype)
+        return viewed(_all_gather(xc, d, engine, None, x.dtype), x.dtype)
     _check_out("all_gather", out, shape, x.dtype)
     try:
         into = out if out.dtype == width else out.view(width)
     except RuntimeError:  # strides that do not allow the view: gathered, then copied
         into = None
     got = _all_gather(xc, d, engine, into, x.dtype)
-    return out if into is not None else _into(out, _viewed_as(got, x.dtype))
+    return out if into is not None else _into(out, viewed(got, x.dtype))
 
 
 def _all_gather(x: torch.Tensor, d: int, engine: str | None, out: torch.Tensor | None,
@@ -362,9 +357,14 @@ def _direct_offset(engine: str, dim: int, out: torch.Tensor | None) -> int | Non
 
 
 def _into(out: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
-    """``out``, holding ``result`` (copied unless ``result`` already is ``out``'s view)."""
-    if result.data_ptr() != out.data_ptr() or result.stride() != out.stride():
-        out.copy_(result)
+    """``out``, holding ``result`` (copied unless ``result`` already is ``out``'s view:
+    strides may differ in dims of size 1)."""
+    if result.data_ptr() == out.data_ptr():
+        if all(a == b or n <= 1 for a, b, n in zip(result.stride(), out.stride(), out.shape,
+                                                 strict=True)):
+            return out
+        result = result.clone()  # the same memory in another layout
+    out.copy_(result)
     return out
 
 
@@ -552,10 +552,11 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
 
     Sizes may differ per rank and be 0; ``None`` splits evenly. Equivalent:
     ``dist.all_to_all_single(out, x, out_splits, in_splits)``. The split sizes are
-    gathered on the host each call, except even ones (given or not) on every rank: once per
-    shape (where no rank gives any, every rank's ``x`` must have as many rows); for sizes
-    computed on the device use :func:`ditron.ops.all_to_all_device`. Every rank must ask
-    for the same ``engine``.
+    gathered on the host each call where any are given (a peer may give other ones);
+    calls without splits are checked once per shape, after which a call without splits at
+    that shape must be one on every rank (``DITRON_CHECK_CALLS=1`` checks every call); for
+    sizes computed on the device use :func:`ditron.ops.all_to_all_device`. Every rank must
+    ask for the same ``engine``.
     Even splits on one node with the SM engine run as one fused kernel (CUDA-graph safe;
     ``"auto"`` takes it below ``FUSED_A2A_MAX_BYTES`` per peer and while capturing).
     """
@@ -570,7 +571,7 @@ def all_to_all_counted(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     _dim("all_to_all", x, 0)
     xc = viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))  # splits cut dim 0
     out, outs = _all_to_all(xc, in_splits, out_splits, engine, x.dtype)
-    return _viewed_as(out, x.dtype), outs
+    return viewed(out, x.dtype), outs
 
 
 def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
@@ -594,8 +595,10 @@ def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
               "engine": asked}
     even_key = ("all_to_all even", tuple(x.shape), dtype, eng)
     agreed_even = rt.cache.setdefault("all_to_all_even", set())
-    if even and even_key in agreed_even and not rt.settings.check_calls:
-        # every rank's splits were even at this shape, given or not: no host round trip
+    no_splits = in_splits is None and out_splits is None
+    if no_splits and even_key in agreed_even and not rt.settings.check_calls:
+        # no rank gave splits at this shape before: no host round trip. (Even splits given
+        # are gathered: a peer may give uneven ones in the same call.)
         matrix, given = [ins] * w, [None] * w
     else:
         kind = (_NO_SPLITS if in_splits is None and out_splits is None
@@ -606,9 +609,9 @@ def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
             rows = ", ".join(f"rank {r}: {sum(m)}" for r, m in enumerate(matrix))
             raise ValueError(f"ditron.ops.{op}: ranks disagree on the call (no splits given, "
                              f"but x's rows differ: {rows})")
-        if _UNEVEN not in kinds and same and not rt.settings.check_calls:
-            # every rank sends x.shape[0] / W rows to each: later even calls at this shape
-            # skip the host round trip, on every rank at once
+        if all(k == _NO_SPLITS for k in kinds) and same and not rt.settings.check_calls:
+            # no rank gave splits: later calls without splits at this shape skip the host
+            # round trip, on every rank at once
             agreed_even.add(even_key)
     outs = [matrix[r][me] for r in range(w)]
     if out_splits is not None and [int(s) for s in out_splits] != outs:

@@ -104,9 +104,13 @@ def moved_as(dtype: torch.dtype, shape: tuple[int, ...], widen: bool = True) -> 
 def viewed(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``x`` as ``dtype`` (a width :func:`moved_as` allows for its shape); a contiguous copy
     first when ``x``'s strides or storage offset do not allow the view (a slice of 1-byte
-    elements starting at an odd byte is contiguous, yet cannot be viewed as int32)."""
+    elements starting at an odd byte is contiguous, yet cannot be viewed as int32). An empty
+    ``x`` gives an empty tensor of the viewed shape (torch refuses views of some)."""
     if x.dtype == dtype:
         return x
+    if x.numel() == 0 and x.dim() > 0:
+        last = x.shape[-1] * x.dtype.itemsize // dtype.itemsize
+        return torch.empty((*x.shape[:-1], last), dtype=dtype, device=x.device)
     try:
         return x.view(dtype)
     except RuntimeError:
