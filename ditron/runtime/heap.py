@@ -1,9 +1,12 @@
 """The symmetric heap: the same buffers, at the same offsets, in every rank's memory.
 
 Allocation is collective: every rank of the job calls :meth:`SymmetricHeap.alloc` with the
-same arguments in the same order. The allocator is a deterministic first-fit over a free
-list, so equal call sequences give equal offsets; each allocation's shape, dtype and offset
-are compared across ranks and a mismatch raises before anyone uses the buffer.
+same arguments in the same order. The allocator is deterministic over a sorted free list:
+buffers are placed first-fit from the bottom, or (``from_top=True``, for small long-lived
+buffers such as signal pads) last-fit from the top, at the high end of the highest free block
+that fits, so long-lived buffers do not sit between the workspaces and split the free space.
+Equal call sequences give equal offsets; each allocation's shape, dtype and offset are
+compared across ranks and a mismatch raises before anyone uses the buffer.
 """
 
 from __future__ import annotations
@@ -89,14 +92,19 @@ class SymmetricHeap:
     # Heap tensors outlive the call that made them: made under inference_mode, dtype views
     # would be inference tensors, which no later call outside that mode may write.
     @torch.inference_mode(False)
-    def alloc(self, shape, dtype: torch.dtype, name: str | None = None) -> torch.Tensor:
+    def alloc(self, shape, dtype: torch.dtype, name: str | None = None, *,
+              from_top: bool = False) -> torch.Tensor:
+        """A new symmetric buffer (collective). ``from_top``: place it at the high end of the
+        highest free block large enough (for small buffers that live long, e.g. signal pads,
+        so they stay clear of the bottom-up workspaces); otherwise at the low end of the
+        lowest one."""
         dims = normalize_shape(shape)
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
         itemsize = dtype.itemsize
         nbytes = math.prod(dims) * itemsize
         padded = max(-(-nbytes // ALIGNMENT), 1) * ALIGNMENT
-        offset = self._take(padded)
+        offset = self._take(padded, bool(from_top))
         problem = None if offset is not None else self._exhausted_message(padded)
         if self._poison and offset is not None:
             # before the collective check: once it returns, a peer may write into the
@@ -141,11 +149,18 @@ class SymmetricHeap:
         self._views.clear()  # a view of the freed block must be asked for (and refused) again
         self.frees += 1
 
-    def _take(self, nbytes: int) -> int | None:
-        for i, (off, size) in enumerate(self._free):
+    def _take(self, nbytes: int, from_top: bool = False) -> int | None:
+        """Cut ``nbytes`` from a free block: the low end of the first that fits, or with
+        ``from_top`` the high end of the last that fits; ``None`` when none does."""
+        order = range(len(self._free) - 1, -1, -1) if from_top else range(len(self._free))
+        for i in order:
+            off, size = self._free[i]
             if size >= nbytes:
                 if size == nbytes:
                     del self._free[i]
+                elif from_top:
+                    self._free[i] = (off, size - nbytes)
+                    return off + size - nbytes
                 else:
                     self._free[i] = (off + nbytes, size - nbytes)
                 return off

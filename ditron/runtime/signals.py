@@ -90,7 +90,9 @@ class SignalPad:
     @classmethod
     def allocate(cls, slots: int, name: str) -> SignalPad:
         rt = current()
-        signals = rt.heap.alloc((slots,), torch.int64, name)
+        # from the heap's top: pads live long, and placed between the workspaces they would
+        # split the space that evicting the workspaces frees
+        signals = rt.heap.alloc((slots,), torch.int64, name, from_top=True)
         signals.zero_()
         return cls(signals)
 

@@ -58,7 +58,7 @@ def test_full_heap_evicts_cached_workspaces(world_size, monkeypatch):
 def _rank_retired_pads_make_room() -> tuple[int, int]:
     """A full heap holding no workspace but outgrown signal pads frees those and tries again
     (it used to fail at once: nothing to evict)."""
-    ditron.barrier()  # its pad first, at offset 0
+    ditron.barrier()  # its pad first (at the heap's top)
     for slots in (1000, 2000, 4000):  # the last two replace the one before: 24320 bytes
         ditron.signal_pad("test.filler", slots)  # retired, 8960 free at the end
     bufs = workspaces.cached(("test", "room"), lambda: workspaces.alloc_buffers(
@@ -156,9 +156,10 @@ def _rank_ag_pad_after_full_heap() -> tuple[int, int]:
     w = ditron.world()
     W, me = w.world_size, w.rank
     heap = current().heap
-    # the pads left between freed blocks: fill every free block but the last, so the op's
-    # buffer and pad compete for one block
-    fillers = [ditron.empty((size,), torch.uint8) for _, size in heap._free[:-1]]
+    # the pads sit at the heap's top, maybe with holes between them (freed pads): fill the
+    # holes from the top down, so the op's buffer and pad compete for the one low block
+    fillers = [heap.alloc((size,), torch.uint8, from_top=True)
+               for _, size in reversed(heap._free[1:])]
 
     def check(m: int, kk: int, i: int) -> None:
         g = torch.Generator().manual_seed(10 * me + i)

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 import ditron
+from ditron.runtime.backends.base import HeapMapping
+from ditron.runtime.heap import HeapExhausted, SymmetricHeap
 from ditron.runtime.world import current
 
 
@@ -174,6 +176,112 @@ def _poisoned() -> bool:
 def test_poison_fresh_memory(backend, monkeypatch):
     monkeypatch.setenv("DITRON_POISON", "1")
     assert all(ditron.launch(_poisoned, 2, backend=backend))
+
+
+def _small_heap(nbytes: int = 4096) -> SymmetricHeap:
+    """A fresh heap of ``nbytes`` over this rank's own memory, allocating collectively over
+    the launched world's host group (a known layout, whatever the world's heap holds)."""
+    rt = current()
+    local = torch.zeros(nbytes, dtype=torch.uint8, device=rt.world.device)
+    peers = [local] * rt.world.world_size
+    return SymmetricHeap(HeapMapping(local, peers, [local.data_ptr()] * len(peers)),
+                         rt.world.rank, rt.host_group)
+
+
+def _top_allocations() -> bool:
+    heap = _small_heap()
+    pad = heap.alloc(10, torch.int64, "pad", from_top=True)  # 80 bytes: one 256-byte block
+    big = heap.alloc(300, torch.uint8, from_top=True)  # 512 bytes, under the first
+    low = heap.alloc(100, torch.uint8)  # first fit: the bottom
+    assert [heap.offset_of(t) for t in (pad, big, low)] == [3840, 3328, 0]
+    assert heap._free == [(256, 3072)] and heap.used_bytes == 1024
+    assert pad.shape == (10,) and pad.dtype == torch.int64 and big.shape == (300,)
+    pad.fill_(7)  # the view lies where the offset says
+    assert bool((heap.mapping.local[3840:3920].view(torch.int64) == 7).all())
+    heap.free(pad)  # a hole at the top, apart from the middle block
+    assert heap._free == [(256, 3072), (3840, 256)]
+    again = heap.alloc(32, torch.int32, from_top=True)  # last fit: back into the top hole
+    assert heap.offset_of(again) == 3840 and heap._free == [(256, 3072)]
+    heap.free(big)  # joins the middle block
+    assert heap._free == [(256, 3584)]
+    heap.free(again)  # joins it too, up to the heap's end
+    assert heap._free == [(256, 3840)]
+    heap.free(low)
+    return heap._free == [(0, 4096)] and heap.used_bytes == 0
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_top_allocations_and_their_frees(backend, world_size):
+    assert all(ditron.launch(_top_allocations, world_size, backend=backend))
+
+
+def _mixed_order() -> bool:
+    heap = _small_heap()
+    a = heap.alloc(1024, torch.uint8)
+    p = heap.alloc(1, torch.int64, from_top=True)
+    b = heap.alloc(1024, torch.uint8)
+    q = heap.alloc(64, torch.int64, from_top=True)  # 512 bytes
+    assert [heap.offset_of(t) for t in (a, p, b, q)] == [0, 3840, 1024, 3328]
+    heap.free(a)
+    heap.free(b)  # the long-lived buffers never sat between them: one block is left
+    assert heap._free == [(0, 3328)]
+    whole = heap.alloc(3328, torch.uint8)  # first fit used to put p and q at 1024 and 2304
+    assert heap.offset_of(whole) == 0 and heap._free == []
+    with pytest.raises(HeapExhausted, match=r"heap exhausted on rank \d: requested 256 bytes, "
+                                            r"used 4096 of 4096 bytes \(free 0, largest free "
+                                            r"block 0\)"):
+        heap.alloc(1, torch.int64, from_top=True)
+    heap.free(p)
+    heap.free(whole)  # [0, 3328) and [3840, 4096) free, q between them
+    assert heap._free == [(0, 3328), (3840, 256)]
+    r = heap.alloc(2, torch.int64, from_top=True)  # fits the top hole
+    s = heap.alloc(64, torch.int64, from_top=True)  # does not: the top of the block below
+    assert heap.offset_of(r) == 3840 and heap.offset_of(s) == 2816
+    with pytest.raises(HeapExhausted, match="largest free block 2816"):
+        heap.alloc(3000, torch.uint8, from_top=True)
+    assert heap._free == [(0, 2816)]  # a refused allocation takes nothing
+    for t in (q, r, s):
+        heap.free(t)
+    return heap._free == [(0, 4096)]
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_top_and_bottom_allocations_in_mixed_order(backend, world_size):
+    assert all(ditron.launch(_mixed_order, world_size, backend=backend))
+
+
+def _top_disagreement() -> bool:
+    heap = _small_heap()
+    with pytest.raises(ValueError, match=r"(?s)ranks disagree.*heap_offset"):
+        heap.alloc(4, torch.int64, from_top=ditron.world().rank == 1)  # offsets 0 and 3840
+    return heap._free == [(0, 4096)]  # given back on every rank
+
+
+def test_top_allocations_are_checked_across_ranks(backend):
+    assert all(ditron.launch(_top_disagreement, 2, backend=backend))
+
+
+def _pads_above_workspaces() -> tuple[int, int]:
+    heap = current().heap
+    ws = ditron.empty(1000, torch.uint8, name="workspace")
+    ditron.barrier()  # its pad, made after the workspace
+    pad = ditron.signal_pad("test.top", 100).signals
+    barrier = current().cache["barrier_pad"].signals
+    assert heap.offset_of(ws) == 0
+    assert heap.offset_of(barrier) == heap.size - 256  # the top, not after the workspace
+    assert heap.offset_of(pad) == heap.size - 256 - 1024
+    ditron.free(ws)  # freeing the workspace frees one block: the pads are not in it
+    assert heap._free == [(0, heap.size - 1280)]
+    whole = ditron.empty(heap.size - 1280, torch.uint8)
+    ditron.free(whole)
+    return heap.offset_of(pad), heap.offset_of(barrier)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_signal_pads_sit_at_the_top_of_the_heap(backend, world_size, monkeypatch):
+    monkeypatch.setenv("DITRON_HEAP_SIZE", "64K")
+    assert ditron.launch(_pads_above_workspaces, world_size, backend=backend) == [
+        (65536 - 1280, 65536 - 256)] * world_size
 
 
 def test_api_needs_init():
