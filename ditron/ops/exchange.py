@@ -52,7 +52,7 @@ from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import DeviceValue, SignalPad, signal_pad
 from ..runtime.world import current
 from .graphs import capture_id, capturing, not_warmed, require_warm
-from .workspaces import alloc_buffers, cached, drop
+from .workspaces import alloc_buffers, allocate, cached, drop
 
 
 def _inbox_cap(nbytes: int) -> int:
@@ -76,6 +76,14 @@ def _inbox(key: str, nbytes: int) -> torch.Tensor:
 
         barrier()  # every rank has initialised its inbox before a peer writes into it
     return ws.tensors[0]
+
+
+def inbox_and_pad(key: str, nbytes: int, slots: int) -> tuple[torch.Tensor, SignalPad]:
+    """The inbox of exchange ``key`` (:func:`_inbox`) and its signal pad of ``slots``
+    signals (``signal_pad(key, slots)``), fetched together: a pad that finds the heap full
+    frees every cached workspace (this inbox too) and both are fetched again
+    (``workspaces.allocate``)."""
+    return allocate(lambda: (_inbox(key, nbytes), signal_pad(key, slots)))
 
 
 def engine_instance(name: str, **options) -> Engine:
@@ -208,11 +216,12 @@ def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
     refuse_capture(key)
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
-    pad = signal_pad(key, 2 * w)
+    nbytes = inbox_numel * dtype.itemsize
+    # the epoch only once nothing can fail (a call that raised would leave an epoch nobody
+    # acknowledges, and the call after next would wait for it forever)
+    raw, pad = inbox_and_pad(key, nbytes, 2 * w)
     epoch = pad.next_epoch()
-    itemsize = dtype.itemsize
-    raw = _inbox(key, inbox_numel * itemsize)
-    inbox = raw[epoch % 2, : inbox_numel * itemsize].view(dtype)
+    inbox = raw[epoch % 2, :nbytes].view(dtype)
     node = rt.topo.node_ranks()
     shm = range(0, 0) if engine == "network" else node
     acks = not (implied and ACK_BY_DATA)
@@ -546,19 +555,25 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
     nbytes = numel * dtype.itemsize
     inbox_key = f"{pad_key}:{_inbox_cap(nbytes)}"
     turns_key = ("graph_inbox_turns", inbox_key)
+    flags_key = f"{inbox_key}:flags"
     if capturing():
         if rt.cache.get(("workspace", "inbox", inbox_key)) is None:
             raise not_warmed(key)
         require_warm(key, pad_key)
-    pad = signal_pad(pad_key, (PULL_MAX_CHUNKS + 1) * w)
-    raw = _inbox(inbox_key, nbytes)
-    ack = PULL_MAX_CHUNKS * w
-    flag_pad = None
-    if flags:  # made (zeroed, then a barrier on this stream) before the lane follows it
-        flags_key = f"{inbox_key}:flags"
-        if capturing() and rt.cache.get(("signal_pad", flags_key)) is None:
+        if flags and rt.cache.get(("signal_pad", flags_key)) is None:
             raise not_warmed(key)
-        flag_pad = signal_pad(flags_key, 2 * PULL_MAX_CHUNKS * w)
+
+    def inbox_and_pads() -> tuple[torch.Tensor, SignalPad, SignalPad | None]:
+        # the inbox first: a pad that finds the heap full frees the cached workspaces,
+        # this inbox too, and all three are fetched again. Flags: made (zeroed, then a
+        # barrier on this stream) before the lane follows it
+        return (_inbox(inbox_key, nbytes), signal_pad(pad_key, (PULL_MAX_CHUNKS + 1) * w),
+                signal_pad(flags_key, 2 * PULL_MAX_CHUNKS * w) if flags else None)
+
+    # everything that can fail before the bump: a failed call takes no epoch
+    raw, pad, flag_pad = allocate(inbox_and_pads)
+    ack = PULL_MAX_CHUNKS * w
+    if flag_pad is not None:
         if rt.cache.get(("stale_flags", flag_pad.signals.data_ptr())):
             raise RuntimeError(f"{key}: an earlier call on this inbox failed before it had "
                                f"pulled what its peers announced, so its chunk flags may "

@@ -30,7 +30,8 @@ from ..runtime import stream_memops
 from ..runtime.config import env_flag
 from ..runtime.signals import SignalPad, signal_pad
 from ..runtime.world import current
-from .exchange import CHUNK_SLOTS, _inbox
+from .exchange import CHUNK_SLOTS, inbox_and_pad
+from .workspaces import allocate
 
 #: take the raw path where it can run (env ``DITRON_RAW_PUSHES=0``: always the generic one)
 ENABLED = env_flag("DITRON_RAW_PUSHES", True)
@@ -205,8 +206,7 @@ def open_raw(key: str, inbox_nbytes: int) -> RawExchange:
     every node peer (the half this call writes is free), the side stream starts after the
     current stream's queue."""
     rt = current()
-    pad = signal_pad(key, 2 * rt.world.world_size)
-    raw = _inbox(key, inbox_nbytes)
+    raw, pad = inbox_and_pad(key, inbox_nbytes, 2 * rt.world.world_size)
     site = _site(key, raw, pad)
     epoch = pad.next_epoch()
     stream = current_stream(rt.world.device.index)
@@ -232,7 +232,9 @@ def push_gather_direct(key: str, flat: torch.Tensor, out: torch.Tensor) -> None:
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
     node = rt.topo.node_ranks()
-    pad = signal_pad(key, 2 * w)
+    # a new pad that finds the heap full frees the cached workspaces (``out`` is the
+    # caller's); the epoch only once nothing can fail
+    pad = allocate(lambda: signal_pad(key, 2 * w))
     epoch = pad.next_epoch()
     heap = rt.heap
     offset = heap.offset_of(out)

@@ -35,7 +35,7 @@ tests/ops/test_op_sequences.py -k fuzz`` (about 10-30 s per sequence of 300 step
 cores). A failure names the seed and the step; ``python -m tests.ops.test_op_sequences SEED
 WORLD_SIZE STEPS`` prints a seed's steps, and ``ditron.launch(run_steps, W, steps)`` replays
 any list of them (a shortened one reproduces a failure faster). The tests at the end
-reproduce the bugs these sequences found (xfail until fixed).
+reproduce the bugs these sequences found (all fixed).
 """
 
 from __future__ import annotations
@@ -69,10 +69,8 @@ FLOAT_DTYPES = ("float32", "bfloat16")
 
 
 #: whether a sequence goes on after a call that raised ``HeapExhausted`` (on every rank):
-#: the op must then still work. Off while the bug of
-#: test_failed_call_leaves_collective_usable is not fixed (two such calls of one collective
-#: make its next call wait forever)
-GO_ON_AFTER_HEAP_EXHAUSTED = False
+#: the op must then still work (test_failed_call_leaves_collective_usable)
+GO_ON_AFTER_HEAP_EXHAUSTED = True
 
 
 def _env_int(name: str, default: int) -> int:
@@ -596,7 +594,7 @@ def test_fuzz_op_sequences(world_size, steps, heap, per_node, seed, large, backe
         assert evicted, "no workspace was evicted: the heap was not small enough"
 
 
-# -- reproducers of the bugs the sequences found (reported, not yet fixed) ------------------------
+# -- reproducers of the bugs the sequences found (fixed) ------------------------
 def _even_then_uneven_all_to_all() -> list[list[float]]:
     me = ditron.world().rank
     x = torch.arange(12.0).view(4, 3) + 100 * me
@@ -624,11 +622,9 @@ def _new_collective_on_full_heap() -> list[float]:
     return ops.all_reduce(torch.ones(4), "one_shot", engine="copy_engine").tolist()
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason="ops/exchange.py open_exchange: the "
-                   "first call of a collective makes its signal pad (signal_pad(key, 2 W)) "
-                   "outside workspaces.allocate, so a heap full of cached workspaces raises "
-                   "HeapExhausted instead of evicting them")
 def test_full_heap_evicts_for_a_new_collective_pad(monkeypatch):
+    """A collective's first call made its signal pad outside workspaces.allocate, so a heap
+    full of cached workspaces raised HeapExhausted instead of evicting them."""
     monkeypatch.setenv("DITRON_HEAP_SIZE", "64K")
     assert ditron.launch(_new_collective_on_full_heap, 2) == [[2.0] * 4] * 2
 
@@ -660,12 +656,9 @@ def _collective_after_failed_calls() -> list[float]:
     return ops.all_reduce(torch.ones(4), "one_shot", engine="copy_engine").tolist()
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason="ops/exchange.py open_exchange: the "
-                   "epoch is taken (pad.next_epoch) before the inbox is allocated, so a call "
-                   "that raises HeapExhausted burns an epoch without acknowledging it; after "
-                   "two, the op's next call waits forever (WaitTimeoutError on CPU, a hang "
-                   "on CUDA)")
 def test_failed_call_leaves_collective_usable(monkeypatch):
+    """A call that raised HeapExhausted had taken an epoch it never acknowledged; after two,
+    the op's next call waited forever (WaitTimeoutError on CPU, a hang on CUDA)."""
     monkeypatch.setenv("DITRON_HEAP_SIZE", "64K")
     monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "5")
     assert ditron.launch(_collective_after_failed_calls, 2) == [[2.0] * 4] * 2
