@@ -434,9 +434,14 @@ def _collectives_case(seed: int) -> int:
         _close(f"all_to_all even {tag}", got, ref, dtype)
         assert not _shares_memory(got, x), f"all_to_all returned x ({tag})"
         checks += 3
+    _check_unchanged(kept, seed)
+    return checks
+
+
+def _check_unchanged(kept: list, seed: int) -> None:
+    """Every returned tensor still holds what it held when returned (no later call wrote it)."""
     for got, value in kept:
         assert torch.equal(got, value), f"a returned tensor changed in later calls (seed {seed})"
-    return checks
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -517,8 +522,7 @@ def _gemms_case(seed: int) -> int:
     for what, call, ref in cases:
         _close(f"{what} (seed {seed})", call(), ref.double(), f32, gemm=True)
         checks += 1
-    for got, value in kept:
-        assert torch.equal(got, value), f"a returned tensor changed in later calls (seed {seed})"
+    _check_unchanged(kept, seed)
     return checks
 
 

@@ -483,16 +483,22 @@ UNSUMMABLE = (torch.bool, torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16,
               torch.complex32)
 
 
+def _good_move(pad_name: str):
+    """``(me, peer, pad, box, good)``: a 2-slot pad and an 8-float symmetric box (zeroed,
+    then a barrier) and a valid transfer of ones into the peer's box raising slot 0."""
+    w = ditron.world()
+    me, peer = w.rank, 1 - w.rank
+    pad = ditron.signal_pad(pad_name, 2)
+    box = ditron.zeros((8,), torch.float32)
+    ditron.barrier()
+    return me, peer, pad, box, Transfer(torch.ones(8), box, me, peer, Signal(pad, 0, 1))
+
+
 def check_reduce_dtypes() -> tuple[list[str], bool, list[list]]:
     """Reducing transfers of each dtype of ``UNSUMMABLE`` (in a batch after a good plain
     move) through the copy and the network engine: the error of each, whether anything
     landed, and the sums of int16 and complex64, which are summed."""
-    w = ditron.world()
-    me, peer = w.rank, 1 - w.rank
-    pad = ditron.signal_pad("test_reduce_dtypes", 2)
-    box = ditron.zeros((8,), torch.float32)
-    ditron.barrier()
-    good = Transfer(torch.ones(8), box, me, peer, Signal(pad, 0, 1))
+    me, peer, pad, box, good = _good_move("test_reduce_dtypes")
     errors = []
     for name in ("copy_engine", "network"):
         engine = get_engine(name)
@@ -543,12 +549,7 @@ def test_reducing_transfers_refuse_unsummable_dtypes():
 def check_signal_values() -> tuple[list[str], bool]:
     """Transfers whose signal (or ``after``) value is not an int64, after a good one in
     their batch, for every engine: the errors, and whether anything landed."""
-    w = ditron.world()
-    me, peer = w.rank, 1 - w.rank
-    pad = ditron.signal_pad("test_signal_values", 2)
-    box = ditron.zeros((8,), torch.float32)
-    ditron.barrier()
-    good = Transfer(torch.ones(8), box, me, peer, Signal(pad, 0, 1))
+    me, peer, pad, box, good = _good_move("test_signal_values")
     errors = []
     for name in ("copy_engine", "sm", "tma", "network"):
         engine = get_engine(name)
