@@ -351,11 +351,15 @@ def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-def _collectives_case(seed: int) -> int:
+def _case_start(seed: int) -> tuple[int, int, torch.device, torch.Generator]:
+    """Poison fresh allocations; ``(W, rank, device, this rank's generator for seed)``."""
     poison_empty()
     w = ditron.world()
-    W, me, dev = w.world_size, w.rank, w.device
-    g = torch.Generator().manual_seed(seed + 7919 * me)
+    return w.world_size, w.rank, w.device, torch.Generator().manual_seed(seed + 7919 * w.rank)
+
+
+def _collectives_case(seed: int) -> int:
+    W, me, dev, g = _case_start(seed)
     ops = ditron.ops
     checks = 0
     kept = []  # (result, its value): later calls must not change a returned tensor
@@ -453,10 +457,7 @@ def test_collectives_equal_torch_distributed(world_size, backend):
 
 # -- overlapped GEMMs ------------------------------------------------------------------------
 def _gemms_case(seed: int) -> int:
-    poison_empty()
-    w = ditron.world()
-    W, me, dev = w.world_size, w.rank, w.device
-    g = torch.Generator().manual_seed(seed + 7919 * me)
+    W, me, dev, g = _case_start(seed)
     ops = ditron.ops
     checks = 0
     kept = []
