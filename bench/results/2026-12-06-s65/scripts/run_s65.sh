@@ -5,6 +5,8 @@
 #   b: -m gpu fused collectives, MoE, out= / replays (raw_pushes pads), megakernel
 #   e: -m gpu engines, gather_sum, workspaces, api contract; torch's add_ per dtype on CUDA
 #   w: --ditron-backend cuda language + timeout + signals + agreement + task tests
+#   w2: the rest of w after its 400 s ran out in the agreement tests (agreement, task, and the
+#       sm_90 vector-width compile check, which needs tools/ in the export)
 #   t: `ditron bench tp-gemm` with 2 ranks sharing the GPU, quarter shapes, tuned
 # Run from a `git archive` export of the tree (its commit in COMMIT).
 set -u
@@ -25,9 +27,11 @@ for part in "$@"; do
        } > $O/tests.txt 2>&1 ;;
     w) timeout $(left 400) $P --ditron-backend cuda tests/language tests/runtime/test_timeout.py \
           tests/runtime/test_signals.py tests/runtime/test_agreement.py tests/task > $O/tests.txt 2>&1 ;;
+    w2) timeout $(left 400) $P --ditron-backend cuda tests/runtime/test_agreement.py tests/task \
+          tests/language/test_vectorized_remote_access.py > $O/tests.txt 2>&1 ;;
     t) DITRON_CACHE_DIR=$O/cache timeout $(left 300) python -m ditron bench tp-gemm --world-size 2 \
           --scale 0.25 --tune --out $O > $O/tests.txt 2>&1 ;;
-    *) echo "part must be a, b, e, w or t" >&2; exit 2 ;;
+    *) echo "part must be a, b, e, w, w2 or t" >&2; exit 2 ;;
   esac
   echo "rc=$?" >> $O/tests.txt
   echo "== $part"; grep -E "FAILED|ERROR|passed|failed|rc=|Error" $O/tests.txt | tail -n 30
