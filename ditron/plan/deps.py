@@ -90,6 +90,7 @@ def consumer_waits(plan: Plan, mapping: TileMapping, rank: int | None = None) ->
                          f"{plan.rows}: they must tile the same tensor")
     if rank is not None and not 0 <= rank < plan.world_size:
         raise ValueError(f"rank {rank} is not a rank of the plan's {plan.world_size}")
+    check_row_order(plan)
     landing = {} if rank is None else {rank: -1} | {
         q: i for i, q in enumerate(plan.arrival_order(rank))}
     lo, hi, owner = [], [], []
@@ -110,6 +111,23 @@ def consumer_waits(plan: Plan, mapping: TileMapping, rank: int | None = None) ->
         owner.append(last_owner)
     return TileDeps(torch.tensor(lo, dtype=torch.int32, device="cpu"),
                     torch.tensor(hi, dtype=torch.int32, device="cpu"), owner)
+
+
+def check_row_order(plan: Plan) -> None:
+    """Raise ``ValueError`` unless the plan's chunks, in id order, tile its rows ``[0,
+    rows)`` one after another (chunks of zero rows included): a row block's ``[lo, hi]``
+    names the chunks between by id, and rows in no chunk would be read with no wait."""
+    row = 0
+    for c in plan.chunks:
+        if c.start != row:
+            raise ValueError(f"plan {plan.name}: chunk {c.id} starts at row {c.start}, not "
+                             f"{row}: waits are derived for chunks that tile the rows [0, "
+                             f"{plan.rows}) in id order")
+        row = c.stop
+    if row != plan.rows:
+        raise ValueError(f"plan {plan.name}: its chunks end at row {row}, not {plan.rows}: "
+                         f"waits are derived for chunks that tile the rows [0, {plan.rows}) "
+                         f"in id order")
 
 
 def producer_chunks(plan: Plan, mapping: TileMapping) -> tuple[TileDeps, torch.Tensor]:

@@ -26,7 +26,7 @@ import triton.language as tl
 from .. import language as dl
 from ..runtime.torch_dist import all_gather_single
 from ..runtime.triton_launch import FastKernel
-from .ir import Chunk, Plan
+from .ir import Chunk, Plan, Transfer
 
 
 @triton.jit(do_not_specialize=["epoch"])
@@ -70,21 +70,58 @@ def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], tor
     transfer raises the chunk's slot of ``pad`` to ``epoch`` on its destination, that of a
     chunk of zero rows too (the engine moves nothing and only raises the signal): a row
     block's chunk range (``deps.consumer_waits``) may pass over such a chunk and wait for
-    it. A transfer's ``after`` must already be satisfied when it is issued (plans lowered
-    here are issued stage by stage).
+    it. The engines sum without atomics, so a plan that sums several partials into one
+    chunk on one rank (a reduce-scatter over more than two ranks: they would run at once
+    and lose updates) is refused (``ValueError``) on every rank.
+
+    Dependencies: an ``inter`` transfer in ``after`` (the network stage) must have landed
+    before this is called. An ``intra`` one that brought the same chunk to ``rank``, the
+    only transfer landing it there (a ring's forward), becomes the engine transfer's
+    ``after`` (that slot on ``rank`` at ``epoch``; engines with ``can_wait``, e.g. the copy
+    engine, honour it, the others refuse it). Any other ``intra`` dependency (a chunk landing
+    elsewhere, or in several parts) cannot be waited for by an engine: ``ValueError``
+    (lower such plans stage by stage).
     """
     from ..engines.base import Signal
     from ..engines.base import Transfer as EngineTransfer
 
+    summed: dict[tuple[int, int], list[int]] = {}
+    for t in plan.transfers:
+        if t.reduce and t.level == "intra":
+            summed.setdefault((t.chunk, t.dst), []).append(t.src)
+    for (chunk_id, dst), srcs in summed.items():
+        if len(srcs) > 1:
+            raise ValueError(f"engine_transfers: plan {plan.name} sums the partials of ranks "
+                             f"{srcs} into chunk {chunk_id} on rank {dst}; the engines sum "
+                             f"without atomics, so partials landing at once would lose "
+                             f"updates (one summing transfer per chunk and destination)")
     out = []
     for t in plan.issued_by(rank):
         if t.level != "intra":
             continue
         chunk = plan.chunks[t.chunk]
+        slot = Signal(pad, chunk.id, epoch)  # raised on dst; waited for on rank (after)
         out.append(EngineTransfer(src=src_view(chunk, t.src), dst=dst_view(chunk, t.dst),
-                                  src_rank=t.src, dst_rank=t.dst,
-                                  signal=Signal(pad, chunk.id, epoch), reduce=t.reduce))
+                                  src_rank=t.src, dst_rank=t.dst, signal=slot,
+                                  reduce=t.reduce,
+                                  after=_engine_after(plan, t, rank, slot) if t.after else None))
     return out
+
+
+def _engine_after(plan: Plan, t: Transfer, rank: int, slot):
+    """``slot`` (the signal of ``t``'s chunk on ``rank``) where it stands for ``t.after``'s
+    intra-node transfers, ``None`` where there are none; ``ValueError`` where no one
+    signal does."""
+    deps = [plan.transfers[d] for d in t.after if plan.transfers[d].level == "intra"]
+    if not deps:
+        return None
+    if len(deps) == 1 and [u for u in plan.incoming(rank) if u.chunk == t.chunk] == deps:
+        return slot
+    raise ValueError(f"engine_transfers: transfer {t.id} of plan {plan.name} (chunk {t.chunk}, "
+                     f"{t.src} -> {t.dst}) waits for transfers {[d.id for d in deps]}, which "
+                     f"no one signal of rank {rank} stands for (an engine waits for one, "
+                     f"the slot of a chunk only it lands on the issuing rank); lower the "
+                     f"plan stage by stage")
 
 
 def issue(engine_name: str, transfers: Sequence, **options):

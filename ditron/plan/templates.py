@@ -102,7 +102,9 @@ def all_gather_2d(rows_per_rank: int | Sequence[int], world_size: int, local_wor
 def reduce_scatter(rows_per_rank: int | Sequence[int], world_size: int, *,
                    tensor: str = "C") -> Plan:
     """Reduce-scatter: every rank pushes its partial of shard ``d`` into rank ``d``, which
-    sums them; rank ``s`` serves ``s+1, s+2, ...`` in that order (scatter order)."""
+    sums them; rank ``s`` serves ``s+1, s+2, ...`` in that order (scatter order). Over more
+    than two ranks the partials of a chunk land at once: ``lowering.engine_transfers``
+    refuses it (the engines sum without atomics)."""
     offs = shard_offsets(rows_per_rank, world_size)
     transfers: list[Transfer] = []
     for src in range(world_size):

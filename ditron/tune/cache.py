@@ -1,4 +1,5 @@
-"""On-disk cache of tuned decisions: one JSON file in ``DITRON_CACHE_DIR`` or ~/.cache/ditron.
+"""On-disk cache of tuned decisions: one JSON file in ``DITRON_CACHE_DIR`` or ~/.cache/ditron
+(made, with its parents, on the first write; the file takes the umask's mode, as any file).
 
 Keys name everything a decision depends on: op, shapes, dtype, world size, device name.
 Writes are atomic (temporary file + rename), so a reader never sees a torn file, and
@@ -14,7 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
+import secrets
 
 FILE = "tune.json"
 
@@ -39,7 +40,7 @@ def load() -> dict:
         with open(path) as f:
             data = json.load(f)
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):  # none yet, or unreadable: tune again
+    except (OSError, ValueError, RecursionError):  # none yet, or unreadable: tune again
         return {}
 
 
@@ -67,7 +68,10 @@ def put(key: str, value: dict) -> None:
         with _locked(d):
             data = load()
             data[key] = value
-            fd, tmp = tempfile.mkstemp(dir=d, prefix=".tune-", suffix=".json")
+            # a plain file's mode (the umask's), not mkstemp's 0600: a cache shared by
+            # several users, or tuned under another one, stays readable to them
+            tmp = os.path.join(d, f".tune-{os.getpid()}-{secrets.token_hex(4)}.json")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             try:
                 with os.fdopen(fd, "w") as f:
                     json.dump(data, f, indent=1, sort_keys=True)
@@ -76,7 +80,7 @@ def put(key: str, value: dict) -> None:
                 if os.path.exists(tmp):  # not renamed: the write failed
                     os.unlink(tmp)
     except OSError as exc:
-        why = (f"{d} is not a folder" if os.path.exists(d) and not os.path.isdir(d)
+        why = (f"{d} is not a folder" if os.path.lexists(d) and not os.path.isdir(d)
                else exc.strerror or str(exc))
         raise CacheError(f"cannot write the tuning cache {path} (DITRON_CACHE_DIR): "
                          f"{why}") from exc

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..runtime.integers import check_int
+
 
 @dataclasses.dataclass(frozen=True)
 class DeviceSpec:
@@ -97,7 +99,13 @@ def estimate(op: str, M: int, N: int, K: int, world_size: int, itemsize: int,
              spec: DeviceSpec, gemm_slowdown: float = 1.0) -> Estimate:
     """Estimate for ``op`` in ``ag_gemm``/``gemm_rs``/``gemm_ar`` with the *global* M and the
     per-rank GEMM ``[M, K] @ [K, N]`` (AG: K full, N local; RS/AR: K local); the overlapped
-    op's GEMM takes ``gemm_slowdown`` times cuBLAS's ``t_gemm``."""
+    op's GEMM takes ``gemm_slowdown`` times cuBLAS's ``t_gemm``. ``ValueError`` for a
+    size below 0, a world size or itemsize below 1, or an unknown op."""
+    if op not in ("ag_gemm", "gemm_rs", "gemm_ar"):
+        raise ValueError(f"unknown op {op!r}")
+    for name, value, least in (("M", M, 0), ("N", N, 0), ("K", K, 0),
+                               ("world_size", world_size, 1), ("itemsize", itemsize, 1)):
+        check_int(value, f"estimate: {name}", least)
     flops = 2.0 * M * N * K
     mem = (M * K + K * N + M * N) * itemsize
     peak = spec.fp32_flops if itemsize > 2 else spec.peak_flops
@@ -107,10 +115,8 @@ def estimate(op: str, M: int, N: int, K: int, world_size: int, itemsize: int,
         nbytes = M * K * itemsize * frac
     elif op == "gemm_rs":
         nbytes = M * N * itemsize * frac
-    elif op == "gemm_ar":
-        nbytes = 2 * M * N * itemsize * frac
     else:
-        raise ValueError(f"unknown op {op!r}")
+        nbytes = 2 * M * N * itemsize * frac
     t_comm = nbytes / spec.link_bw + spec.latency
     t_ours = gemm_slowdown * t_gemm
     t_overlap = max(max(t_ours, t_comm) + spec.overhead * t_ours + spec.fixed,

@@ -57,3 +57,20 @@ def test_hopper_variants_take_their_own_figures():
     assert H100.mem_bw < H200.mem_bw and H100.peak_flops == H200.peak_flops
     args = ("ag_gemm", 8192, 14336, 8192, 2, 2)
     assert estimate(*args, H800).t_comm > 2 * estimate(*args, H200).t_comm - H200.latency
+
+
+def test_estimate_refuses_what_it_cannot_model():
+    """A world of 0 ranks divided by zero, and negative sizes gave negative GEMM times;
+    both are refused by name, as an unknown op was (before any arithmetic now)."""
+    import pytest
+
+    with pytest.raises(ValueError, match="estimate: world_size must be a positive int, got 0"):
+        estimate("ag_gemm", 8, 8, 8, 0, 2, H200)
+    with pytest.raises(ValueError, match="estimate: M must be an int >= 0, got -8"):
+        estimate("gemm_rs", -8, 8, 8, 2, 2, H200)
+    with pytest.raises(ValueError, match="estimate: itemsize must be a positive int, got 0"):
+        estimate("gemm_ar", 8, 8, 8, 2, 0, H200)
+    with pytest.raises(ValueError, match="unknown op 'matmul'"):
+        estimate("matmul", 8, 8, 8, 2, 2, H200)
+    zero = estimate("gemm_rs", 0, 0, 0, 2, 2, H200)  # zero sizes: latency and host time only
+    assert zero.t_gemm == 0 and zero.t_comm == H200.latency and not zero.pays

@@ -313,3 +313,110 @@ def test_publish_refuses_a_strided_range_of_peers():
     signals = torch.zeros(4, dtype=torch.int32)
     with pytest.raises(ValueError, match="contiguous range of ranks, got range\\(0, 4, 2\\)"):
         lowering.publish(signals, torch.tensor([1], dtype=torch.int32), 1, range(0, 4, 2), None)
+
+
+def test_waits_refuse_chunks_that_do_not_tile_the_rows_in_order():
+    """``consumer_waits`` names the chunks between ``lo`` and ``hi`` by id: chunks out of
+    row order made a block of rank 1 wait for its own chunk 1, which it does not read
+    (never signalled where own rows are read in place: a hang), and rows in no chunk were
+    read with no wait at all; both are refused by name."""
+    C = ir.Chunk
+    shuffled = ir.Plan("p", "A", 6, 3, [C(0, 0, 2, 0), C(1, 4, 6, 1), C(2, 2, 4, 2)],
+                       [ir.Transfer(0, 0, 0, 1), ir.Transfer(1, 2, 2, 1)])
+    with pytest.raises(ValueError, match="plan p: chunk 1 starts at row 4, not 2: waits are "
+                                         "derived for chunks that tile the rows \\[0, 6\\)"):
+        deps.consumer_waits(shuffled, deps.TileMapping(6, 4), rank=1)
+    gap = ir.Plan("g", "A", 6, 2, [C(0, 0, 2, 0), C(1, 4, 6, 1)], [ir.Transfer(0, 1, 1, 0)])
+    with pytest.raises(ValueError, match="chunk 1 starts at row 4, not 2"):
+        deps.producer_chunks(gap, deps.TileMapping(6, 2))
+    short = ir.Plan("s", "A", 6, 2, [C(0, 0, 2, 0), C(1, 2, 4, 1)], [])
+    with pytest.raises(ValueError, match="its chunks end at row 4, not 6"):
+        deps.consumer_waits(short, deps.TileMapping(6, 2), rank=0)
+    # chunks of zero rows anywhere are fine
+    ok = ir.Plan("z", "A", 4, 3, [C(0, 0, 0, 0), C(1, 0, 4, 1), C(2, 4, 4, 2)], [])
+    assert deps.consumer_waits(ok, deps.TileMapping(4, 3)).waits(0) == [1]
+
+
+def _engine_plan_views():
+    buf = torch.zeros(16, 2)
+    view = lambda c, _q: buf[c.start:c.stop]  # noqa: E731
+    return view, object()  # a stand-in pad: only named by the signals
+
+
+def test_lowering_waits_for_a_forwarded_chunk_or_refuses():
+    """``engine_transfers`` dropped every ``after``: a ring's forward moved a chunk before
+    it had landed (and raised its signal over stale rows). A forward now waits for the
+    chunk's slot on the issuing rank (``Transfer.after``, the copy engine waits); a
+    dependency no one slot stands for is refused, as are partials summed at once."""
+    from ditron.plan import lowering
+
+    view, pad = _engine_plan_views()
+    ring = ir.split(templates.ring_all_gather([3, 0, 2, 1], 4), 2)
+    for rank in range(4):
+        moves = lowering.engine_transfers(ring, rank, view, view, pad, 9)
+        plan_moves = [t for t in ring.issued_by(rank)]
+        assert len(moves) == len(plan_moves) > 0
+        for t, m in zip(plan_moves, moves, strict=True):
+            if ring.chunks[t.chunk].owner == rank:
+                assert m.after is None
+            else:  # forwarded: after the piece reached this rank
+                assert (m.after.pad, m.after.index, m.after.value) == (pad, t.chunk, 9)
+            assert (m.signal.index, m.signal.value) == (t.chunk, 9)
+    # two-level: the intra stage's dependencies are on the network stage, run before
+    two = templates.all_gather_2d(2, 4, 2)
+    assert all(m.after is None for r in range(4)
+               for m in lowering.engine_transfers(two, r, view, view, pad, 1))
+    # a pull from a rank that received the chunk: no slot of the issuing rank says so
+    C = ir.Chunk
+    relay = ir.Plan("relay", "A", 4, 3, [C(0, 0, 2, 0), C(1, 2, 4, 1)],
+                    [ir.Transfer(0, 0, 0, 1, mode="push"),
+                     ir.Transfer(1, 0, 1, 2, mode="pull", after=(0,))])
+    assert lowering.engine_transfers(relay, 0, view, view, pad, 1)[0].after is None
+    with pytest.raises(ValueError, match="transfer 1 of plan relay .* waits for transfers "
+                                         "\\[0\\], which no one signal of rank 2"):
+        lowering.engine_transfers(relay, 2, view, view, pad, 1)
+    # two ranks: one partial per chunk and destination, then the broadcast waits for it
+    ar = templates.all_reduce(3, 2)
+    moves = lowering.engine_transfers(ar, 0, view, view, pad, 4)
+    assert [(m.reduce, m.after is not None) for m in moves] == [(True, False), (False, True)]
+    for W in (3, 4):  # partials summed at once, without atomics, lose updates
+        for plan in (templates.reduce_scatter(2, W), templates.all_reduce(2, W)):
+            with pytest.raises(ValueError, match="sums the partials of ranks .* sum without "
+                                                 "atomics"):
+                lowering.engine_transfers(plan, 0, view, view, pad, 1)
+
+
+def _ring(engine: str) -> list[float]:
+    from ditron.plan import lowering
+
+    w = ditron.world()
+    plan = ir.split(templates.ring_all_gather(3, w.world_size), 2)
+    buf = ditron.zeros((plan.rows, 2), torch.float32)
+    mine = plan.chunks_of(w.rank)
+    buf[mine[0].start:mine[-1].stop] = w.rank + 1
+    pad = ditron.signal_pad("test.plan.ring", plan.num_chunks)
+    ditron.set_wait_timeout(10)
+    out = []
+    for _ in range(2):  # the second call one epoch later, over the same signals
+        epoch = pad.next_epoch()
+        ditron.barrier()
+        view = lambda c, _q: buf[c.start:c.stop]  # noqa: E731
+        try:
+            moves = lowering.engine_transfers(plan, w.rank, view, view, pad, epoch)
+            lowering.issue(engine, moves).drain()
+        except ValueError as exc:
+            return [str(exc)]
+        ditron.barrier()
+        out.append(buf[:, 0].tolist())
+        buf[[i for i in range(plan.rows) if not mine[0].start <= i < mine[-1].stop]] = 0
+    return out
+
+
+def test_a_lowered_ring_forwards_what_has_landed(backend):
+    """4 ranks, ring all-gather in pieces of 2 rows by the copy engine: every rank ends
+    with every shard (forwards used to copy rows that had not arrived, mostly zeros); an
+    engine that cannot wait refuses."""
+    want = [float(1 + i // 3) for i in range(12)]
+    assert ditron.launch(_ring, 4, "copy_engine", backend=backend) == [[want, want]] * 4
+    for got in ditron.launch(_ring, 4, "sm", backend=backend):
+        assert got[0].startswith("sm engine: cannot wait for a signal"), got

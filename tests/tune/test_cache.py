@@ -162,3 +162,30 @@ def test_keys_name_the_topology_apart_from_one_node(node_size, monkeypatch):
     keys = ditron.launch(_keys, 4, backend="cpu")
     suffix = "" if node_size is None else f", nodes of {node_size}"
     assert keys == [f"gemm_rs|64x32x16|bfloat16|w4|cpu{suffix}"] * 4
+
+
+def test_the_cache_file_is_readable_like_any_file(tmp_path, monkeypatch):
+    """Written through ``tempfile.mkstemp``, ``tune.json`` was private to its writer (mode
+    0600): a cache shared by several users, or tuned under another one, read as empty to
+    everyone else (so they ran untuned). It now takes the umask's mode, as a plain file."""
+    import os
+
+    monkeypatch.setenv("DITRON_CACHE_DIR", str(tmp_path))
+    old = os.umask(0o022)
+    try:
+        cache.put("k", {"method": "fallback"})
+        cache.put("k2", {"method": "overlap"})  # replacing the file keeps the mode
+    finally:
+        os.umask(old)
+    assert (tmp_path / cache.FILE).stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cache.FILE, cache.FILE + ".lock"]
+
+
+def test_a_broken_link_for_a_cache_dir_is_named(tmp_path, monkeypatch):
+    """``DITRON_CACHE_DIR`` a link to nowhere: reads as empty; a write said only "File
+    exists"."""
+    (tmp_path / "cache").symlink_to(tmp_path / "gone")
+    monkeypatch.setenv("DITRON_CACHE_DIR", str(tmp_path / "cache"))
+    assert cache.load() == {}
+    with pytest.raises(cache.CacheError, match="cache is not a folder"):
+        cache.put("k", {"method": "fallback"})
