@@ -19,7 +19,9 @@ integer types NCCL sums (max and min also bool).
 
 Checks run before any kernel: tensor type, device, dtype, divisibility, and agreement of
 shapes across ranks (a host gather over the gloo group, once per new shape signature and
-cached; ``all_to_all`` gathers its split sizes on every call).
+cached; ``all_to_all`` gathers its split sizes on every call). A rank that refuses its own
+arguments while its peers are in that gather joins it with its error, so that they raise
+too (``runtime.agreement.refused_together``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from ..kernels import fused_collective as kfc
-from ..runtime.agreement import agree
+from ..runtime.agreement import agree, raise_together, refused_together
 from ..runtime.dtypes import carried, check_moved, check_reduced, moved_as, reduction, viewed
 from ..runtime.integers import as_int
 from ..runtime.world import current
@@ -222,18 +224,21 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
     eager call on one GPU node (copy engine or fused kernel) the replay of a CUDA graph of
     the call (``ops/replays.py``), as for ``reduce_scatter``.
     """
-    _check_tensor("all_gather", x)
-    d = _dim("all_gather", x, dim)
-    shape = (*x.shape[:d], current().world.world_size * x.shape[d], *x.shape[d + 1:])
-    width = moved_as(x.dtype, tuple(x.shape))  # the call's, the same on every rank
-    xc = viewed(x, width)
+    with refused_together("ditron.ops.all_gather"):
+        _check_tensor("all_gather", x)
+        d = _dim("all_gather", x, dim)
+        shape = (*x.shape[:d], current().world.world_size * x.shape[d], *x.shape[d + 1:])
+        width = moved_as(x.dtype, tuple(x.shape))  # the call's, the same on every rank
+        xc = viewed(x, width)
+        into = None
+        if out is not None:
+            _check_out("all_gather", out, shape, x.dtype)
+            try:
+                into = out if out.dtype == width else out.view(width)
+            except RuntimeError:  # strides that do not allow the view: gathered, then copied
+                into = None
     if out is None:
         return viewed(_all_gather(xc, d, engine, None, x.dtype), x.dtype)
-    _check_out("all_gather", out, shape, x.dtype)
-    try:
-        into = out if out.dtype == width else out.view(width)
-    except RuntimeError:  # strides that do not allow the view: gathered, then copied
-        into = None
     got = _all_gather(xc, d, engine, into, x.dtype)
     return out if into is not None else _into(out, viewed(got, x.dtype))
 
@@ -245,10 +250,11 @@ def _all_gather(x: torch.Tensor, d: int, engine: str | None, out: torch.Tensor |
     rt = current()
     w = rt.world.world_size
     nbytes = x.numel() * x.element_size()
-    can_replay = _replayable(x, d, out, nbytes) and not _symmetric(out)
-    asked = requested_engine("all_gather", engine)  # read once: the variables cost ~1.5 us
-    eng = _engine("all_gather", asked, nbytes, replay=can_replay)
-    direct = _direct_offset(eng, d, out)
+    with refused_together("ditron.ops.all_gather"):
+        can_replay = _replayable(x, d, out, nbytes) and not _symmetric(out)
+        asked = requested_engine("all_gather", engine)  # read once: variables cost ~1.5 us
+        eng = _engine("all_gather", asked, nbytes, replay=can_replay)
+        direct = _direct_offset(eng, d, out)
     replay = can_replay and eng in _REPLAYED_ENGINES
     agree("ditron.ops.all_gather", shape=tuple(x.shape), dtype=dtype, dim=d,
           engine=asked, symmetric_out_offset=direct,
@@ -385,25 +391,27 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, op: object = "sum",
     variant's work (the exchange's finer chunks) at the host cost of one launch. Every
     rank must then pass such an ``out``; ranks that disagree raise ``ValueError``.
     """
-    op = reduction("ditron.ops.reduce_scatter", op)
-    _check_tensor("reduce_scatter", x, op)
-    d = _dim("reduce_scatter", x, dim)
     rt = current()
     w = rt.world.world_size
-    if x.shape[d] % w:
-        raise ValueError(f"ditron.ops.reduce_scatter: size {x.shape[d]} of dim {d} does not "
-                         f"divide into {w} ranks")
-    shape = (*x.shape[:d], x.shape[d] // w, *x.shape[d + 1:])
-    if out is not None:
-        _check_out("reduce_scatter", out, shape, x.dtype)
+    with refused_together("ditron.ops.reduce_scatter"):
+        op = reduction("ditron.ops.reduce_scatter", op)
+        _check_tensor("reduce_scatter", x, op)
+        d = _dim("reduce_scatter", x, dim)
+        if x.shape[d] % w:
+            raise ValueError(f"ditron.ops.reduce_scatter: size {x.shape[d]} of dim {d} does "
+                             f"not divide into {w} ranks")
+        shape = (*x.shape[:d], x.shape[d] // w, *x.shape[d + 1:])
+        if out is not None:
+            _check_out("reduce_scatter", out, shape, x.dtype)
     if x.dtype == torch.bool:  # max / min of bools (any / all) on their bytes
         got = reduce_scatter(carried(x), dim, op=op, engine=engine,
                              out=None if out is None else carried(out))
         return out if out is not None else got.view(torch.bool)
     nbytes = x.numel() * x.element_size() // w
-    can_replay = _replayable(x, d, out, nbytes)
-    asked = requested_engine("reduce_scatter", engine)
-    eng = _engine("reduce_scatter", asked, nbytes, replay=can_replay)
+    with refused_together("ditron.ops.reduce_scatter"):
+        can_replay = _replayable(x, d, out, nbytes)
+        asked = requested_engine("reduce_scatter", engine)
+        eng = _engine("reduce_scatter", asked, nbytes, replay=can_replay)
     replay = can_replay and eng in _REPLAYED_ENGINES
     agree("ditron.ops.reduce_scatter", shape=tuple(x.shape), dtype=x.dtype, dim=d, op=op,
           engine=asked, replayed=replay)
@@ -449,11 +457,12 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *, op: object = "sum",
     Equivalent:
     ``y = x.clone(); dist.all_reduce(y, op)``.
     """
-    op = reduction("ditron.ops.all_reduce", op)
-    _check_tensor("all_reduce", x, op)
-    if method not in METHODS:
-        raise ValueError(f"ditron.ops.all_reduce: unknown method {method!r}; choose one of "
-                         f"{', '.join(METHODS)}")
+    with refused_together("ditron.ops.all_reduce"):
+        op = reduction("ditron.ops.all_reduce", op)
+        _check_tensor("all_reduce", x, op)
+        if method not in METHODS:
+            raise ValueError(f"ditron.ops.all_reduce: unknown method {method!r}; choose one "
+                             f"of {', '.join(METHODS)}")
     if x.dtype == torch.bool:  # max / min of bools (any / all) on their bytes
         return all_reduce(carried(x), method, op=op, engine=engine).view(torch.bool)
     rt = current()
@@ -461,8 +470,9 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *, op: object = "sum",
     nbytes = x.numel() * x.element_size()
     if method == "auto":
         method = "one_shot" if nbytes <= ONE_SHOT_MAX_BYTES or w <= 2 else "two_shot"
-    asked = requested_engine("all_reduce", engine)
-    eng = _engine("all_reduce", asked, nbytes if method == "one_shot" else nbytes // w)
+    with refused_together("ditron.ops.all_reduce"):
+        asked = requested_engine("all_reduce", engine)
+        eng = _engine("all_reduce", asked, nbytes if method == "one_shot" else nbytes // w)
     agree("ditron.ops.all_reduce", shape=tuple(x.shape), dtype=x.dtype, method=method, op=op,
           engine=asked)
     if w == 1:
@@ -517,17 +527,20 @@ def _splits(op: str, splits: Sequence[int] | None, total: int, w: int, what: str
     return out
 
 
-#: ``_gather_splits``' kinds of a call: uneven splits, even ones given, none given
-_UNEVEN, _EVEN, _NO_SPLITS = 0, 1, 2
+#: ``_gather_splits``' kinds of a call: uneven splits, even ones given, none given, and
+#: arguments the rank refused (``_refused_all_to_all``)
+_UNEVEN, _EVEN, _NO_SPLITS, _REFUSED = 0, 1, 2, 3
 
 
 def _gather_splits(op: str, fields: dict, ins: list[int], out_splits: Sequence[int] | None,
-                   kind: int) -> tuple[list[list[int]], list[list[int] | None], list[int]]:
+                   kind: int, problem: str | None = None
+                   ) -> tuple[list[list[int]], list[list[int] | None], list[int]]:
     """Every rank's ``in_splits`` (the send matrix, ``[sender][receiver]``), its
     ``out_splits`` (``None`` where not given) and its call's ``kind`` (``_UNEVEN``,
     ``_EVEN``, ``_NO_SPLITS``), in one small tensor all-gather over the host group (a third
     of ``all_gather_object``'s cost: no pickling, one collective). A checksum of the call's
-    ``fields`` (row shape, dtype, engine) travels along; ranks that disagree raise."""
+    ``fields`` (row shape, dtype, engine) travels along; ranks that disagree raise, and so
+    do all where a rank refused its arguments (kind ``_REFUSED``, its error ``problem``)."""
     rt = current()
     w = rt.world.world_size
     outs = [-1] * w if out_splits is None else [int(s) for s in out_splits]
@@ -537,6 +550,8 @@ def _gather_splits(op: str, fields: dict, ins: list[int], out_splits: Sequence[i
     if w > 1:
         dist.all_gather(rows, mine, group=rt.host_group)
     table = [r.tolist() for r in rows]
+    if any(t[1] == _REFUSED for t in table):  # every rank saw it: name the refusals
+        raise_together(f"ditron.ops.{op}: a rank refused the call's arguments", problem)
     if any(t[0] != table[0][0] for t in table):  # every rank saw it: name the differences
         agree(f"ditron.ops.{op}", remember=False, **fields)
     return ([t[2:w + 2] for t in table], [None if t[w + 2] < 0 else t[w + 2:] for t in table],
@@ -567,11 +582,29 @@ def all_to_all_counted(x: torch.Tensor, in_splits: Sequence[int] | None = None,
                        out_splits: Sequence[int] | None = None, *,
                        engine: str | None = None) -> tuple[torch.Tensor, list[int]]:
     """:func:`all_to_all`, and the rows received from each rank (a host list ``[W]``)."""
-    _check_tensor("all_to_all", x)
-    _dim("all_to_all", x, 0)
-    xc = viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))  # splits cut dim 0
+    with _refused_all_to_all(in_splits is not None or out_splits is not None):
+        _check_tensor("all_to_all", x)
+        _dim("all_to_all", x, 0)
+        xc = viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))  # dim 0 is cut
     out, outs = _all_to_all(xc, in_splits, out_splits, engine, x.dtype)
     return viewed(out, x.dtype), outs
+
+
+def _refused_all_to_all(splits: bool) -> refused_together:
+    """:func:`~ditron.runtime.agreement.refused_together` for all_to_all's checks of its own
+    arguments (``splits``: this rank gave some), through its gather of split sizes: peers
+    make it with ``DITRON_CHECK_CALLS=1``, until a call without splits has been agreed (the
+    agreed shapes are the same on every rank), and, as far as this rank can tell, where it
+    gave splits itself (ranks usually all do or all don't)."""
+    rt = current()
+    w = rt.world.world_size
+    peers = w > 1 and (rt.settings.check_calls or splits
+                       or not rt.cache.get("all_to_all_even"))
+
+    def tell(problem: str) -> None:
+        _gather_splits("all_to_all", {}, [0] * w, None, _REFUSED, problem)
+
+    return refused_together("ditron.ops.all_to_all", peers, tell)
 
 
 def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
@@ -582,15 +615,18 @@ def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
     op = "all_to_all"
     rt = current()
     w, me = rt.world.world_size, rt.world.rank
-    ins = _splits(op, in_splits, x.shape[0], w, "in_splits")
-    if sum(ins) != x.shape[0]:
-        raise ValueError(f"ditron.ops.{op}: in_splits {ins} sum to {sum(ins)}, but x has "
-                         f"{x.shape[0]} rows")
-    row = math.prod(x.shape[1:])
-    even = all(s == ins[0] for s in ins) and (out_splits is None or (
-        len(out_splits) == w and all(int(s) == ins[0] for s in out_splits)))
-    asked = requested_engine(op, engine)
-    eng = _engine(op, asked, x.numel() * x.element_size() // w, fusable=even)
+    with _refused_all_to_all(in_splits is not None or out_splits is not None):
+        ins = _splits(op, in_splits, x.shape[0], w, "in_splits")
+        if sum(ins) != x.shape[0]:
+            raise ValueError(f"ditron.ops.{op}: in_splits {ins} sum to {sum(ins)}, but x has "
+                             f"{x.shape[0]} rows")
+        if out_splits is not None:
+            _splits(op, out_splits, 0, w, "out_splits")
+        row = math.prod(x.shape[1:])
+        even = all(s == ins[0] for s in ins) and (out_splits is None or (
+            len(out_splits) == w and all(int(s) == ins[0] for s in out_splits)))
+        asked = requested_engine(op, engine)
+        eng = _engine(op, asked, x.numel() * x.element_size() // w, fusable=even)
     fields = {"row_shape": tuple(x.shape[1:]), "dtype": dtype,
               "engine": asked}
     even_key = ("all_to_all even", tuple(x.shape), dtype, eng)

@@ -38,7 +38,7 @@ from ..kernels.gather_sum import gather_dot, weighted_gather_sum
 from ..kernels.grouped_gemm import check_grouped
 from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from ..kernels.routing import group_received, returned_index, returned_sources, sort_copies
-from ..runtime.agreement import agree, raise_together
+from ..runtime.agreement import agree, raise_together, refused_together
 from ..runtime.integers import as_int, check_int
 from ..runtime.world import current
 from .graphs import capturing
@@ -163,15 +163,16 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     """
     rt = current()
     w = rt.world.world_size
-    num_experts = _check(x, topk_ids, num_experts, w, x_scales)
-    T, k = topk_ids.shape
-    tokens = T if max_tokens is None else as_int(max_tokens)
-    if tokens is None or tokens < T:
-        raise ValueError(f"ditron.ops.moe_dispatch: max_tokens must be an int >= this rank's {T} "
-                         f"tokens, got {max_tokens!r}")
-    max_tokens = tokens
-    cap = check_int(w * max_tokens * k if max_recv_rows is None else max_recv_rows,
-                    "ditron.ops.moe_dispatch: max_recv_rows")
+    with refused_together("ditron.ops.moe_dispatch"):
+        num_experts = _check(x, topk_ids, num_experts, w, x_scales)
+        T, k = topk_ids.shape
+        tokens = T if max_tokens is None else as_int(max_tokens)
+        if tokens is None or tokens < T:
+            raise ValueError(f"ditron.ops.moe_dispatch: max_tokens must be an int >= this "
+                             f"rank's {T} tokens, got {max_tokens!r}")
+        max_tokens = tokens
+        cap = check_int(w * max_tokens * k if max_recv_rows is None else max_recv_rows,
+                        "ditron.ops.moe_dispatch: max_recv_rows")
     agree("ditron.ops.moe_dispatch", num_experts=num_experts, k=k, hidden=x.shape[1],
           dtype=x.dtype, max_tokens=max_tokens, max_recv_rows=cap,
           scales=None if x_scales is None else (tuple(x_scales.shape[1:]), x_scales.dtype))
@@ -316,18 +317,19 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
     """The checks of :func:`moe_combine` (``TypeError`` / ``ValueError``), and the ranks'
     agreement on ``y``'s shape and dtype."""
     d = dispatch
-    if not isinstance(d, MoEDispatch):
-        raise TypeError(f"ditron.ops.moe_combine: dispatch must be what moe_dispatch returned, got "
-                        f"{type(d).__name__}")
-    T, k = d.num_tokens, d.topk
-    if y.dim() != 2 or y.shape[0] != d.capacity or not y.dtype.is_floating_point:
-        raise ValueError(f"ditron.ops.moe_combine: y must be floating [{d.capacity}, N] "
-                         f"(dispatch.x's rows), got {tuple(y.shape)} {y.dtype}")
-    if y.device != d.x.device:
-        raise ValueError(f"ditron.ops.moe_combine: y is on {y.device}, the dispatch on "
-                         f"{d.x.device}")
-    if topk_weights is not None:
-        check_topk_weights("ditron.ops.moe_combine", topk_weights, T, k, y.device)
+    with refused_together("ditron.ops.moe_combine"):
+        if not isinstance(d, MoEDispatch):
+            raise TypeError(f"ditron.ops.moe_combine: dispatch must be what moe_dispatch "
+                            f"returned, got {type(d).__name__}")
+        T, k = d.num_tokens, d.topk
+        if y.dim() != 2 or y.shape[0] != d.capacity or not y.dtype.is_floating_point:
+            raise ValueError(f"ditron.ops.moe_combine: y must be floating [{d.capacity}, N] "
+                             f"(dispatch.x's rows), got {tuple(y.shape)} {y.dtype}")
+        if y.device != d.x.device:
+            raise ValueError(f"ditron.ops.moe_combine: y is on {y.device}, the dispatch on "
+                             f"{d.x.device}")
+        if topk_weights is not None:
+            check_topk_weights("ditron.ops.moe_combine", topk_weights, T, k, y.device)
     agree("ditron.ops.moe_combine", rows=y.shape[0], n=y.shape[1], dtype=y.dtype,
           max_tokens=d.max_tokens, k=k)
 

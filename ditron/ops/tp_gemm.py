@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -60,7 +62,7 @@ from ..kernels.gemm import (
 from ..plan import deps as plan_deps
 from ..plan import ir as plan_ir
 from ..plan import lowering, templates
-from ..runtime.agreement import agree, rank0_decides
+from ..runtime.agreement import agree, rank0_decides, refused_together
 from ..runtime.diagnostics import check_waits
 from ..runtime.grid_math import cdiv
 from ..runtime.integers import as_int, check_int
@@ -85,18 +87,36 @@ AG_GRAPH_ENGINES = ("copy_engine", "copy_engine_matmul")
 COMM_SMS = 16
 RS_ENGINES = ("colocated", "copy_engine", "copy_engine_pull")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+T = TypeVar("T")
 
 
 # -- validation ------------------------------------------------------------------------------
-def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
+def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str,
+              options: Callable[[], T] | None = None) -> T | None:
+    """Check the operands and ``method`` of ``op``, then ``options()`` (the op's other
+    arguments; returns its result), and the ranks' agreement on the call. A rank that
+    refuses its arguments tells its peers in that agreement's gather
+    (``runtime.agreement.refused_together``), so they raise too instead of waiting."""
     rt = current()
     # a call like one already validated (every check below depends only on this) returns
     # at once: the checks cost ~15 us of host time per call on GPU hosts
     seen = (op, method, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device) \
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else None
     valid = rt.cache.setdefault("tp_gemm_valid", set())
-    if seen in valid and not rt.settings.check_calls:
-        return
+    with refused_together(f"ditron.ops.{op}"):
+        if seen in valid and not rt.settings.check_calls:
+            return None if options is None else options()
+        _check_operands(op, a, b, method)
+        got = None if options is None else options()
+    agree(f"ditron.ops.{op}", a_shape=tuple(a.shape), b_shape=tuple(b.shape), dtype=a.dtype,
+          method=method)
+    valid.add(seen)
+    return got
+
+
+def _check_operands(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
+    """:func:`_validate`'s checks of this rank's operands and ``method``."""
+    rt = current()
     if method not in METHODS:
         raise ValueError(f"ditron.ops.{op}: method must be one of {METHODS}, got {method!r}")
     for name, t in (("a", a), ("b", b)):
@@ -120,9 +140,6 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
     if op == "gemm_rs" and a.shape[0] % W != 0:
         raise ValueError(f"ditron.ops.{op}: M = {a.shape[0]} rows is not divisible by the world "
                          f"size {W} (reduce_scatter splits rows evenly)")
-    agree(f"ditron.ops.{op}", a_shape=tuple(a.shape), b_shape=tuple(b.shape), dtype=a.dtype,
-          method=method)
-    valid.add(seen)
 
 
 # -- CUDA graphs -----------------------------------------------------------------------------
@@ -259,12 +276,16 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     signal, so tiles (or ``copy_engine_matmul``'s GEMMs) can start before a whole shard has
     landed.
     """
-    _validate("ag_gemm", a, b, method)
-    forced = engine or os.environ.get("DITRON_AG_ENGINE") or None  # empty: unset
-    if forced is not None and forced not in AG_ENGINES:
-        raise ValueError(f"ditron.ops.ag_gemm: engine must be one of {AG_ENGINES}, got {forced!r}")
-    if chunk_rows is not None:
-        chunk_rows = check_int(chunk_rows, "ditron.ops.ag_gemm: chunk_rows", 1)
+    def options() -> tuple[str | None, int | None]:
+        forced = engine or os.environ.get("DITRON_AG_ENGINE") or None  # empty: unset
+        if forced is not None and forced not in AG_ENGINES:
+            raise ValueError(f"ditron.ops.ag_gemm: engine must be one of {AG_ENGINES}, got "
+                             f"{forced!r}")
+        rows = (None if chunk_rows is None
+                else check_int(chunk_rows, "ditron.ops.ag_gemm: chunk_rows", 1))
+        return forced, rows
+
+    forced, chunk_rows = _validate("ag_gemm", a, b, method, options)
     rt = current()
     W = rt.world.world_size
     m, K = a.shape
@@ -289,8 +310,9 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     engine = forced or (choice.engine if choice.engine in AG_ENGINES else "copy_engine")
     if graph and engine not in AG_GRAPH_ENGINES:  # the graph-safe variants push by DMA
         engine = "copy_engine"
-    if engine == "tma":
-        tma.check_supported(a.device)
+    with refused_together("ditron.ops.ag_gemm transfers"):
+        if engine == "tma":
+            tma.check_supported(a.device)
     rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
     # the engines push and signal differently, and the chunks number the signals
     agree("ditron.ops.ag_gemm transfers", engine=engine, chunk_rows=rows, graph=graph)
@@ -536,21 +558,24 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     adds the peers' partials to the own rows' fp32 accumulator; the other engines sum in
     rank order).
     """
-    _validate("gemm_rs", a, b, method)
-    forced = engine or os.environ.get("DITRON_RS_ENGINE") or None  # empty: unset
-    if forced is not None and forced not in RS_ENGINES:
-        raise ValueError(f"ditron.ops.gemm_rs: engine must be one of {RS_ENGINES}, got {forced!r}")
     rt = current()
     W = rt.world.world_size
+
+    def options() -> tuple[str | None, int | tuple[int, ...] | None, int | None]:
+        forced = engine or os.environ.get("DITRON_RS_ENGINE") or None  # empty: unset
+        if forced is not None and forced not in RS_ENGINES:
+            raise ValueError(f"ditron.ops.gemm_rs: engine must be one of {RS_ENGINES}, got "
+                             f"{forced!r}")
+        seg = a.shape[0] // W
+        early = None if early_rows is None else as_int(early_rows)
+        if early_rows is not None and (early is None or not 0 <= early < max(seg, 1)):
+            raise ValueError(f"ditron.ops.gemm_rs: early_rows must be an int in [0, M / W = "
+                             f"{seg}), got {early_rows!r}")
+        return forced, _rs_chunk_rows(chunk_rows, seg), early
+
+    forced, chunk_rows, early_rows = _validate("gemm_rs", a, b, method, options)
     M = a.shape[0]
     N = b.shape[1]
-    chunk_rows = _rs_chunk_rows(chunk_rows, M // W)
-    if early_rows is not None:
-        early = as_int(early_rows)
-        if early is None or not 0 <= early < max(M // W, 1):
-            raise ValueError(f"ditron.ops.gemm_rs: early_rows must be an int in [0, M / W = "
-                             f"{M // W}), got {early_rows!r}")
-        early_rows = early
     choice = _choose("gemm_rs", method, M, a, b, config)
     if choice.overlap and rt.topo.num_nodes > 1:
         choice = dataclasses.replace(choice, overlap=False)  # no inter-node push path yet
@@ -564,9 +589,10 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         return out
     rs_engine = forced or choice.engine
     rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
-    if early_rows and rs_engine != "copy_engine":
-        raise ValueError(f"ditron.ops.gemm_rs: early_rows applies to engine='copy_engine' only, "
-                         f"not {rs_engine!r}")
+    with refused_together("ditron.ops.gemm_rs transfers"):
+        if early_rows and rs_engine != "copy_engine":
+            raise ValueError(f"ditron.ops.gemm_rs: early_rows applies to engine='copy_engine' "
+                             f"only, not {rs_engine!r}")
     # the tuned early_rows goes with the tuned chunking only
     early = (early_rows if early_rows is not None
              else choice.early_rows if chunk_rows is None else 0)
