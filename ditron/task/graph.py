@@ -139,6 +139,10 @@ class Schedule:
     ``dep_ptr``/``dep_slot``: scoreboard slots item ``i`` waits for; ``ntf_ptr``/``ntf_rank``:
     the ranks whose slot ``rank * n_items + i`` it sets when done; ``begin_ranks``: ranks to
     tell at the start of a call; ``tail_slots``: slots to wait for at its end.
+    ``links``: the signals between this rank and another one that the schedule implies,
+    each ``(setter rank, item, waiter rank, item)``, item ``-1`` for the start of the
+    setter's call or the end of the waiter's; the other rank's schedule must imply the
+    same ones (``compile`` checks), or one waits for a signal the other never sets.
     """
 
     rank: int
@@ -153,6 +157,7 @@ class Schedule:
     ntf_rank: list[int]
     begin_ranks: list[int]
     tail_slots: list[int]
+    links: frozenset[tuple[int, int, int, int]] = frozenset()
 
     @property
     def slots(self) -> int:
@@ -255,12 +260,15 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
     tell: list[set[int]] = [set() for _ in range(n)]  # ranks this rank tells, per item
     begin: set[int] = set()
     tail: set[int] = set()
+    links: set[tuple[int, int, int, int]] = set()  # with another rank (Schedule.links)
 
     def edge(a: _Access, b: _Access) -> None:
         if b.rank == rank:
             deps[b.item].add(a.rank * n + a.item)
         if a.rank == rank:
             tell[a.item].add(b.rank)
+        if a.rank != b.rank and rank in (a.rank, b.rank):
+            links.add((a.rank, a.item, b.rank, b.item))
 
     for (_, holder), accs in by_location.items():
         for i, j in _conflicting_pairs(accs):
@@ -285,6 +293,9 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
             if holder == rank:  # a peer touches mine: my call ends after it
                 tail.add(acc.rank * n + acc.item)
                 begin.add(acc.rank)
+            if rank in (acc.rank, holder):
+                links.update(((holder, -1, acc.rank, acc.item),
+                              (acc.rank, acc.item, holder, -1)))
 
     _prune(deps, rank * n)
 
@@ -302,7 +313,7 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
         ntf_rank.extend(sorted(tell[i]))
         ntf_ptr.append(len(ntf_rank))
     return Schedule(rank, world_size, n, order, item_task, item_tile, dep_ptr, dep_slot,
-                    ntf_ptr, ntf_rank, sorted(begin), sorted(tail))
+                    ntf_ptr, ntf_rank, sorted(begin), sorted(tail), frozenset(links))
 
 
 #: at most this many cells in the grid that ``_conflicting_pairs`` buckets boxes on

@@ -28,9 +28,11 @@ is a valid order, so any ``P`` works (default 1).
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import torch
+import torch.distributed as dist
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import trace as tracing
@@ -79,6 +81,71 @@ def _fingerprint(graph: TaskGraph) -> dict:
             "argument_kinds": tuple(tuple(map(_kind, t.args)) for t in tasks)}
 
 
+def _describe(tasks, rank: int, item: int, end: str) -> str:
+    """Item ``item`` of ``rank`` in words (``-1``: the ``end`` of its call)."""
+    if item < 0:
+        return f"the {end} of rank {rank}'s call"
+    for task in tasks:
+        if item < task.tiles:
+            return f"task {task.name!r} tile {item} on rank {rank}"
+        item -= task.tiles
+    return f"item {item} on rank {rank}"
+
+
+def _pair_links(links: frozenset, rank: int, world_size: int) -> dict[int, list]:
+    """``links`` by the other rank of each (sorted)."""
+    by_peer: dict[int, list] = {q: [] for q in range(world_size) if q != rank}
+    for link in links:
+        by_peer[link[2] if link[0] == rank else link[0]].append(link)
+    return {q: sorted(got) for q, got in by_peer.items()}
+
+
+def _agree_on_schedules(graph: TaskGraph, schedule: Schedule | None,
+                        error: Exception | None) -> None:
+    """Raise on every rank when a rank could not derive its schedule (``error``, re-raised
+    by the caller there) or when two ranks' schedules imply different signals between
+    them (``Schedule.links``): one would wait for a signal the other never sets, or run
+    before the data it reads. One host all-gather of a digest per pair of ranks (and one
+    of the links themselves when two differ)."""
+    rt = current()
+    W, me = rt.world.world_size, rt.world.rank
+    problem = None if error is None else f"{type(error).__name__}: {error}"
+    pairs = {} if schedule is None else _pair_links(schedule.links, me, W)
+    digests = {q: hashlib.sha256(repr(links).encode()).hexdigest() for q, links in pairs.items()}
+    every: list = [None] * W
+    dist.all_gather_object(every, (problem, digests), group=rt.host_group)
+    what = f"ditron.task: compile of graph {graph.name!r}"
+    failed = [f"  rank {r}: {p}" for r, (p, _) in enumerate(every) if p is not None]
+    if failed:
+        if error is not None:
+            return  # the caller raises its own error
+        raise ValueError(f"{what} failed on another rank:\n" + "\n".join(failed))
+    differ = [(p, q) for p in range(W) for q in range(p + 1, W)
+              if every[p][1][q] != every[q][1][p]]
+    if not differ:
+        return
+    p, q = differ[0]
+    mine: list = [None] * W  # every rank takes part: each knows the digests differ
+    dist.all_gather_object(mine, pairs.get(q if me == p else p, []) if me in (p, q) else None,
+                           group=rt.host_group)
+    ours, theirs = set(mine[p]), set(mine[q])
+
+    def words(links: set) -> str:
+        shown = [f"{_describe(graph.tasks, a, i, 'start')} -> "
+                 f"{_describe(graph.tasks, b, j, 'end')}" for a, i, b, j in sorted(links)[:3]]
+        more = f" and {len(links) - 3} more" if len(links) > 3 else ""
+        return "; ".join(shown) + more
+
+    lines = [f"  only rank {r} derives: {words(extra)}"
+             for r, extra in ((p, ours - theirs), (q, theirs - ours)) if extra]
+    raise ValueError(
+        f"{what}: ranks {p} and {q} derive different dependencies between them "
+        f"(reads / writes give other regions for the same (tile, rank) on different "
+        f"ranks: compute them from their tile and rank arguments and from tensors of the "
+        f"same shape on every rank, not from the rank running the code):\n"
+        + "\n".join(lines))
+
+
 class Megakernel:
     """A compiled :class:`TaskGraph`; call it to run the graph once (see module docstring).
 
@@ -111,6 +178,7 @@ class Megakernel:
         (self._order, self._item_task, self._item_tile, self._dep_ptr, self._dep_slot,
          self._ntf_ptr, self._ntf_rank, self._begin, self._tail) = views
         self._pad = SignalPad.allocate(s.slots, name=f"megakernel:{graph.name}")
+        self._heap = rt.heap  # the world's it was compiled in, which free() returns it to
         self._queue = torch.zeros(1, dtype=torch.int64, device=device)
         # word 0: the CPU backend's logical clock; then one row per queue position
         self._trace = torch.zeros(1 + s.n_items * codegen.TRACE_FIELDS if traced else 1,
@@ -147,6 +215,9 @@ class Megakernel:
         May be captured in a CUDA graph once it has run eagerly (the first call compiles);
         each replay is a call. Timeout mode checks the waits after eager calls only."""
         rt = current()
+        if self._pad is None:
+            raise RuntimeError(f"ditron.task: the megakernel of graph {self.graph.name!r} "
+                               f"was freed")
         in_capture = capturing()
         if in_capture and self._calls == 0:
             raise RuntimeError("ditron.task: run the megakernel once before capturing it in "
@@ -173,6 +244,16 @@ class Megakernel:
                 check_waits()
             except WaitTimeoutError as exc:
                 raise self._explain(exc) from None
+
+    def free(self) -> None:
+        """Return the scoreboard to the symmetric heap (like ``ditron.free``: every rank, in
+        the same order as its other frees and allocations), once no rank calls the
+        megakernel any more and this rank's calls have ended; a later call raises
+        ``RuntimeError``. Without it, each compiled megakernel keeps its scoreboard for the
+        life of the process. Freeing twice does nothing."""
+        if self._pad is not None:
+            self._heap.free(self._pad.signals)
+            self._pad = None
 
     def _explain(self, exc: WaitTimeoutError) -> WaitTimeoutError:
         match = re.fullmatch(r"megakernel:.*\[(\d+)\]", exc.signal)
@@ -232,24 +313,44 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
     its largest tile however many tasks it has; ``False`` inlines them into the item loop,
     faster for a few small tasks (their loop-invariant values are computed once per
     program), slower or spilling for many (``docs/megakernel.md``). Raises
-    ``ValueError`` before any kernel runs when ranks built different graphs, a region is
-    invalid (see :func:`derive`) or a tensor argument is on another device."""
+    ``ValueError`` before any kernel runs, on every rank, when ranks built different graphs
+    (tasks, tile counts, argument kinds) or graphs whose regions imply different
+    dependencies between two ranks (``Schedule.links``), when a region is invalid on any
+    rank (see :func:`derive`; that rank raises its own error), or when ``programs``,
+    ``num_warps`` or a tensor argument's device is refused (on one rank alone: the others
+    raise naming its problem)."""
     rt = current()
     w = rt.world
-    if programs is not None:
-        programs = check_int(programs, "compile: programs", 1)
-    num_warps = check_warps(num_warps, "compile: num_warps")
-    for task in graph.tasks:
-        for name, value in zip(task.params, task.args, strict=True):
-            if isinstance(value, TensorDescriptor):
-                value = value.base
-            if isinstance(value, torch.Tensor) and value.device != w.device:
-                raise ValueError(f"task {task.name!r}: argument {name!r} is on "
-                                 f"{value.device}, the world computes on {w.device}")
+    refused = None  # this rank's own arguments, checked before the ranks agree
+    try:
+        if programs is not None:
+            programs = check_int(programs, "compile: programs", 1)
+        num_warps = check_warps(num_warps, "compile: num_warps")
+        for task in graph.tasks:
+            for name, value in zip(task.params, task.args, strict=True):
+                if isinstance(value, TensorDescriptor):
+                    value = value.base
+                if isinstance(value, torch.Tensor) and value.device != w.device:
+                    raise ValueError(f"task {task.name!r}: argument {name!r} is on "
+                                     f"{value.device}, the world computes on {w.device}")
+    except ValueError as exc:
+        refused = exc
+    # a rank that refused its arguments alone makes the agreement fail on every rank,
+    # naming its problem, instead of leaving the others waiting in it
     agree(f"ditron.task: compile of graph {graph.name!r}", remember=False,
-          **_fingerprint(graph))
-    schedule = derive(graph.tasks, w.rank, w.world_size, local_world_size=w.local_world_size,
-                      is_symmetric=is_symmetric)
+          problem=None if refused is None else str(refused), **_fingerprint(graph))
+    if refused is not None:
+        raise refused
+    try:
+        schedule = derive(graph.tasks, w.rank, w.world_size,
+                          local_world_size=w.local_world_size, is_symmetric=is_symmetric)
+    except (ValueError, TypeError) as exc:
+        if w.world_size == 1:
+            raise
+        _agree_on_schedules(graph, None, exc)
+        raise
+    if w.world_size > 1:
+        _agree_on_schedules(graph, schedule, None)
     mk = Megakernel(graph, schedule, programs or _default_programs(w.device,
                                                                      w.local_world_size),
                     {"num_warps": num_warps or graph.num_warps(), **launch_options},

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ..runtime.integers import as_int
+
 Range = tuple[int, int]
 
 
@@ -28,6 +30,29 @@ class Region:
     tensor: torch.Tensor
     box: tuple[Range, ...]
     rank: int | None = None
+
+    def __post_init__(self) -> None:
+        # a box built by hand (``region`` makes valid ones) is checked where it is made:
+        # one range of ints per dimension, within it (``start >= stop``: an empty box)
+        if not isinstance(self.tensor, torch.Tensor):
+            raise TypeError(f"Region: expected a tensor, got {type(self.tensor).__name__}")
+        shape = tuple(self.tensor.shape)
+        try:
+            box = tuple((as_int(lo), as_int(hi)) for lo, hi in self.box)
+        except (TypeError, ValueError):
+            box = None
+        if box is None or len(box) != len(shape) or any(None in r for r in box):
+            raise ValueError(f"Region: box {self.box!r} must be one (start, stop) pair of "
+                             f"ints per dimension of the {len(shape)}-d tensor")
+        for d, ((lo, hi), size) in enumerate(zip(box, shape, strict=True)):
+            if lo < 0 or hi > size:
+                raise ValueError(f"Region: range ({lo}, {hi}) of dimension {d} is outside "
+                                 f"the tensor's shape {shape}")
+        rank = self.rank if self.rank is None else as_int(self.rank)
+        if self.rank is not None and rank is None:
+            raise TypeError(f"Region: rank must be an int or None, got {self.rank!r}")
+        object.__setattr__(self, "box", box)
+        object.__setattr__(self, "rank", rank)
 
     @property
     def key(self) -> tuple:

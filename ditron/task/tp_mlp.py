@@ -233,8 +233,10 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     if h is None:
         h = torch.empty((M, F), dtype=x.dtype, device=x.device)
     bm, bn, bk, rn = blocks.block_m, blocks.block_n, blocks.block_k, blocks.reduce_n
-    chunk = -(-F // blocks.split_k // bk) * bk  # the down tiles' K range, whole K blocks
-    S = -(-F // chunk)  # split_k, less chunks that would be empty
+    # the down tiles' K range, whole K blocks; split_k less chunks that would be empty (one
+    # when F is 0: its tiles then push zeros, and out = all_reduce(0) + residual)
+    chunk = max(1, -(-F // blocks.split_k // bk)) * bk
+    S = max(1, -(-F // chunk))
     if inbox is None:
         inbox = empty((W * S * M, H), x.dtype, name=f"{graph.name}.{name}.inbox")
     if tuple(h.shape) != (M, F) or tuple(inbox.shape) != (W * S * M, H):

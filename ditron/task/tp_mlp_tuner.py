@@ -25,6 +25,7 @@ from ..tune import cache
 from ..tune.decisions import key_for
 from ..tune.tuner import MARGIN, agreed_median, all_ok, time_in_rounds
 from .graph import DEFAULT_WARPS, TaskGraph
+from .megakernel import Megakernel
 from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp_stack, default_blocks, shared_memory
 
 #: (block_n, block_k) tried on GPUs, the default's first: wide tiles read long contiguous
@@ -133,8 +134,7 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
                   f"{i + 1}/{len(configs)} {blocks.label()}   ", end="", file=sys.stderr,
                   flush=True)
         try:
-            run, inbox = _build(x, weights, blocks, programs)
-            scratch.append(inbox)
+            run = _build(x, weights, blocks, programs, scratch)
             run()  # compiles
         except Exception as exc:  # noqa: BLE001 - a config that does not compile loses
             errors[i] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
@@ -144,7 +144,8 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
             errors.setdefault(i, "failed on another rank")
     if show:
         print(file=sys.stderr)
-    if not runs:
+    if not runs:  # every rank knows (all_ok): release together, then raise
+        _release(scratch)
         raise RuntimeError(f"tune_mlp: every candidate failed: {errors}")
     samples = time_in_rounds(runs, 1, iters, warmup, dev, batch)
     times = {i: agreed_median(samples[i]) for i in runs}
@@ -157,13 +158,8 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
             shown = f"{times[i]:10.1f} us" if i in times else f"    failed    ({errors[i]})"
             mark = "  <-" if i == best else ""
             print(f"[ditron tune]   {shown}  {blocks.label()}{mark}", file=sys.stderr)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
     del runs
-    if W > 1:  # on the host: every rank's calls have ended, no rank pushes into an inbox
-        dist.barrier(group=rt.host_group)
-    for inbox in scratch:
-        free(inbox)
+    _release(scratch)
     chosen = configs[best]
     if save and w.rank == 0:
         cache.put(key_for(TUNED_OP, tokens, hidden, F, dtype, W),
@@ -174,9 +170,29 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
     return chosen
 
 
+def _release(scratch: list) -> None:
+    """Free the candidates' inboxes and megakernels (their scoreboards), in the order they
+    were allocated, once every rank's calls have ended (collective)."""
+    rt = current()
+    dev = rt.world.device
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    if rt.world.world_size > 1:  # on the host: no rank pushes into an inbox any more
+        dist.barrier(group=rt.host_group)
+    for held in scratch:
+        if isinstance(held, torch.Tensor):
+            free(held)
+        else:
+            held.free()
+
+
 def _build(x: torch.Tensor, weights: list[tuple[torch.Tensor, ...]], blocks: MlpBlocks,
-           programs: int | None):
-    """The compiled megakernel of the chained MLPs with these tiles, and its inbox."""
+           programs: int | None, scratch: list) -> Megakernel:
+    """The compiled megakernel of the chained MLPs with these tiles; its inbox and then
+    itself go to ``scratch`` as they are allocated (to be freed, even if compiling fails)."""
     graph = TaskGraph(f"tune_mlp_{blocks.label()}")
     stack = add_tp_mlp_stack(graph, x, weights, blocks=blocks)
-    return graph.compile(programs=programs), stack.inbox
+    scratch.append(stack.inbox)
+    mk = graph.compile(programs=programs)
+    scratch.append(mk)
+    return mk

@@ -245,3 +245,42 @@ def test_conflicting_pairs_match_all_pairs(ndim):
                     if (accs[i].write or accs[j].write)
                     and accs[i].region.overlaps(accs[j].region)]
         assert _conflicting_pairs(accs) == expected, (trial, shape)
+
+
+def test_hand_made_regions_are_checked():
+    """A ``Region`` built directly (not by ``region``) is checked where it is made: a box
+    of the wrong rank or outside the tensor used to fail later in ``derive`` with "zip()
+    argument 2 is shorter than argument 1", or to be taken as it was."""
+    x = torch.empty(10, 4)
+    with pytest.raises(ValueError, match=r"box \(\(0, 5\),\) must be one \(start, stop\) "
+                                         r"pair of ints per dimension of the 2-d tensor"):
+        dt.Region(x, ((0, 5),))
+    with pytest.raises(ValueError, match=r"range \(20, 30\) of dimension 0 is outside the "
+                                         r"tensor's shape \(10, 4\)"):
+        dt.Region(x, ((20, 30), (0, 4)))
+    with pytest.raises(ValueError, match=r"range \(-1, 2\) of dimension 1"):
+        dt.Region(x, ((0, 1), (-1, 2)))
+    with pytest.raises(ValueError, match="pair of ints"):
+        dt.Region(x, ((0, 1.5), (0, 4)))
+    with pytest.raises(TypeError, match="rank must be an int or None, got 1.5"):
+        dt.Region(x, ((0, 1), (0, 4)), rank=1.5)
+    reg = dt.Region(x, ((torch.tensor(2).item(), 3), (4, 2)), rank=True + 0)
+    assert reg.box == ((2, 3), (4, 2)) and reg.empty and reg.rank == 1
+    g = dt.TaskGraph()
+    g.add("a", _noop, x, 32, 16, tiles=1, writes=lambda t, r: dt.Region(x, ((0, 5),)))
+    with pytest.raises(ValueError, match="pair of ints per dimension"):
+        g.schedule(0, 1)
+
+
+def test_zero_size_regions_impose_no_waits():
+    # empty boxes (a range with start == stop, a tensor with a zero dimension) conflict
+    # with nothing: the consumer waits only for the producer tile that wrote its rows
+    x, e = torch.empty(32), torch.empty(0, 5)
+    g = dt.TaskGraph()
+    g.add("w", _noop, x, 32, 8, tiles=2,
+          writes=lambda t, r: [dt.region(x, (8 * t, 8 * t + 8)), dt.region(e),
+                               dt.region(x, (30, 30))])
+    g.add("r", _noop, x, 32, 8, tiles=2,
+          reads=lambda t, r: [dt.region(x, (8 * t, 8 * t)), dt.region(e), dt.region(x, (t, 1))])
+    s = g.schedule(0, 1)
+    assert [s.waits(i) for i in range(4)] == [[], [], [0], []]

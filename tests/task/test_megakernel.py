@@ -597,3 +597,193 @@ def _two_nodes_case() -> int:
 def test_two_simulated_nodes(monkeypatch):
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
     assert ditron.launch(_two_nodes_case, 4, backend="cpu") == [3] * 4
+
+
+def _rank_dependent_regions_case(mode: str) -> str:
+    """Each rank pushes its row of ``src`` into its right neighbour's ``inbox``, which
+    doubles the row its left neighbour pushed. ``mode="closure"``: the push's box is
+    computed from the rank running the code instead of the ``rank`` argument, so each
+    rank derives other pushes than its peers do: its ``use`` tile did not wait for its
+    left neighbour's push and read a stale row, silently. ``mode="invalid"``: only rank 1's
+    regions are invalid (two tiles of a task clash): rank 1 raised while the others waited
+    in the compile's barrier until the launch timed out."""
+    w = ditron.world()
+    W, me, n = w.world_size, w.rank, 16
+    src, out = torch.empty(n, device=w.device), torch.empty(n, device=w.device)
+    inbox = ditron.zeros(W * n, torch.float32)
+    g = dt.TaskGraph(f"rank dependent {mode}")
+    slot = me if mode == "closure" else None
+
+    def push_writes(t, r):
+        s = r if slot is None else slot
+        return dt.region(inbox, (s * n, s * n + n), rank=(r + 1) % W)
+
+    def use_reads(t, r):
+        if mode == "invalid" and me == 1:
+            return dt.region(inbox)  # and so do the other tiles of "use": no clash yet
+        left = (r - 1) % W
+        return dt.region(inbox, (left * n, left * n + n))
+
+    g.add("push", _push_right_tile, src, inbox, n, dt.CTX, 16, tiles=1,
+          reads=lambda t, r: dt.region(src), writes=push_writes)
+    g.add("use", _use_left_tile, inbox, out, n, dt.CTX, 16, tiles=2,
+          reads=use_reads,
+          writes=lambda t, r: dt.region(out) if mode == "invalid" and me == 1
+          else dt.region(out, (t * 8, t * 8 + 8)))
+    try:
+        mk = g.compile()
+    except ValueError as exc:
+        return str(exc)
+    left = (me - 1) % W
+    for call in range(3):
+        src.copy_(torch.arange(n) + 100.0 * me + call)
+        out.fill_(float("nan"))
+        mk()
+        assert torch.equal(out.cpu(), 2 * (torch.arange(n) + 100.0 * left + call)), call
+    return "ran"
+
+
+@triton.jit
+def _push_right_tile(tile, src, inbox, n, ctx, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    right = (ctx.rank + 1) % ctx.world_size
+    dl.store(inbox + ctx.rank * n + offs, tl.load(src + offs, mask=offs < n), right, ctx,
+             mask=offs < n)
+
+
+@triton.jit
+def _use_left_tile(tile, inbox, out, n, ctx, BLOCK: tl.constexpr):
+    offs = tile * 8 + tl.arange(0, BLOCK)
+    mask = (offs < n) & (offs < tile * 8 + 8)
+    left = (ctx.rank + ctx.world_size - 1) % ctx.world_size
+    tl.store(out + offs, 2 * tl.load(inbox + left * n + offs, mask=mask), mask=mask)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ranks_deriving_different_dependencies_raise_on_every_rank(world_size, backend,
+                                                                   monkeypatch):
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")  # the old code hung in "invalid"
+    assert ditron.launch(_rank_dependent_regions_case, world_size, "right",
+                         backend=backend) == ["ran"] * world_size
+    got = ditron.launch(_rank_dependent_regions_case, world_size, "closure", backend=backend)
+    for msg in got:
+        assert re.match(r"ditron.task: compile of graph 'rank dependent closure': ranks 0 and "
+                        r"1 derive different dependencies between them .*from the rank "
+                        r"running the code\):\n  only rank 0 derives: task 'push' tile 0 on "
+                        r"rank 0 -> task 'use' tile 0 on rank 1", msg, re.S), msg
+    got = ditron.launch(_rank_dependent_regions_case, world_size, "invalid", backend=backend)
+    clash = "task 'use': tile 0 on rank 0 and tile 1 on rank 0 access an overlapping box"
+    assert got[1].startswith(clash), got[1]
+    for r, msg in enumerate(got):
+        if r != 1:
+            assert msg.startswith("ditron.task: compile of graph 'rank dependent invalid' "
+                                  f"failed on another rank:\n  rank 1: ValueError: {clash}"), msg
+
+
+def _freed_case() -> list[int]:
+    heap = ditron.runtime.world.current().heap
+    x, z, _ = _tensors(40)
+    _scale_reverse("first", x, z).compile().free()  # the barrier's own pad stays
+    before = heap.used_bytes
+    used = []
+    for _ in range(3):
+        mk = _scale_reverse("freed", x, z).compile()
+        mk()
+        used.append(heap.used_bytes - before)
+        mk.free()
+        mk.free()  # twice: nothing more
+        with pytest.raises(RuntimeError, match="megakernel of graph 'freed' was freed"):
+            mk()
+    used.append(heap.used_bytes - before)
+    return used
+
+
+def test_freed_megakernel_returns_its_scoreboard(backend):
+    """Each compile allocates a scoreboard in the symmetric heap, which no call freed:
+    compiling graphs in a loop (the tuner does, per candidate) leaked the heap."""
+    got = ditron.launch(_freed_case, 2, backend=backend)
+    assert got[0] == got[1] and got[0][0] > 0 and got[0] == got[0][:1] * 3 + [0], got
+
+
+@triton.jit
+def _add_by_index_tile(i, x, tile, BLOCK: tl.constexpr):
+    """A tile function whose index is ``i`` and which has a parameter named ``tile``."""
+    offs = i * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x + offs, tl.load(x + offs) + tile + i)
+
+
+def _tile_named_parameter_case() -> list[float]:
+    x = torch.zeros(32, device=ditron.world().device)
+    got = []
+    for outline in (True, False):
+        g = dt.TaskGraph(f"named tile {outline}")
+        g.add("a", _add_by_index_tile, x, 5.0, 16, tiles=2,
+              writes=lambda t, r: dt.region(x, (16 * t, 16 * t + 16)))
+        g.compile(outline=outline)()
+        got += [x[0].item(), x[16].item()]
+    return got
+
+
+def test_tile_function_with_a_parameter_named_tile(backend):
+    # the out-of-line caller named the tile index "tile" whatever the tile function called
+    # it: "SyntaxError: duplicate argument 'tile' in function definition"
+    assert ditron.launch(_tile_named_parameter_case, 1, backend=backend) == [[5, 6, 10, 12]]
+
+
+def test_tp_mlp_with_no_ffn_columns(backend):
+    from ditron.task.tp_mlp import MlpBlocks
+
+    # a rank's shard of 0 ffn columns: each layer adds all_reduce(0) to its residual
+    # (the down task's K chunks were sized by dividing by 0: ZeroDivisionError)
+    blocks = MlpBlocks(block_m=16, block_n=32, block_k=16, reduce_n=64, split_k=2)
+    res = ditron.launch(_mlp_case, 2, 20, 72, 0, 2, torch.float32, 2, blocks, backend=backend)
+    assert res == [2, 2]
+
+
+def _odd_names_case() -> list[float]:
+    from ditron.task import codegen
+
+    x = torch.ones(16, device=ditron.world().device)
+    modules = []
+    for name in ('say """hi"""', "C:\\Nodes\\x", "layer0.scale\n"):
+        g = dt.TaskGraph("names")
+        g.add(name, _scale_tile, x, x, 16, 2.0, 16, tiles=1,
+              writes=lambda t, r: dt.region(x))
+        g.compile()()
+        modules.append(codegen.load(g.tasks))
+    assert modules[0] is modules[1] is modules[2]  # one module (and kernel) for all three
+    return x[:2].tolist()
+
+
+def test_task_names_do_not_enter_the_kernel_source(backend):
+    # the names were in the generated kernel's docstring: a quote or a backslash broke the
+    # source (SyntaxError), and graphs of the same tile functions under other names got
+    # modules (and compiled kernels) of their own
+    assert ditron.launch(_odd_names_case, 1, backend=backend) == [[8.0, 8.0]]
+
+
+def _one_rank_refuses_case() -> list[str]:
+    w = ditron.world()
+    x = torch.empty(64, device=w.device)
+    got = []
+    for how in ("programs", "device"):
+        g = dt.TaskGraph("refused")
+        arg = torch.empty(64, device="meta") if how == "device" and w.rank == 1 else x
+        g.add("scale", _scale_tile, arg, x, 64, 2.0, 16, tiles=4)
+        with pytest.raises(ValueError) as info:
+            g.compile(programs=0 if how == "programs" and w.rank == 1 else None)
+        got.append(str(info.value))
+    return got
+
+
+def test_a_rank_refusing_its_compile_arguments_raises_on_every_rank(backend, monkeypatch):
+    # rank 1's bad programs / argument device raised there while rank 0 waited in the
+    # compile's agreement until the launch timed out
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")
+    got = ditron.launch(_one_rank_refuses_case, 2, backend=backend)
+    for msg, problem in zip(got[0], ("compile: programs must be a positive int, got 0",
+                                     "task 'scale': argument 'x' is on meta"), strict=True):
+        assert re.match(r"ditron.task: compile of graph 'refused': ranks disagree on the call "
+                        rf"\(problem differs\):\n  rank 0: problem=None, .*\n  rank 1: "
+                        rf"problem=.{problem}", msg), msg
+    assert got[1] == got[0]

@@ -33,8 +33,14 @@ def _tune_case(cache_dir: str, M: int, H: int, F: int) -> tuple:
     configs = [MlpBlocks(8, 16, 16, 32, 1), MlpBlocks(16, 16, 16, 32, 1),
                MlpBlocks(16, 32, 16, 32, 2), MlpBlocks(16, 16, 32, 32, 2, stages=2)]
     assert tuned_blocks(M, H, F, torch.float32, W) is None
+    heap = ditron.runtime.world.current().heap
+    ditron.barrier()  # its own pad, made on first use, stays
+    used = heap.used_bytes
     chosen = tune_mlp(M, H, F * W, torch.float32, configs=configs, warmup=1, iters=2,
                       progress=False)
+    # the candidates' inboxes and megakernels' scoreboards are freed (the scoreboards were
+    # not: each tune leaked one per candidate)
+    assert heap.used_bytes == used
     assert chosen in configs[1:]
     assert tuned_blocks(M, H, F, torch.float32, W) == chosen
     # the next MLP built without blocks takes the tuned tiles, and still matches torch
