@@ -374,11 +374,17 @@ def describe_slot(tasks: Sequence[Task], schedule: Schedule, slot: int) -> str:
     rank, item = schedule.setter(slot)
     if item is None:
         return f"the start of rank {rank}'s call"
+    return describe_item(tasks, rank, item) or f"slot {slot}"
+
+
+def describe_item(tasks: Sequence[Task], rank: int, item: int) -> str | None:
+    """Item ``item`` (a tile in program order over ``tasks``) of ``rank`` in words; ``None``
+    past the last task's tiles."""
     for task in tasks:
         if item < task.tiles:
             return f"task {task.name!r} tile {item} on rank {rank}"
         item -= task.tiles
-    return f"slot {slot}"
+    return None
 
 
 class TaskGraph:

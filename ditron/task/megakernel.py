@@ -46,7 +46,7 @@ from ..runtime.symmetric import is_symmetric
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from . import codegen
-from .graph import CTX, Schedule, TaskGraph, check_warps, derive, describe_slot
+from .graph import CTX, Schedule, TaskGraph, check_warps, derive, describe_item, describe_slot
 
 #: default programs per SM on a GPU of its own: programs that do not fit wait for an SM and
 #: take no ticket until they run, so more than fit is safe (module docstring)
@@ -85,11 +85,7 @@ def _describe(tasks, rank: int, item: int, end: str) -> str:
     """Item ``item`` of ``rank`` in words (``-1``: the ``end`` of its call)."""
     if item < 0:
         return f"the {end} of rank {rank}'s call"
-    for task in tasks:
-        if item < task.tiles:
-            return f"task {task.name!r} tile {item} on rank {rank}"
-        item -= task.tiles
-    return f"item {item} on rank {rank}"
+    return describe_item(tasks, rank, item) or f"item {item} on rank {rank}"
 
 
 def _pair_links(links: frozenset, rank: int, world_size: int) -> dict[int, list]:

@@ -21,7 +21,7 @@ for part in "$@"; do
     a) timeout $(left 400) $P -m gpu tests/nn tests/ops/test_collectives.py > $O/tests.txt 2>&1 ;;
     b) timeout $(left 450) $P -m gpu tests/ops/test_fused_collectives.py tests/ops/test_moe.py \
           tests/ops/test_out.py tests/task > $O/tests.txt 2>&1 ;;
-    e) { python bench/results/2026-12-06-s65/scripts/torch_adds.py cuda
+    e) { python bench/results/2026-12-06-h100-s64/scripts/torch_adds.py cuda  # s65 ran a copy of it
          timeout $(left 300) $P -m gpu tests/engines tests/kernels/test_gather_sum.py \
           tests/ops/test_workspaces.py tests/test_api_contract.py
        } > $O/tests.txt 2>&1 ;;
