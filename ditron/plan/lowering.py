@@ -17,6 +17,7 @@ Three targets, one plan:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 
 import torch
@@ -85,16 +86,7 @@ def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], tor
     from ..engines.base import Signal
     from ..engines.base import Transfer as EngineTransfer
 
-    summed: dict[tuple[int, int], list[int]] = {}
-    for t in plan.transfers:
-        if t.reduce and t.level == "intra":
-            summed.setdefault((t.chunk, t.dst), []).append(t.src)
-    for (chunk_id, dst), srcs in summed.items():
-        if len(srcs) > 1:
-            raise ValueError(f"engine_transfers: plan {plan.name} sums the partials of ranks "
-                             f"{srcs} into chunk {chunk_id} on rank {dst}; the engines sum "
-                             f"without atomics, so partials landing at once would lose "
-                             f"updates (one summing transfer per chunk and destination)")
+    _check_sums(plan)
     out = []
     for t in plan.issued_by(rank):
         if t.level != "intra":
@@ -106,6 +98,28 @@ def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], tor
                                   reduce=t.reduce,
                                   after=_engine_after(plan, t, rank, slot) if t.after else None))
     return out
+
+
+#: plans :func:`_check_sums` passed, by ``id`` (a plan is checked once, not on every call)
+_SUMS_CHECKED: weakref.WeakValueDictionary[int, Plan] = weakref.WeakValueDictionary()
+
+
+def _check_sums(plan: Plan) -> None:
+    """``ValueError`` where ``plan`` sums several partials into one chunk on one rank
+    (:func:`engine_transfers`); checked once per plan object."""
+    if _SUMS_CHECKED.get(id(plan)) is plan:
+        return
+    summed: dict[tuple[int, int], list[int]] = {}
+    for t in plan.transfers:
+        if t.reduce and t.level == "intra":
+            summed.setdefault((t.chunk, t.dst), []).append(t.src)
+    for (chunk_id, dst), srcs in summed.items():
+        if len(srcs) > 1:
+            raise ValueError(f"engine_transfers: plan {plan.name} sums the partials of ranks "
+                             f"{srcs} into chunk {chunk_id} on rank {dst}; the engines sum "
+                             f"without atomics, so partials landing at once would lose "
+                             f"updates (one summing transfer per chunk and destination)")
+    _SUMS_CHECKED[id(plan)] = plan
 
 
 def _engine_after(plan: Plan, t: Transfer, rank: int, slot):
