@@ -6,6 +6,7 @@ named signature of the call over the host group and raises on every rank, naming
 differs, when they disagree. :func:`raise_together` does the same for problems each rank
 finds in its own data, :func:`refused_together` for arguments a rank refuses before its
 call's agreement, and :func:`rank0_decides` for a choice that rank 0 makes for all.
+:func:`gather` is the agreement's gather for checks other than equality.
 """
 
 from __future__ import annotations
@@ -168,6 +169,14 @@ def rank0_decides(what: str, decide: Callable[[], T]) -> T:
     if problem is not None:
         raise RuntimeError(f"{what}: rank 0 failed to decide for every rank: {problem}")
     return value
+
+
+def gather(what: str, **fields: object) -> list[tuple]:
+    """Every rank's ``fields`` values, in rank order (one host all-gather, no caching), for a
+    check of call ``what`` other than equality (ranks whose values must pair up). Raises
+    ``ValueError`` on every rank where a rank refused its arguments in
+    :func:`refused_together` of ``what`` or ranks are in different calls."""
+    return _gather(what, tuple(fields), tuple(fields.values()))
 
 
 def _gather(what: str, names: tuple[str, ...], values: tuple) -> list[tuple]:

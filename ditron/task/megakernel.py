@@ -32,11 +32,10 @@ import hashlib
 import re
 
 import torch
-import torch.distributed as dist
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import trace as tracing
-from ..runtime.agreement import agree
+from ..runtime.agreement import agree, gather, refused_together
 from ..runtime.barrier import barrier
 from ..runtime.cuda_graphs import capturing
 from ..runtime.diagnostics import WaitTimeoutError, check_waits
@@ -96,34 +95,25 @@ def _pair_links(links: frozenset, rank: int, world_size: int) -> dict[int, list]
     return {q: sorted(got) for q, got in by_peer.items()}
 
 
-def _agree_on_schedules(graph: TaskGraph, schedule: Schedule | None,
-                        error: Exception | None) -> None:
-    """Raise on every rank when a rank could not derive its schedule (``error``, re-raised
-    by the caller there) or when two ranks' schedules imply different signals between
-    them (``Schedule.links``): one would wait for a signal the other never sets, or run
-    before the data it reads. One host all-gather of a digest per pair of ranks (and one
-    of the links themselves when two differ)."""
+def _agree_on_schedules(what: str, graph: TaskGraph, schedule: Schedule) -> None:
+    """Raise on every rank when two ranks' schedules imply different signals between them
+    (``Schedule.links``): one would wait for a signal the other never sets, or run before
+    the data it reads. One host all-gather of a digest per pair of ranks (and one of the
+    links themselves when two differ); a rank that could not derive its schedule joins the
+    first with its error instead (``refused_together`` of ``what``)."""
     rt = current()
     W, me = rt.world.world_size, rt.world.rank
-    problem = None if error is None else f"{type(error).__name__}: {error}"
-    pairs = {} if schedule is None else _pair_links(schedule.links, me, W)
+    pairs = _pair_links(schedule.links, me, W)
     digests = {q: hashlib.sha256(repr(links).encode()).hexdigest() for q, links in pairs.items()}
-    every: list = [None] * W
-    dist.all_gather_object(every, (problem, digests), group=rt.host_group)
-    what = f"ditron.task: compile of graph {graph.name!r}"
-    failed = [f"  rank {r}: {p}" for r, (p, _) in enumerate(every) if p is not None]
-    if failed:
-        if error is not None:
-            return  # the caller raises its own error
-        raise ValueError(f"{what} failed on another rank:\n" + "\n".join(failed))
+    every = [d for (d,) in gather(what, digests=digests)]
     differ = [(p, q) for p in range(W) for q in range(p + 1, W)
-              if every[p][1][q] != every[q][1][p]]
+              if every[p][q] != every[q][p]]
     if not differ:
         return
     p, q = differ[0]
-    mine: list = [None] * W  # every rank takes part: each knows the digests differ
-    dist.all_gather_object(mine, pairs.get(q if me == p else p, []) if me in (p, q) else None,
-                           group=rt.host_group)
+    # every rank takes part: each knows the digests differ
+    mine = [links for (links,) in gather(
+        what, links=pairs.get(q if me == p else p, []) if me in (p, q) else None)]
     ours, theirs = set(mine[p]), set(mine[q])
 
     def words(links: set) -> str:
@@ -317,8 +307,10 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
     raise naming its problem)."""
     rt = current()
     w = rt.world
-    refused = None  # this rank's own arguments, checked before the ranks agree
-    try:
+    what = f"ditron.task: compile of graph {graph.name!r}"
+    # a rank refusing its own arguments joins the gather its peers make in the agreement
+    # below with its error, so that they raise too instead of waiting for it
+    with refused_together(what, peers=w.world_size > 1):
         if programs is not None:
             programs = check_int(programs, "compile: programs", 1)
         num_warps = check_warps(num_warps, "compile: num_warps")
@@ -329,24 +321,12 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
                 if isinstance(value, torch.Tensor) and value.device != w.device:
                     raise ValueError(f"task {task.name!r}: argument {name!r} is on "
                                      f"{value.device}, the world computes on {w.device}")
-    except ValueError as exc:
-        refused = exc
-    # a rank that refused its arguments alone makes the agreement fail on every rank,
-    # naming its problem, instead of leaving the others waiting in it
-    agree(f"ditron.task: compile of graph {graph.name!r}", remember=False,
-          problem=None if refused is None else str(refused), **_fingerprint(graph))
-    if refused is not None:
-        raise refused
-    try:
+    agree(what, remember=False, **_fingerprint(graph))
+    with refused_together(what, peers=w.world_size > 1):
         schedule = derive(graph.tasks, w.rank, w.world_size,
                           local_world_size=w.local_world_size, is_symmetric=is_symmetric)
-    except (ValueError, TypeError) as exc:
-        if w.world_size == 1:
-            raise
-        _agree_on_schedules(graph, None, exc)
-        raise
     if w.world_size > 1:
-        _agree_on_schedules(graph, schedule, None)
+        _agree_on_schedules(what, graph, schedule)
     mk = Megakernel(graph, schedule, programs or _default_programs(w.device,
                                                                      w.local_world_size),
                     {"num_warps": num_warps or graph.num_warps(), **launch_options},
