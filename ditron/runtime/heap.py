@@ -204,9 +204,14 @@ class SymmetricHeap:
     def _exhausted_message(self, nbytes: int) -> str:
         free = sum(s for _, s in self._free)
         largest = max((s for _, s in self._free), default=0)
+        held = sorted(self._live.values(), key=lambda a: (-a.nbytes, a.offset))[:3]
+        biggest = "".join(f"{', ' if i else '; the largest: '}{a.name!r} ({a.nbytes} bytes)"
+                          for i, a in enumerate(held))
         return (f"ditron.empty: symmetric heap exhausted on rank {self.rank}: requested "
                 f"{nbytes} bytes, used {self.size - free} of {self.size} bytes (free {free}, "
-                f"largest free block {largest}); raise DITRON_HEAP_SIZE or ditron.free buffers")
+                f"largest free block {largest}){biggest}; raise DITRON_HEAP_SIZE, "
+                f"ditron.free buffers, or free the ops' cached workspaces with "
+                f"ditron.ops.release_workspaces() (collective)")
 
     # -- lookup -----------------------------------------------------------------------------
     def contains(self, tensor: torch.Tensor) -> bool:

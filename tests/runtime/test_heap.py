@@ -50,14 +50,22 @@ def test_mismatched_shapes_raise_naming_ranks(backend):
 
 
 def _exhaust():
-    ditron.empty((512, 1024), torch.uint8)  # half of the 1 MiB heap
+    ditron.empty((512, 1024), torch.uint8, name="half")  # half of the 1 MiB heap
+    ditron.empty((16, 1024), torch.uint8, name="small")
+    ditron.ops.all_gather(torch.ones(4096))  # the op keeps a workspace
     ditron.empty((600, 1024), torch.uint8)
 
 
 def test_heap_exhaustion_reports_used_and_free(backend, monkeypatch):
+    # the message names the largest buffers (here the ops' cached workspace among them) and
+    # how to free the workspaces, which ditron.empty does not evict
     monkeypatch.setenv("DITRON_HEAP_SIZE", "1M")
     with pytest.raises(RuntimeError, match=r"heap exhausted on rank \d: requested 614400 bytes, "
-                                           r"used \d+ of 1048576 bytes \(free \d+"):
+                                           r"used \d+ of 1048576 bytes \(free \d+, largest free "
+                                           r"block \d+\); the largest: 'half' \(524288 bytes\), "
+                                           r"'inbox:all_gather[^']*' \(\d+ bytes\), "
+                                           r"'small' \(16384 bytes\); .*"
+                                           r"ditron.ops.release_workspaces\(\)"):
         ditron.launch(_exhaust, 2, backend=backend)
 
 
