@@ -3,7 +3,9 @@ rank, naming the fields that differ and each rank's values; an agreed call is re
 (no second host gather) unless ``remember=False`` or ``DITRON_CHECK_CALLS=1``, which also
 catches a rank repeating an agreed call while another makes a new one.
 ``raise_together``: a problem one rank finds in its own data raises on every rank.
-``rank0_decides``: rank 0's choice reaches every rank, and so does its failure."""
+``rank0_decides``: rank 0's choice reaches every rank, and so does its failure.
+``gather``: every rank's fields, and a rank refusing its arguments in ``refused_together``
+makes every rank raise there."""
 
 from __future__ import annotations
 
@@ -12,7 +14,13 @@ import torch
 import torch.distributed as dist
 
 import ditron
-from ditron.runtime.agreement import agree, raise_together, rank0_decides
+from ditron.runtime.agreement import (
+    agree,
+    gather,
+    raise_together,
+    rank0_decides,
+    refused_together,
+)
 from ditron.runtime.world import current
 
 SAME = {"shape": (4, 3), "dtype": torch.bfloat16, "method": "one_shot"}
@@ -119,6 +127,35 @@ def test_a_problem_of_one_rank_raises_on_every_rank(world_size, backend):
     for one, everyone in res:
         assert one == f"my_check:\n  rank {last}: value {last} too large"
         assert everyone == f"my_check:\n{every}"
+
+
+def _gathers() -> tuple[list, list[str]]:
+    """A gather of values that differ per rank; then one where the last rank refuses its
+    arguments first (twice: the gathers stay paired after it)."""
+    w, me = ditron.world().world_size, ditron.world().rank
+    got = gather("pairs", mine=me * 10, peer=(me + 1) % w)
+    errors = []
+    for _ in range(2):
+        with pytest.raises(ValueError) as info:
+            with refused_together("pairs", peers=w > 1):
+                if me == w - 1:
+                    raise ValueError("my links are bad")
+            gather("pairs", mine=me)
+        errors.append(str(info.value))
+    return got, errors
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_gather_returns_every_rank_and_tells_a_refusal(world_size, backend):
+    res = ditron.launch(_gathers, world_size, backend=backend)
+    last = world_size - 1
+    for rank, (got, errors) in enumerate(res):
+        assert got == [(r * 10, (r + 1) % world_size) for r in range(world_size)]
+        if rank == last:
+            assert errors == ["my links are bad"] * 2
+        else:
+            assert errors == ["pairs: a rank refused the call's arguments:\n"
+                              f"  rank {last}: ValueError: my links are bad"] * 2
 
 
 def _rank0_decisions() -> tuple[object, str, str]:
