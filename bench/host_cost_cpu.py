@@ -2,8 +2,11 @@
 
 * ``fused all_gather glue``: ``ops.all_gather(engine="sm")`` with the kernel launch and the
   wait check replaced by no-ops, i.e. the Python of the op alone;
-* ``split gather, all_gather_object`` vs ``split gather, int64 all_gather``: the host
-  exchange of ``all_to_all``'s split sizes, the old way and the current one;
+* ``agree, all_gather_object`` vs ``agree (host rows)``: a check that ranks agree on a
+  call's fields, the old way (pickled fields in ``all_gather_object``) and the current one
+  (``runtime/host_rows.py``: one int64 row per rank, fields only where they differ);
+* ``raise_together, no problem``, ``split gather``: the same rows for a per-call check of
+  each rank's own data and for ``all_to_all``'s split sizes;
 * ``all_to_all (explicit splits)``: whole calls on the CPU backend.
 
     python bench/host_cost_cpu.py [--calls 300]
@@ -30,28 +33,43 @@ def _per_call(fn, calls: int) -> float:
 
 
 def _run(calls: int) -> dict[str, float]:
+    import torch.distributed as dist
+
     import ditron.kernels.fused_collective as kfc
     import ditron.ops.collectives as col
+    import ditron.ops.fused_launch as fused_launch
+    from ditron.runtime import agreement
+    from ditron.runtime.world import current
 
     w = ditron.world().world_size
     rows = {}
-    sig = ((4,), "torch.float32", False)
+    fields = {"row_shape": (4,), "dtype": torch.float32, "engine": "auto"}
     splits = [6] * w
-    rows["split gather, all_gather_object"] = _per_call(
-        lambda: col._gather_objects((sig, splits, splits)), calls)
-    rows["split gather, int64 all_gather"] = _per_call(
-        lambda: col._gather_splits("all_to_all", sig, splits, splits), calls)
+    group = current().host_group
+
+    def objects() -> None:
+        every: list = [None] * w
+        dist.all_gather_object(every, ("op", tuple(fields), tuple(fields.values())),
+                               group=group)
+
+    rows["agree, all_gather_object"] = _per_call(objects, calls)
+    rows["agree (host rows)"] = _per_call(
+        lambda: agreement.agree("op", remember=False, **fields), calls)
+    rows["raise_together, no problem"] = _per_call(
+        lambda: agreement.raise_together("check", None), calls)
+    rows["split gather"] = _per_call(
+        lambda: col._gather_splits("all_to_all", fields, splits, splits, col._EVEN), calls)
     x = torch.randn(6 * w, 4)
     rows["all_to_all (explicit splits)"] = _per_call(
         lambda: ditron.ops.all_to_all(x, splits, splits), max(calls // 10, 10))
-    launch, check = kfc.launch, col.check_waits
-    kfc.launch = col.check_waits = lambda *a, **k: None
+    launch, check = kfc.launch, fused_launch.check_waits
+    kfc.launch = fused_launch.check_waits = lambda *a, **k: None
     try:
         y = torch.randn(4096)
         rows["fused all_gather glue"] = _per_call(
             lambda: ditron.ops.all_gather(y, engine="sm"), calls)
     finally:
-        kfc.launch, col.check_waits = launch, check
+        kfc.launch, fused_launch.check_waits = launch, check
     return rows
 
 

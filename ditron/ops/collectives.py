@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import math
 import os
-import zlib
 from collections.abc import Sequence
 
 import torch
-import torch.distributed as dist
 
 from ..kernels import fused_collective as kfc
-from ..runtime.agreement import agree, raise_together, refused_together
+from ..runtime.agreement import agree, refused_together, share_agreed
 from ..runtime.dtypes import carried, check_moved, check_reduced, moved_as, reduction, viewed
 from ..runtime.integers import as_int
 from ..runtime.world import current
@@ -527,35 +525,23 @@ def _splits(op: str, splits: Sequence[int] | None, total: int, w: int, what: str
     return out
 
 
-#: ``_gather_splits``' kinds of a call: uneven splits, even ones given, none given, and
-#: arguments the rank refused (``_refused_all_to_all``)
-_UNEVEN, _EVEN, _NO_SPLITS, _REFUSED = 0, 1, 2, 3
+#: ``_gather_splits``' kinds of a call: uneven splits, even ones given, none given
+_UNEVEN, _EVEN, _NO_SPLITS = 0, 1, 2
 
 
 def _gather_splits(op: str, fields: dict, ins: list[int], out_splits: Sequence[int] | None,
-                   kind: int, problem: str | None = None
-                   ) -> tuple[list[list[int]], list[list[int] | None], list[int]]:
+                   kind: int) -> tuple[list[list[int]], list[list[int] | None], list[int]]:
     """Every rank's ``in_splits`` (the send matrix, ``[sender][receiver]``), its
     ``out_splits`` (``None`` where not given) and its call's ``kind`` (``_UNEVEN``,
-    ``_EVEN``, ``_NO_SPLITS``), in one small tensor all-gather over the host group (a third
-    of ``all_gather_object``'s cost: no pickling, one collective). A checksum of the call's
-    ``fields`` (row shape, dtype, engine) travels along; ranks that disagree raise, and so
-    do all where a rank refused its arguments (kind ``_REFUSED``, its error ``problem``)."""
-    rt = current()
-    w = rt.world.world_size
+    ``_EVEN``, ``_NO_SPLITS``), shared in the host gather that checks that every rank
+    passes equal ``fields`` (row shape, dtype, engine): one small tensor all-gather
+    (``runtime.agreement.share_agreed``); ranks that disagree raise, and so do all where a
+    rank refused its arguments (``_refused_all_to_all``)."""
+    w = current().world.world_size
     outs = [-1] * w if out_splits is None else [int(s) for s in out_splits]
-    mine = torch.tensor([zlib.crc32(repr(fields).encode()), kind, *ins, *outs],
-                        dtype=torch.int64, device="cpu")
-    rows = [torch.empty_like(mine) for _ in range(w)] if w > 1 else [mine]
-    if w > 1:
-        dist.all_gather(rows, mine, group=rt.host_group)
-    table = [r.tolist() for r in rows]
-    if any(t[1] == _REFUSED for t in table):  # every rank saw it: name the refusals
-        raise_together(f"ditron.ops.{op}: a rank refused the call's arguments", problem)
-    if any(t[0] != table[0][0] for t in table):  # every rank saw it: name the differences
-        agree(f"ditron.ops.{op}", remember=False, **fields)
-    return ([t[2:w + 2] for t in table], [None if t[w + 2] < 0 else t[w + 2:] for t in table],
-            [t[1] for t in table])
+    table = share_agreed(f"ditron.ops.{op}", [kind, *ins, *outs], **fields)
+    return ([t[1:w + 1] for t in table], [None if t[w + 1] < 0 else t[w + 1:] for t in table],
+            [t[0] for t in table])
 
 
 @public_op
@@ -597,14 +583,9 @@ def _refused_all_to_all(splits: bool) -> refused_together:
     agreed shapes are the same on every rank), and, as far as this rank can tell, where it
     gave splits itself (ranks usually all do or all don't)."""
     rt = current()
-    w = rt.world.world_size
-    peers = w > 1 and (rt.settings.check_calls or splits
-                       or not rt.cache.get("all_to_all_even"))
-
-    def tell(problem: str) -> None:
-        _gather_splits("all_to_all", {}, [0] * w, None, _REFUSED, problem)
-
-    return refused_together("ditron.ops.all_to_all", peers, tell)
+    peers = rt.world.world_size > 1 and (rt.settings.check_calls or splits
+                                         or not rt.cache.get("all_to_all_even"))
+    return refused_together("ditron.ops.all_to_all", peers)
 
 
 def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,

@@ -6,7 +6,9 @@ named signature of the call over the host group and raises on every rank, naming
 differs, when they disagree. :func:`raise_together` does the same for problems each rank
 finds in its own data, :func:`refused_together` for arguments a rank refuses before its
 call's agreement, and :func:`rank0_decides` for a choice that rank 0 makes for all.
-:func:`gather` is the agreement's gather for checks other than equality.
+:func:`gather` is the agreement's gather for checks other than equality, :func:`share_agreed`
+an agreement that also shares a few integers of each rank. All go through one host gather
+format (``host_rows``): one small tensor gather when ranks agree.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TypeVar
 
 import torch.distributed as dist
 
+from . import host_rows
 from .world import current
 
 #: the runtime cache's key of the signatures this process has agreed on
@@ -35,7 +38,8 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     """Raise ``ValueError`` on every rank unless every rank passes equal ``fields`` (picklable
     values) for ``what`` (the call's name, e.g. ``"ditron.ops.all_gather"``).
 
-    One all-gather over the host group. ``remember``: a signature agreed on once costs a
+    One small all-gather over the host group (``host_rows``; the fields themselves
+    travel only where ranks differ). ``remember``: a signature agreed on once costs a
     set lookup afterwards. A rank that then repeats an agreed call while another makes a
     new one is not caught there (the first skips the gather the second waits in, or, where
     both signatures were agreed before, neither gathers and the op moves mismatched data),
@@ -51,9 +55,7 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     remember = remember and not rt.settings.check_calls
     if remember and key in agreed:
         return
-    every = _gather(what, tuple(fields), values)
-    if any(v != every[0] for v in every):
-        raise _told(ValueError(disagreement(what, tuple(fields), every)))
+    _agreed_rows(what, tuple(fields), values)
     if remember:
         if len(agreed) >= _MAX_AGREED:
             agreed.clear()
@@ -78,7 +80,8 @@ def raise_together(what: str, problem: str | None) -> None:
     One host all-gather on every call; the message names each rank's problem."""
     rt = current()
     if rt.world.world_size > 1:
-        problems = [p for (p,) in _gather(what, ("problem",), (problem,))]
+        kind = host_rows.OK if problem is None else host_rows.PROBLEM
+        problems = [p for (p,) in _gather(what, ("problem",), (problem,), kind)]
     else:
         problems = [problem]
     if any(p is not None for p in problems):
@@ -100,23 +103,22 @@ def peers_gather(what: str) -> bool:
 
 class refused_together:  # noqa: N801 - used as a function: ``with refused_together(...)``
     """Run a call's checks of this rank's own arguments, made before the call's first
-    :func:`agree` on ``what``: where they raise, the rank first takes part in the host gather
-    its peers make there, with its error, so that each of them raises ``ValueError`` naming
-    the rank and its problem rather than waiting for it; then the error is raised here.
+    :func:`agree` (or :func:`gather`, :func:`share_agreed`) on ``what``: where they raise,
+    the rank first takes part in the host gather its peers make there, with its error, so
+    that each of them raises ``ValueError`` naming the rank and its problem rather than
+    waiting for it; then the error is raised here.
 
     ``peers``: whether the peers are in that gather (default :func:`peers_gather`; where
     they are not, having repeated an agreed call, the rank raises alone and they time out,
-    as when a rank changes its shapes alone). ``tell``: for a call whose gather is not an
-    agreement's (all_to_all's split sizes), takes the problem into it instead and raises
-    there. An exception every rank already raises (a disagreement) is not told again.
+    as when a rank changes its shapes alone). An exception every rank already raises (a
+    disagreement) is not told again.
     (A class, not a generator: entering and leaving cost ~0.3 us, a quarter of
     ``contextlib.contextmanager``'s, on every call of the ops.)"""
 
-    __slots__ = ("peers", "tell", "what")
+    __slots__ = ("peers", "what")
 
-    def __init__(self, what: str, peers: bool | None = None,
-                 tell: Callable[[str], None] | None = None) -> None:
-        self.what, self.peers, self.tell = what, peers, tell
+    def __init__(self, what: str, peers: bool | None = None) -> None:
+        self.what, self.peers = what, peers
 
     def __enter__(self) -> None:
         return None
@@ -129,10 +131,7 @@ class refused_together:  # noqa: N801 - used as a function: ``with refused_toget
         _told(exc)
         problem = f"{type(exc).__name__}: {exc}"
         try:
-            if self.tell is not None:
-                self.tell(problem)
-            else:
-                _gather(self.what, _REFUSED, (problem,))
+            _gather(self.what, _REFUSED, (problem,), host_rows.REFUSED)
         except ValueError as told:  # what the peers raise; here the error itself
             if not getattr(told, _TOLD, False):
                 raise
@@ -172,27 +171,63 @@ def rank0_decides(what: str, decide: Callable[[], T]) -> T:
 
 
 def gather(what: str, **fields: object) -> list[tuple]:
-    """Every rank's ``fields`` values, in rank order (one host all-gather, no caching), for a
-    check of call ``what`` other than equality (ranks whose values must pair up). Raises
-    ``ValueError`` on every rank where a rank refused its arguments in
-    :func:`refused_together` of ``what`` or ranks are in different calls."""
-    return _gather(what, tuple(fields), tuple(fields.values()))
+    """Every rank's ``fields`` values, in rank order (no caching), for a check of call
+    ``what`` other than equality (ranks whose values must pair up). Raises ``ValueError``
+    on every rank where a rank refused its arguments in :func:`refused_together` of
+    ``what`` or ranks are in different calls."""
+    return _gather(what, tuple(fields), tuple(fields.values()), host_rows.FIELDS)
 
 
-def _gather(what: str, names: tuple[str, ...], values: tuple) -> list[tuple]:
-    """Every rank's ``values`` (one host all-gather), after checking that all ranks are in
-    the same call ``what`` with the same field ``names``."""
+def share_agreed(what: str, ints: Sequence[int], **fields: Hashable) -> list[list[int]]:
+    """Every rank's ``ints`` (at most ``1 + 2 W`` integers), in rank order, from the same
+    host gather that checks, as ``agree(what, remember=False, **fields)`` does, that every
+    rank passes equal ``fields`` (all_to_all's split sizes with its row shape and dtype)."""
     rt = current()
-    every: list = [None] * rt.world.world_size
-    dist.all_gather_object(every, (what, names, values), group=rt.host_group)
-    refused = [(r, call[2][0]) for r, call in enumerate(every) if call[1] == _REFUSED]
+    if rt.world.world_size == 1:
+        return [list(ints)]
+    return _agreed_rows(what, tuple(fields), tuple(fields.values()), ints).payloads
+
+
+def _agreed_rows(what: str, names: tuple[str, ...], values: tuple,
+                 payload: Sequence[int] = ()) -> host_rows.Rows:
+    """The rows of a check that every rank passes equal ``values``; raises on every rank
+    where they differ, a rank refused or ranks are in different calls."""
+    rows = _rows(what, names, values, host_rows.OK, payload)
+    if rows.calls is not None:
+        every = [call[2] for call in rows.calls]
+        if any(v != every[0] for v in every):
+            raise _told(ValueError(disagreement(what, names, every)))
+    return rows
+
+
+def _gather(what: str, names: tuple[str, ...], values: tuple, kind: int) -> list[tuple]:
+    """Every rank's ``values``, after checking that all ranks are in the same call ``what``
+    with the same field ``names`` (``kind``: this rank's row kind, ``host_rows``)."""
+    rows = _rows(what, names, values, kind)
+    if rows.calls is None:  # every rank's values digest equals this rank's
+        return [values] * len(rows.kinds)
+    return [call[2] for call in rows.calls]
+
+
+def _rows(what: str, names: tuple[str, ...], values: tuple, kind: int,
+          payload: Sequence[int] = ()) -> host_rows.Rows:
+    """``host_rows.exchange`` over the host group, raising on every rank where a rank
+    refused its arguments or ranks are in different calls."""
+    rt = current()
+    if rt.world.world_size == 1:
+        return host_rows.Rows([kind], [list(payload)], None)
+    rows = host_rows.exchange(rt.host_group, what, names, values, kind, payload)
+    if rows.calls is None:
+        return rows
+    refused = [(r, call[2][0]) for r, (k, call) in enumerate(zip(rows.kinds, rows.calls,
+                                                                  strict=True))
+               if k == host_rows.REFUSED]
     if refused:
         lines = "\n".join(f"  rank {r}: {problem}" for r, problem in refused)
         raise _told(ValueError(f"{what}: {'a rank' if len(refused) == 1 else 'ranks'} "
                                f"refused the call's arguments:\n{lines}"))
-    if any(call[:2] != every[0][:2] for call in every):
-        calls = "\n".join(f"  rank {r}: {call[0]}" for r, call in enumerate(every))
+    if (calls := rows.different_calls()) is not None:
         raise _told(ValueError(f"{what}: ranks are in different collective calls (one "
                                f"repeated a call it had checked before while another made a "
                                f"new one, or they call ops in different orders):\n{calls}"))
-    return [call[2] for call in every]
+    return rows

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from . import host_rows
 from .backends import HeapMapping
 from .integers import as_int
 
@@ -184,17 +185,22 @@ class SymmetricHeap:
             if problem:
                 raise HeapExhausted(problem)
             return
-        metas: list = [None] * world
-        dist.all_gather_object(metas, (meta, problem), group=self._group)
+        what = "ditron.empty (every rank must allocate the same shapes in the same order)"
+        rows = host_rows.exchange(self._group, what, ("allocation", "problem"), (meta, problem),
+                                  host_rows.PROBLEM if problem else host_rows.OK)
+        if rows.calls is None:  # the same allocation everywhere, no problem
+            return
+        if (calls := rows.different_calls()) is not None:
+            raise ValueError(f"{what}: ranks are in different collective calls (an allocation "
+                             f"on some, another call on others):\n{calls}")
+        metas = [call[2] for call in rows.calls]
         failed = [(r, p) for r, (_, p) in enumerate(metas) if p]
         if failed:
             raise HeapExhausted(failed[0][1] + f" (exhausted on ranks {[r for r, _ in failed]})")
-        if any(m != metas[0][0] for m, _ in metas):
-            from .agreement import disagreement  # agreement -> world -> heap
+        from .agreement import disagreement  # agreement -> world -> heap
 
-            raise ValueError(disagreement(
-                "ditron.empty (every rank must allocate the same shapes in the same order)",
-                ("shape", "dtype", "heap_offset"), [m for m, _ in metas]))
+        raise ValueError(disagreement(what, ("shape", "dtype", "heap_offset"),
+                                      [m for m, _ in metas]))
 
     def _give_back(self, offset: int, nbytes: int) -> None:
         i = bisect.bisect(self._free, (offset, 0))

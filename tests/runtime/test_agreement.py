@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
+from ditron.runtime import host_rows
 from ditron.runtime.agreement import (
     agree,
     gather,
@@ -26,17 +27,21 @@ from ditron.runtime.world import current
 SAME = {"shape": (4, 3), "dtype": torch.bfloat16, "method": "one_shot"}
 
 
-def _agreement_case() -> tuple[list[str], int]:
-    """The messages of the disagreeing calls (none at W = 1) and the host gathers made."""
+def _agreement_case() -> tuple[list[str], tuple[int, int]]:
+    """The messages of the disagreeing calls (none at W = 1) and the host gathers made:
+    row exchanges, and gathers of the pickled fields."""
     w = ditron.world()
     gathers = []
-    real = dist.all_gather_object
+    real_rows, real_objects = host_rows.exchange, dist.all_gather_object
 
-    def counted(*args, **kw):
-        gathers.append(1)
-        return real(*args, **kw)
+    def counted(real, what):
+        def call(*args, **kw):
+            gathers.append(what)
+            return real(*args, **kw)
+        return call
 
-    dist.all_gather_object = counted
+    host_rows.exchange = counted(real_rows, "rows")
+    dist.all_gather_object = counted(real_objects, "fields")
     try:
         agree("op", **SAME)
         agree("op", **SAME)  # remembered unless DITRON_CHECK_CALLS=1
@@ -56,8 +61,8 @@ def _agreement_case() -> tuple[list[str], int]:
             messages.append(str(info.value))
         agree("op", **SAME)  # a failed check leaves the agreed ones usable
     finally:
-        dist.all_gather_object = real
-    return messages, len(gathers)
+        host_rows.exchange, dist.all_gather_object = real_rows, real_objects
+    return messages, (gathers.count("rows"), gathers.count("fields"))
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
@@ -69,11 +74,12 @@ def test_disagreeing_ranks_raise_on_every_rank(world_size, check_calls, backend,
     messages, gathers = res[0]
     assert all(r == res[0] for r in res), "every rank raises the same messages"
     if world_size == 1:
-        assert res == [([], 0)]
+        assert res == [([], (0, 0))]
         return
-    # 2 of the 3 agreed calls gather (3 with check_calls), then each disagreeing call, and
-    # the last agreed call only with check_calls
-    assert gathers == (3 + 3 + 1 if check_calls else 2 + 2)
+    # 2 of the 3 agreed calls exchange rows (3 with check_calls), then each disagreeing
+    # call, and the last agreed call only with check_calls; only the disagreeing calls
+    # gather the fields themselves
+    assert gathers == ((3 + 3 + 1, 3) if check_calls else (2 + 2, 2))
     one, two = messages[:2]
     assert one.startswith("op: ranks disagree on the call (shape differs):\n")
     assert "  rank 1: shape=(7, 3), dtype=torch.bfloat16, method='one_shot'" in one
@@ -156,6 +162,42 @@ def test_gather_returns_every_rank_and_tells_a_refusal(world_size, backend):
         else:
             assert errors == ["pairs: a rank refused the call's arguments:\n"
                               f"  rank {last}: ValueError: my links are bad"] * 2
+
+
+def _mixed_checks() -> list[str]:
+    """Rank 0 in all_to_all's split gather while the others make all_gather's first check,
+    then rank 0 allocating while the others agree on a call; then calls that match."""
+    me = ditron.world().rank
+    x = torch.arange(6.0) + 10 * me
+    errors = []
+    with pytest.raises(ValueError) as info:
+        if me == 0:
+            ditron.ops.all_to_all(x, [6] + [0] * (ditron.world().world_size - 1))
+        else:
+            ditron.ops.all_gather(x)
+    errors.append(str(info.value))
+    with pytest.raises(ValueError) as info:
+        if me == 0:
+            ditron.empty((4,), torch.float32)
+        else:
+            agree("my_op", shape=(4,))
+    errors.append(str(info.value))
+    got = ditron.ops.all_gather(x)
+    assert torch.equal(got, torch.cat([torch.arange(6.0) + 10 * r
+                                       for r in range(ditron.world().world_size)]))
+    return errors
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ranks_in_checks_of_different_kinds_raise(world_size, backend):
+    # all_to_all's split gather was a tensor gather of another size than the agreement's
+    # object gather: gloo aborted the rank processes
+    res = ditron.launch(_mixed_checks, world_size, backend=backend)
+    for a2a, alloc in res:
+        assert "ranks are in different collective calls" in a2a, a2a
+        assert "  rank 0: ditron.ops.all_to_all\n  rank 1: ditron.ops.all_gather" in a2a, a2a
+        assert "ranks are in different collective calls" in alloc, alloc
+        assert "  rank 0: ditron.empty" in alloc and "  rank 1: my_op" in alloc, alloc
 
 
 def _rank0_decisions() -> tuple[object, str, str]:

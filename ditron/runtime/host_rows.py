@@ -1,0 +1,98 @@
+"""One host all-gather format for every check that ranks make together before a collective
+call: :mod:`.agreement`'s checks, the heap's allocations and all_to_all's split sizes.
+
+Each rank sends one row of ``4 + 2 W`` int64 in a tensor all-gather over the host group:
+digests of its call's name (with its field names) and of its field values, a kind (``OK``,
+or ``REFUSED`` / ``PROBLEM`` / ``FIELDS``: see below) and up to ``1 + 2 W`` integers of
+payload. The pickled ``(what, names, values)`` of every rank follow in a second gather only
+when the rows ask for them: a digest that differs between ranks, or a kind other than
+``OK`` on any rank. Every rank sees the same rows, so all make the second gather or none.
+
+One row size for every check means that two ranks in different checks (one in all_to_all's
+gather, one in another op's agreement) still exchange rows of equal size, see that their
+calls differ and raise; gathers of different sizes abort the process in gloo. The common
+case, ranks that agree, costs one small tensor gather (no pickling).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+#: row kinds: nothing to tell; the rank refused its own arguments (its values hold the
+#: error); the rank found a problem in its data (likewise); the caller wants every rank's
+#: values whatever the digests say
+OK, REFUSED, PROBLEM, FIELDS = 0, 1, 2, 3
+#: row words before the payload: call digest, kind, values digest, payload length
+_HEAD = 4
+
+
+def payload_width(world_size: int) -> int:
+    """How many integers of payload a row carries (all_to_all's kind and two splits lists)."""
+    return 1 + 2 * world_size
+
+
+def digest(value: object) -> int:
+    """A 64-bit digest of ``value`` that is the same in every process for equal values of
+    the kinds checks pass (ints, floats, strings, None, bools, dtypes, enums, dataclasses,
+    and tuples / lists / sets / dicts of them): their ``repr``, sets and dicts sorted."""
+    text = _canonical(value).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little", signed=True)
+
+
+def _canonical(value: object) -> str:
+    if isinstance(value, (tuple, list)):  # torch.Size too
+        return "(" + ",".join(_canonical(v) for v in value) + ")"
+    if isinstance(value, (set, frozenset)):
+        return "{" + ",".join(sorted(_canonical(v) for v in value)) + "}"
+    if isinstance(value, dict):
+        return "{" + ",".join(sorted(f"{_canonical(k)}:{_canonical(v)}"
+                                     for k, v in value.items())) + "}"
+    return f"{type(value).__name__}:{value!r}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """What :func:`exchange` gathered, per rank: ``kinds``, ``payloads`` and, where the rows
+    asked for them, ``calls``: each rank's ``(what, names, values)`` (else ``None``: every
+    rank's call and values digest equal this rank's and every kind is ``OK``)."""
+
+    kinds: list[int]
+    payloads: list[list[int]]
+    calls: list[tuple[str, tuple[str, ...], tuple]] | None
+
+    def different_calls(self) -> str | None:
+        """The lines naming each rank's call where ranks are in different calls (another
+        call's name or field names), else ``None``."""
+        if self.calls is None or all(c[:2] == self.calls[0][:2] for c in self.calls):
+            return None
+        return "\n".join(f"  rank {r}: {c[0]}" for r, c in enumerate(self.calls))
+
+
+def exchange(group, what: str, names: tuple[str, ...], values: tuple, kind: int = OK,
+             payload: Sequence[int] = ()) -> Rows:
+    """This rank's row for call ``what`` with fields ``names`` = ``values`` and its
+    ``payload`` (at most :func:`payload_width` ints), exchanged with every rank of the host
+    ``group``; the call itself gathered too when the rows ask for it (module docstring)."""
+    W = dist.get_world_size(group)
+    width = payload_width(W)
+    if len(payload) > width:
+        raise ValueError(f"host_rows.exchange: a payload of {len(payload)} ints, at most "
+                         f"{width} fit")
+    row = torch.tensor([digest((what, names)), kind, digest(values), len(payload),
+                        *payload, *[0] * (width - len(payload))], dtype=torch.int64)
+    rows = [torch.empty_like(row) for _ in range(W)]
+    dist.all_gather(rows, row, group=group)
+    table = [r.tolist() for r in rows]
+    calls = None
+    if any(t[0] != table[0][0] or t[2] != table[0][2] or t[1] != OK for t in table):
+        calls = [None] * W
+        dist.all_gather_object(calls, (what, names, values), group=group)
+    return Rows([t[1] for t in table], [t[_HEAD:_HEAD + t[3]] for t in table], calls)
+
+
+__all__ = ["FIELDS", "OK", "PROBLEM", "REFUSED", "Rows", "digest", "exchange", "payload_width"]
