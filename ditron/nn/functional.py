@@ -26,40 +26,60 @@ Under ``torch.autocast`` the linear functions compute in its dtype, as
 the same order (forward and backward) with matching shapes. It runs in the world current
 at its forward call, backward included (``ditron.use``: the backward of a TP layer stays in
 the TP world when another world is current by then). ``method`` is passed to the op
-(``"auto"``, ``"overlap"``, ``"fallback"``).
+(``"auto"``, ``"overlap"``, ``"fallback"``). A rank that refuses its arguments (``ValueError``)
+tells its peers, which raise too instead of waiting for it in the op (as the ops do).
+Gradients are first order only: a double backward (``create_graph=True``) raises, as the
+conventions above hold for a replicated first-order gradient only.
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import NoReturn
 
 import torch
+from torch.autograd.function import once_differentiable
 
+from ..runtime.agreement import refused_together
 from ..runtime.world import world
 from . import library  # registers torch.ops.ditron.*
 
 _ditron = torch.ops.ditron
+
+#: the op whose agreement each checked function's forward enters first
+_FIRST_OP = {"all_gather_linear": "ag_gemm", "linear_reduce_scatter": "gemm_rs",
+             "linear_all_reduce": "gemm_ar", "reduce_scatter": "reduce_scatter"}
+
+
+def _refuse(name: str, problem: str) -> NoReturn:
+    """Raise ``ValueError`` for this rank's arguments to ``ditron.nn.<name>``, after telling
+    the peers, which wait in the agreement of the op it runs first: they raise it too
+    (``runtime.agreement.refused_together``) instead of waiting for this rank."""
+    exc = ValueError(f"ditron.nn.{name}: {problem}")
+    if torch.compiler.is_compiling():  # refused while tracing: no host gather in a graph
+        raise exc
+    with refused_together(f"ditron.ops.{_FIRST_OP[name]}"):
+        raise exc
 
 
 def _rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
           name: str, min_dims: int = 1) -> torch.Tensor:
     """``x`` as a 2-D ``[rows, in_features]`` tensor, after the checks a layer can make."""
     if x.dim() < min_dims:
-        raise ValueError(f"ditron.nn.{name}: input must have at least {min_dims} dims "
-                         f"(rows first, features last), got {tuple(x.shape)}")
+        _refuse(name, f"input must have at least {min_dims} dims (rows first, features "
+                      f"last), got {tuple(x.shape)}")
     if weight.dim() != 2:
-        raise ValueError(f"ditron.nn.{name}: weight must be 2-D [out, in], got "
-                         f"{tuple(weight.shape)}")
+        _refuse(name, f"weight must be 2-D [out, in], got {tuple(weight.shape)}")
     if x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"ditron.nn.{name}: input's last dim must match the {weight.shape[1]} "
-                         f"input features of this rank's weight {tuple(weight.shape)}, got "
-                         f"input {tuple(x.shape)}")
+        _refuse(name, f"input's last dim must match the {weight.shape[1]} input features of "
+                      f"this rank's weight {tuple(weight.shape)}, got input {tuple(x.shape)}")
     if bias is not None and bias.shape != (weight.shape[0],):
-        raise ValueError(f"ditron.nn.{name}: bias must be [{weight.shape[0]}], got "
-                         f"{tuple(bias.shape)}")
+        _refuse(name, f"bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
     if x.dtype != weight.dtype:
-        raise ValueError(f"ditron.nn.{name}: input dtype {x.dtype} != weight dtype "
-                         f"{weight.dtype}")
+        _refuse(name, f"input dtype {x.dtype} != weight dtype {weight.dtype}")
+    if bias is not None and (bias.dtype, bias.device) != (weight.dtype, weight.device):
+        _refuse(name, f"bias ({bias.dtype} on {bias.device}) must have the weight's dtype "
+                      f"and device ({weight.dtype} on {weight.device})")
     return x.reshape(-1, x.shape[-1])
 
 
@@ -68,7 +88,7 @@ def _autocast(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
     would compute them; the casts are differentiable, so fp32 weights get fp32 gradients),
     and a context that turns autocast off around the op (it keeps its own dtypes)."""
     if x.device != weight.device:
-        raise ValueError(f"ditron.nn.{name}: input on {x.device}, weight on {weight.device}")
+        _refuse(name, f"input on {x.device}, weight on {weight.device}")
     kind = x.device.type
     if kind not in ("cpu", "cuda") or not torch.is_autocast_enabled(kind):
         return x, weight, bias, contextlib.nullcontext()
@@ -80,13 +100,14 @@ def _autocast(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
 def _split_rows(x: torch.Tensor, name: str) -> None:
     W = world().world_size
     if x.dim() == 0 or x.shape[0] % W:
-        raise ValueError(f"ditron.nn.{name}: dim 0 of {tuple(x.shape)} does not split over "
-                         f"{W} ranks")
+        _refuse(name, f"dim 0 of {tuple(x.shape)} does not split over {W} ranks")
 
 
 # The Functions below take no bias: it is added outside them by plain autograd, as an
 # in-place add on a Function's output gives wrong gradients under torch.compile in torch
-# 2.11 (pytorch/pytorch#180642).
+# 2.11 (pytorch/pytorch#180642). Their backward passes are ``once_differentiable``: a
+# second-order gradient through them would take a rank's own part of a gradient for the
+# replicated whole (``_LinearAllReduce`` gave wrong values silently).
 
 
 class _AllGatherLinear(torch.autograd.Function):
@@ -103,6 +124,7 @@ class _AllGatherLinear(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, gy):
         rows, weight = ctx.saved_tensors
         gy = gy.contiguous()
@@ -123,6 +145,7 @@ class _LinearReduceScatter(torch.autograd.Function):
         return _ditron.gemm_rs(x2, weight.t(), method, key)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, gy):
         x2, weight = ctx.saved_tensors
         gy = gy.contiguous()
@@ -145,6 +168,7 @@ class _LinearAllReduce(torch.autograd.Function):
         return _ditron.gemm_ar(x2, weight.t(), method, key)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, gy):
         x2, weight = ctx.saved_tensors
         gx = gy @ weight if ctx.needs_input_grad[0] else None
@@ -159,6 +183,7 @@ class _AllGather(torch.autograd.Function):
         return _ditron.all_gather(x, key)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g):
         return _ditron.reduce_scatter(g.contiguous(), ctx.key), None
 
@@ -170,6 +195,7 @@ class _ReduceScatter(torch.autograd.Function):
         return _ditron.reduce_scatter(x, key)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g):
         return _ditron.all_gather(g.contiguous(), ctx.key), None
 
@@ -180,6 +206,7 @@ class _AllReduce(torch.autograd.Function):
         return _ditron.all_reduce(x, key)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g):
         return g, None
 
@@ -191,6 +218,7 @@ class _CopyToTensorParallel(torch.autograd.Function):
         return x.view_as(x)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g):
         return _ditron.all_reduce(g.contiguous(), ctx.key), None
 
@@ -208,8 +236,9 @@ def all_gather_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     x, weight, bias, plain = _autocast(x, weight, bias, "all_gather_linear")
     x2 = _rows(x, weight, bias, "all_gather_linear", 2)
     key = library.world_key()
+    keep = keep_gathered and torch.is_grad_enabled()  # no gathered copy without a backward
     with plain:
-        y = _AllGatherLinear.apply(x2, weight, keep_gathered, method, key)
+        y = _AllGatherLinear.apply(x2, weight, keep, method, key)
     if bias is not None:
         y = y + bias
     return y.view(library.world_size(key) * x.shape[0], *x.shape[1:-1], weight.shape[0])

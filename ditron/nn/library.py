@@ -169,7 +169,7 @@ def all_reduce(x: torch.Tensor, world: str = "") -> torch.Tensor:
 
 @all_reduce.register_fake
 def _(x, world=""):
-    return torch.empty_like(x)
+    return x.new_empty(x.shape)  # contiguous, as the op's result (not x's strides)
 
 
 #: the :class:`~ditron.ops.moe.MoEDispatch` tensors a ``routing`` list holds, in order

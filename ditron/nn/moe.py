@@ -30,11 +30,25 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..ops.moe import MoEDispatch, check_combine, check_topk_weights, mean_rows_per_expert
+from ..runtime.agreement import refused_together
 from ..runtime.integers import as_int, check_int
 from ..runtime.world import world
 from . import library
 
 _ditron = torch.ops.ditron
+
+
+def _before_dispatch(check: Callable[[], None]) -> None:
+    """Run ``check`` (this rank's checks of its arguments, made before the dispatch); where
+    it raises, the peers, which wait in the dispatch's agreement, raise too
+    (``runtime.agreement.refused_together``) instead of waiting for this rank."""
+    try:
+        check()
+    except Exception:
+        if torch.compiler.is_compiling():  # refused while tracing: no host gather in a graph
+            raise
+        with refused_together("ditron.ops.moe_dispatch"):
+            raise
 
 
 def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
@@ -43,9 +57,13 @@ def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
     """``(grouped x, routing, sizes)`` of the differentiable dispatch (``library``'s
     lists)."""
     key = library.world_key()
-    if topk_ids.dim() != 2:  # the op's own check, before the defaults below read k
-        raise ValueError(f"moe_dispatch: topk_ids must be [tokens, k], got "
-                         f"{tuple(topk_ids.shape)}")
+
+    def check() -> None:  # the op's own check, before the defaults below read k
+        if not isinstance(topk_ids, torch.Tensor) or topk_ids.dim() != 2:
+            raise ValueError(f"moe_dispatch: topk_ids must be [tokens, k], got "
+                             f"{getattr(topk_ids, 'shape', topk_ids)!r}")
+
+    _before_dispatch(check)
     T, k = topk_ids.shape
     max_tokens = T if max_tokens is None else max_tokens
     cap = library.world_size(key) * max_tokens * k if max_recv_rows is None else max_recv_rows
@@ -161,9 +179,6 @@ class ExpertParallelMLP(torch.nn.Module):
                                f"global ranks {list(self.world.global_ranks)}, but the world "
                                f"over {list(world().global_ranks)} is current; call it inside "
                                f"ditron.use(layer.world)")
-        if isinstance(topk_ids, torch.Tensor) and topk_ids.dim() == 2:
-            # before the dispatch: the combine would otherwise refuse them after the experts ran
-            check_topk_weights("ExpertParallelMLP", topk_weights, *topk_ids.shape, x.device)
         w1, w2, mode = self.w1, self.w2, contextlib.nullcontext()
         kind = x.device.type
         if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
@@ -172,12 +187,23 @@ class ExpertParallelMLP(torch.nn.Module):
             dtype = torch.get_autocast_dtype(kind)
             x, w1, w2 = x.to(dtype), w1.to(dtype), w2.to(dtype)
             mode = torch.autocast(kind, enabled=False)
-        if x.dtype != w1.dtype:
-            raise ValueError(f"ExpertParallelMLP: input dtype {x.dtype} != weight dtype "
-                             f"{w1.dtype}")
+        _before_dispatch(lambda: self._check(x, topk_ids, topk_weights, w1.dtype))
         with mode:
             return _layer(x, topk_ids, topk_weights, w1, w2, self.activation, self.gated,
                           self.num_experts, max_tokens, self.max_recv_rows)
+
+    def _check(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+               dtype: torch.dtype) -> None:
+        """The checks of ``forward``'s arguments that the dispatch does not make (before it,
+        so that nothing runs: a wrong hidden size failed in the first grouped GEMM, wrong
+        weights in the combine, after the experts ran)."""
+        if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[1] != self.hidden:
+            raise ValueError(f"ExpertParallelMLP: x must be [tokens, {self.hidden}], got "
+                             f"{tuple(x.shape)}")
+        if isinstance(topk_ids, torch.Tensor) and topk_ids.dim() == 2:
+            check_topk_weights("ExpertParallelMLP", topk_weights, *topk_ids.shape, x.device)
+        if x.dtype != dtype:
+            raise ValueError(f"ExpertParallelMLP: input dtype {x.dtype} != weight dtype {dtype}")
 
     @classmethod
     def from_experts(cls, experts: Sequence[Sequence[torch.nn.Linear]],

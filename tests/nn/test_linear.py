@@ -211,7 +211,10 @@ def _compile_case(compiler: str = "aot_eager", opcheck: bool = True) -> list[str
         return results
     for name, args in [("ag_gemm", (a, b, "overlap")), ("ag_gemm_gathered", (a, b, "overlap")),
                        ("gemm_rs", (a, b, "overlap")), ("gemm_ar", (a, b, "overlap")),
-                       ("all_gather", (a,)), ("reduce_scatter", (a,)), ("all_reduce", (a,))]:
+                       ("all_gather", (a,)), ("reduce_scatter", (a,)), ("all_reduce", (a,)),
+                       # a transposed input: the fake's strides are the op's (contiguous);
+                       # the fake took the input's, and inductor failed on its result
+                       ("all_reduce", (a.t(),))]:
         report = torch.library.opcheck(getattr(torch.ops.ditron, name).default, args)
         assert set(report.values()) == {"SUCCESS"}, (name, report)
         results.append(name)
@@ -220,7 +223,7 @@ def _compile_case(compiler: str = "aot_eager", opcheck: bool = True) -> list[str
 
 def test_compile_and_opcheck(backend):
     res = ditron.launch(_compile_case, 2, backend=backend)
-    assert res[0] == res[1] and len(res[0]) == 7
+    assert res[0] == res[1] and len(res[0]) == 8
 
 
 @pytest.mark.gpu
@@ -256,6 +259,13 @@ def _bad_inputs_case() -> int:
         "bias": (lambda: F.linear_all_reduce(torch.randn(3, 2), row.weight, torch.zeros(5)),
                  "bias"),
         "scatter rows": (lambda: F.reduce_scatter(torch.randn(3, 2)), "dim 0 of"),
+        # a bias of another dtype or device was taken (the output silently promoted)
+        "bias dtype": (lambda: F.all_gather_linear(torch.randn(3, 6), col.weight,
+                                                   torch.zeros(2, dtype=torch.float64)),
+                       r"bias \(torch.float64 on cpu\) must have the weight's dtype"),
+        "bias device": (lambda: F.linear_reduce_scatter(torch.randn(4, 2), row.weight,
+                                                        torch.zeros(6, device="meta")),
+                        "bias .* on meta"),
     }
     for name, (fn, words) in cases.items():
         with pytest.raises(ValueError, match=words):
@@ -268,7 +278,97 @@ def _bad_inputs_case() -> int:
 
 
 def test_bad_inputs_raise_before_any_kernel(backend):
-    assert ditron.launch(_bad_inputs_case, 2, backend=backend) == [13, 13]
+    assert ditron.launch(_bad_inputs_case, 2, backend=backend) == [15, 15]
+
+
+def _one_rank_refuses_case() -> list[str]:
+    """Rank 0 alone passes a bad argument, to each function's first call: every rank raises
+    (the peers used to wait for it in the op's agreement until the launch timed out)."""
+    from ditron import nn
+    from ditron.nn import functional as F
+
+    rank = ditron.world().rank
+    col, row = nn.ColumnParallelLinear(6, 4), nn.RowParallelLinear(4, 6)
+    bad = rank == 0
+    calls = [  # each the first call of its op, whose agreement the peers wait in
+        lambda: row(torch.randn(3 if bad else 4, 2)),  # rows do not split (gemm_rs)
+        lambda: col(torch.randn(3, 5 if bad else 6)),  # features (ag_gemm)
+        lambda: F.linear_all_reduce(torch.randn(3, 2), row.weight,  # bias dtype (gemm_ar)
+                                    row.bias.double() if bad else row.bias),
+        lambda: F.reduce_scatter(torch.randn(3 if bad else 4, 2)),  # rows (reduce_scatter)
+    ]
+    seen = []
+    for fn in calls:
+        with pytest.raises(ValueError) as info:
+            fn()
+        seen.append(str(info.value).split(":")[0] if bad else
+                    str(info.value).split("rank 0: ValueError: ")[1].split(":")[0])
+    x = torch.randn(4, 6, device=ditron.world().device, requires_grad=True)  # still usable
+    row(col(x)).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    return seen
+
+
+def test_one_rank_refusing_raises_on_every_rank(monkeypatch, backend):
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")  # the old hang, short
+    names = [f"ditron.nn.{f}" for f in ("linear_reduce_scatter", "all_gather_linear",
+                                        "linear_all_reduce", "reduce_scatter")]
+    assert ditron.launch(_one_rank_refuses_case, 2, backend=backend) == [names, names]
+
+
+def _gradient_modes_case() -> int:
+    """Second-order gradients raise in both layer modes (the replicated-gradient
+    conventions hold for first-order ones: ``sequence_parallel=False`` returned wrong values
+    silently); without a backward pass (``no_grad``, ``inference_mode``) the column layer
+    keeps no gathered copy of its input, and the outputs are those of a grad-mode call."""
+    from ditron import nn
+    from ditron.nn import functional as F
+
+    W, dev = ditron.world().world_size, ditron.world().device
+    checks = 0
+    for sp in (True, False):
+        torch.manual_seed(4)
+        col = nn.ColumnParallelLinear(6, 4 * W, sequence_parallel=sp)
+        row = nn.RowParallelLinear(4 * W, 6, sequence_parallel=sp)
+        x = torch.randn(2 * W, 6, device=dev, requires_grad=True)
+        for layers in ((row,), (col, row)):
+            inp = x[:, :4] if len(layers) == 1 else x
+            y = inp
+            for layer in layers:
+                y = layer(y)
+            gx, = torch.autograd.grad(y.square().sum(), x, create_graph=True)
+            with pytest.raises(RuntimeError, match="differentiate twice"):
+                gx.sum().backward()
+            checks += 1
+
+    calls = []
+    real = F._ditron
+
+    class Spy:  # records the custom ops the functions call
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(real, name)
+
+    col = nn.ColumnParallelLinear(6, 4 * W)
+    x = torch.randn(3, 6, device=dev)
+    F._ditron = Spy()
+    try:
+        want = col(x)
+        assert calls == ["ag_gemm_gathered"], calls  # kept for the weight's gradient
+        for mode in (torch.no_grad, torch.inference_mode):
+            calls.clear()
+            with mode():
+                got = col(x)
+            assert calls == ["ag_gemm"], (mode, calls)
+            _close(f"{mode.__name__} output", got, want)
+            checks += 1
+    finally:
+        F._ditron = real
+    return checks
+
+
+def test_gradient_modes(backend):
+    assert ditron.launch(_gradient_modes_case, 2, backend=backend) == [6, 6]
 
 
 @pytest.mark.gpu

@@ -301,12 +301,34 @@ def check_layer_refusals() -> int:
         with pytest.raises(ValueError, match="ExpertParallelMLP: topk_weights must be "
                                              "floating \\[3, 1\\]"):
             layer(x, ids, wts)
+    # a wrong hidden size: refused before the dispatch (it failed in the first grouped GEMM)
+    with pytest.raises(ValueError, match=r"ExpertParallelMLP: x must be \[tokens, 8\]"):
+        layer(torch.randn(3, 9, device=dev), ids, torch.ones(3, 1, device=dev))
     assert layer(x, ids, torch.ones(3, 1, device=dev)).shape == x.shape
-    return 7
+    return 8
 
 
 def test_expert_parallel_mlp_refuses_bad_input(backend):
-    assert ditron.launch(check_layer_refusals, 2, backend=backend) == [7, 7]
+    assert ditron.launch(check_layer_refusals, 2, backend=backend) == [8, 8]
+
+
+def check_one_rank_refuses() -> list[str]:
+    """Rank 0 alone passes bad ``topk_weights``: every rank raises before the dispatch (the
+    peers used to wait for it in the dispatch's agreement until the launch timed out)."""
+    me, dev = ditron.world().rank, ditron.world().device
+    layer = ditron.nn.ExpertParallelMLP(8, 4, 2)
+    x, ids = torch.randn(3, 8, device=dev), torch.zeros(3, 1, dtype=torch.int64, device=dev)
+    with pytest.raises(ValueError) as info:
+        layer(x, ids, torch.ones(3, 2 if me == 0 else 1, device=dev))
+    assert "topk_weights must be floating [3, 1]" in str(info.value)
+    assert layer(x, ids, torch.ones(3, 1, device=dev)).shape == x.shape  # still usable
+    return str(info.value).split(":")[0]
+
+
+def test_one_rank_refusing_raises_on_every_rank(monkeypatch, backend):
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")  # the old hang, short
+    assert ditron.launch(check_one_rank_refuses, 2, backend=backend) == \
+        ["ExpertParallelMLP", "ditron.ops.moe_dispatch"]
 
 
 def check_compile(compiler: str = "aot_eager", opcheck: bool = True) -> list[str]:
