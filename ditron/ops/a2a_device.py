@@ -10,8 +10,9 @@ Protocol (four stream-ordered launches; ``e`` = the workspace's device epoch, ``
 
 1. ``_splits_kernel`` (one program) bumps the epoch to ``e``; once every peer acked call
    ``e - 2`` (slot ``ack[q] >= e - 2``: they finished reading half ``h``), writes its split
-   row into every peer's split matrix ``mat[h]`` and raises ``splits[me]`` there; waits for
-   every peer's row;
+   row (the rows it really sends: negative sizes as 0, cut to its send rows) into every
+   peer's split matrix ``mat[h]`` and raises ``splits[me]`` there; waits for every peer's
+   row;
 2. ``_data_kernel`` (``P`` programs per destination ``q``, each a share of the rows)
    stores its rows for ``q != me`` at the offset the matrix gives into ``q``'s
    ``inbox[h]``; each program adds 1 to ``data[me]`` there (a counter: ``e * P`` once call
@@ -41,7 +42,7 @@ import triton.language as tl
 
 from .. import language as dl
 from ..engines.sync import notify_range, wait_range
-from ..runtime.agreement import agree
+from ..runtime.agreement import agree, raise_together, refused_together
 from ..runtime.dtypes import moved_as, viewed
 from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.integers import check_int
@@ -92,13 +93,17 @@ def _open_epoch(epoch_ptr, pad, ack_base, first, count, ctx):
 
 
 @triton.jit
-def _splits_kernel(splits, mat, pad, epoch_ptr, first, count, ctx, WB: tl.constexpr):
+def _splits_kernel(splits, x_rows, mat, pad, epoch_ptr, first, count, ctx, WB: tl.constexpr):
     me = ctx.rank
     w = ctx.world_size
     epoch = _open_epoch(epoch_ptr, pad, 2 * w, first, count, ctx)
     mat_h = mat + (epoch % 2) * w * w
     offs = tl.arange(0, WB)
-    mine = tl.load(splits + offs, mask=offs < w, other=0)
+    mine = tl.maximum(tl.load(splits + offs, mask=offs < w, other=0), 0)
+    # the rows actually sent: a negative split sends none, splits past my x_rows send rows
+    # are cut to those left (every offset derived from the matrix stays inside the buffers)
+    end = tl.cumsum(mine, axis=0)
+    mine = tl.minimum(end, x_rows) - tl.minimum(end - mine, x_rows)
     for i in range(0, count):
         dl.store(mat_h + me * w + offs, mine, first + i, ctx, mask=offs < w)
         dl.notify(pad + me, epoch, first + i, ctx)
@@ -455,10 +460,44 @@ class _Call:
         return self.x.shape[0] if self.send_index is None else self.send_index.shape[0]
 
 
+#: the call name the device all-to-alls agree under (``_send``, ``a2a_nodes``), in whose
+#: gather a rank refusing its arguments tells its peers
+AGREED_AS = "ditron.ops.all_to_all_device"
+
+
+def _debug() -> bool:
+    """Debug mode (``DITRON_WAIT_TIMEOUT > 0``, not capturing): ``send_index`` is read on
+    the host and checked, every rank taking part in the verdicts' gather."""
+    return current().wait_timeout > 0 and not capturing()
+
+
+def _refused() -> refused_together:
+    """The entry points' checks of their own arguments: a rank refusing them tells its
+    peers, which raise too, naming it: in their agreement gather on a signature's first
+    call, and on every call in debug mode, where they all gather in
+    :func:`_check_send_index`."""
+    return refused_together(AGREED_AS, peers=True if _debug()
+                            and current().world.world_size > 1 else None)
+
+
+def _check_send_index(op: str, x: torch.Tensor, send_index: torch.Tensor | None) -> None:
+    """Debug mode's check that ``send_index`` lies in ``[0, x.shape[0])`` (read on the
+    host); collective, on every call in debug mode: a rank with a bad index raises, and so
+    does every other rank, naming it, rather than waiting for it in the exchange."""
+    if not _debug():
+        return
+    problem = None
+    if send_index is not None and send_index.numel():
+        lo, hi = int(send_index.min()), int(send_index.max())
+        if not (0 <= lo and hi < x.shape[0]):
+            problem = f"send_index holds {lo}..{hi}, outside the {x.shape[0]} rows of x"
+    raise_together(f"ditron.ops.{op}", problem)
+
+
 def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
                 send_index: torch.Tensor | None) -> tuple[int, torch.Tensor | None]:
-    """The checks the entry points share (before any launch); ``max_out_rows`` as an int
-    and ``send_index`` as int64."""
+    """The checks the entry points share (before any launch; inside :func:`_refused`);
+    ``max_out_rows`` as an int and ``send_index`` as int64."""
     max_out_rows = check_int(max_out_rows, f"ditron.ops.{op}: max_out_rows")
     rt = current()
     w = rt.world.world_size
@@ -471,12 +510,6 @@ def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: in
     from .collectives import _check_tensor
 
     _check_tensor(op, x)
-    if send_index is not None and rt.wait_timeout > 0 and not capturing() \
-            and send_index.numel() and not (0 <= int(send_index.min())
-                                            and int(send_index.max()) < x.shape[0]):
-        raise ValueError(f"ditron.ops.{op}: rank {rt.world.rank}: send_index holds "
-                         f"{int(send_index.min())}..{int(send_index.max())}, outside the "
-                         f"{x.shape[0]} rows of x")
     return max_out_rows, send_index
 
 
@@ -529,8 +562,8 @@ def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
                                                          ws.extra_inbox.shape[1])
     node = rt.topo.node_ranks()
     wb = next_power_of_2(w)
-    _FAST_SPLITS[(1,)](c.splits, ws.mat, ws.pad, ws.epoch, node.start, len(node), c.ctx,
-                       WB=wb)
+    _FAST_SPLITS[(1,)](c.splits, c.send_rows, ws.mat, ws.pad, ws.epoch, node.start,
+                       len(node), c.ctx, WB=wb)
     _FAST_DATA[(c.senders, w)](c.x, c.send_rows, c.x.shape[0],
                                c.splits if send_index is None else send_index,
                                c.splits if send_scale is None else send_scale, ws.inbox,
@@ -593,16 +626,19 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     Returns ``(out, out_splits)``: ``out`` has ``max_out_rows`` rows, the first
     ``out_splits.sum()`` holding the rows received from ranks ``0..W-1`` in order (the rest
     is undefined); rows beyond the capacity are dropped (compare ``out_splits.sum()`` with
-    ``max_out_rows``). Equivalent, with host splits, to ``dist.all_to_all_single``. Every
+    ``max_out_rows``). Equivalent, with host splits, to ``dist.all_to_all_single``. A
+    negative split sends nothing and splits past the send rows are cut to the rows left
+    (``out_splits`` counts the rows sent), as across nodes. Every
     rank must pass the same ``max_out_rows`` and row shape. Across nodes the splits are
     read on the host (one sync; not capturable in a CUDA graph: ``a2a_nodes.py``).
 
     Gathers fused into the move (no extra pass over the rows; integer device vectors):
     ``send_index [S]`` sends ``x[send_index]`` instead of ``x`` (the sending kernel reads
     row ``send_index[i]`` for send row ``i``; values must lie in ``[0, x.shape[0])``,
-    checked on the host in debug mode only); ``recv_index [max_out_rows]`` makes ``out[r]``
-    the received row ``recv_index[r]`` (in the order above) when that row came, and leaves
-    ``out[r]`` undefined otherwise (a negative or too large index included).
+    checked on the host in debug mode only, where every rank raises); ``recv_index
+    [max_out_rows]`` makes ``out[r]`` the received row ``recv_index[r]`` (in the order
+    above) when that row came, and leaves ``out[r]`` undefined otherwise (a negative or too
+    large index included).
 
     ``send_scale [S]`` (floating, on the device; ``S`` the send rows: ``x``'s or
     ``send_index``'s length) sends row ``i`` times ``send_scale[i]``, computed in fp32 and
@@ -611,9 +647,11 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
     above are zero instead (one pass: the finishing kernel writes them).
     """
     op = "all_to_all_device"
-    max_out_rows, send_index = _check_call(op, x, splits, max_out_rows, send_index)
-    recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
-    send_scale = _scale(op, send_scale, x, send_index)
+    with _refused():
+        max_out_rows, send_index = _check_call(op, x, splits, max_out_rows, send_index)
+        recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
+        send_scale = _scale(op, send_scale, x, send_index)
+    _check_send_index(op, x, send_index)
     out, out_splits, _ = _exchange(x, None, splits, max_out_rows, send_index, recv_index,
                                    send_scale, zero_missing)
     return out, out_splits
@@ -633,16 +671,18 @@ def all_to_all_device_pair(x: torch.Tensor, extra: torch.Tensor, splits: torch.T
     ``extra_out [max_out_rows, *extra.shape[1:]]``. Across nodes each row and its ``extra``
     row travel as one row of bytes (one exchange)."""
     op = "all_to_all_device_pair"
-    max_out_rows, send_index = _check_call(op, x, splits, max_out_rows, send_index)
-    recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
-    if not isinstance(extra, torch.Tensor) or extra.dim() == 0 \
-            or extra.shape[0] != x.shape[0] or extra.device != x.device:
-        raise ValueError(f"ditron.ops.{op}: extra must be a [{x.shape[0]}, ...] tensor (a row "
-                         f"per row of x) on {x.device}, got "
-                         f"{tuple(extra.shape) if isinstance(extra, torch.Tensor) else extra}")
-    from .collectives import _check_tensor
+    with _refused():
+        max_out_rows, send_index = _check_call(op, x, splits, max_out_rows, send_index)
+        recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
+        if not isinstance(extra, torch.Tensor) or extra.dim() == 0 \
+                or extra.shape[0] != x.shape[0] or extra.device != x.device:
+            raise ValueError(f"ditron.ops.{op}: extra must be a [{x.shape[0]}, ...] tensor (a "
+                             f"row per row of x) on {x.device}, got "
+                             f"{tuple(extra.shape) if isinstance(extra, torch.Tensor) else extra}")
+        from .collectives import _check_tensor
 
-    _check_tensor(op, extra)
+        _check_tensor(op, extra)
+    _check_send_index(op, x, send_index)
     out, out_splits, extra_out = _exchange(x, extra, splits, max_out_rows, send_index,
                                            recv_index, None, zero_missing)
     return out, extra_out, out_splits
@@ -716,8 +756,10 @@ def all_to_all_inbox(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, *
     :class:`Inbox` (``splits`` as ``out_splits`` there), to be closed after use. Saves a
     pass over every received row when the consumer can read them where they lie.
     """
-    max_out_rows, send_index = _check_call("all_to_all_inbox", x, splits, max_out_rows,
-                                           send_index)
+    with _refused():
+        max_out_rows, send_index = _check_call("all_to_all_inbox", x, splits, max_out_rows,
+                                               send_index)
+    _check_send_index("all_to_all_inbox", x, send_index)
     if current().topo.num_nodes > 1:
         return Inbox(*a2a_nodes.inbox_rows(x, splits, max_out_rows, send_index))
     c = _send(x, splits, max_out_rows, send_index)
@@ -740,12 +782,13 @@ def exchange_counts(counts: torch.Tensor) -> torch.Tensor:
     must pass the same ``L``."""
     rt = current()
     w = rt.world.world_size
-    if counts.dim() != 2 or counts.shape[0] != w or counts.dtype.is_floating_point \
-            or counts.dtype.is_complex or counts.dtype == torch.bool \
-            or counts.device != rt.world.device:
-        raise ValueError(f"exchange_counts: counts must be an integer [{w}, L] tensor on "
-                         f"{rt.world.device}, got {tuple(counts.shape)} {counts.dtype} on "
-                         f"{counts.device}")
+    with refused_together("ditron.ops.exchange_counts"):
+        if counts.dim() != 2 or counts.shape[0] != w or counts.dtype.is_floating_point \
+                or counts.dtype.is_complex or counts.dtype == torch.bool \
+                or counts.device != rt.world.device:
+            raise ValueError(f"exchange_counts: counts must be an integer [{w}, L] tensor on "
+                             f"{rt.world.device}, got {tuple(counts.shape)} {counts.dtype} "
+                             f"on {counts.device}")
     L = counts.shape[1]
     agree("ditron.ops.exchange_counts", cols=L)
     if rt.topo.num_nodes > 1:

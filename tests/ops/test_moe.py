@@ -535,3 +535,78 @@ def test_grouped_gemm_methods_gpu():
         ditron.ops.grouped_gemm(x.float(), w.float(), offsets, method="torch")
     with pytest.raises(ValueError, match="method must be one of"):
         ditron.ops.grouped_gemm(x, w, offsets, method="cublas")
+
+
+# -- the device all-to-all under MoE: bad or odd split sizes, one rank's bad arguments ------
+def check_a2a_split_cut() -> list:
+    """Splits that are negative or past the send rows (rank 0 only): on one node as across
+    nodes, a negative split sends nothing and the rest are cut to the rows left; the
+    receivers' ``out_splits`` count the rows that came, and those rows are right."""
+    w, me, dev = ditron.world().world_size, ditron.world().rank, ditron.world().device
+    poison_empty()
+    x = torch.arange(12, dtype=torch.float32, device=dev).view(6, 2)
+    got = []
+    for bad in ([7] + [3] * (w - 1), [-2] + [3] * (w - 1)):
+        splits = torch.tensor(bad if me == 0 else [3] * w, device=dev)
+        out, out_splits = ditron.ops.all_to_all_device(x, splits, 6 * w + 4, zero_missing=True)
+        got.append((out_splits.tolist(), out[:, 0].tolist()))
+    return got
+
+
+@pytest.mark.parametrize("node_size", [2, 1])
+def test_all_to_all_device_cuts_bad_splits_like_across_nodes(node_size, monkeypatch, backend):
+    """On one node the receivers' ``out_splits`` reported rank 0's split of 7 (it has 6
+    rows) and the rows it never sent came out as stale inbox rows; a split of -2 read and
+    wrote outside the buffers (denormal garbage on rank 1). Across nodes both were cut."""
+    monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", str(node_size))  # 1: two simulated nodes
+    r0, r1 = ditron.launch(check_a2a_split_cut, 2, backend=backend)
+    z = [0.0] * 7
+    assert r0[0] == ([6, 3], [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 0.0, 2.0, 4.0] + z)
+    assert r1[0] == ([0, 3], [6.0, 8.0, 10.0] + [0.0] * 13)
+    assert r0[1] == ([0, 3], [0.0, 2.0, 4.0] + [0.0] * 13)
+    assert r1[1] == ([3, 3], [0.0, 2.0, 4.0, 6.0, 8.0, 10.0] + [0.0] * 10)
+
+
+def check_one_rank_refuses(case: str) -> str:
+    """Rank 1 alone passes a bad argument; every rank must raise (none may wait for it),
+    and a good call afterwards must still work."""
+    w, me, dev = ditron.world().world_size, ditron.world().rank, ditron.world().device
+    ops = ditron.ops
+    x = torch.arange(12, dtype=torch.float32, device=dev).view(6, 2)
+    splits = torch.full((w,), 3, dtype=torch.int64, device=dev)
+    bad = me == 1
+    calls = {
+        "splits": lambda: ops.all_to_all_device(x, splits[:w - bad], 6 * w),
+        "recv_index": lambda: ops.all_to_all_device(
+            x, splits, 6 * w, recv_index=torch.arange(6 * w - bad, device=dev)),
+        "send_scale": lambda: ops.all_to_all_device(
+            x, splits, 6 * w, send_scale=torch.ones(6 - bad, device=dev)),
+        "extra": lambda: ops.all_to_all_device_pair(x, torch.ones(6 - bad, device=dev),
+                                                    splits, 6 * w),
+        "inbox": lambda: ops.all_to_all_inbox(x.double() if bad else x, splits, 6 * w),
+        "counts": lambda: ops.exchange_counts(torch.ones(w, 3, device=dev,
+                                                         dtype=torch.float32 if bad
+                                                         else torch.int64)),
+        "send_index": lambda: ops.all_to_all_device(
+            x, splits, 6 * w, send_index=torch.arange(3 * w, device=dev) + 10 * bad),
+    }
+    with pytest.raises(ValueError) as err:
+        calls[case]()
+    out, _ = ops.all_to_all_device(x, torch.ones(w, dtype=torch.int64, device=dev), 6 * w)
+    assert out[:w, 0].tolist() == [2.0 * me] * w  # row me of every rank
+    return str(err.value)
+
+
+@pytest.mark.parametrize("case", ["splits", "recv_index", "send_scale", "extra", "inbox",
+                                  "counts", "send_index"])
+def test_a_bad_argument_on_one_rank_raises_on_every_rank(case, monkeypatch, backend):
+    """The device all-to-alls checked their arguments on each rank alone: the rank with a
+    bad one raised and the others waited for it forever in the call's agreement gather (a
+    bad ``send_index``, checked in debug mode, left them in the exchange until the wait
+    timed out, and later calls out of step)."""
+    monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "60")
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")
+    errors = ditron.launch(check_one_rank_refuses, 2, case, backend=backend)
+    for rank, text in enumerate(errors):
+        assert "rank 1" in text or rank == 1, text
+    assert "send_index holds 10" in errors[0] if case == "send_index" else True
