@@ -52,19 +52,24 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _benchmarks() -> dict[str, str]:
-    """Each benchmark's command name and the first line of its module's docstring."""
+def _benchmark_modules() -> list[str]:
+    """The modules of ``ditron.benchmarks``, each a benchmark (found without importing)."""
     import pkgutil
 
     import ditron.benchmarks
 
+    return sorted(m.name for m in pkgutil.iter_modules(ditron.benchmarks.__path__))
+
+
+def _benchmarks() -> dict[str, str]:
+    """Each benchmark's command name and the first line of its module's docstring."""
     found = {}
-    for m in sorted(pkgutil.iter_modules(ditron.benchmarks.__path__), key=lambda m: m.name):
-        doc = importlib.import_module(f"ditron.benchmarks.{m.name}").__doc__ or ""
+    for name in _benchmark_modules():
+        doc = importlib.import_module(f"ditron.benchmarks.{name}").__doc__ or ""
         line = doc.strip().splitlines()[0] if doc.strip() else ""
         if line.startswith("``ditron bench"):  # "``ditron bench x``: what it times"
             line = line.split(": ", 1)[-1]
-        found[m.name.replace("_", "-")] = line[:1].upper() + line[1:]
+        found[name.replace("_", "-")] = line[:1].upper() + line[1:]
     return found
 
 
@@ -81,13 +86,13 @@ def _bench(args: argparse.Namespace, rest: list[str]) -> int:
         _bench_usage(sys.stdout if wants_help else sys.stderr)
         return 0 if wants_help else 2
     name = args.name.replace("-", "_")
-    try:
-        module = importlib.import_module(f"ditron.benchmarks.{name}")
-    except ModuleNotFoundError:
+    # by the list of modules: importing any name took "__init__" for a benchmark (and a
+    # benchmark missing one of its own imports for an unknown name)
+    if name not in _benchmark_modules():
         print(f"ditron bench: unknown benchmark {args.name!r}; choose one of "
               f"{', '.join(_benchmarks())}", file=sys.stderr)
         return 2
-    return module.main(rest)
+    return importlib.import_module(f"ditron.benchmarks.{name}").main(rest)
 
 
 def _trace(args: argparse.Namespace, rest: list[str]) -> int:

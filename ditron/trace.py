@@ -16,7 +16,8 @@ true durations of individual tiles. "chunks ready" is the moment the tile's wait
 
 ``ditron trace --op ag_gemm --world-size 2`` runs an op on local ranks and writes
 ``<out>.json`` (Chrome / Perfetto: chrome://tracing, ui.perfetto.dev) and ``<out>.png``
-(when matplotlib is installed).
+(when matplotlib is installed); where the op ran no tiled kernel it writes nothing and
+exits with 1, naming the engines that leave no tiles.
 """
 
 from __future__ import annotations
@@ -355,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=positive_int, default=64,
                    help="columns of the weight (default %(default)s)")
     p.add_argument("--k", type=positive_int, default=32,
-                   help="reduction dimension (default %(default)s)")
+                   help="reduction dimension; for gemm_rs and gemm_ar each rank's share of "
+                        "it (default %(default)s)")
     p.add_argument("--calls", type=positive_int, default=2,
                    help="calls traced, after one untraced warm-up call (default %(default)s)")
     p.add_argument("--out", type=output_file, default="ditron-trace",
@@ -378,6 +380,13 @@ def main(argv: list[str] | None = None) -> int:
 
     per_rank = ditron.launch(_run_traced, args.world_size, args.op, args.m, args.n, args.k,
                              args.calls, dtype, backend=args.backend)
+    if not any(per_rank):  # an empty trace (and no PNG) used to be written, exit code 0
+        print(f"ditron trace: no tile was recorded: {args.op} ran no tiled GEMM kernel (an "
+              f"engine that computes with torch.matmul per chunk: GEMM-RS 'copy_engine' / "
+              f"'copy_engine_pull', AG-GEMM 'copy_engine_matmul'; or the fallback across "
+              f"nodes); pick a tiled engine, e.g. DITRON_RS_ENGINE=colocated or "
+              f"DITRON_AG_ENGINE=copy_engine (docs/tp_gemm.md)", file=sys.stderr)
+        return 1
     for evs in per_rank:
         for e in evs:
             if e.get("tid") == 0 and e["name"].endswith(" call"):

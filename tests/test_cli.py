@@ -49,6 +49,10 @@ def test_unknown_benchmark_is_an_error():
     out = _run("bench", "no-such-bench")
     assert out.returncode == 2 and "unknown benchmark 'no-such-bench'" in out.stderr
     assert "choose one of collectives, megakernel, moe, tp-gemm, tp-mlp" in out.stderr
+    # the package's own module is no benchmark (it was imported and had no main: a traceback)
+    out = _run("bench", "__init__")
+    assert out.returncode == 2 and "unknown benchmark '__init__'" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_bench_help_lists_the_benchmarks():
@@ -154,6 +158,13 @@ def test_bench_tp_gemm_shape_subset():
      "argument --engines: a comma list of copy_engine, sm, network, tma; got 'sm,nccl'"),
     (("bench", "tp-gemm", "--scale", "-0.5"), "argument --scale: must be a finite number > 0"),
     (("bench", "tp-gemm", "--scale", "inf"), "argument --scale: must be a finite number > 0"),
+    # ignored before: the CPU backend runs --smoke's tiny shapes
+    (("bench", "tp-gemm", "--backend", "cpu", "--scale", "0.5"),
+     "--scale scales the REFERENCES.md shapes, but --smoke"),
+    # failed late, in every rank, on a GPU ("selected index k out of range", a view error)
+    (("bench", "moe", "--topk", "65"), "--topk 65: more experts per token than --experts 64"),
+    (("bench", "moe", "--parts", "dispatch", "--hidden", "200"),
+     "--hidden 200: the dispatch rows' fp8 scales are per 128 channels"),
 ])
 def test_bad_option_values_are_usage_errors(args, words, tmp_path):
     """Refused by the parser, naming the option, before any rank starts (an output path
@@ -192,8 +203,11 @@ def test_bench_tp_mlp_smoke(tmp_path):
 
 def test_bench_moe_smoke(tmp_path):
     out = _run("bench", "moe", "--smoke", "--world-size", "2", "--parts",
-               "gemm,wgrad,a2a,dispatch,layer", "--out", str(tmp_path / "moe.json"))
+               "gemm,wgrad,a2a,dispatch,layer", "--profile", "--out", str(tmp_path / "moe.json"))
     assert out.returncode == 0, out.stderr
+    # --profile profiles the layer on every rank (its dispatch is collective: rank 0 alone
+    # ran it, on GPUs only, and waited for rank 1 forever), rank 0 prints it
+    assert out.stdout.count("ditron layer, 6 tokens: CPU time by operator") == 1, out.stdout
     rows = {row["part"]: row for row in json.loads((tmp_path / "moe.json").read_text())}
     assert set(rows) == {"gemm", "wgrad", "a2a", "dispatch", "layer"}
     for part, names in (("gemm", ("ditron", "ditron_triton", "torch_loop", "dense")),
@@ -303,3 +317,38 @@ def test_launch_on_cuda_without_a_gpu_raises_before_any_rank_starts():
 
     with pytest.raises(SettingsError, match="backend 'cuda' but no CUDA device is visible"):
         ditron.launch(print, 2, backend="cuda")
+
+
+def _not_json(constant: str):
+    """``json.loads``' hook for ``NaN`` / ``Infinity``: strict readers refuse them."""
+    raise ValueError(f"not JSON: {constant}")
+
+
+def test_benchmark_json_is_strict(tmp_path):
+    """A NaN in a benchmark's results (``max_rel_err`` when the op wrote NaN) went into its
+    JSON as ``NaN``, which only Python reads back; now the string ``"nan"``."""
+    script = tmp_path / "nan_wgrad.py"
+    script.write_text(
+        "import ditron.benchmarks.moe as moe\n"
+        "def wgrad(x, dy, offsets, out=None, config=None):\n"
+        "    return out.fill_(float('nan'))\n"
+        "moe.grouped_gemm_wgrad = wgrad\n"
+        "if __name__ == '__main__':\n"
+        f"    moe.main(['--smoke', '--parts', 'wgrad', '--out', {str(tmp_path / 'w.json')!r}])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads((tmp_path / "w.json").read_text(), parse_constant=_not_json)
+    assert row["max_rel_err"] == "nan"
+    assert row["ditron"] > 0
+
+
+def test_write_json_keeps_every_field(tmp_path):
+    from ditron.benchmarks import write_json
+
+    value = {"t": 1.5, "bad": [float("nan"), float("inf"), -float("inf")], "n": None,
+             "nested": {"x": (1, float("nan"))}, "s": "ok", "b": True}
+    write_json(str(tmp_path / "r.json"), value)
+    assert json.loads((tmp_path / "r.json").read_text(), parse_constant=_not_json) == {
+        "t": 1.5, "bad": ["nan", "inf", "-inf"], "n": None, "nested": {"x": [1, "nan"]},
+        "s": "ok", "b": True}

@@ -97,3 +97,17 @@ def test_trace_command_writes_a_valid_trace_per_rank(op, tmp_path, capsys):
                  if e["name"].startswith("tile ")]
         assert len(tiles) == 2 * calls[0]["args"]["tiles"] > 0
     assert f"rank 0 {op} call: call 0" in capsys.readouterr().out
+
+
+def test_trace_of_an_untiled_engine_is_an_error(tmp_path, monkeypatch, capsys):
+    """GEMM-RS on the copy engine computes with torch.matmul per chunk: no tile to trace.
+    ``ditron trace`` wrote an empty trace (no PNG) and exited 0; now it says why, exit 1."""
+    monkeypatch.setenv("DITRON_RS_ENGINE", "copy_engine")
+    out = str(tmp_path / "rs")
+    assert trace.main(["--op", "gemm_rs", "--world-size", "2", "--m", "16", "--n", "8",
+                       "--k", "8", "--calls", "1", "--dtype", "fp32", "--backend", "cpu",
+                       "--out", out]) == 1
+    err = capsys.readouterr().err
+    assert "no tile was recorded: gemm_rs ran no tiled GEMM kernel" in err, err
+    assert "DITRON_RS_ENGINE=colocated" in err
+    assert not list(tmp_path.iterdir())

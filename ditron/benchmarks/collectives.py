@@ -34,7 +34,6 @@ PyTorch's symmetric-memory kernels (``torch.ops.symm_mem.one_shot_all_reduce`` /
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -53,6 +52,7 @@ from ..runtime.arguments import (
     positive_int,
 )
 from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
+from . import write_json
 
 _SMALL = ["4K", "64K"]
 _DEFAULT_GPU = ["4K", "8K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G"]
@@ -419,8 +419,7 @@ def _report(records: list[dict], meta: dict, out: str) -> None:
     for r in records:
         print(f"{r['op']:<{wo}}{r['impl']:<{wi}}{r['bytes']:>12}{r['us']:>12.1f}"
               f"{r['algbw_GBps']:>12.2f}{r['busbw_GBps']:>12.2f}")
-    with open(os.path.join(out, "collectives.json"), "w") as f:
-        json.dump(dict(meta=meta, records=records), f, indent=1)
+    write_json(os.path.join(out, "collectives.json"), dict(meta=meta, records=records))
     try:
         import matplotlib
 

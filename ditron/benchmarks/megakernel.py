@@ -24,7 +24,6 @@ script; its times mean nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import torch
@@ -32,6 +31,7 @@ import torch.distributed as dist
 
 import ditron
 from ditron import trace
+from ditron.benchmarks import write_json
 from ditron.kernels.tile_config import WARPS
 from ditron.runtime.arguments import add_timing_options, int_list, output_file, positive_int
 from ditron.runtime.world import current
@@ -235,7 +235,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"{t['last_end_us']:8.1f}   waits {t['wait_us_total']:9.1f}   tile mean "
                   f"{t['tile_us_mean']:7.2f}")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(row, f, indent=1)
+        write_json(args.out, row)
     return 0
 

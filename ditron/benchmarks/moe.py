@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 
 import torch
 import torch.distributed as dist
 
 import ditron
+from ditron.benchmarks import write_json
 from ditron.kernels.grouped_gemm import (
     GroupedGemmConfig,
     grouped_gemm,
@@ -285,15 +285,8 @@ def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rou
             ditron_layer()
         fns["ditron_graph"] = graph.replay
     samples = time_in_rounds(fns, rounds, iters, warmup, dev)
-    if profile and dev.type == "cuda" and me == 0:
-        from torch.profiler import ProfilerActivity
-        from torch.profiler import profile as torch_profile
-
-        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
-            ditron_layer()
-            torch.cuda.synchronize()
-        print(f"ditron layer, {tokens} tokens: GPU time by kernel", flush=True)
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15), flush=True)
+    if profile:
+        _profile_layer(ditron_layer, tokens, dev, me == 0)
     row = {"part": "layer", "tokens": tokens, "hidden": hidden, "ffn": ffn,
            "experts": experts, "topk": topk, "world_size": W, "gated": gated,
            "max_rel_err": agreed_median([float(err)])}
@@ -303,6 +296,26 @@ def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rou
     if "ditron_graph" in row:
         row["speedup_graph"] = row["torch"] / row["ditron_graph"]
     return [row]
+
+
+def _profile_layer(layer, tokens: int, dev, show: bool) -> None:
+    """Profile one call of ``layer`` on every rank (its dispatch and combine are collectives:
+    a call on one rank alone would wait forever for its peers); ``show``: print the time by
+    kernel (GPU) or by operator (CPU backend)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    cuda = dev.type == "cuda"
+    with torch_profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]
+                       ) as prof:
+        layer()
+        if cuda:
+            torch.cuda.synchronize()
+    if show:
+        what = "GPU time by kernel" if cuda else "CPU time by operator"
+        print(f"ditron layer, {tokens} tokens: {what}", flush=True)
+        print(prof.key_averages().table(sort_by="cuda_time_total" if cuda else
+                                        "cpu_time_total", row_limit=15), flush=True)
 
 
 def _a2a_rows(tokens: int, hidden: int, topk: int, rounds: int, iters: int,
@@ -439,22 +452,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gated", action="store_true",
                    help="layer rows: SwiGLU experts (w1 twice as wide; silu(gate) * up)")
     p.add_argument("--profile", action="store_true",
-                   help="print the ditron layer's GPU time by kernel (torch.profiler)")
+                   help="print the ditron layer's GPU time by kernel (torch.profiler; on the "
+                        "CPU backend its time by operator)")
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", type=output_file, help="write the rows as JSON here")
     args = p.parse_args(argv)
     backend = "cpu" if args.smoke else "cuda"
-    if backend == "cuda" and not torch.cuda.is_available():  # before any rank starts
-        p.error("no CUDA device is visible: it times GPUs (--smoke runs tiny shapes on the "
-                "CPU backend)")
     args.shapes = SHAPES
     if args.smoke:
         args.shapes = [(24, 40, 4, 2)]
         args.tokens, args.layer_tokens, args.hidden, args.ffn = 16, [6], 256, 16
         args.experts, args.topk = 2 * args.world_size, 2
         args.warmup, args.iters, args.rounds = 1, 2, 1
+    # the layer's options, checked before any rank starts (they failed in every rank, late)
     if args.experts % args.world_size:
-        p.error(f"--experts must divide by the world size {args.world_size}")
+        p.error(f"--experts {args.experts} must divide by the world size {args.world_size}")
+    if {"dispatch", "layer"} & set(args.parts) and args.topk > args.experts:
+        p.error(f"--topk {args.topk}: more experts per token than --experts {args.experts}")
+    if "dispatch" in args.parts and args.hidden % 128:
+        p.error(f"--hidden {args.hidden}: the dispatch rows' fp8 scales are per 128 channels, "
+                f"give a multiple of 128")
+    if backend == "cuda" and not torch.cuda.is_available():  # before any rank starts
+        p.error("no CUDA device is visible: it times GPUs (--smoke runs tiny shapes on the "
+                "CPU backend)")
     rows = ditron.launch(_measure, args.world_size, args, backend=backend)[0]
     for row in rows:
         if row["part"] == "gemm":
@@ -493,6 +513,5 @@ def main(argv: list[str] | None = None) -> int:
                             ("ditron_gemm_triton", "ditron_gemm_torch") if name in row)
                   + f"  (err {row['max_rel_err']:.1e})")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(args.out, rows)
     return 0

@@ -37,7 +37,6 @@ Reported: speedup = baseline / ditron, and overlap efficiency = max(T_gemm, T_co
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import warnings
@@ -49,6 +48,7 @@ from ..ops.tp_gemm import RS_ENGINES
 from ..runtime.arguments import add_timing_options, output_dir, positive_float, positive_int
 from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
 from ..runtime.world import current
+from . import write_json
 
 AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
              (49152, 12288)]
@@ -391,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"nothing to overlap (the ops run the local GEMM alone); give --world-size 2 "
                 f"or more (ranks may share a GPU)")
     smoke = args.smoke or backend == "cpu"
+    if smoke and args.scale is not None:  # it used to be ignored
+        p.error("--scale scales the REFERENCES.md shapes, but --smoke (the default on the CPU "
+                "backend) runs tiny ones")
     scale = args.scale if args.scale is not None else 1.0
     try:
         rows = shapes(args.ops.split(","), scale, smoke, W, args.shapes)
@@ -410,8 +413,8 @@ def main(argv: list[str] | None = None) -> int:
                                 batch, args.graphs, args.alt_rs, backend=backend)[0]
     print(_table(results))
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "tp_gemm.json"), "w") as f:
-        json.dump({"results": results, "argv": argv or sys.argv[1:]}, f, indent=1)
+    write_json(os.path.join(args.out, "tp_gemm.json"),
+               {"results": results, "argv": argv or sys.argv[1:]})
     _plot(results, os.path.join(args.out, "tp_gemm.png"))
     print(f"wrote {args.out}/tp_gemm.json", file=sys.stderr)
     return 0

@@ -18,11 +18,11 @@ script; its times mean nothing.
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
 
 import ditron
+from ditron.benchmarks import write_json
 from ditron.runtime.arguments import add_timing_options, int_list, output_file, positive_int
 from ditron.tune.tuner import agreed_median, time_in_rounds
 
@@ -106,7 +106,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {kind:8s} fallback {row[f'fallback_{kind}']:10.1f}   overlap "
               f"{row[f'overlap_{kind}']:10.1f}   speed-up {row[f'speedup_{kind}']:.3f}x")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(row, f, indent=1)
+        write_json(args.out, row)
     return 0
 
