@@ -63,7 +63,7 @@ def record(op: str, buf: torch.Tensor, n_blocks: int, t0: int, t1: int) -> None:
     rows = buf[1:].view(-1, TRACE_FIELDS).tolist()
     gpu = rt.world.device.type == "cuda"
     if gpu:
-        base = min(r[1] for r in rows)
+        base = min((r[1] for r in rows), default=0)  # a launch of no tiles records none
         def conv(v):
             return (t0 + (v - base)) / 1e3
     else:
