@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
-import torch.distributed as dist
-
 from . import host_rows
 from .world import current
 
@@ -145,26 +143,25 @@ def _told(exc: BaseException) -> BaseException:
 
 
 def rank0_decides(what: str, decide: Callable[[], T]) -> T:
-    """``decide()`` run on rank 0 and its (picklable) result given to every rank (one host
-    broadcast): a choice ranks must share that reads rank 0's own state (its tuning cache
-    on disk). Where ``decide`` raises on rank 0, it raises there and every other rank raises
+    """``decide()`` run on rank 0 and its (picklable) result given to every rank (the host
+    rows, ``host_rows``, with rank 0's decision in the gather that follows them): a choice
+    ranks must share that reads rank 0's own state (its tuning cache on disk). Where
+    ``decide`` raises on rank 0, it raises there and every other rank raises
     ``RuntimeError`` naming it, instead of waiting for a result that never comes."""
     rt = current()
     if rt.world.world_size == 1:
         return decide()
-    error = None
+    error, mine = None, None
     if rt.world.rank == 0:
         try:
-            box = [(decide(), None)]
+            mine = (decide(), None)
         except Exception as exc:  # noqa: BLE001 - told to every rank, re-raised here
             error = exc
-            box = [(None, f"{type(exc).__name__}: {exc}")]
-    else:
-        box = [None]
-    dist.broadcast_object_list(box, group=rt.host_group, group_src=0)
+            mine = (None, f"{type(exc).__name__}: {exc}")
+    every = _gather(what, ("decision",), (mine,), host_rows.FIELDS)
     if error is not None:
         raise error
-    value, problem = box[0]
+    value, problem = every[0][0]
     if problem is not None:
         raise RuntimeError(f"{what}: rank 0 failed to decide for every rank: {problem}")
     return value

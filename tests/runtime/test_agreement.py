@@ -166,7 +166,8 @@ def test_gather_returns_every_rank_and_tells_a_refusal(world_size, backend):
 
 def _mixed_checks() -> list[str]:
     """Rank 0 in all_to_all's split gather while the others make all_gather's first check,
-    then rank 0 allocating while the others agree on a call; then calls that match."""
+    then rank 0 allocating, then deciding for every rank, while the others agree on a call;
+    then calls that match."""
     me = ditron.world().rank
     x = torch.arange(6.0) + 10 * me
     errors = []
@@ -182,6 +183,12 @@ def _mixed_checks() -> list[str]:
         else:
             agree("my_op", shape=(4,))
     errors.append(str(info.value))
+    with pytest.raises(ValueError) as info:  # a broadcast beside a gather: gloo aborted too
+        if me == 0:
+            rank0_decides("pick", lambda: 3)
+        else:
+            agree("my_op", shape=(4,))
+    errors.append(str(info.value))
     got = ditron.ops.all_gather(x)
     assert torch.equal(got, torch.cat([torch.arange(6.0) + 10 * r
                                        for r in range(ditron.world().world_size)]))
@@ -189,11 +196,14 @@ def _mixed_checks() -> list[str]:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_ranks_in_checks_of_different_kinds_raise(world_size, backend):
+def test_ranks_in_checks_of_different_kinds_raise(world_size, backend, monkeypatch):
     # all_to_all's split gather was a tensor gather of another size than the agreement's
-    # object gather: gloo aborted the rank processes
+    # object gather: gloo aborted the rank processes; rank0_decides, a broadcast, hung
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")
     res = ditron.launch(_mixed_checks, world_size, backend=backend)
-    for a2a, alloc in res:
+    for a2a, alloc, decide in res:
+        assert "ranks are in different collective calls" in decide, decide
+        assert "  rank 0: pick\n  rank 1: my_op" in decide, decide
         assert "ranks are in different collective calls" in a2a, a2a
         assert "  rank 0: ditron.ops.all_to_all\n  rank 1: ditron.ops.all_gather" in a2a, a2a
         assert "ranks are in different collective calls" in alloc, alloc
