@@ -84,7 +84,8 @@ def exchange(group, what: str, names: tuple[str, ...], values: tuple, kind: int 
         raise ValueError(f"host_rows.exchange: a payload of {len(payload)} ints, at most "
                          f"{width} fit")
     row = torch.tensor([digest((what, names)), kind, digest(values), len(payload),
-                        *payload, *[0] * (width - len(payload))], dtype=torch.int64)
+                        *payload, *[0] * (width - len(payload))], dtype=torch.int64,
+                       device="cpu")  # the host group's, whatever the default device
     rows = [torch.empty_like(row) for _ in range(W)]
     dist.all_gather(rows, row, group=group)
     table = [r.tolist() for r in rows]
