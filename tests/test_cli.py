@@ -161,6 +161,13 @@ def test_bench_tp_gemm_shape_subset():
     # ignored before: the CPU backend runs --smoke's tiny shapes
     (("bench", "tp-gemm", "--backend", "cpu", "--scale", "0.5"),
      "--scale scales the REFERENCES.md shapes, but --smoke"),
+    # ignored silently before: --smoke replaced them with its tiny shapes
+    (("bench", "tp-mlp", "--smoke", "--shape", "64,64,64"),
+     "--smoke runs its own tiny shapes; --shape would be ignored (leave it out"),
+    (("bench", "megakernel", "--smoke", "--layers", "3"),
+     "--smoke runs its own tiny shapes; --layers would be ignored"),
+    (("bench", "moe", "--smoke", "--topk", "4", "--hidden", "512"),
+     "--smoke runs its own tiny shapes; --hidden, --topk would be ignored (leave them out"),
     # failed late, in every rank, on a GPU ("selected index k out of range", a view error)
     (("bench", "moe", "--topk", "65"), "--topk 65: more experts per token than --experts 64"),
     (("bench", "moe", "--parts", "dispatch", "--hidden", "200"),
@@ -175,6 +182,25 @@ def test_bad_option_values_are_usage_errors(args, words, tmp_path):
     out = _run(*args)
     assert out.returncode == 2, out.stderr
     assert words in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_smoke_keeps_the_timing_options_given():
+    """``--smoke`` sets its tiny shapes and its short timing, but keeps a timing option the
+    command line gives (it used to replace every one silently)."""
+    import argparse
+
+    from ditron.runtime.arguments import add_timing_options, int_list, smoke_defaults
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--shape", default="8,8", type=int_list(("m", "n")))
+    add_timing_options(p, 3, 20, rounds=4)
+    argv = ["--iters", "7", "--warmup", "3"]  # --warmup given at its default value
+    args = p.parse_args(argv)
+    smoke_defaults(p, argv, args, {"shape": [2, 2]}, {"warmup": 1, "iters": 2, "rounds": 1})
+    assert (args.shape, args.warmup, args.iters, args.rounds) == ([2, 2], 3, 7, 1)
+    with pytest.raises(SystemExit):
+        smoke_defaults(p, ["--shape", "8,8"], p.parse_args(["--shape", "8,8"]),
+                       {"shape": [2, 2]}, {})
 
 
 @pytest.mark.parametrize("var, value, args", [

@@ -33,7 +33,13 @@ import ditron
 from ditron import trace
 from ditron.benchmarks import write_json
 from ditron.kernels.tile_config import WARPS
-from ditron.runtime.arguments import add_timing_options, int_list, output_file, positive_int
+from ditron.runtime.arguments import (
+    add_timing_options,
+    int_list,
+    output_file,
+    positive_int,
+    smoke_defaults,
+)
 from ditron.runtime.world import current
 from ditron.task.tp_mlp import MlpBlocks, default_blocks
 from ditron.tune.tuner import agreed_median, all_ok, kernel_time, time_in_rounds
@@ -188,20 +194,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="also run each config traced (ditron.trace) and write "
                         "PREFIX_<config>_rank<r>.json / .png; print where each task's time went")
     args = p.parse_args(argv)
-    tokens, hidden, ffn = args.shape
     backend = "cpu" if args.smoke else "cuda"
     if backend == "cuda" and not torch.cuda.is_available():  # before any rank starts
         p.error("no CUDA device is visible: it times GPUs (--smoke runs tiny shapes on the "
                 "CPU backend)")
+    if args.smoke:
+        smoke_defaults(p, argv, args, {"shape": [4, 32, 16 * args.world_size], "layers": 2},
+                       {"warmup": 1, "iters": 2, "rounds": 1})
+    tokens, hidden, ffn = args.shape
     try:
         blocks = ([MlpBlocks.parse(b).label() for b in args.blocks.split(",")] if args.blocks
-                  else [default_blocks(tokens).label()])
+                  else ["16x16x16x32x2"] if args.smoke else [default_blocks(tokens).label()])
     except ValueError as exc:
         p.error(str(exc))
-    if args.smoke:
-        tokens, hidden, ffn, args.layers = 4, 32, 16 * args.world_size, 2
-        blocks = blocks if args.blocks else ["16x16x16x32x2"]
-        args.warmup, args.iters, args.rounds = 1, 2, 1
     if ffn % args.world_size:
         p.error(f"ffn must divide by the world size {args.world_size}")
     row = ditron.launch(_measure, args.world_size, tokens, hidden, ffn, args.layers, blocks,

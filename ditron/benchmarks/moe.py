@@ -58,6 +58,7 @@ from ditron.runtime.arguments import (
     int_list,
     output_file,
     positive_int,
+    smoke_defaults,
 )
 from ditron.tune.tuner import agreed_median, time_in_rounds
 
@@ -461,9 +462,9 @@ def main(argv: list[str] | None = None) -> int:
     args.shapes = SHAPES
     if args.smoke:
         args.shapes = [(24, 40, 4, 2)]
-        args.tokens, args.layer_tokens, args.hidden, args.ffn = 16, [6], 256, 16
-        args.experts, args.topk = 2 * args.world_size, 2
-        args.warmup, args.iters, args.rounds = 1, 2, 1
+        smoke_defaults(p, argv, args, {"tokens": 16, "layer_tokens": [6], "hidden": 256,
+                                       "ffn": 16, "experts": 2 * args.world_size, "topk": 2},
+                       {"warmup": 1, "iters": 2, "rounds": 1})
     # the layer's options, checked before any rank starts (they failed in every rank, late)
     if args.experts % args.world_size:
         p.error(f"--experts {args.experts} must divide by the world size {args.world_size}")

@@ -23,7 +23,13 @@ import torch
 
 import ditron
 from ditron.benchmarks import write_json
-from ditron.runtime.arguments import add_timing_options, int_list, output_file, positive_int
+from ditron.runtime.arguments import (
+    add_timing_options,
+    int_list,
+    output_file,
+    positive_int,
+    smoke_defaults,
+)
 from ditron.tune.tuner import agreed_median, time_in_rounds
 
 VARIANTS = {"fallback": "fallback", "overlap": "auto"}
@@ -88,14 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
     p.add_argument("--out", type=output_file, help="write the result row as JSON here")
     args = p.parse_args(argv)
-    tokens, hidden, ffn = args.shape
     backend = "cpu" if args.smoke else "cuda"
     if backend == "cuda" and not torch.cuda.is_available():  # before any rank starts
         p.error("no CUDA device is visible: it times GPUs (--smoke runs tiny shapes on the "
                 "CPU backend)")
     if args.smoke:
-        tokens, hidden, ffn = 16 * args.world_size, 32, 16 * args.world_size
-        args.warmup, args.iters, args.batch, args.rounds = 1, 2, 1, 1
+        smoke_defaults(p, argv, args, {"shape": [16 * args.world_size, 32, 16 * args.world_size]},
+                       {"warmup": 1, "iters": 2, "batch": 1, "rounds": 1})
+    tokens, hidden, ffn = args.shape
     if tokens % args.world_size or ffn % args.world_size:
         p.error(f"tokens and ffn must divide by the world size {args.world_size}")
     row = ditron.launch(_measure, args.world_size, tokens, hidden, ffn, args.warmup,

@@ -97,6 +97,35 @@ def add_timing_options(parser: argparse.ArgumentParser, warmup: int | str, iters
                                  "(default %(default)s)")
 
 
+def given_options(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:
+    """The destinations of the options ``argv`` names explicitly (not left at their
+    defaults), by parsing it again into a namespace whose every field starts as a marker
+    (argparse fills in a default only where a field is missing)."""
+    unset = object()
+    namespace = argparse.Namespace(**{a.dest: unset for a in parser._actions})
+    parser.parse_args(argv, namespace=namespace)
+    return {dest for dest, value in vars(namespace).items() if value is not unset}
+
+
+def smoke_defaults(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+                   args: argparse.Namespace, shape: dict[str, object],
+                   timing: dict[str, object]) -> None:
+    """``--smoke``'s tiny run: set the ``shape`` options (dest -> value), refusing (a usage
+    error) any that ``argv`` gives, since the smoke run would ignore them, and the
+    ``timing`` options that ``argv`` leaves at their defaults."""
+    given = given_options(parser, argv)
+    named = sorted(dest for dest in shape if dest in given)
+    if named:
+        flags = ", ".join("--" + dest.replace("_", "-") for dest in named)
+        parser.error(f"--smoke runs its own tiny shapes; {flags} would be ignored (leave "
+                     f"{'it' if len(named) == 1 else 'them'} out, or drop --smoke)")
+    for dest, value in shape.items():
+        setattr(args, dest, value)
+    for dest, value in timing.items():
+        if dest not in given:
+            setattr(args, dest, value)
+
+
 def byte_count(text: str) -> int:
     """A positive byte count: ``4096``, ``64K``, ``512M``, ``1G``."""
     try:
