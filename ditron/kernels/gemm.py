@@ -51,6 +51,9 @@ and ``b_ptr`` are host-side tensor descriptors (``triton.tools.tensor_descriptor
 loaded tile is transposed. Out-of-bounds elements load as zeros; rows past ``row_end`` (a
 segment end) are loaded but masked at the store, as on the pointer path.
 
+Element offsets (``row * stride``) are int32, the cheaper address arithmetic, unless an
+operand or hook buffer spans more than 2**31 elements: then ``WIDE`` makes them int64.
+
 CPU backend: operands are upcast to fp32 before ``tl.dot`` (the interpreter's 16-bit dot is
 wrong in triton 3.6); the interpreter runs programs one after another, so the host launches one
 program there (the tile order is then followed exactly) and every wait is for other ranks.
@@ -235,6 +238,14 @@ def _tile_rows(mb, seg_rows, blocks_per_seg, M, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def _wide(x, WIDE: tl.constexpr):
+    """``x`` as int64 when ``WIDE``, else unchanged (element offsets past 2**31)."""
+    if WIDE:
+        x = tl.cast(x, tl.int64)
+    return x
+
+
+@triton.jit
 def _arrived_chunks(sig_ptr, count, target):
     """Bit ``c`` set for each chunk signal ``c < min(count, 64)`` that is ``>= target``:
     one acquire atomic (system scope) per lane, all lanes in flight together. Every thread's
@@ -268,7 +279,7 @@ def persistent_gemm(
     TRACE: tl.constexpr = False, GPU_TIMER: tl.constexpr = False,
     USE_TMA: tl.constexpr = False, B_NK: tl.constexpr = False, C_TMA: tl.constexpr = False,
     FLATTEN: tl.constexpr = False, DEVICE_EPOCH: tl.constexpr = False,
-    OWN_A: tl.constexpr = False,
+    OWN_A: tl.constexpr = False, WIDE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -281,9 +292,11 @@ def persistent_gemm(
             recv_ptr += (epoch % 2) * ctx.world_size * stride_rs
         if EPILOGUE == 2:
             bc_ptr += (epoch % 2) * M * N
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
+    # WIDE (an operand spans 2**31 elements or more): element offsets in int64, else the
+    # int32 products row * stride would wrap
+    offs_m = _wide(tl.arange(0, BLOCK_M), WIDE)
+    offs_n = _wide(tl.arange(0, BLOCK_N), WIDE)
+    offs_k = _wide(tl.arange(0, BLOCK_K), WIDE)
     tiles_per_seg = blocks_per_seg * n_blocks
     # chunks 0..63 this program has already seen arrive: its earlier acquire still orders
     # its later loads, so later tiles on those rows skip the poll
@@ -408,8 +421,8 @@ def persistent_gemm(
                 dl.notify(rs_sig_ptr + pend_slot, epoch, pend_peer, ctx)
                 pend_slot = tl.full((), -1, tl.int64)
             if seg != ctx.rank:
-                r_ptrs = (recv_ptr + ctx.rank * stride_rs + local_rows[:, None] * stride_rm
-                          + rn[None, :] * stride_rn)
+                r_ptrs = (recv_ptr + _wide(ctx.rank, WIDE) * stride_rs
+                          + local_rows[:, None] * stride_rm + rn[None, :] * stride_rn)
                 dl.store(r_ptrs, acc.to(out_dtype), seg, ctx, mask=tile_mask)
                 pend_slot = (ctx.rank * tiles_per_seg + local_tile).to(tl.int64)
                 pend_peer = seg.to(tl.int32)
@@ -418,8 +431,8 @@ def persistent_gemm(
                 while s < ctx.world_size:
                     if s != ctx.rank:
                         dl.wait(rs_sig_ptr + s * tiles_per_seg + local_tile, epoch, ctx)
-                        r_ptrs = (recv_ptr + s * stride_rs + local_rows[:, None] * stride_rm
-                                  + rn[None, :] * stride_rn)
+                        r_ptrs = (recv_ptr + _wide(s, WIDE) * stride_rs
+                                  + local_rows[:, None] * stride_rm + rn[None, :] * stride_rn)
                         part = tl.load(r_ptrs, mask=tile_mask, other=0.0)
                         acc += part.to(tl.float32)
                     s += 1
@@ -583,7 +596,10 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
                             or hooks.epilogue != EPI_STORE) else _local_context(c.device)
     ga = hooks.gathered
     recv = hooks.recv
-    static = _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma)
+    # hook tensors an offset may pass 2**31 in (a, b, c: checked in the cached part)
+    wide = any(t is not None and _span(t) > _INT32_SPAN
+               for t in (ga, recv, hooks.bc, hooks.own_a))
+    static = _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide)
     grid, n_blocks, blocks_per_seg, tma_b, c_tma, kwargs = static
     a_arg, b_arg, c_arg = a, b, c
     own = hooks.own_a
@@ -635,7 +651,18 @@ _GEMM = FastKernel(persistent_gemm)
 _STATIC: dict = {}
 
 
-def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
+#: the most elements an operand may span with int32 element offsets
+_INT32_SPAN = 2**31
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from ``t``'s first to its last, plus one (what its offsets must reach)."""
+    if t.is_contiguous():
+        return t.numel()
+    return 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True))
+
+
+def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide=False):
     """What a launch derives from shapes, strides, dtypes, alignment and switches alone
     (grid, block counts, TMA decisions, constexprs), computed once per distinct key."""
     key = (a.shape, a.stride(), a.dtype, a.data_ptr() % 16, b.shape, b.stride(), b.dtype,
@@ -643,7 +670,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
            seg_rows, num_tiles, cfg, hooks.a_remote, hooks.gathered is not None,
            hooks.wait_sig is not None, hooks.epilogue, hooks.trace is not None,
            hooks.epoch_cell is not None, use_tma, hooks.own_a is not None,
-           os.environ.get("DITRON_GEMM_TMA", ""))
+           os.environ.get("DITRON_GEMM_TMA", ""), wide)
     static = _STATIC.get(key)
     if static is not None:
         return static
@@ -668,6 +695,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma):
         # (TritonGPUFuseNestedLoops fails), so those run unflattened
         FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
         DEVICE_EPOCH=hooks.epoch_cell is not None, OWN_A=hooks.own_a is not None,
+        WIDE=wide or any(_span(t) > _INT32_SPAN for t in (a, b, c)),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     static = (

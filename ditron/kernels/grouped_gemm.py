@@ -172,7 +172,7 @@ def _grouped_gemm_kernel(x, w, out, offsets, G, N, K, slots,
         if not USE_TMA:
             x_ptrs = x + rows.to(tl.int64)[:, None] * sx_m + ks[None, :] * sx_k
             w_ptrs = (w + group.to(tl.int64) * sw_g + ks[:, None].to(tl.int64) * sw_k
-                      + cols[None, :] * sw_n)
+                      + cols[None, :].to(tl.int64) * sw_n)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             if USE_TMA:
@@ -192,7 +192,7 @@ def _grouped_gemm_kernel(x, w, out, offsets, G, N, K, slots,
                              input_precision=DOT_PRECISION)
             else:
                 acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-        o_ptrs = out + rows.to(tl.int64)[:, None] * so_m + cols[None, :] * so_n
+        o_ptrs = out + rows.to(tl.int64)[:, None] * so_m + cols.to(tl.int64)[None, :] * so_n
         tl.store(o_ptrs, acc.to(out.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
@@ -221,6 +221,10 @@ def _grouped_wgrad_kernel(x, dy, dw, offsets, K, N, sx_m, sx_k, sd_m, sd_n, sw_g
     ms = tl.arange(0, BLOCK_M)
     k_ok = ks < K
     col_ok = cols < N
+    # int64 column offsets, once per program: x's, dy's or dw's may pass 2**31 (a
+    # column-major x of R * K elements)
+    x_cols = ks[:, None].to(tl.int64) * sx_k
+    dy_cols = cols[None, :].to(tl.int64) * sd_n
     acc = tl.zeros((BLOCK_K, BLOCK_N), dtype=tl.float32)
     tail = lo
     if USE_TMA:
@@ -238,15 +242,16 @@ def _grouped_wgrad_kernel(x, dy, dw, offsets, K, N, sx_m, sx_k, sd_m, sd_n, sw_g
     for m0 in range(tail, hi, BLOCK_M):
         rows = m0 + ms
         row_ok = rows < hi
-        a = tl.load(x + rows.to(tl.int64)[None, :] * sx_m + ks[:, None] * sx_k,
+        a = tl.load(x + rows.to(tl.int64)[None, :] * sx_m + x_cols,
                     mask=k_ok[:, None] & row_ok[None, :], other=0.0)  # [BK, BM]: x rows, T
-        b = tl.load(dy + rows.to(tl.int64)[:, None] * sd_m + cols[None, :] * sd_n,
+        b = tl.load(dy + rows.to(tl.int64)[:, None] * sd_m + dy_cols,
                     mask=row_ok[:, None] & col_ok[None, :], other=0.0)
         if UPCAST:
             acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision=DOT_PRECISION)
         else:
             acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-    d_ptrs = dw + group.to(tl.int64) * sw_g + ks[:, None] * sw_k + cols[None, :] * sw_n
+    d_ptrs = (dw + group.to(tl.int64) * sw_g + ks[:, None].to(tl.int64) * sw_k
+              + cols[None, :].to(tl.int64) * sw_n)
     tl.store(d_ptrs, acc.to(dw.dtype.element_ty), mask=k_ok[:, None] & col_ok[None, :])
 
 

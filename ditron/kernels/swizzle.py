@@ -54,9 +54,13 @@ def _segment_blocks(seg_of_block: Sequence[int], segments: Sequence[int]) -> lis
     return order
 
 
-def _check_segments(op: str, seg_of_block: Sequence[int], world_size: int) -> None:
-    """Raise ``ValueError`` unless every block's segment is a rank or ``-1`` (a block of no
-    rows, left out of the order): a block of another segment would be left out silently."""
+def _check_segments(op: str, seg_of_block: Sequence[int], rank: int,
+                    world_size: int) -> None:
+    """Raise ``ValueError`` unless ``rank`` is in ``[0, world_size)`` and every block's
+    segment is a rank or ``-1`` (a block of no rows, left out of the order): a block of
+    another segment, or of a rank the order starts past, would be left out silently."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"{op}: rank must lie in [0, {world_size}), got {rank}")
     bad = sorted({s for s in seg_of_block if not -1 <= s < world_size})
     if bad:
         raise ValueError(f"{op}: row blocks must belong to a segment in [0, {world_size}) or "
@@ -73,7 +77,7 @@ def gather_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_si
     ``arrival`` (distinct ranks) defaults to ``rank+1, rank+2, ...`` (mod ``world_size``);
     ranks it leaves out follow in that default order, so every block is visited once.
     """
-    _check_segments("gather_order", seg_of_block, world_size)
+    _check_segments("gather_order", seg_of_block, rank, world_size)
     default = [(rank + i) % world_size for i in range(1, world_size)]
     arrival = default if arrival is None else list(arrival)
     if len(set(arrival)) != len(arrival) or not all(0 <= s < world_size for s in arrival):
@@ -91,7 +95,7 @@ def scatter_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_s
     grouped within each segment: every peer tile precedes every own tile, so a program
     never waits (own tiles wait for the peers' partials) with peer tiles still to do.
     Blocks of segment ``-1`` (no rows) are left out."""
-    _check_segments("scatter_order", seg_of_block, world_size)
+    _check_segments("scatter_order", seg_of_block, rank, world_size)
     segs = [(rank + i) % world_size for i in range(1, world_size)] + [rank]
     tiles: list[int] = []
     for s in segs:
