@@ -52,7 +52,8 @@ loaded tile is transposed. Out-of-bounds elements load as zeros; rows past ``row
 segment end) are loaded but masked at the store, as on the pointer path.
 
 Element offsets (``row * stride``) are int32, the cheaper address arithmetic, unless an
-operand or hook buffer spans more than 2**31 elements: then ``WIDE`` makes them int64.
+operand or hook buffer spans more than 2**31 elements: then ``WIDE`` makes them int64
+(``offsets.py``).
 
 CPU backend: operands are upcast to fp32 before ``tl.dot`` (the interpreter's 16-bit dot is
 wrong in triton 3.6); the interpreter runs programs one after another, so the host launches one
@@ -72,7 +73,7 @@ from .. import language as dl
 from ..runtime.config import SettingsError
 from ..runtime.grid_math import cdiv
 from ..runtime.triton_launch import FastKernel
-from . import descriptors
+from . import descriptors, offsets
 from .alignment import DIVISOR, vector_loads
 from .descriptors import describe, tma_wanted, transposable
 from .tile_config import check_tile_config
@@ -597,9 +598,9 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
     ga = hooks.gathered
     recv = hooks.recv
     # hook tensors an offset may pass 2**31 in (a, b, c: checked in the cached part)
-    wide = any(t is not None and _span(t) > _INT32_SPAN
-               for t in (ga, recv, hooks.bc, hooks.own_a))
-    static = _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide)
+    # the hook buffers' spans here, a's, b's and c's in the cached part
+    static = _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma,
+                            offsets.wide(ga, recv, hooks.bc, hooks.own_a))
     grid, n_blocks, blocks_per_seg, tma_b, c_tma, kwargs = static
     a_arg, b_arg, c_arg = a, b, c
     own = hooks.own_a
@@ -651,17 +652,6 @@ _GEMM = FastKernel(persistent_gemm)
 _STATIC: dict = {}
 
 
-#: the most elements an operand may span with int32 element offsets
-_INT32_SPAN = 2**31
-
-
-def _span(t: torch.Tensor) -> int:
-    """Elements from ``t``'s first to its last, plus one (what its offsets must reach)."""
-    if t.is_contiguous():
-        return t.numel()
-    return 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True))
-
-
 def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide=False):
     """What a launch derives from shapes, strides, dtypes, alignment and switches alone
     (grid, block counts, TMA decisions, constexprs), computed once per distinct key."""
@@ -695,7 +685,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide=Fa
         # (TritonGPUFuseNestedLoops fails), so those run unflattened
         FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
         DEVICE_EPOCH=hooks.epoch_cell is not None, OWN_A=hooks.own_a is not None,
-        WIDE=wide or any(_span(t) > _INT32_SPAN for t in (a, b, c)),
+        WIDE=wide or offsets.wide(a, b, c),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     static = (

@@ -26,6 +26,7 @@ import torch
 
 from ..kernels import tiles
 from ..kernels.descriptors import describe, tma_wanted, transposable
+from ..kernels.offsets import check_int32_offsets
 from ..runtime.agreement import rank0_decides
 from ..runtime.integers import as_int, check_int
 from ..runtime.symmetric import empty
@@ -228,6 +229,8 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
                   or default_blocks(x.shape[0], x.dtype, shared_memory(x.device)))
     blocks = _check_blocks(blocks)
     _check(x, w_gate, w_up, w_down, out, residual)
+    check_int32_offsets("add_tp_mlp", x=x, w_gate=w_gate, w_up=w_up, w_down=w_down, out=out,
+                        residual=residual)
     M, H = x.shape
     F = w_gate.shape[1]
     if h is None:
@@ -242,6 +245,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     if tuple(h.shape) != (M, F) or tuple(inbox.shape) != (W * S * M, H):
         raise ValueError(f"add_tp_mlp: h must be [{M}, {F}] and inbox [{W * S * M}, {H}], "
                          f"got {tuple(h.shape)} and {tuple(inbox.shape)}")
+    check_int32_offsets("add_tp_mlp", h=h, inbox=inbox)
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     upcast = rt.world.backend == "cpu"
     wanted = tma_wanted(x.device, blocks.tma)

@@ -789,3 +789,28 @@ def test_a_rank_refusing_its_compile_arguments_raises_on_every_rank(backend, mon
                               f"call's arguments:\n  rank 1: ValueError: {problem}"), msg
     for msg, problem in zip(got[1], problems, strict=True):  # its own error
         assert msg.startswith(problem), msg
+
+
+def _wide_operand_case(path: str) -> str:
+    from ditron.task.tp_mlp import MlpBlocks, add_tp_mlp
+
+    n = 2**31 + 4096  # a sparse file mapping: no page of it is touched
+    with open(path, "wb") as f:
+        f.truncate(4 * n)
+    store = torch.from_file(path, shared=True, size=n, dtype=torch.float32)
+    x = store.as_strided((3, 32), (2**30, 1))  # row 2 starts past 2**31 elements
+    wg, wu, wd = torch.randn(32, 16), torch.randn(32, 16), torch.randn(16, 32)
+    with pytest.raises(ValueError, match=r"add_tp_mlp: x \(3, 32\) with strides "
+                       r"\(1073741824, 1\) spans 2147483680 elements; the task tiles "
+                       r"compute int32 element offsets"):
+        add_tp_mlp(dt.TaskGraph("wide"), x, wg, wu, wd, torch.empty(3, 32),
+                   blocks=MlpBlocks(16, 16, 16, 32))
+    return "refused"
+
+
+def test_tp_mlp_refuses_operands_past_int32_offsets(tmp_path):
+    """The task tiles compute int32 element offsets: an operand spanning more than 2**31
+    elements wrapped (a crash on the CPU backend, wrong memory on a GPU); now refused when
+    the MLP is added, before any kernel."""
+    assert ditron.launch(_wide_operand_case, 1, str(tmp_path / "sparse"),
+                         backend="cpu") == ["refused"]
