@@ -6,7 +6,9 @@ buffers are placed first-fit from the bottom, or (``from_top=True``, for small l
 buffers such as signal pads) last-fit from the top, at the high end of the highest free block
 that fits, so long-lived buffers do not sit between the workspaces and split the free space.
 Equal call sequences give equal offsets; each allocation's shape, dtype and offset are
-compared across ranks and a mismatch raises before anyone uses the buffer.
+compared across ranks and a mismatch raises before anyone uses the buffer. Every offset is a
+multiple of :data:`ALIGNMENT`: the heap uses its mapping's bytes up to the last multiple
+(a ``DITRON_HEAP_SIZE`` of ``100001`` gives a heap of 99840 bytes).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from .backends import HeapMapping
 from .integers import as_int
 
 ALIGNMENT = 256
+#: the largest element count (and stride) of a torch tensor
+_MAX_NUMEL = 2**63 - 1
 
 
 class HeapExhausted(RuntimeError):
@@ -52,6 +56,11 @@ def normalize_shape(shape: int | Sequence[int]) -> tuple[int, ...]:
         raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}")
     if any(d < 0 for d in dims):
         raise ValueError(f"shape has a negative dimension: {dims}")
+    # torch's limit on the elements and strides (an empty dim counts as 1 in a stride): a
+    # shape past it, e.g. (0, 2**70), failed only after its block was taken
+    if math.prod(max(d, 1) for d in dims) > _MAX_NUMEL:
+        raise ValueError(f"shape {dims} is too large for a torch tensor (its elements or "
+                         f"strides exceed 2**63 - 1)")
     return dims
 
 
@@ -79,7 +88,9 @@ class SymmetricHeap:
     def __init__(self, mapping: HeapMapping, rank: int, host_group, poison: bool = False):
         self.mapping = mapping
         self.rank = rank
-        self.size = mapping.local.numel()
+        # whole ALIGNMENT blocks only: a last partial block would give the buffers placed
+        # from the top (signal pads) misaligned offsets, which int64 views refuse
+        self.size = mapping.local.numel() // ALIGNMENT * ALIGNMENT
         self._group = host_group
         self._poison = poison
         self._free: list[tuple[int, int]] = [(0, self.size)]  # sorted (offset, nbytes)
@@ -99,14 +110,18 @@ class SymmetricHeap:
         highest free block large enough (for small buffers that live long, e.g. signal pads,
         so they stay clear of the bottom-up workspaces); otherwise at the low end of the
         lowest one."""
-        dims = normalize_shape(shape)
-        if not isinstance(dtype, torch.dtype):
-            raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+        try:
+            dims = normalize_shape(shape)
+            if not isinstance(dtype, torch.dtype):
+                raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+        except (TypeError, ValueError) as exc:
+            self._refuse(exc)  # the peers are in the allocation's gather: they raise too
+            raise
         itemsize = dtype.itemsize
         nbytes = math.prod(dims) * itemsize
         padded = max(-(-nbytes // ALIGNMENT), 1) * ALIGNMENT
         offset = self._take(padded, bool(from_top))
-        problem = None if offset is not None else self._exhausted_message(padded)
+        problem = None if offset is not None else self._exhausted_message(nbytes, padded)
         if self._poison and offset is not None:
             # before the collective check: once it returns, a peer may write into the
             # buffer, and a later fill would overwrite what it wrote
@@ -178,14 +193,26 @@ class SymmetricHeap:
             else:
                 i += 1
 
+    _WHAT = ("ditron.empty (every rank must allocate the same shapes in the same order, "
+             "and free the same buffers)")
+
+    def _world_size(self) -> int:
+        return dist.get_world_size(self._group) if self._group is not None else 1
+
+    def _refuse(self, exc: Exception) -> None:
+        """Join the allocation's gather that the peers make with this rank's refusal of its
+        own arguments (``exc``), so that they raise instead of waiting for this rank."""
+        if self._world_size() > 1:
+            host_rows.exchange(self._group, self._WHAT, ("allocation", "problem"),
+                               (None, f"{type(exc).__name__}: {exc}"), host_rows.REFUSED)
+
     def _check_symmetric(self, meta, problem: str | None) -> None:
         """Compare ``meta`` across ranks; raise on heap exhaustion anywhere or a mismatch."""
-        world = dist.get_world_size(self._group) if self._group is not None else 1
-        if world == 1:
+        if self._world_size() == 1:
             if problem:
                 raise HeapExhausted(problem)
             return
-        what = "ditron.empty (every rank must allocate the same shapes in the same order)"
+        what = self._WHAT
         rows = host_rows.exchange(self._group, what, ("allocation", "problem"), (meta, problem),
                                   host_rows.PROBLEM if problem else host_rows.OK)
         if rows.calls is None:  # the same allocation everywhere, no problem
@@ -193,6 +220,12 @@ class SymmetricHeap:
         if (calls := rows.different_calls()) is not None:
             raise ValueError(f"{what}: ranks are in different collective calls (an allocation "
                              f"on some, another call on others):\n{calls}")
+        refused = [f"  rank {r}: {call[2][1]}" for r, (kind, call)
+                   in enumerate(zip(rows.kinds, rows.calls, strict=True))
+                   if kind == host_rows.REFUSED]
+        if refused:
+            raise ValueError(f"{what}: {'a rank' if len(refused) == 1 else 'ranks'} refused "
+                             f"the allocation's arguments:\n" + "\n".join(refused))
         metas = [call[2] for call in rows.calls]
         failed = [(r, p) for r, (_, p) in enumerate(metas) if p]
         if failed:
@@ -207,21 +240,26 @@ class SymmetricHeap:
         self._free.insert(i, (offset, nbytes))
         self._coalesce(max(i - 1, 0))
 
-    def _exhausted_message(self, nbytes: int) -> str:
+    def _exhausted_message(self, nbytes: int, padded: int) -> str:
+        """``nbytes`` asked for, ``padded`` of them in whole ``ALIGNMENT`` blocks."""
         free = sum(s for _, s in self._free)
         largest = max((s for _, s in self._free), default=0)
         held = sorted(self._live.values(), key=lambda a: (-a.nbytes, a.offset))[:3]
         biggest = "".join(f"{', ' if i else '; the largest: '}{a.name!r} ({a.nbytes} bytes)"
                           for i, a in enumerate(held))
         return (f"ditron.empty: symmetric heap exhausted on rank {self.rank}: requested "
-                f"{nbytes} bytes, used {self.size - free} of {self.size} bytes (free {free}, "
+                f"{nbytes} bytes{'' if padded == nbytes else f' ({padded} with alignment)'}, "
+                f"used {self.size - free} of {self.size} bytes (free {free}, "
                 f"largest free block {largest}){biggest}; raise DITRON_HEAP_SIZE, "
                 f"ditron.free buffers, or free the ops' cached workspaces with "
                 f"ditron.ops.release_workspaces() (collective)")
 
     # -- lookup -----------------------------------------------------------------------------
     def contains(self, tensor: torch.Tensor) -> bool:
-        return self._offset(tensor) is not None
+        """Whether ``tensor`` lies in this heap, inside one live buffer (the tensors of a
+        freed buffer do not: its block may already hold another buffer)."""
+        offset = self._offset(tensor)
+        return offset is not None and self._is_live(offset, tensor)
 
     def offset_of(self, tensor: torch.Tensor) -> int:
         offset = self._offset(tensor)
@@ -282,13 +320,22 @@ class SymmetricHeap:
         usable = other[: self.size - self.size % itemsize].view(tensor.dtype)
         return usable.as_strided(tensor.shape, tensor.stride(), offset // itemsize)
 
+    def _is_live(self, offset: int, tensor: torch.Tensor) -> bool:
+        """Whether the bytes ``tensor`` spans from ``offset`` lie inside one live buffer (an
+        empty tensor: always)."""
+        if tensor.numel() == 0:
+            return True
+        end = offset + _span(tensor)
+        alloc = self._live.get(offset)  # the common case: a whole buffer, no scan
+        if alloc is not None and end <= offset + alloc.nbytes:
+            return True
+        return any(a.offset <= offset and end <= a.offset + a.nbytes
+                   for a in self._live.values())
+
     def _check_live(self, offset: int, tensor: torch.Tensor) -> None:
         """Raise unless the bytes ``tensor`` spans lie inside one live buffer."""
-        if tensor.numel() == 0:
-            return
-        end = offset + _span(tensor)
-        if not any(a.offset <= offset and end <= a.offset + a.nbytes
-                   for a in self._live.values()):
+        if not self._is_live(offset, tensor):
+            end = offset + _span(tensor)
             raise ValueError(f"ditron.peer: the tensor spans heap bytes [{offset}, {end}), "
                              f"which are not inside one live symmetric buffer (freed, or "
                              f"reaching past the buffer it views)")

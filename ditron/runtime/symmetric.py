@@ -47,7 +47,8 @@ def peer(t: torch.Tensor, rank: int) -> torch.Tensor:
 
 
 def is_symmetric(tensor: torch.Tensor) -> bool:
-    """True if ``tensor`` lies in this rank's symmetric heap."""
+    """True if ``tensor`` lies in this rank's symmetric heap, inside a live buffer (a
+    buffer's tensors stop being symmetric when it is freed, as :func:`peer` refuses them)."""
     return current().heap.contains(tensor)
 
 

@@ -5,7 +5,7 @@ import torch
 
 import ditron
 from ditron.runtime.backends.base import HeapMapping
-from ditron.runtime.heap import HeapExhausted, SymmetricHeap
+from ditron.runtime.heap import ALIGNMENT, HeapExhausted, SymmetricHeap
 from ditron.runtime.world import current
 
 
@@ -235,9 +235,9 @@ def _mixed_order() -> bool:
     assert heap._free == [(0, 3328)]
     whole = heap.alloc(3328, torch.uint8)  # first fit used to put p and q at 1024 and 2304
     assert heap.offset_of(whole) == 0 and heap._free == []
-    with pytest.raises(HeapExhausted, match=r"heap exhausted on rank \d: requested 256 bytes, "
-                                            r"used 4096 of 4096 bytes \(free 0, largest free "
-                                            r"block 0\)"):
+    with pytest.raises(HeapExhausted, match=r"heap exhausted on rank \d: requested 8 bytes "
+                                            r"\(256 with alignment\), used 4096 of 4096 "
+                                            r"bytes \(free 0, largest free block 0\)"):
         heap.alloc(1, torch.int64, from_top=True)
     heap.free(p)
     heap.free(whole)  # [0, 3328) and [3840, 4096) free, q between them
@@ -290,6 +290,99 @@ def test_signal_pads_sit_at_the_top_of_the_heap(backend, world_size, monkeypatch
     monkeypatch.setenv("DITRON_HEAP_SIZE", "64K")
     assert ditron.launch(_pads_above_workspaces, world_size, backend=backend) == [
         (65536 - 1280, 65536 - 256)] * world_size
+
+
+def _odd_heap_size() -> list[int]:
+    """A heap whose size is not a whole number of 256-byte blocks: buffers placed from the
+    top (signal pads, the barrier's) got offsets such as 99744, and an int64 pad's view
+    failed ("storage_offset() must be divisible by 8")."""
+    heap = current().heap
+    ditron.barrier()  # the barrier's pad: the first buffer from the top
+    pad = ditron.signal_pad("test.odd", 3)
+    wide = heap.alloc(4, torch.complex128, from_top=True)
+    offsets = [heap.offset_of(t) for t in (current().cache["barrier_pad"].signals,
+                                           pad.signals, wide)]
+    assert all(o % ALIGNMENT == 0 for o in offsets), offsets
+    whole = ditron.empty(heap.size - heap.used_bytes, torch.uint8)
+    with pytest.raises(HeapExhausted, match=r"used 99840 of 99840 bytes"):
+        ditron.empty(1, torch.uint8)
+    ditron.free(whole)
+    return [heap.size, *offsets]
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_heap_size_not_a_multiple_of_the_alignment(world_size, monkeypatch):
+    monkeypatch.setenv("DITRON_HEAP_SIZE", "100001")
+    assert ditron.launch(_odd_heap_size, world_size, backend="cpu") == [
+        [99840, 99584, 99328, 99072]] * world_size
+
+
+def _shapes_torch_refuses() -> int:
+    """Shapes whose elements or strides overflow int64 (empty ones too) are refused before
+    a block is taken: ``(0, 2**70)`` used to take a block, record it live and then fail in
+    ``view`` with torch's overflow error, leaving the block allocated on every rank."""
+    heap = current().heap
+    used = heap.used_bytes
+    for shape in ((0, 2**70), (2**62, 2**62, 0), (0, 2**62, 2**62), (2**40, 2**40)):
+        with pytest.raises(ValueError, match=r"is too large for a torch tensor"):
+            ditron.empty(shape, torch.float32)
+    t = ditron.empty((2**63 - 1, 0), torch.float32)  # the largest torch takes
+    assert t.shape == (2**63 - 1, 0)
+    ditron.free(t)
+    return heap.used_bytes - used
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_shapes_past_torch_limits_are_refused_without_leaking(world_size):
+    assert ditron.launch(_shapes_torch_refuses, world_size, backend="cpu") == [0] * world_size
+
+
+def _one_rank_refuses() -> str:
+    """A rank whose own arguments are refused (a negative dimension, a dtype that is not a
+    torch.dtype) joins the allocation's gather with its error: its peers raise ValueError
+    naming it instead of waiting for it (and then give back the block they took)."""
+    w = ditron.world()
+    heap = current().heap
+    used = heap.used_bytes
+    messages = []
+    for bad_shape, bad_dtype in (((-1,), torch.float32), ((4,), "float32")):
+        mine = (bad_shape, bad_dtype) if w.rank == 1 else ((4,), torch.float32)
+        with pytest.raises((TypeError, ValueError)) as info:
+            ditron.empty(*mine)
+        messages.append(str(info.value))
+    assert heap.used_bytes == used
+    ditron.free(ditron.empty(4))  # every rank is in step again
+    return "\n".join(messages)
+
+
+def test_a_rank_refusing_its_arguments_makes_every_rank_raise():
+    results = ditron.launch(_one_rank_refuses, 3, backend="cpu")
+    for r in (0, 2):
+        assert "a rank refused the allocation's arguments:\n  rank 1: ValueError: shape has " \
+               "a negative dimension: (-1,)" in results[r]
+        assert "rank 1: TypeError: dtype must be a torch.dtype, got 'float32'" in results[r]
+    assert results[1] == ("shape has a negative dimension: (-1,)\n"
+                          "dtype must be a torch.dtype, got 'float32'")
+
+
+def _freed_is_not_symmetric() -> bool:
+    """A freed buffer's tensors are no longer symmetric (``is_symmetric`` said they were,
+    so an op took a freed ``out`` for a symmetric one and peers could write into the block,
+    which the next allocation reuses), as ``peer`` refuses them."""
+    a = ditron.empty((4, 8), torch.float32)
+    views = (a, a[1:, 2], a.T, a[:0])
+    assert all(ditron.is_symmetric(v) for v in views)
+    ditron.free(a)
+    assert [ditron.is_symmetric(v) for v in views] == [False, False, False, True]  # empty
+    b = ditron.empty((4, 8), torch.float32)  # the same block again
+    assert b.data_ptr() == a.data_ptr() and ditron.is_symmetric(a) and ditron.is_symmetric(b)
+    ditron.free(b)
+    return True
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_freed_buffers_are_not_symmetric(world_size):
+    assert all(ditron.launch(_freed_is_not_symmetric, world_size, backend="cpu"))
 
 
 def test_api_needs_init():
