@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from ..language.context import DIAG_WORDS, DeviceContext
 from ..language.core import HEAP_BASE_ALIGN
-from . import interpret
+from . import host_rows, interpret
 from .backends import Backend, Topology, get_backend
 from .config import Settings
 from .groups import Groups, group_ranks, nodes_of, world_groups
@@ -278,8 +278,12 @@ def shutdown() -> None:
 def _release(rt: Runtime) -> None:
     try:
         rt.backend.synchronize(rt.world.device)
-        if rt.world.world_size > 1:
-            dist.barrier(rt.host_group)
+        if rt.world.world_size > 1:  # a barrier on the host rows: a peer still in a host
+            # check (an allocation, an agreement) raises with this rank instead of hanging
+            rows = host_rows.exchange(rt.host_group, "ditron.shutdown", (), ())
+            if (calls := rows.different_calls()) is not None:
+                raise RuntimeError(f"ditron.shutdown: ranks are in different collective "
+                                   f"calls (some shut down, others did not):\n{calls}")
     finally:
         rt.backend.unmap_heap(rt.heap.mapping)
         if dist.is_initialized():

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import ditron
 from ditron.runtime import launch as launch_mod
@@ -236,3 +237,22 @@ def test_ranks_exit_when_the_launcher_is_killed(tmp_path):
     assert status == -signal.SIGKILL
     assert not left, f"processes left running: {left}"
     assert "the process that launched it is gone" in (tmp_path / "log").read_text()
+
+
+def _allocate_alone() -> str:
+    if ditron.world().rank == 0:
+        time.sleep(1)  # rank 1 is in its shutdown by now
+        ditron.empty((4,), torch.float32)
+    return "returned"
+
+
+def test_a_rank_allocating_while_its_peer_shuts_down_raises():
+    """Rank 1 returns (its shutdown waits for the others) while rank 0 allocates: both
+    host calls used to wait for each other (a gloo barrier beside the allocation's gather)
+    until the host group's timeout, 10 minutes or more. The shutdown's barrier is a host
+    row now: both see the other's call and raise."""
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=r"ranks are in different collective calls(.|\n)*"
+                                         r"rank 1: ditron.shutdown"):
+        ditron.launch(_allocate_alone, 2)
+    assert time.monotonic() - start < 60
