@@ -92,9 +92,9 @@ T = TypeVar("T")
 
 # -- validation ------------------------------------------------------------------------------
 def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str,
-              options: Callable[[], T] | None = None) -> T | None:
-    """Check the operands and ``method`` of ``op``, then ``options()`` (the op's other
-    arguments; returns its result), and the ranks' agreement on the call. A rank that
+              config: GemmConfig | None, options: Callable[[], T] | None = None) -> T | None:
+    """Check the operands, ``method`` and ``config`` of ``op``, then ``options()`` (the op's
+    other arguments; returns its result), and the ranks' agreement on the call. A rank that
     refuses its arguments tells its peers in that agreement's gather
     (``runtime.agreement.refused_together``), so they raise too instead of waiting."""
     rt = current()
@@ -104,6 +104,11 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str,
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else None
     valid = rt.cache.setdefault("tp_gemm_valid", set())
     with refused_together(f"ditron.ops.{op}"):
+        if config is not None and not isinstance(config, GemmConfig):
+            # it keys caches and the ranks' agreement on the tiles: a dict used to raise an
+            # unhashable TypeError on its rank alone, leaving the peers waiting
+            raise TypeError(f"ditron.ops.{op}: config must be a ditron.kernels.gemm."
+                            f"GemmConfig or None, got {type(config).__name__}")
         if seen in valid and not rt.settings.check_calls:
             return None if options is None else options()
         _check_operands(op, a, b, method)
@@ -285,7 +290,7 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
                 else check_int(chunk_rows, "ditron.ops.ag_gemm: chunk_rows", 1))
         return forced, rows
 
-    forced, chunk_rows = _validate("ag_gemm", a, b, method, options)
+    forced, chunk_rows = _validate("ag_gemm", a, b, method, config, options)
     rt = current()
     W = rt.world.world_size
     m, K = a.shape
@@ -543,7 +548,8 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
       the tuned value, else a whole segment), each pushed to ``d`` by the copy engine
       while the next one is computed; own rows last; then the partials are summed per
       chunk as each chunk lands. ``early_rows`` (default: the tuned value, else 0) of the
-      own rows join the last peer's GEMM, where two uneven GEMMs run in fewer waves.
+      own rows join the last peer's GEMM, where two uneven GEMMs run in fewer waves (one
+      chunk per segment; given with another engine or chunking, it raises on every path).
     * ``"copy_engine_pull"``: the same partials, computed into this rank's own inbox and
       published; each rank pulls its rows' partials with the copy engine straight into
       the result, and its own rows' GEMM accumulates onto them (``addmm``) chunk by chunk
@@ -571,9 +577,19 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         if early_rows is not None and (early is None or not 0 <= early < max(seg, 1)):
             raise ValueError(f"ditron.ops.gemm_rs: early_rows must be an int in [0, M / W = "
                              f"{seg}), got {early_rows!r}")
-        return forced, _rs_chunk_rows(chunk_rows, seg), early
+        rows = _rs_chunk_rows(chunk_rows, seg)
+        # refused whatever path the call takes (they used to pass where it fell back)
+        if early and forced is not None and forced != "copy_engine":
+            raise ValueError(f"ditron.ops.gemm_rs: early_rows applies to engine='copy_engine' "
+                             f"only, not {forced!r}")
+        chunks = (1 if rows is None or not seg else len(rows) if isinstance(rows, tuple)
+                  else -(-seg // rows))
+        if early and chunks > 1:
+            raise ValueError(f"ditron.ops.gemm_rs: early_rows={early} needs one chunk per "
+                             f"segment, got chunk_rows={chunk_rows!r} ({chunks} chunks)")
+        return forced, rows, early
 
-    forced, chunk_rows, early_rows = _validate("gemm_rs", a, b, method, options)
+    forced, chunk_rows, early_rows = _validate("gemm_rs", a, b, method, config, options)
     M = a.shape[0]
     N = b.shape[1]
     choice = _choose("gemm_rs", method, M, a, b, config)
@@ -592,7 +608,7 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     with refused_together("ditron.ops.gemm_rs transfers"):
         if early_rows and rs_engine != "copy_engine":
             raise ValueError(f"ditron.ops.gemm_rs: early_rows applies to engine='copy_engine' "
-                             f"only, not {rs_engine!r}")
+                             f"only, not {rs_engine or 'colocated'!r}")
     # the tuned early_rows goes with the tuned chunking only
     early = (early_rows if early_rows is not None
              else choice.early_rows if chunk_rows is None else 0)
@@ -638,7 +654,7 @@ def gemm_ar(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     :func:`gemm_rs`, then each reduced own tile is pushed to every peer at once, and each
     program finally waits for and copies the peers' reduced tiles.
     """
-    _validate("gemm_ar", a, b, method)
+    _validate("gemm_ar", a, b, method, config)
     rt = current()
     M = a.shape[0]
     choice = _choose("gemm_ar", method, M, a, b, config)

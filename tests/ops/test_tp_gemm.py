@@ -365,6 +365,48 @@ def test_bad_inputs_raise_before_any_kernel(backend):
     assert res[0] == res[1] and len(res[0]) == 8
 
 
+def _bad_config_case() -> list[str]:
+    """``config`` that is not a ``GemmConfig``, on one rank and then on every rank; then
+    ``early_rows`` that its engine or chunking cannot take, on every path."""
+    w = ditron.world()
+    torch.manual_seed(w.rank)
+    a = torch.randn(4, 6, device=w.device)
+    a2 = torch.randn(4 * w.world_size, 6, device=w.device)
+    b = torch.randn(6, 5, device=w.device)
+    calls = {"ag_gemm": lambda cfg: ditron.ops.ag_gemm(a, b, method="overlap", config=cfg),
+             "gemm_rs": lambda cfg: ditron.ops.gemm_rs(a2, b, method="overlap", config=cfg),
+             "gemm_ar": lambda cfg: ditron.ops.gemm_ar(a2, b, method="overlap", config=cfg)}
+    seen = []
+    for op, call in calls.items():
+        # rank 1 alone, in the op's first call: it used to raise an unhashable TypeError
+        # there alone, and its peers waited for it in the next call's check
+        with pytest.raises((TypeError, ValueError)) as info:
+            call({"block_m": 16} if w.rank == 1 else None)
+        seen.append(str(info.value).splitlines()[0])
+        for bad in ({"block_m": 16}, (16, 32, 16)):  # every rank: a tuple got to cfg.block_m
+            with pytest.raises(TypeError, match=rf"^ditron\.ops\.{op}: config must be a "):
+                call(bad)
+        _close(op, call(None), _gather(a).double() @ b.double() if op == "ag_gemm" else
+               _sum(a2.double() @ b.double())[w.rank * 4:(w.rank + 1) * 4]
+               if op == "gemm_rs" else _sum(a2.double() @ b.double()), torch.float32)
+    # early_rows its engine or chunking cannot take raises whatever path the call takes
+    # (it used to pass where the call fell back: by method, or by the cost model's choice)
+    for method in ("fallback", "overlap", "auto"):
+        with pytest.raises(ValueError, match="early_rows applies to engine='copy_engine'"):
+            ditron.ops.gemm_rs(a2, b, method=method, engine="colocated", early_rows=1)
+        with pytest.raises(ValueError, match="early_rows=1 needs one chunk per segment"):
+            ditron.ops.gemm_rs(a2, b, method=method, engine="copy_engine", chunk_rows=2,
+                               early_rows=1)
+    return seen
+
+
+def test_bad_config_and_early_rows_raise_on_every_rank_and_path(backend):
+    assert ditron.launch(_bad_config_case, 2, backend=backend) == [
+        [f"ditron.ops.{op}: config must be a ditron.kernels.gemm.GemmConfig or None, got dict"
+         if rank == 1 else f"ditron.ops.{op}: a rank refused the call's arguments:"
+         for op in ("ag_gemm", "gemm_rs", "gemm_ar")] for rank in range(2)]
+
+
 def _empty_engine_variables_case() -> int:
     w = ditron.world()
     torch.manual_seed(w.rank)
