@@ -501,8 +501,9 @@ def _ag_overlap(a, b, cfg: GemmConfig, return_gathered: bool):
     m, K = a.shape
     N = b.shape[1]
     M = W * m
-    ws = _ag_workspace(a, b, cfg, nodes, nodes * m, "shards")
-    pad = signal_pad("ag_gemm", W)
+    # no room for the pad: free the workspaces and build both again
+    ws, pad = allocate(lambda: (_ag_workspace(a, b, cfg, nodes, nodes * m, "shards"),
+                                signal_pad("ag_gemm", W)))
     epoch = pad.next_epoch()
     buf = ws["shards"][epoch % 2]
     if nodes > 1:

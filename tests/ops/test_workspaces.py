@@ -183,12 +183,47 @@ def _rank_ag_pad_after_full_heap() -> tuple[int, int]:
     return workspaces.evictions() - before, kk
 
 
+def _rank_ag_pulled_pad_after_full_heap() -> tuple[int, int]:
+    """The same for AG-GEMM's colocated variant (peers' shards loaded by the GEMM), whose pad
+    is fetched once, at its first call: it was fetched outside the eviction, so a first
+    call whose buffer took the heap's last free bytes raised HeapExhausted."""
+    from ditron.ops.collectives import release_workspaces
+
+    release_workspaces()
+    w = ditron.world()
+    W, me = w.world_size, w.rank
+    heap = current().heap
+    fillers = [heap.alloc((size,), torch.uint8, from_top=True)
+               for _, size in reversed(heap._free[1:])]
+    # an evictable workspace: a GEMM-RS call's
+    a = torch.randn(W * 8, 8, generator=torch.Generator().manual_seed(me))
+    b = torch.randn(8, 8, generator=torch.Generator().manual_seed(0))
+    ditron.ops.gemm_rs(a.to(w.device), b.to(w.device), method="overlap", engine="colocated")
+    m = 16
+    per_k = 2 * m * 4  # the own shard's buffer per column of K (two halves, fp32)
+    kk = (heap.size - heap.used_bytes) // per_k
+    assert heap.size - heap.used_bytes - kk * per_k < ALIGNMENT, "the pad would still fit"
+    before = workspaces.evictions()
+    for i in range(3):  # the first call evicts; the later ones reuse what it fetched
+        g = torch.Generator().manual_seed(10 * me + i)
+        a = torch.randn(m, kk, generator=g)
+        b = torch.randn(kk, 8, generator=torch.Generator().manual_seed(i))
+        got = ditron.ops.ag_gemm(a.to(w.device), b.to(w.device), method="overlap",
+                                 engine="colocated")
+        torch.testing.assert_close(got.cpu(), _gather_reference(a) @ b, rtol=1e-4, atol=1e-4,
+                                   msg=f"call {i}")
+    for t in fillers:
+        ditron.free(t)
+    return workspaces.evictions() - before, kk
+
+
 def _rank_pads_after_full_heap() -> list[tuple[int, int]]:
-    return [_rank_pad_after_full_heap(), _rank_ag_pad_after_full_heap()]
+    return [_rank_pad_after_full_heap(), _rank_ag_pad_after_full_heap(),
+            _rank_ag_pulled_pad_after_full_heap()]
 
 
 def test_a_pad_that_finds_the_heap_full_evicts_the_workspaces(monkeypatch):
     monkeypatch.setenv("DITRON_HEAP_SIZE", "64K")
     results = ditron.launch(_rank_pads_after_full_heap, 2)
     assert results[0] == results[1], results
-    assert [evicted for evicted, _ in results[0]] == [1, 1], results
+    assert [evicted for evicted, _ in results[0]] == [1, 1, 1], results
