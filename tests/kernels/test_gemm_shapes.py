@@ -50,22 +50,23 @@ def test_matmul_odd_shapes_and_strides(M, N, K, dtype):
                                        rtol=tol)
 
 
-#: views 2**30 elements apart in one sparse file mapping of 2**31 + 4096 fp16 elements
-#: (a few pages touched): row or column 2 of each starts past 2**31 elements
-_WIDE = textwrap.dedent("""
-    import os, sys
-    import torch
-    import ditron
-    from ditron.kernels.gemm import matmul, launch_gemm, cached_linear_order, default_config
-    from ditron.kernels.grouped_gemm import GroupedGemmConfig, grouped_gemm, grouped_gemm_wgrad
+#: elements of the store the wide views lie in: row or column 2 of each view, 2**30
+#: elements apart, starts past 2**31
+WIDE_STORE = 2**31 + 4096
 
-    path = sys.argv[1]
-    n = 2**31 + 4096
-    with open(path, "wb") as f:
-        f.truncate(2 * n)
-    store = torch.from_file(path, shared=True, size=n, dtype=torch.float16)
-    os.unlink(path)
-    far = 2**30
+
+def check_wide_offsets(store: torch.Tensor) -> str:
+    """The persistent GEMM and the grouped GEMMs on views of ``store`` (fp16,
+    ``WIDE_STORE`` elements) whose rows or columns are 2**30 elements apart; raises on a
+    wrong result, returns ``"ok"``."""
+    from ditron.kernels.gemm import cached_linear_order, default_config, launch_gemm
+    from ditron.kernels.grouped_gemm import (
+        GroupedGemmConfig,
+        grouped_gemm,
+        grouped_gemm_wgrad,
+    )
+
+    far, dev = 2**30, store.device
 
     def view(shape, stride, offset):
         t = store.as_strided(shape, stride, offset)
@@ -87,7 +88,7 @@ _WIDE = textwrap.dedent("""
     # the grouped GEMM: w's and out's columns far apart; its weight gradient: x's, dy's
     # columns and dw's rows
     gcfg = GroupedGemmConfig(16, 16, 16, num_warps=1, num_stages=1)
-    x, offsets = torch.randn(5, 16).half(), torch.tensor([0, 2, 5])
+    x, offsets = torch.randn(5, 16).half().to(dev), torch.tensor([0, 2, 5], device=dev)
     w = view((2, 16, 3), (16, 1, far), 64)
     out = store.as_strided((5, 3), (1, far), 128).fill_(float("nan"))
     grouped_gemm(x, w, offsets, out=out, config=gcfg)
@@ -98,7 +99,22 @@ _WIDE = textwrap.dedent("""
     grouped_gemm_wgrad(xs, dy, offsets, out=dw, config=gcfg)
     close(dw[0], xs[:2].float().t() @ dy[:2].float(), "wgrad 0")
     close(dw[1], xs[2:].float().t() @ dy[2:].float(), "wgrad 1")
-    print("ok")
+    return "ok"
+
+
+#: the CPU check in a child process, on a sparse file mapping (a few pages touched)
+_WIDE = textwrap.dedent("""
+    import os, sys
+    import torch
+    import ditron
+    from tests.kernels.test_gemm_shapes import WIDE_STORE, check_wide_offsets
+
+    path = sys.argv[1]
+    with open(path, "wb") as f:
+        f.truncate(2 * WIDE_STORE)
+    store = torch.from_file(path, shared=True, size=WIDE_STORE, dtype=torch.float16)
+    os.unlink(path)
+    print(check_wide_offsets(store))
 """)
 
 
@@ -108,11 +124,22 @@ def test_offsets_past_int32_do_not_wrap(tmp_path):
     GEMM's column offsets were int32 products that wrapped: the CPU interpreter read below
     the tensor and crashed (SIGSEGV), a GPU would read or write the wrong memory. Run in a
     child process so that a crash fails this test alone."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", _WIDE, str(tmp_path / "sparse")], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=root)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (
         f"exit {proc.returncode}: {proc.stderr[-2000:]}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_offsets_past_int32_do_not_wrap_gpu():
+    """The same views on a GPU: a 4 GiB store, compiled kernels (``WIDE`` in the
+    persistent GEMM, the grouped GEMMs' int64 column offsets)."""
+    store = torch.zeros(WIDE_STORE, dtype=torch.float16, device="cuda")
+    assert check_wide_offsets(store) == "ok"
+    torch.cuda.synchronize()
 
 
 def test_swizzle_orders_are_permutations():
