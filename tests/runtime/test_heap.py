@@ -52,7 +52,7 @@ def test_mismatched_shapes_raise_naming_ranks(backend):
 def _exhaust():
     ditron.empty((512, 1024), torch.uint8, name="half")  # half of the 1 MiB heap
     ditron.empty((16, 1024), torch.uint8, name="small")
-    ditron.ops.all_gather(torch.ones(4096))  # the op keeps a workspace
+    ditron.ops.all_gather(torch.ones(4096, device=ditron.world().device))  # keeps a workspace
     ditron.empty((600, 1024), torch.uint8)
 
 
