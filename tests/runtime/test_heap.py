@@ -57,13 +57,15 @@ def _exhaust():
 
 
 def test_heap_exhaustion_reports_used_and_free(backend, monkeypatch):
-    # the message names the largest buffers (here the ops' cached workspace among them) and
-    # how to free the workspaces, which ditron.empty does not evict
+    # the message names the largest buffers (here the ops' cached workspace among them: the
+    # exchange's inbox on the CPU backend, the fused kernel's on CUDA) and how to free the
+    # workspaces, which ditron.empty does not evict
     monkeypatch.setenv("DITRON_HEAP_SIZE", "1M")
     with pytest.raises(RuntimeError, match=r"heap exhausted on rank \d: requested 614400 bytes, "
                                            r"used \d+ of 1048576 bytes \(free \d+, largest free "
                                            r"block \d+\); the largest: 'half' \(524288 bytes\), "
-                                           r"'inbox:all_gather[^']*' \(\d+ bytes\), "
+                                           r"'(inbox:all_gather|fused:float32)[^']*' \(\d+ "
+                                           r"bytes\), "
                                            r"'small' \(16384 bytes\); .*"
                                            r"ditron.ops.release_workspaces\(\)"):
         ditron.launch(_exhaust, 2, backend=backend)
