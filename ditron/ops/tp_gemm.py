@@ -5,7 +5,9 @@ distributed swizzle (``kernels/swizzle.py``) + a decision (tuned or cost model) 
 fallback (``torch.matmul`` + ``torch.distributed`` on the default group).
 
 Heap buffers are cached workspaces (``ops/workspaces.py``: per shape, freed and rebuilt
-when the heap runs full), host metadata is cached per shape and tile config; every
+when the heap runs full), host metadata (tile orders, plans, decisions) per shape and tile
+config in a bounded cache (``runtime/bounded_cache.py``: least recently used signatures
+evicted, the same on every rank; what a CUDA graph reads pinned); every
 buffer peers touch is **double-buffered by call parity** and every signal is *set* to the
 call's epoch (``docs/developing.md``), so no barrier and no reset is needed between calls:
 a rank writes buffer ``e % 2`` in call ``e`` only after its call ``e - 1`` waited on every
@@ -62,6 +64,7 @@ from ..kernels.gemm import (
 from ..plan import deps as plan_deps
 from ..plan import ir as plan_ir
 from ..plan import lowering, templates
+from ..runtime import bounded_cache
 from ..runtime.agreement import agree, rank0_decides, refused_together
 from ..runtime.diagnostics import check_waits
 from ..runtime.grid_math import cdiv
@@ -72,7 +75,7 @@ from ..runtime.torch_dist import reduce_scatter_single
 from ..runtime.world import current
 from . import rs_copy_engine
 from .exchange import engine_instance
-from .graphs import capturing, graph_mode, require_warm
+from .graphs import capturing, graph_mode, not_warmed, require_warm
 from .modes import public_op
 from .workspaces import alloc_buffers, allocate, cached
 
@@ -102,20 +105,20 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str,
     # at once: the checks cost ~15 us of host time per call on GPU hosts
     seen = (op, method, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device) \
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else None
-    valid = rt.cache.setdefault("tp_gemm_valid", set())
+    shapes = bounded_cache.named("tp_gemm")
     with refused_together(f"ditron.ops.{op}"):
         if config is not None and not isinstance(config, GemmConfig):
             # it keys caches and the ranks' agreement on the tiles: a dict used to raise an
             # unhashable TypeError on its rank alone, leaving the peers waiting
             raise TypeError(f"ditron.ops.{op}: config must be a ditron.kernels.gemm."
                             f"GemmConfig or None, got {type(config).__name__}")
-        if seen in valid and not rt.settings.check_calls:
+        if shapes.get(("valid", seen)) and not rt.settings.check_calls:
             return None if options is None else options()
         _check_operands(op, a, b, method)
         got = None if options is None else options()
     agree(f"ditron.ops.{op}", a_shape=tuple(a.shape), b_shape=tuple(b.shape), dtype=a.dtype,
           method=method)
-    valid.add(seen)
+    shapes.put(("valid", seen), True)
     return got
 
 
@@ -187,13 +190,11 @@ def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
     agree(f"ditron.ops.{op} tiles", config=cfg, unvectorized_loads=scalar)
     if method == "overlap":
         return Choice(True, cfg)
-    key = ("tp_gemm_choice", op, M, N, K, dtype, config, cfg, scalar)
-    choice = rt.cache.get(key)
-    if choice is None:
-        # Ranks must take the same path (their caches on disk may differ): rank 0 decides.
-        choice = rt.cache[key] = rank0_decides(
-            f"ditron.ops.{op} method='auto'",
-            lambda: _auto_choice(op, M, N, K, dtype, config, cfg, scalar))
+    # Ranks must take the same path (their caches on disk may differ): rank 0 decides.
+    choice = bounded_cache.named("tp_gemm").get_or_make(
+        ("choice", op, M, N, K, dtype, config, cfg, scalar),
+        lambda: rank0_decides(f"ditron.ops.{op} method='auto'",
+                              lambda: _auto_choice(op, M, N, K, dtype, config, cfg, scalar)))
     if choice.graph is not None and graph_mode():
         return choice.graph
     return choice
@@ -334,6 +335,14 @@ def _pull_config(choice: Choice, config: GemmConfig | None, a, b) -> GemmConfig:
     return default_config(current().world.device, a.dtype, (a, b), a_remote=True)
 
 
+def _require_warm(op: str, pad_key: str, key: tuple) -> None:
+    """While capturing, raise unless a warm-up made the pad ``pad_key`` and the metadata
+    ``key`` (``graphs.require_warm``; the metadata lives in the op's bounded cache)."""
+    require_warm(op, pad_key)
+    if capturing() and key not in bounded_cache.named("tp_gemm"):
+        raise not_warmed(op)
+
+
 def _ag_key(a, b, cfg: GemmConfig, tag: str, chunk_rows: int | None) -> tuple:
     return ("ag_gemm", tag, *a.shape, b.shape[1], a.dtype, cfg, chunk_rows)
 
@@ -349,7 +358,8 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
     m, K = a.shape
     N = b.shape[1]
     key = _ag_key(a, b, cfg, tag, chunk_rows)
-    ws = rt.cache.get(key)
+    shapes = bounded_cache.named("tp_gemm")
+    ws = shapes.get(key)
     if ws is None:
         mode = "pull" if tag == "shards" else "push"
         plan = (templates.all_gather(m, W, mode=mode) if nodes == 1
@@ -368,7 +378,8 @@ def _ag_workspace(a, b, cfg: GemmConfig, nodes: int, rows: int, tag: str,
         ws = dict(plan=plan, waits=slot_waits(order, waits.lo, waits.hi, n_blocks), order=order,
                   held=held.to(a.device), n_blocks=n_blocks, own=own.to(a.device),
                   own_ids=own_ids)
-        rt.cache[key] = ws
+        # a CUDA graph captured with the graph-safe variant reads its order and waits
+        shapes.put(key, ws, pinned=tag == "graph")
     # the heap buffer depends on the shape only (tile configs and chunkings share it)
     bufs = cached(("ag_gemm", tag, rows, K, a.dtype),
                   lambda: alloc_buffers([((halves, rows, K), a.dtype, f"ag_gemm:{tag}")]))
@@ -407,7 +418,7 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     tag = "graph" if graph else "pushed"
     pad_key = f"ag_gemm:graph:{M}x{K}:{a.dtype}"
     if graph:
-        require_warm("ag_gemm", pad_key, _ag_key(a, b, cfg, tag, chunk_rows))
+        _require_warm("ag_gemm", pad_key, _ag_key(a, b, cfg, tag, chunk_rows))
 
     def workspace_and_pad():
         ws = _ag_workspace(a, b, cfg, 1, M, tag, chunk_rows, halves=1 if graph else 2)
@@ -679,9 +690,11 @@ def _scatter_overlap(op: str, a, b, cfg: GemmConfig, graph: bool = False):
     seg = -(-M // W)
     key = (op, M, k, N, a.dtype, cfg)
     tag = f"{op}:graph" if graph else op
+    shapes = bounded_cache.named("tp_gemm")
     if graph:
-        require_warm(op, tag, key)
-    ws = rt.cache.get(key)
+        _require_warm(op, tag, key)
+        shapes.pin(key)  # a CUDA graph captured with this call reads its tile order
+    ws = shapes.get(key)
     if ws is None:
         mapping = plan_deps.TileMapping(M, cfg.block_m, seg)
         n_blocks = cdiv(N, cfg.block_n)
@@ -695,7 +708,7 @@ def _scatter_overlap(op: str, a, b, cfg: GemmConfig, graph: bool = False):
         tiles_per_seg = mapping.blocks_per_seg * n_blocks
         ws = dict(order=order.to(a.device), n_blocks=n_blocks,
                   tiles_per_seg=tiles_per_seg, total_tiles=mapping.m_blocks * n_blocks)
-        rt.cache[key] = ws
+        shapes.put(key, ws, pinned=graph)
     # heap buffers depend on the shape only (tile configs share them)
     specs = [((2, W, seg, N), a.dtype, f"{tag}:recv")]
     if op == "gemm_ar":

@@ -52,6 +52,7 @@ import torch
 import torch.distributed as dist
 
 from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits
+from ..runtime import bounded_cache
 from ..runtime.config import env_float
 from ..runtime.cuda_graphs import capture, collectives_capturable
 from ..runtime.integers import check_int
@@ -331,8 +332,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
             cache.put(key_for(op, M, N, K, dtype, W), dataclasses.asdict(decision))
         except cache.CacheError as exc:  # every rank raises, none waits for rank 0
             saved = exc
-    for key in [k for k in rt.cache if isinstance(k, tuple) and k[0] == "tp_gemm_choice"]:
-        del rt.cache[key]  # "auto" decides again, now from the new decision
+    # "auto" decides again, now from the new decision
+    bounded_cache.named("tp_gemm").drop(lambda k: k[0] == "choice")
     if not all_ok(saved is None):  # also the barrier: every rank waits for rank 0's write
         raise saved or RuntimeError("tune: rank 0 could not write the decision to the cache")
     return decision

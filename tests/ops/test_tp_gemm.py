@@ -19,6 +19,7 @@ from ditron.kernels.gemm import (
     default_config,
     matmul,
 )
+from ditron.runtime import bounded_cache
 
 from .poison import poison_empty
 
@@ -1007,10 +1008,8 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
                 cache.put(key, dataclasses.asdict(tuned))
                 assert decisions.Decision.from_json(cache.get(key)) == tuned
             dist.barrier(group=current().host_group)
-            memo = current().cache  # "auto" decides again, from the new entry
-            mine = ("tp_gemm_choice", "gemm_rs")
-            for k in [k for k in memo if isinstance(k, tuple) and k[:2] == mine]:
-                del memo[k]
+            # "auto" decides again, from the new entry
+            bounded_cache.named("tp_gemm").drop(lambda k: k[:2] == ("choice", "gemm_rs"))
             _close("tuned, eager", ditron.ops.gemm_rs(a, b), ref, torch.float32)
             with ditron.ops.graph_safe():
                 _close("tuned, graph-safe", ditron.ops.gemm_rs(a, b), ref, torch.float32)
@@ -1318,3 +1317,43 @@ def test_ag_gemm_reads_own_rows_in_place_gpu():
     # 256 rows per rank: two 128-row tiles of the default GPU config (TMA descriptors on Hopper)
     launched = ditron.launch(_own_rows_case, 2, 256, 256, 384, 2, backend="cuda")
     assert launched == [[True] * 16] * 2
+
+
+def _many_shapes_case(capacity: int) -> tuple[int, int, int]:
+    """Calls over ever new row counts with the ops' metadata cache bounded to ``capacity``
+    entries: results stay right, the cache stays bounded (it kept every signature's
+    validation, decision and tile order: a workload of changing shapes grew it without
+    end), and what a graph-safe warm-up made stays (pinned: a captured graph reads it)."""
+    poison_empty()
+    w = ditron.world()
+    W, rank, dev = w.world_size, w.rank, w.device
+    shapes = bounded_cache.named("tp_gemm", capacity)
+    b = torch.randn(8, 12, generator=torch.Generator().manual_seed(0)).to(dev)
+    a = torch.randn(W * 3, 8, generator=torch.Generator().manual_seed(rank)).to(dev)
+    with ditron.ops.graph_safe():
+        _close("graph-safe gemm_rs", ditron.ops.gemm_rs(a, b, method="overlap"),
+               _sum(a.double() @ b.double())[rank * 3:(rank + 1) * 3], torch.float32)
+    pinned = len(shapes)
+    largest = 0
+    for m in range(1, 13):
+        for method in ("auto", "overlap"):
+            a = torch.randn(m, 8, generator=torch.Generator().manual_seed(m + rank)).to(dev)
+            _close(f"ag_gemm m={m} {method}", ditron.ops.ag_gemm(a, b, method=method),
+                   _gather(a).double() @ b.double(), torch.float32)
+            a = torch.randn(W * m, 8, generator=torch.Generator().manual_seed(m + rank)).to(dev)
+            _close(f"gemm_rs m={m} {method}", ditron.ops.gemm_rs(a, b, method=method),
+                   _sum(a.double() @ b.double())[rank * m:(rank + 1) * m], torch.float32)
+            largest = max(largest, len(shapes))
+    with ditron.ops.graph_safe():  # its metadata is still there, and still right
+        a = torch.randn(W * 3, 8, generator=torch.Generator().manual_seed(rank)).to(dev)
+        _close("graph-safe gemm_rs again", ditron.ops.gemm_rs(a, b, method="overlap"),
+               _sum(a.double() @ b.double())[rank * 3:(rank + 1) * 3], torch.float32)
+    return pinned, largest, len(shapes)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_metadata_cache_stays_bounded(world_size, backend):
+    results = ditron.launch(_many_shapes_case, world_size, 6, backend=backend)
+    pinned, largest, last = results[0]
+    assert len(set(results)) == 1, results  # every rank kept the same entries
+    assert pinned >= 1 and largest <= 6 + pinned and last <= 6 + pinned, results
