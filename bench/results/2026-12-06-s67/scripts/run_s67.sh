@@ -7,6 +7,9 @@
 #   g: session 67's audit fixes: -m gpu kernels (int64 offsets on a 4 GiB store), and under
 #      --ditron-backend cuda the tp_gemm fuzz and argument checks, the device all-to-all's
 #      cut splits and one-rank refusals, the pad eviction, the heap, shutdown as a host row
+#   c: the tp_gemm ops' bounded metadata cache: -m gpu tests/ops/test_tp_gemm.py (CUDA graph
+#      captures) and, under --ditron-backend cuda, the cache, graph-safe and tuned-decision
+#      tests
 #   m: `ditron bench moe --parts gemm,wgrad` (grouped GEMMs' int64 offsets: timing)
 # Run from a `git archive` export of the tree (its commit in COMMIT), with DEADLINE_S set.
 set -u
@@ -14,7 +17,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISA
 start=$(date +%s)
 for part in "$@"; do
   l=$(( ${DEADLINE_S:-560} - ($(date +%s) - start) ))
-  if [[ $part != f && $part != g && $part != m ]]; then
+  if [[ $part != f && $part != g && $part != m && $part != c ]]; then
     DEADLINE_S=$l bash bench/results/2026-12-06-s66/scripts/run_s66.sh "$part"
     continue
   fi
@@ -31,6 +34,13 @@ for part in "$@"; do
         tests/runtime/test_launch_failures.py -k "fuzz or cuts_bad_splits or \
         bad_argument_on_one_rank or bad_config or pad_that_finds or test_heap or \
         allocating_while"
+    } > $O/tests.txt 2>&1
+  elif [[ $part == c ]]; then
+    { timeout $l python -m pytest -v -p no:cacheprovider --durations=0 -m gpu \
+        tests/ops/test_tp_gemm.py
+      l=$(( ${DEADLINE_S:-560} - ($(date +%s) - start) ))
+      timeout $l $P tests/ops/test_tp_gemm.py -k "metadata_cache or graph_safe_variants or \
+        tuned_decisions_per_mode"
     } > $O/tests.txt 2>&1
   else
     timeout $l python -m ditron bench moe --parts gemm,wgrad --out $O/moe.json > $O/tests.txt 2>&1
