@@ -76,8 +76,8 @@ def pushed(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | tuple[int, ...] |
     chunks = len(segment_bounds(a.shape[0] // current().world.world_size, chunk_rows,
                                  RS_CHUNKS, graph))
     if early_rows and chunks > 1:  # before the exchange opens
-        raise ValueError(f"gemm_rs: early_rows={early_rows} needs one chunk per segment, "
-                         f"got chunk_rows={chunk_rows} ({chunks} chunks)")
+        raise ValueError(f"ditron.ops.gemm_rs: early_rows={early_rows} needs one chunk per "
+                         f"segment, got chunk_rows={chunk_rows} ({chunks} chunks)")
     W, me, seg, N, bounds, x, slots, engine = _open_segments(
         "gemm_rs:copy_engine", a, b, chunk_rows, RS_CHUNKS, graph)
     e_lo, e_hi = _early_span(W, me, seg, early_rows)
@@ -140,7 +140,7 @@ def segment_bounds(seg: int, chunk_rows: int | tuple[int, ...] | None, default_c
     most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
     if isinstance(chunk_rows, tuple):
         if len(chunk_rows) > most:
-            raise ValueError(f"gemm_rs: at most {most} chunks per segment here"
+            raise ValueError(f"ditron.ops.gemm_rs: at most {most} chunks per segment here"
                              f"{' (graph-safe)' if graph else ''}, got chunk_rows={chunk_rows}")
         ends = list(itertools.accumulate(chunk_rows))
         return list(zip([0, *ends[:-1]], ends, strict=True))
