@@ -16,13 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
-from . import host_rows
+from . import bounded_cache, host_rows
 from .world import current
 
-#: the runtime cache's key of the signatures this process has agreed on
+#: the bounded cache of the signatures this process has agreed on (the least recently used
+#: forgotten past its capacity, on every rank alike: they are agreed on again)
 _AGREED = "agreed_calls"
-#: agreed signatures kept before the set starts over
-_MAX_AGREED = 4096
 #: the field names a rank sends in its call's agreement gather instead of the call's own
 #: when it refused its arguments (:func:`refused_together`); the one value is its error
 _REFUSED = ("refused",)
@@ -49,15 +48,13 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
         return
     values = tuple(fields.values())
     key = (what, tuple(fields), values)
-    agreed = rt.cache.setdefault(_AGREED, set())
+    agreed = bounded_cache.named(_AGREED)
     remember = remember and not rt.settings.check_calls
-    if remember and key in agreed:
+    if remember and agreed.get(key):
         return
     _agreed_rows(what, tuple(fields), values)
     if remember:
-        if len(agreed) >= _MAX_AGREED:
-            agreed.clear()
-        agreed.add(key)
+        agreed.put(key, True)
 
 
 def disagreement(what: str, names: Sequence[str], every: Sequence[Sequence]) -> str:
@@ -96,7 +93,7 @@ def peers_gather(what: str) -> bool:
     if rt.world.world_size == 1:
         return False
     return rt.settings.check_calls or not any(
-        key[0] == what for key in rt.cache.get(_AGREED, ()))
+        key[0] == what for key in bounded_cache.named(_AGREED).keys())
 
 
 class refused_together:  # noqa: N801 - used as a function: ``with refused_together(...)``

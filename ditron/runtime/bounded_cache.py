@@ -22,17 +22,19 @@ class BoundedCache:
     entries kept until :meth:`drop`. Not thread-safe (one per rank process)."""
 
     def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"BoundedCache: capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
         self._lru: OrderedDict[Hashable, Any] = OrderedDict()
         self._pinned: dict[Hashable, Any] = {}
+        self.resize(capacity)
 
     def __len__(self) -> int:
         return len(self._lru) + len(self._pinned)
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._pinned or key in self._lru
+
+    def keys(self) -> list[Hashable]:
+        """Every key, pinned ones last (a copy: the cache may change while it is used)."""
+        return [*self._lru, *self._pinned]
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         """The entry ``key`` (now the most recently used), else ``default``."""
@@ -54,9 +56,20 @@ class BoundedCache:
             return value
         self._lru[key] = value
         self._lru.move_to_end(key)
+        self._trim()
+        return value
+
+    def resize(self, capacity: int) -> None:
+        """Keep at most ``capacity`` unpinned entries from now on (evicting the least
+        recently used past it)."""
+        if capacity < 1:
+            raise ValueError(f"BoundedCache: capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._trim()
+
+    def _trim(self) -> None:
         while len(self._lru) > self.capacity:
             self._lru.popitem(last=False)
-        return value
 
     def pin(self, key: Hashable) -> None:
         """Pin the entry ``key`` if present (a CUDA graph now uses it)."""
@@ -77,7 +90,7 @@ class BoundedCache:
 
     def drop(self, where: Callable[[Hashable], bool]) -> int:
         """Remove every entry (pinned too) whose key satisfies ``where``; return how many."""
-        gone = [k for k in (*self._lru, *self._pinned) if where(k)]
+        gone = [k for k in self.keys() if where(k)]
         for k in gone:
             self._lru.pop(k, None)
             self._pinned.pop(k, None)
@@ -91,14 +104,18 @@ _MISSING = object()
 DEFAULT_CAPACITY = 4096
 
 
-def named(name: str, capacity: int = DEFAULT_CAPACITY) -> BoundedCache:
-    """The world's cache called ``name`` (made on first use; dropped with the world)."""
+def named(name: str, capacity: int | None = None) -> BoundedCache:
+    """The world's cache called ``name``, made on first use with ``capacity`` entries
+    (default :data:`DEFAULT_CAPACITY`) and dropped with the world; a ``capacity`` given
+    for a cache that exists resizes it."""
     from .world import current
 
     cache = current().cache
     found = cache.get(("bounded_cache", name))
     if found is None:
-        found = cache[("bounded_cache", name)] = BoundedCache(capacity)
+        found = cache[("bounded_cache", name)] = BoundedCache(capacity or DEFAULT_CAPACITY)
+    elif capacity is not None:
+        found.resize(capacity)
     return found
 
 

@@ -244,3 +244,35 @@ def test_agreement_is_reachable_after_import_ditron():
                           "callable(ditron.runtime.agreement.raise_together))"],
                          capture_output=True, text=True, timeout=300)
     assert out.stdout.split() == ["True", "True"], out.stderr
+
+
+def _forgetting_case(capacity: int) -> tuple[int, int]:
+    """Host gathers made: signatures past ``capacity`` are forgotten, least recently used
+    first, on every rank alike, and agreed on again when they come back."""
+    from ditron.runtime import bounded_cache
+
+    bounded_cache.named("agreed_calls", capacity)
+    count = [0]
+    real = host_rows.exchange
+
+    def counted(*args, **kw):
+        count[0] += 1
+        return real(*args, **kw)
+
+    host_rows.exchange = counted
+    try:
+        for n in range(5):  # five signatures: the first two forgotten
+            agree("op", n=n)
+        first = count[0]
+        agree("op", n=4)  # remembered
+        agree("op", n=2)  # remembered (now the most recent)
+        agree("op", n=0)  # forgotten: gathered again, n = 3 forgotten now
+        agree("op", n=2)
+        agree("op", n=3)
+    finally:
+        host_rows.exchange = real
+    return first, count[0] - first
+
+
+def test_agreed_signatures_are_bounded(backend):
+    assert ditron.launch(_forgetting_case, 2, 3, backend=backend) == [(5, 2)] * 2

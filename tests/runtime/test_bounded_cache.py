@@ -50,3 +50,14 @@ def test_get_or_make_makes_once():
 def test_capacity_must_be_positive():
     with pytest.raises(ValueError, match="capacity must be >= 1, got 0"):
         BoundedCache(0)
+
+
+def test_resize_evicts_past_the_new_capacity():
+    c = BoundedCache(4)
+    for i in range(4):
+        c.put(i, i)
+    c.put("p", 0, pinned=True)
+    c.resize(2)
+    assert c.keys() == [2, 3, "p"]
+    with pytest.raises(ValueError, match="capacity must be >= 1, got -1"):
+        c.resize(-1)
