@@ -70,6 +70,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.bounded_cache import BoundedCache
 from ..runtime.config import SettingsError
 from ..runtime.grid_math import cdiv
 from ..runtime.triton_launch import FastKernel
@@ -649,7 +650,8 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
 
 _NO_HOOKS = GemmHooks()
 _GEMM = FastKernel(persistent_gemm)
-_STATIC: dict = {}
+#: launches' static parts by key, bounded: shapes that keep changing must not grow it
+_STATIC = BoundedCache(1024)
 
 
 def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide=False):
@@ -694,9 +696,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide=Fa
         cdiv(max(seg_rows, 1), cfg.block_m),
         tma_b, c_tma, kwargs,
     )
-    if len(_STATIC) >= 1024:
-        _STATIC.clear()
-    _STATIC[key] = static
+    _STATIC.put(key, static)
     return static
 
 
