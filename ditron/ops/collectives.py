@@ -212,15 +212,17 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
 
     Equivalent: ``torch.cat(parts, dim)`` after ``dist.all_gather(parts, x)``.
 
-    ``out`` (optional): the result's tensor (its shape, dtype and device; must not overlap
-    ``x``), filled and returned. A symmetric ``out`` (``ditron.empty``, the same buffer on
-    every rank), contiguous, with ``dim=0``, lets the eager copy engine on one node push
-    every rank's part straight into the peers' ``out``: no inbox and no copy out of it
-    (:func:`~ditron.ops.raw_pushes.push_gather_direct`). Every rank must then pass such an
-    ``out``; ranks that disagree raise ``ValueError``. Any other contiguous ``out`` with
-    ``dim=0`` and a contiguous ``x`` of at least ``REPLAY_MIN_BYTES`` per peer makes an
-    eager call on one GPU node (copy engine or fused kernel) the replay of a CUDA graph of
-    the call (``ops/replays.py``), as for ``reduce_scatter``.
+    ``out`` (optional): the result's tensor (its shape, dtype and device; it may overlap
+    ``x`` only as torch.distributed's in-place form, ``x`` this rank's rows of a contiguous
+    ``out`` with ``dim=0``, else ``ValueError``), filled and returned. A symmetric ``out``
+    (``ditron.empty``, the same buffer on every rank), contiguous, with ``dim=0``, lets the
+    eager copy engine on one node push every rank's part straight into the peers' ``out``:
+    no inbox and no copy out of it (:func:`~ditron.ops.raw_pushes.push_gather_direct`).
+    Every rank must then pass such an ``out``; ranks that disagree raise ``ValueError``.
+    Any other contiguous ``out`` with ``dim=0`` and a contiguous ``x`` of at least
+    ``REPLAY_MIN_BYTES`` per peer makes an eager call on one GPU node (copy engine or fused
+    kernel) the replay of a CUDA graph of the call (``ops/replays.py``), as for
+    ``reduce_scatter``.
     """
     with refused_together("ditron.ops.all_gather"):
         _check_tensor("all_gather", x)
@@ -230,7 +232,7 @@ def all_gather(x: torch.Tensor, dim: int = 0, *, engine: str | None = None,
         xc = viewed(x, width)
         into = None
         if out is not None:
-            _check_out("all_gather", out, shape, x.dtype)
+            _check_out("all_gather", out, shape, x.dtype, x, d)
             try:
                 into = out if out.dtype == width else out.view(width)
             except RuntimeError:  # strides that do not allow the view: gathered, then copied
@@ -294,7 +296,8 @@ def _all_gather(x: torch.Tensor, d: int, engine: str | None, out: torch.Tensor |
     return result
 
 
-def _check_out(op: str, out: torch.Tensor, shape: tuple, dtype: torch.dtype) -> None:
+def _check_out(op: str, out: torch.Tensor, shape: tuple, dtype: torch.dtype,
+               x: torch.Tensor, dim: int) -> None:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"ditron.ops.{op}: out must be a torch.Tensor, got "
                         f"{type(out).__name__}")
@@ -303,6 +306,40 @@ def _check_out(op: str, out: torch.Tensor, shape: tuple, dtype: torch.dtype) -> 
         raise ValueError(f"ditron.ops.{op}: out is {tuple(out.shape)} {out.dtype} on "
                          f"{out.device}; expected {tuple(shape)} {dtype} on {device}")
     check_writable(op, out)
+    _check_overlap(op, out, x, dim)
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes ``[lo, hi)`` that ``t``'s elements lie in (empty for an empty ``t``)."""
+    if t.numel() == 0:
+        return (0, 0)
+    lo = t.data_ptr() + t.element_size() * sum(st * (n - 1) for st, n in
+                                               zip(t.stride(), t.shape, strict=True) if st < 0)
+    extent = sum(abs(st) * (n - 1) for st, n in zip(t.stride(), t.shape, strict=True))
+    return lo, lo + (extent + 1) * t.element_size()
+
+
+def _check_overlap(op: str, out: torch.Tensor, x: torch.Tensor, dim: int) -> None:
+    """Refuse an ``out`` whose memory overlaps ``x``'s, except torch.distributed's in-place
+    forms (contiguous, ``dim`` 0): an all-gather's ``x`` that is this rank's rows of
+    ``out``, a reduce-scatter's ``out`` that is this rank's rows of ``x``. Any other overlap
+    would be written while the peers or the engines still read ``x``."""
+    (a, b), (c, e) = _span(out), _span(x)
+    if a >= b or c >= e or b <= c or e <= a:
+        return
+    me = current().world.rank
+    if dim == 0 and out.is_contiguous() and x.is_contiguous():
+        if op == "all_gather" and x.data_ptr() == (
+                out.data_ptr() + me * x.numel() * x.element_size()):
+            return
+        if op == "reduce_scatter" and out.data_ptr() == (
+                x.data_ptr() + me * out.numel() * out.element_size()):
+            return
+    form = ("x this rank's rows of out" if op == "all_gather"
+            else "out this rank's rows of x")
+    raise ValueError(f"ditron.ops.{op}: out overlaps x in memory, other than in "
+                     f"torch.distributed's in-place form ({form}, dim 0, both contiguous); "
+                     f"pass an out of its own")
 
 
 def check_writable(op: str, out: torch.Tensor) -> None:
@@ -381,13 +418,15 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, op: object = "sum",
     Equivalent: ``dist.all_reduce(y := x.clone(), op); y.chunk(W, dim)[rank]`` (what
     ``dist.reduce_scatter_tensor`` computes for ``dim=0``).
 
-    ``out`` (optional): the result's tensor (its shape, dtype and device; must not overlap
-    ``x``), filled and returned. With a contiguous ``out``, ``dim=0``, a contiguous ``x``
-    and at least ``REPLAY_MIN_BYTES`` per peer, an eager call on one GPU node (copy engine
-    or fused kernel) runs as the replay of a CUDA graph captured on ``x`` and ``out`` (the
-    second call on those addresses captures it; ``ops/replays.py``): the graph-safe
-    variant's work (the exchange's finer chunks) at the host cost of one launch. Every
-    rank must then pass such an ``out``; ranks that disagree raise ``ValueError``.
+    ``out`` (optional): the result's tensor (its shape, dtype and device; it may overlap
+    ``x`` only as torch.distributed's in-place form, ``out`` this rank's rows of a
+    contiguous ``x`` with ``dim=0``, else ``ValueError``), filled and returned. With a
+    contiguous ``out``, ``dim=0``, a contiguous ``x`` and at least ``REPLAY_MIN_BYTES``
+    per peer, an eager call on one GPU node (copy engine or fused kernel) runs as the
+    replay of a CUDA graph captured on ``x`` and ``out`` (the second call on those
+    addresses captures it; ``ops/replays.py``): the graph-safe variant's work (the
+    exchange's finer chunks) at the host cost of one launch. Every rank must then pass
+    such an ``out``; ranks that disagree raise ``ValueError``.
     """
     rt = current()
     w = rt.world.world_size
@@ -400,7 +439,7 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, op: object = "sum",
                              f"not divide into {w} ranks")
         shape = (*x.shape[:d], x.shape[d] // w, *x.shape[d + 1:])
         if out is not None:
-            _check_out("reduce_scatter", out, shape, x.dtype)
+            _check_out("reduce_scatter", out, shape, x.dtype, x, d)
     if x.dtype == torch.bool:  # max / min of bools (any / all) on their bytes
         got = reduce_scatter(carried(x), dim, op=op, engine=engine,
                              out=None if out is None else carried(out))

@@ -639,6 +639,10 @@ def reduce_slots(slots: torch.Tensor | list[torch.Tensor], out: torch.Tensor | N
     and min propagate NaN, as ``torch.maximum`` does."""
     if op in ("max", "min"):
         pick = torch.maximum if op == "max" else torch.minimum
+        if out is not None and len(slots) > 2 and any(_shares(out, s) for s in slots[2:]):
+            # a later slot is out's memory (an in-place reduce-scatter: out is this rank's
+            # row of its input): the running result would overwrite it before it is read
+            return out.copy_(reduce_slots(slots, None, op))
         total = pick(slots[0], slots[1], out=out) if len(slots) > 1 else None
         if total is None:
             return slots[0].clone() if out is None else out.copy_(slots[0])
@@ -660,3 +664,8 @@ def reduce_slots(slots: torch.Tensor | list[torch.Tensor], out: torch.Tensor | N
     if out is None:
         return total.to(dtype) if dtype != acc else total
     return out.copy_(total)
+
+
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` may overlap in memory (the same storage)."""
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()

@@ -922,6 +922,65 @@ def test_bad_inputs_raise_before_kernels():
     assert all(c == 21 for c in counts)
 
 
+def check_in_place_max_min(engines: tuple[str, ...]) -> int:
+    """reduce_scatter's in-place form (``out`` this rank's rows of ``x``) with max / min:
+    on rank 2 and above ``out`` is a later slot of the reduction, which the running
+    maximum must not overwrite before it is read (it did: rank 2's own values were lost)."""
+    w, me = ditron.world().world_size, ditron.world().rank
+    checks = 0
+    for engine in engines:
+        for op in ("max", "min"):
+            xs = [torch.randn(w * 4, generator=_gen(r, 61, len(engine))) for r in range(w)]
+            stacked = torch.stack(xs)
+            ref = (stacked.amax(0) if op == "max" else stacked.amin(0)).chunk(w)[me]
+            x = xs[me].clone()
+            got = ditron.ops.reduce_scatter(x, engine=engine, op=op, out=x[me * 4:me * 4 + 4])
+            assert torch.equal(got, ref), f"{engine} {op}: {got} != {ref}"
+            checks += 1
+    return checks
+
+
+def check_overlapping_out_refused() -> int:
+    """An ``out`` that overlaps ``x`` other than in torch.distributed's in-place forms
+    raises ``ValueError`` on every rank before anything moves (it was accepted, and the
+    copy engine's all-gather then wrote the peers' rows over an ``x`` it still pushed:
+    wrong rows on the peer, now and then); the in-place forms still work after it."""
+    w, me = ditron.world().world_size, ditron.world().rank
+    other = (me + 1) % w
+    checks = 0
+    for engine in ("copy_engine", "sm", "network"):
+        out = torch.full((w * 3, 2), float("nan"))
+        x = out[other * 3:other * 3 + 3]
+        x.fill_(me)
+        with pytest.raises(ValueError, match="all_gather: out overlaps x"):
+            ditron.ops.all_gather(x, engine=engine, out=out)
+        y = torch.randn(w * 3, 2)
+        with pytest.raises(ValueError, match="reduce_scatter: out overlaps x"):
+            ditron.ops.reduce_scatter(y, engine=engine, out=y[other * 3:other * 3 + 3])
+        with pytest.raises(ValueError, match="reduce_scatter: out overlaps x"):
+            ditron.ops.reduce_scatter(y, engine=engine, out=y[1:4])
+        assert torch.equal(out[other * 3:other * 3 + 3], torch.full((3, 2), float(me)))
+        # the in-place forms, then a separate out
+        x = out[me * 3:me * 3 + 3]
+        x.fill_(me)
+        got = ditron.ops.all_gather(x, engine=engine, out=out)
+        assert got is out and torch.equal(out, torch.arange(w).repeat_interleave(6).view(-1, 2)
+                                          .float()), engine
+        _close(ditron.ops.reduce_scatter(y, engine=engine, out=torch.empty(3, 2)),
+               _sum_ref(y).chunk(w)[me], f"reduce_scatter after refusals {engine}")
+        checks += 4
+    return checks
+
+
+def test_overlapping_out_refused():
+    assert ditron.launch(check_overlapping_out_refused, 2, backend="cpu") == [12, 12]
+
+
+def test_in_place_reduce_scatter_max_min():
+    assert ditron.launch(check_in_place_max_min, 3, ("copy_engine", "tma"),
+                         backend="cpu") == [4] * 3
+
+
 def check_mixed_split_arguments() -> int:
     """all_to_all where one rank gives no splits and the others give theirs (a valid call:
     each rank's splits are its own) at shapes never called without splits on every rank;
