@@ -18,34 +18,14 @@ import random
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import ditron
 from ditron.kernels.gemm import GemmConfig
 
 from .poison import poison_empty
+from .test_tp_gemm import TOL, _gather, _sum
 
-TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def _host_group():
-    from ditron.runtime.world import current
-
-    return current().host_group
-
-
-def _gather(x: torch.Tensor) -> torch.Tensor:
-    cpu = x.detach().cpu().contiguous()
-    parts = [torch.empty_like(cpu) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, cpu, group=_host_group())
-    return torch.cat(parts)
-
-
-def _sum(x: torch.Tensor) -> torch.Tensor:
-    cpu = x.detach().cpu().clone()
-    dist.all_reduce(cpu, group=_host_group())
-    return cpu
 
 
 def _matrix(rng: random.Random, rows: int, cols: int, dtype: torch.dtype, device,
@@ -118,7 +98,8 @@ def _fuzz_case(seed: int, calls: int, graphs: bool) -> list[str]:
         a0, b0 = a.clone(), b.clone()
         a64, b64 = a.double().cpu(), b.double().cpu()
         if op == "ag_gemm":
-            ref, scale = _gather(a).double() @ b64, _gather(a).double().abs() @ b64.abs()
+            gathered = _gather(a).cpu().double()
+            ref, scale = gathered @ b64, gathered.abs() @ b64.abs()
         else:
             ref, scale = _sum(a64 @ b64), _sum(a64.abs() @ b64.abs())
             if op == "gemm_rs":
@@ -134,7 +115,7 @@ def _fuzz_case(seed: int, calls: int, graphs: bool) -> list[str]:
             err = (c64 - ref).abs().max().item()
             assert err <= TOL[dtype] * max(scale.max().item(), 1e-6), f"{what}: error {err}"
         if kw.get("return_gathered"):
-            assert torch.equal(results[1].cpu(), _gather(a)), f"{what}: gathered A differs"
+            assert torch.equal(results[1].cpu(), _gather(a).cpu()), f"{what}: gathered A differs"
         assert torch.equal(a, a0) and torch.equal(b, b0), f"{what}: an input changed"
         for j, (old, copy) in enumerate(earlier):
             assert torch.equal(old, copy), f"{what}: the result of call {j} changed"

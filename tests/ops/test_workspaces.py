@@ -148,18 +148,24 @@ def _rank_pad_after_full_heap() -> tuple[int, int]:
     return workspaces.evictions() - before, n
 
 
-def _rank_ag_pad_after_full_heap() -> tuple[int, int]:
-    """The same for AG-GEMM's pushed variant, whose pad grows with the chunk count."""
+def _one_free_block() -> list[torch.Tensor]:
+    """Free every workspace, then fill the holes between the pads at the heap's top (freed
+    pads) from the top down, so that an op's buffer and its pad compete for the one low
+    block; returns the fillers, to free afterwards."""
     from ditron.ops.collectives import release_workspaces
 
     release_workspaces()
+    heap = current().heap
+    return [heap.alloc((size,), torch.uint8, from_top=True)
+            for _, size in reversed(heap._free[1:])]
+
+
+def _rank_ag_pad_after_full_heap() -> tuple[int, int]:
+    """The same for AG-GEMM's pushed variant, whose pad grows with the chunk count."""
+    fillers = _one_free_block()
     w = ditron.world()
     W, me = w.world_size, w.rank
     heap = current().heap
-    # the pads sit at the heap's top, maybe with holes between them (freed pads): fill the
-    # holes from the top down, so the op's buffer and pad compete for the one low block
-    fillers = [heap.alloc((size,), torch.uint8, from_top=True)
-               for _, size in reversed(heap._free[1:])]
 
     def check(m: int, kk: int, i: int) -> None:
         g = torch.Generator().manual_seed(10 * me + i)
@@ -187,14 +193,10 @@ def _rank_ag_pulled_pad_after_full_heap() -> tuple[int, int]:
     """The same for AG-GEMM's colocated variant (peers' shards loaded by the GEMM), whose pad
     is fetched once, at its first call: it was fetched outside the eviction, so a first
     call whose buffer took the heap's last free bytes raised HeapExhausted."""
-    from ditron.ops.collectives import release_workspaces
-
-    release_workspaces()
+    fillers = _one_free_block()
     w = ditron.world()
     W, me = w.world_size, w.rank
     heap = current().heap
-    fillers = [heap.alloc((size,), torch.uint8, from_top=True)
-               for _, size in reversed(heap._free[1:])]
     # an evictable workspace: a GEMM-RS call's
     a = torch.randn(W * 8, 8, generator=torch.Generator().manual_seed(me))
     b = torch.randn(8, 8, generator=torch.Generator().manual_seed(0))
