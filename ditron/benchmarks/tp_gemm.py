@@ -45,7 +45,13 @@ import torch
 
 from ..ops.graphs import capture, collectives_capturable
 from ..ops.tp_gemm import RS_ENGINES
-from ..runtime.arguments import add_timing_options, output_dir, positive_float, positive_int
+from ..runtime.arguments import (
+    add_timing_options,
+    output_dir,
+    positive_float,
+    positive_int,
+    smoke_defaults,
+)
 from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
 from ..runtime.world import current
 from . import write_json
@@ -401,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     dtype = DTYPES[args.dtype]
     if smoke:
-        args.warmup, args.iters = min(args.warmup, 1), min(args.iters, 3)
+        smoke_defaults(p, argv, args, {}, {"warmup": 1, "iters": 3})
     batch = args.batch or (5 if backend == "cuda" else 1)
     if ditron.is_initialized():
         results = _measure(rows, dtype, args.warmup, args.iters, args.tune, batch,
