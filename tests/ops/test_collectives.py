@@ -38,7 +38,7 @@ def _host() -> dist.ProcessGroup:
 
 def _gather_fp32(x: torch.Tensor) -> list[torch.Tensor]:
     parts = [torch.empty(x.shape, dtype=torch.float32) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, x.float().contiguous(), group=_host())
+    dist.all_gather(parts, x.float().cpu().contiguous(), group=_host())
     return parts
 
 
@@ -926,16 +926,16 @@ def check_in_place_max_min(engines: tuple[str, ...]) -> int:
     """reduce_scatter's in-place form (``out`` this rank's rows of ``x``) with max / min:
     on rank 2 and above ``out`` is a later slot of the reduction, which the running
     maximum must not overwrite before it is read (it did: rank 2's own values were lost)."""
-    w, me = ditron.world().world_size, ditron.world().rank
+    w, me, dev = ditron.world().world_size, ditron.world().rank, ditron.world().device
     checks = 0
     for engine in engines:
         for op in ("max", "min"):
             xs = [torch.randn(w * 4, generator=_gen(r, 61, len(engine))) for r in range(w)]
             stacked = torch.stack(xs)
             ref = (stacked.amax(0) if op == "max" else stacked.amin(0)).chunk(w)[me]
-            x = xs[me].clone()
+            x = xs[me].to(dev)
             got = ditron.ops.reduce_scatter(x, engine=engine, op=op, out=x[me * 4:me * 4 + 4])
-            assert torch.equal(got, ref), f"{engine} {op}: {got} != {ref}"
+            assert torch.equal(got.cpu(), ref), f"{engine} {op}: {got} != {ref}"
             checks += 1
     return checks
 
@@ -945,40 +945,40 @@ def check_overlapping_out_refused() -> int:
     raises ``ValueError`` on every rank before anything moves (it was accepted, and the
     copy engine's all-gather then wrote the peers' rows over an ``x`` it still pushed:
     wrong rows on the peer, now and then); the in-place forms still work after it."""
-    w, me = ditron.world().world_size, ditron.world().rank
+    w, me, dev = ditron.world().world_size, ditron.world().rank, ditron.world().device
     other = (me + 1) % w
     checks = 0
     for engine in ("copy_engine", "sm", "network"):
-        out = torch.full((w * 3, 2), float("nan"))
+        out = torch.full((w * 3, 2), float("nan"), device=dev)
         x = out[other * 3:other * 3 + 3]
         x.fill_(me)
         with pytest.raises(ValueError, match="all_gather: out overlaps x"):
             ditron.ops.all_gather(x, engine=engine, out=out)
-        y = torch.randn(w * 3, 2)
+        y = torch.randn(w * 3, 2, device=dev)
         with pytest.raises(ValueError, match="reduce_scatter: out overlaps x"):
             ditron.ops.reduce_scatter(y, engine=engine, out=y[other * 3:other * 3 + 3])
         with pytest.raises(ValueError, match="reduce_scatter: out overlaps x"):
             ditron.ops.reduce_scatter(y, engine=engine, out=y[1:4])
-        assert torch.equal(out[other * 3:other * 3 + 3], torch.full((3, 2), float(me)))
+        assert torch.equal(out[other * 3:other * 3 + 3].cpu(), torch.full((3, 2), float(me)))
         # the in-place forms, then a separate out
         x = out[me * 3:me * 3 + 3]
         x.fill_(me)
         got = ditron.ops.all_gather(x, engine=engine, out=out)
-        assert got is out and torch.equal(out, torch.arange(w).repeat_interleave(6).view(-1, 2)
-                                          .float()), engine
-        _close(ditron.ops.reduce_scatter(y, engine=engine, out=torch.empty(3, 2)),
-               _sum_ref(y).chunk(w)[me], f"reduce_scatter after refusals {engine}")
+        assert got is out and torch.equal(out.cpu(), torch.arange(w).repeat_interleave(6)
+                                          .view(-1, 2).float()), engine
+        got = ditron.ops.reduce_scatter(y, engine=engine, out=torch.empty(3, 2, device=dev))
+        _close(got.cpu(), _sum_ref(y).chunk(w)[me], f"reduce_scatter after refusals {engine}")
         checks += 4
     return checks
 
 
-def test_overlapping_out_refused():
-    assert ditron.launch(check_overlapping_out_refused, 2, backend="cpu") == [12, 12]
+def test_overlapping_out_refused(backend):
+    assert ditron.launch(check_overlapping_out_refused, 2, backend=backend) == [12, 12]
 
 
-def test_in_place_reduce_scatter_max_min():
+def test_in_place_reduce_scatter_max_min(backend):
     assert ditron.launch(check_in_place_max_min, 3, ("copy_engine", "tma"),
-                         backend="cpu") == [4] * 3
+                         backend=backend) == [4] * 3
 
 
 def check_mixed_split_arguments() -> int:

@@ -267,24 +267,24 @@ def _fuzz_case(seed: int, calls: int, graphs: bool, sizes: tuple[int, ...] = SIZ
 
 
 @pytest.mark.parametrize("world_size, seed", [(1, 1), (2, 2), (3, 3), (4, 4)])
-def test_collectives_fuzz(world_size, seed, monkeypatch):
+def test_collectives_fuzz(world_size, seed, backend, monkeypatch):
     monkeypatch.setenv("DITRON_POISON", "1")
-    res = ditron.launch(_fuzz_case, world_size, seed, 30, True, backend="cpu")
+    res = ditron.launch(_fuzz_case, world_size, seed, 30, True, backend=backend)
     assert all(r == res[0] for r in res) and len(res[0]) == 30
 
 
-def test_collectives_fuzz_small_heap(monkeypatch):
+def test_collectives_fuzz_small_heap(backend, monkeypatch):
     # a heap that holds a few inboxes / fused workspaces only (sizes small enough for each
     # to fit alone): they are evicted and made again (twice per rank with this seed)
     monkeypatch.setenv("DITRON_POISON", "1")
     monkeypatch.setenv("DITRON_HEAP_SIZE", "32K")
-    res = ditron.launch(_fuzz_case, 3, 505, 40, True, (0, 1, 2, 3, 5), backend="cpu")
+    res = ditron.launch(_fuzz_case, 3, 505, 40, True, (0, 1, 2, 3, 5), backend=backend)
     assert all(r == res[0] for r in res)
 
 
 @pytest.mark.parametrize("world_size", [3, 4])
-def test_collectives_fuzz_two_simulated_nodes(world_size, monkeypatch):
+def test_collectives_fuzz_two_simulated_nodes(world_size, backend, monkeypatch):
     monkeypatch.setenv("DITRON_POISON", "1")
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
-    res = ditron.launch(_fuzz_case, world_size, 20 + world_size, 24, False, backend="cpu")
+    res = ditron.launch(_fuzz_case, world_size, 20 + world_size, 24, False, backend=backend)
     assert all(r == res[0] for r in res)
