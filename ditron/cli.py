@@ -48,7 +48,14 @@ def _info(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from ditron import demo
 
-    ok = demo.run(args.world_size, n=args.n, repeats=args.repeats, backend=args.backend)
+    try:  # refusals before any rank starts are usage errors, not tracebacks
+        world_size, backend = demo.setup(args.world_size, n=args.n, backend=args.backend)
+    except SettingsError:
+        raise  # a malformed DITRON_* variable, reported by main()
+    except ValueError as e:
+        print(f"ditron demo: {e}", file=sys.stderr)
+        return 2
+    ok = demo.run(world_size, n=args.n, repeats=args.repeats, backend=backend)
     return 0 if ok else 1
 
 

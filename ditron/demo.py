@@ -41,6 +41,9 @@ def all_gather_kernel(chunk, out, sig, epoch, n, BLOCK: tl.constexpr, ctx):
 
 def _rank_demo(n: int, repeats: int) -> dict:
     w = ditron.world()
+    if w.local_world_size < w.world_size:
+        raise RuntimeError(f"ditron demo: the world spans several nodes ({w.local_world_size} "
+                           f"of its {w.world_size} ranks per node); the demo needs one")
     send = ditron.empty((n,), torch.float32, name="ring.send")
     recv = ditron.empty((n,), torch.float32, name="ring.recv")
     chunk = ditron.empty((n,), torch.float32, name="ag.chunk")
@@ -73,13 +76,41 @@ def _rank_demo(n: int, repeats: int) -> dict:
             "ms_per_round": 1e3 * elapsed / repeats}
 
 
-def run(world_size: int | None = None, n: int = 200, repeats: int = 3,
-        backend: str | None = None) -> bool:
-    from .runtime.config import default_backend
+def setup(world_size: int | None = None, n: int = 200,
+          backend: str | None = None) -> tuple[int, str]:
+    """The demo's ``(world_size, backend)``, defaults filled in; ``ValueError`` before any
+    rank starts where it cannot run: ranks on several (simulated, ``DITRON_LOCAL_WORLD_SIZE``)
+    nodes, whose heaps the primitives cannot reach (a peer store there crashed a rank with
+    SIGSEGV), or buffers larger than the symmetric heap (``DITRON_HEAP_SIZE``)."""
+    from .runtime.config import Settings
+    from .runtime.heap import ALIGNMENT
 
-    backend = backend or default_backend()
+    settings = Settings.from_env(backend)
+    backend = settings.backend
     if world_size is None:
         world_size = 4 if backend == "cpu" else max(torch.cuda.device_count(), 2)
+    node = settings.local_world_size
+    if node is not None and node < world_size:
+        raise ValueError(f"DITRON_LOCAL_WORLD_SIZE={node} puts the {world_size} ranks on "
+                         f"several nodes; the demo's kernels store into every peer's heap, "
+                         f"which needs one node: unset it or use --world-size {node}")
+    # ring.send, ring.recv, ag.chunk, ag.out (fp32), the two signal pads and the barrier's
+    # (int64), each in whole blocks of the heap's alignment
+    need = sum(-(-nbytes // ALIGNMENT) * ALIGNMENT
+               for nbytes in (4 * n, 4 * n, 4 * n, 4 * n * world_size, 16, 8 * world_size + 8,
+                              8 * world_size))
+    if need > settings.heap_size // ALIGNMENT * ALIGNMENT:
+        raise ValueError(f"--n {n} on {world_size} ranks needs {need} bytes of symmetric heap "
+                         f"per rank, more than DITRON_HEAP_SIZE ({settings.heap_size} bytes); "
+                         f"lower --n or raise DITRON_HEAP_SIZE")
+    return world_size, backend
+
+
+def run(world_size: int | None = None, n: int = 200, repeats: int = 3,
+        backend: str | None = None) -> bool:
+    """Run the demo on ``world_size`` local ranks (:func:`setup` says what is refused);
+    print a row per rank; return whether every result matched torch."""
+    world_size, backend = setup(world_size, n, backend)
     print(f"ditron demo: {world_size} ranks on the {backend} backend, {n} fp32 per rank, "
           f"{repeats} rounds")
     rows = ditron.launch(_rank_demo, world_size, n, repeats, backend=backend)

@@ -35,6 +35,8 @@ from .runtime.config import env_flag
 
 _ENABLED: bool | None = None
 _EVENTS: list[dict] = []
+#: calls recorded so far by (call event name, rank): the next call's ``args["call"]``
+_CALLS: dict[tuple[str, int], int] = {}
 
 
 def enabled() -> bool:
@@ -50,6 +52,15 @@ def enable(on: bool = True) -> None:
 
 def host_clock() -> int:
     return time.perf_counter_ns()
+
+
+def _next_call(op: str, rank: int) -> int:
+    """The index of ``op``'s call now recorded on ``rank`` (0 after :func:`clear`); counted,
+    not found by scanning the events, which made a long traced run quadratic."""
+    key = (f"{op} call", rank)
+    call = _CALLS.get(key, 0)
+    _CALLS[key] = call + 1
+    return call
 
 
 def record(op: str, buf: torch.Tensor, n_blocks: int, t0: int, t1: int) -> None:
@@ -70,8 +81,7 @@ def record(op: str, buf: torch.Tensor, n_blocks: int, t0: int, t1: int) -> None:
         n = max(int(buf[0]), 1)
         def conv(v):
             return (t0 + (t1 - t0) * (v + 0.5) / n) / 1e3
-    call = sum(1 for e in _EVENTS if e.get("name") == f"{op} call" and e["pid"] == rank)
-    args = {"call": call, "tiles": len(rows),
+    args = {"call": _next_call(op, rank), "tiles": len(rows),
             "tiles_waited": sum(1 for r in rows if r[2] > r[1])}
     if gpu and rows:  # device-clock figures (the CPU clock is logical, see above)
         args.update(
@@ -145,11 +155,11 @@ def record_items(op: str, rows: list[list[int]], labels: list[tuple[str, int]], 
                                  "notify_us": conv(end) - conv(tile_done)}})
     for s in tasks.values():
         s["tile_us_mean"] = s.pop("tile_us_total") / s["tiles"]
-    call = sum(1 for e in _EVENTS if e.get("name") == f"{op} call" and e["pid"] == rank)
     _EVENTS.append({"name": f"{op} call", "ph": "X", "pid": rank, "tid": 0, "ts": t0 / 1e3,
                     "dur": (t1 - t0) / 1e3,
-                    "args": {"call": call, "items": len(rows), "clock": "device" if gpu
-                             else "logical (order only)", "tasks": tasks}})
+                    "args": {"call": _next_call(op, rank), "items": len(rows),
+                             "clock": "device" if gpu else "logical (order only)",
+                             "tasks": tasks}})
     return tasks
 
 
@@ -158,7 +168,9 @@ def events() -> list[dict]:
 
 
 def clear() -> None:
+    """Drop the recorded events; the next call of each op is call 0 again."""
     _EVENTS.clear()
+    _CALLS.clear()
 
 
 def kind(task: str) -> str:
@@ -345,8 +357,25 @@ def _sync_ranks() -> None:
         dist.barrier(group=rt.host_group)
 
 
+def output_prefix(text: str) -> str:
+    """``--out``: a path without suffix, to which ``.json`` and ``.png`` are added; refused
+    (a usage error, before any rank starts) where it names no file (empty, or ending in a
+    separator) or where one of the two files would be a folder."""
+    if os.path.basename(text) in ("", ".", ".."):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names no file; give a path without suffix, e.g. 'traces/ag'")
+    for suffix in (".json", ".png"):
+        if os.path.isdir(text + suffix):
+            raise argparse.ArgumentTypeError(f"{text + suffix!r} is a folder; give another "
+                                             f"path without suffix")
+    return output_file(text)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="ditron trace", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="ditron trace", description="Overlap trace of an overlapped GEMM on local ranks: "
+        "when each tile starts, when its chunks are in, when it ends. Writes OUT.json (Chrome "
+        "/ Perfetto) and OUT.png (with matplotlib).")
     p.add_argument("--op", default="ag_gemm", choices=["ag_gemm", "gemm_rs", "gemm_ar"],
                    help="operator to trace (default %(default)s)")
     p.add_argument("--world-size", type=positive_int, default=2,
@@ -360,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                         "it (default %(default)s)")
     p.add_argument("--calls", type=positive_int, default=2,
                    help="calls traced, after one untraced warm-up call (default %(default)s)")
-    p.add_argument("--out", type=output_file, default="ditron-trace",
+    p.add_argument("--out", type=output_prefix, default="ditron-trace",
                    help="output path without suffix: writes OUT.json and OUT.png "
                         "(default %(default)s)")
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None,

@@ -45,6 +45,22 @@ def test_demo_verifies_against_torch():
     assert out.stdout.count(" ok ") >= 3
 
 
+@pytest.mark.parametrize("env, args, words", [
+    ({"DITRON_LOCAL_WORLD_SIZE": "2"}, ("--world-size", "4"),
+     "DITRON_LOCAL_WORLD_SIZE=2 puts the 4 ranks on several nodes"),
+    ({"DITRON_HEAP_SIZE": "64K"}, ("--world-size", "2", "--n", "4000"),
+     "--n 4000 on 2 ranks needs 81152 bytes of symmetric heap per rank, more than "
+     "DITRON_HEAP_SIZE (65536 bytes)"),
+])
+def test_demo_that_cannot_run_is_a_usage_error(env, args, words):
+    """Settings the demo cannot run under are refused before any rank starts (ranks on
+    several simulated nodes crashed with SIGSEGV, a heap too small raised in the ranks)."""
+    out = subprocess.run([sys.executable, "-m", "ditron", "demo", "--backend", "cpu", *args],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    assert out.returncode == 2 and words in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
 def test_unknown_benchmark_is_an_error():
     out = _run("bench", "no-such-bench")
     assert out.returncode == 2 and "unknown benchmark 'no-such-bench'" in out.stderr

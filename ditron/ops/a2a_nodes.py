@@ -32,15 +32,20 @@ def exchange_counts(counts: torch.Tensor) -> torch.Tensor:
 
 
 def received_rows(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
-                  send_index: torch.Tensor | None, send_scale: torch.Tensor | None
+                  send_index: torch.Tensor | None, send_scale: torch.Tensor | None,
+                  pair: tuple[torch.Tensor, torch.Tensor] | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """``(rows, out_splits, kept)`` for checked arguments: ``rows`` the rows received from
     ranks ``0..W-1`` in order (at least ``kept = min(sum(out_splits), max_out_rows)`` of
     them), ``out_splits [W]`` int64 on ``x``'s device: the rows each rank sent here. A
-    sender's split past its send rows is cut to those left, as the kernels do."""
+    sender's split past its send rows is cut to those left, as the kernels do. ``pair``:
+    the caller's ``(x, extra)`` when ``x`` holds both as rows of bytes; the ranks agree
+    on their row shapes and dtypes (as on one node), not only on the bytes."""
     _refuse_capture(op)
-    agree("ditron.ops.all_to_all_device", row_shape=tuple(x.shape[1:]), dtype=x.dtype,
-          max_out_rows=int(max_out_rows))
+    rows_of, extra = (x, None) if pair is None else pair
+    agree("ditron.ops.all_to_all_device", row_shape=tuple(rows_of.shape[1:]),
+          dtype=rows_of.dtype, max_out_rows=int(max_out_rows),
+          extra=None if extra is None else (tuple(extra.shape[1:]), extra.dtype))
     rows = x if send_index is None else x.index_select(0, send_index)
     if send_scale is not None:  # in fp32, rounded once
         rows = (rows.float() * send_scale.view(-1, *(1,) * (rows.dim() - 1))).to(x.dtype)
@@ -55,11 +60,13 @@ def received_rows(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: 
 
 def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
                       send_index: torch.Tensor | None, recv_index: torch.Tensor | None,
-                      send_scale: torch.Tensor | None, zero_missing: bool
+                      send_scale: torch.Tensor | None, zero_missing: bool,
+                      pair: tuple[torch.Tensor, torch.Tensor] | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`ditron.ops.all_to_all_device` across nodes (checked arguments)."""
+    """:func:`ditron.ops.all_to_all_device` across nodes (checked arguments; ``pair`` as
+    for :func:`received_rows`)."""
     got, out_splits, kept = received_rows("all_to_all_device", x, splits, max_out_rows,
-                                          send_index, send_scale)
+                                          send_index, send_scale, pair)
     new = torch.zeros if zero_missing else torch.empty
     out = new((max_out_rows, *x.shape[1:]), dtype=x.dtype, device=x.device)
     if recv_index is None:
@@ -81,7 +88,7 @@ def all_to_all_device_pair(x: torch.Tensor, extra: torch.Tensor, splits: torch.T
     xb = _row_bytes(x)
     packed = torch.cat([xb, _row_bytes(extra)], dim=1)
     out, out_splits = all_to_all_device(packed, splits, max_out_rows, send_index, recv_index,
-                                        None, zero_missing)
+                                        None, zero_missing, pair=(x, extra))
     cut = xb.shape[1]
     return (_from_bytes(out[:, :cut], x), out_splits, _from_bytes(out[:, cut:], extra))
 
@@ -93,8 +100,12 @@ def _row_bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _from_bytes(b: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``[rows, bytes]`` uint8 back to rows of ``like``'s row shape and dtype."""
-    return b.contiguous().view(-1).view(like.dtype).view(b.shape[0], *like.shape[1:])
+    """``[rows, bytes]`` uint8 back to rows of ``like``'s row shape and dtype. A column
+    slice of a packed row counts as contiguous when it has at most one row, yet starts at
+    a byte offset that ``like``'s dtype may not divide: such a slice is copied first."""
+    if not b.is_contiguous() or b.storage_offset() % like.element_size():
+        b = b.clone(memory_format=torch.contiguous_format)
+    return b.view(-1).view(like.dtype).view(b.shape[0], *like.shape[1:])
 
 
 def inbox_rows(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,

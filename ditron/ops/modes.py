@@ -11,11 +11,17 @@
 
 Inference mode is left as the caller set it: state kept across calls is made outside it
 (``docs/developing.md``, "The caller's torch modes").
+
+Conjugate and negative views (``z.conj()``, ``z.conj().imag``) are resolved before an op
+sees them: its kernels move and read bits, and such a view's bits are not its values. An
+input becomes a plain copy; an output (``out=``, ``recv``'s tensor) a plain copy that the
+op writes and that is then copied back into the view.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -31,8 +37,14 @@ def public_op(fn: Callable[P, R]) -> Callable[P, R]:
     """Run ``fn`` with gradients and autocast off, never traced by Dynamo (see the module
     docstring)."""
 
+    names = list(inspect.signature(fn).parameters)
+    outputs = {i for i, name in enumerate(names) if name in _OUTPUTS}
+
     @functools.wraps(fn)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        if any(map(_view_of_other_bits, args)) or any(map(_view_of_other_bits,
+                                                          kwargs.values())):
+            return _on_plain_views(run, outputs, args, kwargs)
         # before init the op itself raises its clear error; no device to pick yet
         device = current().world.device.type if is_initialized() else "cpu"
         grad, cast = torch.is_grad_enabled(), torch.is_autocast_enabled(device)
@@ -50,3 +62,35 @@ def public_op(fn: Callable[P, R]) -> Callable[P, R]:
                 torch.set_autocast_enabled(device, True)
 
     return torch.compiler.disable(run)
+
+
+#: the parameters an op writes into (the rest are read)
+_OUTPUTS = ("out", "x_or_shape")
+
+
+def _view_of_other_bits(value: object) -> bool:
+    return isinstance(value, torch.Tensor) and (value.is_conj() or value.is_neg())
+
+
+def _on_plain_views(op: Callable[..., R], outputs: set[int], args: tuple,
+                    kwargs: dict) -> R:
+    """``op(*args, **kwargs)`` with its conjugate and negative views resolved (see the
+    module docstring); what it returned in place of an output view is that view."""
+    written: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def plain(value: object, output: bool) -> object:
+        if not _view_of_other_bits(value):
+            return value
+        resolved = value.resolve_conj().resolve_neg()
+        if output:
+            written.append((value, resolved))
+        return resolved
+
+    args = tuple(plain(a, i in outputs) for i, a in enumerate(args))
+    kwargs = {k: plain(v, k in _OUTPUTS) for k, v in kwargs.items()}
+    result = op(*args, **kwargs)
+    for view, resolved in written:
+        view.copy_(resolved)
+        if result is resolved:
+            result = view
+    return result

@@ -81,6 +81,7 @@ def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
         _check_tensor("send", x)
         _p2p_engine("send", engine)
         header = _header("send", x.shape, x.dtype)
+        flat = carried(x).contiguous()  # before the header: a failure says so
     except Exception:
         if _is_peer(dst):
             failed = torch.full((_HEADER,), _FAILED, dtype=torch.int64, device="cpu")
@@ -89,16 +90,16 @@ def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     dst = _peer("send", dst)
     dist.send(header, group=rt.host_group, group_dst=dst)
     net = engine_instance("network")
-    flat = carried(x).contiguous()
     net.issue([Transfer(flat, flat, rt.world.rank, dst)])
     net.drain()
 
 
 @public_op
 def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
-         dtype: torch.dtype = torch.float32, engine: str | None = None) -> torch.Tensor:
+         dtype: torch.dtype | None = None, engine: str | None = None) -> torch.Tensor:
     """Receive from rank ``src`` into ``x_or_shape`` (a tensor, filled and returned) or a new
-    tensor of that shape and ``dtype``. Equivalent: ``dist.recv(out, src); out``.
+    tensor of that shape (a sequence of ints, or one int) and ``dtype`` (default fp32; with
+    a tensor it must be the tensor's, or None). Equivalent: ``dist.recv(out, src); out``.
 
     Raises when the sender's rows differ in shape or dtype, when its :func:`send` was
     refused, and when ``x_or_shape`` or ``engine`` is refused here; in every case (``src``
@@ -109,14 +110,22 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
     try:
         if isinstance(x_or_shape, torch.Tensor):
             out = x_or_shape
+            if dtype is not None and dtype != out.dtype:
+                raise ValueError(f"ditron.ops.recv: dtype {dtype} given with a tensor of "
+                                 f"{out.dtype} (dtype is for a shape; leave it out)")
         else:
-            shape = tuple(check_int(s, "ditron.ops.recv: a size of the shape")
-                          for s in x_or_shape)
-            out = torch.empty(shape, dtype=dtype, device=rt.world.device)
+            sizes = (x_or_shape,) if as_int(x_or_shape) is not None else x_or_shape
+            if not isinstance(sizes, Sequence):
+                raise TypeError(f"ditron.ops.recv: expected a tensor, a shape or a size, got "
+                                f"{type(x_or_shape).__name__}")
+            shape = tuple(check_int(s, "ditron.ops.recv: a size of the shape") for s in sizes)
+            out = torch.empty(shape, dtype=torch.float32 if dtype is None else dtype,
+                              device=rt.world.device)
         _check_tensor("recv", out)
         check_writable("recv", out)
         _p2p_engine("recv", engine)
         expected = _header("recv", out.shape, out.dtype)
+        into = carried(out)  # before the header: a failure takes the sender's rows
     except Exception:
         if _is_peer(src):
             _take(as_int(src), _received_header(as_int(src)))
@@ -132,7 +141,6 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
                          f"{sent.dtype}, but this rank receives {tuple(out.shape)} "
                          f"{out.dtype}")
     net = engine_instance("network")
-    into = carried(out)
     net.issue([Transfer(into, into, src, rt.world.rank)])
     net.drain()
     return out

@@ -2,21 +2,24 @@
 
 Triton kernels cannot call a function chosen at run time, so the megakernel is generated:
 one ``@triton.jit`` function whose loop takes items from a queue, waits for their scoreboard
-slots, calls the item's tile function in an ``if``/``elif`` chain over task ids (through an
-out-of-line caller per distinct function, or inlined), then sets the slots of the ranks that
+slots, calls the item's tile function in an ``if``/``elif`` chain over task ids (chains of
+``CHAIN`` tasks under a binary tree of task-id tests beyond that; through an out-of-line
+caller per distinct function, or inlined), then sets the slots of the ranks that
 wait for it; ``TRACE`` (a constexpr) adds time stamps per item. Tasks given TMA
 descriptors fence the async proxy before their tiles (their loads must see what the waits
 acquired). The source depends only on the tile functions, the kinds of their parameters and
 which tasks take descriptors, so graphs of the same tasks share one module (and one
 compiled kernel). Modules are written to ``<ditron cache dir>/megakernels/``
-(Triton reads a kernel's source from its file) and loaded from there.
+(Triton reads a kernel's source from its file) and loaded from there, once per source and
+set of tile function objects (a tile function redefined or reloaded gets a module of its
+own, which calls it).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-import inspect
+import keyword
 import os
 import sys
 from collections.abc import Sequence
@@ -39,11 +42,17 @@ TRACE_FIELDS = 6
 INJECTED = "injected"
 #: scoreboard slots one ``wait_all`` polls at once
 WAIT_BLOCK = 32
+#: tasks dispatched by one ``if``/``elif`` chain; more are first split in halves by task id
+#: (each ``elif`` nests one level deeper: Triton's CUDA front end exceeded Python's
+#: recursion limit at 200 tasks in one chain)
+CHAIN = 32
 
 #: a task's tile function called out of line: inlined into the item loop, its loop-invariant
 #: values (addresses, offsets of every pipeline stage) are hoisted out of the loop and stay
 #: live for the whole kernel, for every task at once: a 4-layer MLP's megakernel then takes
-#: 255 registers and spills on sm_90, 64-168 out of line (docs/perf.md, session 30)
+#: 255 registers and spills on sm_90, 64-168 out of line (docs/perf.md, session 30).
+#: Its parameters are ``tile, a0, a1...`` whatever the tile function calls them: one named
+#: like the callee (``task_0``) would hide it
 _CALLER = '''
 @triton.jit(noinline=True)
 def {name}({sig}):
@@ -116,9 +125,32 @@ def megakernel({params}):
 
 def _importable(fn) -> bool:
     """A top-level function of a module other than a script (``__main__``, or
-    ``__mp_main__`` in a process started by ``multiprocessing``)."""
+    ``__mp_main__`` in a process started by ``multiprocessing``) whose name can be imported
+    (a module loaded from a file as ``my-tiles`` cannot) and that the module holds under
+    its name now (not one the module has since redefined or reloaded)."""
     raw = fn.fn
-    return raw.__module__ not in ("__main__", "__mp_main__") and "." not in raw.__qualname__
+    module = raw.__module__ or ""
+    if (module in ("__main__", "__mp_main__") or "." in raw.__qualname__
+            or not all(p.isidentifier() and not keyword.iskeyword(p)
+                       for p in module.split("."))):
+        return False
+    return getattr(sys.modules.get(module), raw.__qualname__, None) is fn
+
+
+def _dispatch(branches: Sequence[list[str]], first: int = 0, depth: int = 0) -> list[str]:
+    """Lines running ``branches[task - first]`` (each a list of statements): ``if``/``elif``
+    chains of at most ``CHAIN`` tasks, under a binary tree of task id tests."""
+    pad = " " * (8 + 4 * depth)
+    if len(branches) <= CHAIN:
+        lines = []
+        for j, body in enumerate(branches):
+            lines.append(f"{pad}{'if' if j == 0 else 'elif'} task == {first + j}:")
+            lines += [f"{pad}    {line}" for line in body]
+        return lines
+    half = len(branches) // 2
+    return [f"{pad}if task < {first + half}:",
+            *_dispatch(branches[:half], first, depth + 1), f"{pad}else:",
+            *_dispatch(branches[half:], first + half, depth + 1)]
 
 
 def param_name(k: int, name: str) -> str:
@@ -136,7 +168,7 @@ def source(tasks: Sequence[Task], outline: bool = True) -> tuple[str, dict[str, 
     inject: dict[str, object] = {}
     params = list(FIXED_PARAMS)
     constexprs = []  # after every runtime parameter: the host passes those positionally
-    dispatch = []
+    branches: list[list[str]] = []  # the statements of each task's branch
     wrappers: dict[int, str] = {}  # id(tile function) -> its out-of-line caller
     bodies = []
     for k, task in enumerate(tasks):
@@ -150,13 +182,11 @@ def source(tasks: Sequence[Task], outline: bool = True) -> tuple[str, dict[str, 
         caller = wrappers.get(id(task.fn)) if outline else alias
         if caller is None:
             caller = wrappers[id(task.fn)] = f"tile_{len(wrappers)}"
+            names = [f"a{i}" for i in range(len(task.params))]
             sig = [f"{n}: tl.constexpr" if c else n
-                   for n, c in zip(task.params, task.constexprs, strict=True)]
-            # the tile function's own name for the tile index: distinct from its other
-            # parameters (which may include one named "tile")
-            index = next(iter(inspect.signature(raw).parameters))
-            bodies.append(_CALLER.format(name=caller, sig=", ".join([index, *sig]),
-                                         fn=alias, args=", ".join([index, *task.params])))
+                   for n, c in zip(names, task.constexprs, strict=True)]
+            bodies.append(_CALLER.format(name=caller, sig=", ".join(["tile", *sig]),
+                                         fn=alias, args=", ".join(["tile", *names])))
         call = []
         for name, const, value in zip(task.params, task.constexprs, task.args, strict=True):
             if value is CTX:
@@ -165,14 +195,13 @@ def source(tasks: Sequence[Task], outline: bool = True) -> tuple[str, dict[str, 
             p = param_name(k, name)
             (constexprs if const else params).append(f"{p}: tl.constexpr" if const else p)
             call.append(p)
-        keyword = "if" if k == 0 else "elif"
-        dispatch.append(f"        {keyword} task == {k}:")
+        branch = []
         if any(isinstance(a, TensorDescriptor) for a in task.args):
             # what the item waited for was stored through the generic proxy
-            dispatch.append("            dl.fence_async_proxy(ON_GPU)")
-        dispatch.append(f"            {caller}(tile, {', '.join(call)})")
-    if not dispatch:
-        dispatch.append("        pass")
+            branch.append("dl.fence_async_proxy(ON_GPU)")
+        branch.append(f"{caller}(tile, {', '.join(call)})")
+        branches.append(branch)
+    dispatch = _dispatch(branches) or ["        pass"]
     constexprs += [f"{name}: tl.constexpr" for name in FIXED_CONSTEXPRS]
     # no task names in the source: they would break it (quotes, backslashes) and give
     # graphs of the same tile functions distinct modules and kernels
@@ -181,12 +210,22 @@ def source(tasks: Sequence[Task], outline: bool = True) -> tuple[str, dict[str, 
     return "\n".join(head) + "\n\n" + "".join(bodies) + body, inject
 
 
+#: the modules loaded, by name (the source's digest) and tile function objects
+_MODULES: dict[tuple[str, tuple[int, ...]], ModuleType] = {}
+
+
 def load(tasks: Sequence[Task], outline: bool = True) -> ModuleType:
-    """The generated module for ``tasks`` (written once per distinct source)."""
+    """The generated module for ``tasks`` (written once per distinct source, loaded once
+    per source and set of tile function objects, which it holds: the ids in the key stay
+    theirs)."""
     text, inject = source(tasks, outline)
     digest = hashlib.sha256(text.encode()).hexdigest()[:20]
     name = f"ditron_megakernel_{digest}"
-    module = sys.modules.get(name)
+    # the same source calls other functions when a script's function was defined again
+    # (a notebook cell run twice, a tile function made inside the function building the
+    # graph) or a module was reloaded: each set of function objects gets its own module
+    key = (name, tuple(id(task.fn) for task in tasks))
+    module = _MODULES.get(key)
     if module is None:
         folder = os.path.join(cache_dir(), "megakernels")
         os.makedirs(folder, exist_ok=True)
@@ -201,11 +240,6 @@ def load(tasks: Sequence[Task], outline: bool = True) -> ModuleType:
         for alias, fn in inject.items():
             setattr(module, alias, fn)
         spec.loader.exec_module(module)
-        sys.modules[name] = module
-    else:
-        for alias, fn in inject.items():
-            if getattr(module, alias, None) is not fn:
-                raise RuntimeError(f"ditron.task: two different tile functions named "
-                                   f"{fn.fn.__qualname__!r} from {fn.fn.__module__!r} in one "
-                                   f"process; give them distinct names")
+        _MODULES[key] = module
+        sys.modules.setdefault(name, module)
     return module

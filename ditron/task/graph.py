@@ -99,6 +99,11 @@ class Task:
         if raw is None or not hasattr(fn, "arg_names"):
             raise TypeError(f"task {name!r}: fn must be a @triton.jit function, "
                             f"got {type(fn).__name__}")
+        if not inspect.isfunction(raw):  # triton.autotune / heuristics wrap the jit function
+            raise TypeError(f"task {name!r}: fn must be the @triton.jit function itself, "
+                            f"not the {type(fn).__name__} of an autotune / heuristics "
+                            f"decorator around it (a megakernel calls its tile functions "
+                            f"directly: pass their constexprs as arguments)")
         sig = inspect.signature(raw)
         params = list(sig.parameters.values())
         if not params:

@@ -28,7 +28,10 @@ is a valid order, so any ``P`` works (default 1).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
+import importlib
 import re
 
 import torch
@@ -60,6 +63,21 @@ def _default_programs(device: torch.device, local_world_size: int) -> int:
     if share > 1:  # every rank's programs must be resident at once: one per SM in all
         return max(1, sms // share)
     return PROGRAMS_PER_SM * sms
+
+
+@functools.cache
+def launch_option_names() -> frozenset[str]:
+    """The keywords Triton's backends (CUDA, AMD) take as launch options (``num_stages``,
+    ``maxnreg``...); empty when neither can be imported."""
+    names: set[str] = set()
+    for module, cls in (("triton.backends.nvidia.compiler", "CUDAOptions"),
+                        ("triton.backends.amd.compiler", "HIPOptions")):
+        try:
+            names.update(f.name for f in dataclasses.fields(
+                getattr(importlib.import_module(module), cls)))
+        except (ImportError, AttributeError, TypeError):
+            continue
+    return frozenset(names)
 
 
 def _kind(arg) -> str:
@@ -303,8 +321,8 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
     (tasks, tile counts, argument kinds) or graphs whose regions imply different
     dependencies between two ranks (``Schedule.links``), when a region is invalid on any
     rank (see :func:`derive`; that rank raises its own error), or when ``programs``,
-    ``num_warps`` or a tensor argument's device is refused (on one rank alone: the others
-    raise naming its problem)."""
+    ``num_warps``, a keyword that is no Triton launch option or a tensor argument's device
+    is refused (on one rank alone: the others raise naming its problem)."""
     rt = current()
     w = rt.world
     what = f"ditron.task: compile of graph {graph.name!r}"
@@ -314,6 +332,11 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
         if programs is not None:
             programs = check_int(programs, "compile: programs", 1)
         num_warps = check_warps(num_warps, "compile: num_warps")
+        known = launch_option_names()
+        unknown = sorted(k for k in launch_options if known and k not in known)
+        if unknown:  # the interpreter ignored them; Triton raised at the first call
+            raise ValueError(f"compile: {', '.join(map(repr, unknown))} is not a Triton "
+                             f"launch option (those are {', '.join(sorted(known))})")
         for task in graph.tasks:
             for name, value in zip(task.params, task.args, strict=True):
                 if isinstance(value, TensorDescriptor):

@@ -10,6 +10,7 @@ view of it) wherever it is read or written.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -71,20 +72,32 @@ class Region:
                    for (a0, a1), (b0, b1) in zip(self.box, other.box, strict=True))
 
 
+def _index(value) -> int | None:
+    """``value`` as an int when it is an integer (``operator.index``), else ``None``."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _range(spec, size: int, dim: int) -> Range:
     if isinstance(spec, slice):
         if spec.step not in (None, 1):
             raise ValueError(f"region: dimension {dim} has step {spec.step}; only boxes")
         start, stop, _ = spec.indices(size)
         return start, max(start, stop)
-    if isinstance(spec, int):
+    if _index(spec) is not None:  # an int, a NumPy int, an integer tensor of one element
+        spec = _index(spec)
         if not -size <= spec < size:
             raise ValueError(f"region: index {spec} out of range for dimension {dim} "
                              f"of size {size}")
         spec %= size
         return spec, spec + 1
     if isinstance(spec, Sequence) and len(spec) == 2:
-        start, stop = (int(v) for v in spec)
+        start, stop = (_index(v) for v in spec)
+        if start is None or stop is None:  # a float was truncated: a box off by a part
+            raise TypeError(f"region: range {tuple(spec)!r} of dimension {dim} must be a "
+                            f"pair of integers")
         if not 0 <= start <= size or stop < start:
             raise ValueError(f"region: range ({start}, {stop}) is not within dimension {dim} "
                              f"of size {size}")

@@ -233,6 +233,39 @@ def test_all_to_all_device_moves_any_dtype(world_size, backend):
     assert ditron.launch(check_device_splits, world_size, backend=backend) == [4] * world_size
 
 
+def check_device_views() -> int:
+    """all_to_all_device / _pair of negative and conjugate views (``z.conj().imag``,
+    ``z.conj()``) move their values, not their bits (a negative view arrived un-negated)."""
+    w, me = ditron.world().world_size, ditron.world().rank
+    dev = ditron.world().device
+    checks = 0
+    for it in range(2):  # twice: the workspaces of the first call are reused
+        zs = [torch.randn(w, 3, dtype=torch.complex64, generator=_gen(r, it, 41))
+              for r in range(w)]
+        ones = torch.ones(w, dtype=torch.int64, device=dev)
+        z = zs[me].to(dev)
+        neg = z.conj().imag  # a negative view of z's imaginary parts (strided)
+        flat = torch._neg_view(z.imag.contiguous())  # a contiguous one: its bits travelled
+        assert neg.is_neg() and flat.is_neg() and flat.is_contiguous()
+        want_neg = torch.stack([-zs[r][me].imag for r in range(w)])
+        want_conj = torch.stack([zs[r][me].conj() for r in range(w)])
+        for v in (neg, flat):
+            out, _ = ditron.ops.all_to_all_device(v, ones, w)
+            assert torch.equal(out.cpu(), want_neg), f"negative view, call {it}"
+        out, _ = ditron.ops.all_to_all_device(z.conj(), ones, w)
+        assert torch.equal(out.resolve_conj().cpu(), want_conj), f"conjugate view, call {it}"
+        rows, extra, _ = ditron.ops.all_to_all_device_pair(z.real, flat, ones, w)
+        assert torch.equal(rows.cpu(), torch.stack([zs[r][me].real for r in range(w)]))
+        assert torch.equal(extra.cpu(), want_neg), f"negative extra rows, call {it}"
+        checks += 1
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_all_to_all_device_moves_values_of_views(world_size, backend):
+    assert ditron.launch(check_device_views, world_size, backend=backend) == [2] * world_size
+
+
 def check_refused() -> int:
     """What cannot be summed or moved raises ``ValueError`` before any transfer, and the
     ops still work afterwards."""

@@ -284,3 +284,38 @@ def test_zero_size_regions_impose_no_waits():
           reads=lambda t, r: [dt.region(x, (8 * t, 8 * t)), dt.region(e), dt.region(x, (t, 1))])
     s = g.schedule(0, 1)
     assert [s.waits(i) for i in range(4)] == [[], [], [0], []]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16})], key=[])
+@triton.jit
+def _autotuned(tile, x, n, BLOCK: tl.constexpr):
+    pass
+
+
+def test_autotuned_or_heuristic_functions_are_refused():
+    # their signature is (*args, **kwargs): "parameter 'args' of _autotuned must be
+    # positional", which did not say what was wrong
+    x = torch.empty(32)
+    g = dt.TaskGraph()
+    heuristic = triton.heuristics({"BLOCK": lambda args: 16})(_noop)
+    for fn, kind in ((_autotuned, "Autotuner"), (heuristic, "Heuristics")):
+        with pytest.raises(TypeError, match=f"fn must be the @triton.jit function itself, "
+                                            f"not the {kind} of an autotune / heuristics"):
+            g.add("t", fn, x, 32, tiles=1)
+    assert not g.tasks
+
+
+def test_region_ranges_must_be_integers():
+    # a float range was truncated (``(t * n / 2, ...)``: a box off by part of an element,
+    # and wrong waits), while a NumPy int index was refused; integers of any kind count
+    import numpy as np
+
+    t = torch.empty(10, 6)
+    for bad in ((0.5, 3.7), (torch.tensor(1.0), 3)):
+        with pytest.raises(TypeError, match=r"range \(.*\) of dimension 0 must be a pair of "
+                                            r"integers"):
+            dt.region(t, bad)
+    with pytest.raises(TypeError, match="takes a slice, an int or a"):
+        dt.region(t, 2.0)
+    assert dt.region(t, np.int64(3), (np.int32(1), torch.tensor(4))).box == ((3, 4), (1, 4))
+    assert dt.region(t, -1).box == ((9, 10), (0, 6))
