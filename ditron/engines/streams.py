@@ -126,9 +126,11 @@ class SideLane:
             return
         start_after(self.side, since)
         self._held += allocator_tensors(transfers)
-        with torch.cuda.stream(self.side):
-            yield
-        self._pending = True
+        try:
+            with torch.cuda.stream(self.side):
+                yield
+        finally:  # launches made before one that raised still need joining at drain
+            self._pending = True
 
     def mark(self) -> object | None:
         return mark_current(self.side.device.index) if self.side is not None else None

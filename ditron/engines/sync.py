@@ -20,6 +20,7 @@ import triton.language as tl
 
 from .. import language as dl
 from ..runtime import stream_memops
+from ..runtime.integers import as_int, check_int
 from ..runtime.signals import DeviceValue, SignalPad
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
@@ -82,10 +83,31 @@ def bump(pad: SignalPad) -> DeviceValue:
 
 
 def _check_range(ranks: range, what: str) -> None:
-    """Raise ``ValueError`` unless ``ranks`` is a range of step 1: the kernels take its
-    start and length (a step of 2 reached the wrong ranks)."""
+    """Raise ``ValueError`` unless ``ranks`` is a range of step 1 (the kernels take its
+    start and length: a step of 2 reached the wrong ranks) inside the world, or empty."""
     if not isinstance(ranks, range) or ranks.step != 1:
         raise ValueError(f"{what}: ranks must be a range of step 1, got {ranks!r}")
+    if ranks and not (0 <= ranks.start and ranks.stop <= current().world.world_size):
+        raise ValueError(f"{what}: ranks {ranks!r} reach outside the world of "
+                         f"{current().world.world_size} ranks")
+
+
+def _check_target(pad: SignalPad, first: int, stop: int, rank: int | None, what: str) -> None:
+    """Raise ``ValueError`` unless slots ``first .. stop - 1`` lie in ``pad`` (a slot past it
+    raised a word of whatever buffer lies beyond, on the peer's heap) and ``rank`` (``None``:
+    no rank) is a rank of the world (a kernel given another one translated its address with
+    whatever word lay beside the heap bases; a stream memory operation counted a negative
+    rank from the end)."""
+    if type(first) is int and type(stop) is int and 0 <= first and stop <= pad.slots and (
+            rank is None or type(rank) is int and 0 <= rank < current().world.world_size):
+        return  # the common case, in a few comparisons (hot path)
+    lo, hi = as_int(first), as_int(stop)
+    if lo is None or hi is None or lo < 0 or hi > pad.slots:
+        where = f"slot {first!r}" if lo is None or hi is None or hi - lo == 1 \
+            else f"slots {first!r} .. {stop - 1!r}"
+        raise ValueError(f"{what}: {where} outside its pad's {pad.slots} slots")
+    if rank is not None:
+        check_int(rank, f"{what}: rank", 0, current().world.world_size)
 
 
 def bump_and_notify(pad: SignalPad, slot: int, peers: range, skip: int = -1) -> DeviceValue:
@@ -93,6 +115,7 @@ def bump_and_notify(pad: SignalPad, slot: int, peers: range, skip: int = -1) -> 
     in ``peers`` (a range of step 1) but ``skip`` (release), in one kernel; returns the new
     epoch ``E``."""
     _check_range(peers, "bump_and_notify")
+    _check_target(pad, slot, slot + 1, None, "bump_and_notify")
     value = pad.device_epoch()
     _FAST_BUMP_NOTIFY[(1,)](pad.signals, slot, value.cell, peers.start, len(peers), skip,
                             current().context())
@@ -105,6 +128,7 @@ def copy_value(pad: SignalPad, slot: int, value: DeviceValue, rank: int) -> None
     ``value.offset`` must be 0."""
     if value.offset != 0:
         raise ValueError(f"copy_value copies a cell as it is; offset {value.offset} != 0")
+    _check_target(pad, slot, slot + 1, rank, "copy_value")
     stream_memops.memcpy(_raw_stream(), slot_address(pad, slot, rank),
                          value.cell.data_ptr(), 8)
 
@@ -127,6 +151,7 @@ def slot_address(pad: SignalPad, slot: int, rank: int) -> int:
 
 def notify_one(pad: SignalPad, slot: int, value: int | DeviceValue, rank: int) -> None:
     """Set slot ``slot`` of ``pad`` on ``rank`` to ``value`` after the current stream's work."""
+    _check_target(pad, slot, slot + 1, rank, "notify_one")
     if isinstance(value, DeviceValue):
         _FAST_NOTIFY_AT[(1,)](pad.signals, slot, value.cell, value.offset, rank, 1, -1,
                               current().context())
@@ -140,6 +165,7 @@ def notify_one(pad: SignalPad, slot: int, value: int | DeviceValue, rank: int) -
 
 def wait_one(pad: SignalPad, slot: int, value: int | DeviceValue) -> None:
     """Make the current stream wait until local slot ``slot`` of ``pad`` is >= ``value``."""
+    _check_target(pad, slot, slot + 1, None, "wait_one")
     if isinstance(value, DeviceValue):
         _FAST_WAIT_AT[(1,)](pad.signals, slot, 0, 1, -1, value.cell, value.offset,
                             current().context())
@@ -158,6 +184,7 @@ def notify_peers(pad: SignalPad, slot: int, value: int | DeviceValue, peers: ran
     _check_range(peers, "notify_peers")
     if len(peers) == 0 or (len(peers) == 1 and peers[0] == skip):
         return
+    _check_target(pad, slot, slot + 1, None, "notify_peers")
     if isinstance(value, DeviceValue):
         _FAST_NOTIFY_AT[(1,)](pad.signals, slot, value.cell, value.offset, peers.start,
                               len(peers), skip, current().context())
@@ -179,6 +206,7 @@ def wait_slots(pad: SignalPad, base: int, ranks: range, value: int | DeviceValue
     _check_range(ranks, "wait_slots")
     if len(ranks) == 0 or (len(ranks) == 1 and ranks[0] == skip):
         return
+    _check_target(pad, base + ranks.start, base + ranks.stop, None, "wait_slots")
     if isinstance(value, DeviceValue):
         _FAST_WAIT_AT[(1,)](pad.signals, base, ranks.start, len(ranks), skip, value.cell,
                             value.offset, current().context())

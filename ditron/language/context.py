@@ -15,6 +15,7 @@ DIAG_RANK = 1  # rank that timed out
 DIAG_OFFSET = 2  # byte offset of the signal in the symmetric heap
 DIAG_EXPECTED = 3  # value the wait needed
 DIAG_SEEN = 4  # last value it read
+DIAG_LIMIT = 5  # its poll budget (``spin_limit``): the host turns it into seconds
 DIAG_SCRATCH = 7  # word used by ``fence``
 DIAG_WORDS = 8
 

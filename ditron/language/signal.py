@@ -21,6 +21,7 @@ DIAG_RANK = tl.constexpr(_slots.DIAG_RANK)
 DIAG_OFFSET = tl.constexpr(_slots.DIAG_OFFSET)
 DIAG_EXPECTED = tl.constexpr(_slots.DIAG_EXPECTED)
 DIAG_SEEN = tl.constexpr(_slots.DIAG_SEEN)
+DIAG_LIMIT = tl.constexpr(_slots.DIAG_LIMIT)
 DIAG_SCRATCH = tl.constexpr(_slots.DIAG_SCRATCH)
 
 SET = tl.constexpr("set")  # see core.ACQ_REL for why defaults are constexpr objects
@@ -78,6 +79,7 @@ def _record_offset(offset, value, seen, ctx):
         tl.store(ctx.diag + DIAG_OFFSET, offset)
         tl.store(ctx.diag + DIAG_EXPECTED, value)
         tl.store(ctx.diag + DIAG_SEEN, seen)
+        tl.store(ctx.diag + DIAG_LIMIT, ctx.spin_limit)
 
 
 @triton.jit
@@ -89,10 +91,11 @@ def wait(sig_ptr, value, ctx):
     and, once it is reached, reads it again with the acquire atomic, so data published
     before the matching ``notify`` is visible to the whole program afterwards. With a
     timeout configured (``ctx.spin_limit > 0``) the wait gives up after that many polls, or
-    as soon as another wait of this rank has given up, and records rank, signal offset,
-    expected and seen values in ``ctx.diag``; the host then raises
-    ``ditron.WaitTimeoutError``. A program may only wait for other ranks or, on the CPU
-    backend, for programs of the same launch with a lower id.
+    as soon as another wait of this rank has given up, records rank, signal offset,
+    expected and seen values and its poll budget in ``ctx.diag`` and returns the short
+    value it saw (the kernel goes on: ``seen < value`` tells it); ``ditron.check_waits()``
+    then raises ``ditron.WaitTimeoutError`` on the host. A program may only wait for other
+    ranks or, on the CPU backend, for programs of the same launch with a lower id.
     """
     seen = tl.atomic_add(sig_ptr, 0, sem="acquire", scope="sys")
     # a block would spin forever on the CPU backend, whatever the timeout
@@ -117,7 +120,8 @@ def wait(sig_ptr, value, ctx):
 @triton.jit
 def wait_all(sig_ptrs, value, ctx, mask=None):
     """Spin until every local signal of the block ``sig_ptrs`` (``mask``-ed lanes only) is
-    ``>= value``; return the smallest value seen.
+    ``>= value``; return the smallest value seen (``2**63 - 1`` when no lane is in
+    ``mask``: nothing to wait for).
 
     :func:`wait` for many signals at once: each lane reads its own signal (acquire atomic,
     volatile loads while short, the acquire atomic again once reached), all lanes in

@@ -114,10 +114,12 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
                 raise ValueError(f"ditron.ops.recv: dtype {dtype} given with a tensor of "
                                  f"{out.dtype} (dtype is for a shape; leave it out)")
         else:
-            sizes = (x_or_shape,) if as_int(x_or_shape) is not None else x_or_shape
-            if not isinstance(sizes, Sequence):
+            try:  # a shape: any iterable of ints (a NumPy array too), or one int
+                sizes = ((x_or_shape,) if as_int(x_or_shape) is not None
+                         else tuple(x_or_shape))
+            except TypeError:
                 raise TypeError(f"ditron.ops.recv: expected a tensor, a shape or a size, got "
-                                f"{type(x_or_shape).__name__}")
+                                f"{type(x_or_shape).__name__}") from None
             shape = tuple(check_int(s, "ditron.ops.recv: a size of the shape") for s in sizes)
             out = torch.empty(shape, dtype=torch.float32 if dtype is None else dtype,
                               device=rt.world.device)

@@ -7,8 +7,9 @@
 - ``DITRON_LOCAL_WORLD_SIZE``: ranks per node of the job; a smaller value simulates nodes on CPU.
 - ``DITRON_POISON``: fill fresh symmetric memory with 0xFF bytes (NaN for floats); off.
 - ``DITRON_LAUNCH_TIMEOUT``: seconds ``ditron.launch`` waits, once every rank has started,
-  for ranks to return before it names the stuck ones and kills them (0: forever). Start-up
-  (spawn, CUDA context, rendezvous) is bounded separately by ``max(timeout, 300 s)``.
+  for ranks to return before it names the stuck ones and kills them (0: forever). With a
+  timeout, start-up (spawn, CUDA context, rendezvous) is bounded separately by
+  ``max(timeout, 300 s)``; without one, it is not bounded either.
 - ``DITRON_CHECK_CALLS``: check on every collective call that the ranks agree on it (one
   host gather per call), not only on the first call of each signature; off. For debugging
   a rank whose shapes change without the others' (``runtime/agreement.py``).

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from ..language.context import DIAG_EXPECTED, DIAG_FLAG, DIAG_OFFSET, DIAG_RANK, DIAG_SEEN
+import numbers
+
+from ..language.context import (
+    DIAG_EXPECTED,
+    DIAG_FLAG,
+    DIAG_LIMIT,
+    DIAG_OFFSET,
+    DIAG_RANK,
+    DIAG_SEEN,
+)
 from .config import MAX_SECONDS
 from .world import current
 
@@ -37,12 +46,14 @@ def check_waits() -> None:
     if record[DIAG_FLAG] == 0:
         return
     rt.diag.zero_()
+    # the budget of the wait that gave up (its context's), not today's setting
+    limit = int(record[DIAG_LIMIT])
     raise WaitTimeoutError(
         rank=int(record[DIAG_RANK]),
         signal=rt.heap.describe(int(record[DIAG_OFFSET])),
         expected=int(record[DIAG_EXPECTED]),
         seen=int(record[DIAG_SEEN]),
-        timeout=rt.wait_seconds,
+        timeout=limit / rt.backend.polls_per_second if limit > 0 else rt.wait_seconds,
     )
 
 
@@ -50,7 +61,7 @@ def set_wait_timeout(seconds: float) -> None:
     """Set how long device waits spin before giving up (0: forever; a count of polls, at
     most ``world.MAX_POLLS``: about 1070 s on CUDA); takes effect for contexts built
     afterwards (``ditron.context()``)."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) \
             or not 0 <= seconds <= MAX_SECONDS:  # also refuses nan and inf
         raise ValueError(f"wait timeout must be a number of seconds in [0, {MAX_SECONDS:g}], "
                          f"got {seconds!r}")

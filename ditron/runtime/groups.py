@@ -54,6 +54,10 @@ def group_ranks(group, job_size: int) -> tuple[int, ...]:
         return tuple(range(job_size))
     if isinstance(group, dist.ProcessGroup):
         return tuple(sorted(dist.get_process_group_ranks(group)))
+    if type(group) is int and group == dist.GroupMember.NON_GROUP_MEMBER:
+        raise ValueError("ditron.init: this process is not a member of the group "
+                         "(torch.distributed.new_group gave it GroupMember.NON_GROUP_MEMBER); "
+                         "only the group's members call ditron.init")
     if isinstance(group, (str, bytes)) or not isinstance(group, Sequence):
         raise ValueError(f"ditron.init: group must be a torch.distributed ProcessGroup or a "
                          f"sequence of global ranks, got {group!r}")

@@ -32,12 +32,13 @@ import tempfile
 import threading
 import time
 import traceback
+import types
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import interpret as interpret_mod
-from .config import Settings, SettingsError, default_backend, env_flag
+from .config import Settings, SettingsError, check_backend, default_backend, env_flag
 from .integers import as_int, check_int
 
 
@@ -70,7 +71,14 @@ def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str,
             from .diagnostics import check_waits
 
             check_waits()
-        conn.send_bytes(_dumps_by_value(("ok", result)))
+        try:
+            data = _dumps_by_value(("ok", result))
+        except Exception as exc:  # noqa: BLE001 - any pickling failure means the same thing
+            raise TypeError(f"ditron.launch: fn's result on rank {env['RANK']} cannot be "
+                            f"pickled back to the launching process (return tensors, "
+                            f"numbers, module-level classes...): {type(exc).__name__}: "
+                            f"{exc}") from exc
+        conn.send_bytes(data)
         world_mod.shutdown()
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
         tb = traceback.format_exc()
@@ -229,12 +237,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     if not callable(fn):
         raise TypeError(f"ditron.launch: fn must be callable, got {fn!r}")
     group_of = _group_of(groups, world_size)
-    try:
-        pickle.dumps((fn, args, kw))
-    except Exception as exc:  # noqa: BLE001 - any pickling failure means the same thing
-        raise TypeError(f"ditron.launch: fn and its arguments must be picklable (define fn at "
-                        f"module level): {exc}") from exc
-    backend = backend or default_backend()
+    _check_picklable(fn, args, kw)
+    backend = check_backend(backend) if backend else default_backend()
     settings = Settings.from_env(backend)
     if backend == "cuda" and not _cuda_visible():  # before any rank starts
         raise SettingsError(
@@ -278,6 +282,42 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
             for p in procs:  # ranks that returned are shutting down; give them a moment
                 p.join(timeout=_SHUTDOWN_SECONDS if p.exitcode is None and not failed else 0)
             _stop(procs, conns, workdir, job)
+
+
+def _check_picklable(fn, args, kw) -> None:
+    """``TypeError`` unless the ranks can unpickle ``fn`` and its arguments: pickled, and
+    no function or class of ``__main__`` where the ranks cannot import ``__main__`` (the
+    caller's is ``python -c``, standard input or a notebook: the ranks would fail as they
+    start, each with its own traceback, instead)."""
+    from_main: list[str] = []
+
+    class Pickler(pickle.Pickler):
+        def reducer_override(self, obj):
+            if (isinstance(obj, (type, types.FunctionType))
+                    and getattr(obj, "__module__", None) == "__main__"):
+                from_main.append(obj.__qualname__)
+            return NotImplemented
+
+    try:
+        Pickler(io.BytesIO(), pickle.HIGHEST_PROTOCOL).dump((fn, args, kw))
+    except Exception as exc:  # noqa: BLE001 - any pickling failure means the same thing
+        raise TypeError(f"ditron.launch: fn and its arguments must be picklable (define fn at "
+                        f"module level): {exc}") from exc
+    if from_main and not _main_importable():
+        raise TypeError(f"ditron.launch: {', '.join(sorted(set(from_main)))} defined in "
+                        f"__main__, which the rank processes cannot import (python -c, "
+                        f"standard input, an interactive session or a notebook); define it "
+                        f"in a module or a script file")
+
+
+def _main_importable() -> bool:
+    """Whether a new process can import this process's ``__main__`` as ``multiprocessing``
+    does: by module name (``python -m``) or from its file."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None):
+        return True
+    path = getattr(main, "__file__", None)
+    return isinstance(path, str) and os.path.isfile(path)
 
 
 def _stop(procs, conns, workdir: str | None, job: str) -> None:
@@ -392,8 +432,9 @@ def _collect(procs, conns, timeout: float) -> list[Any]:
                                    f"within {max(timeout, _STARTUP_SECONDS):g} s; they were "
                                    f"killed")
             stuck = sorted(pending.values())
-            raise TimeoutError(f"ditron.launch: ranks {stuck} made no progress for "
-                               f"{timeout:g} s (DITRON_LAUNCH_TIMEOUT); they were killed")
+            raise TimeoutError(f"ditron.launch: ranks {stuck} had not returned {timeout:g} s "
+                               f"after every rank started (DITRON_LAUNCH_TIMEOUT); they "
+                               f"were killed")
         for obj in ready:
             if obj in sentinels:
                 conn = conns[sentinels.pop(obj)]

@@ -59,6 +59,11 @@ class SignalPad:
     epoch: int = 0
     _cell: torch.Tensor | None = None
     _addresses: dict = dataclasses.field(default_factory=dict, repr=False)
+    #: how many signals (``signals.shape[0]``, kept for the host-side checks of hot paths)
+    slots: int = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.slots = self.signals.shape[0]
 
     def address(self, rank: int) -> int:
         """Device address of slot 0 in ``rank``'s heap, as this process maps it (the

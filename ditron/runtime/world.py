@@ -17,7 +17,7 @@ from ..language.context import DIAG_WORDS, DeviceContext
 from ..language.core import HEAP_BASE_ALIGN
 from . import host_rows, interpret
 from .backends import Backend, Topology, get_backend
-from .config import Settings
+from .config import Settings, check_backend
 from .groups import Groups, group_ranks, nodes_of, world_groups
 from .heap import SymmetricHeap
 
@@ -151,11 +151,17 @@ def _check_same_settings(rt: Runtime, heap_size: int | str | None,
                            f"{', '.join(differ)} (ditron.shutdown() first to change them)")
 
 
-def _env_int(*names: str, default: int | None = None) -> int | None:
-    for name in names:
-        if name in os.environ:
-            return int(os.environ[name])
-    return default
+def _env_int(name: str, default: int) -> int:
+    """The launcher's integer variable ``name`` (``RANK``, ``WORLD_SIZE``...): ``default``
+    when unset; ``ValueError`` naming it when it is not an integer."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"ditron.init: {name} must be an integer (as torchrun or "
+                         f"ditron.launch set it), got {value!r}") from None
 
 
 def host_backend(impl, node_size: int) -> str:
@@ -193,6 +199,7 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
     (``local_world_size``: ranks per node of the job).
     """
     global _RUNTIME
+    backend = check_backend(backend) if backend else None
     if _RUNTIME is not None:
         if backend is not None and backend != _RUNTIME.world.backend:
             raise RuntimeError(f"ditron.init: already initialised with backend "
@@ -214,6 +221,9 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
         job_rank, job_size = dist.get_rank(), dist.get_world_size()
     else:
         job_rank, job_size = _env_int("RANK", default=0), _env_int("WORLD_SIZE", default=1)
+        if not 0 <= job_rank < job_size:  # torch.distributed would wait for rank 0 forever
+            raise ValueError(f"ditron.init: RANK={job_rank} must be in [0, WORLD_SIZE="
+                             f"{job_size}) (unset: a lone process, rank 0 of 1)")
     node_size = settings.local_world_size or _env_int("LOCAL_WORLD_SIZE", default=job_size)
     if not 1 <= node_size <= job_size:
         source = ("ditron.init(local_world_size=...) or DITRON_LOCAL_WORLD_SIZE"
@@ -221,11 +231,28 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
         raise ValueError(f"ditron.init: local world size {node_size} ({source}) must be in "
                          f"[1, {job_size}] (the world's ranks)")
     if not isinstance(group, dist.ProcessGroup):  # a bad list fails before any group is made
-        nodes_of(group_ranks(group, job_size), node_size)
+        listed = group_ranks(group, job_size)
+        if job_rank not in listed:
+            raise ValueError(f"ditron.init: this process (global rank {job_rank}) is not in "
+                             f"the group {list(listed)}; only its members call ditron.init")
+        nodes_of(listed, node_size)
     device = impl.device(job_rank % node_size, node_size)
     impl.prepare_process(device, node_size)
 
     owns_pg = not dist.is_initialized()
+    try:
+        return _join(settings, impl, group, job_rank, job_size, node_size, device, owns_pg)
+    except BaseException:
+        if owns_pg and dist.is_initialized():  # else a retry finds it made, and unowned:
+            dist.destroy_process_group()       # no shutdown would destroy it
+        raise
+
+
+def _join(settings: Settings, impl: Backend, group, job_rank: int, job_size: int,
+          node_size: int, device: torch.device, owns_pg: bool) -> World:
+    """``init``'s collective part: the process group (``owns_pg``: made here), the world's
+    groups and its heap; the new world made current."""
+    global _RUNTIME
     if owns_pg:
         pg_backend = host_backend(impl, node_size)
         init_method = os.environ.get("DITRON_INIT_METHOD", "env://")

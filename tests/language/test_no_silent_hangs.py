@@ -136,3 +136,18 @@ def test_waits_refuse_the_wrong_shape(backend):
     timeout (even with every signal set); ``dl.wait_all`` on one failed with a bare
     "axis 0 out of bounds"."""
     assert ditron.launch(_misshapen_waits, 1, backend=backend) == [True]
+
+
+def _block_wait_on_no_lane() -> int:
+    """A block wait with every lane masked off waits for nothing, even with no timeout
+    and signals that never come, and returns 2**63 - 1 (the least of no value)."""
+    pad = ditron.signal_pad("test.block_none", 4)
+    out = torch.zeros(1, dtype=torch.int64, device=ditron.world().device)
+    ditron.set_wait_timeout(0)
+    wait_block[(1,)](pad.signals, 5, 0, out, 4, ditron.context())
+    ditron.check_waits()
+    return int(out.item())
+
+
+def test_block_wait_on_no_lane_returns_at_once(backend):
+    assert ditron.launch(_block_wait_on_no_lane, 1, backend=backend) == [2**63 - 1]

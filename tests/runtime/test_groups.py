@@ -215,6 +215,30 @@ def test_bad_groups_are_refused(monkeypatch):
         ditron.launch(_global_ranks, 4, backend="cpu", groups=[[0, 2, 3], [1]])
 
 
+def _init_outside_the_group() -> bool:
+    """A group that leaves this process out: torch.distributed's non-member marker for a
+    ``ProcessGroup``, and a list, refused before any process group is made."""
+    rank = dist.get_rank()
+    outside = dist.new_group([0])  # every job rank calls new_group; rank 1 is no member
+    if rank == 1:
+        with pytest.raises(ValueError, match=r"this process is not a member of the group "
+                                             r"\(torch.distributed.new_group gave it "
+                                             r"GroupMember.NON_GROUP_MEMBER\)"):
+            ditron.init(group=outside)
+    ditron.shutdown()  # destroys the launch's process group
+    with pytest.raises(ValueError, match=rf"this process \(global rank {rank}\) is not in "
+                                         rf"the group \[{1 - rank}\]; only its members"):
+        ditron.init(group=[1 - rank])
+    return dist.is_initialized()
+
+
+def test_init_outside_its_group_is_refused():
+    """A non-member's ``ProcessGroup`` (``-100``) used to be refused as "not a
+    ProcessGroup or a sequence"; a list leaving the process out was refused only after
+    ``init`` had made the job's process group, which then stayed."""
+    assert ditron.launch(_init_outside_the_group, 2, backend="cpu") == [False, False]
+
+
 def test_megakernel_and_nn_layers_in_groups(backend):
     """The task level (a two-layer TP MLP megakernel) and ``ditron.nn``'s parallel layers
     (forward and backward) in worlds over strided and uneven groups."""

@@ -5,10 +5,12 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import ditron
 
@@ -72,7 +74,7 @@ def _sleep_on_rank1() -> None:
 
 def test_launch_timeout_names_stuck_ranks(backend, monkeypatch):
     monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "3")
-    with pytest.raises(TimeoutError, match=r"ranks \[1\] made no progress"):
+    with pytest.raises(TimeoutError, match=r"ranks \[1\] had not returned"):
         ditron.launch(_sleep_on_rank1, 2, backend=backend)
 
 
@@ -115,6 +117,91 @@ def _init_again() -> bool:
 
 def test_init_inside_launched_ranks_returns_the_same_world(backend):
     assert ditron.launch(_init_again, 2, backend=backend) == [True, True]
+
+
+def _init_in_capitals() -> bool:
+    w = ditron.world()
+    return ditron.init(w.backend.upper()) is w
+
+
+def test_backend_names_are_read_in_any_case(backend):
+    """``backend="CPU"`` used to pass the launcher's checks yet start the ranks as if it
+    were not the CPU backend (spawned, without the interpreter): every rank then failed
+    in ``ditron.init``. ``init`` compared it with the world's ``"cpu"`` and refused it."""
+    assert ditron.launch(_init_in_capitals, 2, backend=backend.upper()) == [True, True]
+    assert ditron.launch(_whoami, 1, "x", backend=backend.capitalize()) == [
+        ("x", 0, 1, 0, 1, backend)]
+
+
+def test_fn_from_a_main_the_ranks_cannot_import_is_refused(monkeypatch):
+    """A function (or class) of ``__main__`` pickles by name; under ``python -c``, standard
+    input or a notebook the ranks cannot import that ``__main__``, and each used to die on
+    start with multiprocessing's ``AttributeError`` (a ``RankError`` in the caller). It
+    is refused before any rank starts; a script's ``__main__`` is fine (the test above)."""
+    main = types.ModuleType("__main__")  # no __file__, no __spec__: as under python -c
+
+    def fn() -> int:
+        return 0
+
+    fn.__module__, fn.__qualname__ = "__main__", "fn"
+    main.fn = fn
+    main.Options = type("Options", (), {"__module__": "__main__"})
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    with pytest.raises(TypeError, match=r"ditron.launch: fn defined in __main__, which the "
+                                        r"rank processes cannot import \(python -c"):
+        ditron.launch(fn, 2)
+    with pytest.raises(TypeError, match="Options defined in __main__"):
+        ditron.launch(_whoami, 2, main.Options())
+    main.__file__ = __file__  # a script file: the ranks import it as multiprocessing does
+    from ditron.runtime.launch import _check_picklable
+
+    _check_picklable(fn, (main.Options(),), {})
+
+
+def _bad_launcher_env() -> int:
+    """``ditron.init`` (after the launch's world is shut down) with malformed or
+    inconsistent launcher variables; torch.distributed is not started."""
+    ditron.shutdown()
+    saved = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE", "DITRON_INIT_METHOD")}
+    cases = [("x", "2", r"RANK must be an integer \(as torchrun or ditron.launch set it\), "
+                        r"got 'x'"),
+             ("0", "two", "WORLD_SIZE must be an integer"),
+             ("1", "1", r"RANK=1 must be in \[0, WORLD_SIZE=1\)"),
+             ("-1", "2", r"RANK=-1 must be in \[0, WORLD_SIZE=2\)")]
+    try:
+        for rank, size, message in cases:
+            os.environ.update(RANK=rank, WORLD_SIZE=size)
+            with pytest.raises(ValueError, match="ditron.init: " + message):
+                ditron.init()
+            assert not dist.is_initialized()
+    finally:
+        os.environ.update(saved)
+    return len(cases)
+
+
+def test_init_refuses_bad_launcher_variables():
+    """``RANK`` outside ``[0, WORLD_SIZE)`` (a lone process with ``RANK=1`` set) used to
+    wait for rank 0 in torch.distributed's rendezvous until its timeout (30 min); a value
+    that is not an integer failed with int()'s message, which does not name it."""
+    assert ditron.launch(_bad_launcher_env, 1, backend="cpu") == [4]
+
+
+def _init_fails_then_again() -> tuple[bool, bool, bool]:
+    ditron.shutdown()
+    os.environ.pop("DITRON_INIT_METHOD")  # env:// on a free port, a file store is used once
+    with pytest.raises((RuntimeError, OSError)):  # a heap the machine cannot map
+        ditron.init(heap_size=1 << 50)
+    left = dist.is_initialized()
+    ditron.init(heap_size="16M")
+    made = dist.is_initialized()
+    ditron.shutdown()
+    return left, made, dist.is_initialized()
+
+
+def test_a_failed_init_leaves_no_process_group():
+    """``init`` failing after it made the process group used to leave it made: the next
+    ``init`` took it for the caller's and no ``shutdown`` destroyed it."""
+    assert ditron.launch(_init_fails_then_again, 1, backend="cpu") == [(False, True, False)]
 
 
 def _shutdown_itself() -> int:

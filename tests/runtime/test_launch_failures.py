@@ -62,6 +62,20 @@ def test_result_that_cannot_be_unpickled_names_the_rank():
     assert time.monotonic() - start < 20
 
 
+def _returns_a_lambda():
+    rank = ditron.world().rank
+    return lambda: rank
+
+
+def test_result_that_cannot_be_pickled_says_so():
+    """A result the rank cannot pickle used to come back as pickle's bare error ("Can't
+    pickle local object ..."), as if ``fn`` had raised it."""
+    with pytest.raises(TypeError, match=r"ditron.launch: fn's result on rank \d cannot be "
+                                        r"pickled back to the launching process.*"
+                                        r"AttributeError: Can't pickle local object"):
+        ditron.launch(_returns_a_lambda, 2)
+
+
 def _fail_after_the_others_return(world_size: int) -> str:
     if ditron.world().rank == 0:
         time.sleep(2)  # the others' results reach the launcher first

@@ -111,3 +111,39 @@ def test_a_pad_grows_less_where_the_heap_is_full(world_size, monkeypatch):
     monkeypatch.setenv("DITRON_HEAP_SIZE", "64K")
     assert ditron.launch(_growth_on_a_full_heap, world_size, backend="cpu") == [
         [4000, 4001]] * world_size
+
+
+def _host_signals_outside() -> list[int]:
+    """Host-issued signals to a slot outside the pad or a rank outside the world are refused
+    before anything is written; they once wrote a word of a neighbouring buffer (a slot past
+    the pad), or of an unknown address (rank -1), without a word."""
+    from ditron.engines import sync
+
+    w = ditron.world()
+    pad = ditron.signal_pad("test.host_outside", 2)
+    victim = ditron.signal_pad("test.host_victim", 64)
+    ditron.barrier()
+    peers = range(0, w.world_size)
+    for call, message in (
+            (lambda: sync.notify_one(pad, 40, 7, 0), "notify_one: slot 40 outside its pad's 2"),
+            (lambda: sync.notify_one(pad, -1, 7, 0), "notify_one: slot -1 outside"),
+            (lambda: sync.notify_one(pad, 0, 7, -1), r"notify_one: rank must be an int in \[0, "),
+            (lambda: sync.notify_one(pad, 0, 7, w.world_size), "notify_one: rank must be"),
+            (lambda: sync.notify_peers(pad, 2, 7, peers), "notify_peers: slot 2 outside"),
+            (lambda: sync.notify_peers(pad, 0, 7, range(0, w.world_size + 1)),
+             "notify_peers: ranks .* reach outside the world"),
+            (lambda: sync.wait_one(pad, 2, 0), "wait_one: slot 2 outside"),
+            (lambda: sync.wait_slots(pad, 2, peers, 0), "wait_slots: slots? 2 "),
+            (lambda: sync.bump_and_notify(pad, 5, peers), "bump_and_notify: slot 5 outside")):
+        with pytest.raises(ValueError, match=message):
+            call()
+    sync.notify_one(pad, 1, 7, w.world_size - 1)  # inside: raised
+    ditron.barrier()
+    assert victim.signals.count_nonzero() == 0
+    return pad.signals.tolist()
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_host_signals_refuse_slots_and_ranks_outside(world_size):
+    results = ditron.launch(_host_signals_outside, world_size, backend="cpu")
+    assert results == [[0, 0]] * (world_size - 1) + [[0, 7]]

@@ -106,3 +106,23 @@ def _long_timeout() -> tuple[float, int, float]:
 def test_a_timeout_beyond_the_poll_counter_reports_the_real_wait():
     timeout, limit, most = ditron.launch(_long_timeout, 1, backend="cpu")[0]
     assert limit == 2**31 - 1 and timeout == most < 1e6
+
+
+def _budget_of_the_wait() -> tuple[str, float]:
+    """The error names the timeout the wait itself had (its context's), not the setting at
+    the time of ``check_waits``: it once said "after about 0 s" once the timeout was off.
+    ``set_wait_timeout`` takes any real number, NumPy's included (as ``ditron.init``)."""
+    import numpy as np
+
+    ditron.set_wait_timeout(np.float32(0.25))
+    pad = ditron.signal_pad("test.budget", 2)
+    wait_forever[(1,)](pad.signals, 1, ditron.context())
+    ditron.set_wait_timeout(np.int64(0))
+    with pytest.raises(ditron.WaitTimeoutError, match=r"timed out after about 0.25 s") as info:
+        ditron.check_waits()
+    return str(info.value), info.value.timeout
+
+
+def test_timeout_error_reports_the_waits_own_budget():
+    message, timeout = ditron.launch(_budget_of_the_wait, 1, backend="cpu")[0]
+    assert timeout == 0.25, message
