@@ -1,8 +1,9 @@
 """Chunk plans, the middle end: what moves between ranks, and what each GEMM tile waits for.
 
 - ``ir``: a :class:`Plan` of :class:`Chunk` s (row ranges, one signal slot each) and per-rank
-  :class:`Transfer` s (push or pull, point-to-point or collective, with dependencies);
-  :func:`split` refines the chunks, :func:`check` validates the dependencies, ``print(plan)``
+  :class:`Transfer` s (push or pull, point-to-point or collective, with dependencies),
+  checked when built (chunks cover the rows once, no dependency cycle); :func:`split`
+  refines the chunks, :func:`check` refuses dependencies on later transfers, ``print(plan)``
   shows it.
 - ``templates``: the common plans (all-gather in rank or swizzled order, two-level
   all-gather across nodes, reduce-scatter, all-reduce, ring).

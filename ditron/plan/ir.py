@@ -17,11 +17,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from ..runtime.integers import as_int
+from ..runtime.integers import as_int, check_int
 
 MODES = ("push", "pull")
 KINDS = ("p2p", "collective")
 LEVELS = ("intra", "inter")
+
+
+def _ints(obj, what: str, names: tuple[str, ...]) -> None:
+    """Make the fields ``names`` of frozen ``obj`` plain ints, or ``ValueError`` naming it."""
+    for name in names:
+        value = as_int(getattr(obj, name))
+        if value is None:
+            raise ValueError(f"{what} {name} must be an int, got {getattr(obj, name)!r}")
+        object.__setattr__(obj, name, value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +39,9 @@ class Chunk:
     start: int
     stop: int
     owner: int
+
+    def __post_init__(self):
+        _ints(self, "chunk", ("id", "start", "stop", "owner"))
 
     @property
     def rows(self) -> int:
@@ -49,6 +61,18 @@ class Transfer:
     level: str = "intra"
 
     def __post_init__(self):
+        _ints(self, "transfer", ("id", "chunk", "src", "dst"))
+        try:
+            after = tuple(as_int(d) for d in self.after)
+        except TypeError:
+            after = (None,)
+        if None in after:
+            raise ValueError(f"transfer {self.id}: after must list transfer ids (ints), got "
+                             f"{self.after!r}")
+        object.__setattr__(self, "after", after)
+        if self.src == self.dst:
+            raise ValueError(f"transfer {self.id} goes from rank {self.src} to itself (a "
+                             f"copy onto its own rows; summed, a partial added twice)")
         if self.mode not in MODES:
             raise ValueError(f"transfer mode must be one of {MODES}, got {self.mode!r}")
         if self.kind not in KINDS:
@@ -65,9 +89,13 @@ class Transfer:
 class Plan:
     """A chunk plan over ``world_size`` ranks for a logical tensor of ``rows`` rows.
 
-    Built checked (``ValueError``): chunks numbered ``0..`` in order, each a row range
-    within ``[0, rows]`` owned by a rank; transfers numbered ``0..`` in order (``after``
-    names transfers by id), each between two ranks of the world, of a known chunk."""
+    Built checked (``ValueError``): ``local_world_size`` divides ``world_size`` (nodes of
+    equal size; ``0``: one node); chunks numbered ``0..`` in order, each a row range owned
+    by a rank, that together cover ``[0, rows)`` once (no row in two chunks, none in no
+    chunk; chunks of zero rows anywhere); transfers numbered ``0..`` in order, each between
+    two different ranks of the world, of a known chunk, ``after`` naming other transfers by
+    id with no cycle (a transfer waiting, through others, for itself never starts). A
+    dependency on a later transfer is allowed here, but :func:`check` refuses it."""
 
     name: str
     tensor: str
@@ -78,9 +106,15 @@ class Plan:
     local_world_size: int = 0
 
     def __post_init__(self):
-        if not self.local_world_size:
-            self.local_world_size = self.world_size
-        W = self.world_size
+        self.world_size = W = check_int(self.world_size, "plan world_size", 1)
+        self.rows = check_int(self.rows, "plan rows")
+        L = as_int(self.local_world_size)
+        if L == 0:
+            L = W
+        if L is None or not 1 <= L <= W or W % L:
+            raise ValueError(f"plan local_world_size must divide the world size {W} (nodes "
+                             f"of equal size; 0: one node), got {self.local_world_size!r}")
+        self.local_world_size = L
         ids = [c.id for c in self.chunks]
         if ids != list(range(len(ids))):
             raise ValueError("plan chunks must be numbered 0.. in order")
@@ -88,6 +122,7 @@ class Plan:
             if not (0 <= c.start <= c.stop <= self.rows and 0 <= c.owner < W):
                 raise ValueError(f"chunk {c.id}: rows [{c.start}, {c.stop}) of rank {c.owner} "
                                  f"do not fit {self.rows} rows over {W} ranks")
+        _check_coverage(self)
         if [t.id for t in self.transfers] != list(range(len(self.transfers))):
             raise ValueError("plan transfers must be numbered 0.. in order")
         for t in self.transfers:
@@ -96,6 +131,13 @@ class Plan:
             if not (0 <= t.src < W and 0 <= t.dst < W):
                 raise ValueError(f"transfer {t.id} goes from rank {t.src} to rank {t.dst}, "
                                  f"outside the plan's {W} ranks")
+            for dep in t.after:
+                if not 0 <= dep < len(self.transfers):
+                    raise ValueError(f"transfer {t.id} depends on {dep}, which is not a "
+                                     f"transfer of the plan (0..{len(self.transfers) - 1})")
+                if dep == t.id:
+                    raise ValueError(f"transfer {t.id} depends on itself: it would never start")
+        _check_acyclic(self)
 
     @property
     def num_chunks(self) -> int:
@@ -133,6 +175,47 @@ class Plan:
             lines.append(f"  t{t.id}: chunk {t.chunk} {t.src} {arrow} {t.dst} "
                          f"({t.mode} by {t.issuer}, {t.kind}, {t.level}){dep}")
         return "\n".join(lines)
+
+
+def _check_coverage(plan: Plan) -> None:
+    """``ValueError`` unless the chunks of rows cover ``[0, plan.rows)`` once."""
+    row, last = 0, None
+    for c in sorted((c for c in plan.chunks if c.rows), key=lambda c: (c.start, c.id)):
+        if c.start < row:
+            raise ValueError(f"plan {plan.name}: chunks {last.id} and {c.id} overlap (rows "
+                             f"[{last.start}, {last.stop}) and [{c.start}, {c.stop})): a row "
+                             f"belongs to one chunk, whose signal says it has landed")
+        if c.start > row:
+            raise ValueError(f"plan {plan.name}: rows [{row}, {c.start}) are in no chunk "
+                             f"(the chunks must cover the plan's {plan.rows} rows)")
+        row, last = c.stop, c
+    if row != plan.rows:
+        raise ValueError(f"plan {plan.name}: rows [{row}, {plan.rows}) are in no chunk (the "
+                         f"chunks must cover the plan's {plan.rows} rows)")
+
+
+def _check_acyclic(plan: Plan) -> None:
+    """``ValueError`` naming a cycle of ``after`` dependencies, if there is one."""
+    state = [0] * len(plan.transfers)  # 0: not seen, 1: on the path, 2: done
+    for root in range(len(plan.transfers)):
+        if state[root]:
+            continue
+        path, stack = [root], [iter(plan.transfers[root].after)]
+        state[root] = 1
+        while stack:
+            dep = next(stack[-1], None)
+            if dep is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state[dep] == 1:
+                cycle = [*path[path.index(dep):], dep]
+                raise ValueError(f"plan {plan.name}: transfers {' -> '.join(map(str, cycle))} "
+                                 f"form a cycle (each depends on the next): none of them "
+                                 f"would ever start")
+            elif state[dep] == 0:
+                state[dep] = 1
+                path.append(dep)
+                stack.append(iter(plan.transfers[dep].after))
 
 
 def _pieces(chunk: Chunk, chunk_rows: int) -> list[tuple[int, int]]:

@@ -76,7 +76,9 @@ def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], tor
     and lose updates) is refused (``ValueError``) on every rank.
 
     Dependencies: an ``inter`` transfer in ``after`` (the network stage) must have landed
-    before this is called. An ``intra`` one that brought the same chunk to ``rank``, the
+    before this is called. An ``intra`` one issued by the same rank must come earlier in the
+    plan (its issue order), else ``ValueError`` on every rank (the engine would wait for it
+    forever). An ``intra`` one that brought the same chunk to ``rank``, the
     only transfer landing it there (a ring's forward), becomes the engine transfer's
     ``after`` (that slot on ``rank`` at ``epoch``; engines with ``can_wait``, e.g. the copy
     engine, honour it, the others refuse it). Any other ``intra`` dependency (a chunk landing
@@ -86,7 +88,7 @@ def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], tor
     from ..engines.base import Signal
     from ..engines.base import Transfer as EngineTransfer
 
-    _check_sums(plan)
+    _check_lowerable(plan)
     out = []
     for t in plan.issued_by(rank):
         if t.level != "intra":
@@ -100,14 +102,15 @@ def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], tor
     return out
 
 
-#: plans :func:`_check_sums` passed, by ``id`` (a plan is checked once, not on every call)
-_SUMS_CHECKED: weakref.WeakValueDictionary[int, Plan] = weakref.WeakValueDictionary()
+#: plans :func:`_check_lowerable` passed, by ``id`` (a plan is checked once, not on every call)
+_CHECKED: weakref.WeakValueDictionary[int, Plan] = weakref.WeakValueDictionary()
 
 
-def _check_sums(plan: Plan) -> None:
-    """``ValueError`` where ``plan`` sums several partials into one chunk on one rank
-    (:func:`engine_transfers`); checked once per plan object."""
-    if _SUMS_CHECKED.get(id(plan)) is plan:
+def _check_lowerable(plan: Plan) -> None:
+    """``ValueError`` where ``plan`` sums several partials into one chunk on one rank, or
+    has a transfer wait for a later one of the same issuer (:func:`engine_transfers`);
+    checked once per plan object."""
+    if _CHECKED.get(id(plan)) is plan:
         return
     summed: dict[tuple[int, int], list[int]] = {}
     for t in plan.transfers:
@@ -119,7 +122,17 @@ def _check_sums(plan: Plan) -> None:
                              f"{srcs} into chunk {chunk_id} on rank {dst}; the engines sum "
                              f"without atomics, so partials landing at once would lose "
                              f"updates (one summing transfer per chunk and destination)")
-    _SUMS_CHECKED[id(plan)] = plan
+    for t in plan.transfers:
+        if t.level != "intra":
+            continue
+        later = [d for d in t.after if d > t.id and plan.transfers[d].level == "intra"
+                 and plan.transfers[d].issuer == t.issuer]
+        if later:  # a rank's engine runs its transfers in plan order
+            raise ValueError(f"engine_transfers: transfer {t.id} of plan {plan.name} waits "
+                             f"for transfers {later}, which rank {t.issuer} issues after it "
+                             f"(a rank issues its transfers in plan order): its engine "
+                             f"would wait forever; put them before it")
+    _CHECKED[id(plan)] = plan
 
 
 def _engine_after(plan: Plan, t: Transfer, rank: int, slot):

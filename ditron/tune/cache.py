@@ -6,7 +6,9 @@ Writes are atomic (temporary file + rename), so a reader never sees a torn file,
 serialized by an advisory lock on ``tune.json.lock``, so processes writing different keys at
 once (two jobs tuning side by side) keep each other's entries. A cache that cannot be read
 (no such file, not JSON, not a table, or a path the process cannot open) reads as empty:
-the ops then decide by the cost model; a write that fails raises :class:`CacheError`.
+the ops then decide by the cost model; a write that fails raises :class:`CacheError`, and
+so does one over a file that exists but cannot be opened (another user's, mode 0600): it
+would replace their entries with this one alone. A damaged file is replaced.
 """
 
 from __future__ import annotations
@@ -35,13 +37,23 @@ def make_key(op: str, shape: tuple[int, ...], dtype: str, world_size: int,
 
 
 def load() -> dict:
-    path = os.path.join(cache_dir(), FILE)
+    try:
+        return _read(os.path.join(cache_dir(), FILE))
+    except OSError:  # none yet, or unreadable: tune again
+        return {}
+
+
+def _read(path: str) -> dict:
+    """The table in ``path``: ``{}`` where there is none or it is damaged (not JSON, not a
+    table); ``OSError`` where the file exists and cannot be opened or read."""
     try:
         with open(path) as f:
             data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError, RecursionError):  # none yet, or unreadable: tune again
+    except FileNotFoundError:
         return {}
+    except (ValueError, RecursionError):  # damaged: replaced by the next write
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def get(key: str) -> dict | None:
@@ -66,7 +78,12 @@ def put(key: str, value: dict) -> None:
     try:
         os.makedirs(d, exist_ok=True)
         with _locked(d):
-            data = load()
+            try:
+                data = _read(path)
+            except OSError as exc:  # not overwritten: its entries would be lost
+                raise CacheError(f"cannot write the tuning cache {path} (DITRON_CACHE_DIR): "
+                                 f"it exists and cannot be read ({exc.strerror or exc}), "
+                                 f"so adding to it would drop its entries") from exc
             data[key] = value
             # a plain file's mode (the umask's), not mkstemp's 0600: a cache shared by
             # several users, or tuned under another one, stays readable to them
@@ -79,6 +96,8 @@ def put(key: str, value: dict) -> None:
             finally:
                 if os.path.exists(tmp):  # not renamed: the write failed
                     os.unlink(tmp)
+    except CacheError:
+        raise
     except OSError as exc:
         why = (f"{d} is not a folder" if os.path.lexists(d) and not os.path.isdir(d)
                else exc.strerror or str(exc))

@@ -12,6 +12,11 @@ import torch
 from ..kernels.gemm import GemmConfig
 from . import cache
 
+#: the transfer engines each op's decisions may name: those ``tuner.tune`` tries (ops not
+#: listed run one overlapped path, named "colocated")
+ENGINES = {"ag_gemm": ("copy_engine", "colocated", "sm", "copy_engine_matmul"),
+           "gemm_rs": ("colocated", "copy_engine", "copy_engine_pull")}
+
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
@@ -37,7 +42,8 @@ class Decision:
         where the entry is not one this version wrote: a JSON object with a known method, a
         valid tile config, an engine name, a time, chunk rows ``null`` or positive ints,
         ``early_rows`` an int >= 0 and ``graph`` ``null`` or such an object (its own
-        ``graph`` ``null``)."""
+        ``graph`` ``null``); the config's ``flatten`` and ``tma_store`` are booleans (a
+        string such as ``"false"`` would read as true)."""
         if not isinstance(entry, dict):
             raise ValueError(f"a decision is a JSON object, got {entry!r}")
         method, engine, time_us = entry["method"], entry["engine"], entry["time_us"]
@@ -56,20 +62,31 @@ class Decision:
             raise ValueError(f"chunk_rows {chunks!r} is not a positive int")
         if graph is not None and (not isinstance(graph, dict) or graph.get("graph") is not None):
             raise ValueError(f"graph {graph!r} is not a decision of its own")
+        flags = {k: entry["config"].get(k) for k in ("flatten", "tma_store")
+                 if isinstance(entry["config"], dict)}
+        if any(v is not None and not isinstance(v, bool) for v in flags.values()):
+            raise ValueError(f"config flags {flags!r} are not booleans")
         return cls(method, GemmConfig(**entry["config"]), engine, float(time_us), chunks, early,
                    cls.from_json(graph) if graph is not None else None)
 
     def fits(self, op: str, M: int, world_size: int) -> bool:
         """Whether ``op`` over ``M`` rows (as :func:`key_for` takes them) on ``world_size``
-        ranks can run this decision's knobs: a GEMM-RS's chunk sizes (a tuple) sum to its
-        segment ``M / W`` and its ``early_rows`` is below it; the other ops take no tuple,
-        and no ``early_rows``."""
+        ranks can run this decision's knobs: the engine is one of ``op``'s
+        (:data:`ENGINES`); a GEMM-RS's chunk sizes (a tuple) sum to its segment ``M / W``,
+        and its ``early_rows`` is below it and comes with the pushed copy engine and one
+        chunk per segment (the op refuses it with more: every ``auto`` call raised); the
+        other ops take no tuple, and no ``early_rows``."""
         seg = M // max(world_size, 1)
+        ok = self.engine in ENGINES.get(op, ("colocated",))
         if op == "gemm_rs":
-            ok = (not isinstance(self.chunk_rows, tuple) or sum(self.chunk_rows) == seg) and (
-                self.early_rows < max(seg, 1))
+            rows = self.chunk_rows
+            chunks = (1 if rows is None or not seg else len(rows) if isinstance(rows, tuple)
+                      else -(-seg // rows))
+            ok = ok and (not isinstance(rows, tuple) or sum(rows) == seg) and (
+                self.early_rows < max(seg, 1)) and (
+                not self.early_rows or (self.engine == "copy_engine" and chunks == 1))
         else:
-            ok = not isinstance(self.chunk_rows, tuple) and self.early_rows == 0
+            ok = ok and not isinstance(self.chunk_rows, tuple) and self.early_rows == 0
         return ok and (self.graph is None or self.graph.fits(op, M, world_size))
 
 

@@ -57,7 +57,7 @@ from ..runtime.config import env_float
 from ..runtime.cuda_graphs import capture, collectives_capturable
 from ..runtime.integers import check_int
 from . import cache
-from .decisions import Decision, key_for, lookup
+from .decisions import ENGINES, Decision, key_for, lookup
 
 __all__ = ["Decision", "Trial", "agreed_median", "all_ok", "early_rows_for", "key_for", "lookup",
            "rotations", "split_rows_for", "time_calls", "tune"]
@@ -94,9 +94,8 @@ def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN
 
 #: the ops :func:`tune` measures
 TUNED_OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
-#: transfer engines the tuner tries per op (ops not listed move data one way only)
-ENGINES = {"ag_gemm": ("copy_engine", "colocated", "sm", "copy_engine_matmul"),
-           "gemm_rs": ("colocated", "copy_engine", "copy_engine_pull")}
+# transfer engines the tuner tries per op: ``decisions.ENGINES`` (ops not listed move data
+# one way only), the engines a cached decision may name
 #: on GPUs: the colocated AG-GEMM (remote loads inside the GEMM) took 10-200x the copy
 #: engine's time on every shape of the 2-H200 run (docs/perf.md, session 5), so it is not tried
 GPU_ENGINES = {"ag_gemm": ("copy_engine", "sm", "copy_engine_matmul"),
@@ -238,15 +237,13 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     iters = check_int(iters, "tune: iters", 1)
     if batch is not None:
         batch = check_int(batch, "tune: batch", 1)
-    fn_op = getattr(ops, op)
-    rows = M // W if op == "ag_gemm" else M
-    g = torch.Generator(device="cpu").manual_seed(rt.world.rank)
-    a = torch.randn(rows, K, generator=g).to(dtype=dtype, device=dev)
-    # b as a transposed [N, K] weight (``weight.t()``, the common case): cuBLAS's speed
-    # depends on the layout, and the decision is meant for the calls a model makes
-    b = torch.randn(N, K, generator=g).to(dtype=dtype, device=dev).t()
     if candidates is None:
         candidates = GPU_CANDIDATES if dev.type == "cuda" else CPU_CANDIDATES
+    elif (not isinstance(candidates, (list, tuple)) or not candidates
+          or not all(isinstance(c, GemmConfig) for c in candidates)):
+        # an empty list was said not to fit shared memory; anything else failed inside
+        raise ValueError(f"tune: candidates must be a non-empty list of GemmConfig, got "
+                         f"{candidates!r}")
     if batch is None:
         batch = 4 if dev.type == "cuda" else 1
     # A config that cannot load fails on some ranks while their peers already wait in the
@@ -254,6 +251,13 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     candidates = [c for c in candidates if fits(c, dev, dtype)]
     if not candidates:
         raise ValueError(f"tune: no candidate tile config fits shared memory for {dtype}")
+    fn_op = getattr(ops, op)
+    rows = M // W if op == "ag_gemm" else M
+    g = torch.Generator(device="cpu").manual_seed(rt.world.rank)
+    a = torch.randn(rows, K, generator=g).to(dtype=dtype, device=dev)
+    # b as a transposed [N, K] weight (``weight.t()``, the common case): cuBLAS's speed
+    # depends on the layout, and the decision is meant for the calls a model makes
+    b = torch.randn(N, K, generator=g).to(dtype=dtype, device=dev).t()
     engines = (GPU_ENGINES if dev.type == "cuda" else ENGINES).get(op, ("colocated",))
     # chunk sizes matter where the copy engine moves whole chunks: a shard, a half, a quarter
     chunkings = [None] + sorted({-(-rows // d) for d in (2, 4)} - {rows}, reverse=True)

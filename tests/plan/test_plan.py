@@ -326,12 +326,11 @@ def test_waits_refuse_chunks_that_do_not_tile_the_rows_in_order():
     with pytest.raises(ValueError, match="plan p: chunk 1 starts at row 4, not 2: waits are "
                                          "derived for chunks that tile the rows \\[0, 6\\)"):
         deps.consumer_waits(shuffled, deps.TileMapping(6, 4), rank=1)
-    gap = ir.Plan("g", "A", 6, 2, [C(0, 0, 2, 0), C(1, 4, 6, 1)], [ir.Transfer(0, 1, 1, 0)])
-    with pytest.raises(ValueError, match="chunk 1 starts at row 4, not 2"):
-        deps.producer_chunks(gap, deps.TileMapping(6, 2))
-    short = ir.Plan("s", "A", 6, 2, [C(0, 0, 2, 0), C(1, 2, 4, 1)], [])
-    with pytest.raises(ValueError, match="its chunks end at row 4, not 6"):
-        deps.consumer_waits(short, deps.TileMapping(6, 2), rank=0)
+    # rows in no chunk: now refused when the plan is built (test_hand_written_plans_...)
+    with pytest.raises(ValueError, match="plan g: rows \\[2, 4\\) are in no chunk"):
+        ir.Plan("g", "A", 6, 2, [C(0, 0, 2, 0), C(1, 4, 6, 1)], [ir.Transfer(0, 1, 1, 0)])
+    with pytest.raises(ValueError, match="plan s: rows \\[4, 6\\) are in no chunk"):
+        ir.Plan("s", "A", 6, 2, [C(0, 0, 2, 0), C(1, 2, 4, 1)], [])
     # chunks of zero rows anywhere are fine
     ok = ir.Plan("z", "A", 4, 3, [C(0, 0, 0, 0), C(1, 0, 4, 1), C(2, 4, 4, 2)], [])
     assert deps.consumer_waits(ok, deps.TileMapping(4, 3)).waits(0) == [1]
@@ -420,3 +419,73 @@ def test_a_lowered_ring_forwards_what_has_landed(backend):
     assert ditron.launch(_ring, 4, "copy_engine", backend=backend) == [[want, want]] * 4
     for got in ditron.launch(_ring, 4, "sm", backend=backend):
         assert got[0].startswith("sm engine: cannot wait for a signal"), got
+
+
+def test_hand_written_plans_are_refused_when_built():
+    """A hand-written plan that could not run is refused by name when built, before any
+    lowering: a transfer waiting for itself or in a cycle (lowered, it waited for its own
+    signal: a wait timeout), a dependency outside the plan (``-1`` was taken as the last
+    transfer, ``5`` an ``IndexError`` in the lowering), chunks that overlap or leave rows
+    uncovered (lowered as given), a transfer from a rank to itself (summed, it doubled the
+    rows), non-int fields (a chunk of 2.5 rows) and nodes that do not divide the world."""
+    C, T = ir.Chunk, ir.Transfer
+    two = [C(0, 0, 2, 0), C(1, 2, 4, 1)]
+
+    def plan(transfers, chunks=two, rows=4, **kw):
+        return ir.Plan("h", "A", rows, 2, chunks, transfers, **kw)
+
+    with pytest.raises(ValueError, match="transfer 0 depends on itself: it would never start"):
+        plan([T(0, 0, 0, 1, after=(0,))])
+    with pytest.raises(ValueError, match="plan h: transfers 0 -> 1 -> 0 form a cycle"):
+        plan([T(0, 0, 0, 1, after=(1,)), T(1, 1, 1, 0, after=(0,))])
+    with pytest.raises(ValueError, match="plan h: transfers 1 -> 2 -> 3 -> 1 form a cycle"):
+        plan([T(0, 0, 0, 1), T(1, 1, 1, 0, after=(0, 2)), T(2, 0, 0, 1, after=(3,)),
+              T(3, 1, 1, 0, after=(1,))])
+    for dep in (-1, 5):
+        with pytest.raises(ValueError, match=f"transfer 1 depends on {dep}, which is not a "
+                                             f"transfer of the plan \\(0..1\\)"):
+            plan([T(0, 0, 0, 1), T(1, 1, 1, 0, after=(dep,))])
+    with pytest.raises(ValueError, match="chunks 0 and 1 overlap \\(rows \\[0, 3\\) and "
+                                         "\\[2, 4\\)\\)"):
+        plan([], [C(0, 0, 3, 0), C(1, 2, 4, 1)])
+    with pytest.raises(ValueError, match="rows \\[1, 2\\) are in no chunk"):
+        plan([], [C(0, 0, 1, 0), C(1, 2, 4, 1)])
+    with pytest.raises(ValueError, match="rows \\[0, 4\\) are in no chunk"):
+        plan([], [])
+    with pytest.raises(ValueError, match="transfer 0 goes from rank 1 to itself"):
+        T(0, 1, 1, 1, mode="push", reduce=True)
+    with pytest.raises(ValueError, match="chunk stop must be an int, got 2.5"):
+        C(0, 0, 2.5, 0)
+    with pytest.raises(ValueError, match="transfer 1: after must list transfer ids"):
+        T(1, 1, 1, 0, after=0)
+    with pytest.raises(ValueError, match="plan rows must be an int >= 0, got 4.0"):
+        plan([], rows=4.0)
+    with pytest.raises(ValueError, match="local_world_size must divide the world size 2"):
+        plan([], local_world_size=3)
+    # still fine: a chunk of zero rows anywhere, a forward dependency (check() refuses it),
+    # after as a list (kept as a tuple of ints)
+    ok = plan([T(0, 0, 0, 1, after=[1]), T(1, 1, 1, 0)], [*two, C(2, 2, 2, 0)])
+    assert ok.transfers[0].after == (1,)
+    with pytest.raises(ValueError, match="transfer 0 depends on 1, which is not earlier"):
+        ir.check(ok)
+
+
+def test_lowering_refuses_a_wait_for_a_later_transfer_of_the_same_rank():
+    """Rank 1 forwards chunk 0 (t0) after pulling it (t1), but issues the forward first: its
+    copy engine ran t0 first, waiting for the signal t1 raises (a wait timeout on rank 1).
+    Refused on every rank before any transfer; in the other order it lowers."""
+    from ditron.plan import lowering
+
+    view, pad = _engine_plan_views()
+    C, T = ir.Chunk, ir.Transfer
+    chunks = [C(0, 0, 2, 0), C(1, 2, 4, 1), C(2, 4, 6, 2)]
+    late = ir.Plan("late", "A", 6, 3, chunks, [T(0, 0, 1, 2, mode="push", after=(1,)),
+                                               T(1, 0, 0, 1, mode="pull")])
+    for rank in range(3):
+        with pytest.raises(ValueError, match="transfer 0 of plan late waits for transfers "
+                                             "\\[1\\], which rank 1 issues after it"):
+            lowering.engine_transfers(late, rank, view, view, pad, 1)
+    early = ir.Plan("early", "A", 6, 3, chunks, [T(0, 0, 0, 1, mode="pull"),
+                                                 T(1, 0, 1, 2, mode="push", after=(0,))])
+    moves = lowering.engine_transfers(early, 1, view, view, pad, 1)
+    assert [m.after is not None for m in moves] == [False, True]

@@ -326,3 +326,37 @@ def test_lowered_plans_move_exactly_their_regions(backend, world_size, seed):
     raises exactly the slots of the chunks landing there, empty ones included; a ring's
     forwards and an all-reduce's broadcasts wait for their chunk (copy engine)."""
     assert ditron.launch(_lowered, world_size, seed, backend=backend) == [[]] * world_size
+
+
+def test_waits_equal_a_reference_tiled_independently_up_to_16_ranks():
+    """World sizes 1-4, 8 and 16 (host computations only): the rows of each row block are
+    recomputed here from ``M``, ``block_m`` and ``seg_rows`` (not from ``TileMapping.rows``),
+    with tiles smaller and larger than the chunks, M not a multiple of the tile, zero
+    rows and splits finer than the shards; every chunk with a row the block reads (the own
+    rank's left out) is waited for, and nothing else but what lies between two of them."""
+    rng = random.Random(16)
+    for W in (1, 2, 3, 4, 8, 16):
+        for _ in range(6):
+            sizes = [rng.choice([0, 1, 3, 5, 13, 40]) for _ in range(W)]
+            plan = rng.choice([templates.all_gather, templates.ring_all_gather,
+                               templates.reduce_scatter])(sizes, W)
+            if rng.random() < 0.5:
+                plan = ir.split(plan, rng.randint(1, 9))
+            M = plan.rows
+            for block_m, seg in ((1, 0), (4, 0), (64, 0), (rng.randint(2, 9), rng.randint(1, 20))):
+                seg_len = seg or max(M, 1)
+                blocks = [range(s0 + j * block_m, min(s0 + (j + 1) * block_m, s0 + seg_len, M))
+                          for s0 in range(0, M, seg_len) for j in range(-(-seg_len // block_m))]
+                m = deps.TileMapping(M, block_m, seg)
+                assert m.m_blocks == len(blocks)
+                for rank in (None, rng.randrange(W)):
+                    got = deps.consumer_waits(plan, m, rank)
+                    for mb, rows in enumerate(blocks):
+                        need = {c.id for c in plan.chunks if rank != c.owner and rows and c.rows
+                                and c.start <= rows[-1] and rows[0] < c.stop}
+                        waits = set(got.waits(mb))
+                        where = (plan.name, sizes, block_m, seg, rank, mb)
+                        assert need <= waits, where
+                        for c in waits - need:
+                            assert min(need) < c < max(need), where
+                            assert plan.chunks[c].rows == 0 or plan.chunks[c].owner == rank, where

@@ -85,7 +85,10 @@ DAMAGED = [5, "overlap", [1, 2], _entry(graph="g"), _entry(graph=_entry(graph=_e
            _entry(method="overlapped"), _entry(engine=3), _entry(time_us="fast"),
            _entry(chunk_rows="x"), _entry(chunk_rows=0), _entry(chunk_rows=[4, -1]),
            _entry(chunk_rows=[]), _entry(early_rows=-1), _entry(early_rows=True),
-           _entry(config={"block_m": 0}), _entry(config=[1])]
+           _entry(config={"block_m": 0}), _entry(config=[1]),
+           # "false" read as a true flatten / tma_store
+           _entry(config={**_entry()["config"], "flatten": "false"}),
+           _entry(config={**_entry()["config"], "tma_store": 0})]
 
 
 def test_decisions_refuse_damaged_entries():
@@ -107,6 +110,18 @@ def test_decisions_refuse_damaged_entries():
     assert not Decision.from_json(_entry(early_rows=16)).fits("gemm_rs", 32, 2)
     assert Decision.from_json(_entry(early_rows=15)).fits("gemm_rs", 32, 2)
     assert Decision.from_json(_entry(chunk_rows=5)).fits("ag_gemm", 32, 2)
+    # early_rows needs the pushed engine and one chunk per segment (the op raises on more),
+    # and an engine the op does not have (one removed since) is no decision either
+    assert not Decision.from_json(_entry(early_rows=4, chunk_rows=8)).fits("gemm_rs", 32, 2)
+    assert not Decision.from_json(_entry(early_rows=4, chunk_rows=[8, 8])).fits(
+        "gemm_rs", 32, 2)
+    assert Decision.from_json(_entry(early_rows=4, chunk_rows=16)).fits("gemm_rs", 32, 2)
+    assert not Decision.from_json(_entry(early_rows=4, engine="copy_engine_pull")).fits(
+        "gemm_rs", 32, 2)
+    assert not Decision.from_json(_entry(engine="copy_engine_epilogue")).fits("gemm_rs", 32, 2)
+    assert not Decision.from_json(_entry(engine="copy_engine")).fits("gemm_ar", 32, 2)
+    assert not Decision.from_json(_entry(graph=_entry(early_rows=4, chunk_rows=4))).fits(
+        "gemm_rs", 32, 2)
 
 
 def _damaged_case(directory: str) -> list[bool]:
@@ -119,15 +134,17 @@ def _damaged_case(directory: str) -> list[bool]:
 
     os.environ["DITRON_CACHE_DIR"] = directory
     w = ditron.world()
-    shapes = {"ag_gemm": (8, 12, 16), "gemm_rs": (8, 12, 16), "gemm_ar": (6, 12, 16)}
-    damaged = {"ag_gemm": _entry(chunk_rows="x"), "gemm_rs": _entry(chunk_rows=[3, 3]),
-               "gemm_ar": 5}
+    # the last: early_rows with two chunks per segment, which the op refuses (every "auto"
+    # call raised ValueError naming arguments the caller never gave)
+    cases = [("ag_gemm", (8, 12, 16), _entry(chunk_rows="x")),
+             ("gemm_rs", (8, 12, 16), _entry(chunk_rows=[3, 3])), ("gemm_ar", (6, 12, 16), 5),
+             ("gemm_rs", (8, 12, 12), _entry(chunk_rows=2, early_rows=1))]
     if w.rank == 0:
-        for op, (M, N, K) in shapes.items():
-            cache.put(decisions.key_for(op, M, N, K, torch.float32, 2), damaged[op])
+        for op, (M, N, K), damaged in cases:
+            cache.put(decisions.key_for(op, M, N, K, torch.float32, 2), damaged)
     ditron.barrier()
     same = []
-    for op, (M, N, K) in shapes.items():
+    for op, (M, N, K), _ in cases:
         assert decisions.lookup(op, M, N, K, torch.float32, 2) is None
         torch.manual_seed(w.rank)
         a = torch.randn(M // 2 if op == "ag_gemm" else M, K)
@@ -142,7 +159,7 @@ def test_auto_ops_run_past_damaged_entries(tmp_path):
     raised on rank 0, inside the choice the other ranks wait for in a broadcast)."""
     import ditron
 
-    assert ditron.launch(_damaged_case, 2, str(tmp_path), backend="cpu") == [[True] * 3] * 2
+    assert ditron.launch(_damaged_case, 2, str(tmp_path), backend="cpu") == [[True] * 4] * 2
 
 
 def _keys() -> str:
@@ -189,3 +206,30 @@ def test_a_broken_link_for_a_cache_dir_is_named(tmp_path, monkeypatch):
     assert cache.load() == {}
     with pytest.raises(cache.CacheError, match="cache is not a folder"):
         cache.put("k", {"method": "fallback"})
+
+
+def test_a_write_keeps_a_file_it_cannot_read(tmp_path, monkeypatch):
+    """``tune.json`` there but not readable to this process (another user's, mode 0600;
+    simulated, as root reads anything): ``put`` read it as empty and replaced it with a
+    table of its one entry, dropping every other decision. It now raises ``CacheError``
+    and leaves the file as it was."""
+    import builtins
+
+    monkeypatch.setenv("DITRON_CACHE_DIR", str(tmp_path))
+    cache.put("a", {"method": "fallback"})
+    cache.put("b", {"method": "overlap"})
+    before = (tmp_path / cache.FILE).read_bytes()
+
+    def denied(path, *args, **kwargs):
+        if str(path).endswith(cache.FILE):
+            raise PermissionError(13, "Permission denied", str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(cache, "open", denied, raising=False)
+    assert cache.load() == {}  # reads as no decisions, as documented
+    with pytest.raises(cache.CacheError, match="exists and cannot be read .*Permission "
+                                               "denied.*would drop its entries"):
+        cache.put("c", {"method": "fallback"})
+    monkeypatch.undo()
+    assert (tmp_path / cache.FILE).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [cache.FILE, cache.FILE + ".lock"]

@@ -20,7 +20,8 @@ def _refusals(cache_dir: str) -> list[str]:
     os.environ["DITRON_CACHE_DIR"] = cache_dir
     messages = []
     for kw in ({"op": "matmul"}, {"M": 0}, {"N": 2.5}, {"M": 33}, {"iters": 0},
-               {"warmup": -1}, {"batch": True}, {"dtype": torch.int32}):
+               {"warmup": -1}, {"batch": True}, {"dtype": torch.int32}, {"candidates": []},
+               {"candidates": [(16, 32, 16)]}):
         args = {"op": "gemm_rs", "M": 32, "N": 24, "K": 20, "dtype": torch.float32, **kw}
         with pytest.raises(ValueError) as info:
             tuner.tune(args.pop("op"), args.pop("M"), args.pop("N"), args.pop("K"),
@@ -41,7 +42,11 @@ def test_tune_refuses_bad_arguments(tmp_path):
               # every candidate failed in the op, and "fallback" with an infinite time was
               # cached (the ops take float16, bfloat16 and float32 only)
               "tune: dtype must be one of torch.float16, torch.bfloat16, torch.float32 (the "
-              "ops' dtypes), got torch.int32"]
+              "ops' dtypes), got torch.int32",
+              # said "no candidate tile config fits shared memory"; a tuple failed inside
+              # with AttributeError
+              "tune: candidates must be a non-empty list of GemmConfig, got []",
+              "tune: candidates must be a non-empty list of GemmConfig, got [(16, 32, 16)]"]
     for messages in ditron.launch(_refusals, 2, str(tmp_path), backend="cpu"):
         assert messages == wanted
 
