@@ -73,6 +73,7 @@ from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
 from ..runtime.torch_dist import reduce_scatter_single
 from ..runtime.world import current
+from ..tune.decisions import b_layout, lookup
 from . import rs_copy_engine
 from .exchange import engine_instance
 from .graphs import capturing, graph_mode, not_warmed, require_warm
@@ -191,24 +192,26 @@ def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
     if method == "overlap":
         return Choice(True, cfg)
     # Ranks must take the same path (their caches on disk may differ): rank 0 decides.
+    layout = b_layout(b)
     choice = bounded_cache.named("tp_gemm").get_or_make(
-        ("choice", op, M, N, K, dtype, config, cfg, scalar),
+        ("choice", op, M, N, K, dtype, config, cfg, scalar, layout),
         lambda: rank0_decides(f"ditron.ops.{op} method='auto'",
-                              lambda: _auto_choice(op, M, N, K, dtype, config, cfg, scalar)))
+                              lambda: _auto_choice(op, M, N, K, dtype, config, cfg, scalar,
+                                                   layout)))
     if choice.graph is not None and graph_mode():
         return choice.graph
     return choice
 
 
 def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
-                 config: GemmConfig | None, cfg: GemmConfig, scalar: bool = False) -> Choice:
-    """The tuned decision if one is cached for this device, else the cost model's
-    (``scalar``: the GEMM's loads cannot be vectorized, ``kernels.gemm.scalar_loads``)."""
-    from ..tune.decisions import lookup
-
+                 config: GemmConfig | None, cfg: GemmConfig, scalar: bool = False,
+                 layout: str = "t") -> Choice:
+    """The tuned decision for ``b`` laid out as ``layout`` (``tune.decisions.b_layout``) if
+    one is cached for this device, else the cost model's (``scalar``: the GEMM's loads cannot
+    be vectorized, ``kernels.gemm.scalar_loads``)."""
     rt = current()
     W = rt.world.world_size
-    tuned = lookup(op, M, N, K, dtype, W)
+    tuned = lookup(op, M, N, K, dtype, W, layout)
     if tuned is not None:
         def choice(d) -> Choice:
             return Choice(d.method == "overlap", config or d.gemm_config(), d.engine,

@@ -1,7 +1,10 @@
 """On-disk cache of tuned decisions: one JSON file in ``DITRON_CACHE_DIR`` or ~/.cache/ditron
 (made, with its parents, on the first write; the file takes the umask's mode, as any file).
 
-Keys name everything a decision depends on: op, shapes, dtype, world size, device name.
+Keys name everything a decision depends on: op, shapes, dtype, world size, device name, the
+layout of ``b`` where it is not the transposed weight the tuner assumes by default, and the
+triton and torch versions (a decision measured with other compilers and libraries is tuned
+again).
 Writes are atomic (temporary file + rename), so a reader never sees a torn file, and
 serialized by an advisory lock on ``tune.json.lock``, so processes writing different keys at
 once (two jobs tuning side by side) keep each other's entries. A cache that cannot be read
@@ -19,6 +22,9 @@ import json
 import os
 import secrets
 
+import torch
+import triton
+
 FILE = "tune.json"
 
 
@@ -32,8 +38,14 @@ def cache_dir() -> str:
 
 
 def make_key(op: str, shape: tuple[int, ...], dtype: str, world_size: int,
-             device_name: str) -> str:
-    return f"{op}|{'x'.join(str(s) for s in shape)}|{dtype}|w{world_size}|{device_name}"
+             device_name: str, variant: str = "") -> str:
+    """The entry's name: ``variant`` (e.g. ``b row-major``) tells apart decisions of one
+    shape measured on differently laid-out operands."""
+    return (f"{op}|{'x'.join(str(s) for s in shape)}|{dtype}|w{world_size}|{device_name}"
+            + (f"|{variant}" if variant else "") + VERSIONS)
+
+
+VERSIONS = f"|triton {triton.__version__}, torch {torch.__version__}"
 
 
 def load() -> dict:

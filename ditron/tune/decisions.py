@@ -1,4 +1,5 @@
-"""Tuned decisions: what the tuner chose, keyed by op, shape, dtype, world size and device.
+"""Tuned decisions: what the tuner chose, keyed by op, shape, dtype, world size, device and
+``b``'s layout.
 
 The ops read decisions here (``method="auto"``); ``tuner.py`` measures and writes them.
 """
@@ -110,17 +111,37 @@ def _device_name() -> str:
     return name
 
 
-def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int) -> str:
+#: how ``b`` (``[K, N]``) can be laid out: ``"t"``, a transposed ``[N, K]`` weight
+#: (``weight.t()``, unit stride along K: what the tuner times by default); ``"n"``,
+#: row-major (unit stride along N); ``"strided"``, neither
+B_LAYOUTS = ("t", "n", "strided")
+_VARIANTS = {"t": "", "n": "b row-major", "strided": "b strided"}
+
+
+def b_layout(b: torch.Tensor) -> str:
+    """``b``'s entry of :data:`B_LAYOUTS` (a dimension of size 1 has any stride: a ``[1, N]``
+    or ``[K, 1]`` ``b`` reads as the transposed weight)."""
+    K, N = b.shape
+    if K == 1 or N == 1 or b.stride(0) == 1:
+        return "t"
+    return "n" if b.stride(1) == 1 else "strided"
+
+
+def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int,
+            layout: str = "t") -> str:
+    """The cache key of a decision; ``layout``: ``b``'s, one of :data:`B_LAYOUTS` (cuBLAS's
+    and the tiles' speeds depend on it: decisions for one layout do not serve another)."""
     return cache.make_key(op, (M, N, K), str(dtype).replace("torch.", ""), world_size,
-                          _device_name())
+                          _device_name(), _VARIANTS[layout])
 
 
 def lookup(op: str, M: int, N: int, K: int, dtype: torch.dtype,
-           world_size: int) -> Decision | None:
-    """The cached decision for this op and shape on this device, if tuned; ``None`` where
-    there is none, or the entry is not one this version can run (written by another
-    version, or damaged): the op then decides without it, and ``tune`` replaces it."""
-    entry = cache.get(key_for(op, M, N, K, dtype, world_size))
+           world_size: int, layout: str = "t") -> Decision | None:
+    """The cached decision for this op and shape (``b`` laid out as ``layout``) on this
+    device, if tuned; ``None`` where there is none, or the entry is not one this version
+    can run (written by another version, or damaged): the op then decides without it, and
+    ``tune`` replaces it."""
+    entry = cache.get(key_for(op, M, N, K, dtype, world_size, layout))
     if entry is None:
         return None
     try:

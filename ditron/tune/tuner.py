@@ -57,7 +57,7 @@ from ..runtime.config import env_float
 from ..runtime.cuda_graphs import capture, collectives_capturable
 from ..runtime.integers import check_int
 from . import cache
-from .decisions import ENGINES, Decision, key_for, lookup
+from .decisions import ENGINES, Decision, b_layout, key_for, lookup
 
 __all__ = ["Decision", "Trial", "agreed_median", "all_ok", "early_rows_for", "key_for", "lookup",
            "rotations", "split_rows_for", "time_calls", "tune"]
@@ -94,6 +94,9 @@ def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN
 
 #: the ops :func:`tune` measures
 TUNED_OPS = ("ag_gemm", "gemm_rs", "gemm_ar")
+#: the layouts of ``b`` the tuner times (``decisions.B_LAYOUTS`` less "strided": such calls
+#: take the cost model)
+TUNED_LAYOUTS = ("t", "n")
 # transfer engines the tuner tries per op: ``decisions.ENGINES`` (ops not listed move data
 # one way only), the engines a cached decision may name
 #: on GPUs: the colocated AG-GEMM (remote loads inside the GEMM) took 10-200x the copy
@@ -205,7 +208,7 @@ def all_ok(ok: bool) -> bool:
 def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
          warmup: int = 3, iters: int = 5, batch: int | None = None,
          candidates: list[GemmConfig] | None = None, progress: bool = True,
-         save: bool = True) -> Decision:
+         save: bool = True, layout: str = "t") -> Decision:
     """Measure the fallback and every (tile config, engine) of ``op``'s overlapped path
     with fixed warm-up and iteration counts on every rank (``iters`` samples of ``batch``
     back-to-back calls; default 4 on GPU, 1 on CPU); the slowest rank's median decides (the
@@ -213,11 +216,13 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
 
     Shapes as the op sees them on one rank: ``ag_gemm``: a ``[M / W, K]``, b ``[K, N]``;
     ``gemm_rs`` / ``gemm_ar``: a ``[M, K]``, b ``[K, N]``; b is timed as a transposed
-    ``[N, K]`` weight (``weight.t()``). Returns the agreed decision. Bad arguments raise
-    ``ValueError`` before anything is allocated or timed. One rank has nothing to overlap
-    (the ops always fall back there): only the fallback is timed, and chosen. Where every
-    candidate fails, the fallback too, nothing is cached and ``RuntimeError`` says why on
-    every rank; so does a decision that rank 0 cannot write (``cache.CacheError``).
+    ``[N, K]`` weight (``weight.t()``), or row-major with ``layout="n"``: the decision
+    serves calls whose ``b`` is laid out so (``decisions.b_layout``). Returns the agreed
+    decision. Bad arguments raise ``ValueError`` before anything is allocated or timed. One
+    rank has nothing to overlap (the ops always fall back there): only the fallback is
+    timed, and chosen. Where every candidate fails, the fallback too, nothing is cached and
+    ``RuntimeError`` says why on every rank; so does a decision that rank 0 cannot write
+    (``cache.CacheError``).
     """
     from .. import ops
     from ..ops.tp_gemm import DTYPES
@@ -237,6 +242,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     iters = check_int(iters, "tune: iters", 1)
     if batch is not None:
         batch = check_int(batch, "tune: batch", 1)
+    if layout not in TUNED_LAYOUTS:
+        raise ValueError(f"tune: layout must be one of {', '.join(TUNED_LAYOUTS)} (b as a "
+                         f"transposed weight, row-major), got {layout!r}")
     if candidates is None:
         candidates = GPU_CANDIDATES if dev.type == "cuda" else CPU_CANDIDATES
     elif (not isinstance(candidates, (list, tuple)) or not candidates
@@ -255,9 +263,10 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     rows = M // W if op == "ag_gemm" else M
     g = torch.Generator(device="cpu").manual_seed(rt.world.rank)
     a = torch.randn(rows, K, generator=g).to(dtype=dtype, device=dev)
-    # b as a transposed [N, K] weight (``weight.t()``, the common case): cuBLAS's speed
-    # depends on the layout, and the decision is meant for the calls a model makes
-    b = torch.randn(N, K, generator=g).to(dtype=dtype, device=dev).t()
+    # b as a transposed [N, K] weight (``weight.t()``, the common case) or row-major:
+    # cuBLAS's and the tiles' speeds depend on the layout, so decisions are kept per layout
+    b = (torch.randn(N, K, generator=g).to(dtype=dtype, device=dev).t() if layout == "t"
+         else torch.randn(K, N, generator=g).to(dtype=dtype, device=dev))
     engines = (GPU_ENGINES if dev.type == "cuda" else ENGINES).get(op, ("colocated",))
     # chunk sizes matter where the copy engine moves whole chunks: a shard, a half, a quarter
     chunkings = [None] + sorted({-(-rows // d) for d in (2, 4)} - {rows}, reverse=True)
@@ -333,7 +342,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     saved = None
     if save and rt.world.rank == 0:
         try:
-            cache.put(key_for(op, M, N, K, dtype, W), dataclasses.asdict(decision))
+            cache.put(key_for(op, M, N, K, dtype, W, b_layout(b)),
+                      dataclasses.asdict(decision))
         except cache.CacheError as exc:  # every rank raises, none waits for rank 0
             saved = exc
     # "auto" decides again, now from the new decision

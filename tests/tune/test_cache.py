@@ -148,7 +148,7 @@ def _damaged_case(directory: str) -> list[bool]:
         assert decisions.lookup(op, M, N, K, torch.float32, 2) is None
         torch.manual_seed(w.rank)
         a = torch.randn(M // 2 if op == "ag_gemm" else M, K)
-        b = torch.randn(K, N)
+        b = torch.randn(N, K).t()  # laid out as the entries were tuned: a transposed weight
         fn = getattr(ditron.ops, op)
         same.append(torch.allclose(fn(a, b), fn(a, b, method="fallback"), atol=1e-4))
     return same
@@ -178,7 +178,7 @@ def test_keys_name_the_topology_apart_from_one_node(node_size, monkeypatch):
         monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", node_size)
     keys = ditron.launch(_keys, 4, backend="cpu")
     suffix = "" if node_size is None else f", nodes of {node_size}"
-    assert keys == [f"gemm_rs|64x32x16|bfloat16|w4|cpu{suffix}"] * 4
+    assert keys == [f"gemm_rs|64x32x16|bfloat16|w4|cpu{suffix}{cache.VERSIONS}"] * 4
 
 
 def test_the_cache_file_is_readable_like_any_file(tmp_path, monkeypatch):
@@ -233,3 +233,58 @@ def test_a_write_keeps_a_file_it_cannot_read(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert (tmp_path / cache.FILE).read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [cache.FILE, cache.FILE + ".lock"]
+
+
+def _layout_case(directory: str) -> list:
+    import os
+
+    import torch
+
+    from ditron.ops import tp_gemm
+    from ditron.tune import decisions
+
+    os.environ["DITRON_CACHE_DIR"] = directory
+    M, N, K = 8, 12, 16
+    cfg = tp_gemm.default_config(ditron.world().device, torch.float32)
+    if ditron.world().rank == 0:
+        for layout, decision in (("t", decisions.Decision("overlap", cfg, "copy_engine_pull")),
+                                 ("n", decisions.Decision("fallback", cfg))):
+            cache.put(decisions.key_for("gemm_rs", M, N, K, torch.float32, 2, layout),
+                      dataclasses.asdict(decision))
+    ditron.barrier()
+    a = torch.randn(M, K)
+    seen = []
+    for b in (torch.randn(N, K).t(), torch.randn(K, N), torch.randn(K, 2 * N)[:, ::2]):
+        choice = tp_gemm._choose("gemm_rs", "auto", M, a, b, None)
+        seen.append((choice.overlap, choice.engine) if choice.tuned else "untuned")
+    return seen
+
+
+def test_decisions_are_kept_per_layout_of_b(tmp_path):
+    """The tuner times ``b`` as a transposed weight; a row-major ``b`` took that decision
+    (cuBLAS's and the tiles' speeds differ with the layout). Each layout reads its own
+    entry now, and a ``b`` strided along both dimensions (which the tuner never times) the
+    cost model."""
+    got = ditron.launch(_layout_case, 2, str(tmp_path), backend="cpu")
+    assert got == [[(True, "copy_engine_pull"), (False, "colocated"), "untuned"]] * 2
+
+
+def test_b_layout_and_versions_in_keys(monkeypatch):
+    """``b_layout`` classifies by the unit stride (a dimension of one reads as the
+    transposed weight); keys carry the triton and torch versions, so a decision measured
+    with other versions is tuned again rather than reused."""
+    import torch
+    import triton
+
+    from ditron.tune import decisions, tuner
+
+    w = torch.randn(6, 4)
+    assert [decisions.b_layout(b) for b in (w.t(), w, w[:, ::2], torch.randn(1, 5),
+                                            torch.randn(5, 1))] == ["t", "n", "strided",
+                                                                     "t", "t"]
+    key = cache.make_key("gemm_rs", (8, 4, 2), "bfloat16", 2, "cpu", "b row-major")
+    assert key.startswith("gemm_rs|8x4x2|bfloat16|w2|cpu|b row-major|")
+    assert f"triton {triton.__version__}" in key and f"torch {torch.__version__}" in key
+    with pytest.raises(ValueError, match="layout must be one of t, n"):
+        ditron.launch(tuner.tune, 1, "gemm_rs", 8, 4, 2, torch.float32, layout="strided",
+                      backend="cpu")
