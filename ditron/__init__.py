@@ -12,7 +12,10 @@ from .runtime import config as _config
 from .runtime import interpret as _interpret
 
 # Must precede every module that defines @triton.jit kernels (see runtime/interpret.py).
-_interpret.arrange(_config.default_backend())
+try:
+    _interpret.arrange(_config.default_backend())
+except _config.SettingsError:
+    pass  # a bad DITRON_BACKEND: raised where a backend is first needed (init, launch, CLI)
 
 from . import language  # noqa: E402
 from .runtime import agreement as _agreement  # noqa: E402, F401 - ditron.runtime.agreement.agree for op writers

@@ -175,3 +175,28 @@ def test_init_keywords_for_an_existing_world_are_checked(monkeypatch):
     assert "wait_timeout=3.0 (the world has 20.0), local_world_size=1 (the world has 2)" \
         in seen[1]
     assert "ditron.init(heap_size=...)" in seen[2]
+
+
+def test_bad_backend_variable_is_reported_where_a_backend_is_needed(tmp_path):
+    """``DITRON_BACKEND=bogus`` raised at ``import ditron``: the CLI, which reports bad
+    settings as one line and exit code 2, printed a traceback instead. The import succeeds
+    now; the CLI reports the variable, and ``launch`` raises ``SettingsError`` naming it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DITRON_BACKEND": "bogus"}
+    cli = subprocess.run([sys.executable, "-m", "ditron", "demo", "--world-size", "2"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert cli.returncode == 2, cli.stderr
+    assert cli.stderr.startswith("ditron: DITRON_BACKEND: unknown backend 'bogus'"), cli.stderr
+    assert "Traceback" not in cli.stderr
+    script = tmp_path / "job.py"
+    script.write_text("import ditron\n\n\ndef f():\n    return 1\n\n\n"
+                      "if __name__ == '__main__':\n"
+                      "    try:\n        ditron.launch(f, 2)\n"
+                      "    except ditron.runtime.config.SettingsError as e:\n"
+                      "        print(e)\n")
+    job = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert job.stdout.startswith("DITRON_BACKEND: unknown backend 'bogus'"), job.stderr
