@@ -13,7 +13,7 @@ import dataclasses
 import torch
 
 from ..kernels import fused_collective as kfc
-from ..runtime.config import env_int, env_switch
+from ..runtime.config import SettingsError, env_int, env_switch
 from ..runtime.diagnostics import check_waits
 from ..runtime.world import current
 from .graphs import capturing
@@ -66,24 +66,35 @@ def fused_variant(nbytes: int, backend: str, mode: int = kfc.ALL_REDUCE,
     """The variant of ``mode`` for a launch of ``nbytes`` input bytes of ``itemsize``-byte
     elements on a device of ``sms`` SMs (0: unknown). Environment overrides, for
     experiments: ``DITRON_FUSED_PUSH=0/1`` (pull / push), ``DITRON_FUSED_BLOCK``,
-    ``DITRON_FUSED_PROGRAMS``, ``DITRON_FUSED_WARPS``."""
+    ``DITRON_FUSED_PROGRAMS``, ``DITRON_FUSED_WARPS`` (block and warps powers of two:
+    ``SettingsError`` otherwise, before any workspace or kernel)."""
     if backend == "cpu":  # the interpreter: pull and one block size unless forced
         return FusedVariant(env_switch("DITRON_FUSED_PUSH") or False,
-                            env_int("DITRON_FUSED_BLOCK", 0) or 1024, 1)
+                            _env_power_of_two("DITRON_FUSED_BLOCK") or 1024, 1)
     wide = (nbytes >= WIDE_MIN_BYTES and not shared_gpu
             and mode in (kfc.ALL_GATHER, kfc.REDUCE_SCATTER, kfc.ALL_TO_ALL))
     push = env_switch("DITRON_FUSED_PUSH")
     if push is None:
         push = mode != kfc.ALL_GATHER if wide else nbytes >= PUSH_MIN_BYTES
-    block = env_int("DITRON_FUSED_BLOCK", 0) or min(
+    block = _env_power_of_two("DITRON_FUSED_BLOCK") or min(
         (WIDE_RS_BLOCK if mode == kfc.REDUCE_SCATTER else 16384) if wide
         else 4096 if nbytes >= (4 << 20) else 2048 if nbytes >= (1 << 20) else 1024,
         MAX_BLOCK_BYTES // itemsize)
-    warps = env_int("DITRON_FUSED_WARPS", 0) or (
+    warps = _env_power_of_two("DITRON_FUSED_WARPS") or (
         16 if wide and block >= 16384 else 4 if block <= 1024 else 8)
     programs = env_int("DITRON_FUSED_PROGRAMS", 0) or (
         WIDE_AG_PROGRAMS_PER_SM * sms if wide and mode == kfc.ALL_GATHER and not push else 0)
     return FusedVariant(push, block, warps, programs)
+
+
+def _env_power_of_two(name: str) -> int:
+    """The override ``name`` (0: unset): a power of two, as Triton's block sizes
+    (``tl.arange``) and ``num_warps`` must be, else ``SettingsError`` naming it (the kernel
+    would fail later, on every rank, with an error that does not)."""
+    value = env_int(name, 0)
+    if value & (value - 1):
+        raise SettingsError(f"{name} must be a power of two, got {value}")
+    return value
 
 
 def _max_elements(mode: int, itemsize: int) -> int:

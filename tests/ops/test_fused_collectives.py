@@ -8,6 +8,7 @@ replayed on the same buffers (what a CUDA graph replay does) with new input valu
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -376,3 +377,18 @@ def test_fused_variant_rules(monkeypatch):
     monkeypatch.setenv("DITRON_FUSED_WARPS", "4")
     assert pick(big, "cuda", kfc.ALL_GATHER) == V(True, 16384, 4, 256)
     assert pick(big, "cpu", kfc.ALL_GATHER) == V(True, 1024, 1)  # the interpreter
+
+
+@pytest.mark.parametrize("knob,backend", [("DITRON_FUSED_BLOCK", "cpu"),
+                                          ("DITRON_FUSED_BLOCK", "cuda"),
+                                          ("DITRON_FUSED_WARPS", "cuda")])
+def test_fused_variant_refuses_non_power_of_two(monkeypatch, knob, backend):
+    """A block or warp count that is not a power of two is refused naming the setting (it
+    failed later, in every rank's kernel: "arange's range must be a power of 2")."""
+    from ditron.runtime.config import SettingsError
+
+    monkeypatch.setenv(knob, "1000")
+    with pytest.raises(SettingsError, match=f"{knob} must be a power of two, got 1000"):
+        fused_launch.fused_variant(1 << 20, backend)
+    monkeypatch.setenv(knob, "512")
+    assert 512 in dataclasses.astuple(fused_launch.fused_variant(1 << 20, backend))
