@@ -240,13 +240,19 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     if k == 0:
         return out.zero_()
     w = idx if weights is None else weights.contiguous()
-    aligned = _vectorizes((src, src.stride(0)), (src2, src2.stride(0)), (out, out.stride(0)))
+    # Triton's interpreter rounds fp32 to fp8 wrongly (1.998 -> 1.0, -0.485 -> -0.25: a
+    # rounding carry into the exponent is lost); there the kernel writes fp32 and torch
+    # rounds. (It rounds to bf16 towards zero, one ulp at most: left, so that the CPU
+    # backend's launches stay the GPU's for tools/cuda_compile_check.py.)
+    sums = out if src.device.type != "cpu" or src.element_size() > 1 else \
+        torch.empty((T, N), dtype=torch.float32, device=src.device)
+    aligned = _vectorizes((src, src.stride(0)), (src2, src2.stride(0)), (sums, sums.stride(0)))
     block_t, block_n = _sum_blocks(N, k, src.element_size(), aligned)
     grid = (cdiv(T, block_t), cdiv(N, block_n))
-    _GATHER_SUM[grid](src, idx, src2, idx2, w, out, T, N, src.stride(0), src2.stride(0),
-                      out.stride(0), K=k, HAS_W=weights is not None, TWO=two,
+    _GATHER_SUM[grid](src, idx, src2, idx2, w, sums, T, N, src.stride(0), src2.stride(0),
+                      sums.stride(0), K=k, HAS_W=weights is not None, TWO=two,
                       BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
-    return out
+    return out if sums is out else out.copy_(sums)
 
 
 #: programs per SM :func:`gather_dot` aims for on a GPU (few tokens: the columns are cut

@@ -29,7 +29,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..ops.moe import MoEDispatch, check_combine, check_topk_weights, mean_rows_per_expert
+from ..ops.moe import (
+    GEMM_DTYPES,
+    MoEDispatch,
+    check_combine,
+    check_topk_weights,
+    mean_rows_per_expert,
+)
 from ..runtime.agreement import refused_together
 from ..runtime.integers import as_int, check_int
 from ..runtime.world import world
@@ -51,6 +57,12 @@ def _before_dispatch(check: Callable[[], None]) -> None:
             raise
 
 
+def _is_int(value: object) -> bool:
+    """Whether ``value`` is an integer argument (``runtime.integers``) or a symbolic one
+    (``torch.compile`` makes changing ints ``SymInt``)."""
+    return as_int(value) is not None or isinstance(value, torch.SymInt)
+
+
 def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
               max_tokens: int | None, max_recv_rows: int | None
               ) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
@@ -58,10 +70,17 @@ def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
     lists)."""
     key = library.world_key()
 
-    def check() -> None:  # the op's own check, before the defaults below read k
+    def check() -> None:  # the op's own checks, before the defaults below read them
         if not isinstance(topk_ids, torch.Tensor) or topk_ids.dim() != 2:
             raise ValueError(f"moe_dispatch: topk_ids must be [tokens, k], got "
                              f"{getattr(topk_ids, 'shape', topk_ids)!r}")
+        # a float or a string here failed in the custom op's schema (a RuntimeError on this
+        # rank only, the peers waiting in the op's agreement) or, multiplied into the
+        # default capacity, became another value
+        for name, value in (("num_experts", num_experts), ("max_tokens", max_tokens),
+                            ("max_recv_rows", max_recv_rows)):
+            if (value is not None or name == "num_experts") and not _is_int(value):
+                raise ValueError(f"moe_dispatch: {name} must be an int, got {value!r}")
 
     _before_dispatch(check)
     T, k = topk_ids.shape
@@ -81,7 +100,8 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
                  max_recv_rows: int | None = None) -> MoEDispatch:
     """:func:`ditron.ops.moe_dispatch` whose ``x`` field is differentiable in ``x``."""
     grouped, routing, sizes = _dispatch(x, topk_ids, num_experts, max_tokens, max_recv_rows)
-    return dataclasses.replace(library.dispatch_of(grouped, routing, sizes), x=grouped)
+    return dataclasses.replace(library.dispatch_of(grouped, routing, sizes), x=grouped,
+                               world=world())
 
 
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
@@ -158,7 +178,8 @@ class ExpertParallelMLP(torch.nn.Module):
         if activation is None:
             activation = torch.nn.functional.silu if gated else torch.nn.functional.gelu
         self.activation, self.gated = activation, gated
-        self.max_recv_rows = max_recv_rows
+        self.max_recv_rows = (None if max_recv_rows is None
+                              else check_int(max_recv_rows, "ExpertParallelMLP: max_recv_rows"))
         kw = {"device": device or w.device, "dtype": dtype}
         self.w1 = torch.nn.Parameter(torch.empty(self.local_experts, hidden,
                                                  2 * ffn if gated else ffn, **kw))
@@ -204,6 +225,10 @@ class ExpertParallelMLP(torch.nn.Module):
             check_topk_weights("ExpertParallelMLP", topk_weights, *topk_ids.shape, x.device)
         if x.dtype != dtype:
             raise ValueError(f"ExpertParallelMLP: input dtype {x.dtype} != weight dtype {dtype}")
+        if dtype not in GEMM_DTYPES:  # it failed in the first grouped GEMM, after the dispatch
+            raise ValueError(f"ExpertParallelMLP: the experts compute in {dtype}; the grouped "
+                             f"GEMMs take {', '.join(str(t) for t in GEMM_DTYPES)} (build "
+                             f"the layer in one of them, or call it under torch.autocast)")
 
     @classmethod
     def from_experts(cls, experts: Sequence[Sequence[torch.nn.Linear]],

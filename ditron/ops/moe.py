@@ -40,7 +40,7 @@ from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from ..kernels.routing import group_received, returned_index, returned_sources, sort_copies
 from ..runtime.agreement import agree, raise_together, refused_together
 from ..runtime.integers import as_int, check_int
-from ..runtime.world import current
+from ..runtime.world import World, current
 from .graphs import capturing
 from .modes import public_op
 
@@ -78,6 +78,9 @@ class MoEDispatch:
     #: received rows kept from each rank [W] (rows past the capacity dropped)
     kept_splits: torch.Tensor
     x_scales: torch.Tensor | None = None
+    #: the world the dispatch ran in (its routing holds for those ranks only; ``None``:
+    #: not recorded), which :func:`moe_combine` must run in too
+    world: World | None = None
 
     @property
     def tokens_per_expert(self) -> torch.Tensor:
@@ -194,7 +197,7 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
                                                     send_index=copies.token, recv_index=perm)
     return MoEDispatch(grouped, offsets, num_experts, T, k, max_tokens, cap,
                        copies.order, copies.token, copies.send_splits, perm, inv_perm,
-                       kept_splits, scales)
+                       kept_splits, scales, rt.world)
 
 
 def _send(src: torch.Tensor, index: torch.Tensor, send_splits: torch.Tensor, capacity: int,
@@ -321,6 +324,14 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
         if not isinstance(d, MoEDispatch):
             raise TypeError(f"ditron.ops.moe_combine: dispatch must be what moe_dispatch "
                             f"returned, got {type(d).__name__}")
+        here = current().world
+        if d.world is not None and d.world.global_ranks != here.global_ranks:
+            # the routing of another world: rows went to other ranks (wrong sums, silently,
+            # in a world of the same size)
+            raise ValueError(f"ditron.ops.moe_combine: the dispatch ran in the world over "
+                             f"global ranks {list(d.world.global_ranks)}, but the world over "
+                             f"{list(here.global_ranks)} is current; combine in the "
+                             f"dispatch's world (ditron.use(dispatch.world))")
         T, k = d.num_tokens, d.topk
         if y.dim() != 2 or y.shape[0] != d.capacity or not y.dtype.is_floating_point:
             raise ValueError(f"ditron.ops.moe_combine: y must be floating [{d.capacity}, N] "
@@ -335,6 +346,9 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
 
 
 METHODS = ("auto", "triton", "torch")
+#: the dtypes :func:`grouped_gemm` computes in (those ``ditron.kernels.grouped_gemm``
+#: takes; ``x`` and ``w`` share one)
+GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @public_op
@@ -346,12 +360,13 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     (``MoEDispatch.expert_offsets``); a local op. Rows from ``o[G]`` on are undefined
     (``method="triton"`` leaves them, and rows before a nonzero ``o[0]``, unwritten).
 
-    ``method``: ``"triton"``, Ditron's kernel (``ditron.kernels.grouped_gemm``, any dtype
-    and strides, every backend); ``"torch"``, ``torch._grouped_mm`` (bf16, CUDA capability
-    >= 9, aligned operands); ``"auto"`` (default), Ditron's kernel (on an H200 it ran
-    REFERENCES.md's MoE GEMMs in 0.92-1.04x torch's time, and a 64-expert layer with it in
-    0.96x / 0.89x / 1.00x the time with torch's at 16 / 128 / 1024 rows per expert:
-    ``docs/perf.md``, session 44). Neither reads the offsets on the host: both can be
+    ``method``: ``"triton"``, Ditron's kernel (``ditron.kernels.grouped_gemm``, fp16, bf16
+    or fp32, :data:`GEMM_DTYPES`; any strides, every backend); ``"torch"``,
+    ``torch._grouped_mm`` (bf16, CUDA capability >= 9, aligned operands); ``"auto"``
+    (default), Ditron's kernel (on an H200 it ran REFERENCES.md's MoE GEMMs in 0.92-1.04x
+    torch's time, and a 64-expert layer with it in 0.96x / 0.89x / 1.00x the time with
+    torch's at 16 / 128 / 1024 rows per expert: ``docs/perf.md``, session 44). Neither
+    reads the offsets on the host: both can be
     captured in a CUDA graph. ``rows_per_group``: the expected average rows per group,
     which picks Ditron's tiles (default ``R / G``; after a dispatch pass
     ``MoEDispatch.mean_rows_per_expert``: its ``x`` has ``W`` times as many rows as

@@ -55,6 +55,21 @@ def test_gather_sum_matches_torch(T, k, N, dtype, two, device):
         torch.testing.assert_close(out.float(), want.to(dtype).float(), atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("dtype,ulp", [(torch.float8_e4m3fn, 2**-3), (torch.float8_e5m2, 2**-2)])
+def test_gather_sum_rounds_fp8_to_nearest(dtype, ulp, device):
+    # the fp8 sums (moe_combine of fp8 rows) were off by up to half their value on the CPU
+    # backend (Triton's interpreter rounded 1.998 to 1.0 and -0.485 to -0.25); now within
+    # one fp8 step of torch's rounding of the fp32 sum
+    g = torch.Generator().manual_seed(8)
+    src = torch.randn(64, 16, generator=g).to(dtype)
+    idx = torch.randint(-1, 64, (32, 2), generator=g)
+    weights = torch.rand(32, 2, generator=g)
+    out = weighted_gather_sum(src.to(device), idx.to(device), weights.to(device)).cpu()
+    assert out.dtype == dtype
+    want = _reference(src, idx, weights).to(dtype)
+    torch.testing.assert_close(out.float(), want.float(), rtol=ulp, atol=2**-9)
+
+
 @pytest.mark.parametrize("T,k,N", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("two", [False, True])

@@ -304,12 +304,18 @@ def check_layer_refusals() -> int:
     # a wrong hidden size: refused before the dispatch (it failed in the first grouped GEMM)
     with pytest.raises(ValueError, match=r"ExpertParallelMLP: x must be \[tokens, 8\]"):
         layer(torch.randn(3, 9, device=dev), ids, torch.ones(3, 1, device=dev))
+    # a dtype the grouped GEMMs do not take: refused before the dispatch (it failed in the
+    # first grouped GEMM, after the dispatch's all-to-all)
+    wide = ditron.nn.ExpertParallelMLP(8, 4, 2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="ExpertParallelMLP: the experts compute in "
+                                         "torch.float64; the grouped GEMMs take"):
+        wide(x.double(), ids, torch.ones(3, 1, device=dev))
     assert layer(x, ids, torch.ones(3, 1, device=dev)).shape == x.shape
-    return 8
+    return 9
 
 
 def test_expert_parallel_mlp_refuses_bad_input(backend):
-    assert ditron.launch(check_layer_refusals, 2, backend=backend) == [8, 8]
+    assert ditron.launch(check_layer_refusals, 2, backend=backend) == [9, 9]
 
 
 def check_one_rank_refuses() -> list[str]:
@@ -329,6 +335,37 @@ def test_one_rank_refusing_raises_on_every_rank(monkeypatch, backend):
     monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")  # the old hang, short
     assert ditron.launch(check_one_rank_refuses, 2, backend=backend) == \
         ["ExpertParallelMLP", "ditron.ops.moe_dispatch"]
+
+
+def check_non_int_sizes() -> list[str]:
+    """Rank 0 alone passes a float ``max_tokens`` / ``num_experts`` to ``ditron.nn``'s
+    dispatch: a ``ValueError`` naming it on every rank (it failed in the custom op's schema
+    with a ``RuntimeError`` on rank 0, rank 1 erring on "ranks are in different collective
+    calls"); ``ExpertParallelMLP`` refuses a float ``max_recv_rows`` when built."""
+    from ditron.nn import moe as nn_moe
+
+    me, dev = ditron.world().rank, ditron.world().device
+    x, ids = torch.randn(3, 8, device=dev), torch.zeros(3, 1, dtype=torch.int64, device=dev)
+    seen = []
+    for kw in ({"num_experts": 2.0 if me == 0 else 2},
+               {"num_experts": 2, "max_tokens": 3.0 if me == 0 else 3}):
+        name = list(kw)[-1]  # a float on rank 0
+        with pytest.raises(ValueError, match=f"moe_dispatch: {name} must be an int, got "):
+            nn_moe.moe_dispatch(x, ids, **kw)
+        seen.append(name)
+    layer = ditron.nn.ExpertParallelMLP(8, 4, 2)
+    with pytest.raises(ValueError, match="max_tokens must be an int, got 3.0"):
+        layer(x, ids, torch.ones(3, 1, device=dev), max_tokens=3.0)
+    with pytest.raises(ValueError, match="ExpertParallelMLP: max_recv_rows must be an int"):
+        ditron.nn.ExpertParallelMLP(8, 4, 2, max_recv_rows=4.0)
+    assert layer(x, ids, torch.ones(3, 1, device=dev), max_tokens=3).shape == x.shape
+    return seen
+
+
+def test_non_int_sizes_raise_on_every_rank(monkeypatch, backend):
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")
+    assert ditron.launch(check_non_int_sizes, 2, backend=backend) == \
+        [["num_experts", "max_tokens"]] * 2
 
 
 def check_compile(compiler: str = "aot_eager", opcheck: bool = True) -> list[str]:

@@ -454,6 +454,35 @@ def test_moe_refuses_bad_input(backend, monkeypatch):
     assert ditron.launch(check_refusals, 2, backend=backend) == [12, 12]
 
 
+def check_combine_in_another_world() -> int:
+    """Two worlds of pairs in four processes ({0, 1} / {2, 3} and {0, 2} / {1, 3}): a
+    combine in another world than its dispatch is refused on every rank (it sent the rows
+    to the other world's ranks and returned wrong sums, silently), for ``ditron.ops`` and
+    ``ditron.nn.moe``; in the dispatch's world it is right."""
+    from ditron.nn import moe as nn_moe
+
+    me = dist.get_rank()
+    tp = ditron.init(group=[me - me % 2, me - me % 2 + 1])
+    ep = ditron.init(group=[me % 2, me % 2 + 2])
+    dev = ep.device
+    x = torch.randn(4, 8, generator=_gen(me, 5)).to(dev)
+    ids = torch.randint(0, 2, (4, 2), generator=_gen(me, 6)).to(dev)
+    for module in (ditron.ops, nn_moe):
+        with ditron.use(tp):
+            d = module.moe_dispatch(x, ids, 2)
+        assert d.world == tp
+        with pytest.raises(ValueError, match=f"the dispatch ran in the world over global "
+                                             f"ranks \\{list(tp.global_ranks)}"):
+            module.moe_combine(d.x, d)
+        with ditron.use(tp):  # identity experts: each token comes back k times
+            torch.testing.assert_close(module.moe_combine(d.x, d), 2 * x)
+    return 2
+
+
+def test_combine_refuses_a_dispatch_of_another_world(backend):
+    assert ditron.launch(check_combine_in_another_world, 4, backend=backend) == [2] * 4
+
+
 def _layer_reference(x, ids, weights, w1, w2):
     ref = torch.zeros(x.shape[0], x.shape[1])
     for t in range(x.shape[0]):
