@@ -49,7 +49,8 @@ from .alignment import vector_loads
 from .descriptors import describe, tma_wanted, transposable
 from .tile_config import check_tile_config
 
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: the dtypes the kernels compute in (``x`` and ``w`` share one)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +266,7 @@ def check_grouped(op: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     if x.dim() != 2 or w.dim() != 3 or x.shape[1] != w.shape[1]:
         raise ValueError(f"{op}: need x [R, K] and w [G, K, N], got x {tuple(x.shape)} and "
                          f"w {tuple(w.shape)}")
-    if x.dtype != w.dtype or x.dtype not in _DTYPES:
+    if x.dtype != w.dtype or x.dtype not in DTYPES:
         raise ValueError(f"{op}: x and w must share a dtype among float16, bfloat16, "
                          f"float32; got {x.dtype} and {w.dtype}")
     if offsets.shape != (w.shape[0] + 1,) or offsets.dtype.is_floating_point \

@@ -35,7 +35,7 @@ import functools
 import torch
 
 from ..kernels.gather_sum import gather_dot, weighted_gather_sum
-from ..kernels.grouped_gemm import check_grouped
+from ..kernels.grouped_gemm import DTYPES, check_grouped
 from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from ..kernels.routing import group_received, returned_index, returned_sources, sort_copies
 from ..runtime.agreement import agree, raise_together, refused_together
@@ -346,9 +346,8 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
 
 
 METHODS = ("auto", "triton", "torch")
-#: the dtypes :func:`grouped_gemm` computes in (those ``ditron.kernels.grouped_gemm``
-#: takes; ``x`` and ``w`` share one)
-GEMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: the dtypes :func:`grouped_gemm` computes in (``x`` and ``w`` share one)
+GEMM_DTYPES = DTYPES
 
 
 @public_op
