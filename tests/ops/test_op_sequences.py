@@ -455,9 +455,12 @@ def _linear_step(s: dict, what: str, dtype: torch.dtype) -> None:
         rows = W * m if sp else m
         full = _data(seed, 0, (rows, fin), dtype)
         x_mine = full[:, mine[1]]
-    xf = full.float().requires_grad_(s.get("backward", False))
-    wf = weight.float().requires_grad_(s.get("backward", False))
-    bf = bias.float().requires_grad_(s.get("backward", False)) if bias is not None else None
+    # copies: in fp32 ``.float()`` returns the tensor itself, and the layer's input (a view
+    # of it, or itself) would share its gradient (on CUDA x became a non-leaf copy of it)
+    xf = full.float().clone().requires_grad_(s.get("backward", False))
+    wf = weight.float().clone().requires_grad_(s.get("backward", False))
+    bf = (bias.float().clone().requires_grad_(s.get("backward", False)) if bias is not None
+          else None)
     y_full = torch.nn.functional.linear(xf, wf, bf)
     # this rank's part of the output: its output features (column), its rows (row, sp)
     if column:
