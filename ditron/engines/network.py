@@ -74,11 +74,15 @@ class NetworkEngine(Engine):
         for w in works:
             w.wait()
         landing, self._landing = self._landing, []
-        for buf, dst, reduce in landing:
-            if reduce:
-                dst.add_(buf.to(dst.device))
-            else:
-                dst.copy_(buf)
+        # as the copy engine's worker: a dst made under inference_mode (or a view of a leaf
+        # that requires grad) is written like the direct receives write it, not refused here,
+        # after the data came and before the signals
+        with torch.inference_mode():
+            for buf, dst, reduce in landing:
+                if reduce:
+                    dst.add_(buf.to(dst.device))
+                else:
+                    dst.copy_(buf)
         signals, self._signals = self._signals, []
         for s in signals:
             s.pad.signals[s.index].fill_(s.value)

@@ -113,7 +113,8 @@ class SmEngine(Engine):
         groups: dict[tuple, list[Transfer]] = {}
         for t in transfers:
             _check(t, rt.world.rank)
-            value = t.signal.value if t.signal is not None else 0
+            # an int for the kernel (the check takes any integer: a NumPy one failed there)
+            value = int(t.signal.value) if t.signal is not None else 0
             groups.setdefault((t.src.dtype, t.reduce, value), []).append(t)
         tables = [(key, batch, self._table(batch)) for key, batch in groups.items()]
         with self._lane.launching(transfers, since):
@@ -136,8 +137,9 @@ class SmEngine(Engine):
     def _table(self, batch: list[Transfer]):
         """The batch's descriptor table, counters and a tensor typed as its signals; on a
         new table, first check that every remote side lies in a live buffer of its peer's
-        heap (a table's addresses, ranks and sizes key it, and the heap's count of frees, so
-        a cached one was checked when it was made and nothing was freed since)."""
+        heap (a table's addresses, ranks and sizes key it, and the heap, with its count of
+        frees, so a cached one was checked in this world's heap when it was made and
+        nothing was freed since)."""
         rows = []
         sig_typed = None
         for t in batch:
@@ -148,7 +150,8 @@ class SmEngine(Engine):
                 sig_rank = t.dst_rank
             rows.append((t.src.data_ptr(), t.dst.data_ptr(), t.src.numel(), t.src_rank,
                          t.dst_rank, sig_addr, sig_rank))
-        key = (batch[0].src.element_size(), tuple(rows), current().heap.frees)
+        heap = current().heap  # an engine may serve several worlds (ditron.use)
+        key = (batch[0].src.element_size(), tuple(rows), id(heap), heap.frees)
         entry = self._tables.get(key)
         if entry is None:
             _check_remote(batch)

@@ -160,7 +160,8 @@ class TmaEngine(Engine):
         sig_ptr, value, sig_rank = counter, 0, me
         if t.signal is not None:
             sig_ptr = t.signal.pad.signals[t.signal.index:]
-            value, sig_rank = t.signal.value, t.dst_rank
+            # ints for the kernel (the check takes any integer: a NumPy one failed there)
+            value, sig_rank = int(t.signal.value), int(t.dst_rank)
         _tma_copy_kernel[(self.programs,)](
             src_desc, dst_desc, src, dst, rows, n, counter, sig_ptr, value, sig_rank,
             rt.context(), C=C, BLOCK_R=block_r, STAGES=self.stages, TAIL_BLOCK=1024,
