@@ -27,7 +27,7 @@ import torch
 from ..kernels import tiles
 from ..kernels.descriptors import describe, tma_wanted, transposable
 from ..kernels.offsets import check_int32_offsets
-from ..runtime.agreement import rank0_decides
+from ..runtime.agreement import agree, rank0_decides, refused_together
 from ..runtime.integers import as_int, check_int
 from ..runtime.symmetric import empty
 from ..runtime.world import current
@@ -152,16 +152,21 @@ def _gemm_operands(wanted: bool, a: torch.Tensor, a_box: tuple[int, int],
 
 #: the tuner's cache names its MLP decisions so (``task/tp_mlp_tuner.py``)
 TUNED_OP = "tp_mlp"
+#: the name of ``add_tp_mlp``'s checks and agreements
+WHAT = "add_tp_mlp"
 
 
 def tuned_blocks(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
                  world_size: int) -> MlpBlocks | None:
     """The :class:`MlpBlocks` that ``tune_mlp`` cached for this rank's shapes (``tokens``
-    x ``hidden`` input, ``ffn`` this rank's columns of the MLP) on this device, if any."""
+    x ``hidden`` input, ``ffn`` this rank's columns of the MLP) on this device, if any:
+    ``None`` also where the entry is not tiles ``add_tp_mlp`` takes (written by another
+    version, or damaged), which ``tune_mlp`` then replaces. Reads this process's cache;
+    ``add_tp_mlp`` uses rank 0's answer on every rank."""
     entry = cache.get(key_for(TUNED_OP, tokens, hidden, ffn, dtype, world_size))
     try:
-        return MlpBlocks(**entry["blocks"]) if entry else None
-    except (KeyError, TypeError):  # written by another version: tune again
+        return _check_blocks(MlpBlocks(**entry["blocks"])) if entry else None
+    except (KeyError, TypeError, ValueError):  # not tiles we can run: tune again
         return None
 
 
@@ -184,19 +189,37 @@ def _check_blocks(blocks: MlpBlocks) -> MlpBlocks:
     if blocks.stages is not None:
         ints["stages"] = check_int(blocks.stages, "add_tp_mlp: stages", 1)
     ints["warps"] = check_warps(blocks.warps, "add_tp_mlp")
+    if blocks.tma is not None and not isinstance(blocks.tma, bool):  # "0" would turn it on
+        raise ValueError(f"add_tp_mlp: tma must be None, True or False, got {blocks.tma!r}")
     return dataclasses.replace(blocks, **ints)
 
 
-def _check(x, w_gate, w_up, w_down, out, residual) -> None:
+#: the dtypes the MLP's tiles compute in (fp32 accumulation; others would be cast to fp32
+#: on the CPU backend, or fail to compile on a GPU)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _check(x, w_gate, w_up, w_down, out, residual, h, inbox) -> None:
+    """Refuse operands of other shapes, dtypes or devices than ``x`` and ``w_gate`` imply
+    (``inbox``'s shape is checked once the tiles are known)."""
+    if x.dim() != 2 or w_gate.dim() != 2:
+        raise ValueError("add_tp_mlp: x and the weights must be 2-d")
+    if x.dtype not in DTYPES:
+        raise ValueError(f"add_tp_mlp: x is {x.dtype}; the tiles compute in "
+                         f"{', '.join(map(str, DTYPES))}")
     M, H = x.shape
     F = w_gate.shape[1]
     want = {"w_gate": (H, F), "w_up": (H, F), "w_down": (F, H), "out": (M, H)}
     got = {"w_gate": w_gate, "w_up": w_up, "w_down": w_down, "out": out}
     if residual is not None:
         want["residual"], got["residual"] = (M, H), residual
+    if h is not None:
+        want["h"], got["h"] = (M, F), h
+    if inbox is not None:  # its shape: once the tiles are known (add_tp_mlp)
+        want["inbox"], got["inbox"] = None, inbox
     for name, shape in want.items():
         t = got[name]
-        if tuple(t.shape) != shape:
+        if shape is not None and tuple(t.shape) != shape:
             raise ValueError(f"add_tp_mlp: {name} has shape {tuple(t.shape)}, expected "
                              f"{shape} for x {tuple(x.shape)} and w_gate {tuple(w_gate.shape)}")
         if t.dtype != x.dtype or t.device != x.device:
@@ -212,27 +235,38 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     """Add the three tasks of one MLP (see the module docstring) to ``graph``; return its
     scratch buffers ``(h, inbox)`` so that later layers can reuse them.
 
-    ``h`` (``[M, F]``, local) and ``inbox`` (symmetric ``[world_size * split_k * M, H]``;
-    allocating it is collective) are made when not given. ``out`` may be ``x`` (in place:
-    the ``reduce`` tiles then also wait for the ``up`` tiles that read their rows) or the
-    next layer's input. ``blocks``: the tile sizes; by default those that ``tune_mlp``
-    (``task/tp_mlp_tuner.py``) cached for these shapes, dtype and world size on this
-    device (rank 0's cache, broadcast: then the call is collective), else
-    :func:`default_blocks` for its rows."""
-    if x.dim() != 2 or w_gate.dim() != 2:
-        raise ValueError("add_tp_mlp: x and the weights must be 2-d")
+    ``x`` is fp16, bf16 or fp32, and so is every other tensor. ``h`` (``[M, F]``, local)
+    and ``inbox`` (symmetric ``[world_size * S * M, H]``, ``S`` the ``split_k`` chunks of
+    ``F`` that have columns; allocating it is collective) are made when not given. ``out``
+    may be ``x`` (in place: the ``reduce`` tiles then also wait for the ``up`` tiles that
+    read their rows) or the next layer's input. ``blocks``: the tile sizes; by default
+    those that ``tune_mlp`` (``task/tp_mlp_tuner.py``) cached for these shapes, dtype and
+    world size, else :func:`default_blocks` for its rows, as rank 0 finds them (its cache
+    and device), on every rank. The call is collective when it takes rank 0's blocks or
+    allocates the inbox: every rank then makes it with the same ``x`` shape and dtype and
+    the same ``blocks``, and bad arguments on any rank raise ``ValueError`` on every rank
+    (naming them) before any allocation."""
     rt = current()
     W = rt.world.world_size
-    if blocks is None:  # rank 0's cache decides: the ranks' caches on disk may differ
-        blocks = (rank0_decides("add_tp_mlp: tuned blocks",
-                                lambda: tuned_blocks(*x.shape, w_gate.shape[1], x.dtype, W))
-                  or default_blocks(x.shape[0], x.dtype, shared_memory(x.device)))
-    blocks = _check_blocks(blocks)
-    _check(x, w_gate, w_up, w_down, out, residual)
-    check_int32_offsets("add_tp_mlp", x=x, w_gate=w_gate, w_up=w_up, w_down=w_down, out=out,
-                        residual=residual)
+    # a collective call (rank 0's tiles, an inbox to allocate): a rank refusing its own
+    # arguments joins the agreement below with its error, so its peers raise naming it
+    # instead of waiting for it
+    collective = W > 1 and (blocks is None or inbox is None)
+    with refused_together(WHAT, peers=collective):
+        _check(x, w_gate, w_up, w_down, out, residual, h, inbox)
+        if blocks is not None:
+            blocks = _check_blocks(blocks)
+        check_int32_offsets(WHAT, x=x, w_gate=w_gate, w_up=w_up, w_down=w_down, out=out,
+                            residual=residual)
     M, H = x.shape
     F = w_gate.shape[1]
+    if collective:
+        agree(WHAT, remember=False, x=(M, H), dtype=str(x.dtype), blocks=blocks,
+              inbox=None if inbox is None else tuple(inbox.shape))
+    if blocks is None:  # rank 0 decides: the ranks' caches on disk may differ
+        blocks = rank0_decides(f"{WHAT}: tuned blocks", lambda: tuned_blocks(
+            M, H, F, x.dtype, W) or default_blocks(M, x.dtype, shared_memory(x.device)))
+        blocks = _check_blocks(blocks)
     if h is None:
         h = torch.empty((M, F), dtype=x.dtype, device=x.device)
     bm, bn, bk, rn = blocks.block_m, blocks.block_n, blocks.block_k, blocks.reduce_n
@@ -242,10 +276,11 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     S = max(1, -(-F // chunk))
     if inbox is None:
         inbox = empty((W * S * M, H), x.dtype, name=f"{graph.name}.{name}.inbox")
-    if tuple(h.shape) != (M, F) or tuple(inbox.shape) != (W * S * M, H):
-        raise ValueError(f"add_tp_mlp: h must be [{M}, {F}] and inbox [{W * S * M}, {H}], "
-                         f"got {tuple(h.shape)} and {tuple(inbox.shape)}")
-    check_int32_offsets("add_tp_mlp", h=h, inbox=inbox)
+    elif tuple(inbox.shape) != (W * S * M, H):  # agreed: every rank raises
+        raise ValueError(f"add_tp_mlp: inbox must be [{W * S * M}, {H}] (world size x "
+                         f"{S} split-K slots x {M} rows) for these blocks, got "
+                         f"{tuple(inbox.shape)}")
+    check_int32_offsets(WHAT, h=h, inbox=inbox)
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     upcast = rt.world.backend == "cpu"
     wanted = tma_wanted(x.device, blocks.tma)

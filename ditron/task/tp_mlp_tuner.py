@@ -18,6 +18,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from ..runtime.agreement import rank0_decides
 from ..runtime.config import env_float
 from ..runtime.symmetric import free
 from ..runtime.world import current
@@ -104,7 +105,9 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
     the same arguments). Each candidate gets ``iters`` samples of ``batch`` calls back to
     back (default 8 on GPU, 1 on CPU), in rounds whose order rotates; a candidate that
     fails to build or compile on any rank drops out on every rank. ``programs`` goes to
-    ``TaskGraph.compile``. Raises ``ValueError`` for shapes the world size does not divide."""
+    ``TaskGraph.compile``. Raises ``ValueError`` for shapes the world size does not divide.
+    Rank 0 writes the cache (``add_tp_mlp`` reads rank 0's for every rank): where that
+    fails, it raises ``tune.cache.CacheError`` and the other ranks ``RuntimeError``."""
     rt = current()
     w = rt.world
     W, dev = w.world_size, w.device
@@ -161,12 +164,17 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
     del runs
     _release(scratch)
     chosen = configs[best]
-    if save and w.rank == 0:
-        cache.put(key_for(TUNED_OP, tokens, hidden, F, dtype, W),
-                  {"blocks": dataclasses.asdict(chosen), "time_us": times[best],
-                   "default_us": times.get(0), "layers": layers})
-    if W > 1:  # on the host: the cache holds the choice before any rank builds with it
-        dist.barrier(group=rt.host_group)
+
+    def saved() -> None:
+        if save:
+            cache.put(key_for(TUNED_OP, tokens, hidden, F, dtype, W),
+                      {"blocks": dataclasses.asdict(chosen), "time_us": times[best],
+                       "default_us": times.get(0), "layers": layers})
+
+    # rank 0 writes its cache, which add_tp_mlp reads for every rank; the other ranks wait
+    # for it (the cache holds the choice before any rank builds with it), and raise naming
+    # its error where the write fails instead of waiting for it
+    rank0_decides("tune_mlp: caching the choice", saved)
     return chosen
 
 

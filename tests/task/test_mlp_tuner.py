@@ -244,3 +244,61 @@ def test_rank0_cached_blocks_are_used_on_every_rank(world_size, backend, tmp_pat
 
     res = ditron.launch(_rank0_cache_case, world_size, str(tmp_path), backend=backend)
     assert res == [tiles.num_tiles(20, 16, 16, 16)] * world_size
+
+
+def _damaged_entries_case(cache_dir: str) -> list[int]:
+    """Cache entries of tiles ``add_tp_mlp`` refuses (hand-edited, another version's) read
+    as none: the MLP takes the default tiles instead of raising."""
+    from ditron import task as dt
+    from ditron.task.tp_mlp import TUNED_OP, add_tp_mlp, tuned_blocks
+    from ditron.tune import cache
+    from ditron.tune.decisions import key_for
+
+    os.environ["DITRON_CACHE_DIR"] = cache_dir
+    W = ditron.world().world_size
+    M, H, F = 20, 24, 16
+    x, wg, wd = torch.randn(M, H), torch.randn(H, F), torch.randn(F, H)
+    got = []
+    for blocks in ({"block_m": 8}, {"block_n": 96}, {"split_k": 0}, {"block_m": "16"},
+                   {"tma": "0"}, {"warps": 6}):
+        if ditron.world().rank == 0:
+            cache.put(key_for(TUNED_OP, M, H, F, torch.float32, W), {"blocks": blocks})
+            assert tuned_blocks(M, H, F, torch.float32, W) is None
+        g = dt.TaskGraph("damaged")
+        add_tp_mlp(g, x, wg, wg, wd, torch.empty_like(x))
+        got.append(g.tasks[0].tiles)
+    return got
+
+
+def test_damaged_cached_blocks_fall_back_to_the_default(backend, tmp_path):
+    from ditron.kernels import tiles
+    from ditron.task.tp_mlp import default_blocks
+
+    # every add_tp_mlp of these shapes raised (block_m must be a power of two ...) until
+    # the entry was tuned again by hand
+    got = ditron.launch(_damaged_entries_case, 2, str(tmp_path), backend=backend)
+    default = default_blocks(20)
+    assert got == [[tiles.num_tiles(20, 16, default.block_m, default.block_n)] * 6] * 2
+
+
+def _failed_write_case(cache_root: str) -> str:
+    from ditron.task.tp_mlp import MlpBlocks
+    from ditron.task.tp_mlp_tuner import tune_mlp
+
+    me = ditron.world().rank
+    os.environ["DITRON_CACHE_DIR"] = path = os.path.join(cache_root, f"rank{me}")
+    if me == 0:  # its cache file cannot be read, so it is not replaced: the write fails
+        os.makedirs(os.path.join(path, "tune.json"))
+    with pytest.raises((RuntimeError, OSError)) as info:
+        tune_mlp(4, 16, 32, torch.float32, layers=1, configs=[MlpBlocks(16, 16, 16, 16, 1)],
+                 warmup=0, iters=1, progress=False)
+    return f"{type(info.value).__name__}: {info.value}"
+
+
+def test_a_failed_cache_write_raises_on_every_rank(backend, tmp_path, monkeypatch):
+    # rank 0 raised CacheError alone while the others waited in a barrier, for ever
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")
+    got = ditron.launch(_failed_write_case, 2, str(tmp_path), backend=backend)
+    assert got[0].startswith("CacheError: cannot write the tuning cache"), got[0]
+    assert got[1].startswith("RuntimeError: tune_mlp: caching the choice: rank 0 failed to "
+                             "decide for every rank: CacheError: cannot write"), got[1]
