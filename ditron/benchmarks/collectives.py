@@ -82,7 +82,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--busy", action="store_true",
                    help="also time calls issued back to back (rows '<impl> busy')")
     p.add_argument("--graph-max", default="4M", type=byte_count,
-                   help="largest all-reduce timed under graphs")
+                   help="largest size timed under graphs, for every op --graphs times "
+                        "(default %(default)s)")
     p.add_argument("--graph-calls", type=positive_int, default=50, help="calls captured per graph")
     p.add_argument("--out", type=output_dir, default="bench/results/collectives",
                    help="folder for the results (default %(default)s)")
@@ -199,7 +200,8 @@ def _rotating(fns: list, warmup: int, iters: int) -> list[float]:
     """Median seconds per call of each of ``fns``, timed in rounds whose order rotates (as
     many rounds as ``fns``, at least ``ROUNDS``; ``tune.tuner.rotations``), so a drift of the
     GPU's speed within a round costs every implementation alike; ``warmup`` calls before
-    an implementation's first round, one before each later one; ``iters`` samples in all."""
+    an implementation's first round, one before each later one; ``iters`` samples in all,
+    rounded up to a multiple of the rounds and to at least 2 per round."""
     from ..tune.tuner import rotations
 
     schedule = rotations(list(range(len(fns))), ROUNDS)

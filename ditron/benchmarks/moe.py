@@ -27,9 +27,11 @@ grouped-GEMM method forced.
 the experts (``torch_loop``).
 
 ``a2a`` rows: the dispatch's data movement, ``--layer-tokens`` x top-k rows of ``--hidden``
-through ``ditron.ops.all_to_all_device`` (even splits), with the gathers before sending and
-after receiving (random row indices and permutation) fused into its kernels (``fused``),
-done by ``index_select`` around it (``unfused``), and without gathers (``plain``).
+through ``ditron.ops.all_to_all_device`` (even splits; a remainder goes one row each to the
+next ranks in a ring, so every rank receives as many rows as it sends), with the gathers
+before sending and after receiving (random row indices and permutation) fused into its
+kernels (``fused``), done by ``index_select`` around it (``unfused``), and without gathers
+(``plain``).
 
 Per-call times are the slower rank's median (CUDA events, fixed counts on every rank,
 variants in rotating rounds, warm-up excluded). ``--smoke``: CPU backend, tiny shapes, to
@@ -319,6 +321,14 @@ def _profile_layer(layer, tokens: int, dev, show: bool) -> None:
                                         "cpu_time_total", row_limit=15), flush=True)
 
 
+def even_splits(rows: int, W: int, rank: int) -> torch.Tensor:
+    """``rank``'s send splits of ``rows`` rows over ``W`` ranks when every rank sends as many:
+    ``rows // W`` to each, one more to each of the ``rows % W`` ranks after ``rank`` (in a
+    ring), so that every rank also receives exactly ``rows`` rows (int64 ``[W]``)."""
+    extra = (torch.arange(W) - rank) % W < rows % W
+    return rows // W + extra.to(torch.int64)
+
+
 def _a2a_rows(tokens: int, hidden: int, topk: int, rounds: int, iters: int,
               warmup: int) -> list[dict]:
     from ditron.runtime.world import current
@@ -329,10 +339,9 @@ def _a2a_rows(tokens: int, hidden: int, topk: int, rounds: int, iters: int,
     rows = tokens * topk
     x = torch.randn(tokens, hidden, generator=gen).to(dev, torch.bfloat16)
     index = torch.randint(0, tokens, (rows,), generator=gen).to(dev)
-    cap = rows  # every rank sends rows / W to each: rows arrive
+    cap = rows  # every rank sends rows and receives as many (even_splits)
     perm = torch.randperm(cap, generator=gen).to(dev)
-    splits = torch.full((W,), rows // W, dtype=torch.int64, device=dev)
-    splits[-1] += rows % W
+    splits = even_splits(rows, W, me).to(dev)
     a2a = ditron.ops.all_to_all_device
 
     def fused():

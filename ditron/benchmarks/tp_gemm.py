@@ -62,7 +62,8 @@ RS_SHAPES = [(4096, 11008), (4096, 14336), (3584, 14336), (4608, 36864), (8192, 
              (8192, 29568)]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 #: candidates are timed in at least this many interleaved rounds, and in as many as there
-#: are candidates, each round's order a rotation of the last (``--iters`` samples in all)
+#: are candidates, each round's order a rotation of the last (``--iters`` samples in all,
+#: rounded up to a multiple of the rounds and to at least 2 per round)
 ROUNDS = 3
 
 #: each op's other overlapped engine, timed beside its default one: (result key, engine)
