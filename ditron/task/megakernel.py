@@ -348,6 +348,9 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
     with refused_together(what, peers=w.world_size > 1):
         schedule = derive(graph.tasks, w.rank, w.world_size,
                           local_world_size=w.local_world_size, is_symmetric=is_symmetric)
+        # written and loaded here (cached for the Megakernel): a rank that cannot (its cache
+        # folder a file, a disk full) tells its peers in the agreement below
+        codegen.load(graph.tasks, outline)
     if w.world_size > 1:
         _agree_on_schedules(what, graph, schedule)
     mk = Megakernel(graph, schedule, programs or _default_programs(w.device,

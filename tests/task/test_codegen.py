@@ -262,3 +262,30 @@ def test_module_names_that_cannot_be_imported_are_injected(tmp_path):
         ast.parse(text)
     finally:
         del sys.modules["my-tiles"]
+
+
+def _unwritable_cache_case(folder: str) -> str:
+    import os
+
+    me = ditron.world().rank
+    bad = os.path.join(folder, "a-file")
+    open(bad, "w").close()
+    # rank 1 cannot write its generated module: its cache folder is a file
+    os.environ["DITRON_CACHE_DIR"] = bad if me == 1 else os.path.join(folder, f"r{me}")
+    x = torch.ones(16, device=ditron.world().device)
+    g = dt.TaskGraph("unwritable")
+    g.add("s", _scale_tile, x, x, 16, 3.0, 16, tiles=1, writes=lambda t, r: dt.region(x))
+    try:
+        g.compile()
+    except Exception as e:  # noqa: BLE001 - what each rank raises is the result
+        return f"{type(e).__name__}: {e}"
+    return "compiled"
+
+
+def test_a_rank_that_cannot_write_its_module_is_named_on_every_rank(backend, tmp_path):
+    """A rank that could not write the generated module raised alone after the agreement;
+    its peers went on to the barrier and raised naming only ``ditron.shutdown``. The
+    module is written with the schedule now, and every rank names the failing one."""
+    got = ditron.launch(_unwritable_cache_case, 2, str(tmp_path), backend=backend)
+    assert got[1].startswith("NotADirectoryError"), got
+    assert "rank 1" in got[0] and "NotADirectoryError" in got[0], got
