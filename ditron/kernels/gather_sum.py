@@ -240,11 +240,11 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     if k == 0:
         return out.zero_()
     w = idx if weights is None else weights.contiguous()
-    # Triton's interpreter rounds fp32 to fp8 wrongly (1.998 -> 1.0, -0.485 -> -0.25: a
-    # rounding carry into the exponent is lost); there the kernel writes fp32 and torch
-    # rounds. (It rounds to bf16 towards zero, one ulp at most: left, so that the CPU
-    # backend's launches stay the GPU's for tools/cuda_compile_check.py.)
-    sums = out if src.device.type != "cpu" or src.element_size() > 1 else \
+    # Triton 3.6 rounds fp32 to fp8 wrongly, in its interpreter and on an H100 alike
+    # (1.998 -> 1.0, -0.485 -> -0.25: a rounding carry into the exponent is lost; session
+    # 69): the kernel writes fp32 and torch rounds. (The interpreter rounds to bf16 towards
+    # zero, one ulp at most: left, as the GPU rounds to nearest.)
+    sums = out if src.element_size() > 1 else \
         torch.empty((T, N), dtype=torch.float32, device=src.device)
     aligned = _vectorizes((src, src.stride(0)), (src2, src2.stride(0)), (sums, sums.stride(0)))
     block_t, block_n = _sum_blocks(N, k, src.element_size(), aligned)

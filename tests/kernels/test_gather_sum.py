@@ -58,7 +58,7 @@ def test_gather_sum_matches_torch(T, k, N, dtype, two, device):
 @pytest.mark.parametrize("dtype,ulp", [(torch.float8_e4m3fn, 2**-3), (torch.float8_e5m2, 2**-2)])
 def test_gather_sum_rounds_fp8_to_nearest(dtype, ulp, device):
     # the fp8 sums (moe_combine of fp8 rows) were off by up to half their value on the CPU
-    # backend (Triton's interpreter rounded 1.998 to 1.0 and -0.485 to -0.25); now within
+    # backend and on an H100 (Triton rounded 1.998 to 1.0 and -0.485 to -0.25); now within
     # one fp8 step of torch's rounding of the fp32 sum
     g = torch.Generator().manual_seed(8)
     src = torch.randn(64, 16, generator=g).to(dtype)

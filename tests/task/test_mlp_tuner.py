@@ -230,8 +230,9 @@ def _rank0_cache_case(cache_root: str) -> int:
     if me == 0:
         cache.put(key_for(TUNED_OP, M, H, F, torch.float32, W),
                   {"blocks": dataclasses.asdict(tuned)})
-    x = torch.randn(M, H)
-    wg, wd = torch.randn(H, F), torch.randn(F, H)
+    dev = ditron.world().device
+    x = torch.randn(M, H, device=dev)
+    wg, wd = torch.randn(H, F, device=dev), torch.randn(F, H, device=dev)
     g = dt.TaskGraph("rank0_cache")
     add_tp_mlp(g, x, wg, wg, wd, torch.empty_like(x))
     g.compile()  # agrees the tasks' tiles across ranks
