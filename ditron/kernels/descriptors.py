@@ -25,8 +25,9 @@ _CAPABILITY: dict[int, tuple[int, int]] = {}
 def tma_wanted(device: torch.device, use_tma: bool | None = None) -> bool:
     """Whether the TMA load path is requested on ``device`` (operand rules aside).
 
-    ``use_tma`` forces it on or off; otherwise ``DITRON_GEMM_TMA=0|1`` does (``1`` also turns
-    it on for the CPU backend's interpreter); otherwise it is on for CUDA capability >= 9."""
+    ``use_tma`` turns it on or off; otherwise ``DITRON_GEMM_TMA=0|1`` does (``1`` also turns
+    it on for the CPU backend's interpreter); otherwise it is on for CUDA capability >= 9.
+    On a CUDA device of capability < 9 (no TMA) it is off whatever is asked."""
     if use_tma is None:
         use_tma = env_switch("DITRON_GEMM_TMA")
     if use_tma is not None:

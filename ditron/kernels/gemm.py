@@ -51,9 +51,10 @@ and ``b_ptr`` are host-side tensor descriptors (``triton.tools.tensor_descriptor
 loaded tile is transposed. Out-of-bounds elements load as zeros; rows past ``row_end`` (a
 segment end) are loaded but masked at the store, as on the pointer path.
 
-Element offsets (``row * stride``) are int32, the cheaper address arithmetic, unless an
-operand or hook buffer spans more than 2**31 elements: then ``WIDE`` makes them int64
-(``offsets.py``).
+Element offsets (``row * stride``) and row numbers are int32, the cheaper arithmetic,
+unless an operand or hook buffer spans more than 2**31 elements or the tiles' rows reach
+2**31 (``M`` within a tile of it, or segments whose blocks pass ``M``): then ``WIDE`` makes
+them int64 (``offsets.py``).
 
 CPU backend: operands are upcast to fp32 before ``tl.dot`` (the interpreter's 16-bit dot is
 wrong in triton 3.6); the interpreter runs programs one after another, so the host launches one
@@ -232,10 +233,15 @@ def num_programs(cfg: GemmConfig, device: torch.device, num_tiles: int) -> int:
 
 @triton.jit
 def _tile_rows(mb, seg_rows, blocks_per_seg, M, BLOCK_M: tl.constexpr):
+    """Segment, its first row, and rows ``[row0, row_end)`` of row block ``mb`` (int32,
+    as TMA coordinates must be). ``row_end`` is found without a sum past ``M``:
+    ``row0 + BLOCK_M`` and ``seg_start + seg_rows`` wrap where ``M`` is within a tile or a
+    segment of 2**31 (``row0 + i`` then wraps too: ``WIDE`` widens ``i``)."""
     seg = mb // blocks_per_seg
     seg_start = seg * seg_rows
     row0 = seg_start + (mb % blocks_per_seg) * BLOCK_M
-    row_end = tl.minimum(tl.minimum(row0 + BLOCK_M, seg_start + seg_rows), M)
+    seg_end = seg_start + tl.minimum(seg_rows, M - seg_start)
+    row_end = row0 + tl.minimum(seg_end - row0, BLOCK_M)
     return seg, seg_start, row0, row_end
 
 
@@ -574,6 +580,7 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
     reduce-scatter epilogue). ``order`` (int32 tile ids) and the hooks' tensors: on ``c``'s
     device. ``use_tma``: see :func:`tma_wanted`; the TMA path is taken only for a local A
     whose operands meet the TMA rules (:func:`tma_operands`), else the pointer path.
+    Shapes, dtypes or hooks that do not fit this raise ``ValueError`` before the launch.
     """
     hooks = hooks or _NO_HOOKS
     for name, t in (("order", order), ("hooks.waits", hooks.waits)):
@@ -581,6 +588,8 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
             raise ValueError(f"launch_gemm: {name} is on {t.device}, c on {c.device}")
     if (hooks.waits is None) != (hooks.wait_sig is None):
         raise ValueError("launch_gemm: hooks.waits and hooks.wait_sig go together")
+    if hooks.epilogue != EPI_STORE:
+        _check_epilogue(hooks)
     if hooks.waits is not None and (hooks.waits.dtype != torch.int64
                                     or hooks.waits.shape != order.shape):
         raise ValueError(f"launch_gemm: hooks.waits must be int64 {tuple(order.shape)} (one "
@@ -648,6 +657,20 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
     return grid, args, kwargs
 
 
+def _check_epilogue(hooks: GemmHooks) -> None:
+    """Raise ``ValueError`` unless ``hooks.epilogue`` is one of the kernel's and the
+    buffers it writes and signals are given (the kernel would use ``c`` in their place)."""
+    need = {EPI_REDUCE_SCATTER: ("recv", "rs_sig"), EPI_ALL_REDUCE: ("recv", "rs_sig", "bc",
+                                                                     "bc_sig")}
+    if hooks.epilogue not in need:
+        raise ValueError(f"launch_gemm: hooks.epilogue must be EPI_STORE, "
+                         f"EPI_REDUCE_SCATTER or EPI_ALL_REDUCE, got {hooks.epilogue!r}")
+    missing = [f"hooks.{n}" for n in need[hooks.epilogue] if getattr(hooks, n) is None]
+    if missing:
+        raise ValueError(f"launch_gemm: epilogue {hooks.epilogue} needs "
+                         f"{', '.join(missing)}")
+
+
 _NO_HOOKS = GemmHooks()
 _GEMM = FastKernel(persistent_gemm)
 #: launches' static parts by key, bounded: shapes that keep changing must not grow it
@@ -666,6 +689,7 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide=Fa
     static = _STATIC.get(key)
     if static is not None:
         return static
+    _check_operands(a, b, c, M, seg_rows, hooks)
     K, N = b.shape
     tma_b = None
     c_tma = False
@@ -687,7 +711,8 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide=Fa
         # (TritonGPUFuseNestedLoops fails), so those run unflattened
         FLATTEN=cfg.flatten and hooks.epilogue == EPI_STORE,
         DEVICE_EPOCH=hooks.epoch_cell is not None, OWN_A=hooks.own_a is not None,
-        WIDE=wide or offsets.wide(a, b, c),
+        WIDE=wide or offsets.wide(a, b, c) or _rows_reach(M, seg_rows, cfg.block_m)
+        >= offsets.INT32_SPAN,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     static = (
@@ -698,6 +723,41 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide=Fa
     )
     _STATIC.put(key, static)
     return static
+
+
+def _rows_reach(M: int, seg_rows: int, block_m: int) -> int:
+    """One past the last row a tile of the segmented tiling covers (``row0 + i`` in the
+    kernel reaches it less one: int32 wraps from 2**31)."""
+    seg_rows = max(seg_rows, 1)
+    segments = max(1, cdiv(M, seg_rows)) if seg_rows < M else 1
+    return (segments - 1) * seg_rows + cdiv(seg_rows, block_m) * block_m
+
+
+def _check_operands(a, b, c, M: int, seg_rows: int, hooks: GemmHooks) -> None:
+    """Raise ``ValueError`` unless the shapes fit :func:`gemm_launch`'s contract: 2-D
+    operands, ``a``'s K columns equal to ``b``'s rows, ``M`` rows of a local ``a``, ``c``
+    with ``b``'s ``N`` columns and the rows the epilogue stores (``M``, or one segment's for
+    the reduce-scatter), ``seg_rows >= 1``, ``a`` and ``b`` of one dtype in :data:`DTYPES`:
+    the kernel has no bounds but these, so a smaller tensor is read or written past its
+    end, silently."""
+    if a.dim() != 2 or b.dim() != 2 or c.dim() != 2:
+        raise ValueError(f"launch_gemm: a, b and c must be 2-D, got {tuple(a.shape)}, "
+                         f"{tuple(b.shape)}, {tuple(c.shape)}")
+    K, N = b.shape
+    if a.shape[1] != K:
+        raise ValueError(f"launch_gemm: cannot multiply a {tuple(a.shape)} by b "
+                         f"{tuple(b.shape)}")
+    if a.dtype != b.dtype or a.dtype not in DTYPES:
+        raise ValueError(f"launch_gemm: a and b must share a dtype among float16, bfloat16, "
+                         f"float32, got {a.dtype} and {b.dtype}")
+    if seg_rows < 1:
+        raise ValueError(f"launch_gemm: seg_rows must be >= 1, got {seg_rows}")
+    if not hooks.a_remote and a.shape[0] < M:
+        raise ValueError(f"launch_gemm: a {tuple(a.shape)} has fewer than M = {M} rows")
+    rows = min(seg_rows, M) if hooks.epilogue == EPI_REDUCE_SCATTER else M
+    if c.shape[1] != N or c.shape[0] < rows:
+        raise ValueError(f"launch_gemm: c must be [{rows}, {N}] (at least {rows} rows), got "
+                         f"{tuple(c.shape)}")
 
 
 def _interpreted() -> bool:
@@ -742,7 +802,9 @@ def cached_linear_order(M: int, N: int, cfg: GemmConfig, device: torch.device) -
 def matmul(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig | None = None,
            order: torch.Tensor | None = None, use_tma: bool | None = None) -> torch.Tensor:
     """Local ``a @ b`` with the persistent GEMM (``torch.matmul`` equivalent, fp32 accum):
-    2-D ``a`` and ``b`` of one dtype (float16, bfloat16 or float32) on one device."""
+    2-D ``a`` and ``b`` of one dtype (float16, bfloat16 or float32) on one device.
+    ``order``: the tile order (int32 tile ids on ``a``'s device, a permutation of every
+    tile of ``cfg``'s tiling; default the grouped order)."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: cannot multiply {tuple(a.shape)} by {tuple(b.shape)}")
     if a.dtype != b.dtype or a.dtype not in DTYPES or a.device != b.device:
@@ -757,5 +819,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig | None = None,
         return c
     if order is None:
         order = cached_linear_order(M, N, cfg, a.device)
+    elif order.numel() != cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n):
+        raise ValueError(f"matmul: order must list each of the "
+                         f"{cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)} tiles of "
+                         f"{cfg.block_m} x {cfg.block_n} once, got {order.numel()} ids")
     launch_gemm(a, b, c, M, order=order, seg_rows=M, cfg=cfg, use_tma=use_tma)
     return c

@@ -54,6 +54,16 @@ def _segment_blocks(seg_of_block: Sequence[int], segments: Sequence[int]) -> lis
     return order
 
 
+def _segmented(seg_of_block: Sequence[int], n_blocks: int, segments: Sequence[int],
+               group_m: int) -> torch.Tensor:
+    """Tile ids of the blocks of ``segments``, one segment after another, each in grouped
+    order, as an int32 tensor."""
+    tiles: list[int] = []
+    for s in segments:
+        tiles += grouped(_segment_blocks(seg_of_block, [s]), n_blocks, group_m)
+    return torch.tensor(tiles, dtype=torch.int32, device="cpu")
+
+
 def _check_segments(op: str, seg_of_block: Sequence[int], rank: int,
                     world_size: int) -> None:
     """Raise ``ValueError`` unless ``rank`` is in ``[0, world_size)`` and every block's
@@ -69,7 +79,9 @@ def _check_segments(op: str, seg_of_block: Sequence[int], rank: int,
 
 def gather_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_size: int,
                  arrival: Sequence[int] | None = None, group_m: int = 8) -> torch.Tensor:
-    """AG-GEMM order: own segment first, then segments in ``arrival`` order.
+    """AG-GEMM order: own segment first, then segments in ``arrival`` order, grouped within
+    each segment (a group never mixes segments: every own tile precedes every peer tile,
+    so no own tile waits behind a peer's chunk).
 
     ``seg_of_block[mb]`` is the segment row block ``mb`` is placed with (a block that
     straddles two shards goes with the one that arrives later, since it waits for both:
@@ -85,8 +97,7 @@ def gather_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_si
                          f"{world_size}), got {arrival}")
     segs = [rank] + [s for s in arrival if s != rank]
     segs += [s for s in default if s not in segs]
-    mbs = _segment_blocks(seg_of_block, segs)
-    return torch.tensor(grouped(mbs, n_blocks, group_m), dtype=torch.int32, device="cpu")
+    return _segmented(seg_of_block, n_blocks, segs, group_m)
 
 
 def scatter_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_size: int,
@@ -97,10 +108,7 @@ def scatter_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_s
     Blocks of segment ``-1`` (no rows) are left out."""
     _check_segments("scatter_order", seg_of_block, rank, world_size)
     segs = [(rank + i) % world_size for i in range(1, world_size)] + [rank]
-    tiles: list[int] = []
-    for s in segs:
-        tiles += grouped(_segment_blocks(seg_of_block, [s]), n_blocks, group_m)
-    return torch.tensor(tiles, dtype=torch.int32, device="cpu")
+    return _segmented(seg_of_block, n_blocks, segs, group_m)
 
 
 def allreduce_order(seg_of_block: Sequence[int], n_blocks: int, rank: int, world_size: int,

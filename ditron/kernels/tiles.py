@@ -31,7 +31,12 @@ _GROUP_M = tl.constexpr(GROUP_M)
 def tile_box(tile: int, M: int, N: int, block_m: int, block_n: int
              ) -> tuple[tuple[int, int], ...]:
     """Rows and columns ``((m0, m1), (n0, n1))`` of tile ``tile`` of an ``[M, N]`` output
-    (stops may pass the end; regions clip them)."""
+    (stops may pass the end; regions clip them). ``ValueError`` for a tile id outside
+    ``[0, num_tiles(M, N, block_m, block_n))``."""
+    count = num_tiles(M, N, block_m, block_n)
+    if not 0 <= tile < count:
+        raise ValueError(f"tile_box: tile {tile} of an [{M}, {N}] output in "
+                         f"{block_m} x {block_n} tiles must lie in [0, {count})")
     mb, nb = _grouped(tile, -(-M // block_m), -(-N // block_n))
     return (mb * block_m, (mb + 1) * block_m), (nb * block_n, (nb + 1) * block_n)
 

@@ -124,3 +124,20 @@ def test_stale_cached_decision_with_a_bad_config_is_ignored(tmp_path, monkeypatc
     assert decisions.lookup("ag_gemm", 64, 32, 16, torch.float32, 2) is None
     cache.put(key, {**entry, "config": {"block_m": 32}})
     assert decisions.lookup("ag_gemm", 64, 32, 16, torch.float32, 2).config.block_m == 32
+
+
+@pytest.mark.parametrize("blocks, words", [
+    ((2048, 1024, 16), "block_m x block_n = 2048 x 1024 is a tile of 2097152 elements"),
+    ((16, 16, 2**17), "block_m x block_k = 16 x 131072 is a tile of 2097152 elements"),
+])
+def test_tiles_past_tritons_element_limit_are_refused_when_built(blocks, words):
+    """Before, both were accepted and failed inside the launch (Triton's "numel (2097152)
+    exceeds triton maximum tensor numel (1048576)"); 1024 x 1024 x 16 is the largest."""
+    from ditron.kernels.grouped_gemm import GroupedGemmConfig
+
+    bm, bn, bk = blocks
+    for config in (GemmConfig, GroupedGemmConfig):
+        with pytest.raises(ValueError, match=f"{config.__name__}: {words}; Triton's tiles "
+                                             f"hold at most 1048576"):
+            config(block_m=bm, block_n=bn, block_k=bk, num_warps=1, num_stages=1)
+    GemmConfig(block_m=1024, block_n=1024, block_k=16, num_warps=1, num_stages=1)

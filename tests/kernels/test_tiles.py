@@ -38,3 +38,13 @@ def test_host_and_kernel_tiles_follow_the_grouped_order(M, N, bm, bn):
     out = torch.full((count, 2), -1, dtype=torch.int32)
     _blocks_of_tiles[(count,)](out, M, N, bm, bn)
     assert [tuple(p) for p in out.tolist()] == want
+
+
+def test_tile_box_refuses_a_tile_outside_the_output():
+    """Before, tile 100 of a 2 x 2 tiling gave columns (-16, 0) and tile -1 a box at row
+    -16 (regions built from them silently wrong); a 0-row output divided by zero."""
+    assert tiles.tile_box(3, 20, 20, 16, 16) == ((16, 32), (16, 32))
+    for tile, M in ((4, 20), (100, 20), (-1, 20), (0, 0)):
+        with pytest.raises(ValueError, match=rf"tile_box: tile {tile} of an \[{M}, 20\] "
+                                             rf"output in 16 x 16 tiles must lie in"):
+            tiles.tile_box(tile, M, 20, 16, 16)
