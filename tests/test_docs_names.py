@@ -155,3 +155,71 @@ def test_commands_on_page_exist(page):
             wrong += [f"{lineno}: {name} has no {flag}"
                       for flag in FLAG.findall(rest) if flag not in source]
     assert not wrong, f"{page.name}: " + "; ".join(wrong)
+
+
+#: a dotted name in a page's code span: ``chunked_exchanges.PULL_LANES``, ``plan.deps``
+DOTTED = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)")
+#: the pages' local variables whose methods they name (``graph.compile()``), by class
+LOCALS = {"graph": ("ditron.task.graph.TaskGraph", "torch.cuda.CUDAGraph"),
+          "plan": ("ditron.plan.ir.Plan",)}
+
+
+def _modules_by_suffix() -> dict[str, list[str]]:
+    """Each module of ``ditron`` under every dotted suffix of its name (``gemm``,
+    ``kernels.gemm``, ``ditron.kernels.gemm``)."""
+    found: dict[str, list[str]] = {}
+    for path in SOURCES:
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        for i in range(len(parts)):
+            found.setdefault(".".join(parts[i:]), []).append(".".join(parts))
+    return found
+
+
+def _attribute_path(obj: object, names: list[str]) -> bool:
+    for name in names:
+        if not hasattr(obj, name):
+            return False
+        obj = getattr(obj, name)
+    return True
+
+
+def _bare_missing(text: str) -> set[str]:
+    """Names like ``exchange.ACK_BY_DATA`` (a module of ``ditron`` named without its
+    package, then attributes) that do not resolve; ``nn.Linear`` may be torch's."""
+    import torch
+
+    modules = _modules_by_suffix()
+    missing = set()
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)  # code blocks: their own variables
+    for span in re.findall(r"`([^`]+)`", prose):
+        for dotted in DOTTED.findall(span):
+            parts = dotted.split(".")
+            if parts[0] in ("ditron", "torch", "tl", "dist", "triton") \
+                    or parts[-1] in ("py", "md", "json", "sh", "png"):
+                continue  # checked above, another package's, or a file
+            split = next((k for k in range(len(parts), 0, -1)
+                          if ".".join(parts[:k]) in modules), 0)
+            if not split:
+                continue  # not a name of the package
+            # (an object, the attributes the name takes from it)
+            owners = [(importlib.import_module(m), parts[split:])
+                      for m in modules[".".join(parts[:split])]]
+            if parts[0] == "nn":
+                owners.append((torch.nn, parts[1:]))
+            for cls in LOCALS.get(parts[0], ()):
+                module, _, name = cls.rpartition(".")
+                owners.append((getattr(importlib.import_module(module), name), parts[1:]))
+            if not any(_attribute_path(obj, names) for obj, names in owners):
+                missing.add(dotted)
+    return missing
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_module_names_on_page_exist(page):
+    """``chunked_exchanges.PULL_LANES``, ``engines.sync.bump``: a module named without
+    ``ditron.`` and what the page says is in it (``test_names_on_page_exist`` checks the
+    names that start with ``ditron.``)."""
+    missing = _bare_missing(page.read_text())
+    assert not missing, f"{page.name} names what does not exist: {sorted(missing)}"
