@@ -130,8 +130,12 @@ def requested_engine(op: str, engine: str | None) -> str:
     run different protocols); ``"auto"`` picks the same on every rank from what the ranks
     agree on, except where the engines it picks between interoperate (uneven all-to-all
     splits: SM or copy-engine pushes into one exchange)."""
-    return (engine or os.environ.get(f"DITRON_{op.upper()}_ENGINE")
+    name = (engine or os.environ.get(f"DITRON_{op.upper()}_ENGINE")
             or os.environ.get("DITRON_ENGINE") or "auto")
+    if name != "auto" and name not in ENGINES:
+        raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}{_engine_source(op, engine)}; "
+                         f"choose 'auto' or one of {', '.join(ENGINES)}")
+    return name
 
 
 def _engine_name(op: str, engine: str | None, nbytes_per_peer: int,
@@ -151,6 +155,14 @@ def _engine_name(op: str, engine: str | None, nbytes_per_peer: int,
         raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}; choose 'auto' or one of "
                          f"{', '.join(ENGINES)}")
     return name
+
+
+def _engine_source(op: str, engine: str | None) -> str:
+    """Where :func:`requested_engine` found a name the caller did not pass: the variable."""
+    if engine:
+        return ""
+    var = f"DITRON_{op.upper()}_ENGINE"
+    return f" (from {var if os.environ.get(var) else 'DITRON_ENGINE'})"
 
 
 def _auto_engine(op: str, nbytes_per_peer: int, fusable: bool, graph: bool,

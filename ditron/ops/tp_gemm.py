@@ -289,7 +289,7 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
         forced = engine or os.environ.get("DITRON_AG_ENGINE") or None  # empty: unset
         if forced is not None and forced not in AG_ENGINES:
             raise ValueError(f"ditron.ops.ag_gemm: engine must be one of {AG_ENGINES}, got "
-                             f"{forced!r}")
+                             f"{forced!r}" + ("" if engine else " (from DITRON_AG_ENGINE)"))
         rows = (None if chunk_rows is None
                 else check_int(chunk_rows, "ditron.ops.ag_gemm: chunk_rows", 1))
         return forced, rows
@@ -586,7 +586,7 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         forced = engine or os.environ.get("DITRON_RS_ENGINE") or None  # empty: unset
         if forced is not None and forced not in RS_ENGINES:
             raise ValueError(f"ditron.ops.gemm_rs: engine must be one of {RS_ENGINES}, got "
-                             f"{forced!r}")
+                             f"{forced!r}" + ("" if engine else " (from DITRON_RS_ENGINE)"))
         seg = a.shape[0] // W
         early = None if early_rows is None else as_int(early_rows)
         if early_rows is not None and (early is None or not 0 <= early < max(seg, 1)):

@@ -200,3 +200,34 @@ def test_bad_backend_variable_is_reported_where_a_backend_is_needed(tmp_path):
     job = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          timeout=300, env=env)
     assert job.stdout.startswith("DITRON_BACKEND: unknown backend 'bogus'"), job.stderr
+
+
+def _engine_errors() -> list[str]:
+    import ditron
+
+    x = torch.ones(4)
+    got = []
+    for call in (lambda: ditron.ops.all_reduce(x), lambda: ditron.ops.all_gather(x),
+                 lambda: ditron.ops.ag_gemm(torch.ones(2, 3), torch.ones(3, 2)),
+                 lambda: ditron.ops.gemm_rs(torch.ones(2, 3), torch.ones(3, 2))):
+        try:
+            call()
+            got.append("ran")
+        except ValueError as e:
+            got.append(str(e).split(": ", 1)[1])
+    return got
+
+
+def test_bad_engine_variables_are_named(monkeypatch):
+    """An engine name from the environment was reported as if the caller had passed it
+    (``unknown engine 'copy'``): the error now names the variable it came from."""
+    import ditron
+
+    for var, value in (("DITRON_ENGINE", "copy"), ("DITRON_ALL_REDUCE_ENGINE", "push"),
+                       ("DITRON_AG_ENGINE", "dma"), ("DITRON_RS_ENGINE", "pull")):
+        monkeypatch.setenv(var, value)
+    got = ditron.launch(_engine_errors, 1, backend="cpu")[0]
+    assert got[0].startswith("unknown engine 'push' (from DITRON_ALL_REDUCE_ENGINE)"), got
+    assert got[1].startswith("unknown engine 'copy' (from DITRON_ENGINE)"), got
+    assert got[2].endswith("got 'dma' (from DITRON_AG_ENGINE)"), got
+    assert got[3].endswith("got 'pull' (from DITRON_RS_ENGINE)"), got
