@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from ..runtime.agreement import rank0_decides
 from ..runtime.config import env_float
+from ..runtime.integers import check_int
 from ..runtime.symmetric import free
 from ..runtime.world import current
 from ..tune import cache
@@ -111,9 +112,8 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
     rt = current()
     w = rt.world
     W, dev = w.world_size, w.device
-    if min(tokens, hidden, ffn, layers) < 1:
-        raise ValueError(f"tune_mlp: tokens, hidden, ffn and layers must be >= 1, got "
-                         f"{tokens}, {hidden}, {ffn}, {layers}")
+    tokens, hidden, ffn, layers = (check_int(v, f"tune_mlp: {name}", 1) for name, v in (
+        ("tokens", tokens), ("hidden", hidden), ("ffn", ffn), ("layers", layers)))
     if ffn % W:
         raise ValueError(f"tune_mlp: ffn {ffn} does not divide by the world size {W}")
     F = ffn // W

@@ -65,7 +65,8 @@ def _refusals() -> list[str]:
     messages = []
     for args, kwargs in (((8, 16, 15), {}), ((0, 16, 16), {}),
                          ((8, 16, 16), {"configs": []}),
-                         ((8, 16, 16), {"configs": [MlpBlocks(8)]})):
+                         ((8, 16, 16), {"configs": [MlpBlocks(8)]}),
+                         ((16.0, 16, 16), {})):  # failed inside torch.randn
         with pytest.raises((ValueError, RuntimeError)) as info:
             tune_mlp(*args, torch.float32, progress=False, save=False, **kwargs)
         messages.append(str(info.value))
@@ -75,9 +76,10 @@ def _refusals() -> list[str]:
 def test_tune_mlp_refuses_bad_shapes(backend):
     messages = ditron.launch(_refusals, 2, backend=backend)[0]
     assert "does not divide by the world size 2" in messages[0]
-    assert "must be >= 1" in messages[1]
+    assert "tune_mlp: tokens must be a positive int, got 0" in messages[1]
     assert "no candidate" in messages[2]
     assert "every candidate failed" in messages[3] and "block_m" in messages[3]
+    assert "tune_mlp: tokens must be a positive int, got 16.0" in messages[4]
 
 
 def test_gpu_candidates_cover_the_tokens_and_fit(monkeypatch):
