@@ -119,8 +119,11 @@ def test_bench_collectives_smoke(tmp_path):
 
 def test_bench_tp_gemm_smoke(tmp_path, monkeypatch):
     monkeypatch.setenv("DITRON_CACHE_DIR", str(tmp_path / "cache"))
-    out = _run("bench", "tp-gemm", "--smoke", "--tune", "--ops", "ag", "--out", str(tmp_path))
+    # a list with spaces as the other benchmarks take it; --graphs on the CPU said nothing
+    out = _run("bench", "tp-gemm", "--smoke", "--tune", "--ops", " ag", "--graphs", "--out",
+               str(tmp_path))
     assert out.returncode == 0, out.stderr
+    assert "--graphs: CUDA graphs need the cuda backend; timing eagerly only" in out.stderr
     results = json.loads((tmp_path / "tp_gemm.json").read_text())["results"]
     assert results and all(r["tuned_method"] in ("overlap", "fallback") for r in results)
     assert all(r["auto"] > 0 and r["eff_auto"] > 0 for r in results)
@@ -172,6 +175,7 @@ def test_bench_tp_gemm_shape_subset():
      "argument --ops: a comma list of all_gather, reduce_scatter, all_reduce, all_to_all;"),
     (("bench", "collectives", "--engines", "sm,nccl"),
      "argument --engines: a comma list of copy_engine, sm, network, tma; got 'sm,nccl'"),
+    (("bench", "tp-gemm", "--ops", "ag,gemm"), "argument --ops: a comma list of ag, rs; got"),
     (("bench", "tp-gemm", "--scale", "-0.5"), "argument --scale: must be a finite number > 0"),
     (("bench", "tp-gemm", "--scale", "inf"), "argument --scale: must be a finite number > 0"),
     # ignored before: the CPU backend runs --smoke's tiny shapes

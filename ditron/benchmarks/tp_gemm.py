@@ -47,6 +47,7 @@ from ..ops.graphs import capture, collectives_capturable
 from ..ops.tp_gemm import RS_ENGINES
 from ..runtime.arguments import (
     add_timing_options,
+    choice_list,
     output_dir,
     positive_float,
     positive_int,
@@ -361,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=positive_float, default=None,
                    help="multiply the REFERENCES.md shapes, rounded to multiples of 64 (default "
                         "1: the full shapes)")
-    p.add_argument("--ops", default="ag,rs",
+    p.add_argument("--ops", default="ag,rs", type=choice_list(("ag", "rs")),
                    help="a comma list of ag (AG-GEMM) and rs (GEMM-RS) (default %(default)s)")
     p.add_argument("--shapes", default="",
                    help="only these REFERENCES.md shapes, as unscaled NxK (e.g. 4096x11008)")
@@ -403,10 +404,14 @@ def main(argv: list[str] | None = None) -> int:
                 "backend) runs tiny ones")
     scale = args.scale if args.scale is not None else 1.0
     try:
-        rows = shapes(args.ops.split(","), scale, smoke, W, args.shapes)
+        rows = shapes(args.ops, scale, smoke, W, args.shapes)
     except ValueError as exc:
         p.error(str(exc))
     dtype = DTYPES[args.dtype]
+    if args.graphs and backend != "cuda":  # it was ignored without a word
+        print("--graphs: CUDA graphs need the cuda backend; timing eagerly only",
+              file=sys.stderr)
+        args.graphs = False
     if smoke:
         smoke_defaults(p, argv, args, {}, {"warmup": 1, "iters": 3})
     batch = args.batch or (5 if backend == "cuda" else 1)
