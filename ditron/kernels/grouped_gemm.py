@@ -262,7 +262,8 @@ _WGRAD = FastKernel(_grouped_wgrad_kernel)
 
 def check_grouped(op: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> None:
     """Raise ``ValueError`` unless ``x [R, K]``, ``w [G, K, N]`` and ``offsets [G + 1]``
-    fit together (shapes, dtypes, devices; the offsets' values are not read)."""
+    fit together (shapes, dtypes, devices; the offsets' values ``0 <= o[0] <= ... <= o[G]
+    <= R`` where they are on the CPU: on a GPU reading them would synchronise the host)."""
     if x.dim() != 2 or w.dim() != 3 or x.shape[1] != w.shape[1]:
         raise ValueError(f"{op}: need x [R, K] and w [G, K, N], got x {tuple(x.shape)} and "
                          f"w {tuple(w.shape)}")
@@ -276,6 +277,11 @@ def check_grouped(op: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
     if not (x.device == w.device == offsets.device):
         raise ValueError(f"{op}: x, w and offsets must be on one device, got {x.device}, "
                          f"{w.device}, {offsets.device}")
+    if offsets.device.type == "cpu" and offsets.numel():
+        o = offsets.tolist()
+        if o[0] < 0 or o[-1] > x.shape[0] or any(p > q for p, q in zip(o, o[1:], strict=False)):
+            raise ValueError(f"{op}: offsets must rise from >= 0 to <= R = {x.shape[0]} "
+                             f"(the rows of x), got {o if len(o) <= 9 else o[:9] + ['...']}")
 
 
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
@@ -286,8 +292,8 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
 
     ``x [R, K]`` and ``w [G, K, N]`` with any strides (``w`` may be a transposed
     ``[G, N, K]`` weight), one dtype; ``offsets [G + 1]`` integer (any stride), on the
-    same device, with ``0 <= o[0] <= ... <= o[G] <= R`` (not checked: that would read
-    them on the host).
+    same device, with ``0 <= o[0] <= ... <= o[G] <= R`` (checked on the CPU only: on a
+    GPU that would read them on the host).
     Returns ``out [R, N]`` (new, or the given one); rows outside ``[o[0], o[G])`` keep
     their contents. ``rows_per_group``: the expected average rows per group, which picks
     :func:`default_config` when ``config`` is ``None`` (default ``R / G``, too many where

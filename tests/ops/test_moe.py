@@ -222,9 +222,17 @@ def test_grouped_gemm_refuses_bad_input():
     for words, args in [("need x \\[R, K\\] and w \\[G, K, N\\]", (x, w[:, :2], o)),
                         ("share a dtype", (x, w.double(), o)),
                         ("offsets must be an integer tensor \\[G \\+ 1\\]", (x, w, o[:2])),
-                        ("offsets must be an integer", (x, w, o.float()))]:
+                        ("offsets must be an integer", (x, w, o.float())),
+                        # read (or written) past x's rows / before them, silently
+                        ("offsets must rise from >= 0 to <= R = 4", (x, w, o + 1)),
+                        ("offsets must rise .* got \\[-1, 2, 4\\]", (x, w, o - o.eq(0).long())),
+                        ("offsets must rise", (x, w, torch.tensor([0, 3, 2])))]:
         with pytest.raises(ValueError, match=words):
             gg(*args)
+    from ditron.kernels.grouped_gemm import grouped_gemm_wgrad
+
+    with pytest.raises(ValueError, match="grouped_gemm_wgrad: offsets must rise"):
+        grouped_gemm_wgrad(x, torch.zeros(4, 5), o + 1)
     with pytest.raises(ValueError, match="out must be \\[4, 5\\]"):
         gg(x, w, o, out=torch.empty(4, 4))
 
