@@ -13,6 +13,7 @@ format (``host_rows``): one small tensor gather when ranks agree.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
@@ -36,8 +37,10 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     values) for ``what`` (the call's name, e.g. ``"ditron.ops.all_gather"``).
 
     One small all-gather over the host group (``host_rows``; the fields themselves
-    travel only where ranks differ). ``remember``: a signature agreed on once costs a
-    set lookup afterwards. A rank that then repeats an agreed call while another makes a
+    travel only where ranks differ; values written alike agree, a NaN too). ``remember``:
+    a signature agreed on once costs a set lookup afterwards (unless a pickled copy of its
+    values would not find it: a NaN, an object compared by identity; those are gathered
+    on every call). A rank that then repeats an agreed call while another makes a
     new one is not caught there (the first skips the gather the second waits in, or, where
     both signatures were agreed before, neither gathers and the op moves mismatched data),
     unless ``DITRON_CHECK_CALLS=1`` gathers on every call; if the first then reaches
@@ -50,22 +53,52 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     key = (what, tuple(fields), values)
     agreed = bounded_cache.named(_AGREED)
     remember = remember and not rt.settings.check_calls
-    if remember and agreed.get(key):
-        return
-    _agreed_rows(what, tuple(fields), values)
     if remember:
+        try:
+            if agreed.get(key):
+                return
+        except TypeError as exc:  # unhashable: named here, not as a bare TypeError
+            raise TypeError(f"{what}: the fields of an agreed call must be hashable "
+                            f"(remember=False gathers them on every call): {exc}") from None
+    _agreed_rows(what, tuple(fields), values)
+    if remember and _comes_back_equal(key):
         agreed.put(key, True)
+
+
+def _comes_back_equal(key: tuple) -> bool:
+    """Whether ``key`` equals (and hashes as) a copy of itself made by pickling: whether a
+    later call with equal values finds it on every rank. A NaN (``nan != nan``; a tuple
+    holding the very same NaN object equals itself), an object compared by identity or a
+    tensor would be found by a rank passing the same object again and missed by one
+    passing a new one, which then waited alone in a gather its peers skipped."""
+    try:
+        copy = pickle.loads(pickle.dumps(key))
+        return hash(copy) == hash(key) and bool(copy == key)
+    except Exception:  # noqa: BLE001 - not a plain value: gathered on every call
+        return False
 
 
 def disagreement(what: str, names: Sequence[str], every: Sequence[Sequence]) -> str:
     """The message for ranks whose ``names`` fields took the values ``every[rank]``: the
     fields that differ, then each rank's values."""
-    differ = [n for i, n in enumerate(names) if any(v[i] != every[0][i] for v in every)]
+    differ = [n for i, n in enumerate(names)
+              if not all(_same(v[i], every[0][i]) for v in every)]
     lines = "\n".join(f"  rank {r}: " + ", ".join(f"{n}={x!r}" for n, x in zip(names, v,
                                                                                  strict=True))
                       for r, v in enumerate(every))
     verb = "differs" if len(differ) == 1 else "differ"
     return f"{what}: ranks disagree on the call ({', '.join(differ)} {verb}):\n{lines}"
+
+
+def _same(a: object, b: object) -> bool:
+    """Whether two ranks' values of a field agree: equal, or written alike (``host_rows.
+    digest``: a NaN, which equals nothing, and a tuple against a list of equal items)."""
+    try:
+        if a == b:
+            return True
+    except Exception:  # noqa: BLE001 - an ``==`` that does not give a bool (tensors)
+        pass
+    return host_rows.digest(a) == host_rows.digest(b)
 
 
 def raise_together(what: str, problem: str | None) -> None:
@@ -144,7 +177,8 @@ def rank0_decides(what: str, decide: Callable[[], T]) -> T:
     rows, ``host_rows``, with rank 0's decision in the gather that follows them): a choice
     ranks must share that reads rank 0's own state (its tuning cache on disk). Where
     ``decide`` raises on rank 0, it raises there and every other rank raises
-    ``RuntimeError`` naming it, instead of waiting for a result that never comes."""
+    ``RuntimeError`` naming it, instead of waiting for a result that never comes; where
+    its result cannot be pickled, every rank raises ``ValueError`` naming it."""
     rt = current()
     if rt.world.world_size == 1:
         return decide()
@@ -168,7 +202,7 @@ def gather(what: str, **fields: object) -> list[tuple]:
     """Every rank's ``fields`` values, in rank order (no caching), for a check of call
     ``what`` other than equality (ranks whose values must pair up). Raises ``ValueError``
     on every rank where a rank refused its arguments in :func:`refused_together` of
-    ``what`` or ranks are in different calls."""
+    ``what``, ranks are in different calls or a rank's values cannot be pickled."""
     return _gather(what, tuple(fields), tuple(fields.values()), host_rows.FIELDS)
 
 
@@ -189,7 +223,7 @@ def _agreed_rows(what: str, names: tuple[str, ...], values: tuple,
     rows = _rows(what, names, values, host_rows.OK, payload)
     if rows.calls is not None:
         every = [call[2] for call in rows.calls]
-        if any(v != every[0] for v in every):
+        if not all(_same(a, b) for v in every for a, b in zip(v, every[0], strict=True)):
             raise _told(ValueError(disagreement(what, names, every)))
     return rows
 
@@ -213,15 +247,19 @@ def _rows(what: str, names: tuple[str, ...], values: tuple, kind: int,
     rows = host_rows.exchange(rt.host_group, what, names, values, kind, payload)
     if rows.calls is None:
         return rows
-    refused = [(r, call[2][0]) for r, (k, call) in enumerate(zip(rows.kinds, rows.calls,
-                                                                  strict=True))
+    refused = [(r, call) for r, (k, call) in enumerate(zip(rows.kinds, rows.calls,
+                                                            strict=True))
                if k == host_rows.REFUSED]
-    if refused:
-        lines = "\n".join(f"  rank {r}: {problem}" for r, problem in refused)
+    if refused:  # naming the call a rank refused where it is not this rank's
+        lines = "\n".join(f"  rank {r}: " + (f"(in {call[0]}) " if call[0] != what else "")
+                          + f"{call[2][0]}" for r, call in refused)
         raise _told(ValueError(f"{what}: {'a rank' if len(refused) == 1 else 'ranks'} "
                                f"refused the call's arguments:\n{lines}"))
     if (calls := rows.different_calls()) is not None:
         raise _told(ValueError(f"{what}: ranks are in different collective calls (one "
                                f"repeated a call it had checked before while another made a "
                                f"new one, or they call ops in different orders):\n{calls}"))
+    if (unsent := rows.unsent()) is not None:
+        raise _told(ValueError(f"{what}: field values that cannot be pickled, so not sent "
+                               f"to the other ranks:\n{unsent}"))
     return rows

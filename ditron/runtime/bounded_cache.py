@@ -113,7 +113,8 @@ def named(name: str, capacity: int | None = None) -> BoundedCache:
     cache = current().cache
     found = cache.get(("bounded_cache", name))
     if found is None:
-        found = cache[("bounded_cache", name)] = BoundedCache(capacity or DEFAULT_CAPACITY)
+        found = cache[("bounded_cache", name)] = BoundedCache(
+            DEFAULT_CAPACITY if capacity is None else capacity)
     elif capacity is not None:
         found.resize(capacity)
     return found

@@ -6,7 +6,9 @@ digests of its call's name (with its field names) and of its field values, a kin
 or ``REFUSED`` / ``PROBLEM`` / ``FIELDS``: see below) and up to ``1 + 2 W`` integers of
 payload. The pickled ``(what, names, values)`` of every rank follow in a second gather only
 when the rows ask for them: a digest that differs between ranks, or a kind other than
-``OK`` on any rank. Every rank sees the same rows, so all make the second gather or none.
+``OK`` on any rank. Every rank sees the same rows, so all make the second gather or none;
+a field value that cannot be pickled travels as :class:`Unsent` (pickling it raised on its
+rank alone, before the gather, leaving the others waiting: gloo aborted them).
 
 One row size for every check means that two ranks in different checks (one in all_to_all's
 gather, one in another op's agreement) still exchange rows of equal size, see that their
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import pickle
 from collections.abc import Sequence
 
 import torch
@@ -56,6 +59,41 @@ def _canonical(value: object) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class Unsent:
+    """A field value that its rank could not pickle, in its place in ``Rows.calls``:
+    its ``repr`` and the pickling ``error``."""
+
+    text: str
+    error: str
+
+    def __repr__(self) -> str:
+        return f"<unpicklable {self.text} ({self.error})>"
+
+
+def _sendable(values: tuple) -> tuple:
+    """``values``, each that cannot be pickled replaced by an :class:`Unsent` (pickled
+    twice where they can: the second gather is the slow path anyway)."""
+    try:
+        pickle.dumps(values)
+        return values
+    except Exception:  # noqa: BLE001 - anything pickling raises: told to every rank
+        pass
+    out = []
+    for v in values:
+        try:
+            pickle.dumps(v)
+            out.append(v)
+        except Exception as exc:  # noqa: BLE001 - as above
+            out.append(Unsent(_short(v), f"{type(exc).__name__}: {exc}"))
+    return tuple(out)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclasses.dataclass(frozen=True)
 class Rows:
     """What :func:`exchange` gathered, per rank: ``kinds``, ``payloads`` and, where the rows
     asked for them, ``calls``: each rank's ``(what, names, values)`` (else ``None``: every
@@ -67,10 +105,23 @@ class Rows:
 
     def different_calls(self) -> str | None:
         """The lines naming each rank's call where ranks are in different calls (another
-        call's name or field names), else ``None``."""
+        call's name or field names: with its field names where the names alone do not
+        tell the calls apart), else ``None``."""
         if self.calls is None or all(c[:2] == self.calls[0][:2] for c in self.calls):
             return None
-        return "\n".join(f"  rank {r}: {c[0]}" for r, c in enumerate(self.calls))
+        fields = len({c[0] for c in self.calls}) < len({c[:2] for c in self.calls})
+        return "\n".join(f"  rank {r}: {c[0]}" + (f" (fields: {', '.join(c[1]) or 'none'})"
+                                                  if fields else "")
+                         for r, c in enumerate(self.calls))
+
+    def unsent(self) -> str | None:
+        """The lines naming each rank's field values that could not be sent
+        (:class:`Unsent`), else ``None``."""
+        if self.calls is None:
+            return None
+        lines = [f"  rank {r}: {n}={v!r}" for r, (_, names, values) in enumerate(self.calls)
+                 for n, v in zip(names, values, strict=False) if isinstance(v, Unsent)]
+        return "\n".join(lines) or None
 
 
 def exchange(group, what: str, names: tuple[str, ...], values: tuple, kind: int = OK,
@@ -92,8 +143,9 @@ def exchange(group, what: str, names: tuple[str, ...], values: tuple, kind: int 
     calls = None
     if any(t[0] != table[0][0] or t[2] != table[0][2] or t[1] != OK for t in table):
         calls = [None] * W
-        dist.all_gather_object(calls, (what, names, values), group=group)
+        dist.all_gather_object(calls, (what, names, _sendable(values)), group=group)
     return Rows([t[1] for t in table], [t[_HEAD:_HEAD + t[3]] for t in table], calls)
 
 
-__all__ = ["FIELDS", "OK", "PROBLEM", "REFUSED", "Rows", "digest", "exchange", "payload_width"]
+__all__ = ["FIELDS", "OK", "PROBLEM", "REFUSED", "Rows", "Unsent", "digest", "exchange",
+           "payload_width"]

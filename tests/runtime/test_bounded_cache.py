@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import types
+
 import pytest
 
+from ditron.runtime import bounded_cache
 from ditron.runtime.bounded_cache import BoundedCache
 
 
@@ -61,3 +64,17 @@ def test_resize_evicts_past_the_new_capacity():
     assert c.keys() == [2, 3, "p"]
     with pytest.raises(ValueError, match="capacity must be >= 1, got -1"):
         c.resize(-1)
+
+
+def test_named_cache_refuses_a_capacity_of_zero_when_made(monkeypatch):
+    """``named(name, 0)`` made a cache of the default capacity (``capacity or ...``), and
+    raised only when the cache existed."""
+    import ditron.runtime.world as world
+
+    rt = types.SimpleNamespace(cache={})
+    monkeypatch.setattr(world, "current", lambda: rt)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="capacity must be >= 1, got 0"):
+            bounded_cache.named("made", 0)
+    assert bounded_cache.named("made").capacity == bounded_cache.DEFAULT_CAPACITY
+    assert bounded_cache.named("made", 3).capacity == 3
