@@ -185,14 +185,15 @@ def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
     cfg = config or default_config(rt.world.device, dtype, (a, b), epilogue, scalar=scalar)
     if method == "fallback" or W == 1 or M == 0 or N == 0:
         return Choice(False, cfg)
-    # The tiles number the signals the peers' epilogues write, and both pick "auto"'s cache
-    # entry (a miss on one rank only would leave it alone in the broadcast below): operands
-    # laid out differently on different ranks must not split them.
-    agree(f"ditron.ops.{op} tiles", config=cfg, unvectorized_loads=scalar)
-    if method == "overlap":
+    # The tiles number the signals the peers' epilogues write, and they and b's layout pick
+    # "auto"'s cache entry (a miss on one rank only would leave it alone in the broadcast
+    # below, and a hit would then serve a decision made for rank 0's layout): operands laid
+    # out differently on different ranks must not split them.
+    layout = b_layout(b) if method == "auto" else None
+    agree(f"ditron.ops.{op} tiles", config=cfg, unvectorized_loads=scalar, b_layout=layout)
+    if layout is None:  # method="overlap"
         return Choice(True, cfg)
     # Ranks must take the same path (their caches on disk may differ): rank 0 decides.
-    layout = b_layout(b)
     choice = bounded_cache.named("tp_gemm").get_or_make(
         ("choice", op, M, N, K, dtype, config, cfg, scalar, layout),
         lambda: rank0_decides(f"ditron.ops.{op} method='auto'",

@@ -256,6 +256,37 @@ def test_ranks_with_differently_laid_out_operands_are_refused():
     assert got == [expected] * 2
 
 
+def _b_layouts_case() -> list[str]:
+    """``method="auto"`` with ``b`` row-major on rank 0 and a transposed weight elsewhere:
+    tuned decisions are keyed by ``b``'s layout and rank 0 decides for every rank, so each
+    op raises on every rank (naming the layout) before any decision is cached; then calls
+    with matching layouts, both of them, are right."""
+    w = ditron.world()
+    torch.manual_seed(w.rank)
+    a = torch.randn(4, 16)
+    a2 = torch.randn(4 * w.world_size, 16)
+    row_major, weight_t = torch.randn(16, 24), torch.randn(24, 16).t()
+    refs = {"ag_gemm": lambda b: _gather(a).double() @ b.double(),
+            "gemm_rs": lambda b: _sum(a2.double() @ b.double())[w.rank * 4:(w.rank + 1) * 4],
+            "gemm_ar": lambda b: _sum(a2.double() @ b.double())}
+    seen = []
+    for op, ref in refs.items():
+        x = a if op == "ag_gemm" else a2
+        with pytest.raises(ValueError) as info:
+            getattr(ditron.ops, op)(x, row_major if w.rank == 0 else weight_t, method="auto")
+        seen.append(str(info.value).splitlines()[0])
+        for b in (weight_t, row_major):  # it used to serve rank 0's decision to rank 1's
+            # layout, and the first of these calls then left rank 0 alone in the broadcast
+            _close(op, getattr(ditron.ops, op)(x, b, method="auto"), ref(b), torch.float32)
+    return seen
+
+
+def test_ranks_with_differently_laid_out_b_are_refused_under_auto():
+    got = ditron.launch(_b_layouts_case, 2, backend="cpu")
+    assert got == [[f"ditron.ops.{op} tiles: ranks disagree on the call (b_layout differs):"
+                    for op in ("ag_gemm", "gemm_rs", "gemm_ar")]] * 2
+
+
 def _transfers_case() -> list[str]:
     """Overlapped calls whose ranks ask for different engines, chunkings or early rows: each
     raises on every rank, naming what differs; then a matching call is right."""
