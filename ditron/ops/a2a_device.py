@@ -99,9 +99,10 @@ def _splits_kernel(splits, x_rows, mat, pad, epoch_ptr, first, count, ctx, WB: t
     epoch = _open_epoch(epoch_ptr, pad, 2 * w, first, count, ctx)
     mat_h = mat + (epoch % 2) * w * w
     offs = tl.arange(0, WB)
-    mine = tl.maximum(tl.load(splits + offs, mask=offs < w, other=0), 0)
     # the rows actually sent: a negative split sends none, splits past my x_rows send rows
-    # are cut to those left (every offset derived from the matrix stays inside the buffers)
+    # are cut to those left (every offset derived from the matrix stays inside the buffers);
+    # each split is first cut to x_rows, so that the running sum cannot overflow
+    mine = tl.minimum(tl.maximum(tl.load(splits + offs, mask=offs < w, other=0), 0), x_rows)
     end = tl.cumsum(mine, axis=0)
     mine = tl.minimum(end, x_rows) - tl.minimum(end - mine, x_rows)
     for i in range(0, count):
@@ -501,9 +502,14 @@ def _check_call(op: str, x: torch.Tensor, splits: torch.Tensor, max_out_rows: in
     max_out_rows = check_int(max_out_rows, f"ditron.ops.{op}: max_out_rows")
     rt = current()
     w = rt.world.world_size
+    if not isinstance(x, torch.Tensor) or not isinstance(splits, torch.Tensor):
+        raise TypeError(f"ditron.ops.{op}: x and splits must be torch.Tensors (splits an "
+                        f"integer [{w}] tensor on {rt.world.device}), got "
+                        f"{type(x).__name__} and {type(splits).__name__}")
     if x.device != rt.world.device or splits.device != rt.world.device:
         raise ValueError(f"ditron.ops.{op}: x and splits must be on {rt.world.device}")
-    if x.dim() == 0 or splits.shape != (w,) or splits.dtype.is_floating_point:
+    if x.dim() == 0 or splits.shape != (w,) or splits.dtype.is_floating_point \
+            or splits.dtype.is_complex or splits.dtype == torch.bool:
         raise ValueError(f"ditron.ops.{op}: need x with >= 1 dim and integer splits [{w}], got x "
                          f"{tuple(x.shape)}, splits {tuple(splits.shape)} {splits.dtype}")
     send_index = _index(op, "send_index", send_index, x.device)
