@@ -3,6 +3,8 @@ views, inference tensors, NumPy integers, several worlds in one process."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +18,16 @@ HEAP_ENGINES = (("copy_engine", {}), ("sm", {"programs": 3, "block": 64}),
                 ("tma", {"programs": 2, "block_rows": 2}))
 
 
+def on_rank_device(check):
+    """Runs a rank's check with its tensors made on the rank's device by default."""
+    @functools.wraps(check)
+    def run(*args):
+        with torch.device(ditron.world().device):
+            return check(*args)
+    return run
+
+
+@on_rank_device
 def check_local_overlap() -> list[str]:
     """Rank-local transfers whose ``src`` and ``dst`` overlap: refused before anything
     moves (partly overlapping, or the same memory transposed); the same tensor, and
@@ -49,13 +61,14 @@ def check_local_overlap() -> list[str]:
     return got
 
 
-def test_engines_refuse_overlapping_local_transfers():
+def test_engines_refuse_overlapping_local_transfers(backend):
     # before: the copy engine raised torch's RuntimeError from drain (its worker), the sm
     # engine (3 programs) and the tma engine copied blocks that others had already written
-    got = ditron.launch(check_local_overlap, 1, backend="cpu")[0]
+    got = ditron.launch(check_local_overlap, 1, backend=backend)[0]
     assert got == [True] * len(got) and len(got) == 15
 
 
+@on_rank_device
 def check_views_of_other_bits() -> tuple[list[str], bool, int]:
     """Conjugate and negative views on either side, after a good transfer in their batch,
     through every engine: the errors, whether anything landed, the network receive's slot
@@ -94,12 +107,13 @@ def check_views_of_other_bits() -> tuple[list[str], bool, int]:
     return errors, bool(box.any()) or bool(cbox.any()), int(pad.signals.sum())
 
 
-def test_engines_refuse_conjugate_and_negative_views():
-    got = ditron.launch(check_views_of_other_bits, 2, backend="cpu")
+def test_engines_refuse_conjugate_and_negative_views(backend):
+    got = ditron.launch(check_views_of_other_bits, 2, backend=backend)
     assert got == [(["copy_engine"] * 3 + ["sm"] * 2 + ["tma"] * 2 + ["network"], False,
                     0)] * 2
 
 
+@on_rank_device
 def check_shared_dst() -> tuple[bool, list[float]]:
     """A ``dst`` whose elements share memory (``expand``) through the copy and network
     engines: refused at issue; returns whether anything landed, and what a network receive
@@ -127,12 +141,13 @@ def check_shared_dst() -> tuple[bool, list[float]]:
     return landed, inbox.tolist()
 
 
-def test_engines_refuse_a_dst_sharing_memory():
+def test_engines_refuse_a_dst_sharing_memory(backend):
     # before: torch refused the write at drain (the copy engine's worker, the network
     # engine's landing copy), after the batch was issued: the signal never came
-    assert ditron.launch(check_shared_dst, 2, backend="cpu") == [(False, [3.0] * 8)] * 2
+    assert ditron.launch(check_shared_dst, 2, backend=backend) == [(False, [3.0] * 8)] * 2
 
 
+@on_rank_device
 def check_inference_landing() -> tuple[list[float], list[float], int]:
     """The network engine receiving, outside inference mode, into tensors made under it:
     a strided view and a sum (the received data lands through a copy at drain)."""
@@ -150,16 +165,17 @@ def check_inference_landing() -> tuple[list[float], list[float], int]:
     return strided.tolist(), summed.tolist(), int(pad.signals[0])
 
 
-def test_network_engine_lands_into_inference_tensors():
+def test_network_engine_lands_into_inference_tensors(backend):
     # before: RuntimeError("Inplace update to inference tensor outside InferenceMode") from
     # drain, after the data came and before the signal (the copy engine wrote them)
-    got = ditron.launch(check_inference_landing, 2, backend="cpu")
+    got = ditron.launch(check_inference_landing, 2, backend=backend)
     for rank, (strided, summed, slot) in enumerate(got):
         other = torch.arange(4.0) + 10 * (1 - rank)
         assert strided == other.view(2, 2).t().reshape(-1).tolist()
         assert summed == (other + 1).tolist() and slot == 3
 
 
+@on_rank_device
 def check_numpy_integers(name: str) -> tuple[float, int]:
     """A push whose ranks, signal slot and value are NumPy integers (integer arguments)."""
     w = ditron.world()
@@ -176,12 +192,13 @@ def check_numpy_integers(name: str) -> tuple[float, int]:
 
 
 @pytest.mark.parametrize("name", ["sm", "tma"])
-def test_engines_take_numpy_integers(name):
+def test_engines_take_numpy_integers(name, backend):
     # before: the kernels refused the NumPy signal value the check accepted
     # (InterpreterError: cannot convert 7 of type numpy.int64 to tensor)
-    assert ditron.launch(check_numpy_integers, 2, name, backend="cpu") == [(16.0, 7)] * 2
+    assert ditron.launch(check_numpy_integers, 2, name, backend=backend) == [(16.0, 7)] * 2
 
 
+@on_rank_device
 def check_other_world() -> str:
     """An sm engine used in the job's world, then in a world of ranks {0, 1} with the
     same transfer (the same addresses and ranks): that world's heap does not hold the
@@ -212,8 +229,8 @@ def check_other_world() -> str:
     return str(info.value).split(":")[0]
 
 
-def test_sm_engine_tables_belong_to_their_world():
+def test_sm_engine_tables_belong_to_their_world(backend):
     # before: the cached descriptor table of the job's world skipped the check in the
     # pair's world, and the kernel translated the job's address with the pair's heap bases
-    got = ditron.launch(check_other_world, 3, backend="cpu")
+    got = ditron.launch(check_other_world, 3, backend=backend)
     assert got == ["sm engine", "sm engine", ""]

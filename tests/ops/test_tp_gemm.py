@@ -263,9 +263,10 @@ def _b_layouts_case() -> list[str]:
     with matching layouts, both of them, are right."""
     w = ditron.world()
     torch.manual_seed(w.rank)
-    a = torch.randn(4, 16)
-    a2 = torch.randn(4 * w.world_size, 16)
-    row_major, weight_t = torch.randn(16, 24), torch.randn(24, 16).t()
+    a = torch.randn(4, 16, device=w.device)
+    a2 = torch.randn(4 * w.world_size, 16, device=w.device)
+    row_major = torch.randn(16, 24, device=w.device)
+    weight_t = torch.randn(24, 16, device=w.device).t()
     refs = {"ag_gemm": lambda b: _gather(a).double() @ b.double(),
             "gemm_rs": lambda b: _sum(a2.double() @ b.double())[w.rank * 4:(w.rank + 1) * 4],
             "gemm_ar": lambda b: _sum(a2.double() @ b.double())}
@@ -281,8 +282,8 @@ def _b_layouts_case() -> list[str]:
     return seen
 
 
-def test_ranks_with_differently_laid_out_b_are_refused_under_auto():
-    got = ditron.launch(_b_layouts_case, 2, backend="cpu")
+def test_ranks_with_differently_laid_out_b_are_refused_under_auto(backend):
+    got = ditron.launch(_b_layouts_case, 2, backend=backend)
     assert got == [[f"ditron.ops.{op} tiles: ranks disagree on the call (b_layout differs):"
                     for op in ("ag_gemm", "gemm_rs", "gemm_ar")]] * 2
 
