@@ -284,7 +284,7 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     hierarchical path is used. ``chunk_rows`` (pushes only; default: the tuned value, else
     one chunk per shard) splits each shard into chunks of that many rows, each with its own
     signal, so tiles (or ``copy_engine_matmul``'s GEMMs) can start before a whole shard has
-    landed.
+    landed; with ``"colocated"`` it raises.
     """
     def options() -> tuple[str | None, int | None]:
         forced = engine or os.environ.get("DITRON_AG_ENGINE") or None  # empty: unset
@@ -293,6 +293,7 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
                              f"{forced!r}" + ("" if engine else " (from DITRON_AG_ENGINE)"))
         rows = (None if chunk_rows is None
                 else check_int(chunk_rows, "ditron.ops.ag_gemm: chunk_rows", 1))
+        _refuse_pull_chunks("ag_gemm", rows, forced)
         return forced, rows
 
     forced, chunk_rows = _validate("ag_gemm", a, b, method, config, options)
@@ -323,12 +324,21 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     with refused_together("ditron.ops.ag_gemm transfers"):
         if engine == "tma":
             tma.check_supported(a.device)
+        _refuse_pull_chunks("ag_gemm", chunk_rows, engine)
     rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
     # the engines push and signal differently, and the chunks number the signals
     agree("ditron.ops.ag_gemm transfers", engine=engine, chunk_rows=rows, graph=graph)
     if engine != "colocated" and rt.topo.num_nodes == 1:
         return _ag_pushed(a, b, choice.config, return_gathered, rows, graph, engine)
     return _ag_overlap(a, b, _pull_config(choice, config, a, b), return_gathered)
+
+
+def _refuse_pull_chunks(op: str, chunk_rows, engine: str | None) -> None:
+    """``chunk_rows`` given with the colocated engine, which moves tiles, not chunks: refused
+    (it used to be ignored)."""
+    if chunk_rows is not None and engine == "colocated":
+        raise ValueError(f"ditron.ops.{op}: chunk_rows applies to the engines that move "
+                         f"chunks, not engine='colocated' (it moves tiles)")
 
 
 def _pull_config(choice: Choice, config: GemmConfig | None, a, b) -> GemmConfig:
@@ -574,7 +584,8 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     ``chunk_rows`` (the copy engines): an int cuts each segment of ``M / W`` rows into
     equal chunks of at most that many rows; a tuple gives the chunks' rows in order
     (positive, summing to ``M / W``), e.g. ``(2304, 1792)``: the tuner picks such a split
-    for the pulled engine where two uneven GEMMs run in fewer waves than halves.
+    for the pulled engine where two uneven GEMMs run in fewer waves than halves. With
+    ``"colocated"`` it raises.
 
     Partials travel in the input dtype; sums accumulate in fp32 (``"copy_engine_pull"``
     adds the peers' partials to the own rows' fp32 accumulator; the other engines sum in
@@ -594,6 +605,7 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
             raise ValueError(f"ditron.ops.gemm_rs: early_rows must be an int in [0, M / W = "
                              f"{seg}), got {early_rows!r}")
         rows = _rs_chunk_rows(chunk_rows, seg)
+        _refuse_pull_chunks("gemm_rs", rows, forced)
         # refused whatever path the call takes (they used to pass where it fell back)
         if early and forced is not None and forced != "copy_engine":
             raise ValueError(f"ditron.ops.gemm_rs: early_rows applies to engine='copy_engine' "
@@ -625,6 +637,7 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         if early_rows and rs_engine != "copy_engine":
             raise ValueError(f"ditron.ops.gemm_rs: early_rows applies to engine='copy_engine' "
                              f"only, not {rs_engine or 'colocated'!r}")
+        _refuse_pull_chunks("gemm_rs", chunk_rows, rs_engine or "colocated")
     # the tuned early_rows goes with the tuned chunking only
     early = (early_rows if early_rows is not None
              else choice.early_rows if chunk_rows is None else 0)

@@ -810,6 +810,11 @@ def _engines_case(m: int, K: int, N: int, reps: int) -> int:
         ditron.ops.ag_gemm(a, b, chunk_rows=0)
     with pytest.raises(ValueError, match="chunk_rows must be a positive int"):
         ditron.ops.gemm_rs(torch.cat([a] * w.world_size), b, chunk_rows=-3)
+    # the colocated engine moves tiles: a chunking given with it was ignored
+    for op, x in (("ag_gemm", a), ("gemm_rs", a2)):
+        with pytest.raises(ValueError, match="chunk_rows applies to the engines that move "
+                                             "chunks, not engine='colocated'"):
+            getattr(ditron.ops, op)(x, b, method="overlap", engine="colocated", chunk_rows=4)
     for sizes in ((8, 4), (8, 5, 0), (True, 12), (), (13.0,)):
         with pytest.raises(ValueError, match=f"positive ints summing to M / W = {m}"):
             ditron.ops.gemm_rs(a2, b, method="overlap", engine="copy_engine_pull",
