@@ -226,7 +226,8 @@ def _pieces(chunk: Chunk, chunk_rows: int) -> list[tuple[int, int]]:
 
 
 def split(plan: Plan, chunk_rows: int) -> Plan:
-    """Refine every chunk into pieces of at most ``chunk_rows`` rows.
+    """Refine every chunk into pieces of at most ``chunk_rows`` rows, numbered in row order
+    (a chunk of zero rows stays one piece, before the chunk that starts at its row).
 
     Each transfer becomes one transfer per piece. A dependency on a transfer of the same
     chunk becomes a dependency on the same piece (pipelining); a dependency on another chunk
@@ -237,7 +238,8 @@ def split(plan: Plan, chunk_rows: int) -> Plan:
     check(plan)
     new_chunks: list[Chunk] = []
     pieces_of: dict[int, list[int]] = {}
-    for c in sorted(plan.chunks, key=lambda c: (c.start, c.id)):
+    # row order; a chunk of zero rows goes before the one starting where it lies
+    for c in sorted(plan.chunks, key=lambda c: (c.start, c.stop, c.id)):
         ids = []
         for start, stop in _pieces(c, chunk_rows):
             ids.append(len(new_chunks))

@@ -27,6 +27,7 @@ import triton.language as tl
 from .. import language as dl
 from ..runtime.torch_dist import all_gather_single
 from ..runtime.triton_launch import FastKernel
+from ..runtime.world import current
 from .ir import Chunk, Plan, Transfer
 
 
@@ -48,9 +49,10 @@ _FAST_PUBLISH = FastKernel(_publish_kernel)
 def publish(signals: torch.Tensor, chunk_ids: torch.Tensor, epoch: int, peers: range,
             ctx) -> None:
     """Set ``signals[c] = epoch`` for every ``c`` in ``chunk_ids`` on every rank of ``peers``
-    (a contiguous range, the own rank included), ordered after this rank's earlier writes
-    on the same stream (release at system scope). ``chunk_ids``: int32, on the signals'
-    device."""
+    (a contiguous range of ranks of this rank's node), ordered after this rank's earlier
+    writes on the same stream (release at system scope). ``chunk_ids``: int32, on the
+    signals' device. A peer outside the node (whose heap is not mapped here) is refused
+    (``ValueError``) before the launch."""
     if chunk_ids.device != signals.device:
         raise ValueError(f"publish: chunk_ids are on {chunk_ids.device}, the signals on "
                          f"{signals.device}; the kernel reads both")
@@ -58,6 +60,11 @@ def publish(signals: torch.Tensor, chunk_ids: torch.Tensor, epoch: int, peers: r
         raise ValueError(f"publish: peers must be a contiguous range of ranks, got {peers}")
     if chunk_ids.numel() == 0 or len(peers) == 0:
         return
+    node = current().topo.node_ranks()
+    if peers.start < node.start or peers.stop > node.stop:
+        raise ValueError(f"publish: peers {peers} reach past this rank's node {node} (ranks "
+                         f"outside the world or on another node: their heaps are not "
+                         f"mapped here)")
     _FAST_PUBLISH[(1,)](signals, chunk_ids, chunk_ids.numel(), epoch, peers.start,
                         len(peers), ctx)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..runtime.integers import as_int, check_int
-from .ir import Chunk, Plan, Transfer, check
+from .ir import MODES, Chunk, Plan, Transfer, check
 
 
 def shard_offsets(rows_per_rank: int | Sequence[int], world_size: int) -> list[int]:
@@ -42,18 +42,25 @@ def all_gather(rows_per_rank: int | Sequence[int], world_size: int, *, order: st
 
     ``order="rank"``: each rank receives shards ``0, 1, ...``; ``"swizzled"``: rank ``r``
     receives ``r+1, r+2, ...`` first (every source is busy with a different destination at
-    each step, and the consumer GEMM follows the same order).
+    each step, and the consumer GEMM follows the same order). The transfers are listed step
+    by step (step ``i``: every rank's ``i``-th arrival), so each rank's issue order, as
+    puller (``mode="pull"``) or as pusher (``"push"``: rank ``s`` pushes to ``s-1, s-2,
+    ...`` when swizzled), delivers the shards in that order.
     """
+    if order not in ("rank", "swizzled"):
+        raise ValueError(f"all_gather order must be 'rank' or 'swizzled', got {order!r}")
+    if mode not in MODES:
+        raise ValueError(f"all_gather mode must be one of {MODES}, got {mode!r}")
     offs = shard_offsets(rows_per_rank, world_size)
+    if order == "rank":
+        srcs = [[s for s in range(world_size) if s != dst] for dst in range(world_size)]
+    else:
+        srcs = [[(dst + i) % world_size for i in range(1, world_size)]
+                for dst in range(world_size)]
     transfers: list[Transfer] = []
-    for dst in range(world_size):
-        if order == "rank":
-            srcs = [s for s in range(world_size) if s != dst]
-        elif order == "swizzled":
-            srcs = [(dst + i) % world_size for i in range(1, world_size)]
-        else:
-            raise ValueError(f"all_gather order must be 'rank' or 'swizzled', got {order!r}")
-        for src in srcs:
+    for step in range(world_size - 1):
+        for dst in range(world_size):
+            src = srcs[dst][step]
             transfers.append(Transfer(len(transfers), src, src, dst, mode=mode))
     return Plan(f"all_gather[{order},{mode}]", tensor, offs[-1], world_size, _shard_chunks(offs),
                 transfers)
