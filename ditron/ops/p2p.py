@@ -18,6 +18,7 @@ from ..runtime.integers import as_int, check_int
 from ..runtime.world import current
 from .collectives import ENGINES, _check_tensor, check_writable
 from .exchange import engine_instance
+from .graphs import capturing, collectives_capturable
 from .modes import public_op
 
 __all__ = ["recv", "send"]
@@ -37,6 +38,16 @@ def _p2p_engine(op: str, engine: str | None) -> None:
             f"ditron.ops.{op}: engine {name!r} needs a symmetric channel allocated by both "
             f"ranks; point-to-point currently goes through the network engine only")
     raise ValueError(f"ditron.ops.{op}: unknown engine {name!r}")
+
+
+def _refuse_capture(op: str) -> None:
+    """Raise while a CUDA graph is captured unless the rows would go through NCCL: through
+    the gloo group (ranks sharing a GPU) they are staged in host memory, which a capture
+    cannot hold (it failed after the header had gone, leaving the peer waiting)."""
+    if capturing() and not collectives_capturable():
+        raise RuntimeError(f"ditron.ops.{op}: cannot be captured in a CUDA graph here: the "
+                           f"world's device group is not NCCL, so the rows are staged "
+                           f"through host memory; call it outside the capture")
 
 
 def _is_peer(peer) -> bool:
@@ -78,6 +89,7 @@ def send(x: torch.Tensor, dst: int, *, engine: str | None = None) -> None:
     """
     rt = current()
     try:
+        _refuse_capture("send")
         _check_tensor("send", x)
         _p2p_engine("send", engine)
         header = _header("send", x.shape, x.dtype)
@@ -108,6 +120,7 @@ def recv(x_or_shape: torch.Tensor | Sequence[int], src: int, *,
     """
     rt = current()
     try:
+        _refuse_capture("recv")
         if isinstance(x_or_shape, torch.Tensor):
             out = x_or_shape
             if dtype is not None and dtype != out.dtype:

@@ -15,7 +15,8 @@ import torch
 from . import stream_memops
 from .world import current, is_initialized
 
-_GRAPH_SAFE = "runtime:graph_safe"
+#: :func:`graph_safe` blocks this process is inside (they hold for every world of it)
+_safe_blocks = 0
 
 
 def capturing() -> bool:
@@ -38,19 +39,21 @@ def capture_id() -> int | None:
 def graph_safe():
     """Inside this block the ops run their CUDA-graph-safe variants eagerly (what they run
     while a graph is captured): the warm-up call that allocates their workspaces before
-    ``torch.cuda.graph``. Collective use: every rank enters it around the same calls."""
-    rt = current()
-    rt.cache[_GRAPH_SAFE] = rt.cache.get(_GRAPH_SAFE, 0) + 1
+    ``torch.cuda.graph``. It holds in every world of the process, as a capture does (ops
+    that run in another world inside it, through ``ditron.use`` or ``ditron.nn``'s
+    ``world``, warm up too). Collective use: every rank enters it around the same calls."""
+    global _safe_blocks
+    _safe_blocks += 1
     try:
         yield
     finally:
-        rt.cache[_GRAPH_SAFE] -= 1
+        _safe_blocks -= 1
 
 
 def graph_mode() -> bool:
     """Whether a call takes the graph-safe variants (capturing, or inside
     :func:`graph_safe`)."""
-    return capturing() or current().cache.get(_GRAPH_SAFE, 0) > 0
+    return capturing() or _safe_blocks > 0
 
 
 def collectives_capturable() -> bool:
@@ -64,7 +67,11 @@ def collectives_capturable() -> bool:
 def capture(fn, calls: int, safe_warm_up: bool = True) -> torch.cuda.CUDAGraph:
     """A CUDA graph of ``calls`` calls of ``fn``, after one eager warm-up call (inside
     :func:`graph_safe` with ``safe_warm_up``: workspaces, pads and compilation are made
-    there; every rank must make it, the allocations are collective)."""
+    there; every rank must make it, the allocations are collective). ``RuntimeError``
+    before the warm-up in a world of the CPU backend (every rank of it raises)."""
+    if is_initialized() and current().world.backend != "cuda":
+        raise RuntimeError(f"ditron capture: CUDA graphs need the cuda backend; this world "
+                           f"runs on {current().world.backend!r}")
     with graph_safe() if safe_warm_up else contextlib.nullcontext():
         fn()
     torch.cuda.synchronize()

@@ -160,3 +160,34 @@ def check_shape_forms() -> list[str]:
 
 def test_recv_shape_forms(backend):
     assert ditron.launch(check_shape_forms, 2, backend=backend) == [[], ["refused", "in step"]]
+
+
+def check_capture_without_nccl() -> list[str]:
+    """While a CUDA graph is captured (emulated: ``p2p.capturing``) over a world whose
+    device group is not NCCL (gloo: ranks sharing a GPU, or the CPU backend), both ends
+    refuse before moving anything, and the next pair of calls is in step. Before, they
+    went ahead: on GPUs the rows are staged through host memory there, which a capture
+    cannot hold, so the send failed after its header had gone and the receiver waited."""
+    from ditron.ops import p2p
+
+    me, dev = ditron.world().rank, ditron.world().device
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(5)).to(dev)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(p2p, "capturing", lambda: True, raising=False)
+        mp.setattr(p2p, "collectives_capturable", lambda: False, raising=False)  # gloo
+        with pytest.raises(RuntimeError, match=r"ditron.ops.(send|recv): cannot be captured "
+                                               r"in a CUDA graph here"):
+            if me == 0:
+                ditron.ops.send(x, 1)
+            else:
+                ditron.ops.recv((4, 3), 0)
+    if me == 0:
+        ditron.ops.send(x * 3, 1)
+        return ["refused"]
+    assert torch.equal(ditron.ops.recv((4, 3), 0), x * 3)
+    return ["refused", "in step"]
+
+
+def test_send_recv_refuse_capture_without_nccl(backend):
+    assert ditron.launch(check_capture_without_nccl, 2, backend=backend) == \
+        [["refused"], ["refused", "in step"]]
