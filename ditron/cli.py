@@ -29,8 +29,11 @@ def _info(args: argparse.Namespace) -> int:
             print(f"device   cuda:{i} {torch.cuda.get_device_name(i)}")
     else:
         print("device   cpu (no CUDA device visible)")
-    print(f"heap     {settings.heap_size / 2**20:.0f} MiB per rank (DITRON_HEAP_SIZE)")
+    print(f"heap     {_byte_count(settings.heap_size)} per rank (DITRON_HEAP_SIZE)")
     timeout = f"{settings.wait_timeout:g} s" if settings.wait_timeout > 0 else "off"
+    longest = _longest_wait(settings.backend)
+    if settings.wait_timeout > longest:  # the kernels' poll counter is an int32
+        timeout += f", the kernels give up after about {longest:.0f} s"
     print(f"timeout  {timeout} (DITRON_WAIT_TIMEOUT)")
     checks = "every call" if settings.check_calls else "first call of each shape"
     print(f"agree    {checks} checked across ranks (DITRON_CHECK_CALLS)")
@@ -43,6 +46,26 @@ def _info(args: argparse.Namespace) -> int:
     listed = ", ".join(f"{k}={os.environ[k]}" for k in given) or "no DITRON_* variable set"
     print(f"env      {listed} (every setting: docs/settings.md)")
     return 0
+
+
+def _byte_count(n: int) -> str:
+    """``n`` bytes in the largest binary unit that holds it exactly (``64 KiB``, ``1 GiB``):
+    rounding to MiB showed a 64K heap as 0 MiB and 1536K as 2 MiB."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
+
+
+def _longest_wait(backend: str) -> float:
+    """The longest wait timeout the ``backend``'s kernels honour, in seconds
+    (``Runtime.wait_seconds``: ``MAX_POLLS`` polls)."""
+    from ditron.runtime.backends.cpu import CpuBackend
+    from ditron.runtime.backends.cuda import CudaBackend
+    from ditron.runtime.world import MAX_POLLS
+
+    polls = (CpuBackend if backend == "cpu" else CudaBackend).polls_per_second
+    return MAX_POLLS / polls
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -96,8 +119,11 @@ def _bench(args: argparse.Namespace, rest: list[str]) -> int:
     # by the list of modules: importing any name took "__init__" for a benchmark (and a
     # benchmark missing one of its own imports for an unknown name)
     if name not in _benchmark_modules():
-        print(f"ditron bench: unknown benchmark {args.name!r}; choose one of "
-              f"{', '.join(_benchmarks())}", file=sys.stderr)
+        # ``ditron bench --world-size 2 tp-gemm`` took "2" for the name
+        later = [a for a in rest if a.replace("-", "_") in _benchmark_modules()]
+        hint = (f" (the name comes before its options: ditron bench {later[0]} [options])"
+                if later else f"; choose one of {', '.join(_benchmarks())}")
+        print(f"ditron bench: unknown benchmark {args.name!r}{hint}", file=sys.stderr)
         return 2
     return importlib.import_module(f"ditron.benchmarks.{name}").main(rest)
 

@@ -358,17 +358,19 @@ def _sync_ranks() -> None:
 
 
 def output_prefix(text: str) -> str:
-    """``--out``: a path without suffix, to which ``.json`` and ``.png`` are added; refused
-    (a usage error, before any rank starts) where it names no file (empty, or ending in a
+    """``--out``: a path without suffix, to which ``.json`` and ``.png`` are added (a
+    ``.json`` or ``.png`` given is dropped: ``t.json`` wrote ``t.json.json``); refused (a
+    usage error, before any rank starts) where it names no file (empty, or ending in a
     separator) or where one of the two files would be a folder."""
-    if os.path.basename(text) in ("", ".", ".."):
+    prefix = text.removesuffix(".json") if text.endswith(".json") else text.removesuffix(".png")
+    if os.path.basename(prefix) in ("", ".", ".."):
         raise argparse.ArgumentTypeError(
             f"{text!r} names no file; give a path without suffix, e.g. 'traces/ag'")
     for suffix in (".json", ".png"):
-        if os.path.isdir(text + suffix):
-            raise argparse.ArgumentTypeError(f"{text + suffix!r} is a folder; give another "
+        if os.path.isdir(prefix + suffix):
+            raise argparse.ArgumentTypeError(f"{prefix + suffix!r} is a folder; give another "
                                              f"path without suffix")
-    return output_file(text)
+    return output_file(prefix)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--op", default="ag_gemm", choices=["ag_gemm", "gemm_rs", "gemm_ar"],
                    help="operator to trace (default %(default)s)")
     p.add_argument("--world-size", type=positive_int, default=2,
-                   help="ranks (default %(default)s)")
+                   help="ranks, at least 2 (default %(default)s)")
     p.add_argument("--m", type=positive_int, default=64,
                    help="global rows (default %(default)s)")
     p.add_argument("--n", type=positive_int, default=64,
@@ -390,8 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=positive_int, default=2,
                    help="calls traced, after one untraced warm-up call (default %(default)s)")
     p.add_argument("--out", type=output_prefix, default="ditron-trace",
-                   help="output path without suffix: writes OUT.json and OUT.png "
-                        "(default %(default)s)")
+                   help="output path without suffix (a .json or .png given is dropped): writes "
+                        "OUT.json and OUT.png (default %(default)s)")
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None,
                    help="default: DITRON_BACKEND, else cuda when a GPU is visible, else cpu")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16",

@@ -38,6 +38,27 @@ def test_info_reports_versions_and_backend():
         assert line in out.stdout, out.stderr
 
 
+@pytest.mark.parametrize("backend, env, line", [
+    ("cpu", {"DITRON_HEAP_SIZE": "64K"}, "heap     64 KiB per rank"),  # was "0 MiB"
+    ("cpu", {"DITRON_HEAP_SIZE": "1536K"}, "heap     1536 KiB per rank"),  # was "2 MiB"
+    ("cpu", {"DITRON_HEAP_SIZE": "1000"}, "heap     1000 bytes per rank"),
+    ("cpu", {"DITRON_HEAP_SIZE": "1G"}, "heap     1 GiB per rank"),
+    # the kernels' int32 poll counter caps a wait at 2**31 - 1 polls (2e6 a second on cuda)
+    ("cuda", {"DITRON_WAIT_TIMEOUT": "5000"},
+     "timeout  5000 s, the kernels give up after about 1074 s (DITRON_WAIT_TIMEOUT)"),
+    ("cuda", {"DITRON_WAIT_TIMEOUT": "1000"}, "timeout  1000 s (DITRON_WAIT_TIMEOUT)"),
+])
+def test_info_shows_the_settings_the_kernels_get(backend, env, line, monkeypatch, capsys):
+    """``ditron info`` printed the heap rounded to MiB (a 64K heap as 0 MiB) and a wait
+    timeout the kernels cap at about 1074 s on cuda as it was given."""
+    from ditron.cli import main
+
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert main(["info", "--backend", backend]) == 0
+    assert line in capsys.readouterr().out
+
+
 def test_demo_verifies_against_torch():
     out = _run("demo", "--world-size", "3", "--n", "70", "--repeats", "2", "--backend", "cpu")
     assert out.returncode == 0, out.stderr
@@ -69,6 +90,10 @@ def test_unknown_benchmark_is_an_error():
     out = _run("bench", "__init__")
     assert out.returncode == 2 and "unknown benchmark '__init__'" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+    # an option before the name: its value was taken for the name, with no word of why
+    out = _run("bench", "--world-size", "2", "tp-gemm", "--smoke")
+    assert out.returncode == 2 and "unknown benchmark '2' (the name comes before its " \
+        "options: ditron bench tp-gemm [options])" in out.stderr, out.stderr
 
 
 def test_bench_help_lists_the_benchmarks():

@@ -165,3 +165,17 @@ def test_trace_out_that_cannot_be_written_is_a_usage_error(out, words, tmp_path,
     assert exit_info.value.code == 2
     assert f"argument --out: {words.format(tmp=tmp_path)}" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json", "y.png"]
+
+
+def test_trace_out_with_a_suffix_writes_the_two_files(tmp_path, capsys):
+    """``--out t.json`` (or ``t.png``) wrote ``t.json.json`` and ``t.json.png``; the suffix
+    given is dropped, the two files are ``t.json`` and ``t.png``."""
+    assert trace.output_prefix(str(tmp_path / "a" / "t.png")) == str(tmp_path / "a" / "t")
+    assert trace.output_prefix("x.json.png") == "x.json"
+    assert trace.main(["--world-size", "2", "--m", "2", "--n", "1", "--k", "1", "--calls",
+                       "1", "--dtype", "fp32", "--backend", "cpu",
+                       "--out", str(tmp_path / "t.json")]) == 0
+    check_trace(str(tmp_path / "t.json"))
+    written = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
+    assert written == ["t.json", "t.png"], written
+    assert f"wrote {tmp_path / 't.json'}, {tmp_path / 't.png'}" in capsys.readouterr().err
