@@ -41,7 +41,7 @@ from . import fused_launch, replays
 from .chunked_exchanges import gather_on_node, push_gather, push_reduce_scatter
 from .exchange import Part, engine_instance, exchange, next_turn, reduce_slots, refuse_capture
 from .graphs import graph_mode
-from .modes import public_op
+from .modes import check_writable, public_op
 from .raw_pushes import push_gather_direct, usable
 from .workspaces import release_workspaces
 
@@ -354,20 +354,6 @@ def _check_overlap(op: str, out: torch.Tensor, x: torch.Tensor, dim: int) -> Non
                      f"pass an out of its own")
 
 
-def check_writable(op: str, out: torch.Tensor) -> None:
-    """Refuse an ``out`` that torch would refuse to write mid-call (peers would then wait):
-    one whose elements share memory (a dimension of stride 0, as from ``expand``), an
-    inference tensor outside ``torch.inference_mode``."""
-    if any(st == 0 and n > 1 for st, n in zip(out.stride(), out.shape, strict=True)):
-        raise ValueError(f"ditron.ops.{op}: out has elements that share memory (strides "
-                         f"{out.stride()} for shape {tuple(out.shape)}, e.g. from expand); "
-                         f"pass a tensor whose elements are distinct")
-    if out.is_inference() and not torch.is_inference_mode_enabled():
-        raise ValueError(f"ditron.ops.{op}: out was made under torch.inference_mode and torch "
-                         f"writes such tensors only inside that mode; call {op} inside it, "
-                         f"or pass a tensor made outside it")
-
-
 #: eager all-gathers and reduce-scatters into a given ``out`` replay a CUDA graph of the
 #: call (``ops/replays.py``) from this many bytes per peer, with these engines (their
 #: graph-safe variants: the copy engine's chunked exchange, the fused kernel). 2 H200s,
@@ -453,16 +439,26 @@ def reduce_scatter(x: torch.Tensor, dim: int = 0, *, op: object = "sum",
         if out is not None:
             _check_out("reduce_scatter", out, shape, x.dtype, x, d)
     if x.dtype == torch.bool:  # max / min of bools (any / all) on their bytes
-        got = reduce_scatter(carried(x), dim, op=op, engine=engine,
-                             out=None if out is None else carried(out))
+        got = _reduce_scatter(carried(x), d, op, engine,
+                              None if out is None else carried(out), x.dtype)
         return out if out is not None else got.view(torch.bool)
+    return _reduce_scatter(x, d, op, engine, out, x.dtype)
+
+
+def _reduce_scatter(x: torch.Tensor, d: int, op: str, engine: str | None,
+                    out: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`reduce_scatter` of a checked ``x`` of a summed dtype along dimension ``d``
+    (``dtype``: the caller's, which the ranks agree on: a ``bool`` call moves as
+    ``uint8``, and must not pass for a ``uint8`` one)."""
+    rt = current()
+    w = rt.world.world_size
     nbytes = x.numel() * x.element_size() // w
     with refused_together("ditron.ops.reduce_scatter"):
         can_replay = _replayable(x, d, out, nbytes)
         asked = requested_engine("reduce_scatter", engine)
         eng = _engine("reduce_scatter", asked, nbytes, replay=can_replay)
     replay = can_replay and eng in _REPLAYED_ENGINES
-    agree("ditron.ops.reduce_scatter", shape=tuple(x.shape), dtype=x.dtype, dim=d, op=op,
+    agree("ditron.ops.reduce_scatter", shape=tuple(x.shape), dtype=dtype, dim=d, op=op,
           engine=asked, replayed=replay)
     if w == 1:
         return _into(out, x) if out is not None else _copy_out(x)
@@ -513,7 +509,15 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *, op: object = "sum",
             raise ValueError(f"ditron.ops.all_reduce: unknown method {method!r}; choose one "
                              f"of {', '.join(METHODS)}")
     if x.dtype == torch.bool:  # max / min of bools (any / all) on their bytes
-        return all_reduce(carried(x), method, op=op, engine=engine).view(torch.bool)
+        return _all_reduce(carried(x), method, op, engine, x.dtype).view(torch.bool)
+    return _all_reduce(x, method, op, engine, x.dtype)
+
+
+def _all_reduce(x: torch.Tensor, method: str, op: str, engine: str | None,
+                dtype: torch.dtype) -> torch.Tensor:
+    """:func:`all_reduce` of a checked ``x`` of a summed dtype (``dtype``: the caller's,
+    which the ranks agree on: a ``bool`` call moves as ``uint8``, and must not pass for a
+    ``uint8`` one)."""
     rt = current()
     w = rt.world.world_size
     nbytes = x.numel() * x.element_size()
@@ -522,7 +526,7 @@ def all_reduce(x: torch.Tensor, method: str = "auto", *, op: object = "sum",
     with refused_together("ditron.ops.all_reduce"):
         asked = requested_engine("all_reduce", engine)
         eng = _engine("all_reduce", asked, nbytes if method == "one_shot" else nbytes // w)
-    agree("ditron.ops.all_reduce", shape=tuple(x.shape), dtype=x.dtype, method=method, op=op,
+    agree("ditron.ops.all_reduce", shape=tuple(x.shape), dtype=dtype, method=method, op=op,
           engine=asked)
     if w == 1:
         return _copy_out(x)
@@ -561,7 +565,14 @@ def _fused_ok(engine: str, n: int, op: str) -> bool:
     return engine == "sm" and current().topo.num_nodes == 1
 
 
+#: the largest split size: the sizes travel in the int64 rows of the host gather
+#: (``runtime/host_rows.py``), which cannot hold a larger one
+_MAX_SPLIT = 2**63 - 1
+
+
 def _splits(op: str, splits: Sequence[int] | None, total: int, w: int, what: str) -> list[int]:
+    """``splits`` (``None``: ``total`` rows split evenly) as ``w`` ints in ``[0, 2**63)``;
+    ``ValueError`` naming ``what`` for anything else."""
     if splits is None:
         if total % w:
             raise ValueError(f"ditron.ops.{op}: {total} rows do not divide into {w} ranks; "
@@ -569,10 +580,13 @@ def _splits(op: str, splits: Sequence[int] | None, total: int, w: int, what: str
         return [total // w] * w
     if isinstance(splits, torch.Tensor):
         splits = splits.tolist()  # a host synchronisation when it is on a GPU
-    out = [as_int(s) for s in splits]
-    if len(out) != w or any(s is None or s < 0 for s in out):
-        raise ValueError(f"ditron.ops.{op}: {what} must be {w} non-negative int sizes, got "
-                         f"{splits!r}")
+    try:
+        out = [as_int(s) for s in splits]
+    except TypeError:  # not a sequence (one int, a 0-d tensor)
+        out = []
+    if len(out) != w or any(s is None or not 0 <= s <= _MAX_SPLIT for s in out):
+        raise ValueError(f"ditron.ops.{op}: {what} must be {w} non-negative int sizes "
+                         f"(below 2**63), got {splits!r}")
     return out
 
 

@@ -15,7 +15,9 @@ Inference mode is left as the caller set it: state kept across calls is made out
 Conjugate and negative views (``z.conj()``, ``z.conj().imag``) are resolved before an op
 sees them: its kernels move and read bits, and such a view's bits are not its values. An
 input becomes a plain copy; an output (``out=``, ``recv``'s tensor) a plain copy that the
-op writes and that is then copied back into the view.
+op writes and that is then copied back into the view, unless torch could not write the
+view (:func:`write_refusal`): that one the op sees as it is, and refuses before anything
+moves.
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ def public_op(fn: Callable[P, R]) -> Callable[P, R]:
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
         if _any_view_of_other_bits(args) or kwargs and _any_view_of_other_bits(
                 kwargs.values()):
-            return _on_plain_views(run, outputs, args, kwargs)
+            return _on_plain_views(in_modes, outputs, args, kwargs)
+        return in_modes(*args, **kwargs)
+
+    def in_modes(*args: P.args, **kwargs: P.kwargs) -> R:
         # before init the op itself raises its clear error; no device to pick yet
         device = current().world.device.type if is_initialized() else "cpu"
         grad, cast = torch.is_grad_enabled(), torch.is_autocast_enabled(device)
@@ -88,8 +93,8 @@ def _on_plain_views(op: Callable[..., R], outputs: set[int], args: tuple,
     written: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def plain(value: object, output: bool) -> object:
-        if not _view_of_other_bits(value):
-            return value
+        if not _view_of_other_bits(value) or output and write_refusal("", value):
+            return value  # an output torch cannot write: the op refuses it, before moving
         resolved = value.resolve_conj().resolve_neg()
         if output:
             written.append((value, resolved))
@@ -103,3 +108,25 @@ def _on_plain_views(op: Callable[..., R], outputs: set[int], args: tuple,
         if result is resolved:
             result = view
     return result
+
+
+def write_refusal(op: str, out: torch.Tensor) -> str | None:
+    """Why torch would refuse to write ``out`` mid-call (peers would then wait), or
+    ``None``: its elements share memory (a dimension of stride 0, as from ``expand``), or
+    it is an inference tensor outside ``torch.inference_mode``."""
+    if any(st == 0 and n > 1 for st, n in zip(out.stride(), out.shape, strict=True)):
+        return (f"ditron.ops.{op}: out has elements that share memory (strides "
+                f"{out.stride()} for shape {tuple(out.shape)}, e.g. from expand); pass a "
+                f"tensor whose elements are distinct")
+    if out.is_inference() and not torch.is_inference_mode_enabled():
+        return (f"ditron.ops.{op}: out was made under torch.inference_mode and torch writes "
+                f"such tensors only inside that mode; call {op} inside it, or pass a tensor "
+                f"made outside it")
+    return None
+
+
+def check_writable(op: str, out: torch.Tensor) -> None:
+    """Raise ``ValueError`` where torch would refuse to write ``out`` mid-call
+    (:func:`write_refusal`)."""
+    if (problem := write_refusal(op, out)) is not None:
+        raise ValueError(problem)
