@@ -70,10 +70,12 @@ class NetworkEngine(Engine):
             self._works.extend(dist.batch_isend_irecv(ops))
 
     def drain(self) -> None:
-        works, self._works = self._works, []
+        # all taken first: a wait that raises must not leave its batch's landings and
+        # signals to a later drain (they would write stale buffers, raise stale signals)
+        works, landing, signals = self._works, self._landing, self._signals
+        self._works, self._landing, self._signals = [], [], []
         for w in works:
             w.wait()
-        landing, self._landing = self._landing, []
         # as the copy engine's worker: a dst made under inference_mode (or a view of a leaf
         # that requires grad) is written like the direct receives write it, not refused here,
         # after the data came and before the signals
@@ -83,6 +85,5 @@ class NetworkEngine(Engine):
                     dst.add_(buf.to(dst.device))
                 else:
                     dst.copy_(buf)
-        signals, self._signals = self._signals, []
         for s in signals:
             s.pad.signals[s.index].fill_(s.value)

@@ -234,3 +234,30 @@ def test_sm_engine_tables_belong_to_their_world(backend):
     # pair's world, and the kernel translated the job's address with the pair's heap bases
     got = ditron.launch(check_other_world, 3, backend=backend)
     assert got == ["sm engine", "sm engine", ""]
+
+
+class _FailedWork:
+    def wait(self) -> None:
+        raise RuntimeError("the peer went away")
+
+
+@on_rank_device
+def check_drain_after_a_failed_wait() -> tuple[list[float], int]:
+    """A network drain whose wait raises, then a drain with nothing issued: the failed
+    batch's landing copy and signal are dropped with it, not carried to the next drain."""
+    pad = ditron.signal_pad("test_failed_network_wait", 1)
+    net = get_engine("network")
+    dst = torch.zeros(4)
+    net._works.append(_FailedWork())  # stands for a receive whose peer failed
+    net._landing.append((torch.ones(4), dst, False))
+    net._signals.append(Signal(pad, 0, 5))
+    with pytest.raises(RuntimeError, match="the peer went away"):
+        net.drain()
+    net.drain()
+    return dst.tolist(), int(pad.signals[0])
+
+
+def test_network_drain_after_a_failed_wait_forgets_its_batch(backend):
+    # before: the next drain copied the failed batch's buffer and raised its signal
+    assert ditron.launch(check_drain_after_a_failed_wait, 1, backend=backend) == [
+        ([0.0] * 4, 0)]
