@@ -119,9 +119,9 @@ def wait(sig_ptr, value, ctx):
 
 @triton.jit
 def wait_all(sig_ptrs, value, ctx, mask=None):
-    """Spin until every local signal of the block ``sig_ptrs`` (``mask``-ed lanes only) is
-    ``>= value``; return the smallest value seen (``2**63 - 1`` when no lane is in
-    ``mask``: nothing to wait for).
+    """Spin until every local signal of the block ``sig_ptrs`` (of any shape; ``mask``-ed
+    lanes only) is ``>= value`` (a scalar, one target for every lane); return the smallest
+    value seen (``2**63 - 1`` when no lane is in ``mask``: nothing to wait for).
 
     :func:`wait` for many signals at once: each lane reads its own signal (acquire atomic,
     volatile loads while short, the acquire atomic again once reached), all lanes in
@@ -135,7 +135,10 @@ def wait_all(sig_ptrs, value, ctx, mask=None):
     big = tl.full(sig_ptrs.shape, 0x7FFFFFFFFFFFFFFF, tl.int64)
     seen = tl.where(mask, tl.atomic_add(sig_ptrs, 0, mask=mask, sem="acquire", scope="sys"),
                     big)
-    least = tl.min(seen, axis=0)
+    least = tl.min(seen, axis=None)  # over every axis: a block condition below would be
+    # refused by the compiler and taken as true by the interpreter (a wait without end)
+    tl.static_assert(not (least < value).type.is_block(),
+                     "dl.wait_all: value must be a scalar (one target for every signal)")
     if least < value:
         short = mask & (seen < value)  # the lanes that polled: read again with acquire
         limit = ctx.spin_limit
@@ -143,7 +146,7 @@ def wait_all(sig_ptrs, value, ctx, mask=None):
         while (least < value) & ((limit == 0) | (polls < limit)):
             seen = tl.where(mask & (seen < value),
                             tl.load(sig_ptrs, mask=mask & (seen < value), volatile=True), seen)
-            least = tl.min(seen, axis=0)
+            least = tl.min(seen, axis=None)
             polls += 1
             if (limit > 0) & (polls % _ABORT_CHECK_EVERY == 0):
                 if tl.atomic_add(ctx.diag + DIAG_FLAG, 0, sem="relaxed", scope="sys") != 0:
@@ -152,13 +155,13 @@ def wait_all(sig_ptrs, value, ctx, mask=None):
             local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
             offsets = (sig_ptrs.to(tl.uint64, bitcast=True) - local_base).to(tl.int64)
             still = mask & (seen < value)
-            offset = tl.min(tl.where(still, offsets, big), axis=0)
-            named = tl.min(tl.where(still & (offsets == offset), seen, big), axis=0)
+            offset = tl.min(tl.where(still, offsets, big), axis=None)
+            named = tl.min(tl.where(still & (offsets == offset), seen, big), axis=None)
             _record_offset(offset, value, named, ctx)
         else:
             seen = tl.where(short, tl.atomic_add(sig_ptrs, 0, mask=short, sem="acquire",
                                                  scope="sys"), seen)
-            least = tl.min(seen, axis=0)
+            least = tl.min(seen, axis=None)
     tl.debug_barrier()  # every thread's later loads are ordered after the lanes' acquires
     return least
 

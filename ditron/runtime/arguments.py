@@ -153,10 +153,13 @@ def _make_folder(folder: str, text: str) -> None:
 
 
 def output_file(text: str) -> str:
-    """A file to write (JSON, a trace's prefix): not a folder; its folder is made now, so a
-    long run cannot fail at its end for want of it."""
+    """A file to write (JSON, a trace's prefix): not a folder, nor a name without a file
+    (empty, or ending in a separator: ``results/``); its folder is made now, so a long run
+    cannot fail at its end for want of it."""
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
+    if not os.path.basename(text):
+        raise argparse.ArgumentTypeError(f"{text!r} names no file; give a file name")
     _make_folder(os.path.dirname(os.path.abspath(text)), text)
     return text
 
