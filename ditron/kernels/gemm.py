@@ -527,7 +527,10 @@ def slot_waits(order: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor,
     mb = order.long() // n_blocks
     lo = lo.to(order.device).long()[mb]
     hi = hi.to(order.device).long()[mb]
-    if lo.numel() and (int(lo.min()) < 0 or int(lo.max()) >= 1 << 31):
+    # the kernel reads each half as an int32: a larger ``hi`` wrapped to a negative one (no
+    # wait at all); a negative ``hi`` is "no wait" and is kept as it is
+    if lo.numel() and (int(lo.min()) < 0 or int(lo.max()) >= 1 << 31
+                       or int(hi.min()) < -(1 << 31) or int(hi.max()) >= 1 << 31):
         raise ValueError("slot_waits: chunk ids must lie in [0, 2**31)")
     return (lo & 0xFFFFFFFF) | (hi << 32)
 

@@ -107,11 +107,17 @@ def cached(key: tuple, build: Callable[[], T]) -> T:
 
 
 def drop(key: tuple) -> None:
-    """Free the workspace cached under ``("workspace", *key)``, if any (collective)."""
+    """Free the workspace cached under ``("workspace", *key)``, if any, and drop its signal
+    pad, as :func:`release_workspaces` does (collective; nobody may still use either: a
+    workspace built again under the key gets a fresh zeroed pad, so its epochs restart)."""
+    from ..runtime.signals import drop_signal_pad
+
     rt = current()
     ws = rt.cache.pop(("workspace", *key), None)
     if ws is not None:
         ws.release(rt.heap)
+        if ws.pad_key is not None:
+            drop_signal_pad(ws.pad_key)
 
 
 def alloc_buffers(specs: list[tuple[tuple[int, ...], torch.dtype, str]],

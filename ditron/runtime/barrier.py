@@ -3,7 +3,9 @@
 Each rank sets its slot on every peer of its node to the barrier's epoch, then waits
 until every slot of its own pad has reached it. On CUDA the barrier is ordered in the
 current stream (the host does not block); on the CPU backend launches are synchronous,
-so it is also a host barrier. Ranks on other nodes are joined through the host group.
+so it is also a host barrier. Ranks on other nodes are joined through the host group, on
+the host rows of every host check (``host_rows``): a rank there beside a peer in another
+check raises, naming each rank's call.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import torch.distributed as dist
 import triton
 
 from .. import language as dl
+from . import host_rows
 from .diagnostics import WaitTimeoutError, check_waits
 from .signals import SignalPad
 from .world import current
@@ -60,4 +63,14 @@ def barrier() -> None:
             raise
     if rt.topo.num_nodes > 1:
         rt.backend.synchronize(rt.world.device)
-        dist.barrier(rt.host_group)
+        _host_barrier(rt.host_group)
+
+
+def _host_barrier(group) -> None:
+    """A barrier of the nodes on the host rows (``host_rows``): ranks of another node in a
+    host check of another call (an allocation, an agreement) raise with this rank, naming
+    each rank's call, instead of waiting in mismatched gloo collectives."""
+    rows = host_rows.exchange(group, "ditron.barrier", (), ())
+    if (calls := rows.different_calls()) is not None:
+        raise RuntimeError(f"ditron.barrier: ranks are in different collective calls (a "
+                           f"barrier on some, another call on others):\n{calls}")

@@ -289,14 +289,16 @@ class SymmetricHeap:
         return f"heap offset {offset}"
 
     def peer(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
-        """``tensor`` (a symmetric tensor or a view of one) as it lies in ``rank``'s heap."""
+        """``tensor`` (a symmetric tensor or a view of one, conjugate and negative views
+        included) as it lies in ``rank``'s heap."""
         if type(rank) is not int:  # before the cache: True would find rank 1's view
             index = as_int(rank)
             if index is None:
                 raise TypeError(f"ditron.peer: rank must be an int, got {rank!r}")
             rank = index
         key = (tensor.data_ptr() or _address(tensor), tensor.shape, tensor.stride(),
-               tensor.dtype, tensor.device, rank)  # empty tensors: data_ptr() is 0 for all
+               tensor.dtype, tensor.device, rank,  # empty tensors: data_ptr() is 0 for all
+               tensor.is_conj(), tensor.is_neg())
         view = self._views.get(key)
         if view is not None:
             return view
@@ -318,7 +320,14 @@ class SymmetricHeap:
                              f"mapped on rank {self.rank}")
         itemsize = tensor.element_size()
         usable = other[: self.size - self.size % itemsize].view(tensor.dtype)
-        return usable.as_strided(tensor.shape, tensor.stride(), offset // itemsize)
+        view = usable.as_strided(tensor.shape, tensor.stride(), offset // itemsize)
+        # a conjugate or negative view (``z.conj()``, ``z.conj().imag``) reads the same
+        # values on the peer's copy
+        if tensor.is_conj():
+            view = view.conj()
+        if tensor.is_neg():
+            view = torch._neg_view(view)
+        return view
 
     def _is_live(self, offset: int, tensor: torch.Tensor) -> bool:
         """Whether the bytes ``tensor`` spans from ``offset`` lie inside one live buffer (an

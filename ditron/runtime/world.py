@@ -196,7 +196,8 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
     keeps them; ``RuntimeError`` otherwise).
 
     Keyword arguments override the ``DITRON_*`` settings of :class:`Settings`
-    (``local_world_size``: ranks per node of the job).
+    (``local_world_size``: ranks per node of the job). The ranks of a new world must agree
+    on its heap size and its ranks per node: ``ValueError`` on every rank otherwise.
     """
     global _RUNTIME
     backend = check_backend(backend) if backend else None
@@ -268,6 +269,7 @@ def _join(settings: Settings, impl: Backend, group, job_rank: int, job_size: int
     groups = world_groups(group)
     ranks = groups.ranks
     rank = ranks.index(job_rank)
+    _check_same_heap(groups.host, len(ranks), settings.heap_size, lws)
     topo = Topology(rank, len(ranks), lws)
 
     job = os.environ.get("DITRON_JOB")
@@ -281,6 +283,27 @@ def _join(settings: Settings, impl: Backend, group, job_rank: int, job_size: int
               settings.backend, ranks)
     _RUNTIME = _RUNTIMES[ranks] = Runtime(w, settings, impl, topo, groups, heap, owns_pg)
     return w
+
+
+def _check_same_heap(host_group, world_size: int, heap_size: int, lws: int) -> None:
+    """Raise ``ValueError`` on every rank of a new world whose ranks ask for heaps of
+    different sizes or count different ranks per node (before any heap is mapped: buffers
+    placed from the top, the barrier's pad first, would get different offsets)."""
+    if world_size == 1:
+        return
+    what = "ditron.init"
+    names = ("heap_size", "local_world_size")
+    rows = host_rows.exchange(host_group, what, names, (heap_size, lws))
+    if rows.calls is None:
+        return
+    if (calls := rows.different_calls()) is not None:
+        raise RuntimeError(f"{what}: ranks are in different collective calls (some make a "
+                           f"world, others do something else):\n{calls}")
+    from .agreement import disagreement  # agreement -> world
+
+    raise ValueError(disagreement(what, names, [c[2] for c in rows.calls]) +
+                     "\n(every rank of a world needs the same DITRON_HEAP_SIZE or "
+                     "init(heap_size=...), and the same ranks per node)")
 
 
 def shutdown() -> None:

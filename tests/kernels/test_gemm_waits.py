@@ -102,3 +102,11 @@ def test_bad_wait_tables_raise_before_the_kernel():
     assert c.isnan().all()
     with pytest.raises(ValueError, match="chunk ids"):
         slot_waits(order, lo - 1, hi, n_blocks)
+    # an upper end past int32 used to wrap to a negative one, which the kernel takes for
+    # "no wait": its tiles read chunks that had not arrived
+    for top in (1 << 31, 1 << 32):
+        with pytest.raises(ValueError, match="chunk ids"):
+            slot_waits(order, lo, hi.long() + top, n_blocks)
+    none = slot_waits(order, lo, torch.full_like(hi, -1), n_blocks)  # hi < lo: no wait
+    assert bool(((none >> 32) == -1).all()) and torch.equal(none & 0xFFFFFFFF,
+                                                            lo.long()[order.long() // n_blocks])

@@ -73,6 +73,43 @@ def test_full_heap_frees_retired_signal_pads(world_size, monkeypatch):
     assert len(set(results)) == 1 and results[0][1] == 1, results
 
 
+def _rank_drop_frees_the_pad() -> bool:
+    """``workspaces.drop`` frees a workspace's signal pad (``pad_key``) with its buffers,
+    as ``release_workspaces`` does. It freed the buffers only: the workspace built again
+    under the key found the old pad, its signals at the old calls' epochs while its users
+    restart theirs from 0 (a fresh workspace's device epochs), so every wait passed."""
+    from ditron.runtime.signals import signal_pad
+
+    ditron.barrier()  # its pad first: the heap's use is compared below
+    heap = current().heap
+    used = heap.used_bytes
+
+    def build() -> workspaces.Buffers:
+        bufs = workspaces.alloc_buffers([((8,), torch.float32, "test:drop")],
+                                        pad_key="test.drop")
+        signal_pad("test.drop", 4)
+        return bufs
+
+    workspaces.cached(("test", "drop"), build)
+    pad = signal_pad("test.drop", 4)
+    pad.signals.fill_(pad.next_epoch(5))  # five calls made
+    ditron.barrier()
+    workspaces.drop(("test", "drop"))
+    assert heap.used_bytes == used
+    with pytest.raises(ValueError, match="not inside one live symmetric buffer"):
+        ditron.peer(pad.signals, 0)
+    workspaces.cached(("test", "drop"), build)
+    fresh = signal_pad("test.drop", 4)
+    assert fresh is not pad and fresh.epoch == 0 and fresh.signals.tolist() == [0] * 4
+    workspaces.drop(("test", "drop"))
+    return heap.used_bytes == used
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_drop_frees_the_workspace_pad(world_size):
+    assert all(ditron.launch(_rank_drop_frees_the_pad, world_size))
+
+
 def _gather_reference(x: torch.Tensor) -> torch.Tensor:
     parts = [torch.empty_like(x) for _ in range(ditron.world().world_size)]
     dist.all_gather(parts, x.detach().cpu().contiguous(), group=current().host_group)

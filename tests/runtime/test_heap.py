@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import ditron
 from ditron.runtime.backends.base import HeapMapping
@@ -385,6 +386,65 @@ def _freed_is_not_symmetric() -> bool:
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_freed_buffers_are_not_symmetric(world_size):
     assert all(ditron.launch(_freed_is_not_symmetric, world_size, backend="cpu"))
+
+
+def _conjugate_peer_views() -> bool:
+    """``peer`` of a conjugate or negative view (``z.conj()``, ``z.conj().imag``) is that
+    view of the peer's copy. The bits were dropped (and ``peer(z)``'s cached view served
+    for ``peer(z.conj())``): the peer's values came back unconjugated, signs flipped."""
+    w = ditron.world()
+    gen = torch.Generator().manual_seed(11)
+    data = torch.randn(w.world_size, 6, dtype=torch.complex64, generator=gen)
+    z = ditron.empty(6, torch.complex64)
+    z.copy_(data[w.rank])
+    ditron.barrier()
+    for r in range(w.world_size):
+        assert torch.equal(ditron.peer(z, r), data[r])
+        view = ditron.peer(z.conj(), r)
+        assert view.is_conj() and torch.equal(view.resolve_conj(), data[r].conj())
+        assert torch.equal(ditron.peer(z.conj().imag, r).resolve_neg(), -data[r].imag)
+        assert torch.equal(ditron.peer(z[1::2].conj(), r).resolve_conj(), data[r][1::2].conj())
+    ditron.barrier()
+    right = (w.rank + 1) % w.world_size
+    ditron.peer(z.conj(), right)[0] = 1 + 2j  # a write through a conjugate view
+    ditron.barrier()
+    return z[0].item() == 1 - 2j
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_peer_of_conjugate_and_negative_views(world_size):
+    assert all(ditron.launch(_conjugate_peer_views, world_size, backend="cpu"))
+
+
+def _different_heap_sizes() -> str:
+    """Ranks 0 and 1 make a world of their own asking for heaps of different sizes: refused
+    by ``init`` on both (it used to map both; the first buffer placed from the top, the
+    barrier's pad, then failed with "ditron.empty ... heap_offset differs"); so are ranks
+    counting different ranks per node. The same world with equal settings is made
+    afterwards and works."""
+    rank = dist.get_rank()
+    if rank == 2:
+        return "outside"
+    with pytest.raises(ValueError) as info:
+        ditron.init(group=[0, 1], heap_size="1M" if rank == 0 else "2M")
+    with pytest.raises(ValueError, match=r"local_world_size differs"):  # one node or two
+        ditron.init(group=[0, 1], heap_size="1M", local_world_size=1 + rank)
+    w = ditron.init(group=[0, 1], heap_size="1M")
+    t = ditron.zeros(4, torch.float32)
+    ditron.barrier()
+    ditron.peer(t, 1 - w.rank).fill_(w.rank + 1)
+    ditron.barrier()
+    assert t.tolist() == [float(2 - w.rank)] * 4 and current().heap.size == 1 << 20
+    return str(info.value)
+
+
+def test_ranks_asking_for_different_heap_sizes_are_refused_at_init():
+    results = ditron.launch(_different_heap_sizes, 3, backend="cpu")
+    assert results[2] == "outside"
+    for r in (0, 1):
+        assert results[r].startswith("ditron.init: ranks disagree on the call (heap_size "
+                                     "differs):\n  rank 0: heap_size=1048576, "
+                                     "local_world_size=2\n  rank 1: heap_size=2097152"), results
 
 
 def test_api_needs_init():
