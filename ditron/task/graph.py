@@ -122,6 +122,11 @@ class Task:
                                 f"must be positional")
         tiles = check_int(tiles, f"task {name!r}: tiles")
         warps = check_warps(warps, f"task {name!r}")
+        for what, given, of in (("reads", reads, "(tile, rank)"),
+                                ("writes", writes, "(tile, rank)"), ("order", order, "rank")):
+            if given is not None and not callable(given):  # a region or a list of them
+                raise TypeError(f"task {name!r}: {what} must be a function of {of}, got "
+                                f"{type(given).__name__}")
         return cls(name, fn, tuple(p.name for p in params[1:]),
                    tuple(_constexpr(p.annotation) for p in params[1:]), values, tiles,
                    reads or _no_regions, writes or _no_regions, order, warps)

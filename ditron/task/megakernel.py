@@ -81,16 +81,23 @@ def launch_option_names() -> frozenset[str]:
 
 
 def _kind(arg) -> str:
+    """What every rank must pass for ``arg``: its type, a tensor's dtype (a pointer's type
+    decides what a tile compiles to: a rank given another dtype failed at its first call,
+    leaving its peers waiting for its tiles), a tuple's kinds element by element."""
     # an operand is a tensor however it is loaded: a rank whose operand is not aligned for
     # TMA passes the tensor where the others pass its descriptor, and builds its own kernel
-    if isinstance(arg, (torch.Tensor, TensorDescriptor)):
-        return "tensor"
+    if isinstance(arg, TensorDescriptor):
+        arg = arg.base
+    if isinstance(arg, torch.Tensor):
+        return f"tensor of {arg.dtype}"
+    if isinstance(arg, tuple):
+        return f"tuple({', '.join(map(_kind, arg))})"
     return type(arg).__name__
 
 
 def _fingerprint(graph: TaskGraph) -> dict:
     """What every rank's graph must share, by field (argument values may differ, and so may
-    how a rank loads an operand: through a pointer or a TMA descriptor)."""
+    how a rank loads an operand: through a pointer or a TMA descriptor; not its dtype)."""
     tasks = graph.tasks
     return {"tasks": tuple(t.name for t in tasks),
             "functions": tuple(f"{t.fn.fn.__module__}.{t.fn.fn.__qualname__}" for t in tasks),
@@ -188,6 +195,10 @@ class Megakernel:
         self._trace = torch.zeros(1 + s.n_items * codegen.TRACE_FIELDS if traced else 1,
                                   dtype=torch.int64, device=device)
         self._calls = 0
+        #: why a call raised from its launch (an interrupt, an error in a tile on the CPU
+        #: backend): its programs may have taken part of that call's tickets, so that the
+        #: next call would take up the rest under the same epoch; later calls are refused
+        self._failed: str | None = None
         args, constexprs = [], dict(launch_options)
         constexprs.update(TRACE=traced, ON_GPU=device.type == "cuda")
         for k, task in enumerate(graph.tasks):
@@ -222,6 +233,11 @@ class Megakernel:
         if self._pad is None:
             raise RuntimeError(f"ditron.task: the megakernel of graph {self.graph.name!r} "
                                f"was freed")
+        if self._failed is not None:
+            raise RuntimeError(f"ditron.task: a call of the megakernel of graph "
+                               f"{self.graph.name!r} failed ({self._failed}) part way, which "
+                               f"leaves its queue and scoreboard inside that call: compile "
+                               f"the graph again (on every rank its calls reach)")
         in_capture = capturing()
         if in_capture and self._calls == 0:
             raise RuntimeError("ditron.task: run the megakernel once before capturing it in "
@@ -234,7 +250,12 @@ class Megakernel:
             self._trace.zero_()
             rt.backend.synchronize(rt.world.device)
             t0 = tracing.host_clock()
-        self._launch()
+        try:
+            self._launch()
+        except BaseException as exc:  # KeyboardInterrupt too: the interpreter stops mid-call
+            if not in_capture:  # a capture runs nothing
+                self._failed = f"{type(exc).__name__}: {exc}"[:200]
+            raise
         if self.traced:
             rt.backend.synchronize(rt.world.device)
             t1 = tracing.host_clock()
@@ -318,11 +339,12 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
     faster for a few small tasks (their loop-invariant values are computed once per
     program), slower or spilling for many (``docs/megakernel.md``). Raises
     ``ValueError`` before any kernel runs, on every rank, when ranks built different graphs
-    (tasks, tile counts, argument kinds) or graphs whose regions imply different
-    dependencies between two ranks (``Schedule.links``), when a region is invalid on any
-    rank (see :func:`derive`; that rank raises its own error), or when ``programs``,
-    ``num_warps``, a keyword that is no Triton launch option or a tensor argument's device
-    is refused (on one rank alone: the others raise naming its problem)."""
+    (tasks, tile counts, argument kinds, tensor dtypes) or graphs whose regions imply
+    different dependencies between two ranks (``Schedule.links``), when a region is
+    invalid on any rank (see :func:`derive`; that rank raises its own error), or when
+    ``programs``, ``num_warps``, a keyword that is no Triton launch option or a tensor
+    argument's device is refused (on one rank alone: the others raise naming its
+    problem)."""
     rt = current()
     w = rt.world
     what = f"ditron.task: compile of graph {graph.name!r}"

@@ -73,7 +73,10 @@ class Region:
 
 
 def _index(value) -> int | None:
-    """``value`` as an int when it is an integer (``operator.index``), else ``None``."""
+    """``value`` as an int when it is an integer (``operator.index``; not a ``bool``, a
+    mistake as in ``runtime/integers.py``), else ``None``."""
+    if isinstance(value, bool):
+        return None
     try:
         return operator.index(value)
     except TypeError:
@@ -86,6 +89,10 @@ def _range(spec, size: int, dim: int) -> Range:
             raise ValueError(f"region: dimension {dim} has step {spec.step}; only boxes")
         start, stop, _ = spec.indices(size)
         return start, max(start, stop)
+    if isinstance(spec, range):  # its indices, not a (start, stop) pair of its first two
+        if spec.step != 1:
+            raise ValueError(f"region: dimension {dim} has step {spec.step}; only boxes")
+        spec = (spec.start, max(spec.start, spec.stop))
     if _index(spec) is not None:  # an int, a NumPy int, an integer tensor of one element
         spec = _index(spec)
         if not -size <= spec < size:
@@ -102,14 +109,15 @@ def _range(spec, size: int, dim: int) -> Range:
             raise ValueError(f"region: range ({start}, {stop}) is not within dimension {dim} "
                              f"of size {size}")
         return start, min(stop, size)
-    raise TypeError(f"region: dimension {dim} takes a slice, an int or a (start, stop) pair, "
-                    f"got {spec!r}")
+    raise TypeError(f"region: dimension {dim} takes a slice, an int or a (start, stop) pair "
+                    f"(a range of step 1 too), got {spec!r}")
 
 
 def region(tensor: torch.Tensor, *ranges, rank: int | None = None) -> Region:
     """The box of ``tensor`` given per leading dimension by ``ranges`` (a ``slice``, an
-    ``int`` or a ``(start, stop)`` pair; stops past the end are clipped, dimensions not
-    given are whole), on ``rank``'s copy (``None``: the rank running the tile).
+    ``int``, a ``(start, stop)`` pair or a ``range`` of step 1, which is its pair; stops
+    past the end are clipped, dimensions not given are whole), on ``rank``'s copy
+    (``None``: the rank running the tile).
 
     ``region(c, (m0, m0 + 64), (n0, n0 + 128))`` is a 64 x 128 tile of ``c``;
     ``region(x)`` is all of ``x``."""
