@@ -7,11 +7,12 @@ triton and torch versions (a decision measured with other compilers and librarie
 again).
 Writes are atomic (temporary file + rename), so a reader never sees a torn file, and
 serialized by an advisory lock on ``tune.json.lock``, so processes writing different keys at
-once (two jobs tuning side by side) keep each other's entries. A cache that cannot be read
-(no such file, not JSON, not a table, or a path the process cannot open) reads as empty:
-the ops then decide by the cost model; a write that fails raises :class:`CacheError`, and
-so does one over a file that exists but cannot be opened (another user's, mode 0600): it
-would replace their entries with this one alone. A damaged file is replaced.
+once (two jobs tuning side by side, or users sharing the folder) keep each other's entries.
+A cache that cannot be read (no such file, not JSON, not a table, or a path the process
+cannot open) reads as empty: the ops then decide by the cost model; a write that fails
+raises :class:`CacheError`, and so does one over a file that exists but cannot be opened
+(another user's, mode 0600): it would replace their entries with this one alone. A damaged
+file is replaced.
 """
 
 from __future__ import annotations
@@ -74,12 +75,18 @@ def get(key: str) -> dict | None:
 
 @contextlib.contextmanager
 def _locked(d: str):
-    with open(os.path.join(d, FILE + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """Hold the folder's write lock. The lock file is opened read-only (``flock`` needs no
+    more): one made by another user of a shared folder (mode 0644 under the usual umask)
+    serves this user too, where opening it for writing failed and no one else could tune."""
+    fd = os.open(os.path.join(d, FILE + ".lock"), os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def put(key: str, value: dict) -> None:

@@ -1,5 +1,5 @@
-"""Tuned decisions: what the tuner chose, keyed by op, shape, dtype, world size, device and
-``b``'s layout.
+"""Tuned decisions: what the tuner chose, keyed by op, shape, dtype, world size, device,
+``b``'s layout and the triton and torch versions.
 
 The ops read decisions here (``method="auto"``); ``tuner.py`` measures and writes them.
 """
@@ -41,10 +41,11 @@ class Decision:
     def from_json(cls, entry: object) -> Decision:
         """The decision a cache entry holds; ``ValueError`` (or ``KeyError`` / ``TypeError``)
         where the entry is not one this version wrote: a JSON object with a known method, a
-        valid tile config, an engine name, a time, chunk rows ``null`` or positive ints,
-        ``early_rows`` an int >= 0 and ``graph`` ``null`` or such an object (its own
-        ``graph`` ``null``); the config's ``flatten`` and ``tma_store`` are booleans (a
-        string such as ``"false"`` would read as true)."""
+        valid tile config, an engine name, a time (a finite number: a huge int raised
+        ``OverflowError``), chunk rows ``null`` or positive ints, ``early_rows`` an int >= 0
+        and ``graph`` ``null`` or such an object (its own ``graph`` ``null``); the config's
+        ``flatten`` and ``tma_store`` are booleans (a string such as ``"false"`` would read
+        as true)."""
         if not isinstance(entry, dict):
             raise ValueError(f"a decision is a JSON object, got {entry!r}")
         method, engine, time_us = entry["method"], entry["engine"], entry["time_us"]
@@ -53,8 +54,9 @@ class Decision:
         if method not in ("overlap", "fallback") or not isinstance(engine, str):
             raise ValueError(f"unknown method or engine: {method!r}, {engine!r}")
         if not _is_int(early, 0) or isinstance(time_us, bool) or not isinstance(
-                time_us, (int, float)):
-            raise ValueError(f"early_rows {early!r} or time_us {time_us!r} is not a number")
+                time_us, (int, float)) or not -1e300 < time_us < 1e300:  # NaN, inf, 10**400
+            raise ValueError(f"early_rows {early!r} or time_us {time_us!r} is not a finite "
+                             f"number")
         if isinstance(chunks, list):
             chunks = tuple(chunks)
             if not chunks or not all(_is_int(r, 1) for r in chunks):

@@ -53,6 +53,7 @@ import torch.distributed as dist
 
 from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits
 from ..runtime import bounded_cache
+from ..runtime.agreement import agree, refused_together
 from ..runtime.config import env_float
 from ..runtime.cuda_graphs import capture, collectives_capturable
 from ..runtime.integers import check_int
@@ -205,31 +206,35 @@ def all_ok(ok: bool) -> bool:
     return flag.item() > 0
 
 
-def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
-         warmup: int = 3, iters: int = 5, batch: int | None = None,
-         candidates: list[GemmConfig] | None = None, progress: bool = True,
-         save: bool = True, layout: str = "t") -> Decision:
-    """Measure the fallback and every (tile config, engine) of ``op``'s overlapped path
-    with fixed warm-up and iteration counts on every rank (``iters`` samples of ``batch``
-    back-to-back calls; default 4 on GPU, 1 on CPU); the slowest rank's median decides (the
-    same winner on every rank), rank 0 caches it (collective).
+class _Status:
+    """The tuner's status line on stderr (where ``on``): on a terminal one line rewritten
+    in place, each rewrite padded over the last; elsewhere (a log) a line per step."""
 
-    Shapes as the op sees them on one rank: ``ag_gemm``: a ``[M / W, K]``, b ``[K, N]``;
-    ``gemm_rs`` / ``gemm_ar``: a ``[M, K]``, b ``[K, N]``; b is timed as a transposed
-    ``[N, K]`` weight (``weight.t()``), or row-major with ``layout="n"``: the decision
-    serves calls whose ``b`` is laid out so (``decisions.b_layout``). Returns the agreed
-    decision. Bad arguments raise ``ValueError`` before anything is allocated or timed. One
-    rank has nothing to overlap (the ops always fall back there): only the fallback is
-    timed, and chosen. Where every candidate fails, the fallback too, nothing is cached and
-    ``RuntimeError`` says why on every rank; so does a decision that rank 0 cannot write
-    (``cache.CacheError``).
-    """
-    from .. import ops
+    def __init__(self, on: bool) -> None:
+        self.on, self.width = on, 0
+        self.live = on and getattr(sys.stderr, "isatty", lambda: False)()
+
+    def show(self, line: str) -> None:
+        if self.live:
+            print(f"\r{line:<{self.width}}", end="", file=sys.stderr, flush=True)
+            self.width = max(self.width, len(line))
+        elif self.on:
+            print(line, file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        """End the rewritten line (the lines printed next start a line of their own)."""
+        if self.live and self.width:
+            print(file=sys.stderr)
+            self.width = 0
+
+
+def _checked(op: str, M: int, N: int, K: int, dtype: torch.dtype, warmup: int, iters: int,
+             batch: int | None, candidates, layout: str, W: int, dev: torch.device) -> tuple:
+    """:func:`tune`'s arguments checked on this rank (``ValueError`` naming the first bad
+    one): ``op, M, N, K, warmup, iters, batch`` as ints (``batch`` defaulted), the candidates
+    that fit ``dev``, and the margin (``DITRON_TUNE_MARGIN``)."""
     from ..ops.tp_gemm import DTYPES
-    from ..runtime.world import current
 
-    rt = current()
-    W, dev = rt.world.world_size, rt.world.device
     if op not in TUNED_OPS:
         raise ValueError(f"tune: op must be one of {', '.join(TUNED_OPS)}, got {op!r}")
     M, N, K = (check_int(v, f"tune: {name}", 1) for name, v in (("M", M), ("N", N), ("K", K)))
@@ -259,6 +264,44 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     candidates = [c for c in candidates if fits(c, dev, dtype)]
     if not candidates:
         raise ValueError(f"tune: no candidate tile config fits shared memory for {dtype}")
+    return (op, M, N, K, warmup, iters, batch, candidates,
+            env_float("DITRON_TUNE_MARGIN", MARGIN))
+
+
+def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
+         warmup: int = 3, iters: int = 5, batch: int | None = None,
+         candidates: list[GemmConfig] | None = None, progress: bool = True,
+         save: bool = True, layout: str = "t") -> Decision:
+    """Measure the fallback and every (tile config, engine) of ``op``'s overlapped path
+    with fixed warm-up and iteration counts on every rank (``iters`` samples of ``batch``
+    back-to-back calls; default 4 on GPU, 1 on CPU); the slowest rank's median decides (the
+    same winner on every rank), rank 0 caches it (collective).
+
+    Shapes as the op sees them on one rank: ``ag_gemm``: a ``[M / W, K]``, b ``[K, N]``;
+    ``gemm_rs`` / ``gemm_ar``: a ``[M, K]``, b ``[K, N]``; b is timed as a transposed
+    ``[N, K]`` weight (``weight.t()``), or row-major with ``layout="n"``: the decision
+    serves calls whose ``b`` is laid out so (``decisions.b_layout``). Returns the agreed
+    decision. Bad arguments (``DITRON_TUNE_MARGIN`` too) raise ``ValueError`` before anything
+    is allocated or timed, on every rank (a rank refusing its own names itself to its peers),
+    and so do arguments or margins that differ between ranks. One rank has nothing to
+    overlap (the ops always fall back there): only the fallback is timed, and chosen. Where
+    every candidate fails, the fallback too, nothing is cached and ``RuntimeError`` says why
+    on every rank; so does a decision that rank 0 cannot write (``cache.CacheError``).
+    ``progress``: rank 0 shows its progress on stderr (``_Status``) and the times.
+    """
+    from .. import ops
+    from ..runtime.world import current
+
+    rt = current()
+    W, dev = rt.world.world_size, rt.world.device
+    # collective: a rank refusing its arguments, or ranks passing different ones, raise on
+    # every rank here, not in (or past) the first timing barrier
+    with refused_together("tune"):
+        op, M, N, K, warmup, iters, batch, candidates, margin = _checked(
+            op, M, N, K, dtype, warmup, iters, batch, candidates, layout, W, dev)
+    agree("tune", remember=False, op=op, M=M, N=N, K=K, dtype=dtype, warmup=warmup,
+          iters=iters, batch=batch, layout=layout, candidates=tuple(candidates),
+          margin=margin)
     fn_op = getattr(ops, op)
     rows = M // W if op == "ag_gemm" else M
     g = torch.Generator(device="cpu").manual_seed(rt.world.rank)
@@ -298,14 +341,13 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     samples: dict[int, list[float]] = {i: [] for i in range(len(trials))}
     errors: dict[int, str] = {}
     order = list(range(len(trials)))
+    status = _Status(progress and rt.world.rank == 0)
     for r in range(FIRST_PASS_ROUNDS):
         for i in order if r % 2 == 0 else order[::-1]:
             if i in errors:
                 continue  # failed in an earlier round (on some rank)
-            if progress and rt.world.rank == 0:
-                print(f"\r[ditron tune] {op} M={M} N={N} K={K}: round {r + 1}/"
-                      f"{FIRST_PASS_ROUNDS}, {i + 1}/{len(trials)} {trials[i].label()}   ",
-                      end="", file=sys.stderr, flush=True)
+            status.show(f"[ditron tune] {op} M={M} N={N} K={K}: round {r + 1}/"
+                        f"{FIRST_PASS_ROUNDS}, {i + 1}/{len(trials)} {trials[i].label()}")
             try:
                 times = time_calls(_call(fn_op, a, b, op, trials[i]),
                                    warmup if r == 0 else 1, iters, dev, batch)
@@ -318,8 +360,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
                 errors.setdefault(i, "failed on another rank")
     results = [float("inf") if i in errors else agreed_median(samples[i])
                for i in range(len(trials))]
+    status.done()
     if progress and rt.world.rank == 0:
-        print(file=sys.stderr)
         for i, (trial, t) in enumerate(zip(trials, results, strict=True)):
             shown = f"{t:10.1f} us" if t != float("inf") else "    failed   "
             print(f"[ditron tune]   {shown}  {trial.label()}"
@@ -331,11 +373,11 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     close = confirm_set(trials, results)
     if close and results[0] != float("inf"):
         best = _confirm(trials, close, fn_op, a, b, op, warmup, iters, dev, batch,
-                        progress and rt.world.rank == 0)
+                        progress and rt.world.rank == 0, margin)
     graph = None
     if dev.type == "cuda":
         picked = _graph_pass(trials, results, fn_op, a, b, op, iters, dev, batch,
-                             progress and rt.world.rank == 0)
+                             progress and rt.world.rank == 0, margin)
         if picked is not None:
             graph = trials[picked[0]].decision(picked[1])
     decision = trials[best].decision(results[best], graph)
@@ -354,7 +396,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
 
 
 def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str, iters: int,
-                dev: torch.device, batch: int, show: bool) -> tuple[int, float] | None:
+                dev: torch.device, batch: int, show: bool,
+                margin: float | None = None) -> tuple[int, float] | None:
     """The decision for calls captured in CUDA graphs (collective). Every trial that ran
     eagerly is captured as one graph of ``batch`` calls (overlapped ones after a warm-up
     inside ``ops.graph_safe()``); a trial that cannot be captured on some rank, such as an
@@ -364,9 +407,9 @@ def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str,
     then, as eagerly, the trials of :func:`confirm_set` (over these times) and the fallback
     are timed again in fresh rounds, and those times decide.
     Returns ``(trial, us per call)``: the fastest overlapped trial if it beats the fallback
-    by ``MARGIN`` (or the fallback was not captured), else the fallback; ``None`` when
-    nothing could be captured."""
-    margin = env_float("DITRON_TUNE_MARGIN", MARGIN)
+    by ``margin`` (default ``DITRON_TUNE_MARGIN``, else ``MARGIN``; or the fallback was not
+    captured), else the fallback; ``None`` when nothing could be captured."""
+    margin = env_float("DITRON_TUNE_MARGIN", MARGIN) if margin is None else margin
     graphs = {}
     for j, trial in enumerate(trials):
         if results[j] == float("inf") or (trial.method == "fallback"
@@ -543,13 +586,13 @@ def confirm_set(trials: list[Trial], results: list[float]) -> list[int]:
 
 
 def _confirm(trials: list[Trial], close: list[int], fn_op, a, b, op: str, warmup: int, iters: int,
-             dev: torch.device, batch: int, show: bool) -> int:
+             dev: torch.device, batch: int, show: bool, margin: float | None = None) -> int:
     """Re-measure the fallback (trial 0) and the overlapped trials ``close`` alternately, in
     ``max(CONFIRM_ROUNDS, candidates)`` rounds whose order rotates (:func:`rotations`);
     return the fastest of ``close`` over those rounds if it beats the fallback by
-    ``MARGIN``, else 0 (collective: every rank makes the same calls and gets the same agreed
-    medians)."""
-    margin = env_float("DITRON_TUNE_MARGIN", MARGIN)
+    ``margin`` (default ``DITRON_TUNE_MARGIN``, else ``MARGIN``), else 0 (collective: every
+    rank makes the same calls and gets the same agreed medians)."""
+    margin = env_float("DITRON_TUNE_MARGIN", MARGIN) if margin is None else margin
     samples: dict[int, list[float]] = {j: [] for j in (0, *close)}
     failed: set[int] = set()  # a trial failing now (on any rank) drops out on every rank
     for order in rotations(list(samples), CONFIRM_ROUNDS):

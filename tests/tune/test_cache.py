@@ -88,7 +88,10 @@ DAMAGED = [5, "overlap", [1, 2], _entry(graph="g"), _entry(graph=_entry(graph=_e
            _entry(config={"block_m": 0}), _entry(config=[1]),
            # "false" read as a true flatten / tma_store
            _entry(config={**_entry()["config"], "flatten": "false"}),
-           _entry(config={**_entry()["config"], "tma_store": 0})]
+           _entry(config={**_entry()["config"], "tma_store": 0}),
+           # a time past float's range raised OverflowError, which ``lookup`` let through
+           # (every "auto" call of the shape raised); inf and NaN are no time either
+           _entry(time_us=10**400), _entry(time_us=float("inf")), _entry(time_us=float("nan"))]
 
 
 def test_decisions_refuse_damaged_entries():
@@ -288,3 +291,34 @@ def test_b_layout_and_versions_in_keys(monkeypatch):
     with pytest.raises(ValueError, match="layout must be one of t, n"):
         ditron.launch(tuner.tune, 1, "gemm_rs", 8, 4, 2, torch.float32, layout="strided",
                       backend="cpu")
+
+
+def test_a_lock_file_another_user_made_serves(tmp_path, monkeypatch):
+    """Users sharing a cache folder: the first one's ``tune.json.lock`` (mode 0644 under
+    the usual umask) cannot be opened for writing by the others (simulated, as root opens
+    anything); ``put`` opened it to append, so no one but its maker could tune there. A
+    read-only descriptor is all ``flock`` needs; concurrent writers still keep every
+    entry (``test_concurrent_writers_keep_every_entry``)."""
+    import builtins
+    import os
+
+    monkeypatch.setenv("DITRON_CACHE_DIR", str(tmp_path))
+    cache.put("a", {"method": "fallback"})
+    lock = str(tmp_path / (cache.FILE + ".lock"))
+    real_open = os.open
+
+    def denied(path, mode="r", *args, **kwargs):  # builtins.open for writing
+        if str(path) == lock and any(c in mode for c in "wax+"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return builtins.open(path, mode, *args, **kwargs)
+
+    def denied_fd(path, flags, *args, **kwargs):  # os.open for writing
+        if str(path) == lock and flags & (os.O_WRONLY | os.O_RDWR):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(cache, "open", denied, raising=False)
+        patched.setattr(cache.os, "open", denied_fd)
+        cache.put("b", {"method": "overlap"})
+    assert cache.load() == {"a": {"method": "fallback"}, "b": {"method": "overlap"}}
