@@ -3,7 +3,7 @@
 Host API (see DESIGN.md): ``launch``, ``init``, ``world``, ``use``, ``shutdown``,
 ``empty``, ``zeros``, ``free``, ``peer``, ``barrier``, ``context``; device primitives live in
 ``ditron.language``; operators in ``ditron.ops``; torch modules in ``ditron.nn``; task
-graphs run as megakernels in ``ditron.task``.
+graphs run as megakernels in ``ditron.task``; overlap traces in ``ditron.trace``.
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # ``ditron.ops``, ``ditron.nn`` and ``ditron.task`` import kernels: loaded on first use.
-    if name in ("ops", "nn", "task"):
+    # ``ditron.ops``, ``ditron.nn`` and ``ditron.task`` import kernels, ``ditron.trace``
+    # (``ditron.trace.enable()``, docs/tp_gemm.md) the ops' trace events: loaded on first use.
+    if name in ("ops", "nn", "task", "trace"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

@@ -114,11 +114,12 @@ def env_float(name: str, default: float) -> float:
     return number
 
 
-def check_backend(name: str) -> str:
-    name = name.lower()
-    if name not in BACKENDS:
+def check_backend(name: object) -> str:
+    """``name`` (a string, any case) as a backend's name; ``SettingsError`` for any other
+    value (a ``torch.device`` too)."""
+    if not isinstance(name, str) or name.lower() not in BACKENDS:
         raise SettingsError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    return name
+    return name.lower()
 
 
 def default_backend() -> str:
@@ -184,9 +185,10 @@ class Settings:
 
 
 def _seconds(value: object, source: str) -> float:
-    """A timeout in seconds: a number in ``[0, MAX_SECONDS]`` (0: no limit)."""
+    """A timeout in seconds: a number in ``[0, MAX_SECONDS]`` (0: no limit); not a
+    ``bool`` (``wait_timeout=True`` is a mistake, not one second)."""
     try:
-        seconds = float(value)
+        seconds = math.nan if isinstance(value, bool) else float(value)
     except (TypeError, ValueError):
         seconds = math.nan
     if not 0 <= seconds <= MAX_SECONDS:  # also refuses nan and inf

@@ -51,10 +51,11 @@ def check_summed(what: str, dtype: torch.dtype) -> None:
 
 
 def reduction(what: str, op: object) -> str:
-    """``op`` (a name of :data:`OPS` or a ``torch.distributed.ReduceOp`` member such as
-    ``ReduceOp.MAX``) as a name of :data:`OPS`; ``ValueError`` (naming ``what``) for any
-    other."""
-    name = op.lower() if isinstance(op, str) else str(getattr(op, "name", "")).lower()
+    """``op`` (a name of :data:`OPS`, a ``torch.distributed.ReduceOp`` member such as
+    ``ReduceOp.MAX``, or a ``ReduceOp`` made of one, ``ReduceOp(ReduceOp.MAX)``) as a name
+    of :data:`OPS`; ``ValueError`` (naming ``what``) for any other."""
+    member = getattr(op, "op", op)  # a ReduceOp object holds its member as ``op``
+    name = op.lower() if isinstance(op, str) else str(getattr(member, "name", "")).lower()
     if name not in OPS:
         raise ValueError(f"{what}: unsupported reduction {op!r}; use one of "
                          f"{', '.join(OPS)} (or the ReduceOp of that name)")

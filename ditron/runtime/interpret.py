@@ -37,6 +37,18 @@ def active() -> bool:
     return bool(knobs.runtime.interpret)
 
 
+def kernels_interpreted() -> bool:
+    """Whether ditron's own kernels were defined as interpreted ones: Triton chose when
+    ``import ditron`` decorated them, so a process that imported ditron as the cuda
+    backend (``DITRON_BACKEND=cuda``, or a visible GPU) holds GPU kernels even once the
+    interpreter is switched on."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from ..language import core
+
+    return isinstance(core.translate, InterpretedFunction)
+
+
 def _patch_scalar_index() -> None:
     """Let ``range(n)`` take a kernel's scalar argument under NumPy >= 2.4.
 

@@ -52,9 +52,13 @@ class Runtime:
     """Everything one rank process holds between ``init`` and ``shutdown``."""
 
     def __init__(self, world: World, settings: Settings, backend: Backend, topo: Topology,
-                 groups: Groups, heap: SymmetricHeap, owns_process_group: bool):
+                 groups: Groups, heap: SymmetricHeap, owns_process_group: bool,
+                 node_size: int):
         self.world = world
         self.settings = settings
+        #: the job's ranks per node the world was made with (``init``'s ``local_world_size``;
+        #: a world over a group spanning nodes has fewer: ``world.local_world_size``)
+        self.node_size = node_size
         self.backend = backend
         self.topo = topo
         self.groups = groups
@@ -143,7 +147,7 @@ def _check_same_settings(rt: Runtime, heap_size: int | str | None,
         return
     asked = Settings.from_env(rt.world.backend, **given)
     have = {"heap_size": rt.settings.heap_size, "wait_timeout": rt.wait_timeout,
-            "local_world_size": rt.world.local_world_size}
+            "local_world_size": rt.node_size}
     differ = [f"{k}={getattr(asked, k)!r} (the world has {have[k]!r})"
               for k, v in given.items() if v is not None and getattr(asked, k) != have[k]]
     if differ:
@@ -281,7 +285,8 @@ def _join(settings: Settings, impl: Backend, group, job_rank: int, job_size: int
     heap = SymmetricHeap(mapping, rank, groups.host, poison=settings.poison)
     w = World(rank, topo.world_size, topo.local_rank, topo.local_world_size, device,
               settings.backend, ranks)
-    _RUNTIME = _RUNTIMES[ranks] = Runtime(w, settings, impl, topo, groups, heap, owns_pg)
+    rt = Runtime(w, settings, impl, topo, groups, heap, owns_pg, node_size)
+    _RUNTIME = _RUNTIMES[ranks] = rt
     return w
 
 

@@ -26,6 +26,20 @@ def _map(path: str, nbytes: int) -> torch.Tensor:
     return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
 
 
+def _check_room(nbytes: int, ranks: int, rank: int) -> None:
+    """Refuse heaps that ``SHM_DIR`` cannot hold: ``ranks`` heaps of ``nbytes`` (a node's,
+    mapped together) beyond its free space. The segments are sparse, so they would map,
+    and a process would die of SIGBUS (no Python error) once its pages ran out."""
+    st = os.statvfs(SHM_DIR)
+    free = st.f_bavail * st.f_frsize
+    if nbytes * ranks > free:
+        raise RuntimeError(
+            f"ditron: rank {rank}: the symmetric heaps of the node's {ranks} rank"
+            f"{'s' if ranks > 1 else ''} ({ranks} x {nbytes} bytes: DITRON_HEAP_SIZE, or "
+            f"ditron.init's heap_size) do not fit in {SHM_DIR}, which has {free} bytes "
+            f"free; lower the heap size or enlarge {SHM_DIR} (docker run --shm-size)")
+
+
 class CpuBackend(Backend):
     name = "cpu"
     dist_backend = "gloo"
@@ -43,10 +57,19 @@ class CpuBackend(Backend):
                 "Import ditron before any module that defines @triton.jit kernels, or set "
                 "TRITON_INTERPRET=1 before starting Python."
             )
+        if not interpret.kernels_interpreted():
+            raise RuntimeError(
+                "ditron cpu backend: this process imported ditron with the cuda backend as "
+                "its default (DITRON_BACKEND not 'cpu', or unset where a GPU is visible), so "
+                "ditron's kernels were built for the GPU, not for Triton's interpreter. Set "
+                "DITRON_BACKEND=cpu before starting Python, or start the ranks with "
+                "ditron.launch(..., backend='cpu')."
+            )
         # Ranks share the machine's cores; one intra-op thread each avoids oversubscription.
         torch.set_num_threads(1)
 
     def map_heap(self, nbytes: int, topo: Topology, groups, job: str) -> HeapMapping:
+        _check_room(nbytes, len(topo.node_ranks()), topo.rank)
         own = segment_path(job, topo.rank)
         fd = os.open(own, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
