@@ -55,11 +55,14 @@ def capability(device: torch.device) -> tuple[int, int]:
 
 def fits(t: torch.Tensor, box_inner: int) -> bool:
     """TMA rules for a 2-D row-major view ``t``: a descriptor dtype, last dim contiguous,
-    16-byte aligned base and row stride, non-empty; on CUDA the box's inner extent must span
-    >= 16 bytes."""
+    16-byte aligned base and row stride, rows that do not overlap (row stride >= row
+    length: the layout the CUDA driver documents for a tensor map, so not a broadcast
+    ``expand`` with row stride 0, which the pointer path reads instead), non-empty; on
+    CUDA the box's inner extent must span >= 16 bytes."""
     es = t.element_size()
     return (t.dtype in DTYPES and t.dim() == 2 and t.shape[0] > 0 and t.shape[1] > 0
-            and t.stride(1) == 1 and (t.stride(0) * es) % 16 == 0 and t.data_ptr() % 16 == 0
+            and t.stride(1) == 1 and t.stride(0) >= t.shape[1]
+            and (t.stride(0) * es) % 16 == 0 and t.data_ptr() % 16 == 0
             and (t.device.type != "cuda" or box_inner * es >= 16))
 
 

@@ -48,7 +48,9 @@ reduce-scatter and all-to-all (``seg = ceil(n / W)``, exact for the latter two),
 otherwise. Each
 segment is cut into ``P`` slices of whole ``BLOCK``s. Inputs larger than a workspace run as
 pieces (:func:`launch`'s ``stride``): contiguous pieces for all-reduce and all-gather, the
-same columns of every segment for reduce-scatter and all-to-all.
+same columns of every segment for reduce-scatter and all-to-all. Offsets into ``x`` and
+``out`` are int64 (``WIDE``) when either spans more than 2**31 elements
+(``offsets.wide``): segment or rank block ``s`` starts ``s * stride`` in.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from .. import language as dl
 from ..runtime.dtypes import tl_accumulator
 from ..runtime.grid_math import cdiv
 from ..runtime.triton_launch import FastKernel
+from .offsets import wide
 
 ALL_REDUCE = 0
 TWO_SHOT = 1
@@ -89,7 +92,10 @@ _MAX = tl.constexpr(2)
 def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg, stride,
                             slice_len, half_stride, red_offset, slot_len, ctx,
                             BLOCK: tl.constexpr, MODE: tl.constexpr, WORLD: tl.constexpr,
-                            PUSH: tl.constexpr, ACC: tl.constexpr, OP: tl.constexpr):
+                            PUSH: tl.constexpr, ACC: tl.constexpr, OP: tl.constexpr,
+                            WIDE: tl.constexpr = False):
+    if WIDE:  # ``x`` or ``out`` spans more than 2**31 elements: ``s * stride`` in int64
+        stride = tl.cast(stride, tl.int64)
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     me = ctx.rank
@@ -138,8 +144,9 @@ def fused_collective_kernel(x_ptr, out_ptr, buf_ptr, sig_ptr, epoch_ptr, n, seg,
                 tl.store(out_ptr + q * stride + local, v, mask=mask)
     else:
         # 2. reduce my slice of segment ``me`` (one-shot: of the whole input)
-        start = me * seg if segmented else 0
-        x_start = me * stride if segmented else 0
+        mine = me if segmented else 0
+        start = mine * seg
+        x_start = mine * stride
         for off in range(lo, hi, BLOCK):
             local = off + tl.arange(0, BLOCK)
             idx = start + local
@@ -266,7 +273,8 @@ def launch(x: torch.Tensor, out: torch.Tensor, ws: Workspace, mode: int, ctx, bl
     _FUSED[(ws.programs,)](
         x, out, ws.buf, ws.pad, ws.epochs, n, seg, stride, slice_len, ws.buf.shape[1],
         ws.red_offset, ws.slot_len, ctx, BLOCK=block, MODE=mode, WORLD=w, PUSH=ws.push,
-        ACC=tl_accumulator(x.dtype), OP=REDUCTIONS[op], num_warps=num_warps)
+        ACC=tl_accumulator(x.dtype), OP=REDUCTIONS[op], WIDE=wide(x, out),
+        num_warps=num_warps)
 
 
 _FUSED = FastKernel(fused_collective_kernel)

@@ -1,10 +1,10 @@
 """Element offsets in the kernels: int32 products ``index * stride`` (the cheaper address
 arithmetic) while every tensor spans at most 2**31 elements, int64 past that.
 
-The persistent GEMM switches to int64 offsets by itself (its ``WIDE`` constexpr, set from
-:func:`wide`); the grouped GEMMs always use int64 where a product can pass 2**31; the task
-tiles (``tiles.py``) use int32, so the tasks built on them refuse larger tensors
-(:func:`check_int32_offsets`).
+The persistent GEMM and the fused collectives switch to int64 offsets by themselves (their
+``WIDE`` constexpr, set from :func:`wide`); the grouped GEMMs always use int64 where a
+product can pass 2**31; the task tiles (``tiles.py``) use int32, so the tasks built on them
+refuse larger tensors (:func:`check_int32_offsets`).
 """
 
 from __future__ import annotations

@@ -275,10 +275,11 @@ def returned_sources(order: torch.Tensor, send_splits: torch.Tensor,
                      back_splits: torch.Tensor, first: torch.Tensor, kept_splits: torch.Tensor,
                      send_index: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`returned_index` for rows read where they lie: ``(idx, own)``, both ``[T *
-    k]`` int64. A copy that came back from a peer is at row ``first[0] + idx[c]`` of an
-    inbox (``idx`` includes ``first``; ``-1`` otherwise); one this rank's experts made is
-    row ``own[c]`` of the combine's ``y`` (``-1`` otherwise): the combine sent itself rows
-    ``y[send_index[i]]`` for ``i`` from ``sum(kept_splits[:rank])`` on. One launch."""
+    k]`` int64. A copy that came back from a peer is at row ``idx[c]`` of an inbox whose
+    received rows start at row ``first[0]`` (``idx`` includes ``first[0]``; ``-1``
+    otherwise); one this rank's experts made is row ``own[c]`` of the combine's ``y``
+    (``-1`` otherwise): the combine sent itself rows ``y[send_index[i]]`` for ``i`` from
+    ``sum(kept_splits[:rank])`` on. One launch."""
     n = order.numel()
     idx = torch.empty(n, dtype=torch.int64, device=order.device)
     own = torch.empty_like(idx)
