@@ -491,9 +491,11 @@ def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int, int]:
     from ditron.tune import tuner
 
     os.environ["DITRON_CACHE_DIR"] = cache_dir
+    # the calls below pass a row-major b: the decisions they read are tuned with layout "n"
     d = tuner.tune("gemm_rs", 32, 24, 20, torch.float32, warmup=1, iters=2,
-                   candidates=[CPU_CONFIG], progress=False)
-    assert tuner.lookup("gemm_rs", 32, 24, 20, torch.float32, 2) == d
+                   candidates=[CPU_CONFIG], progress=False, layout="n")
+    assert tuner.lookup("gemm_rs", 32, 24, 20, torch.float32, 2, "n") == d
+    assert tuner.lookup("gemm_rs", 32, 24, 20, torch.float32, 2) is None
     assert d.engine in tuner.ENGINES["gemm_rs"]
     a_rs, b_rs = torch.randn(32, 20), torch.randn(20, 24)
     me = ditron.world().rank
@@ -501,9 +503,9 @@ def _tune_and_trace_case(cache_dir: str) -> tuple[str, int, int, int]:
                           rtol=1e-4, atol=1e-4)  # "auto" follows the decision
     # ag_gemm tries every transfer engine; "auto" then follows the cached decision
     d_ag = tuner.tune("ag_gemm", 32, 24, 20, torch.float32, warmup=1, iters=2,
-                      candidates=[CPU_CONFIG], progress=False)
+                      candidates=[CPU_CONFIG], progress=False, layout="n")
     assert d_ag.engine in tuner.ENGINES["ag_gemm"]
-    assert tuner.lookup("ag_gemm", 32, 24, 20, torch.float32, 2) == d_ag
+    assert tuner.lookup("ag_gemm", 32, 24, 20, torch.float32, 2, "n") == d_ag
     a16 = torch.randn(16, 20)
     b16 = torch.randn(20, 24)
     auto = ditron.ops.ag_gemm(a16, b16)
