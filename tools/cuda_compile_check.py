@@ -260,8 +260,19 @@ def distinct_launches(directory: str) -> tuple[list[dict], int]:
 
 
 def default_jobs() -> int:
-    """Compile processes: ``DITRON_COMPILE_JOBS``, else one per CPU."""
-    return max(1, int(os.environ.get("DITRON_COMPILE_JOBS", os.cpu_count() or 1)))
+    """Compile processes: ``DITRON_COMPILE_JOBS`` (an integer >= 1; ``SystemExit`` naming
+    the variable otherwise), else one per CPU."""
+    value = os.environ.get("DITRON_COMPILE_JOBS", "").strip()
+    if not value:
+        return max(1, os.cpu_count() or 1)
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise SystemExit(f"cuda_compile_check: DITRON_COMPILE_JOBS must be an integer >= 1, "
+                         f"got {value!r}")
+    return jobs
 
 
 def compile_all(todo: list[dict], registers: int = 0, jobs: int | None = None
