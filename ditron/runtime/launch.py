@@ -11,7 +11,11 @@ are killed and the original exception is re-raised in the caller with the rank a
 remote traceback attached as a note; nothing is left behind: no process, no shared-memory
 segment, no temporary file. That holds too when the caller gets SIGTERM during the launch
 (it stops its ranks and removes its files, then dies of the signal); a caller killed outright
-(SIGKILL) cannot clean up, but its ranks see it gone and exit.
+(SIGKILL) cannot clean up, but its ranks see it gone and exit. A launch that times out
+(``DITRON_LAUNCH_TIMEOUT``) first asks the ranks still running where they are: its
+``TimeoutError`` shows each one's stack, first the ranks handling an exception (a rank
+that refused its arguments waits in a host gather to tell its peers of it, and they may be
+waiting in another call: the cause).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class RankError(RuntimeError):
 _IN_RANK = False  # set in a rank's process: a launch there is refused
 
 
-def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str,
+def _rank_main(conn, asks, fn, args, kw, env: dict[str, str], backend: str,
                group: list[int] | None) -> None:
     global _IN_RANK
     _IN_RANK = True
@@ -61,11 +65,13 @@ def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str,
     os.environ.clear()
     os.environ.update(env)
     _exit_with_launcher(conn)
+    out = _Outbox(conn)
+    _answer_where(asks, out)
     from . import world as world_mod
 
     try:
         world_mod.init(backend, group=group)
-        conn.send(("ready",))
+        out.send(("ready",))
         result = fn(*args, **kw)
         if world_mod.is_initialized():  # fn may have shut down itself
             from .diagnostics import check_waits
@@ -78,7 +84,7 @@ def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str,
                             f"pickled back to the launching process (return tensors, "
                             f"numbers, module-level classes...): {type(exc).__name__}: "
                             f"{exc}") from exc
-        conn.send_bytes(data)
+        out.send_bytes(data)
         world_mod.shutdown()
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
         tb = traceback.format_exc()
@@ -86,9 +92,94 @@ def _rank_main(conn, fn, args, kw, env: dict[str, str], backend: str,
             payload = pickle.dumps(exc)
         except Exception:  # noqa: BLE001
             payload = None
-        conn.send(("err", payload, f"{type(exc).__name__}: {exc}", tb))
+        out.send(("err", payload, f"{type(exc).__name__}: {exc}", tb))
     finally:
-        conn.close()
+        out.close()
+
+
+class _Outbox:
+    """A rank's end of its pipe to the launcher, shared by the rank's main thread (start-up,
+    result, error) and the thread that answers where the rank is (:func:`_answer_where`):
+    one message at a time, and none once closed."""
+
+    def __init__(self, conn) -> None:
+        self._conn, self._lock = conn, threading.Lock()
+
+    def send(self, msg) -> None:
+        self.send_bytes(pickle.dumps(msg, pickle.HIGHEST_PROTOCOL))
+
+    def send_bytes(self, data: bytes) -> None:
+        with self._lock:
+            if not self._conn.closed:
+                self._conn.send_bytes(data)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _answer_where(asks, out: _Outbox) -> None:
+    """Answer each request of the launcher on ``asks`` (it sends one when the launch times
+    out) with where this rank's main thread is: the exception it is handling, if any, and
+    its stack from ``fn`` on. A thread, which answers while the main thread is blocked in a
+    collective (it holds the GIL only between the interpreter's steps). It ends when the
+    launcher closes ``asks``."""
+    main = threading.main_thread().ident
+
+    def serve() -> None:
+        while True:
+            try:
+                asks.recv_bytes()
+                try:
+                    where = _where(main)
+                except Exception as exc:  # noqa: BLE001 - an answer all the same
+                    where = (None, None, f"  (its stack could not be read: {exc!r})")
+                out.send(("where", *where))
+            except (EOFError, OSError):
+                return
+
+    threading.Thread(target=serve, name="ditron-where", daemon=True).start()
+
+
+#: where a rank was (:func:`_where`): the exception it was handling and its traceback
+#: (``None`` when none), and its stack
+_Where = tuple[str | None, str | None, str]
+_WHERE_FRAMES = 10  # frames of a stuck rank's stack, and of the exception it handles, shown
+_NOISE = ("torch", "triton", "numpy")  # packages whose inner frames a stack report skips
+
+
+def _where(thread: int | None) -> _Where:
+    """The exception ``thread`` is handling, as its type and message and as its traceback's
+    last frames (both ``None`` when none), and its stack from ``fn`` on: the frames of
+    ``_rank_main``'s callees, of each run of frames in torch, triton or numpy only the
+    first (the call into it), and of a longer stack ``fn``'s frame and the innermost."""
+    exc = sys._current_exceptions().get(thread)
+    if isinstance(exc, tuple):  # Python 3.11: exc_info
+        exc = exc[1]
+    summary = raised = None
+    if isinstance(exc, BaseException):
+        summary = f"{type(exc).__name__}: {exc}"
+        raised = "".join(traceback.format_exception(exc, limit=-_WHERE_FRAMES,
+                                                    chain=False)).rstrip()
+    frames = []
+    frame = sys._current_frames().get(thread)
+    while frame is not None and frame.f_code is not _rank_main.__code__:
+        frames.append(frame)
+        frame = frame.f_back
+    kept, noise = [], False
+    for f in reversed(frames):
+        package = str(f.f_globals.get("__name__", "")).partition(".")[0]
+        if not (noise and package in _NOISE):
+            kept.append((f, f.f_lineno))
+        noise = package in _NOISE
+
+    def text(frames) -> str:
+        return "".join(traceback.StackSummary.extract(frames).format()).rstrip()
+
+    if len(kept) <= _WHERE_FRAMES:
+        return summary, raised, text(kept)
+    # fn's own frame (the line of the user's code), then the innermost ones
+    return summary, raised, f"{text(kept[:1])}\n  ...\n{text(kept[1 - _WHERE_FRAMES:])}"
 
 
 class _ByValuePickler(pickle.Pickler):
@@ -222,6 +313,14 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     ``if __name__ == "__main__":`` (CUDA ranks are spawned and re-import the script). A
     rank cannot launch ranks of its own.
 
+    The first rank that raises (or dies) ends the launch: the others are killed and its
+    exception is raised here with ``.rank`` and the remote traceback as a note (an error
+    raised in ``torch.distributed``, as a peer's failure causes, waits up to 2 s for
+    another rank's root cause first). With ``DITRON_LAUNCH_TIMEOUT`` set, ranks that have not
+    returned that long after start-up are killed with a ``TimeoutError`` naming them and
+    showing where each was (its stack; first the ranks handling an exception, the likely
+    cause) and the ranks that had returned; without it such a launch waits for ever.
+
     Equivalent, without Ditron, to running ``fn`` under ``torchrun --nproc-per-node``.
     """
     if _in_rank_reimport():
@@ -249,10 +348,10 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
 
     interpret, start = _rank_interpreter(backend)
     job = uuid.uuid4().hex[:12]
-    procs, conns = [], []
+    procs, conns, asks = [], [], []
     workdir = None
     failed = True
-    with _stop_on_sigterm(lambda: _stop(procs, conns, workdir, job)):
+    with _stop_on_sigterm(lambda: _stop(procs, conns + asks, workdir, job)):
         try:
             workdir = tempfile.mkdtemp(prefix="ditron-launch-")
             job_env = {
@@ -267,21 +366,25 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
             for rank in range(world_size):
                 env = dict(os.environ, **job_env, RANK=str(rank), LOCAL_RANK=str(rank))
                 parent, child = ctx.Pipe(duplex=False)
+                ask_in, ask_out = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_rank_main,
-                                args=(child, fn, args, kw, env, backend, group_of[rank]),
+                                args=(child, ask_in, fn, args, kw, env, backend,
+                                      group_of[rank]),
                                 name=f"ditron-rank{rank}", daemon=True)
                 with _environment(**start):
                     p.start()
                 child.close()
+                ask_in.close()
                 procs.append(p)
                 conns.append(parent)
-            results = _collect(procs, conns, settings.launch_timeout)
+                asks.append(ask_out)
+            results = _collect(procs, conns, asks, settings.launch_timeout)
             failed = False
             return results
         finally:
             for p in procs:  # ranks that returned are shutting down; give them a moment
                 p.join(timeout=_SHUTDOWN_SECONDS if p.exitcode is None and not failed else 0)
-            _stop(procs, conns, workdir, job)
+            _stop(procs, conns + asks, workdir, job)
 
 
 def _check_picklable(fn, args, kw) -> None:
@@ -401,12 +504,14 @@ class _Failure:
 _GRACE_SECONDS = 2.0  # after a first failure, how long to look for its root cause
 _SHUTDOWN_SECONDS = 30.0  # how long ranks that returned may take to shut down
 _STARTUP_SECONDS = 300.0  # least time ranks get to start (spawn, CUDA init, rendezvous)
+_WHERE_SECONDS = 5.0  # how long ranks that timed out get to say where they are
 
 
-def _collect(procs, conns, timeout: float) -> list[Any]:
+def _collect(procs, conns, asks, timeout: float) -> list[Any]:
     """Results by rank. ``timeout`` (> 0) bounds how long ranks may run ``fn`` once every
     rank has initialized; start-up (spawn, CUDA context, rendezvous) gets its own bound of
-    at least ``_STARTUP_SECONDS``."""
+    at least ``_STARTUP_SECONDS``. Ranks that run past it are asked (on ``asks``) where
+    they are, for the ``TimeoutError``."""
     results: list[Any] = [None] * len(procs)
     pending = {c: r for r, c in enumerate(conns)}
     sentinels = {p.sentinel: r for r, p in enumerate(procs)}
@@ -426,15 +531,21 @@ def _collect(procs, conns, timeout: float) -> list[Any]:
         if not ready:
             if failures:
                 break
+            wheres = _ask_where(sorted(pending.values()), conns, asks, pending, procs,
+                                results, failures, started)
+            if failures or not pending:  # a rank failed (the cause) or all returned meanwhile
+                break
             if len(started) < len(procs):
                 late = sorted(set(range(len(procs))) - started)
-                raise TimeoutError(f"ditron.launch: ranks {late} did not finish starting "
-                                   f"within {max(timeout, _STARTUP_SECONDS):g} s; they were "
-                                   f"killed")
-            stuck = sorted(pending.values())
-            raise TimeoutError(f"ditron.launch: ranks {stuck} had not returned {timeout:g} s "
-                               f"after every rank started (DITRON_LAUNCH_TIMEOUT); they "
-                               f"were killed")
+                head = (f"ranks {late} did not finish starting within "
+                        f"{max(timeout, _STARTUP_SECONDS):g} s")
+            else:
+                late = sorted(pending.values())
+                head = (f"ranks {late} had not returned {timeout:g} s after every rank "
+                        f"started (DITRON_LAUNCH_TIMEOUT)")
+            returned = [r for r in range(len(procs)) if r not in pending.values()]
+            raise TimeoutError(_timed_out(f"ditron.launch: {head}; they were killed", late,
+                                          wheres, returned))
         for obj in ready:
             if obj in sentinels:
                 conn = conns[sentinels.pop(obj)]
@@ -456,7 +567,54 @@ def _collect(procs, conns, timeout: float) -> list[Any]:
     return results
 
 
-def _receive(conn, pending, procs, results, failures, started) -> None:
+def _ask_where(ranks: list[int], conns, asks, pending, procs, results, failures,
+               started) -> dict[int, _Where]:
+    """Ask ``ranks`` where they are (:func:`_answer_where`) and wait up to
+    ``_WHERE_SECONDS`` for their answers, by rank; a result or a failure that comes
+    meanwhile is received as usual."""
+    wheres: dict[int, _Where] = {}
+    for rank in ranks:
+        with contextlib.suppress(OSError):  # the rank has just ended
+            asks[rank].send_bytes(b"where")
+    deadline = time.monotonic() + _WHERE_SECONDS
+    while True:
+        waiting = [conns[r] for r in ranks if r not in wheres and conns[r] in pending]
+        left = deadline - time.monotonic()
+        if not waiting or left <= 0:
+            return wheres
+        for conn in mpc.wait(waiting, timeout=left):
+            _receive(conn, pending, procs, results, failures, started, wheres)
+
+
+def _timed_out(head: str, late: list[int], wheres: dict[int, _Where],
+               returned: list[int]) -> str:
+    """The message of a launch that timed out: ``head``, then where each rank of ``late``
+    was, first those handling an exception (a rank that refused its arguments waits in a
+    host gather to tell its peers, who may be in another call: the likely cause), then the
+    ranks that had ``returned``."""
+    def indent(text: str) -> str:
+        return "\n".join("  " + line for line in text.splitlines())
+
+    lines = [f"{head}. Where they were:"]
+    for rank in sorted(late, key=lambda r: (wheres.get(r, (None,))[0] is None, r)):
+        if rank not in wheres:
+            lines.append(f"rank {rank} did not say within {_WHERE_SECONDS:g} s (busy in "
+                         f"native code?)")
+            continue
+        summary, raised, stack = wheres[rank]
+        if summary is not None:
+            lines.append(f"rank {rank} was handling {summary} (likely the cause):\n"
+                         f"{indent(raised or '')}\n  and was waiting at:\n{indent(stack)}")
+        else:
+            lines.append(f"rank {rank} was at:\n{stack}")
+    if returned:
+        lines.append(f"ranks {returned} had returned from fn (if the others were waiting in a "
+                     f"collective, the ranks made different collective calls)")
+    return "\n".join(lines)
+
+
+def _receive(conn, pending, procs, results, failures, started,
+             wheres: dict[int, _Where] | None = None) -> None:
     rank = pending[conn]
     try:
         data = conn.recv_bytes()
@@ -473,6 +631,10 @@ def _receive(conn, pending, procs, results, failures, started) -> None:
         return
     if msg[0] == "ready":
         started.add(rank)
+        return
+    if msg[0] == "where":
+        if wheres is not None:
+            wheres[rank] = msg[1:]
         return
     del pending[conn]
     if msg[0] == "ok":

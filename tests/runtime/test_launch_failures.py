@@ -3,6 +3,7 @@ cannot serve, and leaves nothing behind when the launching process is stopped.""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import ditron
 from ditron.runtime import launch as launch_mod
+from ditron.runtime.agreement import refused_together
 
 
 def _exit_on_rank1(code) -> str:
@@ -270,3 +273,108 @@ def test_a_rank_allocating_while_its_peer_shuts_down_raises():
                                          r"rank 1: ditron.shutdown"):
         ditron.launch(_allocate_alone, 2)
     assert time.monotonic() - start < 60
+
+
+def _raise_before_a_barrier(kind: str) -> int:
+    w = ditron.world()
+    if w.rank == 1:
+        raise ValueError("bad argument on rank 1")
+    if kind == "dist":
+        dist.barrier()
+    else:
+        ditron.barrier()
+    return w.rank
+
+
+@pytest.mark.parametrize("kind", ["dist", "ditron"])
+def test_a_rank_raising_while_its_peer_waits_is_reported_at_once(monkeypatch, kind):
+    """Rank 1 raises while rank 0 waits in a barrier for it: the launch raises rank 1's
+    exception as soon as it arrives (the peer is killed), not the launch timeout."""
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "30")
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="bad argument on rank 1") as info:
+        ditron.launch(_raise_before_a_barrier, 2, kind)
+    assert info.value.rank == 1
+    assert "_raise_before_a_barrier" in "\n".join(info.value.__notes__)
+    assert time.monotonic() - start < 25
+
+
+def _every_rank_raises() -> None:
+    raise ValueError(f"the same error (rank {ditron.world().rank})")
+
+
+def test_every_rank_raising_reports_one_of_them():
+    with pytest.raises(ValueError, match=r"the same error \(rank (\d)\)") as info:
+        ditron.launch(_every_rank_raises, 3)
+    assert info.value.rank == int(re.search(r"rank (\d)", str(info.value)).group(1))
+
+
+def _refuse_while_the_peer_is_elsewhere() -> int:
+    """Rank 1 refuses its arguments and waits in the call's gather to tell its peers;
+    rank 0 is in another collective, so both wait until the launch times out."""
+    if ditron.world().rank == 1:
+        with refused_together("my_op", peers=True):
+            raise ValueError("my_op: size 7 does not divide by the world size")
+    dist.barrier()
+    return 0
+
+
+def test_a_timeout_shows_the_exception_a_stuck_rank_handles_first(monkeypatch):
+    """The cause of a hang is often an error a rank holds while it waits to tell its peers
+    (they are in another call). The launch timeout used to say only "ranks [0, 1] had not
+    returned"; it now shows that rank's exception and traceback first, then each rank's
+    stack."""
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "3")
+    start = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        ditron.launch(_refuse_while_the_peer_is_elsewhere, 2)
+    message = str(info.value)
+    assert message.startswith("ditron.launch: ranks [0, 1] had not returned 3 s after every "
+                              "rank started (DITRON_LAUNCH_TIMEOUT); they were killed. "
+                              "Where they were:\nrank 1 was handling ValueError: my_op: size "
+                              "7 does not divide by the world size (likely the cause):\n"
+                              "  Traceback (most recent call last):\n"), message
+    first, second = message.index("rank 1 was handling"), message.index("rank 0 was at:")
+    rank1, rank0 = message[first:second], message[second:]
+    assert 'raise ValueError("my_op: size 7 does not divide' in rank1  # where it was raised
+    assert "and was waiting at:" in rank1 and "in __exit__" in rank1  # the gather
+    assert "in _refuse_while_the_peer_is_elsewhere\n    dist.barrier()" in rank0
+    assert "had returned" not in message
+    assert time.monotonic() - start < 30
+
+
+def _one_rank_returns() -> str:
+    ditron.barrier()
+    if ditron.world().rank == 0:
+        ditron.barrier()  # rank 1 has returned: never completes
+    return "returned"
+
+
+def test_a_timeout_shows_where_each_rank_was_and_who_returned(monkeypatch):
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "3")
+    with pytest.raises(TimeoutError) as info:
+        ditron.launch(_one_rank_returns, 2)
+    message = str(info.value)
+    assert message.startswith("ditron.launch: ranks [0] had not returned 3 s after every rank "
+                              "started (DITRON_LAUNCH_TIMEOUT); they were killed. Where they "
+                              "were:\nrank 0 was at:\n"), message
+    assert ("in _one_rank_returns\n    ditron.barrier()  # rank 1 has returned: never "
+            "completes") in message
+    assert message.endswith("ranks [1] had returned from fn (if the others were waiting in "
+                            "a collective, the ranks made different collective calls)")
+    assert "was handling" not in message
+
+
+def _hold_the_gil() -> None:
+    if ditron.world().rank == 0:
+        ctypes.PyDLL(None).sleep(60)  # libc's sleep, the GIL held: no thread of it runs
+
+
+def test_a_rank_that_cannot_answer_is_named(monkeypatch):
+    """A rank whose Python threads cannot run (native code holding the GIL) cannot say
+    where it is: the timeout names it after a short wait instead."""
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "2")
+    monkeypatch.setattr(launch_mod, "_WHERE_SECONDS", 1.0)
+    with pytest.raises(TimeoutError, match=r"ranks \[0\] had not returned 2 s(.|\n)*rank 0 "
+                                           r"did not say within 1 s \(busy in native code\?\)"):
+        ditron.launch(_hold_the_gil, 2)
