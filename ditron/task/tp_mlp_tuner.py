@@ -6,7 +6,9 @@ every rank, rounds whose order rotates, the slowest rank's median). The fastest 
 cached (``tune/cache.py``) under the shapes one rank's ``add_tp_mlp`` sees, the dtype, the
 world size and the device, and ``add_tp_mlp(..., blocks=None)`` uses it from then on. The
 untuned default (``tp_mlp.default_blocks(tokens)``) stays unless another candidate beats it
-by ``MARGIN``: a gain inside the run-to-run noise is not taken.
+by ``MARGIN`` (``DITRON_TUNE_MARGIN``): a gain inside the run-to-run noise is not taken.
+Like ``tune``, it checks its arguments and the margin on every rank and agrees on them
+before building anything (``_checked`` under ``refused_together``, then ``agree``).
 """
 
 from __future__ import annotations
@@ -18,17 +20,17 @@ import sys
 import torch
 import torch.distributed as dist
 
-from ..runtime.agreement import rank0_decides
+from ..runtime.agreement import agree, rank0_decides, refused_together
 from ..runtime.config import env_float
 from ..runtime.integers import check_int
 from ..runtime.symmetric import free
 from ..runtime.world import current
 from ..tune import cache
 from ..tune.decisions import key_for
-from ..tune.tuner import MARGIN, agreed_median, all_ok, time_in_rounds
+from ..tune.tuner import MARGIN, StatusLine, agreed_median, all_ok, time_in_rounds
 from .graph import DEFAULT_WARPS, TaskGraph
 from .megakernel import Megakernel
-from .tp_mlp import TUNED_OP, MlpBlocks, add_tp_mlp_stack, default_blocks, shared_memory
+from .tp_mlp import DTYPES, TUNED_OP, MlpBlocks, add_tp_mlp_stack, default_blocks, shared_memory
 
 #: (block_n, block_k) tried on GPUs, the default's first: wide tiles read long contiguous
 #: runs of the weights (docs/perf.md, session 31); 64 x 256 keeps their bytes per pipeline
@@ -95,6 +97,37 @@ def candidates(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
     return out
 
 
+def _checked(tokens: int, hidden: int, ffn: int, dtype: torch.dtype, layers: int,
+             configs, warmup: int, iters: int, batch: int | None, programs: int | None,
+             W: int, dev: torch.device) -> tuple:
+    """:func:`tune_mlp`'s arguments checked on this rank (``ValueError`` naming the first bad
+    one): ``tokens, hidden, ffn, layers`` as ints, the configurations (default
+    :func:`candidates`), ``warmup, iters, batch, programs`` as ints (``batch`` defaulted),
+    and the margin (``DITRON_TUNE_MARGIN``)."""
+    tokens, hidden, ffn, layers = (check_int(v, f"tune_mlp: {name}", 1) for name, v in (
+        ("tokens", tokens), ("hidden", hidden), ("ffn", ffn), ("layers", layers)))
+    if ffn % W:
+        raise ValueError(f"tune_mlp: ffn {ffn} does not divide by the world size {W}")
+    if dtype not in DTYPES:
+        raise ValueError(f"tune_mlp: dtype must be one of {', '.join(map(str, DTYPES))} "
+                         f"(the MLP's), got {dtype!r}")
+    if configs is None:
+        configs = candidates(tokens, hidden, ffn // W, dtype, dev)
+    elif not isinstance(configs, (list, tuple)) or not all(
+            isinstance(c, MlpBlocks) for c in configs):
+        raise ValueError(f"tune_mlp: configs must be a list of MlpBlocks, got {configs!r}")
+    if not configs:
+        raise ValueError("tune_mlp: no candidate configuration")
+    warmup = check_int(warmup, "tune_mlp: warmup")
+    iters = check_int(iters, "tune_mlp: iters", 1)
+    batch = check_int(batch, "tune_mlp: batch", 1) if batch is not None else (
+        8 if dev.type == "cuda" else 1)
+    if programs is not None:
+        programs = check_int(programs, "tune_mlp: programs", 1)
+    return (tokens, hidden, ffn, layers, list(configs), warmup, iters, batch, programs,
+            env_float("DITRON_TUNE_MARGIN", MARGIN))
+
+
 def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bfloat16, *,
              layers: int = 2, configs: list[MlpBlocks] | None = None, warmup: int = 3,
              iters: int = 24, batch: int | None = None, programs: int | None = None,
@@ -106,23 +139,27 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
     the same arguments). Each candidate gets ``iters`` samples of ``batch`` calls back to
     back (default 8 on GPU, 1 on CPU), in rounds whose order rotates; a candidate that
     fails to build or compile on any rank drops out on every rank. ``programs`` goes to
-    ``TaskGraph.compile``. Raises ``ValueError`` for shapes the world size does not divide.
+    ``TaskGraph.compile``. Bad arguments (shapes the world size does not divide, a dtype
+    the MLP does not compute in, counts, ``DITRON_TUNE_MARGIN`` too) raise ``ValueError``
+    before anything is built or timed, on every rank (a rank refusing its own names itself
+    to its peers), and so do arguments or margins that differ between ranks.
+    ``progress``: rank 0 shows its progress on stderr as ``tune`` does (on a terminal one
+    status line rewritten in place, in a log a line per step), then the times.
     Rank 0 writes the cache (``add_tp_mlp`` reads rank 0's for every rank): where that
     fails, it raises ``tune.cache.CacheError`` and the other ranks ``RuntimeError``."""
     rt = current()
     w = rt.world
     W, dev = w.world_size, w.device
-    tokens, hidden, ffn, layers = (check_int(v, f"tune_mlp: {name}", 1) for name, v in (
-        ("tokens", tokens), ("hidden", hidden), ("ffn", ffn), ("layers", layers)))
-    if ffn % W:
-        raise ValueError(f"tune_mlp: ffn {ffn} does not divide by the world size {W}")
+    # collective: a rank refusing its arguments, or ranks passing different ones, raise on
+    # every rank here, not in (or past) the first candidate's build or timing
+    with refused_together("tune_mlp"):
+        tokens, hidden, ffn, layers, configs, warmup, iters, batch, programs, margin = (
+            _checked(tokens, hidden, ffn, dtype, layers, configs, warmup, iters, batch,
+                     programs, W, dev))
+    agree("tune_mlp", remember=False, tokens=tokens, hidden=hidden, ffn=ffn, dtype=dtype,
+          layers=layers, configs=tuple(configs), warmup=warmup, iters=iters, batch=batch,
+          programs=programs, margin=margin)
     F = ffn // W
-    configs = list(configs) if configs is not None else candidates(tokens, hidden, F, dtype,
-                                                                   dev)
-    if not configs:
-        raise ValueError("tune_mlp: no candidate configuration")
-    if batch is None:
-        batch = 8 if dev.type == "cuda" else 1
     g = torch.Generator().manual_seed(1)  # the replicated input
     x = torch.randn(tokens, hidden, generator=g).to(dev, dtype)
     g.manual_seed(100 + w.rank)
@@ -130,12 +167,11 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
                      for k, n in ((hidden, F), (hidden, F), (F, hidden)))
                for _ in range(layers)]
     show = progress and w.rank == 0
+    status = StatusLine(show)
     runs, scratch, errors = {}, [], {}
     for i, blocks in enumerate(configs):
-        if show:
-            print(f"\r[ditron tune] tp_mlp tokens={tokens} hidden={hidden} ffn={ffn}: build "
-                  f"{i + 1}/{len(configs)} {blocks.label()}   ", end="", file=sys.stderr,
-                  flush=True)
+        status.show(f"[ditron tune] tp_mlp tokens={tokens} hidden={hidden} ffn={ffn}: build "
+                    f"{i + 1}/{len(configs)} {blocks.label()}")
         try:
             run = _build(x, weights, blocks, programs, scratch)
             run()  # compiles
@@ -145,15 +181,13 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
             runs[i] = run
         else:
             errors.setdefault(i, "failed on another rank")
-    if show:
-        print(file=sys.stderr)
+    status.done()
     if not runs:  # every rank knows (all_ok): release together, then raise
         _release(scratch)
         raise RuntimeError(f"tune_mlp: every candidate failed: {errors}")
     samples = time_in_rounds(runs, 1, iters, warmup, dev, batch)
     times = {i: agreed_median(samples[i]) for i in runs}
     best = min(times, key=times.get)
-    margin = env_float("DITRON_TUNE_MARGIN", MARGIN)
     if 0 in times and times[best] > times[0] * (1.0 - margin):
         best = 0
     if show:

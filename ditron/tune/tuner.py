@@ -206,7 +206,7 @@ def all_ok(ok: bool) -> bool:
     return flag.item() > 0
 
 
-class _Status:
+class StatusLine:
     """The tuner's status line on stderr (where ``on``): on a terminal one line rewritten
     in place, each rewrite padded over the last; elsewhere (a log) a line per step."""
 
@@ -287,7 +287,7 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     overlap (the ops always fall back there): only the fallback is timed, and chosen. Where
     every candidate fails, the fallback too, nothing is cached and ``RuntimeError`` says why
     on every rank; so does a decision that rank 0 cannot write (``cache.CacheError``).
-    ``progress``: rank 0 shows its progress on stderr (``_Status``) and the times.
+    ``progress``: rank 0 shows its progress on stderr (``StatusLine``) and the times.
     """
     from .. import ops
     from ..runtime.world import current
@@ -341,7 +341,7 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     samples: dict[int, list[float]] = {i: [] for i in range(len(trials))}
     errors: dict[int, str] = {}
     order = list(range(len(trials)))
-    status = _Status(progress and rt.world.rank == 0)
+    status = StatusLine(progress and rt.world.rank == 0)
     for r in range(FIRST_PASS_ROUNDS):
         for i in order if r % 2 == 0 else order[::-1]:
             if i in errors:
