@@ -25,9 +25,9 @@ tensors at those addresses with that shape, dtype and strides.
 Graphs are kept per process, the ``MAX_GRAPHS`` most recently used (env
 ``DITRON_REPLAY_GRAPHS``); ``release()`` drops them (as
 ``ditron.ops.collectives.release_workspaces`` does). A key whose graph was dropped to make
-room is not captured again: it runs uncaptured from then on. So a working set larger than
-the cache (more ``out`` buffers in a step than ``MAX_GRAPHS``) costs at most one capture per
-key, never a capture per call.
+room, or whose capture raised, is not captured again: it runs uncaptured from then on. So
+a working set larger than the cache (more ``out`` buffers in a step than ``MAX_GRAPHS``)
+costs at most one capture per key, never a capture per call.
 """
 
 from __future__ import annotations
@@ -72,6 +72,11 @@ class _Cache:
             return "eager"
         del self.seen[key]
         return "capture"
+
+    def failed(self, key: tuple) -> None:
+        """The capture of ``key`` raised: it runs uncaptured from then on (not captured
+        again, and again raising, on every second call)."""
+        _remember(self.dropped, key, 64 * self.max_graphs)
 
     def add(self, key: tuple, graph: object) -> None:
         """Keep ``graph`` for ``key``, dropping the least recently used one beyond
@@ -119,6 +124,7 @@ def run(key: tuple, fn: Callable[[], object]) -> str:
         try:
             fn()
         except BaseException:
+            cache.failed(key)
             try:  # end the capture; the call's own error is the one to report
                 graph.capture_end()
             except Exception:

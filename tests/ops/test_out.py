@@ -349,3 +349,15 @@ def test_replay_policy_captures_each_key_at_most_once():
     assert all(c["capture"] == 1 for c in counts.values()), counts
     assert sum(c["replay"] for c in counts.values()) >= 4 * 9, counts
     assert len(cache.graphs) == 4 and len(cache.dropped) == 3
+
+
+def test_replay_policy_gives_up_a_key_whose_capture_failed():
+    from ditron.ops import replays
+
+    # before: a capture that raised left the key unseen: eager, then the failing capture
+    # again, on every second call
+    cache = replays._Cache(max_graphs=4)
+    assert [cache.step("a"), cache.step("a")] == ["eager", "capture"]
+    cache.failed("a")
+    assert [cache.step("a") for _ in range(4)] == ["eager"] * 4
+    assert [cache.step("b"), cache.step("b")] == ["eager", "capture"]  # other keys as before
