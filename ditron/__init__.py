@@ -53,11 +53,19 @@ __all__ = [
 ]
 
 
+_LAZY = ("ops", "nn", "task", "trace")
+
+
 def __getattr__(name: str):
     # ``ditron.ops``, ``ditron.nn`` and ``ditron.task`` import kernels, ``ditron.trace``
     # (``ditron.trace.enable()``, docs/tp_gemm.md) the ops' trace events: loaded on first use.
-    if name in ("ops", "nn", "task", "trace"):
+    if name in _LAZY:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'ditron' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazily loaded subpackages before their first use too (``dir``, tab completion)."""
+    return sorted(set(globals()) | set(_LAZY))

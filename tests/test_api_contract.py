@@ -118,6 +118,24 @@ def test_contract_names_import_with_their_signatures():
             torch.Tensor, "torch.Tensor")
 
 
+DIR_LISTS = """
+import ditron, ditron.ops
+print(repr((sorted(set(ditron.ops.__all__) - set(dir(ditron.ops))),
+            sorted({"ops", "nn", "task", "trace"} - set(dir(ditron))))))
+"""
+
+
+def test_dir_lists_the_lazily_loaded_names_before_their_first_use():
+    """``dir(ditron.ops)`` (``help``, tab completion) lists every op, and ``dir(ditron)``
+    the lazy subpackages, in a fresh process where none was used yet."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(ROOT), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-c", DIR_LISTS], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == repr(([], [])), out.stdout
+
+
 def test_uninitialised_process_gets_a_clear_error():
     """Before ``init`` every name that needs a world raises ``RuntimeError`` saying so."""
     if ditron.is_initialized():
@@ -453,6 +471,31 @@ def test_collectives_equal_torch_distributed(world_size, backend):
     seed = _seed()
     got = ditron.launch(_collectives_case, world_size, seed, backend=backend)
     assert got == [57] * world_size, f"seed {seed}"
+
+
+def _empty_splits_case(seed: int) -> int:
+    """``all_to_all`` given empty split lists, as ``dist.all_to_all_single`` takes them."""
+    W, me, dev, g = _case_start(seed)
+    checks = 0
+    empty = torch.tensor([], dtype=torch.int64)
+    for ins, outs in (([], []), ((), None), (None, []), ([2] * W, ()), (empty, empty)):
+        x = torch.randn(2 * W, 3, generator=g).to(dev)
+        ref = torch.empty(2 * W, 3, dtype=torch.float64)
+        # torch: "if specified None or empty, dim 0 ... must divide equally by world_size"
+        dist.all_to_all_single(ref, x.cpu().double(), [], [], group=_host())
+        _close(f"all_to_all(x, {ins!r}, {outs!r}) (seed {seed})",
+               ditron.ops.all_to_all(x, ins, outs), ref, torch.float32)
+        checks += 1
+    return checks
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_all_to_all_reads_empty_splits_as_torch_does(world_size, backend):
+    """``all_to_all(x, in_splits, out_splits)`` is "like torch all_to_all_single", which
+    reads an empty list of split sizes as none given (an even split): ValueError before."""
+    seed = _seed()
+    got = ditron.launch(_empty_splits_case, world_size, seed, backend=backend)
+    assert got == [5] * world_size, f"seed {seed}"
 
 
 # -- overlapped GEMMs ------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Device primitives for plain ``@triton.jit`` kernels.
 
-Every primitive takes the device context ``ctx`` (``ditron.context()`` on the host) last
-among its positional arguments, names the peer rank rather than the own one, and reaches
-remote memory through the single rule :func:`translate`. See ``core`` and ``signal`` for
-memory-ordering semantics.
+Every primitive but ``fence_async_proxy`` and ``timestamp`` takes the device context
+``ctx`` (``ditron.context()`` on the host) after its data arguments, followed only by
+compile-time options (``BLOCK`` of ``put`` / ``get``) and optional ones (``mask``, ``sem``,
+``scope``, ``op``); those that reach another rank's memory name that peer's rank (``wait``
+and ``wait_all`` spin on the own signals) and reach it through the single rule
+:func:`translate`. See ``core`` and ``signal`` for memory-ordering semantics.
 """
 
 from .context import DIAG_WORDS, DeviceContext

@@ -49,3 +49,8 @@ def __getattr__(name: str):
         value = globals()[name] = getattr(module, name)  # later lookups skip this hook
         return value
     raise AttributeError(f"module 'ditron.ops' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The ops before their first use too (``dir``, ``help``, tab completion)."""
+    return sorted(set(globals()) | set(_HOME))

@@ -616,7 +616,9 @@ def all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None = None,
     """Rows ``in_splits[q]`` of ``x`` (dim 0, in order) go to rank ``q``; the result holds
     the rows received from ranks ``0..W-1`` in order (``out_splits[q]`` from rank ``q``).
 
-    Sizes may differ per rank and be 0; ``None`` splits evenly. Equivalent:
+    Sizes may differ per rank and be 0; ``in_splits=None`` (or, as for torch, an empty
+    list) splits ``x`` evenly, ``out_splits=None`` (or empty) takes the sizes the peers
+    send. Equivalent:
     ``dist.all_to_all_single(out, x, out_splits, in_splits)``. The split sizes are
     gathered on the host each call where any are given (a peer may give other ones);
     calls without splits are checked once per shape, after which a call without splits at
@@ -633,12 +635,23 @@ def all_to_all_counted(x: torch.Tensor, in_splits: Sequence[int] | None = None,
                        out_splits: Sequence[int] | None = None, *,
                        engine: str | None = None) -> tuple[torch.Tensor, list[int]]:
     """:func:`all_to_all`, and the rows received from each rank (a host list ``[W]``)."""
+    in_splits, out_splits = _none_if_empty(in_splits), _none_if_empty(out_splits)
     with _refused_all_to_all(in_splits is not None or out_splits is not None):
         _check_tensor("all_to_all", x)
         _dim("all_to_all", x, 0)
         xc = viewed(x, moved_as(x.dtype, tuple(x.shape), widen=x.dim() > 1))  # dim 0 is cut
     out, outs = _all_to_all(xc, in_splits, out_splits, engine, x.dtype)
     return viewed(out, x.dtype), outs
+
+
+def _none_if_empty(splits: Sequence[int] | None) -> Sequence[int] | None:
+    """``None`` for an empty list (or 1-D tensor) of split sizes, which
+    ``dist.all_to_all_single`` reads as none given (an even split); ``splits`` otherwise."""
+    if isinstance(splits, torch.Tensor):
+        return None if splits.dim() == 1 and splits.numel() == 0 else splits
+    if isinstance(splits, (list, tuple)) and not splits:
+        return None
+    return splits
 
 
 def _refused_all_to_all(splits: bool) -> refused_together:

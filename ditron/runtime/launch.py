@@ -307,7 +307,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     call ``ditron.world()``, allocate symmetric tensors and launch kernels. ``groups``
     splits the job into several Ditron worlds: a partition of ``range(world_size)`` into
     lists of ranks, each process running ``ditron.init(backend, group=its list)``
-    (``torch.distributed``'s default group still spans the job). ``fn`` and its
+    (``torch.distributed``'s default group still spans the job). ``backend`` and ``groups``
+    are the launch's own keywords, never passed on to ``fn``. ``fn`` and its
     arguments must be picklable (a module-level function). Results are pickled back. As
     with ``multiprocessing``, a script that calls ``launch`` guards it with
     ``if __name__ == "__main__":`` (CUDA ranks are spawned and re-import the script). A
