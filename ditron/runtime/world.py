@@ -93,6 +93,7 @@ class Runtime:
 MAX_POLLS = 2**31 - 1
 _RUNTIME: Runtime | None = None  # the current world's
 _RUNTIMES: dict[tuple[int, ...], Runtime] = {}  # every world of this process, by global ranks
+_GROUPS_MADE = 0  # process groups ``init`` made in this process (see ``_rendezvous``)
 
 
 def current() -> Runtime:
@@ -124,7 +125,9 @@ def world_over(ranks: tuple[int, ...]) -> World:
 def use(w: World) -> Iterator[World]:
     """Make ``w`` (a world ``init`` returned in this process) the current one inside the
     ``with`` block: ops, symmetric allocations, barriers and ``ditron.context()`` there
-    run in ``w``; the previous world is current again afterwards."""
+    run in ``w``; the previous world is current again afterwards. If the block shut the
+    previous world down, the world the block left current stays so (a world it made
+    after ``ditron.shutdown()``, or none)."""
     global _RUNTIME
     rt = _RUNTIMES.get(w.global_ranks) if isinstance(w, World) else None
     if rt is None or rt.world != w:
@@ -133,8 +136,9 @@ def use(w: World) -> Iterator[World]:
     previous, _RUNTIME = _RUNTIME, rt
     try:
         yield w
-    finally:  # unless the block shut the worlds down
-        _RUNTIME = previous if any(previous is r for r in _RUNTIMES.values()) else None
+    finally:  # unless the block shut it down: then what the block left current stays
+        if any(previous is r for r in _RUNTIMES.values()):
+            _RUNTIME = previous
 
 
 def _check_same_settings(rt: Runtime, heap_size: int | str | None,
@@ -260,7 +264,7 @@ def _join(settings: Settings, impl: Backend, group, job_rank: int, job_size: int
     global _RUNTIME
     if owns_pg:
         pg_backend = host_backend(impl, node_size)
-        init_method = os.environ.get("DITRON_INIT_METHOD", "env://")
+        init_method = _rendezvous()
         if init_method == "env://" and job_size == 1:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", str(_free_port()))
@@ -288,6 +292,18 @@ def _join(settings: Settings, impl: Backend, group, job_rank: int, job_size: int
     rt = Runtime(w, settings, impl, topo, groups, heap, owns_pg, node_size)
     _RUNTIME = _RUNTIMES[ranks] = rt
     return w
+
+
+def _rendezvous() -> str:
+    """The init method of a process group ``init`` makes: ``DITRON_INIT_METHOD``
+    (``env://`` unset). A ``file://`` store serves one process group (a second one on the
+    same file can meet the first's keys, or lose its file to a peer's cleanup, and wait
+    forever), so after ``shutdown`` the n-th group this process makes meets at
+    ``<file>.<n>``: ranks that shut down and ``init`` again together count alike."""
+    global _GROUPS_MADE
+    method = os.environ.get("DITRON_INIT_METHOD", "env://")
+    made, _GROUPS_MADE = _GROUPS_MADE, _GROUPS_MADE + 1
+    return f"{method}.{made}" if made and method.startswith("file://") else method
 
 
 def _check_same_heap(host_group, world_size: int, heap_size: int, lws: int) -> None:
