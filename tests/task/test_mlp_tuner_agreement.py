@@ -7,7 +7,6 @@ tunes suits where it goes, as ``tune``'s does (``tests/tune/test_tune_progress.p
 
 from __future__ import annotations
 
-import io
 from itertools import pairwise
 
 import pytest
@@ -15,6 +14,7 @@ import torch
 
 import ditron
 from ditron.task.tp_mlp import MlpBlocks
+from tests.tune.test_tune_progress import Stderr
 
 
 def _tune_as(cache_dir: str, mine: dict, env: dict) -> tuple[str, int]:
@@ -128,15 +128,6 @@ def test_bad_counts_dtypes_and_configs_are_refused_before_building():
         (f"tune_mlp: configs must be a list of MlpBlocks, got {MlpBlocks()!r}", 0)]
 
 
-class _Stderr(io.StringIO):
-    def __init__(self, tty: bool) -> None:
-        super().__init__()
-        self.tty = tty
-
-    def isatty(self) -> bool:
-        return self.tty
-
-
 def _printed(tty: bool) -> str:
     """What rank 0 printed while tuning over candidates whose labels shrink (builds and
     timing stubbed: no megakernel runs)."""
@@ -149,7 +140,7 @@ def _printed(tty: bool) -> str:
         name: [10.0 + name] * iters for name in fns}
     configs = [MlpBlocks(16, 16, 16, 16, 1), MlpBlocks(128, 128, 64, 256, 4, 4, 8, True, 256),
                MlpBlocks(16, 16, 16, 16, 2), MlpBlocks(16, 32, 16, 32, 2, stages=2)]
-    sys.stderr = out = _Stderr(tty)
+    sys.stderr = out = Stderr(tty)
     try:
         tp_mlp_tuner.tune_mlp(4, 16, 32, torch.float32, layers=1, configs=configs, warmup=0,
                               iters=1, save=False, progress=ditron.world().rank == 0)

@@ -14,7 +14,9 @@ import torch
 import ditron
 
 
-class _Stderr(io.StringIO):
+class Stderr(io.StringIO):
+    """A stand-in stderr that says whether it is a terminal."""
+
     def __init__(self, tty: bool) -> None:
         super().__init__()
         self.tty = tty
@@ -32,7 +34,7 @@ def _printed(tty: bool) -> str:
 
     tuner._call = lambda fn_op, a, b, op, trial: None
     tuner.time_calls = lambda fn, warmup, iters, dev, batch=1: [10.0] * iters
-    sys.stderr = out = _Stderr(tty)
+    sys.stderr = out = Stderr(tty)
     try:
         tuner.tune("gemm_rs", 32, 8, 8, torch.float32, warmup=0, iters=1, save=False,
                    progress=ditron.world().rank == 0)
