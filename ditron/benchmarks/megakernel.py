@@ -61,7 +61,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
     if tune:
         start = time.perf_counter()
         chosen = tune_mlp(tokens, hidden, ffn, dtype, programs=programs,
-                          progress=w.rank == 0).label()
+                          progress=w.rank == 0, layout="t" if layout == "linear" else "n").label()
         tuned = {"blocks": chosen, "tune_s": time.perf_counter() - start}
         blocks = blocks + [chosen] * (chosen not in blocks)
     F = ffn // W

@@ -32,7 +32,7 @@ from ..runtime.integers import as_int, check_int
 from ..runtime.symmetric import empty
 from ..runtime.world import current
 from ..tune import cache
-from ..tune.decisions import key_for
+from ..tune.decisions import B_LAYOUTS, common_layout, key_for
 from .graph import CTX, TaskGraph, check_warps
 from .region import region
 
@@ -157,13 +157,14 @@ WHAT = "add_tp_mlp"
 
 
 def tuned_blocks(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
-                 world_size: int) -> MlpBlocks | None:
+                 world_size: int, layout: str = "t") -> MlpBlocks | None:
     """The :class:`MlpBlocks` that ``tune_mlp`` cached for this rank's shapes (``tokens``
-    x ``hidden`` input, ``ffn`` this rank's columns of the MLP) on this device, if any:
-    ``None`` also where the entry is not tiles ``add_tp_mlp`` takes (written by another
-    version, or damaged), which ``tune_mlp`` then replaces. Reads this process's cache;
-    ``add_tp_mlp`` uses rank 0's answer on every rank."""
-    entry = cache.get(key_for(TUNED_OP, tokens, hidden, ffn, dtype, world_size))
+    x ``hidden`` input, ``ffn`` this rank's columns of the MLP) and weights laid out as
+    ``layout`` (``tune.decisions.B_LAYOUTS``: ``"t"``, ``nn.Linear``'s ``.t()``) on this
+    device, if any: ``None`` also where the entry is not tiles ``add_tp_mlp`` takes
+    (written by another version, or damaged), which ``tune_mlp`` then replaces. Reads this
+    process's cache; ``add_tp_mlp`` uses rank 0's answer on every rank."""
+    entry = cache.get(key_for(TUNED_OP, tokens, hidden, ffn, dtype, world_size, layout))
     try:
         return _check_blocks(MlpBlocks(**entry["blocks"])) if entry else None
     except (KeyError, TypeError, ValueError):  # not tiles we can run: tune again
@@ -230,8 +231,8 @@ def _check(x, w_gate, w_up, w_down, out, residual, h, inbox) -> None:
 def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
                w_down: torch.Tensor, out: torch.Tensor, *, residual: torch.Tensor | None = None,
                h: torch.Tensor | None = None, inbox: torch.Tensor | None = None,
-               blocks: MlpBlocks | None = None, name: str = "mlp"
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+               blocks: MlpBlocks | None = None, name: str = "mlp",
+               layout: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Add the three tasks of one MLP (see the module docstring) to ``graph``; return its
     scratch buffers ``(h, inbox)`` so that later layers can reuse them.
 
@@ -240,12 +241,16 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     ``F`` that have columns; allocating it is collective) are made when not given. ``out``
     may be ``x`` (in place: the ``reduce`` tiles then also wait for the ``up`` tiles that
     read their rows) or the next layer's input. ``blocks``: the tile sizes; by default
-    those that ``tune_mlp`` (``task/tp_mlp_tuner.py``) cached for these shapes, dtype and
-    world size, else :func:`default_blocks` for its rows, as rank 0 finds them (its cache
-    and device), on every rank. The call is collective when it takes rank 0's blocks or
-    allocates the inbox: every rank then makes it with the same ``x`` shape and dtype and
-    the same ``blocks``, and bad arguments on any rank raise ``ValueError`` on every rank
-    (naming them) before any allocation."""
+    those that ``tune_mlp`` (``task/tp_mlp_tuner.py``) cached for these shapes, dtype,
+    world size and ``layout``, else :func:`default_blocks` for its rows, as rank 0 finds
+    them (its cache, device and weights), on every rank. ``layout``: the weights' layout
+    the tuned tiles are looked up for (``tune.decisions.B_LAYOUTS``; default: the one the
+    three weights share, ``tune.decisions.common_layout``); layers sharing an inbox must
+    take the same tiles, so :func:`add_tp_mlp_stack` passes its layers' common one. The
+    call is collective when it takes rank 0's blocks or allocates the inbox: every rank
+    then makes it with the same ``x`` shape and dtype and the same ``blocks``, and bad
+    arguments on any rank raise ``ValueError`` on every rank (naming them) before any
+    allocation."""
     rt = current()
     W = rt.world.world_size
     # a collective call (rank 0's tiles, an inbox to allocate): a rank refusing its own
@@ -256,6 +261,9 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
         _check(x, w_gate, w_up, w_down, out, residual, h, inbox)
         if blocks is not None:
             blocks = _check_blocks(blocks)
+        if layout is not None and layout not in B_LAYOUTS:
+            raise ValueError(f"add_tp_mlp: layout must be None or one of "
+                             f"{', '.join(B_LAYOUTS)}, got {layout!r}")
         check_int32_offsets(WHAT, x=x, w_gate=w_gate, w_up=w_up, w_down=w_down, out=out,
                             residual=residual)
     M, H = x.shape
@@ -264,8 +272,9 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
         agree(WHAT, remember=False, x=(M, H), dtype=str(x.dtype), blocks=blocks,
               inbox=None if inbox is None else tuple(inbox.shape))
     if blocks is None:  # rank 0 decides: the ranks' caches on disk may differ
+        layout = layout or common_layout(w_gate, w_up, w_down)
         blocks = rank0_decides(f"{WHAT}: tuned blocks", lambda: tuned_blocks(
-            M, H, F, x.dtype, W) or default_blocks(M, x.dtype, shared_memory(x.device)))
+            M, H, F, x.dtype, W, layout) or default_blocks(M, x.dtype, shared_memory(x.device)))
         blocks = _check_blocks(blocks)
     if h is None:
         h = torch.empty((M, F), dtype=x.dtype, device=x.device)
@@ -372,9 +381,14 @@ def add_tp_mlp_stack(graph: TaskGraph, x: torch.Tensor,
         raise ValueError("add_tp_mlp_stack: no layers")
     outs: list[torch.Tensor] = []
     h = inbox = None
+    # the layers share one inbox, so they take the tuned tiles of one layout: the one all
+    # their weights share (a mix takes the default); bad weights: add_tp_mlp refuses them
+    flat = [w for ws in weights for w in ws]
+    layout = (common_layout(*flat) if all(isinstance(w, torch.Tensor) and w.dim() == 2
+                                          for w in flat) else None)
     for i, (w_gate, w_up, w_down) in enumerate(weights):
         src = outs[-1] if outs else x
         outs.append(torch.empty_like(x))
         h, inbox = add_tp_mlp(graph, src, w_gate, w_up, w_down, outs[-1], residual=src, h=h,
-                              inbox=inbox, blocks=blocks, name=f"{name}{i}")
+                              inbox=inbox, blocks=blocks, name=f"{name}{i}", layout=layout)
     return MlpStack(outs, h, inbox)

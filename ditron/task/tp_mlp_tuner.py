@@ -4,7 +4,9 @@
 times them with the tuner's protocol (``tune/tuner.py``: fixed warm-up and sample counts on
 every rank, rounds whose order rotates, the slowest rank's median). The fastest candidate is
 cached (``tune/cache.py``) under the shapes one rank's ``add_tp_mlp`` sees, the dtype, the
-world size and the device, and ``add_tp_mlp(..., blocks=None)`` uses it from then on. The
+world size, the device and the weights' layout (``nn.Linear``'s, whose ``.t()`` the MLP
+multiplies by, or row-major: the tiles' speeds depend on which dimension is contiguous), and
+``add_tp_mlp(..., blocks=None)`` uses it from then on for weights laid out so. The
 untuned default (``tp_mlp.default_blocks(tokens)``) stays unless another candidate beats it
 by ``MARGIN`` (``DITRON_TUNE_MARGIN``): a gain inside the run-to-run noise is not taken.
 Like ``tune``, it checks its arguments and the margin on every rank and agrees on them
@@ -27,7 +29,7 @@ from ..runtime.symmetric import free
 from ..runtime.world import current
 from ..tune import cache
 from ..tune.decisions import key_for
-from ..tune.tuner import MARGIN, StatusLine, agreed_median, all_ok, time_in_rounds
+from ..tune.tuner import MARGIN, TUNED_LAYOUTS, StatusLine, agreed_median, all_ok, time_in_rounds
 from .graph import DEFAULT_WARPS, TaskGraph
 from .megakernel import Megakernel
 from .tp_mlp import DTYPES, TUNED_OP, MlpBlocks, add_tp_mlp_stack, default_blocks, shared_memory
@@ -99,7 +101,7 @@ def candidates(tokens: int, hidden: int, ffn: int, dtype: torch.dtype,
 
 def _checked(tokens: int, hidden: int, ffn: int, dtype: torch.dtype, layers: int,
              configs, warmup: int, iters: int, batch: int | None, programs: int | None,
-             W: int, dev: torch.device) -> tuple:
+             layout: str, W: int, dev: torch.device) -> tuple:
     """:func:`tune_mlp`'s arguments checked on this rank (``ValueError`` naming the first bad
     one): ``tokens, hidden, ffn, layers`` as ints, the configurations (default
     :func:`candidates`), ``warmup, iters, batch, programs`` as ints (``batch`` defaulted),
@@ -111,6 +113,9 @@ def _checked(tokens: int, hidden: int, ffn: int, dtype: torch.dtype, layers: int
     if dtype not in DTYPES:
         raise ValueError(f"tune_mlp: dtype must be one of {', '.join(map(str, DTYPES))} "
                          f"(the MLP's), got {dtype!r}")
+    if layout not in TUNED_LAYOUTS:
+        raise ValueError(f"tune_mlp: layout must be one of {', '.join(TUNED_LAYOUTS)} (the "
+                         f"weights as nn.Linear's .t(), row-major), got {layout!r}")
     if configs is None:
         configs = candidates(tokens, hidden, ffn // W, dtype, dev)
     elif not isinstance(configs, (list, tuple)) or not all(
@@ -131,16 +136,22 @@ def _checked(tokens: int, hidden: int, ffn: int, dtype: torch.dtype, layers: int
 def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bfloat16, *,
              layers: int = 2, configs: list[MlpBlocks] | None = None, warmup: int = 3,
              iters: int = 24, batch: int | None = None, programs: int | None = None,
-             progress: bool = True, save: bool = True) -> MlpBlocks:
+             progress: bool = True, save: bool = True, layout: str = "t") -> MlpBlocks:
     """Time the megakernel of ``layers`` chained MLPs (``tokens`` x ``hidden`` input,
     ``ffn`` the whole MLP's width, split over the ranks; weights stored as ``nn.Linear``
-    keeps them) for each of ``configs`` (default :func:`candidates`) and return the fastest,
-    cached for ``add_tp_mlp`` unless ``save`` is false (collective: every rank calls it with
-    the same arguments). Each candidate gets ``iters`` samples of ``batch`` calls back to
-    back (default 8 on GPU, 1 on CPU), in rounds whose order rotates; a candidate that
-    fails to build or compile on any rank drops out on every rank. ``programs`` goes to
-    ``TaskGraph.compile``. Bad arguments (shapes the world size does not divide, a dtype
-    the MLP does not compute in, counts, ``DITRON_TUNE_MARGIN`` too) raise ``ValueError``
+    keeps them, the ``[in, out]`` operands their ``.t()``, or with ``layout="n"`` row-major
+    ``[in, out]`` tensors: the choice serves ``add_tp_mlp`` calls whose three weights are
+    laid out so, ``tune.decisions.common_layout``) for each of ``configs`` (default
+    :func:`candidates`) and return the fastest, cached for ``add_tp_mlp`` unless ``save`` is
+    false (collective: every rank calls it with the same arguments). Each candidate gets
+    ``iters`` samples of ``batch`` calls back to back (default 8 on GPU, 1 on CPU), in
+    rounds whose order rotates; a candidate that fails to build or compile on any rank
+    drops out on every rank; where every one does, or the timing raises (on any rank: a
+    wait that timed out, a device error), the candidates' inboxes and megakernels are freed
+    and every rank raises (the error, or ``RuntimeError`` where it was another rank's).
+    ``programs`` goes to ``TaskGraph.compile``. Bad arguments (shapes the world size does
+    not divide, a dtype the MLP does not compute in, counts, a ``layout`` other than
+    ``"t"`` or ``"n"``, ``DITRON_TUNE_MARGIN`` too) raise ``ValueError``
     before anything is built or timed, on every rank (a rank refusing its own names itself
     to its peers), and so do arguments or margins that differ between ranks.
     ``progress``: rank 0 shows its progress on stderr as ``tune`` does (on a terminal one
@@ -155,15 +166,17 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
     with refused_together("tune_mlp"):
         tokens, hidden, ffn, layers, configs, warmup, iters, batch, programs, margin = (
             _checked(tokens, hidden, ffn, dtype, layers, configs, warmup, iters, batch,
-                     programs, W, dev))
+                     programs, layout, W, dev))
     agree("tune_mlp", remember=False, tokens=tokens, hidden=hidden, ffn=ffn, dtype=dtype,
           layers=layers, configs=tuple(configs), warmup=warmup, iters=iters, batch=batch,
-          programs=programs, margin=margin)
+          programs=programs, margin=margin, layout=layout)
     F = ffn // W
     g = torch.Generator().manual_seed(1)  # the replicated input
     x = torch.randn(tokens, hidden, generator=g).to(dev, dtype)
     g.manual_seed(100 + w.rank)
     weights = [tuple((torch.randn(n, k, generator=g) / k ** 0.5).to(dev, dtype).t()
+                     if layout == "t" else (torch.randn(k, n, generator=g) / k ** 0.5).to(
+                         dev, dtype)
                      for k, n in ((hidden, F), (hidden, F), (F, hidden)))
                for _ in range(layers)]
     show = progress and w.rank == 0
@@ -185,7 +198,15 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
     if not runs:  # every rank knows (all_ok): release together, then raise
         _release(scratch)
         raise RuntimeError(f"tune_mlp: every candidate failed: {errors}")
-    samples = time_in_rounds(runs, 1, iters, warmup, dev, batch)
+    failed = None
+    try:
+        samples = time_in_rounds(runs, 1, iters, warmup, dev, batch)
+    except Exception as exc:  # noqa: BLE001 - agreed below: every rank frees, then raises
+        failed = exc
+    if not all_ok(failed is None):  # the inboxes and scoreboards leaked: the heap filled
+        del runs
+        _release(scratch)
+        raise failed or RuntimeError("tune_mlp: timing the candidates failed on another rank")
     times = {i: agreed_median(samples[i]) for i in runs}
     best = min(times, key=times.get)
     if 0 in times and times[best] > times[0] * (1.0 - margin):
@@ -201,7 +222,7 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
 
     def saved() -> None:
         if save:
-            cache.put(key_for(TUNED_OP, tokens, hidden, F, dtype, W),
+            cache.put(key_for(TUNED_OP, tokens, hidden, F, dtype, W, layout),
                       {"blocks": dataclasses.asdict(chosen), "time_us": times[best],
                        "default_us": times.get(0), "layers": layers})
 

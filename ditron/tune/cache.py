@@ -1,5 +1,6 @@
-"""On-disk cache of tuned decisions: one JSON file in ``DITRON_CACHE_DIR`` or ~/.cache/ditron
-(made, with its parents, on the first write; the file takes the umask's mode, as any file).
+"""On-disk cache of tuned decisions: one JSON file in ``DITRON_CACHE_DIR`` (a leading ``~``
+expanded) or ~/.cache/ditron (made, with its parents, on the first write; the file takes the
+umask's mode, as any file).
 
 Keys name everything a decision depends on: op, shapes, dtype, world size, device name, the
 layout of ``b`` where it is not the transposed weight the tuner assumes by default, and the
@@ -34,8 +35,10 @@ class CacheError(OSError):
 
 
 def cache_dir() -> str:
-    return os.environ.get("DITRON_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "ditron")
+    """``DITRON_CACHE_DIR`` with a leading ``~`` expanded (a shell expands it, but not a
+    systemd unit's or a Dockerfile's ``ENV``, which left a folder named ``~`` in the working
+    directory), else ``~/.cache/ditron``."""
+    return os.path.expanduser(os.environ.get("DITRON_CACHE_DIR") or "~/.cache/ditron")
 
 
 def make_key(op: str, shape: tuple[int, ...], dtype: str, world_size: int,

@@ -129,6 +129,13 @@ def b_layout(b: torch.Tensor) -> str:
     return "n" if b.stride(1) == 1 else "strided"
 
 
+def common_layout(*bs: torch.Tensor) -> str:
+    """The :data:`B_LAYOUTS` entry several ``b`` operands share (an MLP's weights), else
+    ``"strided"``: a mix is never tuned."""
+    layouts = {b_layout(b) for b in bs}
+    return layouts.pop() if len(layouts) == 1 else "strided"
+
+
 def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int,
             layout: str = "t") -> str:
     """The cache key of a decision; ``layout``: ``b``'s, one of :data:`B_LAYOUTS` (cuBLAS's

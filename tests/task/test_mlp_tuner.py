@@ -22,7 +22,8 @@ def _tune_case(cache_dir: str, M: int, H: int, F: int) -> tuple:
     os.environ["DITRON_CACHE_DIR"] = cache_dir
     W = ditron.world().world_size
     dev = ditron.world().device
-    wg, wd = torch.zeros(H, F, device=dev), torch.zeros(F, H, device=dev)
+    # laid out as nn.Linear keeps them, as tune_mlp times them by default
+    wg, wd = torch.zeros(F, H, device=dev).t(), torch.zeros(H, F, device=dev).t()
     # untuned: the default for the rows, here 128-row tiles that ask for 8 warps
     x = torch.zeros(100, H, device=dev)
     g = dt.TaskGraph("untuned")
@@ -234,7 +235,7 @@ def _rank0_cache_case(cache_root: str) -> int:
                   {"blocks": dataclasses.asdict(tuned)})
     dev = ditron.world().device
     x = torch.randn(M, H, device=dev)
-    wg, wd = torch.randn(H, F, device=dev), torch.randn(F, H, device=dev)
+    wg, wd = torch.randn(F, H, device=dev).t(), torch.randn(H, F, device=dev).t()
     g = dt.TaskGraph("rank0_cache")
     add_tp_mlp(g, x, wg, wg, wd, torch.empty_like(x))
     g.compile()  # agrees the tasks' tiles across ranks
@@ -260,7 +261,7 @@ def _damaged_entries_case(cache_dir: str) -> list[int]:
     os.environ["DITRON_CACHE_DIR"] = cache_dir
     W = ditron.world().world_size
     M, H, F = 20, 24, 16
-    x, wg, wd = torch.randn(M, H), torch.randn(H, F), torch.randn(F, H)
+    x, wg, wd = torch.randn(M, H), torch.randn(F, H).t(), torch.randn(H, F).t()
     got = []
     for blocks in ({"block_m": 8}, {"block_n": 96}, {"split_k": 0}, {"block_m": "16"},
                    {"tma": "0"}, {"warps": 6}):
@@ -305,3 +306,39 @@ def test_a_failed_cache_write_raises_on_every_rank(backend, tmp_path, monkeypatc
     assert got[0].startswith("CacheError: cannot write the tuning cache"), got[0]
     assert got[1].startswith("RuntimeError: tune_mlp: caching the choice: rank 0 failed to "
                              "decide for every rank: CacheError: cannot write"), got[1]
+
+
+def _timing_fails_case(cache_dir: str) -> tuple:
+    """Timing raises on every rank (a wait timeout, a device error): each rank raises,
+    and the candidates' inboxes and scoreboards are freed (they stayed allocated, so a
+    caller that caught the error and tuned again filled the heap)."""
+    from ditron.task import tp_mlp_tuner
+    from ditron.task.tp_mlp import MlpBlocks
+
+    os.environ["DITRON_CACHE_DIR"] = cache_dir
+    W = ditron.world().world_size
+    heap = ditron.runtime.world.current().heap
+    ditron.barrier()  # its own pad, made on first use, stays
+    used = heap.used_bytes
+    configs = [MlpBlocks(16, 16, 16, 32, 1), MlpBlocks(16, 32, 16, 32, 2)]
+    real = tp_mlp_tuner.time_in_rounds
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("timing failed here")
+
+    tp_mlp_tuner.time_in_rounds = failing
+    try:
+        with pytest.raises(RuntimeError, match="timing failed here"):
+            tp_mlp_tuner.tune_mlp(20, 24, 16 * W, torch.float32, layers=1, configs=configs,
+                                  warmup=0, iters=1, progress=False)
+    finally:
+        tp_mlp_tuner.time_in_rounds = real
+    after_failure = heap.used_bytes
+    chosen = tp_mlp_tuner.tune_mlp(20, 24, 16 * W, torch.float32, layers=1, configs=configs,
+                                   warmup=0, iters=1, progress=False)
+    return after_failure - used, heap.used_bytes - used, chosen in configs
+
+
+def test_a_failed_timing_frees_the_candidates(backend, tmp_path):
+    got = ditron.launch(_timing_fails_case, 2, str(tmp_path), backend=backend)
+    assert got == [(0, 0, True)] * 2

@@ -322,3 +322,21 @@ def test_a_lock_file_another_user_made_serves(tmp_path, monkeypatch):
         patched.setattr(cache.os, "open", denied_fd)
         cache.put("b", {"method": "overlap"})
     assert cache.load() == {"a": {"method": "fallback"}, "b": {"method": "overlap"}}
+
+
+def test_a_tilde_in_the_cache_dir_is_the_home_folder(tmp_path, monkeypatch):
+    """``DITRON_CACHE_DIR=~/ditron-cache`` set where no shell expands it (a systemd unit,
+    a Docker ``ENV``): the cache went to a folder literally named ``~`` in the working
+    directory, and ``ditron info`` named that path."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("DITRON_CACHE_DIR", "~/ditron-cache")
+    assert cache.cache_dir() == str(home / "ditron-cache")
+    cache.put("k", {"method": "fallback"})
+    assert json.loads((home / "ditron-cache" / cache.FILE).read_text()) == {
+        "k": {"method": "fallback"}}
+    assert cache.get("k") == {"method": "fallback"}
+    assert list(cwd.iterdir()) == []
