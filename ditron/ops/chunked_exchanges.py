@@ -149,7 +149,8 @@ def pull_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
     ``ack`` (:meth:`Call.finish`) tells the peers I am done with their half. So a peer
     pulls chunk ``i`` while I still publish chunk ``i + 1``.
 
-    ``graph``: the graph-safe variant (:func:`graph_pad`: one inbox, device epochs).
+    ``graph``: the graph-safe variant (``exchange.graph_pad``: device epochs; one inbox or
+    two halves taking turns, as ``exchange.GRAPH_HALVES`` says).
     """
     rt = current()
     me = rt.world.rank
@@ -344,9 +345,10 @@ def push_reduce_scatter(key: str, parts: torch.Tensor, engine: str,
     reached that value, so sums of early chunks overlap the transfer of later ones;
     :meth:`Call.finish` acks after the last read.
 
-    ``graph``: the graph-safe variant (:func:`graph_pad`: one inbox, device epochs; the
-    pushes take turns over ``PUSH_LANES`` streams, the first push to ``q`` on each waiting
-    for ``q``'s ack of the previous call; ``turn``: :func:`graph_pad`'s).
+    ``graph``: the graph-safe variant (``exchange.graph_pad``: device epochs; one inbox or
+    two halves taking turns, as ``exchange.GRAPH_HALVES`` says; the pushes take turns over
+    ``PUSH_LANES`` streams, the first push to ``q`` on each waiting for ``q``'s ack of the
+    previous call unless ``graph_pad`` finds it implied; ``turn``: ``graph_pad``'s).
     """
     rt = current()
     w, me = rt.world.world_size, rt.world.rank

@@ -55,7 +55,9 @@ def pushed(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | tuple[int, ...] |
     (``torch.matmul``) and pushed by the copy engine into slot ``me`` of ``d``'s inbox,
     raising ``ready[me]`` on ``d`` to ``e * 64 + i + 1`` for chunk ``i``; the engine's stream
     starts after that chunk's GEMM and runs beside the next ones (the exchange of
-    ``ops/exchange.py``: double-buffered inbox, ready / ack epochs). The own rows come last,
+    ``ops/exchange.py``: double-buffered inbox, ready epochs; the acknowledgement is implied
+    by the data, ``open_exchange``'s ``implied`` with ``exchange.ACK_BY_DATA``, else sent
+    after the sums and waited for two calls later). The own rows come last,
     straight into slot ``me`` of my inbox, with no wait: the peers' chunks land meanwhile.
     Then chunk ``i`` of the result is summed (fp32, rank order) once every peer's chunk ``i``
     is in.
@@ -67,12 +69,14 @@ def pushed(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | tuple[int, ...] |
     (cuBLAS at N = 3584 on an H200: 0.98x the whole GEMM's time for ``x = 1152`` of 4096,
     against 1.09x for halves; ``docs/perf.md``, session 15); the tuner picks ``x``.
 
-    ``graph``: the graph-safe variant (what a CUDA graph replays): the exchange's single
-    inbox with its epoch ``E`` counted on the device (``exchange.graph_pad``); chunk ``i``
-    from rank ``q`` raises slot ``i * W + q`` to ``E``, a push to ``d`` waits on the
-    engine's stream for ``d``'s acknowledgement of call ``E - 1`` (it has summed what this
-    rank sent it), and this rank acknowledges after its sums. At most
-    ``exchange.PULL_MAX_CHUNKS`` chunks per segment."""
+    ``graph``: the graph-safe variant (what a CUDA graph replays): the exchange's graph-safe
+    inbox (one, or two halves taking turns: ``exchange.GRAPH_HALVES``) with its epoch ``E``
+    counted on the device (``exchange.graph_pad``); chunk ``i`` from rank ``q`` raises slot
+    ``i * W + q`` to ``E``; the first push to ``d`` waits on the engine's stream for ``d``'s
+    acknowledgement of call ``E - 1`` (it has summed what this rank sent it), which ``d``
+    sends as its call ``E`` starts, behind those sums in its stream order (no wait where
+    ``graph_pad`` finds it implied). At most ``exchange.PULL_MAX_CHUNKS`` chunks per
+    segment."""
     chunks = len(segment_bounds(a.shape[0] // current().world.world_size, chunk_rows,
                                  RS_CHUNKS, graph))
     if early_rows and chunks > 1:  # before the exchange opens
@@ -167,10 +171,13 @@ def pulled(a: torch.Tensor, b: torch.Tensor, chunk_rows: int | tuple[int, ...] |
     publish (a spinning wait must never be queued before what the peers wait for,
     ``docs/developing.md``, "host order"). Chunk ``i`` of the result is then
     ``out += a_own @ b`` (``addmm_``, fp32 accumulation, one rounding with two ranks): no
-    pass over the received partials after the GEMM. I acknowledge once my last pull landed.
+    pass over the received partials after the GEMM. Eagerly the acknowledgement is implied
+    by the data (``open_exchange``'s ``implied`` with ``exchange.ACK_BY_DATA``: none is sent
+    or waited for); else I acknowledge once my last pull landed.
 
     ``graph``: device epochs (``exchange.graph_pad``); each rank waits for every reader's
-    acknowledgement of the previous call before its first GEMM writes into its inbox. The
+    acknowledgement of the previous call (sent as the reader's next call starts) before its
+    first GEMM writes into its inbox, unless ``graph_pad`` finds it implied. The
     signals then run on the exchange's signal lane (``RS_SIGNAL_LANE``): the pulls start
     after its marks, which follow the epoch bump and the publish of the matching chunk.
     With ``exchange.PULL_FLAGS`` the chunks are announced by flags that the pulls clear,

@@ -582,7 +582,9 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
       (default ``rs_copy_engine.RS_PULL_CHUNKS`` chunks per segment): no separate sum.
 
     ``chunk_rows`` (the copy engines): an int cuts each segment of ``M / W`` rows into
-    equal chunks of at most that many rows; a tuple gives the chunks' rows in order
+    equal chunks of at most that many rows, up to as many chunks as the exchange has
+    signals for (``rs_copy_engine.segment_bounds``: 63 eagerly, 8 graph-safe; past that the
+    chunks are larger); a tuple gives the chunks' rows in order
     (positive, summing to ``M / W``), e.g. ``(2304, 1792)``: the tuner picks such a split
     for the pulled engine where two uneven GEMMs run in fewer waves than halves. With
     ``"colocated"`` it raises.
