@@ -320,6 +320,13 @@ def _(x, dy, offsets):
 # of the forward call.
 
 
+def _dense(g: torch.Tensor) -> torch.Tensor:
+    """``g`` contiguous, an empty one too: ``contiguous()`` keeps an empty tensor's
+    strides, and the gradient of ``out.sum()`` over zero tokens has strides ``(0, 0)``,
+    which the kernels refuse (a rank without tokens failed in the combine's backward)."""
+    return g.contiguous() if g.numel() else g.new_empty(g.shape)
+
+
 def _in_groups(rows: int, offsets: torch.Tensor) -> torch.Tensor:
     """``[rows, 1]`` bool: whether each row lies in a group (before ``offsets[-1]``)."""
     return (torch.arange(rows, device=offsets.device) < offsets[-1])[:, None]
@@ -340,7 +347,7 @@ def _dispatch_setup(ctx, inputs, output):
 def _dispatch_backward(ctx, grads):
     if grads[0] is None:
         return None, None, None, None, None, None
-    gx = moe_combine(grads[0].contiguous(), None, list(ctx.saved_tensors), ctx.sizes,
+    gx = moe_combine(_dense(grads[0]), None, list(ctx.saved_tensors), ctx.sizes,
                      ctx.world)
     return gx.to(ctx.dtype), None, None, None, None, None
 
@@ -352,7 +359,7 @@ def _copies_setup(ctx, inputs, output):
 
 
 def _send_copies_backward(ctx, g):
-    copies = moe_return_copies(g.contiguous(), list(ctx.saved_tensors), ctx.sizes, ctx.world)
+    copies = moe_return_copies(_dense(g), list(ctx.saved_tensors), ctx.sizes, ctx.world)
     return (copies.reshape(-1, g.shape[1]).to(ctx.dtype), [None] * len(ctx.saved_tensors),
             None, None)
 
@@ -377,10 +384,10 @@ def _combine_backward(ctx, g):
     y, weights, *routing = ctx.saved_tensors
     gy = gw = None
     if ctx.needs_input_grad[0]:
-        gy = moe_send_tokens(g.to(y.dtype).contiguous(), weights, routing, ctx.sizes,
+        gy = moe_send_tokens(_dense(g.to(y.dtype)), weights, routing, ctx.sizes,
                              ctx.world)  # rows past the groups: zero
     if weights is not None and ctx.needs_input_grad[1]:
-        gw = moe_copy_dots(y, g, routing, ctx.sizes, ctx.world).to(weights.dtype)
+        gw = moe_copy_dots(y, _dense(g), routing, ctx.sizes, ctx.world).to(weights.dtype)
     return gy, gw, [None] * len(routing), None, None
 
 
@@ -396,7 +403,7 @@ def _gemm_backward(ctx, g):
         gx = grouped_gemm(g, w.transpose(1, 2), offsets, ctx.method, ctx.rows_per_group)
         gx = torch.where(_in_groups(gx.shape[0], offsets), gx, 0)
     if ctx.needs_input_grad[1]:
-        gw = grouped_gemm_wgrad(x, g.contiguous(), offsets)
+        gw = grouped_gemm_wgrad(x, _dense(g), offsets)
     return gx, gw, None, None, None
 
 

@@ -33,6 +33,18 @@ def _shard(in_features: int, out_features: int, split: str) -> tuple[int, int, i
     return sizes["in_features"], sizes["out_features"], features // W
 
 
+def shard_generator(device: torch.device, rank: int) -> torch.Generator:
+    """The generator a new sharded layer draws rank ``rank``'s shard from: seeded by one
+    draw of torch's default generator (the same draw on every rank, which stays in step for
+    what is built next) plus ``rank``, the rank in the layer's world. A layer's shards
+    differ even where every rank seeds torch alike (drawn from the default generator, they
+    were equal: ``W`` equal blocks, which stay equal in training), and the same rank of two
+    worlds (data-parallel replicas of a tensor-parallel layer) draws the same shard."""
+    seed = int(torch.randint(0, 2 ** 62, ()))
+    kind = "cuda" if device.type == "cuda" else "cpu"  # "meta": nothing is drawn
+    return torch.Generator(device=device if kind == "cuda" else kind).manual_seed(seed + rank)
+
+
 class _ParallelLinear(torch.nn.Module):
     def __init__(self, in_features: int, out_features: int, weight_shape: tuple[int, int],
                  bias_size: int | None, sequence_parallel: bool, method: str, device,
@@ -51,11 +63,13 @@ class _ParallelLinear(torch.nn.Module):
 
     def reset_parameters(self) -> None:
         """``torch.nn.Linear``'s weight distribution for the whole layer (uniform, bound
-        ``1/sqrt(in_features)``), drawn per shard; biases start at zero (so a replicated
-        bias is the same on every rank)."""
+        ``1/sqrt(in_features)``), each rank's shard its own draw (:func:`shard_generator`;
+        every rank resets its shard, as every rank builds the layer); biases start at zero
+        (so a replicated bias is the same on every rank)."""
         bound = 1.0 / math.sqrt(self.in_features)
+        gen = shard_generator(self.weight.device, self.world.rank)
         with torch.no_grad():
-            self.weight.uniform_(-bound, bound)
+            self.weight.uniform_(-bound, bound, generator=gen)
             if self.bias is not None:
                 self.bias.zero_()
 

@@ -40,6 +40,7 @@ from ..runtime.agreement import refused_together
 from ..runtime.integers import as_int, check_int
 from ..runtime.world import world
 from . import library
+from .linear import shard_generator
 
 _ditron = torch.ops.ditron
 
@@ -188,10 +189,13 @@ class ExpertParallelMLP(torch.nn.Module):
 
     def reset_parameters(self) -> None:
         """Each expert's matrices like ``torch.nn.Linear``'s weight: uniform in
-        ``+-1/sqrt(fan_in)``."""
+        ``+-1/sqrt(fan_in)``, each rank's experts their own draw
+        (:func:`~ditron.nn.linear.shard_generator`; every rank resets its experts)."""
+        gen = shard_generator(self.w1.device, self.world.rank)
         with torch.no_grad():
-            self.w1.uniform_(-1 / math.sqrt(self.hidden), 1 / math.sqrt(self.hidden))
-            self.w2.uniform_(-1 / math.sqrt(self.ffn), 1 / math.sqrt(self.ffn))
+            self.w1.uniform_(-1 / math.sqrt(self.hidden), 1 / math.sqrt(self.hidden),
+                             generator=gen)
+            self.w2.uniform_(-1 / math.sqrt(self.ffn), 1 / math.sqrt(self.ffn), generator=gen)
 
     def forward(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                 max_tokens: int | None = None) -> torch.Tensor:
