@@ -207,12 +207,15 @@ def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
 def _auto_choice(op: str, M: int, N: int, K: int, dtype: torch.dtype,
                  config: GemmConfig | None, cfg: GemmConfig, scalar: bool = False,
                  layout: str = "t") -> Choice:
-    """The tuned decision for ``b`` laid out as ``layout`` (``tune.decisions.b_layout``) if
-    one is cached for this device, else the cost model's (``scalar``: the GEMM's loads cannot
-    be vectorized, ``kernels.gemm.scalar_loads``)."""
+    """The tuned decision for ``b`` laid out as ``layout`` (``tune.decisions.b_layout``) and
+    operands whose loads vectorize or not (``scalar``: they cannot,
+    ``kernels.gemm.scalar_loads``) if one is cached for this device, else the cost model's,
+    charged the slowdown of such loads. A decision timed on aligned operands does not serve
+    a misaligned view of the same shape (``a[:, 1:]``, an odd row stride): its overlap was
+    measured at vector-load speed. The ranks agreed on ``scalar`` (``_choose``)."""
     rt = current()
     W = rt.world.world_size
-    tuned = lookup(op, M, N, K, dtype, W, layout)
+    tuned = lookup(op, M, N, K, dtype, W, layout, scalar)
     if tuned is not None:
         def choice(d) -> Choice:
             return Choice(d.method == "overlap", config or d.gemm_config(), d.engine,

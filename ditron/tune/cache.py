@@ -3,9 +3,13 @@ expanded) or ~/.cache/ditron (made, with its parents, on the first write; the fi
 umask's mode, as any file).
 
 Keys name everything a decision depends on: op, shapes, dtype, world size, device name, the
-layout of ``b`` where it is not the transposed weight the tuner assumes by default, and the
-triton and torch versions (a decision measured with other compilers and libraries is tuned
-again).
+layout of ``b`` where it is not the transposed weight the tuner assumes by default,
+``scalar loads`` where the operands' loads cannot be vectorized (``kernels.gemm.
+scalar_loads``; aligned operands add nothing, so keys written before alignment was part of
+them still serve the aligned operands they were timed on), and the triton and torch
+versions (a decision measured with other compilers and libraries is tuned again); e.g.
+``gemm_rs|8192x4096x1376|bfloat16|w2|NVIDIA H200|b row-major, scalar loads|triton ...``
+(``decisions.key_for``).
 Writes are atomic (temporary file + rename), so a reader never sees a torn file, and
 serialized by an advisory lock on ``tune.json.lock``, so processes writing different keys at
 once (two jobs tuning side by side, or users sharing the folder) keep each other's entries.

@@ -1,5 +1,5 @@
 """Tuned decisions: what the tuner chose, keyed by op, shape, dtype, world size, device,
-``b``'s layout and the triton and torch versions.
+``b``'s layout, whether the operands' loads vectorize and the triton and torch versions.
 
 The ops read decisions here (``method="auto"``); ``tuner.py`` measures and writes them.
 """
@@ -137,20 +137,26 @@ def common_layout(*bs: torch.Tensor) -> str:
 
 
 def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int,
-            layout: str = "t") -> str:
+            layout: str = "t", scalar: bool = False) -> str:
     """The cache key of a decision; ``layout``: ``b``'s, one of :data:`B_LAYOUTS` (cuBLAS's
-    and the tiles' speeds depend on it: decisions for one layout do not serve another)."""
+    and the tiles' speeds depend on it: decisions for one layout do not serve another);
+    ``scalar``: the operands' loads cannot be vectorized (``kernels.gemm.scalar_loads``:
+    the persistent GEMM runs up to 2.6x slower, so a decision measured on aligned operands
+    does not serve them, nor one measured on such operands aligned ones). Aligned operands
+    add nothing to the key (it is the one written before alignment was part of it)."""
+    variant = ", ".join(v for v in (_VARIANTS[layout], "scalar loads" if scalar else "") if v)
     return cache.make_key(op, (M, N, K), str(dtype).replace("torch.", ""), world_size,
-                          _device_name(), _VARIANTS[layout])
+                          _device_name(), variant)
 
 
 def lookup(op: str, M: int, N: int, K: int, dtype: torch.dtype,
-           world_size: int, layout: str = "t") -> Decision | None:
-    """The cached decision for this op and shape (``b`` laid out as ``layout``) on this
-    device, if tuned; ``None`` where there is none, or the entry is not one this version
-    can run (written by another version, or damaged): the op then decides without it, and
-    ``tune`` replaces it."""
-    entry = cache.get(key_for(op, M, N, K, dtype, world_size, layout))
+           world_size: int, layout: str = "t", scalar: bool = False) -> Decision | None:
+    """The cached decision for this op and shape (``b`` laid out as ``layout``, loads
+    vectorized or not as ``scalar`` says: :func:`key_for`) on this device, if tuned;
+    ``None`` where there is none, or the entry is not one this version can run (written by
+    another version, or damaged): the op then decides without it, and ``tune`` replaces
+    it."""
+    entry = cache.get(key_for(op, M, N, K, dtype, world_size, layout, scalar))
     if entry is None:
         return None
     try:

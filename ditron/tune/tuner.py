@@ -51,7 +51,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits
+from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits, scalar_loads
 from ..runtime import bounded_cache
 from ..runtime.agreement import agree, refused_together
 from ..runtime.config import env_float
@@ -280,7 +280,10 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     Shapes as the op sees them on one rank: ``ag_gemm``: a ``[M / W, K]``, b ``[K, N]``;
     ``gemm_rs`` / ``gemm_ar``: a ``[M, K]``, b ``[K, N]``; b is timed as a transposed
     ``[N, K]`` weight (``weight.t()``), or row-major with ``layout="n"``: the decision
-    serves calls whose ``b`` is laid out so (``decisions.b_layout``). Returns the agreed
+    serves calls whose ``b`` is laid out so (``decisions.b_layout``) and whose loads
+    vectorize as these contiguous operands' do (``kernels.gemm.scalar_loads``: not where
+    ``K``, or a row-major ``b``'s ``N``, is not a multiple of 16 elements and TMA does not
+    load them; ``decisions.key_for``). Returns the agreed
     decision. Bad arguments (``DITRON_TUNE_MARGIN`` too) raise ``ValueError`` before anything
     is allocated or timed, on every rank (a rank refusing its own names itself to its peers),
     and so do arguments or margins that differ between ranks. One rank has nothing to
@@ -384,7 +387,10 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     saved = None
     if save and rt.world.rank == 0:
         try:
-            cache.put(key_for(op, M, N, K, dtype, W, b_layout(b)),
+            # keyed as the op looks it up for these operands: b's layout, and whether
+            # their loads vectorize (K or a row-major b's N not a multiple of 16 elements
+            # and no TMA: the decision then serves only calls whose loads do not either)
+            cache.put(key_for(op, M, N, K, dtype, W, b_layout(b), scalar_loads(a, b, dev)),
                       dataclasses.asdict(decision))
         except cache.CacheError as exc:  # every rank raises, none waits for rank 0
             saved = exc

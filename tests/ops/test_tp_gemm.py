@@ -1025,7 +1025,10 @@ def _per_mode_case(cache_dir: str, m: int, K: int, N: int) -> list[str]:
     b = torch.randn(K, N, device=w.device)
     ref = _sum(a.double() @ b.double())[w.rank * m:(w.rank + 1) * m]
     cfg = tp_gemm.default_config(w.device, a.dtype)
-    key = decisions.key_for("gemm_rs", W * m, N, K, a.dtype, W, decisions.b_layout(b))
+    # keyed as "auto" looks it up for these operands (on a GPU without TMA, N = 24 would
+    # not vectorize)
+    key = decisions.key_for("gemm_rs", W * m, N, K, a.dtype, W, decisions.b_layout(b),
+                            tp_gemm.scalar_loads(a, b, w.device))
     ran: list[str] = []
     real = {name: getattr(rs_copy_engine, name) for name in ("pulled", "pushed")}
 
