@@ -48,7 +48,7 @@ def check_engine(name: str, options: dict, n: int, calls: int = 3) -> int:
         engine.drain()
         for q in node:
             if q != me or self_ok:
-                torch.testing.assert_close(inbox[q].cpu(), _data(q, it, n, dtype))
+                assert torch.equal(inbox[q].cpu(), _data(q, it, n, dtype)), (name, q, dtype)
                 checks += 1
         inbox[me].copy_(mine)
         ditron.barrier()
@@ -63,7 +63,7 @@ def check_engine(name: str, options: dict, n: int, calls: int = 3) -> int:
             wait_slots(pad, size, range(me, me + 1), epoch)
         for q in node:
             if q != me:
-                torch.testing.assert_close(outs[q].cpu(), _data(q, it, n, dtype))
+                assert torch.equal(outs[q].cpu(), _data(q, it, n, dtype)), (name, q, dtype)
                 checks += 1
         ditron.barrier()
         # reduce: add my payload into my right neighbour's row 0 (one writer per row)
@@ -109,7 +109,7 @@ def check_network(n: int, calls: int = 3) -> int:
         wait_slots(pad, 0, range(size), epoch, skip=me)
         for q in range(size):
             if q != me:
-                torch.testing.assert_close(boxes[q], _data(q, it, n, dtype))
+                assert torch.equal(boxes[q], _data(q, it, n, dtype)), (q, dtype)
                 checks += 1
     return checks
 

@@ -5,31 +5,60 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import ditron
+from ditron.runtime.world import current
 
 from .poison import poison_empty
 
 
-def check_huge_splits() -> list:
-    """Rank 0 passes splits far past its 4 rows (the running sum of the raw values
-    overflows int64); the others send one row to each rank."""
+def _cut(splits: list[int], rows: int) -> list[int]:
+    """The rows each split sends (the documented rule): a negative split sends nothing,
+    splits past the send rows are cut to the rows left."""
+    sent, left = [], rows
+    for s in splits:
+        sent.append(min(max(s, 0), left))
+        left -= sent[-1]
+    return sent
+
+
+def check_huge_splits(calls: int = 2) -> list:
+    """Rank 0 passes splits far past its rows (the running sum of the raw values overflows
+    int64), rank 1 a negative split and one past its rows, the others one row to each rank:
+    fresh random rows, repeated calls, against ``dist.all_to_all_single`` of the cut
+    splits; rows past the received ones are zero (``zero_missing``)."""
     w, me, dev = ditron.world().world_size, ditron.world().rank, ditron.world().device
     poison_empty()
-    x = (torch.arange(4, dtype=torch.float32, device=dev) + 10 * me).view(4, 1)
-    splits = torch.full((w,), 2**62, device=dev) if me == 0 else torch.ones(w, device=dev,
-                                                                            dtype=torch.int64)
-    out, out_splits = ditron.ops.all_to_all_device(x, splits, 8, zero_missing=True)
-    return [out_splits.tolist(), out[:, 0].tolist()]
+    host = current().host_group
+    got = []
+    for it in range(calls):
+        rows = 4 + it
+        g = torch.Generator().manual_seed(100 * it + me)
+        x = torch.randn(rows, 3, generator=g)
+        raw = [2**62] * w if me == 0 else [-5, rows + 1] + [1] * (w - 2) if me == 1 else [1] * w
+        ins = torch.tensor(_cut(raw, rows))
+        outs = torch.empty_like(ins)
+        dist.all_to_all_single(outs, ins, group=host)
+        ref = torch.empty(int(outs.sum()), 3)
+        dist.all_to_all_single(ref, x[: int(ins.sum())], outs.tolist(), ins.tolist(),
+                               group=host)
+        out, out_splits = ditron.ops.all_to_all_device(x.to(dev), torch.tensor(raw).to(dev),
+                                                       8, zero_missing=True)
+        n = int(outs.sum())
+        assert torch.equal(out_splits.cpu(), outs), (it, out_splits, outs)
+        assert torch.equal(out[:n].cpu(), ref), f"call {it}: rows differ"
+        assert torch.equal(out[n:].cpu(), torch.zeros(8 - n, 3)), f"call {it}: not zero"
+        got.append(out_splits.tolist())
+    return got
 
 
 def test_huge_splits_are_cut_without_overflow(backend):
     """Rank 0's splits of 2**62 summed past int64 on the device: ranks 1 and 2 reported
     garbage counts (9223372036854775804, 2**62) and lost the rows of every rank."""
-    r0, r1, r2 = ditron.launch(check_huge_splits, 3, backend=backend)
-    assert r0 == [[4, 1, 1], [0.0, 1.0, 2.0, 3.0, 10.0, 20.0, 0.0, 0.0]]
-    assert r1 == [[0, 1, 1], [11.0, 21.0] + [0.0] * 6]
-    assert r2 == [[0, 1, 1], [12.0, 22.0] + [0.0] * 6]
+    got = ditron.launch(check_huge_splits, 3, backend=backend)
+    # rank 0 sends every row to rank 0, rank 1 its rows to rank 1, rank 2 one to each
+    assert got == [[[4, 0, 1], [5, 0, 1]], [[0, 4, 1], [0, 5, 1]], [[0, 0, 1]] * 2]
 
 
 def check_split_types() -> list:

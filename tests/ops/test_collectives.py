@@ -28,6 +28,16 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, msg=what)
 
 
+def _same(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Bit for bit: the ops that only move bytes (gathers, all-to-alls, receives)."""
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert not torch.isnan(actual).any(), f"{what}: unwritten (NaN) elements"
+    assert torch.equal(actual, expected), (
+        f"{what}: not bit-exact, {int((actual != expected).sum())} elements differ, max "
+        f"{(actual.double() - expected.double()).abs().max().item() if actual.numel() else 0}")
+
+
 def _gen(*key: int) -> torch.Generator:
     return torch.Generator().manual_seed(hash(key) % (2**31))
 
@@ -74,10 +84,10 @@ def check_ops(engines: tuple[str | None, ...], calls: int = 3, scale: int = 1) -
             # all_gather, dim 0 and a non-contiguous input gathered along dim 1
             x = torch.randn(3, 5 * scale, generator=g).to(dtype)
             ref = torch.cat([p.to(dtype) for p in _gather_fp32(x)], 0)
-            _close(ops.all_gather(x, 0, engine=engine), ref, f"all_gather {engine} {dtype}")
+            _same(ops.all_gather(x, 0, engine=engine), ref, f"all_gather {engine} {dtype}")
             xt = torch.randn(4, 2 + it, generator=g).to(dtype).t()
             ref = torch.cat([p.to(dtype) for p in _gather_fp32(xt)], 1)
-            _close(ops.all_gather(xt, -1, engine=engine), ref, f"all_gather dim1 {engine}")
+            _same(ops.all_gather(xt, -1, engine=engine), ref, f"all_gather dim1 {engine}")
             # reduce_scatter along dim 0 and (non-contiguous) dim 1
             x = torch.randn(2 * w, 3 * scale, generator=g).to(dtype)
             _close(ops.reduce_scatter(x, 0, engine=engine), _sum_ref(x).chunk(w, 0)[me],
@@ -97,11 +107,11 @@ def check_ops(engines: tuple[str | None, ...], calls: int = 3, scale: int = 1) -
             x = torch.randn(int(ins.sum()), 2, 3 * scale, generator=g)
             outs, ref = _a2a_ref(x, ins)
             got = ops.all_to_all(x.to(dtype), ins.tolist(), outs.tolist(), engine=engine)
-            _close(got, ref.to(dtype), f"all_to_all {engine} {dtype}")
+            _same(got, ref.to(dtype), f"all_to_all {engine} {dtype}")
             # all_to_all with even splits (no split lists: no host exchange of sizes)
             x = torch.randn(2 * w, 3, generator=g)
             outs, ref = _a2a_ref(x, torch.full((w,), 2))
-            _close(ops.all_to_all(x.to(dtype), engine=engine), ref.to(dtype),
+            _same(ops.all_to_all(x.to(dtype), engine=engine), ref.to(dtype),
                    f"all_to_all even {engine} {dtype}")
             checks += 9
     return checks
@@ -145,7 +155,7 @@ def check_all_to_all_device(calls: int = 3) -> int:
         assert out.shape == (cap, 5)
         assert torch.equal(out_splits, outs), (out_splits, outs)
         kept = min(int(outs.sum()), cap)
-        _close(out[:kept], ref[:kept].to(x.dtype), "all_to_all_device")
+        _same(out[:kept], ref[:kept].to(x.dtype), "all_to_all_device")
         checks += 1
     return checks
 
@@ -186,7 +196,7 @@ def _rank_on_gpu_host() -> int:
             x = torch.randn(2 * w, 3 + it, generator=g)
             parts = _gather_fp32(x)
             for engine in ("copy_engine", "sm"):
-                _close(ditron.ops.all_gather(x, engine=engine), torch.cat(parts), "all_gather")
+                _same(ditron.ops.all_gather(x, engine=engine), torch.cat(parts), "all_gather")
                 _close(ditron.ops.reduce_scatter(x, engine=engine),
                        sum(parts).chunk(w)[me], "reduce_scatter")
                 _close(ditron.ops.all_reduce(x, engine=engine), sum(parts), "all_reduce")
@@ -264,7 +274,7 @@ def check_chunked_exchanges(calls: int = 5, graph: bool = False) -> int:
         # a fixed capture id (as if these calls were captured in one graph), or none
         exchange.capture_id = (lambda: 7) if it % 4 else (lambda: None)
         with ditron.ops.graph_safe() if graph else contextlib.nullcontext():
-            _close(ops.all_gather(x, 0, engine="copy_engine"), ref, f"chunked all_gather {it}")
+            _same(ops.all_gather(x, 0, engine="copy_engine"), ref, f"chunked all_gather {it}")
             _close(ops.reduce_scatter(xr, 0, engine="copy_engine"),
                    _sum_ref(xr).chunk(w, 0)[me], f"chunked reduce_scatter {it}")
         x = torch.randn(5, 11 + it, generator=g).to(dtype)
@@ -419,7 +429,7 @@ def check_slow_reader(halves: int, calls: int = 4) -> int:
             x = torch.randn(4, 9, generator=_gen(me, it, 31))
             outs.append((ditron.ops.all_gather(x, 0, engine="copy_engine"), x))
         for it, (out, x) in enumerate(outs):
-            _close(out, torch.cat(_gather_fp32(x), 0), f"all_gather {it}, slow reader")
+            _same(out, torch.cat(_gather_fp32(x), 0), f"all_gather {it}, slow reader")
         outs = []
         for it in range(calls):
             xr = torch.randn(2 * w, 9, generator=_gen(me, it, 32))
@@ -645,7 +655,7 @@ def check_all_to_all_device_indexed(calls: int = 6,
             assert torch.equal(missing, torch.zeros_like(missing)), f"call {it}: not zero"
         what = f"all_to_all_device indexed call {it} {sorted(kw)} {dtype}"
         if dtype.is_floating_point:
-            _close(got, want, what)
+            _same(got, want, what)
         else:
             assert torch.equal(got, want), what
     x = torch.randn(4, 3, device=dev)
@@ -715,7 +725,7 @@ def check_all_to_all_device_pair(calls: int = 5) -> int:
             came = torch.arange(cap) < kept
             src = torch.arange(kept)
         what = f"all_to_all_device_pair call {it}"
-        _close(out[came], ref[src].to(torch.bfloat16), what)
+        _same(out[came], ref[src].to(torch.bfloat16), what)
         assert torch.equal(eout[came].float(), eref[src]), f"{what}: companion rows differ"
         if zero:
             assert not out[~came].float().any() and not eout[~came].float().any(), what
@@ -852,14 +862,14 @@ def check_send_recv(calls: int = 3) -> int:
             got = ditron.ops.recv(box, prv)
             ditron.ops.send(mine, nxt)
         assert got is box
-        _close(got, expected, "recv into a tensor")
+        _same(got, expected, "recv into a tensor")
         if me % 2 == 0:
             ditron.ops.send(mine, nxt, engine="network")
             fresh = ditron.ops.recv((3, 4), prv, dtype=dtype)
         else:
             fresh = ditron.ops.recv((3, 4), prv, dtype=dtype)
             ditron.ops.send(mine, nxt, engine="network")
-        _close(fresh, expected, "recv by shape")
+        _same(fresh, expected, "recv by shape")
         checks += 2
     return checks
 
@@ -912,7 +922,7 @@ def check_bad_inputs() -> int:
         with pytest.raises(ValueError, match="sent shape"):
             ops.recv((3, 4), 0)
     # failed calls left no stale state: the ops still work afterwards
-    _close(ops.all_gather(x), torch.cat([p for p in _gather_fp32(x)]), "after errors")
+    _same(ops.all_gather(x), torch.cat([p for p in _gather_fp32(x)]), "after errors")
     _close(ops.all_reduce(x), _sum_ref(x), "after errors")
     return len(cases) + 3
 
@@ -996,7 +1006,7 @@ def check_mixed_split_arguments() -> int:
         if warm:  # every rank without splits: agreed once, later calls skip the host gather
             ref = torch.empty_like(x.cpu())
             dist.all_to_all_single(ref, x.cpu(), group=current().host_group)
-            _close(ditron.ops.all_to_all(x).cpu(), ref, "even")
+            _same(ditron.ops.all_to_all(x).cpu(), ref, "even")
             # given splits, even on rank 0 only (they gathered on the ranks with uneven
             # splits alone: a hang)
             ins = even if me == 0 else [rows - (w - 1) * (rows // w + 1)] + [rows // w + 1] * (
@@ -1006,15 +1016,15 @@ def check_mixed_split_arguments() -> int:
             outs = [int(table[q][me]) for q in range(w)]
             ref = torch.empty(sum(outs), 4)
             dist.all_to_all_single(ref, x.cpu(), outs, ins, group=current().host_group)
-            _close(ditron.ops.all_to_all(x, ins).cpu(), ref, "even on rank 0 only")
+            _same(ditron.ops.all_to_all(x, ins).cpu(), ref, "even on rank 0 only")
             checks += 1
             continue
         ref = torch.empty_like(x.cpu())
         dist.all_to_all_single(ref, x.cpu(), group=current().host_group)
         got = ditron.ops.all_to_all(x) if me == 0 else ditron.ops.all_to_all(x, even)
-        _close(got.cpu(), ref, f"rank 0 without splits, {rows} rows")
+        _same(got.cpu(), ref, f"rank 0 without splits, {rows} rows")
         got = ditron.ops.all_to_all(x, even, even) if me == 0 else ditron.ops.all_to_all(x)
-        _close(got.cpu(), ref, f"rank 0 with both splits, {rows} rows")
+        _same(got.cpu(), ref, f"rank 0 with both splits, {rows} rows")
         checks += 2
     return checks
 
@@ -1154,7 +1164,7 @@ def _chunked_graph(calls: int = 3, replays: int = 4) -> int:
         torch.cuda.synchronize()
         for by in ("push", "pull"):
             for k, (out, x) in enumerate(zip(ags[by], xs[by], strict=True)):
-                _close(out.cpu(), torch.cat(_gather_fp32(x.cpu()), 0),
+                _same(out.cpu(), torch.cat(_gather_fp32(x.cpu()), 0),
                        f"replay {it}: all_gather by {by} {k}")
         for k, (out, x) in enumerate(zip(rss, xrs, strict=True)):
             _close(out.cpu(), _sum_ref(x.cpu()).chunk(w, 0)[me], f"replay {it}: "
@@ -1206,7 +1216,7 @@ def _a2a_device_graph() -> int:
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out_splits.cpu(), outs)
-        _close(out[: int(outs.sum())].cpu(), ref, f"all_to_all_device graph replay {it}")
+        _same(out[: int(outs.sum())].cpu(), ref, f"all_to_all_device graph replay {it}")
         checks += 1
     return checks
 

@@ -8,6 +8,8 @@ import torch
 
 import ditron
 
+from .poison import poison_empty
+
 
 @pytest.fixture(autouse=True)
 def _poison(monkeypatch):
@@ -31,6 +33,7 @@ def _payloads(dev: torch.device) -> list[torch.Tensor]:
 def check_dtypes_and_layouts() -> int:
     """Rank 0 sends each payload (some non-contiguous); rank 1 receives it by shape and
     again into a transposed (non-contiguous) tensor: the bits arrive unchanged."""
+    poison_empty()  # the outputs ``recv`` makes or is given start as NaN / integer maxima
     me, dev = ditron.world().rank, ditron.world().device
     checks = 0
     for x in _payloads(dev):
@@ -84,23 +87,30 @@ def test_send_recv_conjugate_views(backend):
     assert ditron.launch(check_conjugate_views, 2, backend=backend) == [[], [True] * 5]
 
 
+def _sent(src: int, dst: int, it: int) -> torch.Tensor:
+    """The fresh random rows ``src`` sends ``dst`` in call ``it`` (``1 + src`` of them)."""
+    g = torch.Generator().manual_seed(10_000 * it + 100 * src + dst)
+    return torch.randn(1 + src, 3, generator=g)
+
+
 def check_several_peers(calls: int = 2) -> int:
     """Every pair of ranks swaps rows of its own size (the lower rank sends first), on
-    repeated calls; then rank 0 receives from the others in reverse order."""
+    repeated calls with new data; then rank 0 receives from the others in reverse order."""
+    poison_empty()
     w, me, dev = ditron.world().world_size, ditron.world().rank, ditron.world().device
     checks = 0
     for it in range(calls):
         for p in range(w):
             if p == me:
                 continue
-            mine = torch.full((1 + me, 3), 100.0 * me + p + it, device=dev)
+            mine = _sent(me, p, it).to(dev)
             if me < p:
                 ditron.ops.send(mine, p)
                 got = ditron.ops.recv((1 + p, 3), p)
             else:
                 got = ditron.ops.recv((1 + p, 3), p)
                 ditron.ops.send(mine, p)
-            assert torch.equal(got, torch.full((1 + p, 3), 100.0 * p + me + it, device=dev))
+            assert torch.equal(got.cpu(), _sent(p, me, it)), (p, it)
             checks += 1
     if me == 0:
         for p in reversed(range(1, w)):
