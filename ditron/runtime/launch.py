@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import glob
 import io
+import math
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
@@ -85,7 +86,10 @@ def _rank_main(conn, asks, fn, args, kw, env: dict[str, str], backend: str,
                             f"numbers, module-level classes...): {type(exc).__name__}: "
                             f"{exc}") from exc
         out.send_bytes(data)
+        # a rank whose shutdown fails (a device error that its synchronisation surfaces, a
+        # peer in another collective call) fails the launch: the launcher waits for this
         world_mod.shutdown()
+        out.send(("closed",))
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
         tb = traceback.format_exc()
         try:
@@ -317,7 +321,10 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     The first rank that raises (or dies) ends the launch: the others are killed and its
     exception is raised here with ``.rank`` and the remote traceback as a note (an error
     raised in ``torch.distributed``, as a peer's failure causes, waits up to 2 s for
-    another rank's root cause first). With ``DITRON_LAUNCH_TIMEOUT`` set, ranks that have not
+    another rank's root cause first). A rank's result counts once the rank has also shut
+    its worlds down: an error there (a device error its last synchronisation surfaces,
+    say), a process that ends there, or a shutdown still running 30 s after the last rank
+    returned fails the launch too. With ``DITRON_LAUNCH_TIMEOUT`` set, ranks that have not
     returned that long after start-up are killed with a ``TimeoutError`` naming them and
     showing where each was (its stack; first the ranks handling an exception, the likely
     cause) and the ranks that had returned; without it such a launch waits for ever.
@@ -383,7 +390,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
             failed = False
             return results
         finally:
-            for p in procs:  # ranks that returned are shutting down; give them a moment
+            for p in procs:  # ranks that have shut down are exiting; give them a moment
                 p.join(timeout=_SHUTDOWN_SECONDS if p.exitcode is None and not failed else 0)
             _stop(procs, conns + asks, workdir, job)
 
@@ -495,6 +502,7 @@ class _Failure:
     traceback: str = ""
     exitcode: int | None = None
     unpickling_error: Exception | None = None  # the rank's message could not be unpickled
+    in_shutdown: bool = False  # the process ended after its result came, shutting down
 
     @property
     def secondary(self) -> bool:
@@ -514,13 +522,14 @@ def _collect(procs, conns, asks, timeout: float) -> list[Any]:
     at least ``_STARTUP_SECONDS``. Ranks that run past it are asked (on ``asks``) where
     they are, for the ``TimeoutError``."""
     results: list[Any] = [None] * len(procs)
-    pending = {c: r for r, c in enumerate(conns)}
+    pending = {c: r for r, c in enumerate(conns)}  # ranks that have not closed (or failed)
     sentinels = {p.sentinel: r for r, p in enumerate(procs)}
     started: set[int] = set()
+    returned: set[int] = set()  # ranks whose result came: they are shutting down
     failures: list[_Failure] = []
     first_failure = 0.0
     start_deadline = time.monotonic() + max(timeout, _STARTUP_SECONDS)
-    deadline = None
+    deadline = closing = None
     while pending:
         if failures:
             left = max(first_failure + _GRACE_SECONDS - time.monotonic(), 0)
@@ -528,32 +537,42 @@ def _collect(procs, conns, asks, timeout: float) -> list[Any]:
             left = max(start_deadline - time.monotonic(), 0)
         else:
             left = None if deadline is None else max(deadline - time.monotonic(), 0)
+            if len(returned) == len(procs):  # only shutdowns left: they get a bound too
+                closing = closing or time.monotonic() + _SHUTDOWN_SECONDS
+                left = min(left if left is not None else math.inf,
+                           max(closing - time.monotonic(), 0))
         ready = mpc.wait(list(pending) + list(sentinels), timeout=left)
         if not ready:
             if failures:
                 break
             wheres = _ask_where(sorted(pending.values()), conns, asks, pending, procs,
-                                results, failures, started)
-            if failures or not pending:  # a rank failed (the cause) or all returned meanwhile
+                                results, failures, started, returned)
+            if failures or not pending:  # a rank failed (the cause) or all closed meanwhile
                 break
             if len(started) < len(procs):
                 late = sorted(set(range(len(procs))) - started)
                 head = (f"ranks {late} did not finish starting within "
                         f"{max(timeout, _STARTUP_SECONDS):g} s")
-            else:
+            elif len(returned) == len(procs):
                 late = sorted(pending.values())
+                bound = (f"{_SHUTDOWN_SECONDS:g} s of the last rank's return"
+                         if closing is not None and time.monotonic() >= closing
+                         else f"{timeout:g} s after every rank started (DITRON_LAUNCH_TIMEOUT)")
+                head = (f"ranks {late} returned from fn but did not finish ditron.shutdown "
+                        f"within {bound}")
+            else:
+                late = sorted(set(pending.values()) - returned)
                 head = (f"ranks {late} had not returned {timeout:g} s after every rank "
                         f"started (DITRON_LAUNCH_TIMEOUT)")
-            returned = [r for r in range(len(procs)) if r not in pending.values()]
             raise TimeoutError(_timed_out(f"ditron.launch: {head}; they were killed", late,
-                                          wheres, returned))
+                                          wheres, sorted(returned - set(late))))
         for obj in ready:
             if obj in sentinels:
                 conn = conns[sentinels.pop(obj)]
                 while conn in pending:  # drain: "ready" may precede the result
-                    _receive(conn, pending, procs, results, failures, started)
+                    _receive(conn, pending, procs, results, failures, started, returned)
             elif obj in pending:
-                _receive(obj, pending, procs, results, failures, started)
+                _receive(obj, pending, procs, results, failures, started, returned)
         if deadline is None and timeout > 0 and len(started) == len(procs):
             deadline = time.monotonic() + timeout
         if failures and not first_failure:
@@ -562,14 +581,13 @@ def _collect(procs, conns, asks, timeout: float) -> list[Any]:
             break
     if failures:
         failed = {f.rank for f in failures}
-        returned = [r for r in range(len(procs)) if r not in failed and r not in pending.values()]
         _raise_failure(min(failures, key=lambda f: (f.secondary, f.exitcode is not None)),
-                       returned)
+                       sorted(returned - failed))
     return results
 
 
 def _ask_where(ranks: list[int], conns, asks, pending, procs, results, failures,
-               started) -> dict[int, _Where]:
+               started, returned) -> dict[int, _Where]:
     """Ask ``ranks`` where they are (:func:`_answer_where`) and wait up to
     ``_WHERE_SECONDS`` for their answers, by rank; a result or a failure that comes
     meanwhile is received as usual."""
@@ -584,7 +602,7 @@ def _ask_where(ranks: list[int], conns, asks, pending, procs, results, failures,
         if not waiting or left <= 0:
             return wheres
         for conn in mpc.wait(waiting, timeout=left):
-            _receive(conn, pending, procs, results, failures, started, wheres)
+            _receive(conn, pending, procs, results, failures, started, returned, wheres)
 
 
 def _timed_out(head: str, late: list[int], wheres: dict[int, _Where],
@@ -614,15 +632,18 @@ def _timed_out(head: str, late: list[int], wheres: dict[int, _Where],
     return "\n".join(lines)
 
 
-def _receive(conn, pending, procs, results, failures, started,
+def _receive(conn, pending, procs, results, failures, started, returned: set[int],
              wheres: dict[int, _Where] | None = None) -> None:
+    """Take one message of ``rank``: started, where it is, its result (it then shuts down:
+    ``returned``), closed (done), or its error; or the end of its process."""
     rank = pending[conn]
     try:
         data = conn.recv_bytes()
     except EOFError:  # the process ended without a word
         del pending[conn]
         procs[rank].join(timeout=5)
-        failures.append(_Failure(rank, exitcode=procs[rank].exitcode))
+        failures.append(_Failure(rank, exitcode=procs[rank].exitcode,
+                                 in_shutdown=rank in returned))
         return
     try:
         msg = pickle.loads(data)
@@ -637,31 +658,35 @@ def _receive(conn, pending, procs, results, failures, started,
         if wheres is not None:
             wheres[rank] = msg[1:]
         return
-    del pending[conn]
     if msg[0] == "ok":
         results[rank] = msg[1]
-    else:
+        returned.add(rank)
+        return
+    del pending[conn]
+    if msg[0] != "closed":
         failures.append(_Failure(rank, *msg[1:]))
 
 
-def _exit_reason(code: int) -> str:
-    """Why a rank's process ended before returning, from its exit code."""
+def _exit_reason(code: int, in_shutdown: bool = False) -> str:
+    """Why a rank's process ended before returning (``in_shutdown``: after returning, in
+    ``ditron.shutdown``), from its exit code."""
+    when = "in ditron.shutdown, after fn returned" if in_shutdown else "before returning"
     if code >= 0:
-        return f"process exited with code {code} before returning (its output above says why)"
+        return f"process exited with code {code} {when} (its output above says why)"
     try:
         name = signal.Signals(-code).name
     except ValueError:
         name = f"signal {-code}"
     hint = (": a bad memory access, e.g. a kernel's pointer or peer rank out of range (the "
             "CPU backend runs kernels in the rank's own process)") if name == "SIGSEGV" else ""
-    return f"process was killed by {name} before returning{hint}"
+    return f"process was killed by {name} {when}{hint}"
 
 
 def _raise_failure(failure: _Failure, returned: Sequence[int] = ()):
     """Raise ``failure`` in the launching process, naming the ranks that had ``returned``
     from ``fn`` by then (a rank waiting for one of them in a collective fails too)."""
     if failure.exitcode is not None:
-        raise RankError(failure.rank, _exit_reason(failure.exitcode))
+        raise RankError(failure.rank, _exit_reason(failure.exitcode, failure.in_shutdown))
     if failure.unpickling_error is not None:
         error = failure.unpickling_error
         raise RankError(failure.rank, f"its result could not be unpickled in the launching "

@@ -10,20 +10,24 @@ from ..language.context import DeviceContext
 from .world import current
 
 
-def empty(shape: int | Sequence[int], dtype: torch.dtype = torch.float32, *,
+def empty(shape: int | Sequence[int], dtype: torch.dtype | None = None, *,
           name: str | None = None) -> torch.Tensor:
     """Allocate an uninitialised symmetric tensor (collective).
 
     Every rank must call it with the same ``shape`` and ``dtype`` in the same order; the
     buffer then sits at the same heap offset on every rank, so kernels reach a peer's copy
-    with ``ditron.language`` primitives and the host with :func:`peer`. ``name`` labels the
-    buffer in diagnostics. Raises ``ValueError`` if ranks disagree and ``RuntimeError`` if
-    the heap is exhausted on any rank.
+    with ``ditron.language`` primitives and the host with :func:`peer`. ``dtype`` defaults,
+    as ``torch.empty``'s, to ``torch.get_default_dtype()`` (each rank's own: ranks whose
+    defaults differ disagree). ``name`` labels the buffer in diagnostics. Raises
+    ``ValueError`` if ranks disagree and ``RuntimeError`` if the heap is exhausted on any
+    rank.
     """
+    if dtype is None:
+        dtype = torch.get_default_dtype()
     return current().heap.alloc(shape, dtype, name)
 
 
-def zeros(shape: int | Sequence[int], dtype: torch.dtype = torch.float32, *,
+def zeros(shape: int | Sequence[int], dtype: torch.dtype | None = None, *,
           name: str | None = None) -> torch.Tensor:
     """Like :func:`empty`, filled with zeros (collective; not a barrier: pair with
     ``ditron.barrier()`` before peers may write into it)."""

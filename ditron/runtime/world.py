@@ -73,6 +73,9 @@ class Runtime:
         self.diag = torch.zeros(DIAG_WORDS, dtype=torch.int64, device=world.device)
         self.wait_timeout = settings.wait_timeout
         self.cache: dict = {}  # per-process workspaces keyed by their users (signal pads, ...)
+        #: set by ``shutdown``: what holds this runtime past it (a compiled megakernel) refuses
+        #: to run on its heap, whose peers and signals are no world's any more
+        self.closed = False
 
     @property
     def wait_seconds(self) -> float:
@@ -94,12 +97,37 @@ MAX_POLLS = 2**31 - 1
 _RUNTIME: Runtime | None = None  # the current world's
 _RUNTIMES: dict[tuple[int, ...], Runtime] = {}  # every world of this process, by global ranks
 _GROUPS_MADE = 0  # process groups ``init`` made in this process (see ``_rendezvous``)
+#: in a process forked from one that held worlds: the parent's pid, its default process
+#: group as of the fork (which the child inherited, connections and all, and must not use)
+#: and its current world (which ``world()`` still reads: a forked data loader's rank)
+_FORKED_FROM: tuple[int, object, World | None] | None = None
+
+
+def _forget_worlds_after_fork() -> None:
+    """In a forked child: the parent's worlds are not the child's (their process groups'
+    connections and their heaps' peers are the parent's). None is current, those that
+    things still hold are closed, and ``init`` refuses the inherited process group."""
+    global _RUNTIME, _FORKED_FROM
+    if not _RUNTIMES:
+        return
+    for rt in _RUNTIMES.values():
+        rt.closed = True
+    _FORKED_FROM = (os.getppid(), dist.group.WORLD if dist.is_initialized() else None,
+                    _RUNTIME.world if _RUNTIME is not None else None)
+    _RUNTIME = None
+    _RUNTIMES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_worlds_after_fork)
 
 
 def current() -> Runtime:
     if _RUNTIME is None:
-        raise RuntimeError("ditron is not initialised in this process: call ditron.init() "
-                           "(or start the ranks with ditron.launch)")
+        forked = ("" if _FORKED_FROM is None else
+                  f" (it was forked from process {_FORKED_FROM[0]}, whose worlds a fork does "
+                  f"not carry over)")
+        raise RuntimeError(f"ditron is not initialised in this process{forked}: call "
+                           f"ditron.init() (or start the ranks with ditron.launch)")
     return _RUNTIME
 
 
@@ -108,7 +136,11 @@ def is_initialized() -> bool:
 
 
 def world() -> World:
-    """The current :class:`World` of this process (after ``ditron.init``)."""
+    """The current :class:`World` of this process (after ``ditron.init``). In a process
+    forked from an initialised one (a data loader's worker), the parent's, to read: its
+    collectives, symmetric tensors and ``init`` are refused there."""
+    if _RUNTIME is None and _FORKED_FROM is not None and _FORKED_FROM[2] is not None:
+        return _FORKED_FROM[2]
     return current().world
 
 
@@ -221,6 +253,13 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
             _RUNTIME = known
             return known.world
         backend = _RUNTIME.world.backend
+    if _FORKED_FROM is not None and dist.is_initialized() \
+            and dist.group.WORLD is _FORKED_FROM[1]:
+        raise RuntimeError(f"ditron.init: this process was forked from process "
+                           f"{_FORKED_FROM[0]}, which had initialised ditron: the process "
+                           f"group it inherited is the parent's (its connections too); start "
+                           f"ranks with ditron.launch, torchrun or multiprocessing's spawn or "
+                           f"forkserver methods")
     settings = Settings.from_env(backend, heap_size=heap_size, wait_timeout=wait_timeout,
                                  local_world_size=local_world_size)
     interpret.arrange(settings.backend)
@@ -334,6 +373,8 @@ def shutdown() -> None:
     runtimes = list(_RUNTIMES.values())[::-1]
     _RUNTIME = None
     _RUNTIMES.clear()
+    for rt in runtimes:
+        rt.closed = True
     errors = []
     for rt in runtimes:
         try:
@@ -347,14 +388,33 @@ def shutdown() -> None:
 
 
 def _release(rt: Runtime) -> None:
+    """Synchronise the device, meet the world's ranks and release the heap and groups. A
+    rank whose synchronisation fails (a device error of an earlier kernel) still meets its
+    peers, with its error: it raises it, and they raise naming it, instead of waiting."""
     try:
-        rt.backend.synchronize(rt.world.device)
+        failure = None
+        try:
+            rt.backend.synchronize(rt.world.device)
+        except Exception as exc:  # noqa: BLE001 - told to the peers, then raised
+            failure = exc
         if rt.world.world_size > 1:  # a barrier on the host rows: a peer still in a host
             # check (an allocation, an agreement) raises with this rank instead of hanging
-            rows = host_rows.exchange(rt.host_group, "ditron.shutdown", (), ())
+            problem = None if failure is None else f"{type(failure).__name__}: {failure}"
+            rows = host_rows.exchange(rt.host_group, "ditron.shutdown", ("problem",),
+                                      (problem,),
+                                      host_rows.OK if failure is None else host_rows.PROBLEM)
             if (calls := rows.different_calls()) is not None:
                 raise RuntimeError(f"ditron.shutdown: ranks are in different collective "
                                    f"calls (some shut down, others did not):\n{calls}")
+            failed = [f"  rank {r}: {call[2][0]}" for r, (kind, call)
+                      in enumerate(zip(rows.kinds, rows.calls or (), strict=False))
+                      if kind == host_rows.PROBLEM]
+            if failed and failure is None:
+                raise RuntimeError("ditron.shutdown: another rank's device failed (its "
+                                   "synchronisation raised):\n"
+                                   + "\n".join(failed))
+        if failure is not None:
+            raise failure
     finally:
         rt.backend.unmap_heap(rt.heap.mapping)
         if dist.is_initialized():

@@ -46,7 +46,7 @@ from ..runtime.integers import check_int
 from ..runtime.signals import SignalPad
 from ..runtime.symmetric import is_symmetric
 from ..runtime.triton_launch import FastKernel
-from ..runtime.world import current
+from ..runtime.world import current, use
 from . import codegen
 from .graph import CTX, Schedule, TaskGraph, check_warps, derive, describe_item, describe_slot
 
@@ -189,7 +189,9 @@ class Megakernel:
         (self._order, self._item_task, self._item_tile, self._dep_ptr, self._dep_slot,
          self._ntf_ptr, self._ntf_rank, self._begin, self._tail) = views
         self._pad = SignalPad.allocate(s.slots, name=f"megakernel:{graph.name}")
-        self._heap = rt.heap  # the world's it was compiled in, which free() returns it to
+        #: the world it was compiled in: its calls run there (its heap, scoreboard and wait
+        #: diagnostics), and are refused once ``ditron.shutdown`` has released it
+        self._rt = rt
         self._queue = torch.zeros(1, dtype=torch.int64, device=device)
         # word 0: the CPU backend's logical clock; then one row per queue position
         self._trace = torch.zeros(1 + s.n_items * codegen.TRACE_FIELDS if traced else 1,
@@ -229,10 +231,16 @@ class Megakernel:
 
         May be captured in a CUDA graph once it has run eagerly (the first call compiles);
         each replay is a call. Timeout mode checks the waits after eager calls only."""
-        rt = current()
+        rt = self._rt
         if self._pad is None:
             raise RuntimeError(f"ditron.task: the megakernel of graph {self.graph.name!r} "
                                f"was freed")
+        if rt.closed:
+            raise RuntimeError(f"ditron.task: the megakernel of graph {self.graph.name!r} "
+                               f"was compiled in a world that has been shut down "
+                               f"(ditron.shutdown): its scoreboard and the heaps it reaches "
+                               f"are that world's; build and compile the graph again in the "
+                               f"current world (its symmetric tensors too, on every rank)")
         if self._failed is not None:
             raise RuntimeError(f"ditron.task: a call of the megakernel of graph "
                                f"{self.graph.name!r} failed ({self._failed}) part way, which "
@@ -266,7 +274,8 @@ class Megakernel:
                                int(self._trace[0]), t0, t1)
         if not in_capture and (rt.wait_timeout > 0 or rt.world.backend == "cpu"):
             try:
-                check_waits()
+                with use(rt.world):  # its world's diagnostics, whichever world is current
+                    check_waits()
             except WaitTimeoutError as exc:
                 raise self._explain(exc) from None
 
@@ -275,10 +284,13 @@ class Megakernel:
         the same order as its other frees and allocations), once no rank calls the
         megakernel any more and this rank's calls have ended; a later call raises
         ``RuntimeError``. Without it, each compiled megakernel keeps its scoreboard for the
-        life of the process. Freeing twice does nothing."""
+        life of the process. Freeing twice does nothing, and so does freeing one whose world
+        was shut down (its heap went with it); either way it lets go of that heap."""
         if self._pad is not None:
-            self._heap.free(self._pad.signals)
+            if not self._rt.closed:
+                self._rt.heap.free(self._pad.signals)
             self._pad = None
+            self._launch = None  # its bound arguments hold the heap's mapping
 
     def _explain(self, exc: WaitTimeoutError) -> WaitTimeoutError:
         match = re.fullmatch(r"megakernel:.*\[(\d+)\]", exc.signal)

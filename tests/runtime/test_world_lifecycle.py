@@ -4,6 +4,10 @@ too, and what the tensors of a world that was shut down are afterwards."""
 
 from __future__ import annotations
 
+import os
+import pickle
+import signal
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -100,3 +104,46 @@ def test_init_again_inside_use_stays_current(monkeypatch):
     monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "90")
     got = ditron.launch(_init_again_inside_use, 2, backend="cpu")
     assert got == [(True, True, False)] * 2, got
+
+
+def _forked_child() -> list[str]:
+    """What a child forked from an initialised rank gets from ditron, and the parent's
+    world working on afterwards."""
+    parent = ditron.world()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running any cleanup
+        os.close(read)
+        signal.alarm(20)  # a collective over the parent's connections may never return
+        seen = [ditron.world() == parent]  # to read, as a data loader's worker may
+        for call in (ditron.init, lambda: ditron.zeros(4), ditron.context):
+            try:
+                seen.append(f"returned {call()}")
+            except RuntimeError as exc:
+                seen.append(str(exc))
+        os.write(write, pickle.dumps(seen))
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        seen = pickle.loads(f.read())
+    os.waitpid(pid, 0)
+    x = torch.randn(5, generator=torch.Generator().manual_seed(dist.get_rank()))
+    _close(ditron.ops.all_reduce(x), _summed(x), "all_reduce after the fork")
+    return seen
+
+
+def test_a_forked_child_does_not_inherit_the_world(backend, monkeypatch):
+    """A child forked from an initialised rank got its parent's world from ``ditron.init``
+    and used it: the parent's process group (its connections) and heap, which its
+    collectives would have shared with the parent. It may still read ``ditron.world()``."""
+    if backend != "cpu":
+        pytest.skip("CUDA cannot be forked")
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "90")
+    got = ditron.launch(_forked_child, 2, backend=backend)
+    for seen in got:
+        assert seen[0] is True, seen
+        assert seen[1].startswith("ditron.init: this process was forked from process "), seen
+        assert "the process group it inherited is the parent's" in seen[1], seen
+        for message in seen[2:]:
+            assert message.startswith("ditron is not initialised in this process (it was "
+                                      "forked from process "), seen
