@@ -22,12 +22,16 @@ Weight gradients are complete on the rank that owns the shard. The bias of
 is all-reduced in the backward pass: every rank gets the whole gradient.
 
 Under ``torch.autocast`` the linear functions compute in its dtype, as
-``torch.nn.functional.linear`` does. Every function is a collective: all ranks call it in
-the same order (forward and backward) with matching shapes. It runs in the world current
-at its forward call, backward included (``ditron.use``: the backward of a TP layer stays in
-the TP world when another world is current by then). ``method`` is passed to the op
-(``"auto"``, ``"overlap"``, ``"fallback"``). A rank that refuses its arguments (``ValueError``)
-tells its peers, which raise too instead of waiting for it in the op (as the ops do).
+``torch.nn.functional.linear`` does; as there, float64 operands are not cast (and refused:
+the functions compute in float16, bfloat16 or float32). Every function is a collective:
+all ranks call it in the same order (forward and backward) with matching shapes. It runs in
+the world current at its forward call, backward included (``ditron.use``: the backward of a
+TP layer stays in the TP world when another world is current by then). ``method`` is
+passed to the op (``"auto"``, ``"overlap"``, ``"fallback"``). A rank that refuses its
+arguments (``ValueError``) tells its peers, which raise too instead of waiting for it in the
+op (as the ops do). ``copy_to_tensor_parallel`` returns its input as it is (a view of it,
+as Megatron-LM's returns the input itself): torch refuses an in-place edit of a custom
+Function's view output, so clone it first to edit it in place.
 Gradients are first order only: a double backward (``create_graph=True``) raises, as the
 conventions above hold for a replicated first-order gradient only.
 """
@@ -40,6 +44,7 @@ from typing import NoReturn
 import torch
 from torch.autograd.function import once_differentiable
 
+from ..ops.tp_gemm import DTYPES
 from ..runtime.agreement import refused_together
 from ..runtime.world import world
 from . import library  # registers torch.ops.ditron.*
@@ -77,6 +82,9 @@ def _rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         _refuse(name, f"bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
     if x.dtype != weight.dtype:
         _refuse(name, f"input dtype {x.dtype} != weight dtype {weight.dtype}")
+    if weight.dtype not in DTYPES:  # torch.autocast leaves float64 operands as they are
+        _refuse(name, f"computes in {', '.join(str(t) for t in DTYPES)}, got {weight.dtype} "
+                      f"(torch.autocast does not cast float64, as for torch's own ops)")
     if bias is not None and (bias.dtype, bias.device) != (weight.dtype, weight.device):
         _refuse(name, f"bias ({bias.dtype} on {bias.device}) must have the weight's dtype "
                       f"and device ({weight.dtype} on {weight.device})")
@@ -93,8 +101,18 @@ def _autocast(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
     if kind not in ("cpu", "cuda") or not torch.is_autocast_enabled(kind):
         return x, weight, bias, contextlib.nullcontext()
     dtype = torch.get_autocast_dtype(kind)
-    cast = (x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
+    cast = (autocast_operand(x, kind, dtype), autocast_operand(weight, kind, dtype),
+            None if bias is None else autocast_operand(bias, kind, dtype))
     return (*cast, torch.autocast(kind, enabled=False))
+
+
+def autocast_operand(t: torch.Tensor, kind: str, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` as ``torch.autocast(kind, dtype)`` casts an operand of a lower-precision op
+    (its ``is_eligible``): a floating-point tensor on device type ``kind`` in ``dtype``,
+    except float64, which stays float64, as every other tensor stays as it is."""
+    if not t.is_floating_point() or t.dtype == torch.float64 or t.device.type != kind:
+        return t
+    return t.to(dtype)
 
 
 def _split_rows(x: torch.Tensor, name: str) -> None:

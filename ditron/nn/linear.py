@@ -6,19 +6,22 @@ the sequence and multiplies by its output features (``ag_gemm``), the row layer 
 by its input features and reduce-scatters the sum back to the sequence split (``gemm_rs``);
 in the backward pass the two swap roles. Without sequence parallelism the input and output
 are replicated and the row layer all-reduces (``gemm_ar``). Layers are built inside a rank
-(``ditron.launch`` or after ``ditron.init``) and belong to the world current then: calling
-one while another world is current (``ditron.use``) raises ``RuntimeError``.
+(``ditron.launch`` or after ``ditron.init``) and belong to the world current then
+(``layer.world``): they run in it whichever world is current (``ditron.use``), forward and
+backward, so that activation checkpointing's recomputation in the backward pass runs there
+too; a layer whose world this process no longer has raises ``RuntimeError``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 
 from ..ops.tp_gemm import METHODS
 from ..runtime.integers import check_int
-from ..runtime.world import world
+from ..runtime.world import World, use, world, world_over
 from . import functional as F
 
 
@@ -43,6 +46,22 @@ def shard_generator(device: torch.device, rank: int) -> torch.Generator:
     seed = int(torch.randint(0, 2 ** 62, ()))
     kind = "cuda" if device.type == "cuda" else "cpu"  # "meta": nothing is drawn
     return torch.Generator(device=device if kind == "cuda" else kind).manual_seed(seed + rank)
+
+
+def in_world(w: World, layer: str) -> contextlib.AbstractContextManager:
+    """Where ``layer`` (its class name), built in the world ``w``, runs: ``ditron.use(w)``
+    unless ``w`` is current. ``RuntimeError`` if this process no longer has ``w``."""
+    if world() == w:
+        return contextlib.nullcontext()
+    try:
+        alive = world_over(w.global_ranks) == w
+    except ValueError:
+        alive = False
+    if not alive:
+        raise RuntimeError(f"ditron.nn: {layer} was built in the world over global ranks "
+                           f"{list(w.global_ranks)}, which this process no longer has "
+                           f"(shut down): build the layer again in a current world")
+    return use(w)
 
 
 class _ParallelLinear(torch.nn.Module):
@@ -73,17 +92,15 @@ class _ParallelLinear(torch.nn.Module):
             if self.bias is not None:
                 self.bias.zero_()
 
-    def _check_world(self) -> None:
-        if world() != self.world:
-            raise RuntimeError(f"ditron.nn: {type(self).__name__} was built in the world over "
-                               f"global ranks {list(self.world.global_ranks)}, but the world "
-                               f"over {list(world().global_ranks)} is current; call it inside "
-                               f"ditron.use(layer.world)")
+    def _mode(self) -> str:
+        """The layer's own settings in its repr, after ``sequence_parallel``."""
+        return ""
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}, "
-                f"shard={tuple(self.weight.shape)}")
+                f"{self._mode()}method={self.method!r}, shard={tuple(self.weight.shape)}, "
+                f"world={list(self.world.global_ranks)}")
 
 
 class ColumnParallelLinear(_ParallelLinear):
@@ -105,12 +122,23 @@ class ColumnParallelLinear(_ParallelLinear):
                          sequence_parallel, method, device, dtype)
         self.keep_gathered = keep_gathered
 
+    def _mode(self) -> str:
+        return f"keep_gathered={self.keep_gathered}, " if self.sequence_parallel else ""
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_world()
-        if self.sequence_parallel:
-            return F.all_gather_linear(x, self.weight, self.bias,
-                                       keep_gathered=self.keep_gathered, method=self.method)
-        return torch.nn.functional.linear(F.copy_to_tensor_parallel(x), self.weight, self.bias)
+        with in_world(self.world, "ColumnParallelLinear"):
+            if self.sequence_parallel:
+                return F.all_gather_linear(x, self.weight, self.bias,
+                                           keep_gathered=self.keep_gathered,
+                                           method=self.method)
+            # no collective before the backward pass: a local check, every rank's own
+            if not isinstance(x, torch.Tensor) or x.dim() == 0 \
+                    or x.shape[-1] != self.in_features:
+                raise ValueError(f"ditron.nn: ColumnParallelLinear(sequence_parallel=False) "
+                                 f"takes [..., {self.in_features}] (replicated), got "
+                                 f"{tuple(getattr(x, 'shape', ()))}")
+            return torch.nn.functional.linear(F.copy_to_tensor_parallel(x), self.weight,
+                                              self.bias)
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, **kwargs) -> ColumnParallelLinear:
@@ -145,10 +173,10 @@ class RowParallelLinear(_ParallelLinear):
                          dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_world()
-        if self.sequence_parallel:
-            return F.linear_reduce_scatter(x, self.weight, self.bias, method=self.method)
-        return F.linear_all_reduce(x, self.weight, self.bias, method=self.method)
+        with in_world(self.world, "RowParallelLinear"):
+            if self.sequence_parallel:
+                return F.linear_reduce_scatter(x, self.weight, self.bias, method=self.method)
+            return F.linear_all_reduce(x, self.weight, self.bias, method=self.method)
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, **kwargs) -> RowParallelLinear:

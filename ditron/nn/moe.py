@@ -40,7 +40,8 @@ from ..runtime.agreement import refused_together
 from ..runtime.integers import as_int, check_int
 from ..runtime.world import world
 from . import library
-from .linear import shard_generator
+from .functional import autocast_operand
+from .linear import in_world, shard_generator
 
 _ditron = torch.ops.ditron
 
@@ -155,8 +156,10 @@ class ExpertParallelMLP(torch.nn.Module):
     weights; returns ``[T, hidden]``, ``sum_j topk_weights[t, j] * expert_j(x[t])``. The
     router (scores, top-k, load-balancing loss) stays the model's. ``max_tokens`` and
     ``max_recv_rows`` as in :func:`ditron.ops.moe_dispatch`. Under ``torch.autocast`` the
-    tokens and weights are cast to its dtype (the output is in it). Built inside a Ditron
-    world, whose ranks hold the experts; called in that world only.
+    tokens and weights are cast to its dtype (the output is in it), float64 ones excepted,
+    as in torch. Built inside a Ditron world (``layer.world``), whose ranks hold the
+    experts; it runs there whichever world is current (``ditron.use``), forward and
+    backward, activation checkpointing's recomputation included.
     """
 
     def __init__(self, hidden: int, ffn: int, num_experts: int, *,
@@ -199,23 +202,19 @@ class ExpertParallelMLP(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                 max_tokens: int | None = None) -> torch.Tensor:
-        if world() != self.world:
-            raise RuntimeError(f"ditron.nn: ExpertParallelMLP was built in the world over "
-                               f"global ranks {list(self.world.global_ranks)}, but the world "
-                               f"over {list(world().global_ranks)} is current; call it inside "
-                               f"ditron.use(layer.world)")
-        w1, w2, mode = self.w1, self.w2, contextlib.nullcontext()
-        kind = x.device.type
-        if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
-            # as torch.nn.Linear under autocast: the GEMMs in its dtype, the casts
-            # differentiable (fp32 weights get fp32 gradients)
-            dtype = torch.get_autocast_dtype(kind)
-            x, w1, w2 = x.to(dtype), w1.to(dtype), w2.to(dtype)
-            mode = torch.autocast(kind, enabled=False)
-        _before_dispatch(lambda: self._check(x, topk_ids, topk_weights, w1.dtype))
-        with mode:
-            return _layer(x, topk_ids, topk_weights, w1, w2, self.activation, self.gated,
-                          self.num_experts, max_tokens, self.max_recv_rows)
+        with in_world(self.world, "ExpertParallelMLP"):
+            w1, w2, mode = self.w1, self.w2, contextlib.nullcontext()
+            kind = x.device.type if isinstance(x, torch.Tensor) else None
+            if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
+                # as torch.nn.Linear under autocast: the GEMMs in its dtype (float64 stays
+                # float64), the casts differentiable (fp32 weights get fp32 gradients)
+                dtype = torch.get_autocast_dtype(kind)
+                x, w1, w2 = (autocast_operand(t, kind, dtype) for t in (x, w1, w2))
+                mode = torch.autocast(kind, enabled=False)
+            _before_dispatch(lambda: self._check(x, topk_ids, topk_weights, w1.dtype))
+            with mode:
+                return _layer(x, topk_ids, topk_weights, w1, w2, self.activation, self.gated,
+                              self.num_experts, max_tokens, self.max_recv_rows)
 
     def _check(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                dtype: torch.dtype) -> None:
@@ -232,7 +231,8 @@ class ExpertParallelMLP(torch.nn.Module):
         if dtype not in GEMM_DTYPES:  # it failed in the first grouped GEMM, after the dispatch
             raise ValueError(f"ExpertParallelMLP: the experts compute in {dtype}; the grouped "
                              f"GEMMs take {', '.join(str(t) for t in GEMM_DTYPES)} (build "
-                             f"the layer in one of them, or call it under torch.autocast)")
+                             f"the layer in one of them, or call it under torch.autocast, "
+                             f"which casts float32 weights, not float64 ones)")
 
     @classmethod
     def from_experts(cls, experts: Sequence[Sequence[torch.nn.Linear]],
@@ -269,5 +269,10 @@ class ExpertParallelMLP(torch.nn.Module):
         return layer
 
     def extra_repr(self) -> str:
+        act = self.activation  # a module is a child, shown by torch's repr itself
+        act = "" if isinstance(act, torch.nn.Module) else \
+            f", activation={getattr(act, '__name__', None) or repr(act)}"
+        cap = "" if self.max_recv_rows is None else f", max_recv_rows={self.max_recv_rows}"
         return (f"hidden={self.hidden}, ffn={self.ffn}, num_experts={self.num_experts}, "
-                f"local_experts={self.local_experts}, gated={self.gated}")
+                f"local_experts={self.local_experts}, gated={self.gated}{act}{cap}, "
+                f"world={list(self.world.global_ranks)}")
