@@ -119,3 +119,124 @@ def test_settings_page_gives_the_numeric_defaults(monkeypatch):
     assert page["DITRON_PULL_CHUNK_BYTES"] == f"{chunked_exchanges.PULL_CHUNK_BYTES >> 20} MiB"
     assert Path(cache.cache_dir()) == Path("~/.cache/ditron").expanduser()
     assert page["DITRON_CACHE_DIR"] == "`~/.cache/ditron`"
+
+
+#: the modules whose public ops docs/collectives.md's table lists
+COLLECTIVE_MODULES = ("ditron.ops.collectives", "ditron.ops.a2a_device", "ditron.ops.p2p")
+
+
+def _documented_ops(page: str) -> dict[str, list[str]]:
+    """``name(params)`` of every first cell of the page's tables, each parameter as given."""
+    found = {}
+    for cell in _first_column(page):
+        for names, params in SIGNATURE.findall(cell):
+            for name in names.split(" / "):
+                found[name] = [p.strip() for p in params.split(",") if p.strip()]
+    return found
+
+
+def _parameters(fn) -> list[tuple[str, object]]:
+    """``(name, default)`` of each parameter (``inspect.Parameter.empty`` for none), with
+    ``("*", empty)`` where the keyword-only ones start."""
+    found, star = [], False
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and not star:
+            found.append(("*", inspect.Parameter.empty))
+            star = True
+        found.append((p.name, p.default))
+    return found
+
+
+def test_collectives_table_names_every_collective():
+    import ditron.ops
+
+    ops = {name for name in ditron.ops.__all__
+           if getattr(ditron.ops, name).__module__ in COLLECTIVE_MODULES}
+    assert set(_documented_ops("docs/collectives.md")) == ops
+
+
+@pytest.mark.parametrize("name", sorted(_documented_ops("docs/collectives.md")))
+def test_collectives_table_signatures(name):
+    """Every parameter of the op, in the code's order, keyword-only ones after ``*``, each
+    with the code's default (a user copying a call from the table gets what it says)."""
+    import ditron.ops
+
+    page = []
+    for text in _documented_ops("docs/collectives.md")[name]:
+        pname, eq, default = text.partition("=")
+        page.append((pname.strip(), ast.literal_eval(default.strip()) if eq
+                     else inspect.Parameter.empty))
+    assert page == _parameters(getattr(ditron.ops, name)), name
+
+
+def test_readme_lists_every_command():
+    """README's list of commands (``python -m ditron info | demo | bench collectives | ...``)
+    names every subcommand and every benchmark the CLI has, and nothing else."""
+    from ditron import cli
+
+    listed = re.search(r"`python -m ditron ([^`]+)`", (ROOT / "README.md").read_text())
+    commands = {" ".join(c.split()) for c in listed.group(1).split("|")}
+    assert commands == {"info", "demo", "trace", *(f"bench {b}" for b in cli._benchmarks())}
+
+
+def test_settings_page_names_the_forcing_switches():
+    """The page's sentence on the variables that force a choice either way (read by
+    ``env_switch``: ``0`` / ``1``, other values refused) names exactly those."""
+    code = {name for path in (ROOT / "ditron").rglob("*.py")
+            for name in re.findall(r"env_switch\(\"(DITRON_\w+)\"\)", path.read_text())}
+    text = (ROOT / "docs/settings.md").read_text()
+    sentence = re.search(r"[^.]*force a choice either way[^.]*\.", text).group(0)
+    assert set(re.findall(r"DITRON_\w+", sentence)) == code
+
+
+def test_developing_page_gives_the_layer_order():
+    """docs/developing.md's "(language < runtime < ...)" is the order tests/test_layers.py
+    holds every import to (the package's ``__init__`` and ``__main__`` left out)."""
+    from tests.test_layers import LAYERS
+
+    text = " ".join((ROOT / "docs/developing.md").read_text().split())
+    order = re.search(r"\((language < [^)]*)\)", text).group(1)
+    page = [{name.strip() for name in group.split(",")} for group in order.split("<")]
+    code: dict[int, set[str]] = {}
+    for unit, layer in LAYERS.items():
+        if not unit.startswith("__"):
+            code.setdefault(layer, set()).add(unit)
+    assert page == [code[layer] for layer in sorted(code)]
+
+
+def _command_parsers() -> dict[str, object]:
+    """The ``argparse`` parser of every ``python -m ditron`` command, by its ``prog``
+    (caught as ``--help`` prints it)."""
+    import argparse
+    import contextlib
+    import io
+    from unittest import mock
+
+    from ditron import cli
+
+    found = {}
+
+    def caught(parser, file=None):
+        found[parser.prog] = parser
+        raise SystemExit(0)
+
+    commands = [["info"], ["demo"], ["trace"], *(["bench", b] for b in cli._benchmarks())]
+    with mock.patch.object(argparse.ArgumentParser, "print_help", caught):
+        for command in commands:
+            with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
+                cli.main([*command, "--help"])
+    assert len(found) == len(commands), sorted(found)
+    return found
+
+
+def test_help_gives_every_default():
+    """Every option of a ``python -m ditron`` command that has a value when not given says
+    in its ``--help`` what that value is (``--graph-calls`` took 50 calls per graph, its
+    help said nothing)."""
+    import argparse
+
+    silent = [f"{prog} {action.option_strings[0]} (default {action.default!r})"
+              for prog, parser in _command_parsers().items() for action in parser._actions
+              if action.default not in (None, False, "", argparse.SUPPRESS)
+              and "default" not in (action.help or "").lower()]
+    assert not silent, silent

@@ -223,3 +223,42 @@ def test_module_names_on_page_exist(page):
     names that start with ``ditron.``)."""
     missing = _bare_missing(page.read_text())
     assert not missing, f"{page.name} names what does not exist: {sorted(missing)}"
+
+
+#: a file named by its path (``ops/replays.py``, ``tests/ops/test_views.py``), from the
+#: repository, the package or docs/ (``images/x.png``)
+FILE_PATH = re.compile(r"(?<![\w./~$-])((?:[\w-]+/)+[\w.-]+\.(?:py|sh|md|json|png|txt))\b")
+#: a file named alone (``replays.py``, in docs/developing.md's layer list)
+FILE_NAME = re.compile(r"(?<![\w./-])([\w-]+\.(?:py|sh))\b")
+#: a test function named in backquotes
+TEST_NAME = re.compile(r"`(test_\w+)`")
+
+
+def _repository_files() -> set[str]:
+    """The names of the files of the package, the tests, the benchmarks and the tools (the
+    recorded runs under bench/results left out)."""
+    return {p.name for d in ("ditron", "tests", "bench", "tools") for p in (ROOT / d).rglob("*")
+            if "results" not in p.relative_to(ROOT).parts}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_files_on_page_exist(page):
+    """Every file a page points a reader to (a module, a test file, a script, an image)
+    exists, so a moved or renamed file cannot leave the page pointing at nothing."""
+    text = page.read_text()
+    bases = (ROOT, ROOT / "ditron", ROOT / "docs")
+    missing = {path for path in FILE_PATH.findall(text)
+               if not any((base / path).exists() for base in bases)}
+    names = _repository_files()
+    missing |= {name for name in FILE_NAME.findall(text) if name not in names}
+    assert not missing, f"{page.name} names files that do not exist: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_tests_on_page_exist(page):
+    """A test a page cites as evidence (``test_tp_gemms_survive_a_failed_launch``) is one of
+    the suite's, not a name a rename left behind."""
+    defined = {m for path in (ROOT / "tests").rglob("test_*.py")
+               for m in re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text(), re.M)}
+    missing = set(TEST_NAME.findall(page.read_text())) - defined
+    assert not missing, f"{page.name} cites tests that do not exist: {sorted(missing)}"

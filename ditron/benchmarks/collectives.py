@@ -1,7 +1,7 @@
 """``ditron bench collectives``: every collective and engine against torch.distributed.
 
-Sizes are the full tensor of each op (all-gather output, reduce-scatter / all-reduce / all-
-to-all input), as nccl-tests counts them; ``algbw = size / time`` and ``busbw`` scales it by
+Sizes are the full tensor of each op (all-gather output, reduce-scatter / all-reduce /
+all-to-all input), as nccl-tests counts them; ``algbw = size / time`` and ``busbw`` scales it by
 ``(W-1)/W`` (``2(W-1)/W`` for all-reduce). Every rank runs the same fixed number of warm-up
 and timed iterations (never ``do_bench``: its adaptive loop deadlocks collectives), timed by
 CUDA events on GPU (wall clock on CPU), medians over iterations, with the ranks aligned by a
@@ -84,7 +84,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--graph-max", default="4M", type=byte_count,
                    help="largest size timed under graphs, for every op --graphs times "
                         "(default %(default)s)")
-    p.add_argument("--graph-calls", type=positive_int, default=50, help="calls captured per graph")
+    p.add_argument("--graph-calls", type=positive_int, default=50,
+                   help="calls captured per graph (default %(default)s)")
     p.add_argument("--out", type=output_dir, default="bench/results/collectives",
                    help="folder for the results (default %(default)s)")
     return p.parse_args(argv)

@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="inline the tile functions into the item loop (compile(outline=False))")
     p.add_argument("--weights", choices=("linear", "kn"), default="linear",
                    help="how the weights are stored: 'linear' as nn.Linear keeps them "
-                        "([out, in], used transposed), 'kn' as [in, out]")
+                        "([out, in], used transposed), 'kn' as [in, out] (default %(default)s)")
     p.add_argument("--tune", action="store_true",
                    help="run the MLP tuner first (tune_mlp) and time its choice too")
     add_timing_options(p, 5, 40, rounds=4)

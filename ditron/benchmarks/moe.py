@@ -446,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="ranks to launch (default %(default)s)")
     p.add_argument("--parts", default="gemm,a2a,layer", type=choice_list(PARTS),
                    help=f"a comma list of {', '.join(PARTS)} (default %(default)s)")
-    p.add_argument("--tokens", type=positive_int, default=8192, help="tokens of the gemm rows")
+    p.add_argument("--tokens", type=positive_int, default=8192,
+                   help="tokens of the gemm rows (default %(default)s)")
     p.add_argument("--layer-tokens", default="128,8192", type=int_list(),
                    help="tokens per rank of the layer rows, a comma list (default %(default)s)")
     p.add_argument("--hidden", type=positive_int, default=7168,
