@@ -127,7 +127,7 @@ def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor |
     """The gathered rows' arguments checked (``ValueError``) and as the kernels take them:
     ``(idx, src2, idx2)`` contiguous, ``src`` / ``idx`` standing in for an absent second
     source."""
-    if src.dim() != 2 or idx.dim() != 2 or src.stride(1) != 1:
+    if src.dim() != 2 or idx.dim() != 2 or not _unit_rows(src):
         raise ValueError(f"{op}: need src [R, N] with contiguous rows and idx [T, k], got "
                          f"{tuple(src.shape)} (strides {src.stride()}) and {tuple(idx.shape)}")
     if not src.dtype.is_floating_point:
@@ -139,13 +139,20 @@ def _sources(op: str, src: torch.Tensor, idx: torch.Tensor, src2: torch.Tensor |
             raise ValueError(f"{op}: {name} must hold integer row indices, got {index.dtype}")
     two = src2 is not None
     if two != (idx2 is not None) or two and (
-            src2.dim() != 2 or src2.shape[1] != src.shape[1] or src2.stride(1) != 1
+            src2.dim() != 2 or src2.shape[1] != src.shape[1] or not _unit_rows(src2)
             or src2.dtype != src.dtype or idx2.shape != idx.shape):
         raise ValueError(f"{op}: src2 and idx2 go together, src2 like src [R2, "
                          f"{src.shape[1]}] {src.dtype} with contiguous rows and idx2 "
                          f"{tuple(idx.shape)}")
     idx = idx.contiguous()
     return (idx, src2, idx2.contiguous()) if two else (idx, src, idx)
+
+
+def _unit_rows(t: torch.Tensor) -> bool:
+    """Whether the kernels can read ``t [rows, N]``'s rows as contiguous: stride 1 in dim
+    1, or a stride that no read uses (rows of one element, or no elements: the gradient
+    of ``out.sum()`` over zero tokens has strides ``(0, 0)``)."""
+    return t.stride(1) == 1 or t.shape[1] <= 1 or t.numel() == 0
 
 
 def _check_device(op: str, src: torch.Tensor, **tensors: torch.Tensor | None) -> None:
@@ -224,7 +231,8 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
                         idx2: torch.Tensor | None = None) -> torch.Tensor:
     """``out[t] = sum_j weights[t, j] * row(t, j)`` (see the module docstring): ``row`` is
     ``src[idx[t, j]]``, else ``src2[idx2[t, j]]`` (when both are given), else zero.
-    Sources must have contiguous rows (stride 1 in dim 1), the same ``N`` and dtype."""
+    Sources must have contiguous rows (stride 1 in dim 1; any stride where rows hold one
+    element or none), the same ``N`` and dtype."""
     two = src2 is not None
     idx, src2, idx2 = _sources("weighted_gather_sum", src, idx, src2, idx2)
     if weights is not None and (weights.shape != idx.shape
@@ -280,7 +288,7 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
     idx, src2, idx2 = _sources("gather_dot", src, idx, src2, idx2)
     T, k = idx.shape
     N = src.shape[1]
-    if g.shape != (T, N) or g.stride(1) != 1 or not g.dtype.is_floating_point:
+    if g.shape != (T, N) or not _unit_rows(g) or not g.dtype.is_floating_point:
         raise ValueError(f"gather_dot: g must be floating [{T}, {N}] with contiguous rows, "
                          f"got {tuple(g.shape)} {g.dtype} (strides {g.stride()})")
     _check_device("gather_dot", src, g=g)

@@ -41,7 +41,7 @@ from . import fused_launch, replays
 from .chunked_exchanges import gather_on_node, push_gather, push_reduce_scatter
 from .exchange import Part, engine_instance, exchange, next_turn, reduce_slots, refuse_capture
 from .graphs import graph_mode
-from .modes import check_writable, public_op
+from .modes import check_writable, public_op, spans_overlap
 from .raw_pushes import push_gather_direct, usable
 from .workspaces import release_workspaces
 
@@ -321,23 +321,12 @@ def _check_out(op: str, out: torch.Tensor, shape: tuple, dtype: torch.dtype,
     _check_overlap(op, out, x, dim)
 
 
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    """The bytes ``[lo, hi)`` that ``t``'s elements lie in (empty for an empty ``t``)."""
-    if t.numel() == 0:
-        return (0, 0)
-    lo = t.data_ptr() + t.element_size() * sum(st * (n - 1) for st, n in
-                                               zip(t.stride(), t.shape, strict=True) if st < 0)
-    extent = sum(abs(st) * (n - 1) for st, n in zip(t.stride(), t.shape, strict=True))
-    return lo, lo + (extent + 1) * t.element_size()
-
-
 def _check_overlap(op: str, out: torch.Tensor, x: torch.Tensor, dim: int) -> None:
     """Refuse an ``out`` whose memory overlaps ``x``'s, except torch.distributed's in-place
     forms (contiguous, ``dim`` 0): an all-gather's ``x`` that is this rank's rows of
     ``out``, a reduce-scatter's ``out`` that is this rank's rows of ``x``. Any other overlap
     would be written while the peers or the engines still read ``x``."""
-    (a, b), (c, e) = _span(out), _span(x)
-    if a >= b or c >= e or b <= c or e <= a:
+    if not spans_overlap(out, x):
         return
     me = current().world.rank
     if dim == 0 and out.is_contiguous() and x.is_contiguous():

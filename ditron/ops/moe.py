@@ -40,9 +40,9 @@ from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from ..kernels.routing import group_received, returned_index, returned_sources, sort_copies
 from ..runtime.agreement import agree, raise_together, refused_together
 from ..runtime.integers import as_int, check_int
-from ..runtime.world import World, current
+from ..runtime.world import World, current, is_initialized
 from .graphs import capturing
-from .modes import public_op
+from .modes import check_writable, public_op, spans_overlap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,8 +103,9 @@ def mean_rows_per_expert(world_size: int, max_tokens: int, topk: int,
 
 
 def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int,
-           x_scales: torch.Tensor | None) -> int:
-    """Refuse bad dispatch arguments; return ``num_experts`` as an int."""
+           x_scales: torch.Tensor | None, device: torch.device) -> int:
+    """Refuse bad dispatch arguments (``device``: the rank's); return ``num_experts`` as an
+    int."""
     if x.dim() != 2:
         raise ValueError(f"ditron.ops.moe_dispatch: x must be [tokens, hidden], got "
                          f"{tuple(x.shape)}")
@@ -117,9 +118,9 @@ def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int,
             or topk_ids.dtype == torch.bool:
         raise ValueError(f"ditron.ops.moe_dispatch: topk_ids must be integers, got "
                          f"{topk_ids.dtype}")
-    if topk_ids.device != x.device:
-        raise ValueError(f"ditron.ops.moe_dispatch: topk_ids is on {topk_ids.device}, x on "
-                         f"{x.device}")
+    if x.device != device or topk_ids.device != device:
+        raise ValueError(f"ditron.ops.moe_dispatch: x and topk_ids must be on {device}, this "
+                         f"rank's device; got {x.device} and {topk_ids.device}")
     experts = as_int(num_experts)
     if experts is None or experts <= 0 or experts % w:
         raise ValueError(f"ditron.ops.moe_dispatch: num_experts must be a positive multiple of "
@@ -167,7 +168,7 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     rt = current()
     w = rt.world.world_size
     with refused_together("ditron.ops.moe_dispatch"):
-        num_experts = _check(x, topk_ids, num_experts, w, x_scales)
+        num_experts = _check(x, topk_ids, num_experts, w, x_scales, rt.world.device)
         T, k = topk_ids.shape
         tokens = T if max_tokens is None else as_int(max_tokens)
         if tokens is None or tokens < T:
@@ -350,6 +351,22 @@ METHODS = ("auto", "triton", "torch")
 GEMM_DTYPES = DTYPES
 
 
+def _check_grouped_out(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
+    """``ValueError`` unless :func:`grouped_gemm` can write ``out``: ``[R, N]`` in ``x``'s
+    dtype and device, its elements distinct and apart from ``x``'s and ``w``'s (the kernel
+    writes tiles while other tiles still read the operands)."""
+    R, N = x.shape[0], w.shape[2]
+    if not isinstance(out, torch.Tensor) or out.shape != (R, N) or out.dtype != x.dtype \
+            or out.device != x.device:
+        raise ValueError(f"ditron.ops.grouped_gemm: out must be [{R}, {N}] {x.dtype} on "
+                         f"{x.device}, got {_described(out)}")
+    check_writable("grouped_gemm", out)
+    for name, t in (("x", x), ("w", w)):
+        if spans_overlap(out, t):
+            raise ValueError(f"ditron.ops.grouped_gemm: out overlaps {name} in memory; pass "
+                             f"an out of its own")
+
+
 @public_op
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                  out: torch.Tensor | None = None, method: str = "auto",
@@ -358,6 +375,8 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     strides), ``offsets = o [G + 1]`` on the device, ``0 = o[0] <= ... <= o[G] <= R``
     (``MoEDispatch.expert_offsets``); a local op. Rows from ``o[G]`` on are undefined
     (``method="triton"`` leaves them, and rows before a nonzero ``o[0]``, unwritten).
+    ``out`` (optional): ``[R, N]`` in ``x``'s dtype, its elements distinct and apart from
+    ``x``'s and ``w``'s (``ValueError`` otherwise), filled and returned.
 
     ``method``: ``"triton"``, Ditron's kernel (``ditron.kernels.grouped_gemm``, fp16, bf16
     or fp32, :data:`GEMM_DTYPES`; any strides, every backend); ``"torch"``,
@@ -372,6 +391,11 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     arrive on average).
     """
     check_grouped("ditron.ops.grouped_gemm", x, w, offsets)
+    if is_initialized() and x.device != current().world.device:
+        raise ValueError(f"ditron.ops.grouped_gemm: x is on {x.device}, this rank computes "
+                         f"on {current().world.device}")
+    if out is not None:
+        _check_grouped_out(x, w, out)
     if rows_per_group is not None and (isinstance(rows_per_group, bool)
                                        or not isinstance(rows_per_group, (int, float))
                                        or not rows_per_group >= 0):
