@@ -16,7 +16,7 @@ import torch.distributed as dist
 from ..language.context import DIAG_WORDS, DeviceContext
 from ..language.core import HEAP_BASE_ALIGN
 from . import host_rows, interpret
-from .backends import Backend, Topology, get_backend
+from .backends import Backend, Topology, get_backend, meet
 from .config import Settings, check_backend
 from .groups import Groups, group_ranks, nodes_of, world_groups
 from .heap import SymmetricHeap
@@ -237,7 +237,14 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
 
     Keyword arguments override the ``DITRON_*`` settings of :class:`Settings`
     (``local_world_size``: ranks per node of the job). The ranks of a new world must agree
-    on its heap size and its ranks per node: ``ValueError`` on every rank otherwise.
+    on its backend, heap size, wait timeout and ranks per node: ``ValueError`` on every
+    rank otherwise. A rank whose part fails (a setting it cannot read, its device, mapping
+    its heap: ``/dev/shm`` full, an mmap or CUDA error) raises its error, and every other
+    rank raises ``RuntimeError`` naming it, instead of waiting for it; no world is made
+    (nor kept: a process group ``init`` made is destroyed) and ``init`` may be called
+    again. (Where ``init`` makes the process group, a rank that fails before it exists
+    leaves its peers at the rendezvous until its timeout, or until the launcher ends
+    them, as ``ditron.launch`` and ``torchrun`` do.)
     """
     global _RUNTIME
     backend = check_backend(backend) if backend else None
@@ -260,6 +267,26 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
                            f"group it inherited is the parent's (its connections too); start "
                            f"ranks with ditron.launch, torchrun or multiprocessing's spawn or "
                            f"forkserver methods")
+    try:
+        settings, impl, job_rank, job_size, node_size, device = _prepare(
+            backend, group, heap_size, wait_timeout, local_world_size)
+    except Exception as exc:
+        if dist.is_initialized():  # the caller's group: the peers meet in _join, told there
+            _refuse(group, exc)
+        raise
+    owns_pg = not dist.is_initialized()
+    try:
+        return _join(settings, impl, group, job_rank, job_size, node_size, device, owns_pg)
+    except BaseException:
+        if owns_pg and dist.is_initialized():  # else a retry finds it made, and unowned:
+            dist.destroy_process_group()       # no shutdown would destroy it
+        raise
+
+
+def _prepare(backend: str | None, group, heap_size, wait_timeout, local_world_size
+             ) -> tuple[Settings, Backend, int, int, int, torch.device]:
+    """``init``'s steps that each rank takes alone: its settings, backend, global rank,
+    job size, ranks per node and device (the process prepared for it)."""
     settings = Settings.from_env(backend, heap_size=heap_size, wait_timeout=wait_timeout,
                                  local_world_size=local_world_size)
     interpret.arrange(settings.backend)
@@ -287,13 +314,26 @@ def init(backend: str | None = None, *, group=None, heap_size: int | str | None 
     device = impl.device(job_rank % node_size, node_size)
     impl.prepare_process(device, node_size)
 
-    owns_pg = not dist.is_initialized()
+    return settings, impl, job_rank, job_size, node_size, device
+
+
+def _refuse(group, exc: Exception) -> None:
+    """Take part, with this rank's error ``exc``, in the meeting of a new world's ranks
+    that its peers hold in :func:`_join` (its groups, then the check of its settings), so
+    that they raise naming this rank instead of waiting for it. Only in a process group
+    that the caller made (one that ``init`` would make needs this rank's settings) and
+    only where this rank is a member of the world's group."""
     try:
-        return _join(settings, impl, group, job_rank, job_size, node_size, device, owns_pg)
-    except BaseException:
-        if owns_pg and dist.is_initialized():  # else a retry finds it made, and unowned:
-            dist.destroy_process_group()       # no shutdown would destroy it
-        raise
+        ranks = group_ranks(group, dist.get_world_size())
+    except ValueError:  # a bad group: no world for peers to wait in
+        return
+    if dist.get_rank() not in ranks or len(ranks) == 1:
+        return
+    # its groups stay made, as those of a world that fails in _join: a group of the same
+    # ranks made after one is destroyed takes its name (torch counts the groups alive) and
+    # meets at the stale keys of its store
+    groups = world_groups(group)
+    _check_new_world(groups.host, len(ranks), None, problem=f"{type(exc).__name__}: {exc}")
 
 
 def _join(settings: Settings, impl: Backend, group, job_rank: int, job_size: int,
@@ -316,7 +356,7 @@ def _join(settings: Settings, impl: Backend, group, job_rank: int, job_size: int
     groups = world_groups(group)
     ranks = groups.ranks
     rank = ranks.index(job_rank)
-    _check_same_heap(groups.host, len(ranks), settings.heap_size, lws)
+    _check_new_world(groups.host, len(ranks), settings, lws)
     topo = Topology(rank, len(ranks), lws)
 
     job = os.environ.get("DITRON_JOB")
@@ -325,10 +365,19 @@ def _join(settings: Settings, impl: Backend, group, job_rank: int, job_size: int
     job = [job or (uuid.uuid4().hex[:12] if rank == 0 else None)]
     dist.broadcast_object_list(job, group=groups.host, group_src=0)
     mapping = impl.map_heap(settings.heap_size, topo, groups, job[0])
-    heap = SymmetricHeap(mapping, rank, groups.host, poison=settings.poison)
-    w = World(rank, topo.world_size, topo.local_rank, topo.local_world_size, device,
-              settings.backend, ranks)
-    rt = Runtime(w, settings, impl, topo, groups, heap, owns_pg, node_size)
+    try:  # what fails on one rank from here fails on all, the heap released
+        failure = rt = None
+        try:
+            heap = SymmetricHeap(mapping, rank, groups.host, poison=settings.poison)
+            w = World(rank, topo.world_size, topo.local_rank, topo.local_world_size, device,
+                      settings.backend, ranks)
+            rt = Runtime(w, settings, impl, topo, groups, heap, owns_pg, node_size)
+        except Exception as exc:  # noqa: BLE001 - told to the peers, raised on every rank
+            failure = exc
+        meet(groups.host, "ditron.init: making the world's runtime", failure)
+    except BaseException:
+        impl.unmap_heap(mapping)
+        raise
     _RUNTIME = _RUNTIMES[ranks] = rt
     return w
 
@@ -345,25 +394,39 @@ def _rendezvous() -> str:
     return f"{method}.{made}" if made and method.startswith("file://") else method
 
 
-def _check_same_heap(host_group, world_size: int, heap_size: int, lws: int) -> None:
-    """Raise ``ValueError`` on every rank of a new world whose ranks ask for heaps of
-    different sizes or count different ranks per node (before any heap is mapped: buffers
-    placed from the top, the barrier's pad first, would get different offsets)."""
+def _check_new_world(host_group, world_size: int, settings: Settings | None,
+                     lws: int | None = None, problem: str | None = None) -> None:
+    """Raise on every rank of a new world whose ranks ask for different backends, heap
+    sizes or wait timeouts, or count different ranks per node (``ValueError``: before any
+    heap is mapped, where buffers placed from the top, the barrier's pad first, would get
+    different offsets, or a rank without a timeout would wait for ever for a peer whose
+    wait gave up), or where a rank could not join it (``RuntimeError`` naming its error:
+    ``problem``, given on that rank, which takes no settings then and raises nothing here)."""
     if world_size == 1:
         return
     what = "ditron.init"
-    names = ("heap_size", "local_world_size")
-    rows = host_rows.exchange(host_group, what, names, (heap_size, lws))
-    if rows.calls is None:
+    names = ("backend", "heap_size", "wait_timeout", "local_world_size")
+    values = ((None,) * len(names) if settings is None else
+              (settings.backend, settings.heap_size, settings.wait_timeout, lws))
+    rows = host_rows.exchange(host_group, what, (*names, "problem"), (*values, problem),
+                              host_rows.OK if problem is None else host_rows.REFUSED)
+    if rows.calls is None or problem is not None:
         return
     if (calls := rows.different_calls()) is not None:
         raise RuntimeError(f"{what}: ranks are in different collective calls (some make a "
                            f"world, others do something else):\n{calls}")
+    refused = [f"  rank {r}: {call[2][-1]}" for r, (kind, call)
+               in enumerate(zip(rows.kinds, rows.calls, strict=True))
+               if kind == host_rows.REFUSED]
+    if refused:
+        raise RuntimeError(f"{what}: {'a rank' if len(refused) == 1 else 'ranks'} of the "
+                           f"new world could not join it (raised there too):\n"
+                           + "\n".join(refused))
     from .agreement import disagreement  # agreement -> world
 
-    raise ValueError(disagreement(what, names, [c[2] for c in rows.calls]) +
-                     "\n(every rank of a world needs the same DITRON_HEAP_SIZE or "
-                     "init(heap_size=...), and the same ranks per node)")
+    raise ValueError(disagreement(what, names, [c[2][:-1] for c in rows.calls]) +
+                     "\n(every rank of a world needs the same backend, DITRON_HEAP_SIZE and "
+                     "DITRON_WAIT_TIMEOUT or init's keywords, and the same ranks per node)")
 
 
 def shutdown() -> None:

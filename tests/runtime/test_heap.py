@@ -443,8 +443,9 @@ def test_ranks_asking_for_different_heap_sizes_are_refused_at_init():
     assert results[2] == "outside"
     for r in (0, 1):
         assert results[r].startswith("ditron.init: ranks disagree on the call (heap_size "
-                                     "differs):\n  rank 0: heap_size=1048576, "
-                                     "local_world_size=2\n  rank 1: heap_size=2097152"), results
+                                     "differs):\n  rank 0: backend='cpu', heap_size=1048576, "
+                                     "wait_timeout=120.0, local_world_size=2\n  rank 1: "
+                                     "backend='cpu', heap_size=2097152"), results
 
 
 def test_api_needs_init():

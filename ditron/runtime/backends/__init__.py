@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Backend, HeapMapping, Topology
+from .base import Backend, HeapMapping, Topology, meet
 
 
 def get_backend(name: str) -> Backend:
@@ -17,4 +17,4 @@ def get_backend(name: str) -> Backend:
     raise ValueError(f"unknown backend {name!r}; choose 'cpu' or 'cuda'")
 
 
-__all__ = ["Backend", "HeapMapping", "Topology", "get_backend"]
+__all__ = ["Backend", "HeapMapping", "Topology", "get_backend", "meet"]

@@ -10,6 +10,9 @@ import abc
 import dataclasses
 
 import torch
+import torch.distributed as dist
+
+from .. import host_rows
 
 
 @dataclasses.dataclass
@@ -81,10 +84,38 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def map_heap(self, nbytes: int, topo: Topology, groups, job: str) -> HeapMapping:
         """Allocate this rank's heap and map the heaps of the ranks on its node (collective
-        over the world's ranks; ``groups``: its :class:`~ditron.runtime.groups.Groups`)."""
+        over the world's ranks; ``groups``: its :class:`~ditron.runtime.groups.Groups`).
+        A step that fails on one rank fails on every rank (:func:`meet`), having released
+        what it had acquired."""
 
     def unmap_heap(self, mapping: HeapMapping) -> None:
         """Release what ``map_heap`` acquired."""
 
     def synchronize(self, device: torch.device) -> None:
         """Wait until the device has finished all queued work."""
+
+
+def meet(group, what: str, failure: Exception | None) -> None:
+    """Meet the ranks of the host ``group`` (``None``: this rank alone) after a step
+    ``what`` that each rank takes on its own (``failure``: its error there, or ``None``),
+    on the host rows: where the step failed on any rank, ``failure`` is raised on its rank
+    and, on every other rank, a ``RuntimeError`` naming each failed rank and its error.
+    (A plain barrier, which a rank whose step failed skips, left its peers waiting for it
+    until the group's timeout.)"""
+    if group is None or dist.get_world_size(group) == 1:
+        if failure is not None:
+            raise failure
+        return
+    problem = None if failure is None else f"{type(failure).__name__}: {failure}"
+    rows = host_rows.exchange(group, what, ("problem",), (problem,),
+                              host_rows.OK if failure is None else host_rows.PROBLEM)
+    if (calls := rows.different_calls()) is not None:
+        raise RuntimeError(f"{what}: ranks are in different collective calls:\n{calls}")
+    if failure is not None:
+        raise failure
+    failed = [f"  rank {r}: {call[2][0]}" for r, (kind, call)
+              in enumerate(zip(rows.kinds, rows.calls or (), strict=False))
+              if kind == host_rows.PROBLEM]
+    if failed:
+        raise RuntimeError(f"{what} failed on {'a rank' if len(failed) == 1 else 'ranks'} "
+                           f"(raised there too):\n" + "\n".join(failed))

@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 
 import torch
-import torch.distributed as dist
 
-from .base import Backend, HeapMapping, Topology
+from .base import Backend, HeapMapping, Topology, meet
 
 SHM_DIR = "/dev/shm"
 
@@ -22,8 +21,13 @@ def segment_path(job: str, rank: int) -> str:
     return os.path.join(SHM_DIR, f"ditron-{job}-{rank}")
 
 
-def _map(path: str, nbytes: int) -> torch.Tensor:
-    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+def _map(path: str, nbytes: int, whose: str, rank: int) -> torch.Tensor:
+    """The segment at ``path`` (``whose`` heap, for the error) mapped by ``rank``."""
+    try:
+        return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+    except RuntimeError as exc:
+        raise RuntimeError(f"ditron: rank {rank} cannot map {whose} of {nbytes} bytes "
+                           f"(DITRON_HEAP_SIZE, or ditron.init's heap_size): {exc}") from None
 
 
 def _check_room(nbytes: int, ranks: int, rank: int) -> None:
@@ -69,27 +73,34 @@ class CpuBackend(Backend):
         torch.set_num_threads(1)
 
     def map_heap(self, nbytes: int, topo: Topology, groups, job: str) -> HeapMapping:
-        _check_room(nbytes, len(topo.node_ranks()), topo.rank)
+        host = groups.host if groups is not None else None
         own = segment_path(job, topo.rank)
-        fd = os.open(own, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        created = False
         try:
-            os.ftruncate(fd, nbytes)
-        finally:
-            os.close(fd)
-        try:
+            failure = local = None
             try:
-                local = _map(own, nbytes)
-            except RuntimeError as exc:
-                raise RuntimeError(f"ditron: cannot map a symmetric heap of {nbytes} bytes on "
-                                   f"rank {topo.rank} (DITRON_HEAP_SIZE, or ditron.init's "
-                                   f"heap_size): {exc}") from None
-            dist.barrier(groups.host)
+                _check_room(nbytes, len(topo.node_ranks()), topo.rank)
+                fd = os.open(own, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+                created = True
+                try:
+                    os.ftruncate(fd, nbytes)
+                finally:
+                    os.close(fd)
+                local = _map(own, nbytes, f"its own heap ({own})", topo.rank)
+            except Exception as exc:  # noqa: BLE001 - told to the peers, raised on every rank
+                failure = exc
+            meet(host, "ditron.init: creating the symmetric heaps", failure)
             peers: list[torch.Tensor | None] = [None] * topo.world_size
-            for r in topo.node_ranks():
-                peers[r] = local if r == topo.rank else _map(segment_path(job, r), nbytes)
-            dist.barrier(groups.host)
+            try:
+                for r in topo.node_ranks():
+                    path = segment_path(job, r)
+                    peers[r] = local if r == topo.rank else _map(
+                        path, nbytes, f"rank {r}'s heap ({path})", topo.rank)
+            except Exception as exc:  # noqa: BLE001 - as above
+                failure = exc
+            meet(host, "ditron.init: mapping the peers' symmetric heaps", failure)
         finally:
-            if os.path.exists(own):
+            if created:
                 os.unlink(own)
         bases = [p.data_ptr() if p is not None else 0 for p in peers]
         return HeapMapping(local=local, peers=peers, bases=bases)

@@ -4,7 +4,9 @@ The heap is one ``torch.distributed._symmetric_memory`` buffer rendezvoused once
 node's ranks; its ``buffer_ptrs`` are the base table. With more ranks than GPUs, ranks share
 GPUs round-robin (how multi-rank code is tested on one GPU): torch then needs
 ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1`` and host collectives go through gloo. A world
-of one rank needs no rendezvous and uses a plain allocation.
+of one rank needs no rendezvous and uses a plain allocation. An allocation or rendezvous
+that fails on one rank fails on every rank, naming it (a rank that fails inside torch's
+rendezvous after its peers entered it still leaves them waiting there).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from .base import Backend, HeapMapping, Topology
+from .base import Backend, HeapMapping, Topology, meet
 
 # NVLink multicast stays off (see REFERENCES.md): Ditron never uses it.
 _NO_MULTICAST = {
@@ -52,24 +54,34 @@ class CudaBackend(Backend):
     def map_heap(self, nbytes: int, topo: Topology, groups, job: str) -> HeapMapping:
         device = torch.device("cuda", torch.cuda.current_device())
         node_ranks = list(topo.node_ranks())
-        if len(node_ranks) == 1:
-            local = torch.empty(nbytes, dtype=torch.uint8, device=device)
-            peers: list[torch.Tensor | None] = [None] * topo.world_size
-            peers[topo.rank] = local
-            bases = [p.data_ptr() if p is not None else 0 for p in peers]
-            return HeapMapping(local=local, peers=peers, bases=bases)
+        alone = len(node_ranks) == 1  # every rank meets its peers twice, alone or not
+        failure = local = None
+        try:
+            if alone:
+                local = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            else:
+                import torch.distributed._symmetric_memory as symm_mem
 
-        import torch.distributed._symmetric_memory as symm_mem
-
-        _prefer_cuda_backend(symm_mem)
-        node_group = _node_group(topo, groups)
-        local = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
-        handle = symm_mem.rendezvous(local, node_group)
-        peers = [None] * topo.world_size
+                _prefer_cuda_backend(symm_mem)
+                local = symm_mem.empty(nbytes, dtype=torch.uint8, device=device)
+        except Exception as exc:  # noqa: BLE001 - told to the peers, raised on every rank
+            failure = exc
+        meet(groups.host, "ditron.init: allocating the symmetric heaps", failure)
+        peers: list[torch.Tensor | None] = [None] * topo.world_size
         bases = [0] * topo.world_size
-        for i, r in enumerate(node_ranks):
-            peers[r] = local if r == topo.rank else handle.get_buffer(i, (nbytes,), torch.uint8)
-            bases[r] = int(handle.buffer_ptrs[i])
+        handle = None
+        try:
+            if alone:
+                peers[topo.rank], bases[topo.rank] = local, local.data_ptr()
+            else:
+                handle = symm_mem.rendezvous(local, _node_group(topo, groups))
+                for i, r in enumerate(node_ranks):
+                    peers[r] = (local if r == topo.rank
+                                else handle.get_buffer(i, (nbytes,), torch.uint8))
+                    bases[r] = int(handle.buffer_ptrs[i])
+        except Exception as exc:  # noqa: BLE001 - as above
+            failure = exc
+        meet(groups.host, "ditron.init: mapping the peers' symmetric heaps", failure)
         return HeapMapping(local=local, peers=peers, bases=bases, handle=handle)
 
     def synchronize(self, device: torch.device) -> None:
