@@ -11,9 +11,10 @@ int16 / fp8 / complex64 (moved as carriers) dtypes; every engine of the CPU back
 (and ``"auto"``), every ``all_reduce`` method, every reduction, the copy engine's
 all-gather by pushes or pulls, tiny chunks (``DITRON_PULL_CHUNK_BYTES``); ``out=`` right
 (contiguous or not), in torch.distributed's in-place forms, or wrong: of the wrong shape
-/ dtype / device, expanded, or overlapping the input otherwise (those must raise
-``ValueError`` on every rank, before anything moves, and later calls must still work);
-some calls inside ``ditron.ops.graph_safe()``. Sizes and engines change from call to call
+/ dtype / device, expanded (with elements: an empty one, as torch, is taken), or
+overlapping the input otherwise (those must raise ``ValueError`` on every rank, before
+anything moves, and later calls must still work); some calls inside
+``ditron.ops.graph_safe()``. Sizes and engines change from call to call
 (signal and workspace reuse); outputs are poisoned, inputs must come back unchanged and
 the results of earlier calls must stay as they were.
 """
@@ -207,10 +208,9 @@ def _fuzz_case(seed: int, calls: int, graphs: bool, sizes: tuple[int, ...] = SIZ
                                   device=dev).permute(*reversed(range(len(oshape))))
             elif out_kind == "expanded":
                 oshape[0] = max(oshape[0], 2)
-                if oshape != list(ref.shape):
-                    bad = False  # a plain wrong shape then
                 out = torch.empty((1, *oshape[1:]), dtype=odtype, device=dev).expand(oshape)
-                bad = True
+                # elements sharing memory are refused; an empty out has none (torch takes it)
+                bad = oshape != list(ref.shape) or out.numel() > 0
             elif out_kind == "overlap":  # another rank's rows: refused
                 if W == 1 or dim % nd != 0 or x.numel() == 0 or not x.is_contiguous():
                     out_kind, bad = "right", False
