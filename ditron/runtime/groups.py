@@ -20,11 +20,34 @@ import torch.distributed as dist
 
 from .integers import as_int
 
+#: the groups made for worlds, by the job's default group, the ranks and the backend
+#: (``None``: the default's): kept past their world's shutdown while that default group
+#: lives, and reused by the next world over the same ranks. torch names a group made with
+#: local synchronization by its ranks, so one made again after the last was destroyed met
+#: the stale keys of its store (gloo: "Connection refused").
+_KEPT: dict[tuple[object, tuple[int, ...], str | None], dist.ProcessGroup] = {}
+
+
+def _group(ranks: tuple[int, ...], backend: str | None, whole: bool) -> dist.ProcessGroup:
+    """A process group of the global ``ranks`` (``backend``: ``None`` for the default
+    one's), the one an earlier world of this default group used if any (:data:`_KEPT`).
+    ``whole``: the ranks are the job's, whose group every rank makes."""
+    default = dist.group.WORLD
+    for key in [k for k in _KEPT if k[0] is not default]:  # of a default group destroyed
+        del _KEPT[key]
+    key = (default, ranks, backend)
+    if key not in _KEPT:
+        _KEPT[key] = (dist.new_group(backend=backend) if whole else
+                      dist.new_group(list(ranks), backend=backend,
+                                     use_local_synchronization=True))
+    return _KEPT[key]
+
 
 @dataclasses.dataclass(frozen=True)
 class Groups:
     """A world's ranks and process groups. ``ranks[r]``: the global rank of world rank ``r``;
-    ``created``: the groups made by :func:`world_groups` (destroyed at shutdown)."""
+    ``created``: the groups :func:`world_groups` made for it (kept for the next world over
+    the same ranks while the job's default group lives: :data:`_KEPT`)."""
 
     ranks: tuple[int, ...]
     host: dist.ProcessGroup
@@ -82,7 +105,7 @@ def world_groups(group) -> Groups:
         world = dist.group.WORLD
         if default_gloo:
             return Groups(ranks, world, world)
-        host = dist.new_group(backend="gloo")
+        host = _group(ranks, "gloo", whole=True)
         return Groups(ranks, host, world, (host,))
     given = None  # a ProcessGroup whose group ranks are the world ranks is used as it is
     if isinstance(group, dist.ProcessGroup) and all(
@@ -92,14 +115,14 @@ def world_groups(group) -> Groups:
     if given is not None and dist.get_backend(given) == "gloo":
         host = given
     else:
-        host = dist.new_group(list(ranks), backend="gloo", use_local_synchronization=True)
+        host = _group(ranks, "gloo", whole=False)
         created.append(host)
     if given is not None:
         device = given
     elif default_gloo:
         device = host
     else:
-        device = dist.new_group(list(ranks), use_local_synchronization=True)
+        device = _group(ranks, None, whole=False)
         created.append(device)
     return Groups(ranks, host, device, tuple(created))
 

@@ -329,9 +329,7 @@ def _refuse(group, exc: Exception) -> None:
         return
     if dist.get_rank() not in ranks or len(ranks) == 1:
         return
-    # its groups stay made, as those of a world that fails in _join: a group of the same
-    # ranks made after one is destroyed takes its name (torch counts the groups alive) and
-    # meets at the stale keys of its store
+    # the world's groups, which the retry reuses (groups._KEPT), as the peers' do
     groups = world_groups(group)
     _check_new_world(groups.host, len(ranks), None, problem=f"{type(exc).__name__}: {exc}")
 
@@ -479,10 +477,7 @@ def _release(rt: Runtime) -> None:
         if failure is not None:
             raise failure
     finally:
-        rt.backend.unmap_heap(rt.heap.mapping)
-        if dist.is_initialized():
-            for g in rt.groups.created:
-                dist.destroy_process_group(g)
+        rt.backend.unmap_heap(rt.heap.mapping)  # its groups stay for the next world
 
 
 def _host_timeout(settings: Settings) -> float:
