@@ -9,16 +9,9 @@ import triton
 import triton.language as tl
 
 import ditron
-import ditron.language as dl
 from ditron import task as dt
 
-
-@triton.jit
-def _push_right_tile(tile, src, inbox, n, ctx, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)
-    right = (ctx.rank + 1) % ctx.world_size
-    dl.store(inbox + ctx.rank * n + offs, tl.load(src + offs, mask=offs < n), right, ctx,
-             mask=offs < n)
+from .test_megakernel import _push_right_tile
 
 
 @triton.jit
