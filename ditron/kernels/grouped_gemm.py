@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from ..runtime.grid_math import cdiv, next_power_of_2
+from ..runtime.tensor_spans import shares_memory, spans_overlap
 from ..runtime.triton_launch import FastKernel
 from .alignment import vector_loads
 from .descriptors import describe, tma_wanted, transposable
@@ -284,6 +285,19 @@ def check_grouped(op: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                              f"(the rows of x), got {o if len(o) <= 9 else o[:9] + ['...']}")
 
 
+def _check_apart(op: str, out: torch.Tensor, **operands: torch.Tensor) -> None:
+    """``ValueError`` unless ``out``'s elements are distinct and apart from every operand's:
+    tiles are written while other tiles still read the operands, and writes through
+    elements that share memory race."""
+    if shares_memory(out):
+        raise ValueError(f"{op}: out has elements that share memory (strides {out.stride()} "
+                         f"for shape {tuple(out.shape)}); pass a tensor whose elements are "
+                         f"distinct")
+    for name, t in operands.items():
+        if spans_overlap(out, t):
+            raise ValueError(f"{op}: out overlaps {name} in memory; pass an out of its own")
+
+
 def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
                  out: torch.Tensor | None = None,
                  config: GroupedGemmConfig | None = None,
@@ -294,8 +308,9 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     ``[G, N, K]`` weight), one dtype; ``offsets [G + 1]`` integer (any stride), on the
     same device, with ``0 <= o[0] <= ... <= o[G] <= R`` (checked on the CPU only: on a
     GPU that would read them on the host).
-    Returns ``out [R, N]`` (new, or the given one); rows outside ``[o[0], o[G])`` keep
-    their contents. ``rows_per_group``: the expected average rows per group, which picks
+    Returns ``out [R, N]`` (new, or the given one: its elements distinct and apart from
+    the operands', ``ValueError`` otherwise); rows outside ``[o[0], o[G])`` keep their
+    contents. ``rows_per_group``: the expected average rows per group, which picks
     :func:`default_config` when ``config`` is ``None`` (default ``R / G``, too many where
     ``x`` holds spare capacity rows, as a dispatch's does). A local kernel: no
     ``ditron.init`` needed.
@@ -311,6 +326,8 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     elif out.shape != (R, N) or out.dtype != x.dtype or out.device != x.device:
         raise ValueError(f"grouped_gemm: out must be [{R}, {N}] {x.dtype} on {x.device}, got "
                          f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    else:
+        _check_apart("grouped_gemm", out, x=x, w=w, offsets=offsets)
     if R == 0 or N == 0 or G == 0:
         return out
     cfg = config or default_config(x.device, x.dtype,
@@ -353,7 +370,8 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
                        config: GroupedGemmConfig | None = None) -> torch.Tensor:
     """``dw[g] = x[o[g]:o[g+1]].T @ dy[o[g]:o[g+1]]`` for ``x [R, K]``, ``dy [R, N]`` (any
     strides, one dtype) and ``offsets = o [G + 1]`` as in :func:`grouped_gemm`. Returns
-    ``dw [G, K, N]`` in ``x``'s dtype (zeros for an empty group)."""
+    ``dw [G, K, N]`` in ``x``'s dtype (zeros for an empty group): new, or ``out``, whose
+    elements must be distinct and apart from the operands' (``ValueError`` otherwise)."""
     from ..runtime import interpret
 
     G = offsets.shape[0] - 1 if offsets.dim() == 1 else -1
@@ -372,6 +390,8 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
     elif out.shape != (G, K, N) or out.dtype != x.dtype or out.device != x.device:
         raise ValueError(f"grouped_gemm_wgrad: out must be [{G}, {K}, {N}] {x.dtype} on "
                          f"{x.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
+    else:
+        _check_apart("grouped_gemm_wgrad", out, x=x, dy=dy, offsets=offsets)
     if out.numel() == 0:
         return out
     cfg = config or default_wgrad_config(x.device, x.dtype)

@@ -36,12 +36,13 @@ from ..kernels import fused_collective as kfc
 from ..runtime.agreement import agree, refused_together, share_agreed
 from ..runtime.dtypes import carried, check_moved, check_reduced, moved_as, reduction, viewed
 from ..runtime.integers import as_int
+from ..runtime.tensor_spans import spans_overlap
 from ..runtime.world import current
 from . import fused_launch, replays
 from .chunked_exchanges import gather_on_node, push_gather, push_reduce_scatter
 from .exchange import Part, engine_instance, exchange, next_turn, reduce_slots, refuse_capture
 from .graphs import graph_mode
-from .modes import check_writable, public_op, spans_overlap
+from .modes import check_writable, public_op
 from .raw_pushes import push_gather_direct, usable
 from .workspaces import release_workspaces
 

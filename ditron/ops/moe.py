@@ -40,9 +40,10 @@ from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from ..kernels.routing import group_received, returned_index, returned_sources, sort_copies
 from ..runtime.agreement import agree, raise_together, refused_together
 from ..runtime.integers import as_int, check_int
+from ..runtime.tensor_spans import spans_overlap
 from ..runtime.world import World, current, is_initialized
 from .graphs import capturing
-from .modes import check_writable, public_op, spans_overlap
+from .modes import check_writable, public_op
 
 
 @dataclasses.dataclass(frozen=True)

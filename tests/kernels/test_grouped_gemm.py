@@ -28,3 +28,32 @@ def test_grouped_gemm_reads_offsets_of_any_stride():
         rows = slice(bounds[e], bounds[e + 1])
         torch.testing.assert_close(out[rows], x[rows] @ w[e], rtol=1e-5, atol=1e-4)
         torch.testing.assert_close(dw[e], x[rows].t() @ dy[rows], rtol=1e-5, atol=1e-4)
+
+
+
+def test_outs_that_overlap_operands_or_themselves_are_refused():
+    """An ``out`` over an operand's memory (tiles would read rows other tiles already
+    wrote) or with elements sharing memory (racing writes) is refused with a ValueError
+    before the kernel runs, which leaves the operands untouched."""
+    g = torch.Generator().manual_seed(12)
+    R, K, N, G = 12, 16, 16, 2
+    offsets = torch.tensor([0, 5, R])
+    buf = torch.randn(R * K + G * K * N, generator=g)  # x, then room for a [G, K, N] out
+    x, w = buf[:R * K].view(R, K), torch.randn(G, K, N, generator=g)
+    dy = torch.randn(R, N, generator=g)
+    before = buf.clone(), w.clone(), dy.clone()
+    for out, what in ((x[:, :N], "overlaps x"), (w[0, :R], "overlaps w"),
+                      (torch.zeros(1, N).expand(R, N), "share memory")):
+        with pytest.raises(ValueError, match=what):
+            grouped_gemm(x, w, offsets, out=out, config=CFG)
+    for out, what in ((buf[R * K - 1:R * K - 1 + G * K * N].view(G, K, N), "overlaps x"),
+                      (torch.zeros(1, 1, 1).expand(G, K, N), "share memory")):
+        with pytest.raises(ValueError, match=what):
+            grouped_gemm_wgrad(x, dy, offsets, out=out, config=CFG)
+    for t, b in zip((buf, w, dy), before, strict=True):
+        assert torch.equal(t, b)
+    out, dw = torch.full((R, N), float("nan")), buf[R * K:].view(G, K, N)  # next to x: apart
+    grouped_gemm(x, w, offsets, out=out, config=CFG)
+    grouped_gemm_wgrad(x, dy, offsets, out=dw, config=CFG)
+    torch.testing.assert_close(out[5:], x[5:] @ w[1], rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(dw[1], x[5:].t() @ dy[5:], rtol=1e-5, atol=1e-4)

@@ -27,7 +27,7 @@ REFUSED = r"(?s)a rank refused the call's arguments:\n  rank 0: ValueError: .*sh
 
 def test_shares_memory_by_layout():
     """Strides tell most layouts; interleaved ones are told by their elements' offsets."""
-    from ditron.ops.modes import shares_memory
+    from ditron.runtime.tensor_spans import shares_memory
 
     x = torch.empty(4, 6)
     distinct = [x, x.t(), x[::2, 1::3], torch.empty(2, 3, 4, 5).to(
