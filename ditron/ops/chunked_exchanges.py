@@ -221,14 +221,22 @@ def gather_on_node(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,
                    graph: bool = False) -> None:
     """All-gather on one node into ``out`` (``[W, n]``) as ``GATHER_BY`` says (op keys
     ``key + ".pull"`` / ``".push"``)."""
-    by = GATHER_BY if GATHER_BY is not None else "push"
-    if by == "push":
+    if gather_by() == "push":
         push_gather(key + ".push", flat, out, engine, graph)
-    elif by == "pull":
-        pull_gather(key + ".pull", flat, out, engine, graph)
     else:
+        pull_gather(key + ".pull", flat, out, engine, graph)
+
+
+def gather_by() -> str:
+    """``"push"`` or ``"pull"``, as ``GATHER_BY`` says; ``ValueError`` for any other value
+    (ops call this before they move anything, so a bad ``DITRON_GATHER_BY`` stops a call
+    before its first exchange, not between two)."""
+    if GATHER_BY is None:
+        return "push"
+    if GATHER_BY not in ("push", "pull"):
         raise ValueError(f"chunked_exchanges.GATHER_BY (DITRON_GATHER_BY) must be 'pull', "
-                         f"'push' or None, got {by!r}")
+                         f"'push' or None, got {GATHER_BY!r}")
+    return GATHER_BY
 
 
 def push_gather(key: str, flat: torch.Tensor, out: torch.Tensor, engine: str,

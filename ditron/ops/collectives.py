@@ -39,7 +39,7 @@ from ..runtime.integers import as_int
 from ..runtime.tensor_spans import spans_overlap
 from ..runtime.world import current
 from . import fused_launch, replays
-from .chunked_exchanges import gather_on_node, push_gather, push_reduce_scatter
+from .chunked_exchanges import gather_by, gather_on_node, push_gather, push_reduce_scatter
 from .exchange import Part, engine_instance, exchange, next_turn, reduce_slots, refuse_capture
 from .graphs import graph_mode
 from .modes import check_writable, public_op
@@ -268,6 +268,7 @@ def _all_gather(x: torch.Tensor, d: int, engine: str | None, out: torch.Tensor |
         asked = requested_engine("all_gather", engine)  # read once: variables cost ~1.5 us
         eng = _engine("all_gather", asked, nbytes, replay=can_replay)
         direct = _direct_offset(eng, d, out)
+        gather_by()
     replay = can_replay and eng in _REPLAYED_ENGINES
     agree("ditron.ops.all_gather", shape=tuple(x.shape), dtype=dtype, dim=d,
           engine=asked, symmetric_out_offset=direct,
@@ -516,6 +517,7 @@ def _all_reduce(x: torch.Tensor, method: str, op: str, engine: str | None,
     with refused_together("ditron.ops.all_reduce"):
         asked = requested_engine("all_reduce", engine)
         eng = _engine("all_reduce", asked, nbytes if method == "one_shot" else nbytes // w)
+        gather_by()  # a bad value refused here, not after the reduce-scatter half
     agree("ditron.ops.all_reduce", shape=tuple(x.shape), dtype=dtype, method=method, op=op,
           engine=asked)
     if w == 1:

@@ -457,6 +457,47 @@ def test_gather_by_checked(monkeypatch):
         chunked_exchanges.gather_on_node("test", torch.zeros(4), torch.zeros(2, 4), "copy_engine")
 
 
+
+def check_bad_gather_by_refused_before_moving(seed: int) -> int:
+    from ditron import ops
+    from ditron.ops import chunked_exchanges, collectives
+
+    moved = []
+    rs = collectives._reduce_scatter_flat
+    collectives._reduce_scatter_flat = lambda *a, **k: moved.append(1) or rs(*a, **k)
+    me = current().world.rank
+    try:
+        for _ in range(2):  # and again: the refused calls left no signal behind
+            chunked_exchanges.GATHER_BY = "pulls"
+            for call in (lambda x: ops.all_reduce(x, "two_shot", engine="copy_engine"),
+                         lambda x: ops.all_gather(x, engine="copy_engine")):
+                try:
+                    call(torch.randn(37))
+                except ValueError as e:
+                    assert "DITRON_GATHER_BY" in str(e), e
+                else:
+                    raise AssertionError("a bad GATHER_BY was not refused")
+            assert moved == [], "the reduce-scatter half ran before the refusal"
+            chunked_exchanges.GATHER_BY = None
+            x = torch.randn(37, generator=torch.Generator().manual_seed(seed + me))
+            _close(ops.all_reduce(x, "two_shot", engine="copy_engine"), _sum_ref(x),
+                   "all_reduce after the refusal")
+            _same(ops.all_gather(x, engine="copy_engine"), torch.cat(_gather_fp32(x)),
+                  "all_gather after the refusal")
+            moved.clear()
+    finally:
+        collectives._reduce_scatter_flat = rs
+        chunked_exchanges.GATHER_BY = None
+    return 1
+
+
+def test_bad_gather_by_refused_before_anything_moves():
+    """A bad ``DITRON_GATHER_BY`` stops a two-shot all-reduce before its reduce-scatter
+    half (not between the halves) and an all-gather before it moves; calls after it work."""
+    assert ditron.launch(check_bad_gather_by_refused_before_moving, 2, 71,
+                         backend="cpu") == [1, 1]
+
+
 class _Recorder:
     """An engine stand-in that records what each ``issue`` got."""
 
