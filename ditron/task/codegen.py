@@ -28,7 +28,7 @@ from types import ModuleType
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ..tune.cache import cache_dir
-from .graph import CTX, Task
+from .graph import CTX, Task, flatten
 
 #: parameters of the generated kernel before the tasks' own (see ``megakernel.py``)
 FIXED_PARAMS = ("queue", "order", "item_task", "item_tile", "dep_ptr", "dep_slot", "ntf_ptr",
@@ -196,7 +196,7 @@ def source(tasks: Sequence[Task], outline: bool = True) -> tuple[str, dict[str, 
             (constexprs if const else params).append(f"{p}: tl.constexpr" if const else p)
             call.append(p)
         branch = []
-        if any(isinstance(a, TensorDescriptor) for a in task.args):
+        if any(isinstance(a, TensorDescriptor) for a in flatten(task.args)):
             # what the item waited for was stored through the generic proxy
             branch.append("dl.fence_async_proxy(ON_GPU)")
         branch.append(f"{caller}(tile, {', '.join(call)})")

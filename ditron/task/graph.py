@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
+import numbers
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -65,6 +66,43 @@ Regions = Callable[[int, int], Region | Iterable[Region]]
 
 def _no_regions(tile: int, rank: int) -> Iterable[Region]:
     return ()
+
+
+def _argument(task: str, param: str, value, const: bool):
+    """``value`` as the kernel takes it: an integer or a real number of another type (a
+    NumPy scalar) as a Python ``int`` / ``float`` (Triton cannot pass those: the first call
+    failed); a runtime parameter's other values checked to be what Triton passes (tensors,
+    TMA descriptors, ints, floats, bools, ``None``, tuples of them), else ``TypeError``."""
+    if value is CTX or isinstance(value, (bool, torch.Tensor)) or value is None:
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if const:
+        return value
+    if type(value) is tuple:  # a namedtuple (a device context) is passed as it is
+        return tuple(_argument(task, param, v, False) for v in value)
+    if isinstance(value, tuple) or hasattr(value, "data_ptr"):
+        return value
+    from triton.language import constexpr
+    from triton.runtime.jit import JITFunction
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    if isinstance(value, (TensorDescriptor, constexpr, JITFunction)):
+        return value
+    hint = " (pass a tuple)" if isinstance(value, list) else ""
+    raise TypeError(f"task {task!r}: argument {param!r} is a {type(value).__name__}, which a "
+                    f"kernel cannot take{hint}; runtime parameters take tensors, TMA "
+                    f"descriptors, ints, floats, bools, None and tuples of them")
+
+
+def flatten(value) -> list:
+    """``value``, or the values in it when it is a tuple (nested ones too): an argument's
+    tensors and TMA descriptors."""
+    if not isinstance(value, tuple):
+        return [value]
+    return [leaf for v in value for leaf in flatten(v)]
 
 
 def _constexpr(annotation) -> bool:
@@ -115,11 +153,13 @@ class Task:
             raise TypeError(f"task {name!r}: arguments do not match "
                             f"{raw.__name__}{sig}: {exc}") from None
         bound.apply_defaults()
-        values = tuple(bound.arguments[p.name] for p in params[1:])
         for p in params:
             if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                 raise TypeError(f"task {name!r}: parameter {p.name!r} of {raw.__name__} "
                                 f"must be positional")
+        constexprs = tuple(_constexpr(p.annotation) for p in params[1:])
+        values = tuple(_argument(name, p.name, bound.arguments[p.name], const)
+                       for p, const in zip(params[1:], constexprs, strict=True))
         tiles = check_int(tiles, f"task {name!r}: tiles")
         warps = check_warps(warps, f"task {name!r}")
         for what, given, of in (("reads", reads, "(tile, rank)"),
@@ -127,8 +167,7 @@ class Task:
             if given is not None and not callable(given):  # a region or a list of them
                 raise TypeError(f"task {name!r}: {what} must be a function of {of}, got "
                                 f"{type(given).__name__}")
-        return cls(name, fn, tuple(p.name for p in params[1:]),
-                   tuple(_constexpr(p.annotation) for p in params[1:]), values, tiles,
+        return cls(name, fn, tuple(p.name for p in params[1:]), constexprs, values, tiles,
                    reads or _no_regions, writes or _no_regions, order, warps)
 
     def tile_order(self, rank: int) -> list[int]:

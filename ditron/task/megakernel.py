@@ -48,7 +48,17 @@ from ..runtime.symmetric import is_symmetric
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current, use
 from . import codegen
-from .graph import CTX, Schedule, TaskGraph, check_warps, derive, describe_item, describe_slot
+from .graph import (
+    CTX,
+    Schedule,
+    Task,
+    TaskGraph,
+    check_warps,
+    derive,
+    describe_item,
+    describe_slot,
+    flatten,
+)
 
 #: default programs per SM on a GPU of its own: programs that do not fit wait for an SM and
 #: take no ticket until they run, so more than fit is safe (module docstring)
@@ -160,15 +170,17 @@ def _agree_on_schedules(what: str, graph: TaskGraph, schedule: Schedule) -> None
 class Megakernel:
     """A compiled :class:`TaskGraph`; call it to run the graph once (see module docstring).
 
-    Attributes: ``schedule`` (this rank's :class:`Schedule`), ``programs`` (``P``),
-    ``launch_options`` (``num_warps``... given to Triton), ``traced`` (whether each call
-    records its items for ``ditron.trace``)."""
+    Attributes: ``tasks`` (the graph's tasks when it was compiled: tasks added to the
+    graph later are not in this kernel), ``schedule`` (this rank's :class:`Schedule`),
+    ``programs`` (``P``), ``launch_options`` (``num_warps``... given to Triton),
+    ``traced`` (whether each call records its items for ``ditron.trace``)."""
 
     @torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
     def __init__(self, graph: TaskGraph, schedule: Schedule, programs: int,
                  launch_options: dict, traced: bool = False, outline: bool = True) -> None:
         rt = current()
         self.graph = graph
+        self.tasks: tuple[Task, ...] = tuple(graph.tasks)
         self.schedule = schedule
         self.programs = programs
         self.launch_options = launch_options
@@ -203,7 +215,7 @@ class Megakernel:
         self._failed: str | None = None
         args, constexprs = [], dict(launch_options)
         constexprs.update(TRACE=traced, ON_GPU=device.type == "cuda")
-        for k, task in enumerate(graph.tasks):
+        for k, task in enumerate(self.tasks):
             for name, const, value in zip(task.params, task.constexprs, task.args,
                                           strict=True):
                 if value is CTX:
@@ -216,7 +228,7 @@ class Megakernel:
                  self._dep_slot, self._ntf_ptr, self._ntf_rank, self._begin,
                  len(s.begin_ranks), self._tail, len(s.tail_slots), self._pad.signals,
                  s.n_items, self._trace, rt.context())
-        kernel = FastKernel(codegen.load(graph.tasks, outline).megakernel)
+        kernel = FastKernel(codegen.load(self.tasks, outline).megakernel)
         self._launch = kernel.bind((programs,), (*fixed, *args), constexprs)
 
     @property
@@ -268,7 +280,7 @@ class Megakernel:
             rt.backend.synchronize(rt.world.device)
             t1 = tracing.host_clock()
             rows = self.last_trace = self._trace[1:].view(-1, codegen.TRACE_FIELDS).tolist()
-            labels = [(self.graph.tasks[k].name, tile) for k, tile in
+            labels = [(self.tasks[k].name, tile) for k, tile in
                       zip(self.schedule.item_task, self.schedule.item_tile, strict=True)]
             tracing.record_items(f"megakernel {self.graph.name}", rows, labels,
                                int(self._trace[0]), t0, t1)
@@ -297,7 +309,7 @@ class Megakernel:
         if not match:
             return exc
         slot = int(match[1])
-        words = [describe_slot(self.graph.tasks, self.schedule, s)
+        words = [describe_slot(self.tasks, self.schedule, s)
                  for s in (slot, *self._blocked_by(slot, exc.expected))]
         what = "; it waits for ".join(words)
         return WaitTimeoutError(exc.rank, f"{exc.signal} ({what}, call {exc.expected})",
@@ -328,7 +340,7 @@ class Megakernel:
     def __repr__(self) -> str:
         s = self.schedule
         waits = len(s.dep_slot)
-        return (f"Megakernel({self.graph.name!r}: {len(self.graph.tasks)} tasks, "
+        return (f"Megakernel({self.graph.name!r}: {len(self.tasks)} tasks, "
                 f"{s.n_items} tiles, {waits} waits on rank {s.rank}, {self.programs} "
                 f"programs)")
 
@@ -372,12 +384,13 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
             raise ValueError(f"compile: {', '.join(map(repr, unknown))} is not a Triton "
                              f"launch option (those are {', '.join(sorted(known))})")
         for task in graph.tasks:
-            for name, value in zip(task.params, task.args, strict=True):
-                if isinstance(value, TensorDescriptor):
-                    value = value.base
-                if isinstance(value, torch.Tensor) and value.device != w.device:
-                    raise ValueError(f"task {task.name!r}: argument {name!r} is on "
-                                     f"{value.device}, the world computes on {w.device}")
+            for name, arg in zip(task.params, task.args, strict=True):
+                for value in flatten(arg):  # a tuple's tensors too
+                    if isinstance(value, TensorDescriptor):
+                        value = value.base
+                    if isinstance(value, torch.Tensor) and value.device != w.device:
+                        raise ValueError(f"task {task.name!r}: argument {name!r} is on "
+                                         f"{value.device}, the world computes on {w.device}")
     agree(what, remember=False, **_fingerprint(graph))
     with refused_together(what, peers=w.world_size > 1):
         schedule = derive(graph.tasks, w.rank, w.world_size,
