@@ -2,7 +2,8 @@
 
 - ``ir``: a :class:`Plan` of :class:`Chunk` s (row ranges, one signal slot each) and per-rank
   :class:`Transfer` s (push or pull, point-to-point or collective, with dependencies),
-  checked when built (chunks cover the rows once, no dependency cycle); :func:`split`
+  checked when built (chunks cover the rows once, no dependency cycle, copies from a rank
+  holding the chunk) and immutable after; :func:`split`
   refines the chunks, :func:`check` refuses dependencies on later transfers, ``print(plan)``
   shows it.
 - ``templates``: the common plans (all-gather in rank or swizzled order, two-level

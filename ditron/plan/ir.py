@@ -7,7 +7,7 @@ the chunk's signal on the receiving rank reaches the call's epoch when the chunk
 
 A :class:`Transfer` moves one chunk from ``src`` to ``dst``: ``push`` (issued by ``src``) or
 ``pull`` (issued by ``dst``), ``p2p`` or part of a ``collective`` (the network engine moves
-it with its peers), optionally summing into the destination (``reduce``), on the ``intra``
+it with its peers), optionally summing into the destination (``reduce``, a bool), on the ``intra``
 node or ``inter`` node level, and only after the transfers listed in ``after`` have landed.
 The order of a rank's transfers in :attr:`Plan.transfers` is its issue order.
 """
@@ -73,6 +73,9 @@ class Transfer:
         if self.src == self.dst:
             raise ValueError(f"transfer {self.id} goes from rank {self.src} to itself (a "
                              f"copy onto its own rows; summed, a partial added twice)")
+        if self.reduce not in (True, False):  # a "False" string would sum
+            raise ValueError(f"transfer {self.id}: reduce must be a bool, got {self.reduce!r}")
+        object.__setattr__(self, "reduce", bool(self.reduce))
         if self.mode not in MODES:
             raise ValueError(f"transfer mode must be one of {MODES}, got {self.mode!r}")
         if self.kind not in KINDS:
@@ -85,7 +88,7 @@ class Transfer:
         return self.src if self.mode == "push" else self.dst
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Plan:
     """A chunk plan over ``world_size`` ranks for a logical tensor of ``rows`` rows.
 
@@ -93,28 +96,44 @@ class Plan:
     equal size; ``0``: one node); chunks numbered ``0..`` in order, each a row range owned
     by a rank, that together cover ``[0, rows)`` once (no row in two chunks, none in no
     chunk; chunks of zero rows anywhere); transfers numbered ``0..`` in order, each between
-    two different ranks of the world, of a known chunk, ``after`` naming other transfers by
-    id with no cycle (a transfer waiting, through others, for itself never starts). A
-    dependency on a later transfer is allowed here, but :func:`check` refuses it."""
+    two different ranks of the world (of one node if ``intra``), of a known chunk,
+    ``after`` naming other transfers by id with no cycle (a transfer waiting, through
+    others, for itself never starts); a transfer that copies (not sums) a chunk goes from
+    a rank that holds it: its owner, or one that a transfer it waits for (directly or
+    through others) brought it to. A dependency on a later transfer is allowed here, but
+    :func:`check` refuses it.
+
+    Immutable once built (a frozen dataclass; ``chunks`` and ``transfers``, given as any
+    sequence, are kept as tuples), so a checked plan stays checked."""
 
     name: str
     tensor: str
     rows: int
     world_size: int
-    chunks: list[Chunk]
-    transfers: list[Transfer]
+    chunks: tuple[Chunk, ...]
+    transfers: tuple[Transfer, ...]
     local_world_size: int = 0
 
     def __post_init__(self):
-        self.world_size = W = check_int(self.world_size, "plan world_size", 1)
-        self.rows = check_int(self.rows, "plan rows")
+        W = check_int(self.world_size, "plan world_size", 1)
+        object.__setattr__(self, "world_size", W)
+        object.__setattr__(self, "rows", check_int(self.rows, "plan rows"))
         L = as_int(self.local_world_size)
         if L == 0:
             L = W
         if L is None or not 1 <= L <= W or W % L:
             raise ValueError(f"plan local_world_size must divide the world size {W} (nodes "
                              f"of equal size; 0: one node), got {self.local_world_size!r}")
-        self.local_world_size = L
+        object.__setattr__(self, "local_world_size", L)
+        for field, kind in (("chunks", Chunk), ("transfers", Transfer)):
+            try:
+                items = tuple(getattr(self, field))
+            except TypeError:
+                items = None
+            if items is None or not all(isinstance(x, kind) for x in items):
+                raise ValueError(f"plan {field} must be a sequence of {kind.__name__}s, got "
+                                 f"{getattr(self, field)!r}")
+            object.__setattr__(self, field, items)
         ids = [c.id for c in self.chunks]
         if ids != list(range(len(ids))):
             raise ValueError("plan chunks must be numbered 0.. in order")
@@ -131,6 +150,10 @@ class Plan:
             if not (0 <= t.src < W and 0 <= t.dst < W):
                 raise ValueError(f"transfer {t.id} goes from rank {t.src} to rank {t.dst}, "
                                  f"outside the plan's {W} ranks")
+            if t.level == "intra" and t.src // L != t.dst // L:
+                raise ValueError(f"transfer {t.id} goes from rank {t.src} to rank {t.dst}, "
+                                 f"on another node (nodes of {L} ranks), but is intra-node: "
+                                 f"the engines cannot reach that rank's memory (level='inter')")
             for dep in t.after:
                 if not 0 <= dep < len(self.transfers):
                     raise ValueError(f"transfer {t.id} depends on {dep}, which is not a "
@@ -138,6 +161,7 @@ class Plan:
                 if dep == t.id:
                     raise ValueError(f"transfer {t.id} depends on itself: it would never start")
         _check_acyclic(self)
+        _check_held(self)
 
     @property
     def num_chunks(self) -> int:
@@ -216,6 +240,29 @@ def _check_acyclic(plan: Plan) -> None:
                 state[dep] = 1
                 path.append(dep)
                 stack.append(iter(plan.transfers[dep].after))
+
+
+def _check_held(plan: Plan) -> None:
+    """``ValueError`` for a transfer that copies a chunk from a rank not holding it (not its
+    owner, and no transfer it waits for, directly or through others, brought it there): it
+    would move rows that have not landed. A summing transfer moves the sender's partial."""
+    for t in plan.transfers:
+        if t.reduce or plan.chunks[t.chunk].owner == t.src:
+            continue
+        todo, seen = list(t.after), set()
+        while todo:
+            u = plan.transfers[todo.pop()]
+            if u.chunk == t.chunk and u.dst == t.src:
+                break
+            if u.id not in seen:
+                seen.add(u.id)
+                todo += u.after
+        else:
+            raise ValueError(f"plan {plan.name}: transfer {t.id} copies chunk {t.chunk} from "
+                             f"rank {t.src}, which does not hold it (rank "
+                             f"{plan.chunks[t.chunk].owner} owns it, and no transfer that "
+                             f"{t.id} waits for brings it to rank {t.src}): it would move "
+                             f"rows that have not landed")
 
 
 def _pieces(chunk: Chunk, chunk_rows: int) -> list[tuple[int, int]]:

@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.integers import check_int
 from ..runtime.torch_dist import all_gather_single
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
@@ -78,23 +79,27 @@ def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], tor
     transfer raises the chunk's slot of ``pad`` to ``epoch`` on its destination, that of a
     chunk of zero rows too (the engine moves nothing and only raises the signal): a row
     block's chunk range (``deps.consumer_waits``) may pass over such a chunk and wait for
-    it. The engines sum without atomics, so a plan that sums several partials into one
-    chunk on one rank (a reduce-scatter over more than two ranks: they would run at once
-    and lose updates) is refused (``ValueError``) on every rank.
+    it. A chunk's slot on a rank stands for one transfer landing it there, so a plan that
+    lands a chunk twice on one rank (e.g. sums several partials into it, a reduce-scatter
+    over more than two ranks: the engines sum without atomics and would lose updates) is
+    refused (``ValueError``) on every rank; so is a ``rank`` outside the plan.
 
     Dependencies: an ``inter`` transfer in ``after`` (the network stage) must have landed
-    before this is called. An ``intra`` one issued by the same rank must come earlier in the
-    plan (its issue order), else ``ValueError`` on every rank (the engine would wait for it
-    forever). An ``intra`` one that brought the same chunk to ``rank``, the
-    only transfer landing it there (a ring's forward), becomes the engine transfer's
-    ``after`` (that slot on ``rank`` at ``epoch``; engines with ``can_wait``, e.g. the copy
-    engine, honour it, the others refuse it). Any other ``intra`` dependency (a chunk landing
-    elsewhere, or in several parts) cannot be waited for by an engine: ``ValueError``
-    (lower such plans stage by stage).
+    before this is called. An ``intra`` one that brought the same chunk to the issuing
+    rank, the only transfer landing it there (a ring's forward), becomes the engine
+    transfer's ``after`` (that slot on the issuing rank at ``epoch``; engines with
+    ``can_wait``, e.g. the copy engine, honour it, the others refuse it). Any other
+    ``intra`` dependency (a chunk landing elsewhere, or in several parts) cannot be waited
+    for by an engine, and a rank's engine runs its transfers in plan order, so a transfer
+    waiting, directly or through other ranks' transfers, for one its issuer issues after
+    it would wait forever: both ``ValueError`` on every rank, before any transfer (lower
+    such plans stage by stage, or reorder them).
     """
     from ..engines.base import Signal
     from ..engines.base import Transfer as EngineTransfer
 
+    check_int(rank, f"engine_transfers: rank of plan {plan.name}", 0,
+              plan.world_size)
     _check_lowerable(plan)
     out = []
     for t in plan.issued_by(rank):
@@ -114,24 +119,32 @@ _CHECKED: weakref.WeakValueDictionary[int, Plan] = weakref.WeakValueDictionary()
 
 
 def _check_lowerable(plan: Plan) -> None:
-    """``ValueError`` where ``plan`` sums several partials into one chunk on one rank, or
-    has a transfer wait for a later one of the same issuer (:func:`engine_transfers`);
-    checked once per plan object."""
+    """``ValueError`` where ``plan``'s intra-node transfers cannot all run on the engines
+    (:func:`engine_transfers`), the same on every rank: a chunk landing twice on one rank
+    (its one signal there says it has landed when the first has; partials summed at once
+    lose updates), a dependency no one signal stands for (:func:`_engine_after`), or a
+    transfer waiting, directly or through other ranks' transfers, for one its issuer
+    issues after it (each rank's engine runs its transfers in plan order: a deadlock).
+    Checked once per plan object (plans are immutable)."""
     if _CHECKED.get(id(plan)) is plan:
         return
-    summed: dict[tuple[int, int], list[int]] = {}
-    for t in plan.transfers:
-        if t.reduce and t.level == "intra":
-            summed.setdefault((t.chunk, t.dst), []).append(t.src)
-    for (chunk_id, dst), srcs in summed.items():
-        if len(srcs) > 1:
+    intra = [t for t in plan.transfers if t.level == "intra"]
+    landing: dict[tuple[int, int], list[Transfer]] = {}
+    for t in intra:
+        landing.setdefault((t.chunk, t.dst), []).append(t)
+    for (chunk_id, dst), ts in landing.items():
+        if len(ts) > 1 and all(t.reduce for t in ts):
             raise ValueError(f"engine_transfers: plan {plan.name} sums the partials of ranks "
-                             f"{srcs} into chunk {chunk_id} on rank {dst}; the engines sum "
-                             f"without atomics, so partials landing at once would lose "
-                             f"updates (one summing transfer per chunk and destination)")
-    for t in plan.transfers:
-        if t.level != "intra":
-            continue
+                             f"{[t.src for t in ts]} into chunk {chunk_id} on rank {dst}; the "
+                             f"engines sum without atomics, so partials landing at once would "
+                             f"lose updates (one summing transfer per chunk and destination)")
+        if len(ts) > 1:
+            raise ValueError(f"engine_transfers: plan {plan.name} lands chunk {chunk_id} on "
+                             f"rank {dst} {len(ts)} times (transfers {[t.id for t in ts]}); "
+                             f"its one signal there is raised by the first to land, so the "
+                             f"rows would be read while another still writes them (one "
+                             f"transfer per chunk and destination)")
+    for t in intra:
         later = [d for d in t.after if d > t.id and plan.transfers[d].level == "intra"
                  and plan.transfers[d].issuer == t.issuer]
         if later:  # a rank's engine runs its transfers in plan order
@@ -139,7 +152,45 @@ def _check_lowerable(plan: Plan) -> None:
                              f"for transfers {later}, which rank {t.issuer} issues after it "
                              f"(a rank issues its transfers in plan order): its engine "
                              f"would wait forever; put them before it")
+        if t.after:
+            _engine_after(plan, t, t.issuer, None)
+    _check_issue_order(plan, intra)
     _CHECKED[id(plan)] = plan
+
+
+def _check_issue_order(plan: Plan, intra: list[Transfer]) -> None:
+    """``ValueError`` naming a cycle of intra-node transfers, each waiting for the next
+    through ``after`` or through its issuer's engine (which runs the issuer's earlier
+    transfers first)."""
+    waits: dict[int, list[int]] = {t.id: [d for d in t.after
+                                          if plan.transfers[d].level == "intra"] for t in intra}
+    last: dict[int, int] = {}
+    for t in intra:  # issue order: a transfer starts after its issuer's previous one
+        if t.issuer in last:
+            waits[t.id].append(last[t.issuer])
+        last[t.issuer] = t.id
+    state = dict.fromkeys(waits, 0)  # 0: not seen, 1: on the path, 2: done
+    for root in waits:
+        if state[root]:
+            continue
+        path, stack = [root], [iter(waits[root])]
+        state[root] = 1
+        while stack:
+            dep = next(stack[-1], None)
+            if dep is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state[dep] == 1:
+                cycle = [*path[path.index(dep):], dep]
+                raise ValueError(f"engine_transfers: transfers {' -> '.join(map(str, cycle))} "
+                                 f"of plan {plan.name} each wait for the next (through "
+                                 f"after, or issued later by the same rank, whose engine runs "
+                                 f"its transfers in plan order): they would wait forever; "
+                                 f"reorder the plan's transfers")
+            elif state[dep] == 0:
+                state[dep] = 1
+                path.append(dep)
+                stack.append(iter(waits[dep]))
 
 
 def _engine_after(plan: Plan, t: Transfer, rank: int, slot):

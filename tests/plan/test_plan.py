@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -370,10 +372,10 @@ def test_lowering_waits_for_a_forwarded_chunk_or_refuses():
     relay = ir.Plan("relay", "A", 4, 3, [C(0, 0, 2, 0), C(1, 2, 4, 1)],
                     [ir.Transfer(0, 0, 0, 1, mode="push"),
                      ir.Transfer(1, 0, 1, 2, mode="pull", after=(0,))])
-    assert lowering.engine_transfers(relay, 0, view, view, pad, 1)[0].after is None
-    with pytest.raises(ValueError, match="transfer 1 of plan relay .* waits for transfers "
-                                         "\\[0\\], which no one signal of rank 2"):
-        lowering.engine_transfers(relay, 2, view, view, pad, 1)
+    for rank in range(3):  # on every rank (rank 0 lowered its push; rank 2 then waited)
+        with pytest.raises(ValueError, match="transfer 1 of plan relay .* waits for transfers "
+                                             "\\[0\\], which no one signal of rank 2"):
+            lowering.engine_transfers(relay, rank, view, view, pad, 1)
     # two ranks: one partial per chunk and destination, then the broadcast waits for it
     ar = templates.all_reduce(3, 2)
     moves = lowering.engine_transfers(ar, 0, view, view, pad, 4)
@@ -456,6 +458,9 @@ def test_hand_written_plans_are_refused_when_built():
         T(0, 1, 1, 1, mode="push", reduce=True)
     with pytest.raises(ValueError, match="chunk stop must be an int, got 2.5"):
         C(0, 0, 2.5, 0)
+    with pytest.raises(ValueError, match="transfer 0: reduce must be a bool, got 'False'"):
+        T(0, 1, 1, 0, mode="push", reduce="False")  # was taken as True: summed
+    assert T(0, 1, 1, 0, reduce=0).reduce is False
     with pytest.raises(ValueError, match="transfer 1: after must list transfer ids"):
         T(1, 1, 1, 0, after=0)
     with pytest.raises(ValueError, match="plan rows must be an int >= 0, got 4.0"):
@@ -489,3 +494,121 @@ def test_lowering_refuses_a_wait_for_a_later_transfer_of_the_same_rank():
                                                  T(1, 0, 1, 2, mode="push", after=(0,))])
     moves = lowering.engine_transfers(early, 1, view, view, pad, 1)
     assert [m.after is not None for m in moves] == [False, True]
+
+
+def test_plans_are_immutable_once_checked():
+    """A plan's fields and its chunk and transfer lists could be changed after the checks
+    (a transfer waiting for itself appended, the world size set to 1) and the plan lowered
+    as it was then; plans are frozen now, their chunks and transfers tuples."""
+    plan = templates.all_gather([2, 0, 3], 3, mode="push")
+    assert type(plan.chunks) is tuple and type(plan.transfers) is tuple
+    with pytest.raises(AttributeError):
+        plan.transfers.append(ir.Transfer(6, 0, 0, 1, after=(6,)))
+    with pytest.raises(TypeError):
+        plan.chunks[0] = ir.Chunk(0, 0, 9, 0)
+    for field, value in (("world_size", 1), ("rows", 9), ("transfers", []), ("chunks", [])):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(plan, field, value)
+    assert plan.world_size == 3 and len(plan.transfers) == 6 and plan.rows == 5
+    # lists are still taken (kept as tuples); split and the templates build on tuples
+    C, T = ir.Chunk, ir.Transfer
+    hand = ir.Plan("h", "A", 4, 2, [C(0, 0, 2, 0), C(1, 2, 4, 1)], [T(0, 0, 0, 1)])
+    assert hand.chunks == (C(0, 0, 2, 0), C(1, 2, 4, 1)) and hand.transfers == (T(0, 0, 0, 1),)
+    assert ir.split(hand, 1).num_chunks == 4 and templates.all_reduce(2, 2).transfers[2].after
+    with pytest.raises(ValueError, match="plan chunks must be a sequence of Chunks, got"):
+        ir.Plan("h", "A", 4, 2, [(0, 0, 2, 0), (1, 2, 4, 1)], [])
+    with pytest.raises(ValueError, match="plan transfers must be a sequence of Transfers"):
+        ir.Plan("h", "A", 4, 2, hand.chunks, None)
+
+
+def test_plans_refuse_copies_of_rows_the_sender_does_not_hold():
+    """A transfer copying a chunk from a rank that neither owns it nor waits for a transfer
+    bringing it there moved rows that had not landed (lowered, the copy engine copied the
+    poison and raised the chunk's signal over it); an intra-node transfer between nodes was
+    refused only by the issuing rank's engine. Both are refused when the plan is built."""
+    C, T = ir.Chunk, ir.Transfer
+    chunks = [C(0, 0, 2, 0), C(1, 2, 4, 1), C(2, 4, 6, 2)]
+    with pytest.raises(ValueError, match="plan p: transfer 1 copies chunk 0 from rank 1, which "
+                                         "does not hold it \\(rank 0 owns it"):
+        ir.Plan("p", "A", 6, 3, chunks, [T(0, 0, 0, 1, mode="push"),
+                                          T(1, 0, 1, 2, mode="push")])
+    # waiting for the transfer that brought it (directly or through another) is fine
+    ir.Plan("p", "A", 6, 3, chunks, [T(0, 0, 0, 1), T(1, 1, 1, 2, after=(0,)),
+                                      T(2, 0, 1, 2, after=(1,))])
+    # a summing transfer sends its own partial
+    ir.Plan("p", "A", 6, 3, chunks, [T(0, 0, 1, 0, mode="push", reduce=True)])
+    with pytest.raises(ValueError, match="transfer 0 goes from rank 1 to rank 2, on another "
+                                         "node \\(nodes of 2 ranks\\), but is intra-node"):
+        ir.Plan("p", "A", 6, 4, [*chunks, C(3, 6, 6, 3)], [T(0, 1, 1, 2)], local_world_size=2)
+    ir.Plan("p", "A", 6, 4, [*chunks, C(3, 6, 6, 3)], [T(0, 1, 1, 2, level="inter")],
+            local_world_size=2)
+
+
+def _cycle_plan() -> ir.Plan:
+    """Rank 0 pushes chunk 0 to rank 1 (t1), which pushes it back (t2, a relay), and
+    forwards it to rank 2 after it came back (t0); but t0 is listed, so issued, before t1:
+    rank 0's engine waits for t2, which waits for t1, queued behind t0 on rank 0."""
+    C, T = ir.Chunk, ir.Transfer
+    return ir.Plan("cyc", "A", 6, 3, [C(0, 0, 2, 0), C(1, 2, 4, 1), C(2, 4, 6, 2)],
+                   [T(0, 0, 0, 2, mode="push", after=(2,)), T(1, 0, 0, 1, mode="push"),
+                    T(2, 0, 1, 0, mode="push", after=(1,))])
+
+
+def test_lowering_refuses_on_every_rank_what_would_hang_or_race():
+    """What the engines cannot run was refused by the rank issuing it only, or not at all:
+    a dependency no one signal stands for (the other ranks lowered and waited), transfers
+    waiting for each other through several ranks' issue orders (every engine waited
+    forever), and a chunk landing twice on one rank from two senders (its signal raised by
+    the first, the rows read while the second wrote). Now every rank raises the same
+    ``ValueError``; a rank outside the plan is refused too (it lowered nothing)."""
+    from ditron.plan import lowering
+
+    view, pad = _engine_plan_views()
+    C, T = ir.Chunk, ir.Transfer
+    chunks = [C(0, 0, 2, 0), C(1, 2, 4, 1), C(2, 4, 6, 2)]
+    dup = ir.Plan("dup", "A", 6, 3, chunks, [T(0, 0, 0, 1, mode="push"),
+                                             T(1, 0, 0, 2, mode="push"),
+                                             T(2, 0, 1, 2, mode="push", after=(0,))])
+    for plan, match in ((_cycle_plan(), "transfers 0 -> 2 -> 1 -> 0 of plan cyc each wait for "
+                                        "the next"),
+                        (dup, "plan dup lands chunk 0 on rank 2 2 times \\(transfers "
+                              "\\[1, 2\\]\\)")):
+        for rank in range(3):
+            with pytest.raises(ValueError, match=match):
+                lowering.engine_transfers(plan, rank, view, view, pad, 1)
+    # listed in an order each engine can follow, the same relay lowers
+    ok = ir.Plan("ok", "A", 6, 3, chunks, [T(0, 0, 0, 1, mode="push"),
+                                           T(1, 0, 1, 0, mode="push", after=(0,)),
+                                           T(2, 0, 0, 2, mode="push", after=(1,))])
+    assert [len(lowering.engine_transfers(ok, r, view, view, pad, 1)) for r in range(3)] == [
+        2, 1, 0]
+    with pytest.raises(ValueError, match="engine_transfers: rank of plan ok must be an int in "
+                                         "\\[0, 3\\), got 3"):
+        lowering.engine_transfers(ok, 3, view, view, pad, 1)
+
+
+def _lower_cycle() -> str:
+    w = ditron.world()
+    plan = _cycle_plan()
+    buf = ditron.zeros((plan.rows, 2), torch.float32)
+    pad = ditron.signal_pad("test.plan.cycle", plan.num_chunks)
+    ditron.set_wait_timeout(3)
+    view = lambda c, _q: buf[c.start:c.stop]  # noqa: E731
+    epoch = pad.next_epoch()
+    ditron.barrier()
+    try:
+        from ditron.plan import lowering
+
+        lowering.issue("copy_engine", lowering.engine_transfers(plan, w.rank, view, view, pad,
+                                                                epoch)).drain()
+    except Exception as exc:  # noqa: BLE001 - the test compares what each rank raised
+        return f"{type(exc).__name__}: {exc}"
+    return "lowered"
+
+
+def test_a_plan_whose_engines_would_wait_for_each_other_is_refused_by_every_rank(backend):
+    """3 ranks, the copy engine: ranks 0 and 1 used to wait for each other's signal until
+    the wait timeout (rank 2 returned); now each raises before any transfer."""
+    got = ditron.launch(_lower_cycle, 3, backend=backend)
+    want = "ValueError: engine_transfers: transfers 0 -> 2 -> 1 -> 0 of plan cyc each wait for"
+    assert len(got) == 3 and all(g.startswith(want) for g in got), got

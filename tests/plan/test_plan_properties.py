@@ -8,6 +8,7 @@ engine, a plan moves exactly its chunks' rows and raises exactly their signals."
 from __future__ import annotations
 
 import collections
+import dataclasses
 import random
 
 import pytest
@@ -360,3 +361,165 @@ def test_waits_equal_a_reference_tiled_independently_up_to_16_ranks():
                         for c in waits - need:
                             assert min(need) < c < max(need), where
                             assert plan.chunks[c].rows == 0 or plan.chunks[c].owner == rank, where
+
+
+def _hand_written(rng: random.Random) -> tuple:
+    """Arguments of a random hand-written ``ir.Plan``: 1-5 ranks in nodes of random size,
+    chunks of random rows (zero included) and owners; transfers either relays (each chunk
+    pushed along a random path of ranks, each hop after the last) or at random: mostly from
+    a rank holding their chunk (after the one that brought it there), some summing, some
+    between nodes, now and then a dependency at random (forward, on itself, cycles), a copy
+    from a rank that never held the chunk, or one landing where it already is; half of the
+    plans listed in a random order (each rank's issue order with it)."""
+    W = rng.randint(1, 5)
+    L = rng.choice([d for d in range(1, W + 1) if W % d == 0])
+    n = rng.randint(1, 2 * W)
+    cuts = sorted(rng.randint(0, 12) for _ in range(n - 1))
+    bounds = [0, *cuts, rng.randint(cuts[-1] if cuts else 0, 14)]
+    chunks = [ir.Chunk(i, bounds[i], bounds[i + 1], rng.randrange(W)) for i in range(n)]
+    held = {c.id: {c.owner: None} for c in chunks}  # chunk -> rank -> transfer that brought it
+    transfers: list[ir.Transfer] = []
+    if rng.random() < 0.3:  # relays: each chunk pushed along a path of ranks (a ring's forwards)
+        for c in chunks:
+            path = [c.owner, *rng.sample([r for r in range(W) if r != c.owner],
+                                         rng.randint(0, W - 1))]
+            for hop, (src, dst) in enumerate(zip(path, path[1:], strict=False)):
+                after = (len(transfers) - 1,) if hop else ()
+                transfers.append(ir.Transfer(len(transfers), c.id, src, dst, mode="push",
+                                             after=after, level="intra" if src // L == dst // L
+                                             else "inter"))
+    for i in range(0 if transfers or W == 1 else rng.randint(0, 4 * W)):  # or at random
+        c = rng.randrange(n)
+        reduce = rng.random() < 0.15
+        src = rng.choice(sorted(held[c])) if rng.random() < 0.95 else rng.randrange(W)
+        fresh = [r for r in range(W) if r not in held[c] and r != src]  # mostly one without it
+        dst = rng.choice(fresh if fresh and rng.random() < 0.95 else
+                         [r for r in range(W) if r != src])
+        level = "intra" if src // L == dst // L else "inter"
+        if rng.random() < 0.02:
+            level = "inter" if level == "intra" else "intra"
+        after = [held[c][src]] if held[c].get(src) is not None and rng.random() < 0.98 else []
+        if rng.random() < 0.05:
+            after.append(rng.randrange(i + 2))  # earlier, itself or a later one
+        transfers.append(ir.Transfer(i, c, src, dst, mode=rng.choice(["push"] * 4 + ["pull"]),
+                                     reduce=reduce, after=tuple(after), level=level))
+        held[c][dst] = i
+    if rng.random() < 0.5:  # listed in another order: each rank's issue order changes
+        order = rng.sample(range(len(transfers)), len(transfers))
+        new_id = {old: new for new, old in enumerate(order)}
+        transfers = [dataclasses.replace(transfers[old], id=new, after=tuple(
+            new_id.get(d, d) for d in transfers[old].after)) for new, old in enumerate(order)]
+    return ("hand", "A", bounds[-1], W, chunks, transfers, L)
+
+
+def _waited_for(transfers, edges) -> list[set[int]]:
+    """Brute force (a fixpoint, not a search): every transfer each one waits for, through
+    ``edges(t)`` taken again and again."""
+    reach = [set(edges(t)) for t in transfers]
+    changed = True
+    while changed:
+        changed = False
+        for r in reach:
+            more = set().union(*(reach[d] for d in r)) - r
+            if more:
+                r |= more
+                changed = True
+    return reach
+
+
+def _should_build(args) -> bool:
+    _, _, _, W, chunks, transfers, L = args
+    if any(d >= len(transfers) for t in transfers for d in t.after):
+        return False  # a dependency on no transfer
+    reach = _waited_for(transfers, lambda t: t.after)
+    for t in transfers:
+        if t.id in reach[t.id] or (t.level == "intra" and t.src // L != t.dst // L):
+            return False
+        if not (t.reduce or chunks[t.chunk].owner == t.src or any(
+                transfers[u].chunk == t.chunk and transfers[u].dst == t.src for u in reach[t.id])):
+            return False  # it would copy rows the sender does not hold
+    return True
+
+
+def _run_on_engines(plan: ir.Plan, moves: dict) -> None:
+    """Run the lowered transfers as the engines do (each rank's in order, one at a time,
+    each after its ``after`` slot has been raised on its rank) and assert: no rank waits
+    forever, every chunk slot is raised by one transfer only, and every transfer surely
+    starts after the plan's ``after`` transfers and after its chunk reached its sender
+    (whatever the timing: only what the engines' order and waits guarantee counts)."""
+    intra = {r: [t for t in plan.issued_by(r) if t.level == "intra"] for r in moves}
+    for r in moves:
+        assert len(moves[r]) == len(intra[r])
+    raised: dict[tuple[int, int], int] = {}  # (chunk, rank) -> transfer that raised it
+    before: dict[int, set[int]] = {}  # transfer -> transfers surely landed before it starts
+    done = {t.id for t in plan.transfers if t.level == "inter"}  # the network stage, first
+    pos = dict.fromkeys(moves, 0)
+    while True:
+        progress = False
+        for r in moves:
+            if pos[r] == len(intra[r]):
+                continue
+            t, m = intra[r][pos[r]], moves[r][pos[r]]
+            assert (m.src_rank, m.dst_rank, m.reduce) == (t.src, t.dst, t.reduce)
+            assert (m.signal.index, m.signal.value) == (t.chunk, 7)
+            sure = set(done) - {u.id for u in plan.transfers if u.level == "intra"}
+            if pos[r]:
+                prev = intra[r][pos[r] - 1].id
+                sure |= {prev} | before[prev]
+            if m.after is not None:
+                assert (m.after.index, m.after.value) == (t.chunk, 7)
+                if (t.chunk, r) not in raised:
+                    continue  # the engine waits
+                u = raised[(t.chunk, r)]
+                sure |= {u} | before[u]
+            before[t.id] = sure
+            assert set(t.after) <= sure, (plan, t, "started before its dependencies")
+            assert t.reduce or plan.chunks[t.chunk].owner == t.src or any(
+                plan.transfers[u].chunk == t.chunk and plan.transfers[u].dst == t.src
+                for u in sure), (plan, t, "moved rows its sender may not hold yet")
+            assert (t.chunk, t.dst) not in raised, (plan, t, "a chunk's slot raised twice")
+            raised[(t.chunk, t.dst)] = t.id
+            done.add(t.id)
+            pos[r] += 1
+            progress = True
+        if not progress:
+            break
+    assert all(pos[r] == len(intra[r]) for r in moves), (plan, pos, "an engine waits forever")
+
+
+def test_hand_written_plans_are_refused_or_run_to_completion():
+    """Random hand-written plans (5,000): built exactly when a brute-force check says they
+    can run (no dependency cycle, no copy from a rank not holding the chunk, intra-node
+    transfers within a node), immutable once built; lowered, every rank agrees (all lower
+    it or all raise the same ``ValueError``), and a lowered plan, run as the engines run it
+    on every rank, never waits forever, raises each slot once and never starts a transfer
+    before what it depends on."""
+    rng = random.Random(7)
+    view = lambda c, _q: torch.zeros(c.rows, 1)  # noqa: E731
+    built = lowered = waited = 0
+    for trial in range(5000):
+        args = _hand_written(rng)
+        try:
+            plan = ir.Plan(*args)
+        except ValueError:
+            assert not _should_build(args), (trial, args)
+            continue
+        assert _should_build(args), (trial, args)
+        built += 1
+        assert type(plan.chunks) is tuple and type(plan.transfers) is tuple
+        with pytest.raises(AttributeError):
+            plan.world_size = 1
+        outcome: dict = {}
+        for r in range(plan.world_size):
+            try:
+                outcome[r] = lowering.engine_transfers(plan, r, view, view, "pad", 7)
+            except ValueError as exc:
+                outcome[r] = str(exc)
+        errors = {o for o in outcome.values() if isinstance(o, str)}
+        assert not errors or (len(errors) == 1 and len(outcome) == len(
+            [o for o in outcome.values() if isinstance(o, str)])), (trial, plan, outcome)
+        if not errors:
+            _run_on_engines(plan, outcome)
+            lowered += 1
+            waited += any(m.after is not None for moves in outcome.values() for m in moves)
+    assert built > 3000 and lowered > 2500 and waited > 250, (built, lowered, waited)
