@@ -40,8 +40,11 @@ def _info(args: argparse.Namespace) -> int:
     from ditron.tune import cache
 
     path = os.path.join(cache.cache_dir(), cache.FILE)
-    tuned = len(cache.load())
-    print(f"tuned    {tuned} decision{'' if tuned == 1 else 's'} in {path} (DITRON_CACHE_DIR)")
+    keys = cache.load()
+    tuned = sum(key.endswith(cache.versions()) for key in keys)  # the others are not read
+    other = f" (and {len(keys) - tuned} of other versions, unused)" if len(keys) > tuned else ""
+    print(f"tuned    {tuned} decision{'' if tuned == 1 else 's'}{other} in {path} "
+          f"(DITRON_CACHE_DIR)")
     given = sorted(k for k in os.environ if k.startswith("DITRON_"))
     listed = ", ".join(f"{k}={os.environ[k]}" for k in given) or "no DITRON_* variable set"
     print(f"env      {listed} (every setting: docs/settings.md)")

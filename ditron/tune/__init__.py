@@ -5,7 +5,7 @@
   overlapped one only if it beats the plain fallback by ``MARGIN``. Its timing protocol is
   the one every tuner uses (``task/tp_mlp_tuner.py`` too).
 - ``decisions``, ``cache``: the decisions the ops read (``method="auto"``), kept on disk
-  keyed by op, shapes, dtype, world size, device, ``b``'s layout and the triton and torch
-  versions.
+  keyed by op, shapes, dtype, world size, device, ``b``'s layout, the operands' alignment
+  class and the triton, torch and Ditron versions (Ditron's with a digest of its sources).
 - ``cost_model``: a roofline estimate used where nothing is tuned yet.
 """

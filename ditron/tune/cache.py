@@ -5,11 +5,13 @@ umask's mode, as any file).
 Keys name everything a decision depends on: op, shapes, dtype, world size, device name, the
 layout of ``b`` where it is not the transposed weight the tuner assumes by default,
 ``scalar loads`` where the operands' loads cannot be vectorized (``kernels.gemm.
-scalar_loads``; aligned operands add nothing, so keys written before alignment was part of
-them still serve the aligned operands they were timed on), and the triton and torch
-versions (a decision measured with other compilers and libraries is tuned again); e.g.
+scalar_loads``; aligned operands add nothing), and the versions of what was timed: triton's,
+torch's and Ditron's own, with a digest of the package's sources (:func:`versions`: a
+decision measured with other compilers, libraries or kernels, whose tiles may have meant
+something else, is tuned again rather than reused); e.g.
 ``gemm_rs|8192x4096x1376|bfloat16|w2|NVIDIA H200|b row-major, scalar loads|triton ...``
-(``decisions.key_for``).
+(``decisions.key_for``). Entries of other versions stay in the file (another install may
+share the folder) and are never read.
 Writes are atomic (temporary file + rename), so a reader never sees a torn file, and
 serialized by an advisory lock on ``tune.json.lock``, so processes writing different keys at
 once (two jobs tuning side by side, or users sharing the folder) keep each other's entries.
@@ -24,12 +26,15 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import secrets
 
 import torch
 import triton
+
+from .. import __version__
 
 FILE = "tune.json"
 
@@ -50,10 +55,40 @@ def make_key(op: str, shape: tuple[int, ...], dtype: str, world_size: int,
     """The entry's name: ``variant`` (e.g. ``b row-major``) tells apart decisions of one
     shape measured on differently laid-out operands."""
     return (f"{op}|{'x'.join(str(s) for s in shape)}|{dtype}|w{world_size}|{device_name}"
-            + (f"|{variant}" if variant else "") + VERSIONS)
+            + (f"|{variant}" if variant else "") + versions())
 
 
-VERSIONS = f"|triton {triton.__version__}, torch {torch.__version__}"
+#: the folders of the package whose sources do not change what the ops run
+_NOT_TIMED = ("benchmarks",)
+
+
+def source_digest(root: str | None = None) -> str:
+    """A digest of the Ditron sources under ``root`` (default: this package's folder):
+    every ``.py`` file but :data:`_NOT_TIMED`'s, by path and contents. A change to a
+    kernel, an engine or an op (what a tile config or an engine name means, how fast it
+    runs) changes it, where the version number of a development install does not."""
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__"
+                               and not (folder == root and d in _NOT_TIMED))
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            digest.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                digest.update(f.read() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def versions() -> str:
+    """The keys' last part: triton's, torch's and Ditron's versions, Ditron's with
+    :func:`source_digest` (taken when this module is imported, as the ops' code is: a
+    source edited while a process runs does not rename the decisions it times)."""
+    return _VERSIONS
+
+
+_VERSIONS = (f"|triton {triton.__version__}, torch {torch.__version__}, "
+             f"ditron {__version__} ({source_digest()})")
 
 
 def load() -> dict:

@@ -1,5 +1,6 @@
 """Tuned decisions: what the tuner chose, keyed by op, shape, dtype, world size, device,
-``b``'s layout, whether the operands' loads vectorize and the triton and torch versions.
+``b``'s layout, whether the operands' loads vectorize and the triton, torch and Ditron
+versions (Ditron's with a digest of its sources: ``cache.versions``).
 
 The ops read decisions here (``method="auto"``); ``tuner.py`` measures and writes them.
 """
@@ -143,7 +144,8 @@ def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int
     ``scalar``: the operands' loads cannot be vectorized (``kernels.gemm.scalar_loads``:
     the persistent GEMM runs up to 2.6x slower, so a decision measured on aligned operands
     does not serve them, nor one measured on such operands aligned ones). Aligned operands
-    add nothing to the key (it is the one written before alignment was part of it)."""
+    add nothing to the key. The key ends with the versions of triton, torch and Ditron
+    (``cache.versions``: with a digest of Ditron's sources)."""
     variant = ", ".join(v for v in (_VARIANTS[layout], "scalar loads" if scalar else "") if v)
     return cache.make_key(op, (M, N, K), str(dtype).replace("torch.", ""), world_size,
                           _device_name(), variant)

@@ -51,7 +51,16 @@ import time
 import torch
 import torch.distributed as dist
 
-from ..kernels.gemm import CPU_CONFIG, GemmConfig, fits, scalar_loads
+from ..kernels.gemm import (
+    CPU_CONFIG,
+    EPI_ALL_REDUCE,
+    EPI_REDUCE_SCATTER,
+    EPI_STORE,
+    GemmConfig,
+    default_config,
+    fits,
+    scalar_loads,
+)
 from ..runtime import bounded_cache
 from ..runtime.agreement import agree, refused_together
 from ..runtime.config import env_float
@@ -63,8 +72,10 @@ from .decisions import ENGINES, Decision, b_layout, key_for, lookup
 __all__ = ["Decision", "Trial", "agreed_median", "all_ok", "early_rows_for", "key_for", "lookup",
            "rotations", "split_rows_for", "time_calls", "tune"]
 
-# measured on one H200 (docs/perf.md, bench/gemm_lab.py): the first is the default; the
-# others win on some shapes; 256x128 never did
+# measured on one H200 (docs/perf.md, bench/gemm_lab.py): the first is the default for
+# aligned 16-bit operands; the others win on some shapes; 256x128 never did. The tuner
+# tries the op's own default for the operands first (:func:`default_candidates`: fp32 and
+# unaligned operands run tiles not in this list)
 GPU_CANDIDATES = [
     GemmConfig(128, 256, 64, 8, 8, 3, flatten=True, tma_store=True),
     GemmConfig(128, 256, 64, 8, 8, 3),
@@ -231,8 +242,9 @@ class StatusLine:
 def _checked(op: str, M: int, N: int, K: int, dtype: torch.dtype, warmup: int, iters: int,
              batch: int | None, candidates, layout: str, W: int, dev: torch.device) -> tuple:
     """:func:`tune`'s arguments checked on this rank (``ValueError`` naming the first bad
-    one): ``op, M, N, K, warmup, iters, batch`` as ints (``batch`` defaulted), the candidates
-    that fit ``dev``, and the margin (``DITRON_TUNE_MARGIN``)."""
+    one): ``op, M, N, K, warmup, iters, batch`` as ints (``batch`` defaulted), the given
+    candidates that fit ``dev`` (``None`` where none were given: the operands pick them,
+    :func:`default_candidates`), and the margin (``DITRON_TUNE_MARGIN``)."""
     from ..ops.tp_gemm import DTYPES
 
     if op not in TUNED_OPS:
@@ -250,22 +262,36 @@ def _checked(op: str, M: int, N: int, K: int, dtype: torch.dtype, warmup: int, i
     if layout not in TUNED_LAYOUTS:
         raise ValueError(f"tune: layout must be one of {', '.join(TUNED_LAYOUTS)} (b as a "
                          f"transposed weight, row-major), got {layout!r}")
-    if candidates is None:
-        candidates = GPU_CANDIDATES if dev.type == "cuda" else CPU_CANDIDATES
-    elif (not isinstance(candidates, (list, tuple)) or not candidates
-          or not all(isinstance(c, GemmConfig) for c in candidates)):
+    if candidates is not None and (
+            not isinstance(candidates, (list, tuple)) or not candidates
+            or not all(isinstance(c, GemmConfig) for c in candidates)):
         # an empty list was said not to fit shared memory; anything else failed inside
         raise ValueError(f"tune: candidates must be a non-empty list of GemmConfig, got "
                          f"{candidates!r}")
     if batch is None:
         batch = 4 if dev.type == "cuda" else 1
-    # A config that cannot load fails on some ranks while their peers already wait in the
-    # kernel; drop what does not fit before any launch.
-    candidates = [c for c in candidates if fits(c, dev, dtype)]
-    if not candidates:
-        raise ValueError(f"tune: no candidate tile config fits shared memory for {dtype}")
+    if candidates is not None:
+        # A config that cannot load fails on some ranks while their peers already wait in
+        # the kernel; drop what does not fit before any launch.
+        candidates = [c for c in candidates if fits(c, dev, dtype)]
+        if not candidates:
+            raise ValueError(f"tune: no candidate tile config fits shared memory for {dtype}")
     return (op, M, N, K, warmup, iters, batch, candidates,
             env_float("DITRON_TUNE_MARGIN", MARGIN))
+
+
+def default_candidates(op: str, a: torch.Tensor, b: torch.Tensor, dev: torch.device,
+                       scalar: bool) -> list[GemmConfig]:
+    """The tile configs :func:`tune` tries for ``op`` on ``a @ b`` (``scalar``: their loads
+    cannot be vectorized, ``kernels.gemm.scalar_loads``): first the one the op runs with
+    untuned on these operands (``kernels.gemm.default_config``: for fp32 or unaligned
+    operands not :data:`GPU_CANDIDATES`' first, which spills there, or for fp32 does not
+    fit shared memory at all), then those of :data:`GPU_CANDIDATES` (on the CPU
+    :data:`CPU_CANDIDATES`) that fit the device's shared memory."""
+    epilogue = {"gemm_rs": EPI_REDUCE_SCATTER, "gemm_ar": EPI_ALL_REDUCE}.get(op, EPI_STORE)
+    own = default_config(dev, a.dtype, (a, b), epilogue, scalar=scalar)
+    listed = GPU_CANDIDATES if dev.type == "cuda" else CPU_CANDIDATES
+    return [own] + [c for c in listed if c != own and fits(c, dev, a.dtype)]
 
 
 def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *,
@@ -290,6 +316,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     overlap (the ops always fall back there): only the fallback is timed, and chosen. Where
     every candidate fails, the fallback too, nothing is cached and ``RuntimeError`` says why
     on every rank; so does a decision that rank 0 cannot write (``cache.CacheError``).
+    ``candidates``: the tile configs to try, those that fit the device's shared memory
+    (default :func:`default_candidates`: the op's untuned tiles for these operands first).
     ``progress``: rank 0 shows its progress on stderr (``StatusLine``) and the times.
     """
     from .. import ops
@@ -303,8 +331,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
         op, M, N, K, warmup, iters, batch, candidates, margin = _checked(
             op, M, N, K, dtype, warmup, iters, batch, candidates, layout, W, dev)
     agree("tune", remember=False, op=op, M=M, N=N, K=K, dtype=dtype, warmup=warmup,
-          iters=iters, batch=batch, layout=layout, candidates=tuple(candidates),
-          margin=margin)
+          iters=iters, batch=batch, layout=layout,
+          candidates=None if candidates is None else tuple(candidates), margin=margin)
     fn_op = getattr(ops, op)
     rows = M // W if op == "ag_gemm" else M
     g = torch.Generator(device="cpu").manual_seed(rt.world.rank)
@@ -313,6 +341,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     # cuBLAS's and the tiles' speeds depend on the layout, so decisions are kept per layout
     b = (torch.randn(N, K, generator=g).to(dtype=dtype, device=dev).t() if layout == "t"
          else torch.randn(K, N, generator=g).to(dtype=dtype, device=dev))
+    if candidates is None:  # agreed: ranks on GPUs that differ would time different lists
+        candidates = default_candidates(op, a, b, dev, scalar_loads(a, b, dev))
+        agree("tune: tile configs", remember=False, candidates=tuple(candidates))
     engines = (GPU_ENGINES if dev.type == "cuda" else ENGINES).get(op, ("colocated",))
     # chunk sizes matter where the copy engine moves whole chunks: a shard, a half, a quarter
     chunkings = [None] + sorted({-(-rows // d) for d in (2, 4)} - {rows}, reverse=True)
