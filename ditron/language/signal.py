@@ -53,6 +53,8 @@ def notify(sig_ptr, value, peer, ctx, op: tl.constexpr = SET, scope: tl.constexp
     default) for any waiter; ``"gpu"`` is enough, and cheaper, when every waiter runs on the
     calling program's GPU (a kernel notifying itself).
     """
+    tl.static_assert(sig_ptr.dtype.element_ty == tl.int64,
+                     "dl.notify: sig_ptr must point to int64 signals (a SignalPad's)")
     tl.static_assert(op == "set" or op == "add", "dl.notify: op must be set or add")
     tl.static_assert(scope == "sys" or scope == "gpu", "dl.notify: scope must be sys or gpu")
     tl.debug_barrier()
@@ -97,6 +99,8 @@ def wait(sig_ptr, value, ctx):
     then raises ``ditron.WaitTimeoutError`` on the host. A program may only wait for other
     ranks or, on the CPU backend, for programs of the same launch with a lower id.
     """
+    tl.static_assert(sig_ptr.dtype.element_ty == tl.int64,
+                     "dl.wait: sig_ptr must point to int64 signals (a SignalPad's)")
     seen = tl.atomic_add(sig_ptr, 0, sem="acquire", scope="sys")
     # a block would spin forever on the CPU backend, whatever the timeout
     tl.static_assert(not (seen < value).type.is_block(),
@@ -130,6 +134,8 @@ def wait_all(sig_ptrs, value, ctx, mask=None):
     seen in it."""
     tl.static_assert(sig_ptrs.type.is_block(),
                      "dl.wait_all: sig_ptrs must be a block of pointers; use dl.wait for one")
+    tl.static_assert(sig_ptrs.dtype.element_ty == tl.int64,
+                     "dl.wait_all: sig_ptrs must point to int64 signals (a SignalPad's)")
     if mask is None:
         mask = tl.full(sig_ptrs.shape, True, tl.int1)
     big = tl.full(sig_ptrs.shape, 0x7FFFFFFFFFFFFFFF, tl.int64)

@@ -281,12 +281,16 @@ class SymmetricHeap:
         return None
 
     def describe(self, offset: int) -> str:
-        """Name the buffer and element holding byte ``offset`` (for diagnostics)."""
+        """Name the buffer and element holding byte ``offset`` (for diagnostics): a live
+        buffer's element, a free part of the heap, or an address outside it (a wait on a
+        plain tensor)."""
         for alloc in self._live.values():
             if alloc.offset <= offset < alloc.offset + alloc.nbytes:
                 itemsize = alloc.dtype.itemsize
                 return f"{alloc.name}[{(offset - alloc.offset) // itemsize}]"
-        return f"heap offset {offset}"
+        if not 0 <= offset < self.size:
+            return f"an address outside the symmetric heap (heap offset {offset})"
+        return f"heap offset {offset} (in no live buffer)"
 
     def peer(self, tensor: torch.Tensor, rank: int) -> torch.Tensor:
         """``tensor`` (a symmetric tensor or a view of one, conjugate and negative views

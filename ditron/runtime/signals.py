@@ -51,9 +51,19 @@ def host_value(value: int | DeviceValue) -> int:
     return value
 
 
+#: epochs are int64 signal values: they stay below this
+_EPOCH_END = 2**63
+
+
 @dataclasses.dataclass
 class SignalPad:
-    """``slots`` int64 signals in the symmetric heap, all starting at 0."""
+    """``slots`` int64 signals in the symmetric heap, all starting at 0.
+
+    ``signals`` must be a non-empty, contiguous 1-D int64 tensor inside one live buffer of
+    the current world's symmetric heap (``ditron.zeros``); anything else is refused with a
+    ``ValueError`` when the pad is made (host-issued signals write 8-byte words at
+    ``address + 8 * slot`` on every rank: a narrower dtype or a stride wrote past the
+    buffer or beside the slot a wait reads, a plain tensor crashed the process)."""
 
     signals: torch.Tensor
     epoch: int = 0
@@ -63,7 +73,20 @@ class SignalPad:
     slots: int = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.slots = self.signals.shape[0]
+        t = self.signals
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"ditron.SignalPad: signals must be a torch.Tensor, got "
+                             f"{type(t).__name__}")
+        if t.dtype != torch.int64 or t.dim() != 1 or t.numel() == 0 or not t.is_contiguous():
+            raise ValueError(f"ditron.SignalPad: signals must be a non-empty, contiguous "
+                             f"1-D int64 tensor, got {t.dtype} of shape {tuple(t.shape)} "
+                             f"and strides {t.stride()}")
+        if not current().heap.contains(t):
+            raise ValueError("ditron.SignalPad: signals must lie in the symmetric heap (of "
+                             "the current world, inside one live buffer): make them with "
+                             "ditron.zeros((slots,), torch.int64), or use ditron.signal_pad")
+        self.epoch = check_int(self.epoch, "ditron.SignalPad: epoch", 0, _EPOCH_END)
+        self.slots = t.shape[0]
 
     def address(self, rank: int) -> int:
         """Device address of slot 0 in ``rank``'s heap, as this process maps it (the
@@ -103,12 +126,18 @@ class SignalPad:
 
     def next_epoch(self, steps: int | None = None) -> int:
         """Advance the epoch by ``steps`` (a positive int; 1 when left out) and return it (the
-        value this use's signals must reach). Epochs only grow: a step < 1 is refused."""
-        if steps is None:  # the hot path: no check to make
-            self.epoch += 1
+        value this use's signals must reach). Epochs only grow: a step < 1 is refused, and
+        so is an epoch past ``2**63 - 1`` (``RuntimeError``; an int64 signal cannot hold it:
+        its notify wrapped to a negative value and the waits after it passed at once)."""
+        if steps is None:  # the hot path: one comparison
+            epoch = self.epoch + 1
         else:
-            self.epoch += check_int(steps, "SignalPad.next_epoch: steps", minimum=1)
-        return self.epoch
+            epoch = self.epoch + check_int(steps, "SignalPad.next_epoch: steps", minimum=1)
+        if epoch >= _EPOCH_END:
+            raise RuntimeError(f"SignalPad.next_epoch: epoch {epoch} does not fit the pad's "
+                               f"int64 signals; make a fresh pad (drop_signal_pad)")
+        self.epoch = epoch
+        return epoch
 
 
 #: runtime-cache key of the pads :func:`signal_pad` replaced: ``(key, pad)`` in the order of

@@ -138,6 +138,46 @@ def test_waits_refuse_the_wrong_shape(backend):
     assert ditron.launch(_misshapen_waits, 1, backend=backend) == [True]
 
 
+@triton.jit(do_not_specialize=["epoch"])
+def _signal_ring(sig, epoch, ctx, OP: tl.constexpr):
+    right = (ctx.rank + 1) % ctx.world_size
+    if OP == "notify":
+        dl.notify(sig, epoch, right, ctx)
+    elif OP == "wait":
+        dl.wait(sig, epoch, ctx)
+    else:
+        dl.wait_all(sig + tl.arange(0, 2), epoch, ctx)
+
+
+def _signals_of_other_dtypes() -> list[int]:
+    """A signal is an int64 word: an int32 one took epochs up to 2**31 and then wrapped,
+    so every later wait timed out (CUDA: hung); a float32 one failed inside the
+    interpreter. Both are refused when the kernel is compiled, naming the primitive."""
+    good = ditron.zeros((2,), torch.int64)
+    for dtype in (torch.int32, torch.float32, torch.uint64):
+        sig = ditron.zeros((2,), dtype)
+        for op in ("notify", "wait", "wait_all"):
+            with pytest.raises(Exception) as info:
+                _signal_ring[(1,)](sig, 2**31 + 1, ditron.context(), op)
+            chain = _error_chain(info.value)
+            want = f"dl.{op}: sig_ptr{'s' if op == 'wait_all' else ''} must point to int64"
+            assert any(want in m for m in chain), (dtype, op, chain)
+    ditron.barrier()
+    _signal_ring[(1,)](good, 2**31 + 1, ditron.context(), "notify")
+    good[1] = 2**31 + 1
+    _signal_ring[(1,)](good, 2**31 + 1, ditron.context(), "wait")
+    _signal_ring[(1,)](good, 2**31 + 1, ditron.context(), "wait_all")
+    ditron.check_waits()
+    ditron.barrier()
+    return good.tolist()
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_signals_must_be_int64(backend, world_size):
+    assert ditron.launch(_signals_of_other_dtypes, world_size, backend=backend) == [
+        [2**31 + 1] * 2] * world_size
+
+
 def _block_wait_on_no_lane() -> int:
     """A block wait with every lane masked off waits for nothing, even with no timeout
     and signals that never come, and returns 2**63 - 1 (the least of no value)."""
@@ -151,3 +191,25 @@ def _block_wait_on_no_lane() -> int:
 
 def test_block_wait_on_no_lane_returns_at_once(backend):
     assert ditron.launch(_block_wait_on_no_lane, 1, backend=backend) == [2**63 - 1]
+
+
+def _wait_on_a_plain_tensor() -> list[str]:
+    from .kernels import wait_forever
+
+    ditron.set_wait_timeout(0.3)
+    names = []
+    for sig in (torch.zeros(2, dtype=torch.int64, device=ditron.world().device),
+                ditron.zeros((8,), torch.int64, name="test.sig")[5:]):  # waits on sig + 1
+        with pytest.raises(ditron.WaitTimeoutError) as info:
+            wait_forever[(1,)](sig, 1, ditron.context())
+            ditron.check_waits()
+        names.append(info.value.signal)
+    return names
+
+
+def test_a_wait_outside_the_heap_is_named_so():
+    """A timed-out wait on a plain local tensor says its address is outside the symmetric
+    heap (it once gave a bare negative "heap offset"); one on a buffer is named by it."""
+    [(outside, inside)] = ditron.launch(_wait_on_a_plain_tensor, 1, backend="cpu")
+    assert outside.startswith("an address outside the symmetric heap (heap offset "), outside
+    assert inside == "test.sig[6]", inside

@@ -43,8 +43,8 @@ def test_signal_pad_slots_and_growth(backend, world_size):
     assert all(ditron.launch(_pads, world_size, backend=backend))
 
 
-def test_next_epoch_only_grows():
-    pad = SignalPad(torch.zeros(1, dtype=torch.int64))
+def _epochs() -> bool:
+    pad = SignalPad(ditron.zeros((1,), torch.int64))
     assert pad.next_epoch() == 1 and pad.next_epoch(3) == 4
     assert pad.next_epoch(np.int64(2)) == 6 and type(pad.epoch) is int
     for bad in (0, -5, 2.5, True, "1"):  # -5 moved the epoch back, 2.5 made it a float
@@ -52,6 +52,11 @@ def test_next_epoch_only_grows():
                                              f"int, got {bad!r}"):
             pad.next_epoch(bad)
     assert pad.epoch == 6 and pad.next_epoch() == 7
+    return True
+
+
+def test_next_epoch_only_grows():
+    assert ditron.launch(_epochs, 1, backend="cpu") == [True]
 
 
 def _growth_and_retirement() -> list[int]:
