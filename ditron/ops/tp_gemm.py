@@ -304,6 +304,11 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     W = rt.world.world_size
     m, K = a.shape
     M = W * m
+    if not (a.is_contiguous() and a.data_ptr() % 16 == 0):
+        # every path's GEMM reads contiguous copies of the shards (heap buffers, or the
+        # fallback's gathered tensor): alignment and tiles are judged on one, so a strided
+        # or offset view of a takes the choices of the copy it is read from
+        a = a.clone(memory_format=torch.contiguous_format)
     choice = _choose("ag_gemm", method, M, a, b, config)
     if choice.overlap and W % rt.world.local_world_size != 0:
         choice = dataclasses.replace(choice, overlap=False)

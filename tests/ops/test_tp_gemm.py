@@ -210,16 +210,18 @@ def test_unvectorized_operands_reach_the_cost_model():
 
 
 def _layouts_case() -> list[str]:
-    """Rank 1's ``a`` rows padded to a stride of 21 elements, which a GPU would load
-    unvectorized and give narrower tiles (``scalar_loads`` and ``default_config`` answer
-    here as a GPU's would; twice the column blocks, so twice GEMM-RS's signals): every op
-    refuses on every rank, then runs with matching layouts."""
+    """Rank 1's operand rows padded to a stride a GPU would load unvectorized and give
+    narrower tiles (``scalar_loads`` and ``default_config`` answer here as a GPU's would;
+    twice the column blocks, so twice GEMM-RS's signals): ``a`` for GEMM-RS and GEMM-AR,
+    ``b`` for AG-GEMM: every op refuses on every rank, then runs with matching layouts.
+    AG-GEMM's padded ``a`` runs at once: its GEMM reads contiguous copies of the shards,
+    and is judged on them (it once refused, as if it read ``a`` itself)."""
     from ditron.ops import tp_gemm
 
     real = tp_gemm.default_config
 
     def unvectorized(a, b, device):
-        return a.stride(0) % 16 != 0
+        return a.stride(0) % 16 != 0 or b.stride(0) % 16 != 0
 
     def config(device, dtype, operands=None, epilogue=EPI_STORE, a_remote=False, *,
                scalar=None):
@@ -229,10 +231,10 @@ def _layouts_case() -> list[str]:
     tp_gemm.scalar_loads, tp_gemm.default_config = unvectorized, config
     rank = ditron.world().rank
     seen = []
-    for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
+    for op, pad in (("ag_gemm", "b"), ("ag_gemm", "a"), ("gemm_rs", "a"), ("gemm_ar", "a")):
         for padded in (rank == 1, False):  # the second call: both ranks alike
-            a = torch.randn(8, 21)[:, :16] if padded else torch.randn(8, 16)
-            b = torch.randn(16, 24)
+            a = torch.randn(8, 21)[:, :16] if padded and pad == "a" else torch.randn(8, 16)
+            b = torch.randn(16, 37)[:, :32] if padded and pad == "b" else torch.randn(16, 32)
             try:
                 got = getattr(ditron.ops, op)(a, b, method="overlap")
             except ValueError as exc:
@@ -251,9 +253,9 @@ def test_ranks_with_differently_laid_out_operands_are_refused():
     tiles on different ranks raise on every rank (naming what differs) rather than hang."""
     got = ditron.launch(_layouts_case, 2, backend="cpu")
     differ = "ranks disagree on the call (config, unvectorized_loads differ):"
-    expected = [line for op in ("ag_gemm", "gemm_rs", "gemm_ar")
-                for line in (f"ditron.ops.{op} tiles: {differ}", f"{op} ok")]
-    assert got == [expected] * 2
+    refused = [line for op in ("ag_gemm", "gemm_rs", "gemm_ar")
+               for line in (f"ditron.ops.{op} tiles: {differ}", f"{op} ok")]
+    assert got == [refused[:2] + ["ag_gemm ok", "ag_gemm ok"] + refused[2:]] * 2
 
 
 def _b_layouts_case() -> list[str]:
