@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from ..runtime.grid_math import cdiv, next_power_of_2
-from ..runtime.tensor_spans import shares_memory, spans_overlap
+from ..runtime.tensor_spans import elements_meet, shares_memory
 from ..runtime.triton_launch import FastKernel
 from .alignment import vector_loads
 from .descriptors import describe, tma_wanted, transposable
@@ -286,15 +286,15 @@ def check_grouped(op: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
 
 
 def _check_apart(op: str, out: torch.Tensor, **operands: torch.Tensor) -> None:
-    """``ValueError`` unless ``out``'s elements are distinct and apart from every operand's:
-    tiles are written while other tiles still read the operands, and writes through
-    elements that share memory race."""
+    """``ValueError`` unless ``out``'s elements are distinct and apart from every operand's
+    (interleaved with them is fine): tiles are written while other tiles still read the
+    operands, and writes through elements that share memory race."""
     if shares_memory(out):
         raise ValueError(f"{op}: out has elements that share memory (strides {out.stride()} "
                          f"for shape {tuple(out.shape)}); pass a tensor whose elements are "
                          f"distinct")
     for name, t in operands.items():
-        if spans_overlap(out, t):
+        if elements_meet(out, t):
             raise ValueError(f"{op}: out overlaps {name} in memory; pass an out of its own")
 
 

@@ -50,3 +50,31 @@ def spans_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     elements (interleaved tensors, ``x[:, ::2]`` and ``x[:, 1::2]``, count too)."""
     (lo, hi), (lo2, hi2) = byte_span(a), byte_span(b)
     return lo < hi and lo2 < hi2 and lo < hi2 and lo2 < hi
+
+
+def elements_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether an element of ``a`` and one of ``b`` share a byte. Tensors whose spans meet
+    (:func:`spans_overlap`) are told apart by their elements' byte ranges, so interleaved
+    ones (``x[:, ::2]`` and ``x[:, 1::2]``) do not meet; together more than
+    :data:`SHARED_CHECK_MAX` elements with meeting spans count as meeting."""
+    if not spans_overlap(a, b):
+        return False
+    if a.numel() + b.numel() > SHARED_CHECK_MAX:
+        return True
+    starts, ends, mine = [], [], []
+    for i, t in enumerate((a, b)):
+        offsets = torch.zeros((), dtype=torch.int64)
+        for st, n in zip(t.stride(), t.shape, strict=True):
+            offsets = offsets[..., None] + torch.arange(n) * st
+        first = t.data_ptr() + offsets.reshape(-1) * t.element_size()
+        starts.append(first)
+        ends.append(first + t.element_size())
+        mine.append(torch.full_like(first, i))
+    start, order = torch.cat(starts).sort(stable=True)
+    end, which = torch.cat(ends)[order], torch.cat(mine)[order]
+    low = torch.iinfo(torch.int64).min
+    for i in (0, 1):  # an element of the other tensor, starting no later, reaching past start
+        reach = torch.where(which == 1 - i, end, low).cummax(0).values
+        if bool(((which == i) & (start < reach)).any()):
+            return True
+    return False

@@ -54,6 +54,10 @@ def test_outs_that_overlap_operands_or_themselves_are_refused():
         assert torch.equal(t, b)
     out, dw = torch.full((R, N), float("nan")), buf[R * K:].view(G, K, N)  # next to x: apart
     grouped_gemm(x, w, offsets, out=out, config=CFG)
+    both = torch.full((R, 2 * N), float("nan"))  # interleaved with an operand: apart too
+    xs = both[:, 1::2].copy_(x[:, :N])
+    grouped_gemm(xs, w[:, :N], offsets, out=both[:, ::2], config=CFG)
+    torch.testing.assert_close(both[5:, ::2], xs[5:] @ w[1, :N], rtol=1e-5, atol=1e-4)
     grouped_gemm_wgrad(x, dy, offsets, out=dw, config=CFG)
     torch.testing.assert_close(out[5:], x[5:] @ w[1], rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(dw[1], x[5:].t() @ dy[5:], rtol=1e-5, atol=1e-4)
