@@ -131,6 +131,28 @@ def endpoints(t: Transfer, rank: int, engine: str) -> tuple[torch.Tensor, torch.
     return src, dst
 
 
+def named(exc: ValueError, transfers: list[Transfer], index: int) -> ValueError:
+    """``exc``, a refusal of ``transfers[index]``, naming that transfer: its place in the
+    batch and its ranks (engines raise it ``from None`` in place of ``exc``)."""
+    t = transfers[index]
+    return ValueError(f"{exc} (transfer {index} of a batch of {len(transfers)}: rank "
+                      f"{t.src_rank!r} to rank {t.dst_rank!r})")
+
+
+def signal_slot(t: Transfer, engine: str) -> torch.Tensor:
+    """The slot ``t`` raises, as a view of ``dst_rank``'s pad seen from this process;
+    ``ValueError`` naming ``engine`` where the pad is not a live symmetric buffer of the
+    current world's heap (a dropped pad: the kernels' notify wrote into the freed block,
+    whatever buffer held it next). Call it for every signalled transfer of a batch before
+    moving any."""
+    sig = t.signal
+    try:
+        return current().heap.peer(sig.pad.signals, t.dst_rank)[sig.index: sig.index + 1]
+    except ValueError as exc:
+        raise ValueError(f"{engine}: the signal pad of a transfer from rank {t.src_rank} to "
+                         f"rank {t.dst_rank} must be a live symmetric buffer: {exc}") from None
+
+
 def _check_memory(t: Transfer, engine: str, rank: int | None) -> None:
     """Raise ``ValueError`` for sides whose memory cannot be moved as it lies (with
     ``rank``, two-sided engines: only the side that ``rank`` moves; the other is a

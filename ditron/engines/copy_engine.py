@@ -30,7 +30,17 @@ from ..runtime import stream_memops
 from ..runtime.integers import check_int
 from ..runtime.signals import host_value
 from ..runtime.world import current
-from .base import Engine, Signal, Transfer, check_added, check_transfer, endpoints, register_engine
+from .base import (
+    Engine,
+    Signal,
+    Transfer,
+    check_added,
+    check_transfer,
+    endpoints,
+    named,
+    register_engine,
+    signal_slot,
+)
 from .streams import allocator_tensors, follow, join, mark_current, start_after
 from .sync import notify_one, slot_address, use_stream_memops, wait_one
 
@@ -101,18 +111,18 @@ class CopyEngine(Engine):
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rt = current()
         rank = rt.world.rank
-        for t in transfers:
-            check_transfer(t, rank, "copy_engine", can_wait=True)
-            if t.reduce:
-                check_added("copy_engine", t.src.dtype)
+        for i, t in enumerate(transfers):
+            try:
+                check_transfer(t, rank, "copy_engine", can_wait=True)
+                if t.reduce:
+                    check_added("copy_engine", t.src.dtype)
+            except ValueError as exc:
+                raise named(exc, transfers, i) from None
         if rt.world.backend == "cpu":
             jobs = []
             for t in transfers:
                 src, dst = _endpoints(t, rank)
-                sig = None
-                if t.signal is not None:
-                    sig = rt.heap.peer(t.signal.pad.signals, t.dst_rank)[t.signal.index:
-                                                                         t.signal.index + 1]
+                sig = signal_slot(t, "copy_engine") if t.signal is not None else None
                 after = _poll_args(t.after) if t.after is not None else None
                 value = host_value(t.signal.value) if t.signal else 0
                 jobs.append((src, dst, t.reduce, sig, value, after, t.clear_after))

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from ..runtime.world import current
-from .base import Engine, Transfer, check_added, check_transfer, register_engine
+from .base import Engine, Transfer, check_added, check_transfer, named, register_engine
 
 
 @register_engine
@@ -42,12 +42,15 @@ class NetworkEngine(Engine):
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rank = current().world.rank
-        for t in transfers:  # all of them before posting any
-            if t.src_rank == t.dst_rank:
-                raise ValueError("network engine: a transfer must cross ranks")
-            check_transfer(t, rank, "network engine", mapped=False)
-            if t.reduce:
-                check_added("network engine", t.src.dtype)
+        for i, t in enumerate(transfers):  # all of them before posting any
+            try:
+                if t.src_rank == t.dst_rank:
+                    raise ValueError("network engine: a transfer must cross ranks")
+                check_transfer(t, rank, "network engine", mapped=False)
+                if t.reduce:
+                    check_added("network engine", t.src.dtype)
+            except ValueError as exc:
+                raise named(exc, transfers, i) from None
         ops = []
         for t in transfers:
             if rank == t.src_rank and t.src.numel():

@@ -3,10 +3,11 @@
 One launch moves a batch of transfers: program ``(p, t)`` copies blocks ``p, p + P, ...``
 of transfer ``t`` (``P`` = ``programs``), reading and writing through
 ``ditron.language.translate`` so either side may be a peer's heap. With ``reduce`` it adds
-the source into the destination (in fp32 for 16- and 32-bit floats, else in the type
-itself; ``runtime/dtypes.py``) instead of overwriting. The last
-program to finish a transfer (a per-transfer counter, reset by that program) raises the
-transfer's signal with ``notify`` (release, system scope), so the consumer sees every block.
+the source into the destination (in fp32 for 16- and 32-bit floats, rounded once to the
+nearest, ties to even, on the CPU backend too: ``runtime/interpret.py``; else in the
+type itself; ``runtime/dtypes.py``) instead of overwriting. The last program to finish a
+transfer (a per-transfer counter, reset by that program) raises the transfer's signal
+with ``notify`` (release, system scope), so the consumer sees every block.
 
 Transfers of one batch are grouped by (dtype, reduce, signal value); tensors must be
 contiguous, and a moved dtype outside ``runtime/dtypes.py``'s native ones (``bool``, fp8,
@@ -30,7 +31,7 @@ from ..runtime.dtypes import carried, carrier, check_moved, check_summed, tl_acc
 from ..runtime.integers import check_int
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
-from .base import Engine, Transfer, check_transfer, endpoints, register_engine
+from .base import Engine, Transfer, check_transfer, endpoints, named, register_engine, signal_slot
 from .streams import SideLane
 
 # Descriptor row: src address, dst address, numel, src rank, dst rank, signal address
@@ -111,8 +112,11 @@ class SmEngine(Engine):
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rt = current()
         groups: dict[tuple, list[Transfer]] = {}
-        for t in transfers:
-            _check(t, rt.world.rank)
+        for i, t in enumerate(transfers):
+            try:
+                _check(t, rt.world.rank)
+            except ValueError as exc:
+                raise named(exc, transfers, i) from None
             # an int for the kernel (the check takes any integer: a NumPy one failed there)
             value = int(t.signal.value) if t.signal is not None else 0
             groups.setdefault((t.src.dtype, t.reduce, value), []).append(t)
@@ -187,10 +191,12 @@ def _check(t: Transfer, rank: int) -> None:
 
 def _check_remote(batch: list[Transfer]) -> None:
     """Raise ``ValueError`` unless the remote side of every non-empty transfer of ``batch``
-    lies inside one live symmetric buffer (the kernel translates it without a check)."""
+    and the signal pad of every signalled one lie inside live symmetric buffers (the kernel
+    translates them without a check)."""
     rt = current()
     me = rt.world.rank
     for t in batch:
-        if t.src.numel() == 0:
-            continue
-        endpoints(t, me, "sm engine")
+        if t.signal is not None:
+            signal_slot(t, "sm engine")
+        if t.src.numel():
+            endpoints(t, me, "sm engine")

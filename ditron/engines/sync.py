@@ -92,6 +92,35 @@ def _check_range(ranks: range, what: str) -> None:
                          f"{current().world.world_size} ranks")
 
 
+def _plain(value: object) -> object:
+    """``value`` as a plain ``int`` where it is an integer argument (a NumPy integer: the
+    interpreter's kernels refused one), else as it is (for the checks to refuse)."""
+    if type(value) is int:
+        return value
+    number = as_int(value)
+    return value if number is None else number
+
+
+def _value(value: object, what: str) -> int | DeviceValue:
+    """``value`` as the kernels and stream operations take it: a :class:`DeviceValue` as
+    it is, an int64 as a plain ``int``; ``ValueError`` naming ``what`` otherwise (``1.5``
+    was stored as 1, ``2**63`` wrapped to ``-2**63``: a wait for it returned at once on a
+    GPU's stream and never in a kernel)."""
+    if type(value) is int and -1 << 63 <= value < 1 << 63 or isinstance(value, DeviceValue):
+        return value
+    number = as_int(value)
+    if number is None or not -1 << 63 <= number < 1 << 63:
+        raise ValueError(f"{what}: signal value {value!r} is not an int64 (or a "
+                         f"DeviceValue)")
+    return number
+
+
+def _skip(skip: object, what: str) -> int:
+    """``skip`` (a rank, or -1: none) as a plain ``int``; ``ValueError`` naming ``what`` for
+    anything else."""
+    return skip if type(skip) is int else check_int(skip, f"{what}: skip", -1)
+
+
 def _check_target(pad: SignalPad, first: int, stop: int, rank: int | None, what: str) -> None:
     """Raise ``ValueError`` unless slots ``first .. stop - 1`` lie in ``pad`` (a slot past it
     raised a word of whatever buffer lies beyond, on the peer's heap) and ``rank`` (``None``:
@@ -115,6 +144,7 @@ def bump_and_notify(pad: SignalPad, slot: int, peers: range, skip: int = -1) -> 
     in ``peers`` (a range of step 1) but ``skip`` (release), in one kernel; returns the new
     epoch ``E``."""
     _check_range(peers, "bump_and_notify")
+    slot, skip = _plain(slot), _skip(skip, "bump_and_notify")
     _check_target(pad, slot, slot + 1, None, "bump_and_notify")
     value = pad.device_epoch()
     _FAST_BUMP_NOTIFY[(1,)](pad.signals, slot, value.cell, peers.start, len(peers), skip,
@@ -151,6 +181,7 @@ def slot_address(pad: SignalPad, slot: int, rank: int) -> int:
 
 def notify_one(pad: SignalPad, slot: int, value: int | DeviceValue, rank: int) -> None:
     """Set slot ``slot`` of ``pad`` on ``rank`` to ``value`` after the current stream's work."""
+    slot, rank, value = _plain(slot), _plain(rank), _value(value, "notify_one")
     _check_target(pad, slot, slot + 1, rank, "notify_one")
     if isinstance(value, DeviceValue):
         _FAST_NOTIFY_AT[(1,)](pad.signals, slot, value.cell, value.offset, rank, 1, -1,
@@ -165,6 +196,7 @@ def notify_one(pad: SignalPad, slot: int, value: int | DeviceValue, rank: int) -
 
 def wait_one(pad: SignalPad, slot: int, value: int | DeviceValue) -> None:
     """Make the current stream wait until local slot ``slot`` of ``pad`` is >= ``value``."""
+    slot, value = _plain(slot), _value(value, "wait_one")
     _check_target(pad, slot, slot + 1, None, "wait_one")
     if isinstance(value, DeviceValue):
         _FAST_WAIT_AT[(1,)](pad.signals, slot, 0, 1, -1, value.cell, value.offset,
@@ -182,9 +214,14 @@ def notify_peers(pad: SignalPad, slot: int, value: int | DeviceValue, peers: ran
     """Set slot ``slot`` of ``pad`` to ``value`` on every rank in ``peers`` (a range of step
     1) except ``skip``."""
     _check_range(peers, "notify_peers")
-    if len(peers) == 0 or (len(peers) == 1 and peers[0] == skip):
+    if len(peers) == 0:
         return
+    slot, value = _plain(slot), _value(value, "notify_peers")
+    skip = _skip(skip, "notify_peers")
+    # before the one peer is found skipped: a world of one refuses what a larger one does
     _check_target(pad, slot, slot + 1, None, "notify_peers")
+    if len(peers) == 1 and peers[0] == skip:
+        return
     if isinstance(value, DeviceValue):
         _FAST_NOTIFY_AT[(1,)](pad.signals, slot, value.cell, value.offset, peers.start,
                               len(peers), skip, current().context())
@@ -204,9 +241,13 @@ def wait_slots(pad: SignalPad, base: int, ranks: range, value: int | DeviceValue
     """Wait until local slots ``base + r`` (``r`` in ``ranks``, a range of step 1, ``r !=
     skip``) are >= ``value``."""
     _check_range(ranks, "wait_slots")
-    if len(ranks) == 0 or (len(ranks) == 1 and ranks[0] == skip):
+    if len(ranks) == 0:
         return
+    base, value = _plain(base), _value(value, "wait_slots")
+    skip = _skip(skip, "wait_slots")
     _check_target(pad, base + ranks.start, base + ranks.stop, None, "wait_slots")
+    if len(ranks) == 1 and ranks[0] == skip:
+        return
     if isinstance(value, DeviceValue):
         _FAST_WAIT_AT[(1,)](pad.signals, base, ranks.start, len(ranks), skip, value.cell,
                             value.offset, current().context())

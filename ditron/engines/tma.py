@@ -34,7 +34,7 @@ from ..runtime.dtypes import carried, check_moved
 from ..runtime.grid_math import next_power_of_2
 from ..runtime.integers import check_int
 from ..runtime.world import current
-from .base import Engine, Transfer, check_transfer, endpoints, register_engine
+from .base import Engine, Transfer, check_transfer, endpoints, named, register_engine, signal_slot
 from .streams import SideLane
 
 _BOX_BYTES = 512  # one box row: C elements
@@ -123,8 +123,11 @@ class TmaEngine(Engine):
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         me = current().world.rank
-        for t in transfers:
-            _check(t, me)
+        for i, t in enumerate(transfers):
+            try:
+                _check(t, me)
+            except ValueError as exc:
+                raise named(exc, transfers, i) from None
         moves = [_endpoints(t, me) for t in transfers]  # every peer view before any launch
         with self._lane.launching(transfers, since):
             for t, (src, dst) in zip(transfers, moves, strict=True):
@@ -180,7 +183,10 @@ def _endpoints(t: Transfer, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``t``'s tensors as this rank reaches them (the remote side a view of the peer's
     heap; ``ValueError`` where it is not symmetric), as their carrier dtype
     (``runtime/dtypes.py``: moved bit for bit). An empty transfer only raises its signal;
-    any valid pointer stands in for its tensors."""
+    any valid pointer stands in for its tensors. ``ValueError`` also where the signal's
+    pad is not a live symmetric buffer."""
+    if t.signal is not None:
+        signal_slot(t, "tma engine")
     if t.src.numel() == 0:
         src = dst = t.src.new_empty(1)
     else:

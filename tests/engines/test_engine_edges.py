@@ -12,6 +12,7 @@ import torch
 import ditron
 from ditron.engines import Signal, Transfer, get_engine
 from ditron.engines.sync import wait_slots
+from ditron.runtime.signals import drop_signal_pad
 from ditron.runtime.world import current
 
 HEAP_ENGINES = (("copy_engine", {}), ("sm", {"programs": 3, "block": 64}),
@@ -261,3 +262,59 @@ def test_network_drain_after_a_failed_wait_forgets_its_batch(backend):
     # before: the next drain copied the failed batch's buffer and raised its signal
     assert ditron.launch(check_drain_after_a_failed_wait, 1, backend=backend) == [
         ([0.0] * 4, 0)]
+
+
+@on_rank_device
+def check_dropped_pad() -> list[tuple[str, int]]:
+    """A transfer raising a slot of a pad dropped since its last use, through every heap
+    engine: the error, and what the freed slot holds afterwards on this rank."""
+    w = ditron.world()
+    me, peer = w.rank, 1 - w.rank
+    box = ditron.zeros((8,), torch.float32)
+    got = []
+    for name, options in HEAP_ENGINES:
+        pad = ditron.signal_pad("test_dropped_pad", 2)
+        ditron.barrier()
+        engine = get_engine(name, **options)
+        engine.issue([Transfer(torch.ones(8), box, me, peer, Signal(pad, 1, 3))])
+        engine.drain()
+        ditron.barrier()
+        drop_signal_pad("test_dropped_pad")
+        with pytest.raises(ValueError, match="signal pad of a transfer from rank") as info:
+            engine.issue([Transfer(torch.ones(8), box, me, peer, Signal(pad, 1, 77))])
+        engine.drain()
+        ditron.barrier()
+        got.append((str(info.value).split(":")[0], int(pad.signals[1])))  # freed memory
+    return got
+
+
+def test_engines_refuse_a_dropped_signal_pad(backend):
+    # before: the sm and tma engines' kernels raised the slot in the freed block (whatever
+    # buffer is made there next); the copy engine refused it with ditron.peer's error
+    got = ditron.launch(check_dropped_pad, 2, backend=backend)
+    assert got == [[("copy_engine", 3), ("sm engine", 3), ("tma engine", 3)]] * 2
+
+
+def check_refusal_names_the_transfer() -> list[str]:
+    """A batch whose third transfer is refused, through every engine: each error's
+    suffix."""
+    w = ditron.world()
+    me, peer = w.rank, 1 - w.rank
+    box = ditron.zeros((8,), torch.float32)
+    ditron.barrier()
+    good = Transfer(torch.ones(8), box, me, peer)
+    bad = Transfer(torch.ones(8), box[:4], me, peer)  # shapes differ
+    got = []
+    for name, options in (*HEAP_ENGINES, ("network", {})):
+        with pytest.raises(ValueError, match="src .* and dst .* differ") as info:
+            get_engine(name, **options).issue([good, good, bad, good])
+        got.append(str(info.value).split("differ")[1])
+    return got
+
+
+def test_refusals_name_the_transfer():
+    # before: "sm engine: src (8,) torch.float32 and dst (4,) torch.float32 differ", with
+    # nothing to tell which transfer of the batch it meant
+    got = ditron.launch(check_refusal_names_the_transfer, 2, backend="cpu")
+    for rank, errors in enumerate(got):
+        assert errors == [f" (transfer 2 of a batch of 4: rank {rank} to rank {1 - rank})"] * 4

@@ -574,10 +574,11 @@ def test_signal_values_must_be_int64():
     # for it never saw it) and 1.5 was truncated to 1; the copy and network engines raised
     # from their worker or drain, after the data had moved, and left the signal unraised
     got = ditron.launch(check_signal_values, 2, backend="cpu")
-    for errors, landed in got:
+    for rank, (errors, landed) in enumerate(got):
         assert len(errors) == 12 and not landed
         assert errors[:3] == [f"copy_engine: signal value {v!r} is not an int64 (or a "
-                              f"DeviceValue)" for v in (1 << 63, 1.5, "3")]
+                              f"DeviceValue) (transfer 1 of a batch of 2: rank {rank} to "
+                              f"rank {1 - rank})" for v in (1 << 63, 1.5, "3")]
 
 
 def check_stepped_ranges() -> int:
