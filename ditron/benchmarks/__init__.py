@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from typing import Any
@@ -18,6 +19,43 @@ def strict(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [strict(v) for v in value]
     return value
+
+
+def worst(value: float) -> float:
+    """The largest of every rank's ``value`` (an error), NaN where any rank's is NaN
+    (collective: every rank gets the same number). A rank's NaN is its wrong result: a
+    ``MAX`` across ranks as ``tune.tuner.agreed_median`` takes keeps the finite values of
+    the others (gloo's did), so a rank's NaN went unreported."""
+    import torch
+    import torch.distributed as dist
+
+    from ..runtime.world import current
+
+    rt = current()
+    nan = math.isnan(value)
+    row = torch.tensor([-math.inf if nan else value, float(nan)], dtype=torch.float64)
+    if rt.world.world_size > 1:
+        dist.all_reduce(row, op=dist.ReduceOp.MAX, group=rt.host_group)
+    return math.nan if row[1].item() else float(row[0].item())
+
+
+def inside_world(parser: argparse.ArgumentParser, world_size: int | None,
+                 backend: str | None) -> tuple[int, str] | None:
+    """Inside a world (a benchmark's ``main`` called in ranks already started: it times
+    them rather than launch its own), that world's ``(world_size, backend)``, refusing (a
+    usage error) ``--world-size`` / ``--backend`` given otherwise, which were ignored, the
+    shapes made for the one and timed on the other; ``None`` outside a world."""
+    from ..runtime.world import current, is_initialized
+
+    if not is_initialized():
+        return None
+    world = current().world
+    for flag, given, actual in (("--world-size", world_size, world.world_size),
+                                ("--backend", backend, world.backend)):
+        if given is not None and given != actual:
+            parser.error(f"{flag} {given}: called inside a world of {world.world_size} ranks "
+                         f"on the {world.backend} backend, which it times; leave it out")
+    return world.world_size, world.backend
 
 
 def write_json(path: str, value: Any) -> None:

@@ -9,9 +9,10 @@ host barrier before each measurement: an *isolated* call, whose time includes it
 The implementations of one op and size take turns in rounds whose order rotates (each runs
 at each position of a round once), eagerly and under graphs, so a drift of the GPU's speed
 within a round does not favour the ones timed first. ``--busy`` adds rows ``"<impl> busy"``:
-the same calls issued back to back after one barrier, each timed by events between
-consecutive calls (median), as nccl-tests and a training step run them: host cost shows only
-where it exceeds the device time. The torch.distributed baseline is NCCL when every rank has
+the same calls issued back to back after a barrier (an implementation's calls of a round, in
+the same rotating rounds), each timed by events between consecutive calls (median), as
+nccl-tests and a training step run them: host cost shows only where it exceeds the device
+time. The torch.distributed baseline is NCCL when every rank has
 its own GPU, gloo on CPU, and skipped (with a note) when ranks share a GPU. With the copy
 engine the all-gather is also timed into a symmetric ``out`` (``"copy_engine/symmetric-out"``:
 eagerly on one GPU node it pushes straight into the peers' ``out``, no inbox), and with the
@@ -52,7 +53,7 @@ from ..runtime.arguments import (
     positive_int,
 )
 from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
-from . import write_json
+from . import inside_world, write_json
 
 _SMALL = ["4K", "64K"]
 _DEFAULT_GPU = ["4K", "8K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G"]
@@ -61,6 +62,10 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
+    return _parser().parse_args(argv)
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ditron bench collectives", description=__doc__)
     p.add_argument("--world-size", type=positive_int, default=None,
                    help="ranks to launch (default: number of GPUs, or 2 on CPU)")
@@ -88,7 +93,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                    help="calls captured per graph (default %(default)s)")
     p.add_argument("--out", type=output_dir, default="bench/results/collectives",
                    help="folder for the results (default %(default)s)")
-    return p.parse_args(argv)
+    return p
 
 
 def _size_spec(text: str) -> str | list[int]:
@@ -108,9 +113,10 @@ def main(argv: list[str]) -> int:
     from ..runtime.config import default_backend
 
     args = _parse(argv)
-    backend = args.backend or default_backend()
+    given = inside_world(_parser(), args.world_size, args.backend)
+    backend = given[1] if given else args.backend or default_backend()
     sizes = _sizes(args.sizes, backend)
-    if ditron.is_initialized():
+    if given:
         _run(args, sizes)
         return 0
     world = args.world_size or (max(torch.cuda.device_count(), 1) if backend == "cuda" else 2)
@@ -192,25 +198,23 @@ def _ops_for(name: str, size: int, dtype: torch.dtype, engines: list[str], base_
     return numel * item, out
 
 
-def _time(fn, warmup: int, iters: int) -> float:
-    """Median seconds per call; every rank runs exactly ``warmup + iters`` calls."""
-    return statistics.median(_samples(fn, warmup, iters))
-
-
-def _rotating(fns: list, warmup: int, iters: int) -> list[float]:
+def _rotating(fns: list, warmup: int, iters: int, busy: bool = False) -> list[float]:
     """Median seconds per call of each of ``fns``, timed in rounds whose order rotates (as
     many rounds as ``fns``, at least ``ROUNDS``; ``tune.tuner.rotations``), so a drift of the
     GPU's speed within a round costs every implementation alike; ``warmup`` calls before
     an implementation's first round, one before each later one; ``iters`` samples in all,
-    rounded up to a multiple of the rounds and to at least 2 per round."""
+    rounded up to a multiple of the rounds and to at least 2 per round. Each sample an
+    isolated call (:func:`_samples`), or with ``busy`` a call of a round's calls issued back
+    to back (:func:`_busy_samples`)."""
     from ..tune.tuner import rotations
 
     schedule = rotations(list(range(len(fns))), ROUNDS)
     per_round = max(2, -(-iters // max(len(schedule), 1)))
+    sample = _busy_samples if busy else _samples
     samples: list[list[float]] = [[] for _ in fns]
     for r, order in enumerate(schedule):
         for i in order:
-            samples[i] += _samples(fns[i], warmup if r == 0 else 1, per_round)
+            samples[i] += sample(fns[i], warmup if r == 0 else 1, per_round)
     return [statistics.median(t) for t in samples]
 
 
@@ -242,9 +246,10 @@ def _samples(fn, warmup: int, iters: int) -> list[float]:
     return times
 
 
-def _time_busy(fn, warmup: int, iters: int) -> float:
-    """Median seconds per call of ``iters`` calls issued back to back (events between
-    consecutive calls on GPU; the mean of the batch on CPU), after one host barrier."""
+def _busy_samples(fn, warmup: int, iters: int) -> list[float]:
+    """Seconds of each of ``iters`` calls issued back to back after ``warmup`` calls and one
+    host barrier (events between consecutive calls on GPU, the host clock on CPU); every
+    rank runs exactly ``warmup + iters`` calls."""
     from ..runtime.world import current
 
     rt = current()
@@ -252,10 +257,11 @@ def _time_busy(fn, warmup: int, iters: int) -> float:
         fn()
     if rt.world.device.type != "cuda":
         dist.barrier(group=rt.host_group)
-        t0 = time.perf_counter()
+        stamps = [time.perf_counter()]
         for _ in range(iters):
             fn()
-        return (time.perf_counter() - t0) / iters
+            stamps.append(time.perf_counter())
+        return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
     torch.cuda.synchronize()
     dist.barrier(group=rt.host_group)
     events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
@@ -264,8 +270,7 @@ def _time_busy(fn, warmup: int, iters: int) -> float:
         fn()
         events[i + 1].record()
     events[-1].synchronize()
-    return statistics.median(a.elapsed_time(b) / 1e3
-                             for a, b in zip(events, events[1:], strict=False))
+    return [a.elapsed_time(b) / 1e3 for a, b in zip(events, events[1:], strict=False)]
 
 
 _GRAPH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -391,9 +396,10 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
             for (label, _), t in zip(impls, _rotating([fn for _, fn in impls], warmup, iters),
                                      strict=True):
                 records.append(_record(name, label, nbytes, t, w))
-            for label, fn in impls if args.busy else ():
-                records.append(_record(name, f"{label} busy", nbytes,
-                                       _time_busy(fn, warmup, iters), w))
+            if args.busy:  # the same rotating rounds, each call issued back to back
+                for (label, _), t in zip(impls, _rotating([fn for _, fn in impls], warmup,
+                                                          iters, busy=True), strict=True):
+                    records.append(_record(name, f"{label} busy", nbytes, t, w))
             if name in _GRAPH_OPS and graphs and size <= graph_max:
                 for label, t in _graph_impls(name, size, dtype, base_ok, args.graph_calls,
                                              warmup, iters):

@@ -14,7 +14,8 @@ counts on every rank, warm-up excluded), for one call from an idle GPU (``batch 
 for calls back to back (``batch 8``: the host runs ahead), and the GPU's own time per call
 (``kernels``: the sum of the kernels' durations, from the profiler) and the host's
 (``host``: the launch cost, timed while the GPU runs behind). Every megakernel output is
-checked against ``torch``'s; a configuration whose build fails (say, more shared memory
+checked against ``torch``'s on every rank (``max_rel_error``: the worst rank's, NaN where
+any rank's is); a configuration whose build fails (say, more shared memory
 than the GPU has) is reported and left out on every rank. ``--tune`` first runs
 ``ditron.task.tp_mlp_tuner.tune_mlp`` for the shape and times its choice too. ``--smoke``
 runs tiny shapes (by default in ``16x16x16x32x2`` tiles) on the CPU backend to check the
@@ -31,7 +32,7 @@ import torch.distributed as dist
 
 import ditron
 from ditron import trace
-from ditron.benchmarks import write_json
+from ditron.benchmarks import worst, write_json
 from ditron.kernels.tile_config import WARPS
 from ditron.runtime.arguments import (
     add_timing_options,
@@ -108,7 +109,7 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
             failed[spec] = error or "failed on another rank"
             continue
         build[spec] = time.perf_counter() - start  # graph, schedule, codegen, Triton compile
-        errors[spec] = float((stack.out.float() - ref).abs().max() / ref.abs().max())
+        errors[spec] = worst(float((stack.out.float() - ref).abs().max() / ref.abs().max()))
         cands[f"megakernel_{spec}"] = mk
         if trace_prefix:  # the same graph traced: a second call after the one that compiles
             traced = graph.compile(programs=programs, trace=True, **options)
@@ -188,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tune", action="store_true",
                    help="run the MLP tuner first (tune_mlp) and time its choice too")
     add_timing_options(p, 5, 40, rounds=4)
-    p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
+    p.add_argument("--smoke", action="store_true",
+                   help="CPU backend, tiny shapes, timed with --warmup 1 --iters 2 --rounds 1 "
+                        "unless given")
     p.add_argument("--out", type=output_file, help="write the result row as JSON here")
     p.add_argument("--trace", metavar="PREFIX", type=output_file,
                    help="also run each config traced (ditron.trace) and write "

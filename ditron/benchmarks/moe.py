@@ -34,7 +34,9 @@ kernels (``fused``), done by ``index_select`` around it (``unfused``), and witho
 (``plain``).
 
 Per-call times are the slower rank's median (CUDA events, fixed counts on every rank,
-variants in rotating rounds, warm-up excluded). ``--smoke``: CPU backend, tiny shapes, to
+variants in rotating rounds, warm-up excluded); errors (``max_rel_err``, ``fp8_rel_err``) are
+the worst rank's (NaN where any rank's is), and ``same_result`` / ``same_groups`` hold only
+where they hold on every rank. ``--smoke``: CPU backend, tiny shapes, to
 check the script; its times mean nothing.
 """
 
@@ -48,7 +50,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
-from ditron.benchmarks import write_json
+from ditron.benchmarks import worst, write_json
 from ditron.kernels.grouped_gemm import (
     GroupedGemmConfig,
     grouped_gemm,
@@ -62,7 +64,7 @@ from ditron.runtime.arguments import (
     positive_int,
     smoke_defaults,
 )
-from ditron.tune.tuner import agreed_median, time_in_rounds
+from ditron.tune.tuner import agreed_median, all_ok, time_in_rounds
 
 #: (N, K, experts, topk) of REFERENCES.md: Qwen1.5-MoE, Mixtral-8x7B, Mixtral-8x22B,
 #: DeepSeek-MoE
@@ -148,7 +150,7 @@ def _gemm_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, ro
 
     errs = [rel_err(lambda: out.copy_(ditron.ops.grouped_gemm(x, w, offsets))),
             *(rel_err(fn) for name, fn in fns.items() if name.startswith("ditron_"))]
-    err = float("nan") if any(math.isnan(e) for e in errs) else max(errs)
+    err = worst(float("nan") if any(math.isnan(e) for e in errs) else max(errs))
     samples = time_in_rounds(fns, rounds, iters, warmup, dev)
     row = {"part": "gemm", "n": n, "k": k, "experts": experts, "topk": topk, "rows": m,
            "max_rel_err": err}
@@ -191,7 +193,8 @@ def _wgrad_row(n: int, k: int, experts: int, topk: int, tokens: int, dev, gen, r
         errs.append(((dw.float() - ref).abs().max() / ref.abs().max()).item())
     samples = time_in_rounds(fns, rounds, iters, warmup, dev)
     row = {"part": "wgrad", "n": n, "k": k, "experts": experts, "topk": topk, "rows": m,
-           "max_rel_err": float("nan") if any(math.isnan(e) for e in errs) else max(errs)}
+           "max_rel_err": worst(float("nan") if any(math.isnan(e) for e in errs)
+                                else max(errs))}
     for name, times in samples.items():
         row[name] = agreed_median(times)
     return row
@@ -292,7 +295,7 @@ def _layer_rows(tokens: int, hidden: int, ffn: int, experts: int, topk: int, rou
         _profile_layer(ditron_layer, tokens, dev, me == 0)
     row = {"part": "layer", "tokens": tokens, "hidden": hidden, "ffn": ffn,
            "experts": experts, "topk": topk, "world_size": W, "gated": gated,
-           "max_rel_err": agreed_median([float(err)])}
+           "max_rel_err": worst(float(err))}
     for name, times in samples.items():
         row[name] = agreed_median(times)
     row["speedup"] = row["torch"] / row["ditron"]
@@ -359,7 +362,7 @@ def _a2a_rows(tokens: int, hidden: int, topk: int, rounds: int, iters: int,
     samples = time_in_rounds({"fused": fused, "unfused": unfused, "plain": plain}, rounds,
                              iters, warmup, dev)
     row = {"part": "a2a", "tokens": tokens, "hidden": hidden, "topk": topk, "world_size": W,
-           "bytes": rows * hidden * 2, "same_result": bool(agreed_median([float(ok)]) == 1)}
+           "bytes": rows * hidden * 2, "same_result": all_ok(ok)}
     for name, times in samples.items():
         row[name] = agreed_median(times)
     row["speedup"] = row["unfused"] / row["fused"]
@@ -402,8 +405,8 @@ def _dispatch_rows(tokens: int, hidden: int, experts: int, topk: int, rounds: in
     samples = time_in_rounds({"bf16": bf16, "fp8": fp8, "fp8_apart": fp8_apart}, rounds,
                              iters, warmup, dev)
     row = {"part": "dispatch", "tokens": tokens, "hidden": hidden, "experts": experts,
-           "topk": topk, "world_size": W, "same_groups": bool(agreed_median([float(ok)]) == 1),
-           "fp8_rel_err": agreed_median([err])}
+           "topk": topk, "world_size": W, "same_groups": all_ok(ok),
+           "fp8_rel_err": worst(err)}
     for name, times in samples.items():
         row[name] = agreed_median(times)
     row["speedup"] = row["bf16"] / row["fp8"]
@@ -465,7 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true",
                    help="print the ditron layer's GPU time by kernel (torch.profiler; on the "
                         "CPU backend its time by operator)")
-    p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
+    p.add_argument("--smoke", action="store_true",
+                   help="CPU backend, tiny shapes, timed with --warmup 1 --iters 2 --rounds 1 "
+                        "unless given")
     p.add_argument("--out", type=output_file, help="write the rows as JSON here")
     args = p.parse_args(argv)
     backend = "cpu" if args.smoke else "cuda"

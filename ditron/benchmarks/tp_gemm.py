@@ -55,7 +55,7 @@ from ..runtime.arguments import (
 )
 from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
 from ..runtime.world import current
-from . import write_json
+from . import inside_world, write_json
 
 AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
              (49152, 12288)]
@@ -369,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16",
                    help="default %(default)s")
     add_timing_options(p, 5, 10)
-    p.add_argument("--smoke", action="store_true", help="tiny shapes (CPU backend)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny shapes (the default on the CPU backend), timed with --warmup 1 "
+                        "--iters 3 unless given")
     p.add_argument("--out", type=output_dir, default=os.environ.get("OUT", "bench/results"),
                    help="folder for the results (default: $OUT, else bench/results)")
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None,
@@ -389,15 +391,18 @@ def main(argv: list[str] | None = None) -> int:
     import ditron
     from ditron.runtime.config import default_backend
 
-    backend = args.backend or default_backend()
+    given = inside_world(p, args.world_size, args.backend)
+    backend = given[1] if given else args.backend or default_backend()
     if backend == "cuda" and not torch.cuda.is_available():  # before any rank starts
         p.error("no CUDA device is visible: it times GPUs (--backend cpu or --smoke runs tiny "
                 "shapes on the CPU backend)")
-    W = args.world_size or (torch.cuda.device_count() if backend == "cuda" else 2)
+    W = given[0] if given else (args.world_size or
+                                (torch.cuda.device_count() if backend == "cuda" else 2))
     if W == 1:  # every op falls back: the ratios would compare a call with itself
-        p.error(f"{'--world-size 1' if args.world_size else 'one GPU visible'}: one rank has "
-                f"nothing to overlap (the ops run the local GEMM alone); give --world-size 2 "
-                f"or more (ranks may share a GPU)")
+        why = ("a world of one rank" if given else
+               "--world-size 1" if args.world_size else "one GPU visible")
+        p.error(f"{why}: one rank has nothing to overlap (the ops run the local GEMM alone); "
+                f"give --world-size 2 or more (ranks may share a GPU)")
     smoke = args.smoke or backend == "cpu"
     if smoke and args.scale is not None:  # it used to be ignored
         p.error("--scale scales the REFERENCES.md shapes, but --smoke (the default on the CPU "
@@ -415,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     if smoke:
         smoke_defaults(p, argv, args, {}, {"warmup": 1, "iters": 3})
     batch = args.batch or (5 if backend == "cuda" else 1)
-    if ditron.is_initialized():
+    if given:
         results = _measure(rows, dtype, args.warmup, args.iters, args.tune, batch,
                            args.graphs, args.alt_rs)
         if ditron.world().rank != 0:

@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     add_timing_options(p, 3, 20, rounds=4)
     p.add_argument("--batch", type=positive_int, default=4,
                    help="steps per timed sample (default %(default)s)")
-    p.add_argument("--smoke", action="store_true", help="CPU backend, tiny shapes")
+    p.add_argument("--smoke", action="store_true",
+                   help="CPU backend, tiny shapes, timed with --warmup 1 --iters 2 --batch 1 "
+                        "--rounds 1 unless given")
     p.add_argument("--out", type=output_file, help="write the result row as JSON here")
     args = p.parse_args(argv)
     backend = "cpu" if args.smoke else "cuda"
