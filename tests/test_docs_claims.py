@@ -240,3 +240,83 @@ def test_help_gives_every_default():
               if action.default not in (None, False, "", argparse.SUPPRESS)
               and "default" not in (action.help or "").lower()]
     assert not silent, silent
+
+
+def _page_text(page: str) -> str:
+    """The page with every run of white space as one space (sentences wrap anywhere)."""
+    return " ".join((ROOT / page).read_text().split())
+
+
+def test_collectives_page_gives_the_engine_thresholds():
+    """The sizes at which ``"auto"`` changes engine or method, the fused launches' limits
+    and the TMA engine's defaults are the code's (a moved threshold left the page saying
+    the old one)."""
+    from ditron.engines.tma import _BOX_BYTES, TmaEngine
+    from ditron.ops import collectives as c
+    from ditron.ops import fused_launch as f
+
+    def mb(n: int) -> str:
+        return f"{n >> 20} MB"
+
+    tma = inspect.signature(TmaEngine.__init__).parameters
+    text = _page_text("docs/collectives.md")
+    missing = [p for p in (
+        f"for all-gather below {mb(c.FUSED_AG_MAX_BYTES)} per peer and reduce-scatter below "
+        f"{mb(c.FUSED_RS_MAX_BYTES)},",
+        f"with even splits fused below {mb(c.FUSED_A2A_MAX_BYTES)} per peer",
+        f"with uneven splits `sm` below {mb(c.SM_MAX_BYTES)} per peer",
+        f"from {mb(c.FUSED_GRAPH_MAX_BYTES)} per peer (`FUSED_GRAPH_MAX_BYTES`)",
+        f"below `REPLAY_FUSED_MAX_BYTES` per peer "
+        f"({mb(c.REPLAY_FUSED_MAX_BYTES['all_gather'])} all-gather, "
+        f"{mb(c.REPLAY_FUSED_MAX_BYTES['reduce_scatter'])} reduce-scatter)",
+        f"the fused kernel below {mb(c.REPLAY_FUSED_MAX_BYTES['all_gather'])} per peer for "
+        f"the all-gather and {mb(c.REPLAY_FUSED_MAX_BYTES['reduce_scatter'])} for the "
+        f"reduce-scatter",
+        f"`REPLAY_MIN_BYTES` ({mb(c.REPLAY_MIN_BYTES)})",
+        f"one-shot up to {c.ONE_SHOT_MAX_BYTES >> 10} KB, two-shot above",
+        f"picks push from {f.PUSH_MIN_BYTES >> 10} KB",
+        f"at most {f.FUSED_MAX_ELEMENTS >> 20} Mi input elements",
+        f"{f.FUSED_MAX_ELEMENTS >> 20}M input elements (all-gather, all-reduce, all-to-all) "
+        f"or {f.FUSED_RS_MAX_ELEMENTS >> 20}M (reduce-scatter",
+        f"`block_rows` (default {tma['block_rows'].default}) {_BOX_BYTES}-byte rows, "
+        f"`stages` (default {tma['stages'].default})",
+    ) if p not in text]
+    assert not missing, missing
+
+
+def test_pages_give_the_longest_cuda_wait():
+    """A wait's poll budget is an int32: the longest timeout on CUDA the pages give."""
+    from ditron.runtime.backends.cuda import CudaBackend
+    from ditron.runtime.world import MAX_POLLS
+
+    seconds = MAX_POLLS / CudaBackend.polls_per_second
+    assert f"gives up after about {round(seconds)} s at most" in _page_text("docs/settings.md")
+    assert f"on CUDA it is at most about {round(seconds, -1):.0f} s" in \
+        _page_text("docs/language.md")
+
+
+def test_megakernel_page_gives_the_defaults():
+    """Programs per SM, slots per poll, tasks per chain and the default tile sizes by token
+    count, as docs/megakernel.md gives them."""
+    import torch
+
+    from ditron.task import codegen, megakernel
+    from ditron.task.tp_mlp import MlpBlocks, default_blocks
+
+    text = _page_text("docs/megakernel.md")
+    blocks = {t: default_blocks(t, torch.bfloat16).label() for t in (16, 32, 64, 128)}
+    missing = [p for p in (
+        f"the default is {megakernel.PROGRAMS_PER_SM} programs per SM",
+        f"(`dl.wait_all`, {codegen.WAIT_BLOCK} slots per poll)",
+        f"chains of up to {codegen.CHAIN} tasks",
+        f"(`MlpBlocks()` = `{MlpBlocks().label()}` up to 16 tokens, `{blocks[32]}` up to 32, "
+        f"`{blocks[64]}` up to 64, `{blocks[128]}` beyond;",
+    ) if p not in text]
+    assert not missing, missing
+    assert blocks[16] == MlpBlocks().label()
+
+
+def test_tp_gemm_page_gives_the_communication_sms():
+    from ditron.ops import tp_gemm
+
+    assert f"`COMM_SMS = {tp_gemm.COMM_SMS}`" in _page_text("docs/tp_gemm.md")
