@@ -252,7 +252,8 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     # -0.485 -> -0.25: a rounding carry into the exponent lost) and on an H100 too (10-18 of
     # 512 off by up to half; a plain fp32 -> fp8 cast kernel rounds as torch does there,
     # bench/results/2026-12-06-s69/s69k: cause not isolated): the kernel writes fp32 and
-    # torch rounds. (The interpreter rounds to bf16 towards zero, one ulp at most: left.)
+    # torch rounds. (bf16 sums round to nearest even on the CPU backend as on GPUs:
+    # runtime/interpret.py patches the interpreter's casts.)
     sums = out if src.element_size() > 1 else \
         torch.empty((T, N), dtype=torch.float32, device=src.device)
     aligned = _vectorizes((src, src.stride(0)), (src2, src2.stride(0)), (sums, sums.stride(0)))

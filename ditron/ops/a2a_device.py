@@ -789,6 +789,9 @@ def exchange_counts(counts: torch.Tensor) -> torch.Tensor:
     rt = current()
     w = rt.world.world_size
     with refused_together("ditron.ops.exchange_counts"):
+        if not isinstance(counts, torch.Tensor):
+            raise TypeError(f"exchange_counts: counts must be an integer [{w}, L] torch.Tensor "
+                            f"on {rt.world.device}, got {type(counts).__name__}")
         if counts.dim() != 2 or counts.shape[0] != w or counts.dtype.is_floating_point \
                 or counts.dtype.is_complex or counts.dtype == torch.bool \
                 or counts.device != rt.world.device:

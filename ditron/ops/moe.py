@@ -107,6 +107,9 @@ def _check(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, w: int,
            x_scales: torch.Tensor | None, device: torch.device) -> int:
     """Refuse bad dispatch arguments (``device``: the rank's); return ``num_experts`` as an
     int."""
+    if not isinstance(x, torch.Tensor) or not isinstance(topk_ids, torch.Tensor):
+        raise TypeError(f"ditron.ops.moe_dispatch: x and topk_ids must be torch.Tensors, got "
+                        f"{type(x).__name__} and {type(topk_ids).__name__}")
     if x.dim() != 2:
         raise ValueError(f"ditron.ops.moe_dispatch: x must be [tokens, hidden], got "
                          f"{tuple(x.shape)}")
@@ -145,6 +148,23 @@ def _check_ids(topk_ids: torch.Tensor, num_experts: int) -> None:
                    else None)
 
 
+def _debug() -> bool:
+    """Debug mode (``DITRON_WAIT_TIMEOUT > 0``, not capturing): the dispatch reads and
+    checks the expert ids, and the combine's all-to-all its ``send_index``, every rank
+    taking part in the verdicts' gather on every call."""
+    return current().wait_timeout > 0 and not capturing()
+
+
+def _refused(what: str) -> refused_together:
+    """The checks of a rank's own arguments before ``what``'s agreement: a rank refusing
+    them tells its peers, which raise too, naming it: in the agreement gather on a
+    signature's first call, and on every call in debug mode, where the peers gather after
+    the agreement (:func:`_check_ids`, the combine's all-to-all; not while ``torch.compile``
+    traces ``ditron.nn``'s forms, whose ops run later)."""
+    return refused_together(what, peers=True if _debug() and current().world.world_size > 1
+                            and not torch.compiler.is_compiling() else None)
+
+
 def _described(t: object) -> str:
     if isinstance(t, torch.Tensor):
         return f"{tuple(t.shape)} {t.dtype} on {t.device}"
@@ -168,7 +188,7 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     """
     rt = current()
     w = rt.world.world_size
-    with refused_together("ditron.ops.moe_dispatch"):
+    with _refused("ditron.ops.moe_dispatch"):
         num_experts = _check(x, topk_ids, num_experts, w, x_scales, rt.world.device)
         T, k = topk_ids.shape
         tokens = T if max_tokens is None else as_int(max_tokens)
@@ -181,7 +201,7 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     agree("ditron.ops.moe_dispatch", num_experts=num_experts, k=k, hidden=x.shape[1],
           dtype=x.dtype, max_tokens=max_tokens, max_recv_rows=cap,
           scales=None if x_scales is None else (tuple(x_scales.shape[1:]), x_scales.dtype))
-    if rt.wait_timeout > 0 and not capturing():
+    if _debug():
         _check_ids(topk_ids, num_experts)
     local = num_experts // w
 
@@ -322,7 +342,7 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
     """The checks of :func:`moe_combine` (``TypeError`` / ``ValueError``), and the ranks'
     agreement on ``y``'s shape and dtype."""
     d = dispatch
-    with refused_together("ditron.ops.moe_combine"):
+    with _refused("ditron.ops.moe_combine"):
         if not isinstance(d, MoEDispatch):
             raise TypeError(f"ditron.ops.moe_combine: dispatch must be what moe_dispatch "
                             f"returned, got {type(d).__name__}")
@@ -335,6 +355,9 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
                              f"{list(here.global_ranks)} is current; combine in the "
                              f"dispatch's world (ditron.use(dispatch.world))")
         T, k = d.num_tokens, d.topk
+        if not isinstance(y, torch.Tensor):
+            raise TypeError(f"ditron.ops.moe_combine: y must be a torch.Tensor [{d.capacity}, "
+                            f"N], got {type(y).__name__}")
         if y.dim() != 2 or y.shape[0] != d.capacity or not y.dtype.is_floating_point:
             raise ValueError(f"ditron.ops.moe_combine: y must be floating [{d.capacity}, N] "
                              f"(dispatch.x's rows), got {tuple(y.shape)} {y.dtype}")
