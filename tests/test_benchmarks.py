@@ -188,3 +188,30 @@ def test_smoke_help_names_the_timing_it_sets(name, tmp_path, monkeypatch, capsys
     smoke = help_text[help_text.index("--smoke "):]
     assert set_by_smoke and all(f"--{dest} {value}" in smoke
                                 for dest, value in set_by_smoke.items()), smoke
+
+
+def _symm_mem_on_rank_0_only(stage: str):
+    """PyTorch's symmetric memory made to work on rank 0 alone, failing on rank 1 at
+    ``stage`` (``"empty"`` or ``"rendezvous"``): what ``_symm_mem_input`` returns there."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    from ditron.benchmarks import collectives
+
+    if ditron.world().rank == 0 or stage == "rendezvous":
+        symm_mem.empty = lambda n, dtype, device: torch.empty(n, dtype=dtype, device=device)
+    else:
+        symm_mem.empty = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no symm_mem"))
+    if ditron.world().rank == 0:
+        symm_mem.rendezvous = lambda t, name: None
+    else:
+        symm_mem.rendezvous = lambda *a: (_ for _ in ()).throw(RuntimeError("no rendezvous"))
+    got = collectives._symm_mem_input(torch.arange(4.0))
+    return None if got is None else got[0].tolist()
+
+
+@pytest.mark.parametrize("stage", ["empty", "rendezvous"])
+def test_collectives_symm_mem_baseline_is_timed_on_every_rank_or_none(stage):
+    """The symmetric-memory baseline of ``bench collectives --graphs``: where one rank
+    cannot make it, no rank times it (rank 0 used to time it alone: its replays then
+    waited for peers that never ran them)."""
+    assert ditron.launch(_symm_mem_on_rank_0_only, 2, stage, backend="cpu") == [None, None]

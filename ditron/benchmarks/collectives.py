@@ -341,20 +341,31 @@ def _replay_each(impls, calls: int, warmup: int, iters: int) -> list[tuple[str, 
 
 def _symm_mem_input(x: torch.Tensor):
     """``x`` copied into a PyTorch symmetric-memory buffer, with the group name its ops
-    take; ``None`` when torch's symmetric memory is unavailable here."""
+    take; ``None`` on every rank when torch's symmetric memory is unavailable on any (the
+    ranks must time the same implementations: a rank failing alone left its peers in the
+    rendezvous, or timing a baseline it skipped)."""
+    from ..runtime.world import current
+    from ..tune.tuner import all_ok
+
+    t, name, why = None, None, None
     try:
         import torch.distributed._symmetric_memory as symm_mem
 
-        from ..runtime.world import current
-
-        group = current().groups.device
+        name = current().groups.device.group_name
         t = symm_mem.empty(x.numel(), dtype=x.dtype, device=x.device)
-        symm_mem.rendezvous(t, group.group_name)
-        t.copy_(x)
-        return t, group.group_name
     except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
-        print(f"[bench] no symm_mem baseline: {type(exc).__name__}: {exc}")
-        return None
+        why = exc
+    if all_ok(why is None):
+        try:
+            symm_mem.rendezvous(t, name)
+            t.copy_(x)
+        except Exception as exc:  # noqa: BLE001 - as above
+            why = exc
+        if all_ok(why is None):
+            return t, name
+    print("[bench] no symm_mem baseline" + (f": {type(why).__name__}: {why}" if why else
+                                          " (not on every rank)"))
+    return None
 
 
 def _record(op: str, impl: str, nbytes: int, seconds: float, w: int) -> dict:

@@ -23,7 +23,7 @@ import torch
 
 from ..engines.base import Engine, Transfer
 from ..engines.sync import notify_peers, use_stream_memops
-from ..runtime.config import SettingsError, env_flag, env_int
+from ..runtime.config import env_flag, env_int
 from ..runtime.world import current
 from .exchange import PULL_MAX_CHUNKS, Chunked, Turn, engine_instance, open_chunked, reduce_slots
 from .raw_pushes import open_raw, usable
@@ -100,12 +100,7 @@ def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,
     anything moves)."""
     big = max(1, (env_int("DITRON_PULL_CHUNK_BYTES", 0) or PULL_CHUNK_BYTES)
               // itemsize)
-    raw = os.environ.get("DITRON_CHUNK_TAPER")
-    try:
-        growth = int(raw) if raw else TAPER_GROWTH
-    except ValueError:
-        raise SettingsError(f"DITRON_CHUNK_TAPER must be an integer growth factor (0 or 1: chunks "
-                         f"of one size), got {raw!r}") from None
+    growth = env_int("DITRON_CHUNK_TAPER", TAPER_GROWTH)  # 0 or 1: chunks of one size
     min_bytes = TAPER_MIN_BYTES if min_bytes is None else min_bytes
     if not taper or n * itemsize < min(min_bytes, big * itemsize):
         growth = 0

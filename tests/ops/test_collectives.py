@@ -338,9 +338,10 @@ def test_chunk_bounds(monkeypatch):
     assert _sizes(chunk_bounds(0, 4, taper=True), 0) == [0]
     monkeypatch.setenv("DITRON_CHUNK_TAPER", "1")
     assert _sizes(chunk_bounds(128 * mb, 1, taper=True), 128 * mb) == [64 * mb, 64 * mb]
-    monkeypatch.setenv("DITRON_CHUNK_TAPER", "three")
-    with pytest.raises(ValueError, match="DITRON_CHUNK_TAPER"):
-        chunk_bounds(128 * mb, 1, taper=True)
+    for bad in ("three", "-2"):  # a negative factor was taken as "no taper"
+        monkeypatch.setenv("DITRON_CHUNK_TAPER", bad)
+        with pytest.raises(ValueError, match="DITRON_CHUNK_TAPER must be an integer >= 0"):
+            chunk_bounds(128 * mb, 1, taper=True)
     # tiny chunks forced by the env (the CPU tests' setting): the taper still forms
     monkeypatch.delenv("DITRON_CHUNK_TAPER")
     monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "24")
