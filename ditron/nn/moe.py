@@ -48,14 +48,15 @@ _ditron = torch.ops.ditron
 
 def _before_dispatch(check: Callable[[], None]) -> None:
     """Run ``check`` (this rank's checks of its arguments, made before the dispatch); where
-    it raises, the peers, which wait in the dispatch's agreement, raise too
-    (``runtime.agreement.refused_together``) instead of waiting for this rank."""
+    it raises, the peers, which wait in the dispatch's agreement (or, in debug mode, in its
+    check of the expert ids), raise too (``runtime.agreement.refused_together``) instead of
+    waiting for this rank."""
     try:
         check()
     except Exception:
         if torch.compiler.is_compiling():  # refused while tracing: no host gather in a graph
             raise
-        with refused_together("ditron.ops.moe_dispatch"):
+        with refused_together("ditron.ops.moe_dispatch", checks_data=True):
             raise
 
 

@@ -42,7 +42,7 @@ import triton.language as tl
 
 from .. import language as dl
 from ..engines.sync import notify_range, wait_range
-from ..runtime.agreement import agree, raise_together, refused_together
+from ..runtime.agreement import agree, checking_data, raise_together, refused_together
 from ..runtime.dtypes import moved_as, viewed
 from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.integers import check_int
@@ -466,26 +466,19 @@ class _Call:
 AGREED_AS = "ditron.ops.all_to_all_device"
 
 
-def _debug() -> bool:
-    """Debug mode (``DITRON_WAIT_TIMEOUT > 0``, not capturing): ``send_index`` is read on
-    the host and checked, every rank taking part in the verdicts' gather."""
-    return current().wait_timeout > 0 and not capturing()
-
-
 def _refused() -> refused_together:
     """The entry points' checks of their own arguments: a rank refusing them tells its
     peers, which raise too, naming it: in their agreement gather on a signature's first
     call, and on every call in debug mode, where they all gather in
-    :func:`_check_send_index`."""
-    return refused_together(AGREED_AS, peers=True if _debug()
-                            and current().world.world_size > 1 else None)
+    :func:`_check_send_index` (``runtime.agreement.checking_data``)."""
+    return refused_together(AGREED_AS, checks_data=True)
 
 
 def _check_send_index(op: str, x: torch.Tensor, send_index: torch.Tensor | None) -> None:
     """Debug mode's check that ``send_index`` lies in ``[0, x.shape[0])`` (read on the
     host); collective, on every call in debug mode: a rank with a bad index raises, and so
     does every other rank, naming it, rather than waiting for it in the exchange."""
-    if not _debug():
+    if not checking_data():
         return
     problem = None
     if send_index is not None and send_index.numel():

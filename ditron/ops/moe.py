@@ -38,11 +38,10 @@ from ..kernels.gather_sum import gather_dot, weighted_gather_sum
 from ..kernels.grouped_gemm import DTYPES, check_grouped
 from ..kernels.grouped_gemm import grouped_gemm as _grouped_gemm
 from ..kernels.routing import group_received, returned_index, returned_sources, sort_copies
-from ..runtime.agreement import agree, raise_together, refused_together
+from ..runtime.agreement import agree, checking_data, raise_together, refused_together
 from ..runtime.integers import as_int, check_int
 from ..runtime.tensor_spans import spans_overlap
 from ..runtime.world import World, current, is_initialized
-from .graphs import capturing
 from .modes import check_writable, public_op
 
 
@@ -148,23 +147,6 @@ def _check_ids(topk_ids: torch.Tensor, num_experts: int) -> None:
                    else None)
 
 
-def _debug() -> bool:
-    """Debug mode (``DITRON_WAIT_TIMEOUT > 0``, not capturing): the dispatch reads and
-    checks the expert ids, and the combine's all-to-all its ``send_index``, every rank
-    taking part in the verdicts' gather on every call."""
-    return current().wait_timeout > 0 and not capturing()
-
-
-def _refused(what: str) -> refused_together:
-    """The checks of a rank's own arguments before ``what``'s agreement: a rank refusing
-    them tells its peers, which raise too, naming it: in the agreement gather on a
-    signature's first call, and on every call in debug mode, where the peers gather after
-    the agreement (:func:`_check_ids`, the combine's all-to-all; not while ``torch.compile``
-    traces ``ditron.nn``'s forms, whose ops run later)."""
-    return refused_together(what, peers=True if _debug() and current().world.world_size > 1
-                            and not torch.compiler.is_compiling() else None)
-
-
 def _described(t: object) -> str:
     if isinstance(t, torch.Tensor):
         return f"{tuple(t.shape)} {t.dtype} on {t.device}"
@@ -188,7 +170,9 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     """
     rt = current()
     w = rt.world.world_size
-    with _refused("ditron.ops.moe_dispatch"):
+    # in debug mode the peers of a repeated call gather in _check_ids: a rank refusing
+    # its arguments tells them there
+    with refused_together("ditron.ops.moe_dispatch", checks_data=True):
         num_experts = _check(x, topk_ids, num_experts, w, x_scales, rt.world.device)
         T, k = topk_ids.shape
         tokens = T if max_tokens is None else as_int(max_tokens)
@@ -201,7 +185,7 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
     agree("ditron.ops.moe_dispatch", num_experts=num_experts, k=k, hidden=x.shape[1],
           dtype=x.dtype, max_tokens=max_tokens, max_recv_rows=cap,
           scales=None if x_scales is None else (tuple(x_scales.shape[1:]), x_scales.dtype))
-    if _debug():
+    if checking_data():
         _check_ids(topk_ids, num_experts)
     local = num_experts // w
 
@@ -342,7 +326,8 @@ def check_combine(y: torch.Tensor, dispatch: MoEDispatch,
     """The checks of :func:`moe_combine` (``TypeError`` / ``ValueError``), and the ranks'
     agreement on ``y``'s shape and dtype."""
     d = dispatch
-    with _refused("ditron.ops.moe_combine"):
+    # in debug mode the peers of a repeated call gather in the all-to-all's send_index check
+    with refused_together("ditron.ops.moe_combine", checks_data=True):
         if not isinstance(d, MoEDispatch):
             raise TypeError(f"ditron.ops.moe_combine: dispatch must be what moe_dispatch "
                             f"returned, got {type(d).__name__}")

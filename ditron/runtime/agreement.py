@@ -4,8 +4,9 @@ A collective call (an op, a megakernel's compile) that ranks make with different
 options would leave some of them waiting for data that never comes. :func:`agree` gathers a
 named signature of the call over the host group and raises on every rank, naming what
 differs, when they disagree. :func:`raise_together` does the same for problems each rank
-finds in its own data, :func:`refused_together` for arguments a rank refuses before its
-call's agreement, and :func:`rank0_decides` for a choice that rank 0 makes for all.
+finds in its own data (the ops' debug checks, while :func:`checking_data`),
+:func:`refused_together` for arguments a rank refuses before its call's agreement, and
+:func:`rank0_decides` for a choice that rank 0 makes for all.
 :func:`gather` is the agreement's gather for checks other than equality, :func:`share_agreed`
 an agreement that also shares a few integers of each rank. All go through one host gather
 format (``host_rows``): one small tensor gather when ranks agree.
@@ -17,7 +18,10 @@ import pickle
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
+import torch
+
 from . import bounded_cache, host_rows
+from .cuda_graphs import capturing
 from .world import current
 
 #: the bounded cache of the signatures this process has agreed on (the least recently used
@@ -117,15 +121,26 @@ def raise_together(what: str, problem: str | None) -> None:
         raise _told(ValueError(f"{what}:\n{lines}"))
 
 
-def peers_gather(what: str) -> bool:
+def checking_data() -> bool:
+    """Whether the calls that check their data on the host (:func:`raise_together`, one
+    gather of every rank on every call: MoE's expert ids, a device all-to-all's
+    ``send_index``) do so now: in debug mode (``DITRON_WAIT_TIMEOUT > 0``), not while a CUDA
+    graph is captured or ``torch.compile`` traces (the ops then run later)."""
+    return (current().wait_timeout > 0 and not capturing()
+            and not torch.compiler.is_compiling())
+
+
+def peers_gather(what: str, checks_data: bool = False) -> bool:
     """Whether the peers of a rank that refuses the arguments of a call ``what`` are (as
-    far as it can tell) in that call's agreement gather: with ``DITRON_CHECK_CALLS=1``, or
+    far as it can tell) in one of that call's gathers: with ``DITRON_CHECK_CALLS=1``,
     where no call of ``what`` has been agreed yet (the agreed signatures are the same on
-    every rank). After an agreed call the peers may repeat it without a gather."""
+    every rank), or, for a call that ``checks_data`` after its agreement, while
+    :func:`checking_data`. After an agreed call the peers may otherwise repeat it without
+    a gather."""
     rt = current()
     if rt.world.world_size == 1:
         return False
-    return rt.settings.check_calls or not any(
+    return rt.settings.check_calls or checks_data and checking_data() or not any(
         key[0] == what for key in bounded_cache.named(_AGREED).keys())
 
 
@@ -138,15 +153,20 @@ class refused_together:  # noqa: N801 - used as a function: ``with refused_toget
 
     ``peers``: whether the peers are in that gather (default :func:`peers_gather`; where
     they are not, having repeated an agreed call, the rank raises alone and they time out,
-    as when a rank changes its shapes alone). An exception every rank already raises (a
-    disagreement) is not told again.
+    as when a rank changes its shapes alone). ``checks_data``: the call's peers gather
+    again after its agreement while :func:`checking_data` (a :func:`raise_together` check
+    of their data, on every call): the rank then tells them in every call, not only before
+    its signature was agreed (raising alone, it left them waiting in that gather, or
+    taking its next call's gather for this one's). An exception every rank already raises
+    (a disagreement) is not told again.
     (A class, not a generator: entering and leaving cost ~0.3 us, a quarter of
     ``contextlib.contextmanager``'s, on every call of the ops.)"""
 
-    __slots__ = ("peers", "what")
+    __slots__ = ("checks_data", "peers", "what")
 
-    def __init__(self, what: str, peers: bool | None = None) -> None:
-        self.what, self.peers = what, peers
+    def __init__(self, what: str, peers: bool | None = None, *,
+                 checks_data: bool = False) -> None:
+        self.what, self.peers, self.checks_data = what, peers, checks_data
 
     def __enter__(self) -> None:
         return None
@@ -154,7 +174,8 @@ class refused_together:  # noqa: N801 - used as a function: ``with refused_toget
     def __exit__(self, kind, exc, tb) -> bool:
         if not isinstance(exc, Exception) or getattr(exc, _TOLD, False):
             return False
-        if not (peers_gather(self.what) if self.peers is None else self.peers):
+        if not (peers_gather(self.what, self.checks_data) if self.peers is None
+                else self.peers):
             return False
         _told(exc)
         problem = f"{type(exc).__name__}: {exc}"
