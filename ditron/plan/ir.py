@@ -15,7 +15,7 @@ The order of a rank's transfers in :attr:`Plan.transfers` is its issue order.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from ..runtime.integers import as_int, check_int
 
@@ -218,13 +218,15 @@ def _check_coverage(plan: Plan) -> None:
                          f"chunks must cover the plan's {plan.rows} rows)")
 
 
-def _check_acyclic(plan: Plan) -> None:
-    """``ValueError`` naming a cycle of ``after`` dependencies, if there is one."""
-    state = [0] * len(plan.transfers)  # 0: not seen, 1: on the path, 2: done
-    for root in range(len(plan.transfers)):
+def find_cycle(waits: Mapping[int, Iterable[int]]) -> list[int] | None:
+    """A cycle of ``waits`` (each node's list of the nodes it waits for), as the path
+    ``[a, b, ..., a]`` through it, or ``None`` where there is none (an iterative
+    depth-first search: plans of 10**5 transfers pass Python's recursion limit)."""
+    state = dict.fromkeys(waits, 0)  # 0: not seen, 1: on the path, 2: done
+    for root in waits:
         if state[root]:
             continue
-        path, stack = [root], [iter(plan.transfers[root].after)]
+        path, stack = [root], [iter(waits[root])]
         state[root] = 1
         while stack:
             dep = next(stack[-1], None)
@@ -232,14 +234,21 @@ def _check_acyclic(plan: Plan) -> None:
                 state[path.pop()] = 2
                 stack.pop()
             elif state[dep] == 1:
-                cycle = [*path[path.index(dep):], dep]
-                raise ValueError(f"plan {plan.name}: transfers {' -> '.join(map(str, cycle))} "
-                                 f"form a cycle (each depends on the next): none of them "
-                                 f"would ever start")
+                return [*path[path.index(dep):], dep]
             elif state[dep] == 0:
                 state[dep] = 1
                 path.append(dep)
-                stack.append(iter(plan.transfers[dep].after))
+                stack.append(iter(waits[dep]))
+    return None
+
+
+def _check_acyclic(plan: Plan) -> None:
+    """``ValueError`` naming a cycle of ``after`` dependencies, if there is one."""
+    cycle = find_cycle({t.id: t.after for t in plan.transfers})
+    if cycle is not None:
+        raise ValueError(f"plan {plan.name}: transfers {' -> '.join(map(str, cycle))} "
+                         f"form a cycle (each depends on the next): none of them "
+                         f"would ever start")
 
 
 def _check_held(plan: Plan) -> None:

@@ -29,7 +29,7 @@ from ..runtime.integers import check_int
 from ..runtime.torch_dist import all_gather_single
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
-from .ir import Chunk, Plan, Transfer
+from .ir import Chunk, Plan, Transfer, find_cycle
 
 
 @triton.jit(do_not_specialize=["epoch"])
@@ -169,28 +169,12 @@ def _check_issue_order(plan: Plan, intra: list[Transfer]) -> None:
         if t.issuer in last:
             waits[t.id].append(last[t.issuer])
         last[t.issuer] = t.id
-    state = dict.fromkeys(waits, 0)  # 0: not seen, 1: on the path, 2: done
-    for root in waits:
-        if state[root]:
-            continue
-        path, stack = [root], [iter(waits[root])]
-        state[root] = 1
-        while stack:
-            dep = next(stack[-1], None)
-            if dep is None:
-                state[path.pop()] = 2
-                stack.pop()
-            elif state[dep] == 1:
-                cycle = [*path[path.index(dep):], dep]
-                raise ValueError(f"engine_transfers: transfers {' -> '.join(map(str, cycle))} "
-                                 f"of plan {plan.name} each wait for the next (through "
-                                 f"after, or issued later by the same rank, whose engine runs "
-                                 f"its transfers in plan order): they would wait forever; "
-                                 f"reorder the plan's transfers")
-            elif state[dep] == 0:
-                state[dep] = 1
-                path.append(dep)
-                stack.append(iter(waits[dep]))
+    cycle = find_cycle(waits)
+    if cycle is not None:
+        raise ValueError(f"engine_transfers: transfers {' -> '.join(map(str, cycle))} of plan "
+                         f"{plan.name} each wait for the next (through after, or issued "
+                         f"later by the same rank, whose engine runs its transfers in plan "
+                         f"order): they would wait forever; reorder the plan's transfers")
 
 
 def _engine_after(plan: Plan, t: Transfer, rank: int, slot):
