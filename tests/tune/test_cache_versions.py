@@ -10,11 +10,12 @@ import re
 import shutil
 
 import torch
-import torch.distributed as dist
 import triton
 
 import ditron
 from ditron.tune import cache
+
+from .test_tuned_alignment import _reference  # reduce_scatter(a @ b) through gloo
 
 M, N, K = 8, 12, 16
 
@@ -25,16 +26,6 @@ def _older_keys(key: str) -> list[str]:
     head = key.split("|triton ")[0]
     plain = f"{head}|triton {triton.__version__}, torch {torch.__version__}"
     return [plain, f"{plain}, ditron 0.1.0 (000000000000)"]
-
-
-def _reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    from ditron.runtime.world import current
-
-    full = a.double() @ b.double()
-    dist.all_reduce(full, group=current().host_group)
-    w = ditron.world()
-    rows = full.shape[0] // w.world_size
-    return full[w.rank * rows:(w.rank + 1) * rows]
 
 
 def _older_case(directory: str) -> list:
