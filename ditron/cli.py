@@ -36,7 +36,8 @@ def _info(args: argparse.Namespace) -> int:
         timeout += f", the kernels give up after about {longest:.0f} s"
     print(f"timeout  {timeout} (DITRON_WAIT_TIMEOUT)")
     checks = "every call" if settings.check_calls else "first call of each shape"
-    print(f"agree    {checks} checked across ranks (DITRON_CHECK_CALLS)")
+    print(f"agree    {checks} checked across ranks (DITRON_CHECK_CALLS; every call by "
+          f"default with a wait timeout)")
     from ditron.tune import cache
 
     path = os.path.join(cache.cache_dir(), cache.FILE)

@@ -20,12 +20,16 @@ def test_info_reports_versions_and_backend():
     out = _run("info", "--backend", "cpu")
     assert out.returncode == 0, out.stderr
     assert "triton   3." in out.stdout and "backend  cpu" in out.stdout
-    assert "agree    first call of each shape checked" in out.stdout
+    assert "agree    every call checked across ranks" in out.stdout  # cpu: a wait timeout
     assert "tuned    " in out.stdout and "tune.json (DITRON_CACHE_DIR)" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "ditron", "info", "--backend", "cpu"],
-                         capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "DITRON_CHECK_CALLS": "1"})
-    assert "agree    every call checked across ranks" in out.stdout, out.stderr
+    for env, line in (({"DITRON_CHECK_CALLS": "0"}, "first call of each shape checked"),
+                      ({"DITRON_WAIT_TIMEOUT": "0"}, "first call of each shape checked"),
+                      ({"DITRON_WAIT_TIMEOUT": "0", "DITRON_CHECK_CALLS": "1"},
+                       "every call checked")):
+        out = subprocess.run([sys.executable, "-m", "ditron", "info", "--backend", "cpu"],
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, **env})
+        assert f"agree    {line} across ranks" in out.stdout, (env, out.stdout, out.stderr)
     # the DITRON_* variables of the environment, for bug reports
     quiet = {k: v for k, v in os.environ.items() if not k.startswith("DITRON_")}
     for extra, line in (({}, "env      no DITRON_* variable set"),

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import torch
 
 from ..kernels import fused_collective as kfc
-from ..runtime.agreement import agree, refused_together, share_agreed
+from ..runtime.agreement import agree, checks_every_call, refused_together, share_agreed
 from ..runtime.dtypes import carried, check_moved, check_reduced, moved_as, reduction, viewed
 from ..runtime.integers import as_int
 from ..runtime.tensor_spans import spans_overlap
@@ -653,7 +653,7 @@ def _refused_all_to_all(splits: bool) -> refused_together:
     agreed shapes are the same on every rank), and, as far as this rank can tell, where it
     gave splits itself (ranks usually all do or all don't)."""
     rt = current()
-    peers = rt.world.world_size > 1 and (rt.settings.check_calls or splits
+    peers = rt.world.world_size > 1 and (checks_every_call() or splits
                                          or not rt.cache.get("all_to_all_even"))
     return refused_together("ditron.ops.all_to_all", peers)
 
@@ -683,7 +683,7 @@ def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
     even_key = ("all_to_all even", tuple(x.shape), dtype, eng)
     agreed_even = rt.cache.setdefault("all_to_all_even", set())
     no_splits = in_splits is None and out_splits is None
-    if no_splits and even_key in agreed_even and not rt.settings.check_calls:
+    if no_splits and even_key in agreed_even and not checks_every_call():
         # no rank gave splits at this shape before: no host round trip. (Even splits given
         # are gathered: a peer may give uneven ones in the same call.)
         matrix, given = [ins] * w, [None] * w
@@ -696,7 +696,7 @@ def _all_to_all(x: torch.Tensor, in_splits: Sequence[int] | None,
             rows = ", ".join(f"rank {r}: {sum(m)}" for r, m in enumerate(matrix))
             raise ValueError(f"ditron.ops.{op}: ranks disagree on the call (no splits given, "
                              f"but x's rows differ: {rows})")
-        if all(k == _NO_SPLITS for k in kinds) and same and not rt.settings.check_calls:
+        if all(k == _NO_SPLITS for k in kinds) and same and not checks_every_call():
             # no rank gave splits: later calls without splits at this shape skip the host
             # round trip, on every rank at once
             agreed_even.add(even_key)

@@ -65,7 +65,7 @@ from ..plan import deps as plan_deps
 from ..plan import ir as plan_ir
 from ..plan import lowering, templates
 from ..runtime import bounded_cache
-from ..runtime.agreement import agree, rank0_decides, refused_together
+from ..runtime.agreement import agree, checks_every_call, rank0_decides, refused_together
 from ..runtime.diagnostics import check_waits
 from ..runtime.grid_math import cdiv
 from ..runtime.integers import as_int, check_int
@@ -101,7 +101,6 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str,
     other arguments; returns its result), and the ranks' agreement on the call. A rank that
     refuses its arguments tells its peers in that agreement's gather
     (``runtime.agreement.refused_together``), so they raise too instead of waiting."""
-    rt = current()
     # a call like one already validated (every check below depends only on this) returns
     # at once: the checks cost ~15 us of host time per call on GPU hosts
     seen = (op, method, a.shape, b.shape, a.dtype, b.dtype, a.device, b.device) \
@@ -113,7 +112,7 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str,
             # unhashable TypeError on its rank alone, leaving the peers waiting
             raise TypeError(f"ditron.ops.{op}: config must be a ditron.kernels.gemm."
                             f"GemmConfig or None, got {type(config).__name__}")
-        if shapes.get(("valid", seen)) and not rt.settings.check_calls:
+        if shapes.get(("valid", seen)) and not checks_every_call():
             return None if options is None else options()
         _check_operands(op, a, b, method)
         got = None if options is None else options()

@@ -47,8 +47,9 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     on every call). A rank that then repeats an agreed call while another makes a
     new one is not caught there (the first skips the gather the second waits in, or, where
     both signatures were agreed before, neither gathers and the op moves mismatched data),
-    unless ``DITRON_CHECK_CALLS=1`` gathers on every call; if the first then reaches
-    another call's gather, both ranks raise, naming the calls each was in.
+    unless ``DITRON_CHECK_CALLS`` (debug mode's default) gathers on every call; if the
+    first then reaches another call's gather, both ranks raise, naming the calls each
+    was in.
     """
     rt = current()
     if rt.world.world_size == 1:
@@ -56,10 +57,11 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     values = tuple(fields.values())
     key = (what, tuple(fields), values)
     agreed = bounded_cache.named(_AGREED)
-    remember = remember and not rt.settings.check_calls
     if remember:
         try:
-            if agreed.get(key):
+            # with every call checked, still remembered: a call that torch.compile traces
+            # finds it (it cannot gather)
+            if agreed.get(key) and not checks_every_call():
                 return
         except TypeError as exc:  # unhashable: named here, not as a bare TypeError
             raise TypeError(f"{what}: the fields of an agreed call must be hashable "
@@ -121,6 +123,13 @@ def raise_together(what: str, problem: str | None) -> None:
         raise _told(ValueError(f"{what}:\n{lines}"))
 
 
+def checks_every_call() -> bool:
+    """Whether :func:`agree` gathers on every call, not only on a signature's first:
+    ``DITRON_CHECK_CALLS`` (on by default in debug mode), except while ``torch.compile``
+    traces (a gather cannot be traced; the compiled code runs without host checks)."""
+    return current().settings.check_calls and not torch.compiler.is_compiling()
+
+
 def checking_data() -> bool:
     """Whether the calls that check their data on the host (:func:`raise_together`, one
     gather of every rank on every call: MoE's expert ids, a device all-to-all's
@@ -132,15 +141,15 @@ def checking_data() -> bool:
 
 def peers_gather(what: str, checks_data: bool = False) -> bool:
     """Whether the peers of a rank that refuses the arguments of a call ``what`` are (as
-    far as it can tell) in one of that call's gathers: with ``DITRON_CHECK_CALLS=1``,
-    where no call of ``what`` has been agreed yet (the agreed signatures are the same on
-    every rank), or, for a call that ``checks_data`` after its agreement, while
-    :func:`checking_data`. After an agreed call the peers may otherwise repeat it without
-    a gather."""
+    far as it can tell) in one of that call's gathers: with ``DITRON_CHECK_CALLS`` (on
+    by default in debug mode), where no call of ``what`` has been agreed yet (the agreed
+    signatures are the same on every rank), or, for a call that ``checks_data`` after its
+    agreement, while :func:`checking_data`. After an agreed call the peers may otherwise
+    repeat it without a gather."""
     rt = current()
     if rt.world.world_size == 1:
         return False
-    return rt.settings.check_calls or checks_data and checking_data() or not any(
+    return checks_every_call() or checks_data and checking_data() or not any(
         key[0] == what for key in bounded_cache.named(_AGREED).keys())
 
 

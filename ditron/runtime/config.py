@@ -11,8 +11,10 @@
   timeout, start-up (spawn, CUDA context, rendezvous) is bounded separately by
   ``max(timeout, 300 s)``; without one, it is not bounded either.
 - ``DITRON_CHECK_CALLS``: check on every collective call that the ranks agree on it (one
-  host gather per call), not only on the first call of each signature; off. For debugging
-  a rank whose shapes change without the others' (``runtime/agreement.py``).
+  host gather per call), not only on the first call of each signature; by default on in
+  debug mode (a wait timeout at ``init``: the CPU backend's default), off otherwise.
+  It catches a rank whose shapes change without the others', or that refuses its
+  arguments alone (``runtime/agreement.py``).
 """
 
 from __future__ import annotations
@@ -145,6 +147,8 @@ class Settings:
     local_world_size: int | None = None
     poison: bool = False
     launch_timeout: float = 0.0
+    #: compare every collective call across ranks, not only each new signature
+    #: (``DITRON_CHECK_CALLS``; by default on in debug mode, ``wait_timeout > 0``)
     check_calls: bool = False
 
     @classmethod
@@ -172,15 +176,16 @@ class Settings:
             heap_size = parse_bytes(heap)
         except ValueError as e:
             raise SettingsError(f"{heap_src}: {e}") from None
+        wait_timeout = _seconds(timeout, timeout_src)
         return cls(
             backend=backend,
             heap_size=heap_size,
-            wait_timeout=_seconds(timeout, timeout_src),
+            wait_timeout=wait_timeout,
             local_world_size=None if lws is None else _positive_int(lws, lws_src),
             poison=env_flag("DITRON_POISON"),
             launch_timeout=_seconds(env.get("DITRON_LAUNCH_TIMEOUT") or "0",
                                     "DITRON_LAUNCH_TIMEOUT"),
-            check_calls=env_flag("DITRON_CHECK_CALLS"),
+            check_calls=env_flag("DITRON_CHECK_CALLS", default=wait_timeout > 0),
         )
 
 

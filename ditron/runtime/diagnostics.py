@@ -24,9 +24,10 @@ class WaitTimeoutError(RuntimeError):
         self.timeout = timeout
         super().__init__(
             f"rank {rank}: wait on signal {signal} timed out after about {timeout:g} s: "
-            f"expected >= {expected}, saw {seen}. A peer never notified it: check that every "
-            f"rank makes the same collective calls in the same order (DITRON_CHECK_CALLS=1 "
-            f"compares every call's shapes across ranks).")
+            f"expected >= {expected}, saw {seen}. Nobody raised it (a peer, or this rank "
+            f"itself for its own chunks): check that every "
+            f"rank makes the same collective calls in the same order (DITRON_CHECK_CALLS=1, "
+            f"the default with a wait timeout, compares every call's shapes across ranks).")
 
     def __reduce__(self):
         return type(self), (self.rank, self.signal, self.expected, self.seen, self.timeout)

@@ -395,17 +395,19 @@ def _rendezvous() -> str:
 def _check_new_world(host_group, world_size: int, settings: Settings | None,
                      lws: int | None = None, problem: str | None = None) -> None:
     """Raise on every rank of a new world whose ranks ask for different backends, heap
-    sizes or wait timeouts, or count different ranks per node (``ValueError``: before any
-    heap is mapped, where buffers placed from the top, the barrier's pad first, would get
-    different offsets, or a rank without a timeout would wait for ever for a peer whose
-    wait gave up), or where a rank could not join it (``RuntimeError`` naming its error:
-    ``problem``, given on that rank, which takes no settings then and raises nothing here)."""
+    sizes, wait timeouts or call checks, or count different ranks per node (``ValueError``:
+    before any heap is mapped, where buffers placed from the top, the barrier's pad first,
+    would get different offsets, a rank without a timeout would wait for ever for a peer
+    whose wait gave up, or one checking every call for a peer that checks only new ones),
+    or where a rank could not join it (``RuntimeError`` naming its error: ``problem``,
+    given on that rank, which takes no settings then and raises nothing here)."""
     if world_size == 1:
         return
     what = "ditron.init"
-    names = ("backend", "heap_size", "wait_timeout", "local_world_size")
+    names = ("backend", "heap_size", "wait_timeout", "check_calls", "local_world_size")
     values = ((None,) * len(names) if settings is None else
-              (settings.backend, settings.heap_size, settings.wait_timeout, lws))
+              (settings.backend, settings.heap_size, settings.wait_timeout,
+               settings.check_calls, lws))
     rows = host_rows.exchange(host_group, what, (*names, "problem"), (*values, problem),
                               host_rows.OK if problem is None else host_rows.REFUSED)
     if rows.calls is None or problem is not None:
@@ -423,8 +425,9 @@ def _check_new_world(host_group, world_size: int, settings: Settings | None,
     from .agreement import disagreement  # agreement -> world
 
     raise ValueError(disagreement(what, names, [c[2][:-1] for c in rows.calls]) +
-                     "\n(every rank of a world needs the same backend, DITRON_HEAP_SIZE and "
-                     "DITRON_WAIT_TIMEOUT or init's keywords, and the same ranks per node)")
+                     "\n(every rank of a world needs the same backend, DITRON_HEAP_SIZE, "
+                     "DITRON_WAIT_TIMEOUT and DITRON_CHECK_CALLS or init's keywords, and the "
+                     "same ranks per node)")
 
 
 def shutdown() -> None:

@@ -7,11 +7,11 @@ symmetric ``out`` on one rank only) get correct results.
 
 Every op of ``ditron.ops`` (collectives, all_to_all with and without splits, the TP
 GEMMs, the MoE dispatch and combine), world sizes 2 and 3, the bad rank first, middle and
-last. With ``DITRON_CHECK_CALLS=1`` every call is checked, so the cases run in one
-launch per world size, one after another; by default a rank refusing its arguments tells
-its peers only while no call of the op has been agreed (afterwards they may repeat an
-agreed call without a host gather: ``runtime/agreement.py``), which the first-call test
-covers.
+last. In debug mode (a wait timeout) every call is checked by default
+(``DITRON_CHECK_CALLS``), so the cases run in one launch per world size, one after
+another; with ``DITRON_CHECK_CALLS=0`` a rank refusing its arguments tells its peers only
+while no call of the op has been agreed (afterwards they may repeat an agreed call without
+a host gather: ``runtime/agreement.py``), which the first-call test covers.
 Inputs are seeded: every rank can compute every rank's input, and so the references."""
 
 from __future__ import annotations
@@ -281,10 +281,12 @@ def _every_other_case(first: int) -> int:
 
 @pytest.mark.parametrize(("world_size", "first"), [(2, 0), (3, 1)])
 def test_one_rank_bad_input_raises_on_every_rank(world_size, first, monkeypatch):
-    """Every call checked (``DITRON_CHECK_CALLS=1``): the cases (half of them at each
-    world size, so that each op runs at both) one after another on one world, each
-    followed by a good call."""
-    monkeypatch.setenv("DITRON_CHECK_CALLS", "1")
+    """Every call checked (debug mode's default, ``DITRON_CHECK_CALLS`` unset): the cases
+    (half of them at each world size, so that each op runs at both) one after another on
+    one world, each followed by a good call: a rank refusing a repeated call's arguments
+    tells its peers (they raised nothing and paired their call with its next one, or
+    waited, while only a signature's first call was checked in debug mode)."""
+    monkeypatch.delenv("DITRON_CHECK_CALLS", raising=False)
     monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "20")
     monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "120")
     counts = ditron.launch(_every_other_case, world_size, first)

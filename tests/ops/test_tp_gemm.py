@@ -1228,7 +1228,10 @@ def _pull_flags_case(m: int, K: int, N: int, reps: int) -> list[tuple[bool, int]
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_graph_safe_pulled_gemm_rs_with_flags(backend, world_size):
+def test_graph_safe_pulled_gemm_rs_with_flags(backend, world_size, monkeypatch):
+    # rank 0 alone repeats the agreed call after the failure (refused before it moves
+    # anything); checking every call, it would wait for its peers in the agreement
+    monkeypatch.setenv("DITRON_CHECK_CALLS", "0")
     assert ditron.launch(_pull_flags_case, world_size, 11, 16, 24, 8,
                          backend=backend) == [[(True, 0)] * 10] * world_size
 

@@ -438,13 +438,15 @@ def _different_heap_sizes() -> str:
     return str(info.value)
 
 
-def test_ranks_asking_for_different_heap_sizes_are_refused_at_init():
+def test_ranks_asking_for_different_heap_sizes_are_refused_at_init(monkeypatch):
+    monkeypatch.delenv("DITRON_CHECK_CALLS", raising=False)  # on: cpu waits time out
     results = ditron.launch(_different_heap_sizes, 3, backend="cpu")
     assert results[2] == "outside"
     for r in (0, 1):
         assert results[r].startswith("ditron.init: ranks disagree on the call (heap_size "
                                      "differs):\n  rank 0: backend='cpu', heap_size=1048576, "
-                                     "wait_timeout=120.0, local_world_size=2\n  rank 1: "
+                                     "wait_timeout=120.0, check_calls=True, local_world_size=2\n"
+                                     "  rank 1: "
                                      "backend='cpu', heap_size=2097152"), results
 
 

@@ -148,23 +148,30 @@ def test_a_rank_that_cannot_join_the_callers_group_world_is_named_by_its_peers(
                                       + cause), message
 
 
+@pytest.mark.parametrize(("env", "differ", "timeout", "checks"), [
+    ({"DITRON_WAIT_TIMEOUT": "0"}, "wait_timeout, check_calls differ", 0.0, False),
+    ({"DITRON_CHECK_CALLS": "0"}, "check_calls differs", 120.0, False),
+])
 @pytest.mark.parametrize("owner", ["init", "caller"])
-def test_ranks_with_different_wait_timeouts_are_refused(owner, tmp_path, monkeypatch):
+def test_ranks_with_different_debug_settings_are_refused(owner, env, differ, timeout, checks,
+                                                         tmp_path, monkeypatch):
     """A rank without a wait timeout (``DITRON_WAIT_TIMEOUT=0``) among ranks with one made
-    a world in which it would wait for ever for a peer whose own wait had given up."""
+    a world in which it would wait for ever for a peer whose own wait had given up; one
+    checking only new call signatures (``DITRON_CHECK_CALLS=0``, or no timeout: debug mode
+    checks every call) skips the host gathers in which its peers wait for it."""
     monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")
     monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "120")
+    monkeypatch.delenv("DITRON_CHECK_CALLS", raising=False)
     caller = f"file://{tmp_path / 'group'}" if owner == "caller" else None
-    got = ditron.launch(_init_with_env_on, 2, 1, {"DITRON_WAIT_TIMEOUT": "0"}, caller,
-                        backend="cpu")
+    got = ditron.launch(_init_with_env_on, 2, 1, env, caller, backend="cpu")
     for message, gathered in got:
         assert gathered == [0.0, 0.0, 1.0, 1.0]
-        assert message == ("ValueError: ditron.init: ranks disagree on the call (wait_timeout "
-                           "differs):\n"
+        assert message == (f"ValueError: ditron.init: ranks disagree on the call ({differ}):\n"
                            "  rank 0: backend='cpu', heap_size=1073741824, wait_timeout=120.0, "
+                           "check_calls=True, local_world_size=2\n"
+                           "  rank 1: backend='cpu', heap_size=1073741824, "
+                           f"wait_timeout={timeout!r}, check_calls={checks!r}, "
                            "local_world_size=2\n"
-                           "  rank 1: backend='cpu', heap_size=1073741824, wait_timeout=0.0, "
-                           "local_world_size=2\n"
-                           "(every rank of a world needs the same backend, DITRON_HEAP_SIZE "
-                           "and DITRON_WAIT_TIMEOUT or init's keywords, and the same ranks "
-                           "per node)"), message
+                           "(every rank of a world needs the same backend, DITRON_HEAP_SIZE, "
+                           "DITRON_WAIT_TIMEOUT and DITRON_CHECK_CALLS or init's keywords, and "
+                           "the same ranks per node)"), message

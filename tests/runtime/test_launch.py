@@ -279,7 +279,7 @@ def test_env_flags_read_one_way(value, on, monkeypatch):
     monkeypatch.setenv("DITRON_CHECK_CALLS", value)
     monkeypatch.setenv("DITRON_POISON", value)
     assert env_flag("DITRON_CHECK_CALLS") is on
-    settings = Settings.from_env("cpu")
+    settings = Settings.from_env("cpu", wait_timeout=0)  # no debug mode: off by default
     assert settings.check_calls is on and settings.poison is on
 
 

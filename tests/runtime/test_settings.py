@@ -100,6 +100,22 @@ def test_settings_read_from_variables_and_keywords(monkeypatch):
     assert (s.heap_size, s.wait_timeout, s.local_world_size) == (1 << 30, 0.0, 4)
 
 
+@pytest.mark.parametrize(("value", "timeout", "checks"), [
+    ("", "120", True), ("", "0", False), ("0", "120", False), ("1", "0", True)])
+def test_every_call_is_checked_in_debug_mode_unless_told(value, timeout, checks, monkeypatch):
+    """``DITRON_CHECK_CALLS`` unset: on where waits time out (debug mode, the CPU
+    backend's default), so that a rank refusing a repeated call's arguments tells its
+    peers; either value given wins."""
+    from ditron.runtime.config import Settings
+
+    monkeypatch.setenv("DITRON_CHECK_CALLS", value)
+    monkeypatch.setenv("DITRON_WAIT_TIMEOUT", timeout)
+    assert Settings.from_env("cpu").check_calls is checks
+    monkeypatch.delenv("DITRON_WAIT_TIMEOUT")
+    assert Settings.from_env("cpu").check_calls is (checks if value else True)  # cpu: 120 s
+    assert Settings.from_env("cpu", wait_timeout=float(timeout)).check_calls is checks
+
+
 @pytest.mark.parametrize("var, value, words", [
     ("DITRON_FUSED_BLOCK", "4k", "DITRON_FUSED_BLOCK must be an integer >= 0, got '4k'"),
     ("DITRON_PULL_CHUNK_BYTES", "-1", "DITRON_PULL_CHUNK_BYTES must be an integer >= 0"),
