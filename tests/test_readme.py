@@ -1,6 +1,7 @@
-"""README's first kernel, docs/moe.md's Mixtral block, docs/tp_gemm.md's worked example
-and docs/megakernel.md's examples run as printed (as scripts, on the backend under test;
-a fragment with the names it uses defined around it)."""
+"""README's first kernel and overlapped ops, docs/developing.md's ring, docs/moe.md's
+examples, docs/tp_gemm.md's ops, worked example and kernel of one's own, docs/collectives.md's
+inbox consumer and docs/megakernel.md's examples run as printed (as scripts, on the backend
+under test; a fragment with the names it uses defined around it)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,38 @@ def _run_section(page: str, heading: str, tmp_path: Path, backend: str, before: 
     code = re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
     return _run_script(textwrap.dedent(before) + code + textwrap.dedent(after), tmp_path,
                        backend)
+
+
+def _run_in_main(page: str, heading: str, tmp_path: Path, backend: str, setup: str,
+                 check: str, world_size: int = 2):
+    """The first Python block after ``heading`` in ``page`` as the body of a ``main`` run on
+    ``world_size`` ranks: after ``setup`` (the names the fragment uses), before ``check``
+    (which returns what ``main`` does); the result by rank."""
+    text = (ROOT / page).read_text()
+    start = text.index(heading)
+    block = re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+    # a block's own imports make ``torch`` and ``ditron`` local names of main: bound first
+    script = (_PRELUDE + "\ndef main():\n    import torch, ditron\n"
+              + textwrap.indent(textwrap.dedent(setup), "    ")
+              + textwrap.indent(block, "    ") + textwrap.indent(textwrap.dedent(check), "    ")
+              + f"\nif __name__ == '__main__':\n    print(ditron.launch(main, {world_size}))\n")
+    return _run_script(script, tmp_path, backend)
+
+
+#: torch references of the collectives, for the fragments run by :func:`_run_in_main`
+_PRELUDE = textwrap.dedent("""
+import torch, torch.distributed as dist, ditron
+
+def gathered(t, dim=0):
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t)
+    return torch.cat(parts, dim)
+
+def all_reduced(t):
+    t = t.clone()
+    dist.all_reduce(t)
+    return t
+""")
 
 
 def _run_script(code: str, tmp_path: Path, backend: str):
@@ -193,3 +226,151 @@ def test_readme_overlapped_ops(tmp_path, backend):
     """), "    ") + "\nif __name__ == '__main__':\n    print(ditron.launch(main, 2))\n"
     got = _run_script(script, tmp_path, backend)
     assert len(got) == 2 and max(max(errs) for errs in got) < 1e-4, got
+
+
+def test_developing_ring(tmp_path, backend):
+    """docs/developing.md's ring kernel with the host side its text gives: every rank reads
+    its left neighbour's data, over repeated calls."""
+    driver = """
+
+    def main(N=16):
+        import torch
+        w = ditron.world()
+        buf = ditron.zeros((2 * N,), torch.float32)
+        pad = ditron.signal_pad("ring", 1)
+        got = []
+        for call in range(3):
+            buf[:N] = torch.arange(N) + 100 * w.rank + call
+            ditron.barrier()
+            ring[(1,)](buf, pad.signals, pad.next_epoch(), N, ditron.context())
+            ditron.check_waits()
+            got.append(buf[N:].tolist())
+            ditron.barrier()  # read before the left neighbour's next store
+        return got
+
+    if __name__ == "__main__":
+        print(ditron.launch(main, 3))
+    """
+    got = _run_section("docs/developing.md", "## Writing a kernel that reaches other ranks",
+                       tmp_path, backend, after=driver)
+    assert got == [[[float(i + 100 * ((r - 1) % 3) + call) for i in range(16)]
+                    for call in range(3)] for r in range(3)], got
+
+
+def test_tp_gemm_doc_ops(tmp_path, backend):
+    """docs/tp_gemm.md's first block: the three ops and ``return_gathered`` equal their torch
+    references on three ranks."""
+    setup = """
+    wd = ditron.world()
+    W = wd.world_size
+    torch.manual_seed(0)  # the same weights on every rank
+    w, w2 = torch.randn(12, 16, device=wd.device), torch.randn(10, 16, device=wd.device)
+    torch.manual_seed(1 + wd.rank)
+    x_shard, h = torch.randn(5, 16, device=wd.device), torch.randn(2 * W, 16, device=wd.device)
+    """
+    check = """
+    ref = all_reduced(h @ w2.t())
+    return [(c - gathered(x_shard) @ w.t()).abs().max().item(),
+            (x_full - gathered(x_shard)).abs().max().item(),
+            (y - ref.chunk(W)[wd.rank]).abs().max().item(), (z - ref).abs().max().item()]
+    """
+    got = _run_in_main("docs/tp_gemm.md", "# Overlapped tensor-parallel GEMMs", tmp_path,
+                       backend, setup, check, world_size=3)
+    assert len(got) == 3 and max(max(errs) for errs in got) < 1e-4, got
+
+
+def test_tp_gemm_doc_own_kernel(tmp_path, backend):
+    """docs/tp_gemm.md's kernel of one's own on the plan: the all-gather + RMS norm equals
+    torch's on three ranks, rows per rank not filling a block, calls back to back (the
+    shards' turns), without the heap growing after the second call."""
+    driver = """
+
+    def main():
+        import torch.distributed as dist
+        w = ditron.world()
+        errs, used = [], []
+        for call in range(4):
+            torch.manual_seed(10 * call + w.rank)
+            a = torch.randn(5, 24, device=w.device)
+            parts = [torch.empty_like(a) for _ in range(w.world_size)]
+            dist.all_gather(parts, a)
+            full = torch.cat(parts)
+            ref = full * torch.rsqrt(full.pow(2).mean(-1, keepdim=True) + 1e-6)
+            errs.append((ag_rms_norm(a) - ref).abs().max().item())
+            used.append(ditron.runtime.world.current().heap.used_bytes)
+        return max(errs), used[1:] == [used[1]] * 3
+
+    if __name__ == "__main__":
+        print(ditron.launch(main, 3))
+    """
+    got = _run_section("docs/tp_gemm.md", "The same plan drives a Triton kernel of your own",
+                       tmp_path, backend, after=driver)
+    assert len(got) == 3 and all(err < 1e-5 and flat for err, flat in got), got
+
+
+def test_moe_doc_layer(tmp_path, backend):
+    """docs/moe.md's first block (GELU experts, ``rows_per_group``) equals the experts
+    applied token by token, weighted by the router."""
+    setup = """
+    wd = ditron.world()
+    W = wd.world_size
+    T, H, F, E, k = 6, 16, 24, 2 * W, 2
+    torch.manual_seed(1 + wd.rank)
+    x = torch.randn(T, H, device=wd.device)
+    topk_ids = torch.randint(0, E, (T, k), device=wd.device)
+    topk_weights = torch.rand(T, k, device=wd.device)
+    w1 = torch.randn(E // W, H, F, device=wd.device)
+    w2 = torch.randn(E // W, F, H, device=wd.device)
+    """
+    check = """
+    w1s, w2s = gathered(w1), gathered(w2)  # every expert, in expert order
+    ref = sum(topk_weights[:, j, None] * torch.stack(
+        [torch.nn.functional.gelu(t @ w1s[e]) @ w2s[e] for t, e in zip(x, topk_ids[:, j])])
+        for j in range(k))
+    return (out - ref).abs().max().item() / ref.abs().max().item()
+    """
+    got = _run_in_main("docs/moe.md", "# Expert parallelism", tmp_path, backend, setup, check)
+    assert len(got) == 2 and max(got) < 1e-5, got
+
+
+def test_collectives_doc_inbox(tmp_path, backend):
+    """docs/collectives.md's ``all_to_all_inbox`` block, its consumer reading the rows where
+    the comments say: the rows of ``all_to_all_device``, over repeated calls (the halves)."""
+    setup = """
+    wd = ditron.world()
+    W, me = wd.world_size, wd.rank
+    torch.manual_seed(me)
+    y = torch.randn(7, 4, device=wd.device)
+    idx = torch.randperm(7, device=wd.device)
+    cuts = sorted(torch.randint(0, 8, (W - 1,)).tolist())
+    splits = torch.tensor([b - a for a, b in zip([0] + cuts, cuts + [7])], device=wd.device)
+    cap = 7 * W
+    ref, ref_splits = ditron.ops.all_to_all_device(y, splits, cap, send_index=idx)
+    n = int(ref_splits.sum())
+
+    def my_kernel(rows, first, in_splits, y):  # the rows in source order, as the comments say
+        f, sp, parts = int(first), in_splits.tolist(), []
+        for q in range(W):
+            if q == me:
+                s = int(splits[:me].sum())
+                parts.append(y[idx[s:s + sp[q]]])
+            else:
+                parts.append(rows[f + sum(sp[:q]):f + sum(sp[:q]) + sp[q]])
+        return torch.cat(parts)
+
+    errs = []
+    for _ in range(3):
+    """
+    check = """
+        errs.append((out - ref[:n]).abs().max().item() if n else 0.0)
+    return max(errs)
+    """
+    text = (ROOT / "docs/collectives.md").read_text()
+    block = re.search(r"```python\n(with ditron\.ops\.all_to_all_inbox.*?)```", text,
+                      re.S).group(1)
+    script = (_PRELUDE + "\ndef main():\n" + textwrap.indent(textwrap.dedent(setup), "    ")
+              + textwrap.indent(block, "        ")
+              + textwrap.indent(textwrap.dedent(check), "    ")
+              + "\nif __name__ == '__main__':\n    print(ditron.launch(main, 3))\n")
+    got = _run_script(script, tmp_path, backend)
+    assert got == [0.0, 0.0, 0.0], got

@@ -1,5 +1,6 @@
 """The worked overlapped op of docs/tp_gemm.md runs as printed and equals all-gather + matmul
-on 1-3 ranks, with rows per rank that do not fill a tile, over repeated calls."""
+on 1-3 ranks, with rows per rank that do not fill a tile, over calls back to back, without
+the heap growing after its second call."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import ditron
+from ditron.runtime.world import current
 
 from .poison import poison_empty
-from .test_tp_gemm import _close, _gather, _host_group
+from .test_tp_gemm import _close, _gather
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "tp_gemm.md"
 
@@ -32,15 +33,21 @@ def _example_case(code: str, m: int, K: int, N: int, calls: int) -> int:
     scope: dict = {}
     exec(compile(code, str(DOC), "exec"), scope)  # the doc's imports and my_ag_gemm
     w = ditron.world()
+    cases = []
     for call in range(calls):
         torch.manual_seed(100 * call + w.rank)
         a = torch.randn(m, K).to(w.device)
         torch.manual_seed(100 * call + 99)  # the same weight on every rank
         b = torch.randn(N, K).to(w.device).t()  # a transposed linear weight
-        _close(f"call {call}", scope["my_ag_gemm"](a, b), _gather(a).double() @ b.double(),
-               torch.float32)
-        # the doc's caveat: a slow peer may still read this call's shard
-        dist.barrier(group=_host_group())
+        cases.append((a, b, _gather(a).double() @ b.double()))
+    used, outs = [], []
+    for a, b, _ in cases:  # back to back: no host collective between the calls
+        outs.append(scope["my_ag_gemm"](a, b))
+        used.append(current().heap.used_bytes)
+    for call, ((_, _, ref), out) in enumerate(zip(cases, outs, strict=True)):
+        _close(f"call {call}", out, ref, torch.float32)
+    # the shards take turns over two buffers: a call allocates nothing after the second
+    assert used[1:] == [used[1]] * (calls - 1), f"heap bytes used after each call: {used}"
     return calls
 
 
@@ -48,5 +55,25 @@ def _example_case(code: str, m: int, K: int, N: int, calls: int) -> int:
 def test_tp_gemm_docs_example(world_size, backend):
     code = _example()
     assert "def my_ag_gemm(a, b):" in code
-    assert ditron.launch(_example_case, world_size, code, 37, 48, 40, 3,
-                         backend=backend) == [3] * world_size
+    assert ditron.launch(_example_case, world_size, code, 37, 48, 40, 4,
+                         backend=backend) == [4] * world_size
+
+
+def _mismatched_case(code: str) -> str:
+    scope: dict = {}
+    exec(compile(code, str(DOC), "exec"), scope)
+    w = ditron.world()
+    a = torch.randn(4 + w.rank, 16).to(w.device)  # rank 1 passes one row more
+    try:
+        scope["my_ag_gemm"](a, torch.randn(16, 8).to(w.device))
+    except ValueError as exc:
+        return str(exc)
+    return "returned"
+
+
+def test_tp_gemm_docs_example_refuses_mismatched_shapes(backend):
+    """The example's ``agree``: ranks calling with different shapes raise ``ValueError`` on
+    every rank, naming the shapes, before any rank waits for rows."""
+    got = ditron.launch(_mismatched_case, 2, _example(), backend=backend)
+    assert all("my_ag_gemm" in msg and "(4, 16)" in msg and "(5, 16)" in msg
+               for msg in got), got
