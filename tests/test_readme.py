@@ -175,18 +175,9 @@ def test_readme_overlapped_ops(tmp_path, backend):
     section = section[:section.index("\n## ")]
     ops, layers, moe = (textwrap.indent(block, "    ") for block in
                         re.findall(r"```python\n(.*?)```", section, re.S))
-    script = textwrap.dedent("""
-    import torch, torch.distributed as dist, ditron
-
-    def gathered(t, dim=0):
-        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, t)
-        return torch.cat(parts, dim)
-
+    script = _PRELUDE + textwrap.dedent("""
     def scattered(t):
-        t = t.clone()
-        dist.all_reduce(t)
-        return t.chunk(dist.get_world_size())[dist.get_rank()]
+        return all_reduced(t).chunk(dist.get_world_size())[dist.get_rank()]
 
     def inputs():
         wd = ditron.world()
