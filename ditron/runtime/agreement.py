@@ -49,18 +49,17 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     both signatures were agreed before, neither gathers and the op moves mismatched data),
     unless ``DITRON_CHECK_CALLS`` (debug mode's default) gathers on every call; if the
     first then reaches another call's gather, both ranks raise, naming the calls each
-    was in.
+    was in. Nothing is checked while ``torch.compile`` traces (a trace cannot gather; the
+    compiled code runs without host checks).
     """
     rt = current()
-    if rt.world.world_size == 1:
-        return
+    if rt.world.world_size == 1 or torch.compiler.is_compiling():
+        return  # a trace cannot gather: the compiled code runs without host checks
     values = tuple(fields.values())
     key = (what, tuple(fields), values)
     agreed = bounded_cache.named(_AGREED)
     if remember:
         try:
-            # with every call checked, still remembered: a call that torch.compile traces
-            # finds it (it cannot gather)
             if agreed.get(key) and not checks_every_call():
                 return
         except TypeError as exc:  # unhashable: named here, not as a bare TypeError
