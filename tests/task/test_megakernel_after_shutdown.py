@@ -44,7 +44,7 @@ def _check(mk, src, out, call: int) -> None:
     src.copy_(torch.randn(src.numel(), generator=torch.Generator().manual_seed(
         10 * call + w.rank)))
     expected = 2 * torch.randn(src.numel(), generator=torch.Generator().manual_seed(
-        10 * call + left))
+        10 * call + left)).to(out.device)
     out.fill_(float("nan"))
     mk()
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
@@ -54,10 +54,11 @@ def _called_after_shutdown() -> list[str]:
     """Shut down and ``init`` again: the old megakernel is refused (its heap, scoreboard and
     wait diagnostics are the old world's), a new compile runs; with no world at all it is
     refused too, and freeing it does nothing."""
+    backend = ditron.world().backend
     mk, src, out = _ring()
     _check(mk, src, out, 0)
     ditron.shutdown()
-    ditron.init("cpu")
+    ditron.init(backend)
     errors = []
     with pytest.raises(RuntimeError) as info:
         mk()
@@ -71,7 +72,7 @@ def _called_after_shutdown() -> list[str]:
     with pytest.raises(RuntimeError) as info:
         new()
     errors.append(str(info.value))
-    ditron.init("cpu")
+    ditron.init(backend)
     return errors
 
 
@@ -92,7 +93,7 @@ def _timeout_in_another_world() -> str | None:
     the job's world is current: its wait gives up, which the call raises."""
     job = ditron.world()
     me = job.rank
-    ditron.init("cpu", group=[0, 1] if me < 2 else [2])
+    ditron.init(job.backend, group=[0, 1] if me < 2 else [2])
     if me == 2:
         return None
     mk, src, out = _ring()
