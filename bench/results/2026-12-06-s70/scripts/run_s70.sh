@@ -10,6 +10,7 @@ i=0
 for arg in "$@"; do
   i=$((i + 1))
   l=$(( ${DEADLINE_S:-560} - ($(date +%s) - start) ))
+  if (( l < 5 )); then echo "== $i: skipped, the deadline is spent: $arg"; continue; fi
   O=$OUT/s70_${TAG:-}$i; mkdir -p $O
   { cat COMMIT 2>/dev/null; nvidia-smi -L; echo "args: $arg"; } > $O/commit.txt
   extra=()
