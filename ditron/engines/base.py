@@ -58,12 +58,13 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
                    can_wait: bool = False, mapped: bool = True) -> None:
     """Raise ``ValueError`` for a transfer ``engine`` cannot move from ``rank``: a rank
     outside the world, neither side ``rank``'s, (``mapped``: engines that reach the peer's
-    heap) the other side on another node, a signal slot outside its pad, a signal value
-    neither an int64 nor a :class:`DeviceValue`, ``src`` and ``dst`` differing in shape or
-    dtype, (``contiguous``) a side not contiguous, a side that is a conjugate or negative
-    view, a ``dst`` whose elements share memory, ``src`` and ``dst`` of a rank-local
-    transfer partly overlapping, or ``after`` or a device-read signal value where the engine
-    cannot wait (``can_wait``). Engines check every transfer of a batch before moving any."""
+    heap) the other side on another node, a signal or ``after`` pad that was freed
+    (``drop_signal_pad``), a slot outside its pad, a signal value neither an int64 nor a
+    :class:`DeviceValue`, ``src`` and ``dst`` differing in shape or dtype, (``contiguous``)
+    a side not contiguous, a side that is a conjugate or negative view, a ``dst`` whose
+    elements share memory, ``src`` and ``dst`` of a rank-local transfer partly overlapping,
+    or ``after`` or a device-read signal value where the engine cannot wait (``can_wait``).
+    Engines check every transfer of a batch before moving any."""
     rt = current()
     size = rt.world.world_size
     src_rank, dst_rank = t.src_rank, t.dst_rank
@@ -78,10 +79,14 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
     if mapped and rt.heap.mapping.peers[other] is None:
         raise ValueError(f"{engine}: rank {other} is on another node (its heap is not mapped "
                          f"on rank {rank}); use the network engine")
-    if t.signal is not None:
-        _check_slot(t.signal, "signal", engine)
-    if t.after is not None:
-        _check_slot(t.after, "after", engine)
+    for signal, what in ((t.signal, "signal"), (t.after, "after")):
+        if signal is None:
+            continue
+        if signal.pad.freed:
+            raise ValueError(f"{engine}: the {what} pad of a transfer from rank {src_rank} to "
+                             f"rank {dst_rank} must be a live symmetric buffer: it was freed "
+                             f"(drop_signal_pad or free_retired_pads); get the pad again")
+        _check_slot(signal, what, engine)
     if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
         raise ValueError(f"{engine}: src {tuple(t.src.shape)} {t.src.dtype} and dst "
                          f"{tuple(t.dst.shape)} {t.dst.dtype} differ")

@@ -122,14 +122,18 @@ def _skip(skip: object, what: str) -> int:
 
 
 def _check_target(pad: SignalPad, first: int, stop: int, rank: int | None, what: str) -> None:
-    """Raise ``ValueError`` unless slots ``first .. stop - 1`` lie in ``pad`` (a slot past it
-    raised a word of whatever buffer lies beyond, on the peer's heap) and ``rank`` (``None``:
-    no rank) is a rank of the world (a kernel given another one translated its address with
-    whatever word lay beside the heap bases; a stream memory operation counted a negative
-    rank from the end)."""
+    """Raise ``ValueError`` unless ``pad`` is not freed (its memory may hold another buffer),
+    slots ``first .. stop - 1`` lie in it (a slot past it raised a word of whatever buffer
+    lies beyond, on the peer's heap) and ``rank`` (``None``: no rank) is a rank of the world
+    (a kernel given another one translated its address with whatever word lay beside the
+    heap bases; a stream memory operation counted a negative rank from the end)."""
     if type(first) is int and type(stop) is int and 0 <= first and stop <= pad.slots and (
-            rank is None or type(rank) is int and 0 <= rank < current().world.world_size):
+            rank is None or type(rank) is int and 0 <= rank < current().world.world_size
+    ) and not pad.freed:
         return  # the common case, in a few comparisons (hot path)
+    if pad.freed:
+        raise ValueError(f"{what}: the pad was freed (drop_signal_pad or free_retired_pads; "
+                         f"its memory may hold another buffer now); get the pad again")
     lo, hi = as_int(first), as_int(stop)
     if lo is None or hi is None or lo < 0 or hi > pad.slots:
         where = f"slot {first!r}" if lo is None or hi is None or hi - lo == 1 \

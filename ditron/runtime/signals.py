@@ -71,6 +71,9 @@ class SignalPad:
     _addresses: dict = dataclasses.field(default_factory=dict, repr=False)
     #: how many signals (``signals.shape[0]``, kept for the host-side checks of hot paths)
     slots: int = dataclasses.field(init=False)
+    #: set when :func:`drop_signal_pad` or :func:`free_retired_pads` frees the pad: engines
+    #: and ``engines.sync`` then refuse it (its memory may already hold another buffer)
+    freed: bool = dataclasses.field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         t = self.signals
@@ -199,8 +202,13 @@ def free_retired_pads() -> int:
     rt = current()
     retired = rt.cache.pop(_RETIRED, [])
     for _, pad in retired:
-        rt.heap.free(pad.signals)
+        _free(pad)
     return len(retired)
+
+
+def _free(pad: SignalPad) -> None:
+    pad.freed = True
+    current().heap.free(pad.signals)
 
 
 def drop_signal_pad(key: str) -> None:
@@ -214,7 +222,7 @@ def drop_signal_pad(key: str) -> None:
     if len(kept) < len(retired):
         for k, p in retired:
             if k == key:
-                rt.heap.free(p.signals)
+                _free(p)
         rt.cache[_RETIRED] = kept
     if pad is not None:
-        rt.heap.free(pad.signals)
+        _free(pad)

@@ -295,6 +295,56 @@ def test_engines_refuse_a_dropped_signal_pad(backend):
     assert got == [[("copy_engine", 3), ("sm engine", 3), ("tma engine", 3)]] * 2
 
 
+@on_rank_device
+def check_dropped_pad_elsewhere() -> list[str]:
+    """A pad dropped (and one retired, then freed), used through every host-issued signal
+    and as a copy-engine transfer's ``after``: each error's first words. Nothing may be
+    written into the freed blocks, which the next buffers reuse."""
+    from ditron.engines import sync
+    from ditron.runtime.signals import free_retired_pads
+
+    w = ditron.world()
+    me, peer = w.rank, (w.rank + 1) % w.world_size
+    pad = ditron.signal_pad("test_dropped_elsewhere", 2)
+    pad.device_epoch()
+    drop_signal_pad("test_dropped_elsewhere")
+    old = ditron.signal_pad("test_retired_elsewhere", 1)
+    ditron.signal_pad("test_retired_elsewhere", 8)  # replaces (retires) ``old``
+    free_retired_pads()
+    box = ditron.zeros((8,), torch.float32)
+    ditron.barrier()
+    calls = (
+        lambda p: sync.notify_one(p, 0, 5, peer),
+        lambda p: sync.wait_one(p, 0, 5),
+        lambda p: sync.notify_peers(p, 0, 5, range(w.world_size)),
+        lambda p: sync.wait_slots(p, 0, range(0, 1), 5),
+        lambda p: sync.bump_and_notify(p, 0, range(w.world_size)),
+        lambda p: get_engine("copy_engine").issue(
+            [Transfer(torch.ones(8), box, me, peer, after=Signal(p, 0, 1))]),
+    )
+    got = []
+    for p in (pad, old):
+        for call in calls:
+            with pytest.raises(ValueError, match="freed") as info:
+                call(p)
+            got.append(str(info.value).split(":")[0])
+    get_engine("copy_engine").drain()
+    ditron.barrier()
+    assert not box.any()
+    return got
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_host_signals_refuse_a_dropped_pad(backend, world_size):
+    # before: on CUDA every host-issued signal wrote into (or waited on) the freed block
+    # through the pad's cached addresses; the copy engine's CUDA path raised a dropped
+    # pad's slot that way too (its CPU path refused it through ditron.peer)
+    got = ditron.launch(check_dropped_pad_elsewhere, world_size, backend=backend)
+    names = ["notify_one", "wait_one", "notify_peers", "wait_slots", "bump_and_notify",
+             "copy_engine"]
+    assert got == [names * 2] * world_size
+
+
 def check_refusal_names_the_transfer() -> list[str]:
     """A batch whose third transfer is refused, through every engine: each error's
     suffix."""
