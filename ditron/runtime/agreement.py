@@ -58,15 +58,17 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     values = tuple(fields.values())
     key = (what, tuple(fields), values)
     agreed = bounded_cache.named(_AGREED)
+    known = False
     if remember:
         try:
-            if agreed.get(key) and not checks_every_call():
-                return
+            known = agreed.get(key, False)
         except TypeError as exc:  # unhashable: named here, not as a bare TypeError
             raise TypeError(f"{what}: the fields of an agreed call must be hashable "
                             f"(remember=False gathers them on every call): {exc}") from None
+        if known and not checks_every_call():
+            return
     _agreed_rows(what, tuple(fields), values)
-    if remember and _comes_back_equal(key):
+    if remember and not known and _comes_back_equal(key):
         agreed.put(key, True)
 
 
