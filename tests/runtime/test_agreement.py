@@ -169,8 +169,8 @@ def _mixed_checks() -> list[str]:
     """Rank 0 in all_to_all's split gather while the others make all_gather's first check,
     then rank 0 allocating, then deciding for every rank, while the others agree on a call;
     then calls that match."""
-    me = ditron.world().rank
-    x = torch.arange(6.0) + 10 * me
+    me, device = ditron.world().rank, ditron.world().device
+    x = torch.arange(6.0, device=device) + 10 * me
     errors = []
     with pytest.raises(ValueError) as info:
         if me == 0:
@@ -191,7 +191,7 @@ def _mixed_checks() -> list[str]:
             agree("my_op", shape=(4,))
     errors.append(str(info.value))
     got = ditron.ops.all_gather(x)
-    assert torch.equal(got, torch.cat([torch.arange(6.0) + 10 * r
+    assert torch.equal(got, torch.cat([torch.arange(6.0, device=device) + 10 * r
                                        for r in range(ditron.world().world_size)]))
     return errors
 
