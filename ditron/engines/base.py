@@ -55,7 +55,8 @@ class Transfer:
 
 
 def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = False,
-                   can_wait: bool = False, mapped: bool = True) -> None:
+                   can_wait: bool = False, mapped: bool = True,
+                   on_device: bool = False) -> None:
     """Raise ``ValueError`` for a transfer ``engine`` cannot move from ``rank``: a rank
     outside the world, neither side ``rank``'s, (``mapped``: engines that reach the peer's
     heap) the other side on another node, a signal or ``after`` pad that was freed
@@ -63,8 +64,9 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
     :class:`DeviceValue`, ``src`` and ``dst`` differing in shape or dtype, (``contiguous``)
     a side not contiguous, a side that is a conjugate or negative view, a ``dst`` whose
     elements share memory, ``src`` and ``dst`` of a rank-local transfer partly overlapping,
-    or ``after`` or a device-read signal value where the engine cannot wait (``can_wait``).
-    Engines check every transfer of a batch before moving any."""
+    or ``after`` or a device-read signal value where the engine cannot wait (``can_wait``),
+    or (``on_device``: engines whose kernels take raw addresses) a side not on this rank's
+    device. Engines check every transfer of a batch before moving any."""
     rt = current()
     size = rt.world.world_size
     src_rank, dst_rank = t.src_rank, t.dst_rank
@@ -90,6 +92,10 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
     if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
         raise ValueError(f"{engine}: src {tuple(t.src.shape)} {t.src.dtype} and dst "
                          f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
+    if on_device and not (t.src.device == t.dst.device == rt.world.device):
+        raise ValueError(f"{engine}: src and dst must be on this rank's device "
+                         f"{rt.world.device}, got {t.src.device} and {t.dst.device} (its "
+                         f"kernel reads raw addresses); use copy_engine for other memory")
     if contiguous and not (t.src.is_contiguous() and t.dst.is_contiguous()):
         raise ValueError(f"{engine}: src and dst must be contiguous")
     _check_memory(t, engine, None if mapped else rank)

@@ -182,7 +182,7 @@ def _vector(batch: list[Transfer]) -> int:
 
 
 def _check(t: Transfer, rank: int) -> None:
-    check_transfer(t, rank, "sm engine", contiguous=True)
+    check_transfer(t, rank, "sm engine", contiguous=True, on_device=True)
     if t.reduce:
         check_summed("sm engine", t.src.dtype)
     else:

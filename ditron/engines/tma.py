@@ -173,7 +173,7 @@ class TmaEngine(Engine):
 
 
 def _check(t: Transfer, rank: int) -> None:
-    check_transfer(t, rank, "tma engine", contiguous=True)
+    check_transfer(t, rank, "tma engine", contiguous=True, on_device=True)
     if t.reduce:
         raise ValueError("tma engine: cannot reduce; use the sm engine for reducing transfers")
     check_moved("tma engine", t.src.dtype)

@@ -345,6 +345,35 @@ def test_host_signals_refuse_a_dropped_pad(backend, world_size):
     assert got == [names * 2] * world_size
 
 
+def check_off_device_sides() -> list[str]:
+    """A transfer with a side off this rank's device (host memory on a CUDA rank, a meta
+    tensor on a CPU rank) through the sm and tma engines: refused before anything moves
+    (their kernels take raw addresses from a table); the error's first words."""
+    w = ditron.world()
+    me, peer = w.rank, (w.rank + 1) % w.world_size
+    box = ditron.zeros((8,), torch.float32)
+    other = torch.device("cpu" if w.device.type == "cuda" else "meta")
+    ditron.barrier()
+    got = []
+    for name, options in HEAP_ENGINES[1:]:
+        engine = get_engine(name, **options)
+        with pytest.raises(ValueError, match="must be on this rank's device") as info:
+            engine.issue([Transfer(torch.ones(8, device=other), box, me, peer)])
+        got.append(str(info.value).split(":")[0])
+        engine.drain()
+    ditron.barrier()
+    assert not box.any()
+    return got
+
+
+def test_kernel_engines_refuse_sides_off_the_device(backend):
+    # before: on CUDA the sm and tma kernels were handed the host tensor's address in their
+    # table (no launcher check sees it); on CPU a meta tensor failed inside the interpreter
+    # ("Cannot copy out of meta tensor")
+    assert ditron.launch(check_off_device_sides, 2, backend=backend) == [
+        ["sm engine", "tma engine"]] * 2
+
+
 def check_refusal_names_the_transfer() -> list[str]:
     """A batch whose third transfer is refused, through every engine: each error's
     suffix."""
