@@ -72,6 +72,9 @@ class Runtime:
         self.heap_bases = torch.tensor(heap.mapping.bases, dtype=torch.int64, device=world.device)
         self.diag = torch.zeros(DIAG_WORDS, dtype=torch.int64, device=world.device)
         self.wait_timeout = settings.wait_timeout
+        #: whether a context with a wait budget was made: ``check_waits`` reads the record
+        #: while one may have given up, also once the timeout is set back to 0
+        self.timed = settings.wait_timeout > 0
         self.cache: dict = {}  # per-process workspaces keyed by their users (signal pads, ...)
         #: set by ``shutdown``: what holds this runtime past it (a compiled megakernel) refuses
         #: to run on its heap, whose peers and signals are no world's any more
@@ -88,6 +91,7 @@ class Runtime:
         if self.wait_timeout > 0:
             limit = int(min(self.wait_timeout * self.backend.polls_per_second, MAX_POLLS))
             limit = max(limit, 1)
+            self.timed = True
         return DeviceContext(self.heap_bases, self.world.rank, self.world.world_size,
                              self.diag, limit)
 
