@@ -11,8 +11,11 @@ the scoreboard slot ``p * n_items + i`` of each rank that needs it. Derived from
 every rank (every rank runs the same graph, so each can work out the others' accesses):
 
 * **waits**: an item waits for every earlier item (any rank) whose access conflicts with one
-  of its own: same tensor on the same rank, intersecting boxes, at least one of them a
-  write; less the waits that another of its waits implies (one level, ``_prune``).
+  of its own: elements that meet in one rank's memory, at least one of them a write; less
+  the waits that another of its waits implies (one level, ``_prune``). Boxes of one view
+  are compared as boxes; boxes of two views of one buffer in the ``region.Frame`` common
+  to both (slices, rows, transposes of one tensor); two views that no frame places (a
+  reshape across rows, another dtype) are refused where their boxes' bytes meet.
   Conflicts between tiles of one task are an error.
 * **begin**: an item that touches another rank ``q``'s memory also waits until ``q`` has
   started this call (slot ``world_size * n_items + q``), i.e. finished the previous one.
@@ -27,17 +30,19 @@ lowest-numbered item in flight anywhere can always proceed.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import inspect
 import itertools
 import numbers
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 
 from ..kernels.tile_config import WARPS
 from ..runtime.integers import as_int, check_int
-from .region import Region
+from ..runtime.tensor_spans import byte_span, shares_memory
+from .region import Frame, Range, Region, boxes_meet
 
 #: the megakernel's ``num_warps`` when no task asks for more (``TaskGraph.num_warps``)
 DEFAULT_WARPS = 4
@@ -297,7 +302,9 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
     """``rank``'s :class:`Schedule` (pure host work; see the module docstring).
 
     Raises ``ValueError`` for tiles of one task that conflict, regions on ranks of another
-    node, and remote regions of tensors that are not symmetric."""
+    node, remote regions of tensors that are not symmetric, and boxes of two views of one
+    buffer that meet in memory, one of them written, where the views cannot be compared
+    (no ``Frame`` places both)."""
     local = local_world_size or world_size
     offsets, n = [], 0
     for task in tasks:
@@ -319,20 +326,22 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
         if a.rank != b.rank and rank in (a.rank, b.rank):
             links.add((a.rank, a.item, b.rank, b.item))
 
+    def conflict(a: _Access, b: _Access, holder: int) -> None:
+        if a.item == b.item and a.rank == b.rank:
+            return  # a tile that reads and writes its own box
+        if a.task == b.task:
+            name = tasks[a.task].name
+            raise ValueError(
+                f"task {name!r}: tile {a.item - offsets[a.task]} on rank {a.rank} "
+                f"and tile {b.item - offsets[b.task]} on rank {b.rank} access an "
+                f"overlapping box of one tensor on rank {holder} and one of them "
+                f"writes it; tiles of a task must be independent")
+        first, second = (a, b) if a.task < b.task else (b, a)
+        edge(first, second)
+
     for (_, holder), accs in by_location.items():
-        for i, j in _conflicting_pairs(accs):
-            a, b = accs[i], accs[j]
-            if a.item == b.item and a.rank == b.rank:
-                continue  # a tile that reads and writes its own box
-            if a.task == b.task:
-                name = tasks[a.task].name
-                raise ValueError(
-                    f"task {name!r}: tile {a.item - offsets[a.task]} on rank {a.rank} "
-                    f"and tile {b.item - offsets[b.task]} on rank {b.rank} access an "
-                    f"overlapping box of one tensor on rank {holder} and one of them "
-                    f"writes it; tiles of a task must be independent")
-            first, second = (a, b) if a.task < b.task else (b, a)
-            edge(first, second)
+        for i, j in _view_conflicts(accs):
+            conflict(accs[i], accs[j], holder)
         for acc in accs:
             if acc.rank == holder:
                 continue
@@ -345,6 +354,16 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
             if rank in (acc.rank, holder):
                 links.update(((holder, -1, acc.rank, acc.item),
                               (acc.rank, acc.item, holder, -1)))
+    for holder, one, other in _aliasing_views(by_location):
+        frame = Frame.common(one[0].region.tensor, other[0].region.tensor)
+        if frame is None:
+            _refuse_unframed(tasks, offsets, holder, one, other)
+            continue
+        both = one + other
+        for i, j in _intersecting([frame.place(a.region) for a in both],
+                                  [a.write for a in both]):
+            if i < len(one) <= j:  # pairs within one view were found above
+                conflict(both[i], both[j], holder)
 
     _prune(deps, rank * n)
 
@@ -365,20 +384,103 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
                     ntf_ptr, ntf_rank, sorted(begin), sorted(tail), frozenset(links))
 
 
-#: at most this many cells in the grid that ``_conflicting_pairs`` buckets boxes on
+def _view_conflicts(accs: list[_Access]) -> list[tuple[int, int]]:
+    """Index pairs ``(i, j)``, ``i < j``, of the accesses of one view on one rank that
+    conflict: boxes whose elements meet, at least one of them a write. Sorted. Where the
+    view's elements share memory (``expand``: disjoint boxes may hold the same elements)
+    the boxes are compared in the view's :class:`Frame`, or by the bytes they span where
+    it has none (``unfold``)."""
+    writes = [a.write for a in accs]
+    if not any(writes):
+        return []
+    t = accs[0].region.tensor
+    if not shares_memory(t):
+        return _conflicting_pairs(accs)
+    frame = Frame.common(t, t)
+    if frame is not None:
+        return _intersecting([frame.place(a.region) for a in accs], writes)
+    return sorted(_meeting_spans([a.region.span for a in accs], writes))
+
+
+def _aliasing_views(by_location: dict) -> Iterator[tuple[int, list[_Access], list[_Access]]]:
+    """``(holder, accesses of one view, of another)`` for each two views accessed on rank
+    ``holder`` whose byte spans meet (views of one buffer), one of them written."""
+    by_memory: dict[tuple, list[list[_Access]]] = {}
+    for (_, holder), accs in by_location.items():
+        device = accs[0].region.tensor.device
+        if device.type != "meta":  # no memory: every meta tensor is at address 0
+            by_memory.setdefault((holder, device), []).append(accs)
+    for (holder, _), views in by_memory.items():
+        if len(views) < 2:
+            continue
+        spans = [byte_span(accs[0].region.tensor) for accs in views]
+        writes = [any(a.write for a in accs) for accs in views]
+        for i, j in _meeting_spans(spans, writes):
+            yield holder, views[i], views[j]
+
+
+def _view(t: torch.Tensor) -> str:
+    return (f"the {str(t.dtype).removeprefix('torch.')} view of shape {tuple(t.shape)}, "
+            f"strides {tuple(t.stride())}, offset {t.storage_offset()}")
+
+
+def _refuse_unframed(tasks: Sequence[Task], offsets: list[int], holder: int,
+                     one: list[_Access], other: list[_Access]) -> None:
+    """Raise ``ValueError`` if an access to view ``one`` and one to view ``other`` (no
+    :class:`Frame` places both) of different tiles meet in memory, one of them a write:
+    whether their elements meet is not worked out, so the wait might be missing."""
+    both = one + other
+    for i, j in _meeting_spans([a.region.span for a in both], [a.write for a in both]):
+        a, b = both[i], both[j]
+        if (i < len(one)) == (j < len(one)) or (a.item == b.item and a.rank == b.rank):
+            continue
+        words = [f"task {tasks[x.task].name!r} tile {x.item - offsets[x.task]} on rank "
+                 f"{x.rank} {'writes' if x.write else 'reads'} {_view(x.region.tensor)}"
+                 for x in (a, b)]
+        raise ValueError(
+            f"{words[0]}, and {words[1]}: two views of one buffer on rank {holder} whose "
+            f"boxes meet in memory but cannot be compared (their strides, shapes or dtypes "
+            f"do not make them slices of one strided tensor, as a reshape or a view as "
+            f"another dtype does not), so the wait between them cannot be derived; name "
+            f"the buffer by one tensor in every region (or by views that are slices of one "
+            f"another)")
+
+
+def _meeting_spans(spans: list[tuple[int, int]], writes: list[bool]
+                   ) -> Iterator[tuple[int, int]]:
+    """Index pairs ``(i, j)``, ``i < j``, of the half-open spans that meet, at least one of
+    them a write; each once, in no order."""
+    active: list[tuple[int, int]] = []  # (end, index), a heap
+    for i in sorted(range(len(spans)), key=lambda k: spans[k]):
+        lo, hi = spans[i]
+        while active and active[0][0] <= lo:
+            heapq.heappop(active)
+        for _, j in active:
+            if writes[i] or writes[j]:
+                yield min(i, j), max(i, j)
+        heapq.heappush(active, (hi, i))
+
+
+#: at most this many cells in the grid that ``_intersecting`` buckets boxes on
 _GRID_CELLS = 4096
 
 
 def _conflicting_pairs(accs: list[_Access]) -> list[tuple[int, int]]:
-    """Index pairs ``(i, j)``, ``i < j``, of the accesses (of one tensor on one rank) whose
-    boxes intersect and of which at least one writes, sorted.
+    """Index pairs ``(i, j)``, ``i < j``, of the accesses (of one view on one rank) whose
+    boxes intersect and of which at least one writes, sorted (:func:`_intersecting`)."""
+    return _intersecting([a.region.box for a in accs], [a.write for a in accs])
 
-    Only accesses that share a cell of a grid over the boxes are compared: a cell is, per
+
+def _intersecting(boxes: list[tuple[Range, ...]], writes: list[bool]
+                  ) -> list[tuple[int, int]]:
+    """Index pairs ``(i, j)``, ``i < j``, of the boxes (of as many dimensions) that
+    intersect, at least one of them a write, sorted.
+
+    Only boxes that share a cell of a grid over them are compared: a cell is, per
     dimension, as long as the shortest box (a box covers few cells) unless that would make
     more than ``_GRID_CELLS`` cells. Read-only tensors (weights) cost nothing."""
-    if not any(a.write for a in accs):
+    if not any(writes):
         return []
-    boxes = [a.region.box for a in accs]
     ndim = len(boxes[0])
     per_dim = max(1, int(_GRID_CELLS ** (1 / ndim))) if ndim else 1
     cells = []
@@ -395,9 +497,9 @@ def _conflicting_pairs(accs: list[_Access]) -> list[tuple[int, int]]:
     pairs: set[tuple[int, int]] = set()
     for members in grid.values():
         for i in members:
-            if accs[i].write:
+            if writes[i]:
                 pairs.update((min(i, j), max(i, j)) for j in members if j != i)
-    return sorted(p for p in pairs if accs[p[0]].region.overlaps(accs[p[1]].region))
+    return sorted(p for p in pairs if boxes_meet(boxes[p[0]], boxes[p[1]]))
 
 
 def _prune(deps: list[set[int]], first: int) -> None:
