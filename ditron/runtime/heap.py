@@ -280,6 +280,18 @@ class SymmetricHeap:
             return offset
         return None
 
+    def mapped_rank(self, tensor: torch.Tensor) -> int | None:
+        """The rank whose heap, as this process maps it, holds ``tensor``'s first element
+        (this rank for its own heap, ``q`` for a view ``peer(t, q)`` made), else ``None``."""
+        if tensor.device != self.mapping.local.device:
+            return None
+        address = _address(tensor)
+        for rank, (base, mapped) in enumerate(zip(self.mapping.bases, self.mapping.peers,
+                                                  strict=True)):
+            if mapped is not None and base <= address < base + self.size:
+                return rank
+        return None
+
     def describe(self, offset: int) -> str:
         """Name the buffer and element holding byte ``offset`` (for diagnostics): a live
         buffer's element, a free part of the heap, or an address outside it (a wait on a

@@ -56,6 +56,13 @@ def is_symmetric(tensor: torch.Tensor) -> bool:
     return current().heap.contains(tensor)
 
 
+def heap_rank(tensor: torch.Tensor) -> int | None:
+    """The rank whose symmetric heap (as this process maps it) holds ``tensor``: this rank
+    for a symmetric tensor, ``q`` for a :func:`peer` view of rank ``q``'s copy, else
+    ``None``."""
+    return current().heap.mapped_rank(tensor)
+
+
 def context() -> DeviceContext:
     """The device context to pass to kernels that use ``ditron.language`` primitives."""
     return current().context()

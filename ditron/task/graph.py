@@ -298,11 +298,16 @@ def _same_node_range(rank: int, world_size: int, local_world_size: int) -> range
 
 def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
            local_world_size: int | None = None,
-           is_symmetric: Callable[[torch.Tensor], bool] = lambda t: True) -> Schedule:
+           is_symmetric: Callable[[torch.Tensor], bool] = lambda t: True,
+           heap_rank: Callable[[torch.Tensor], int | None] = lambda t: None) -> Schedule:
     """``rank``'s :class:`Schedule` (pure host work; see the module docstring).
 
+    ``heap_rank(t)``: the rank whose symmetric heap, as this process maps it, holds ``t``
+    (``None``: no heap's).
+
     Raises ``ValueError`` for tiles of one task that conflict, regions on ranks of another
-    node, remote regions of tensors that are not symmetric, and boxes of two views of one
+    node, remote regions of tensors that are not symmetric, regions of a view of another
+    rank's heap (``ditron.peer``: name that copy by ``rank=``), and boxes of two views of one
     buffer that meet in memory, one of them written, where the views cannot be compared
     (no ``Frame`` places both)."""
     local = local_world_size or world_size
@@ -311,6 +316,15 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
         offsets.append(n)
         n += task.tiles
     by_location = _accesses(tasks, offsets, world_size, local, is_symmetric)
+    for accs in by_location.values():
+        owner = heap_rank(accs[0].region.tensor)
+        if owner is not None and owner != rank:
+            a = accs[0]
+            raise ValueError(
+                f"task {tasks[a.task].name!r}: tile {a.item - offsets[a.task]} names a view "
+                f"of rank {owner}'s heap as rank {rank} maps it (ditron.peer) in a region; "
+                f"name rank {owner}'s copy by the symmetric tensor itself and rank={owner} "
+                f"(dt.region(t, ..., rank={owner})), so the waits between ranks are derived")
 
     deps: list[set[int]] = [set() for _ in range(n)]  # this rank's waits
     tell: list[set[int]] = [set() for _ in range(n)]  # ranks this rank tells, per item

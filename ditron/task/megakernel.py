@@ -44,7 +44,7 @@ from ..runtime.cuda_graphs import capturing
 from ..runtime.diagnostics import WaitTimeoutError, check_waits
 from ..runtime.integers import check_int
 from ..runtime.signals import SignalPad
-from ..runtime.symmetric import is_symmetric
+from ..runtime.symmetric import heap_rank, is_symmetric
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current, use
 from . import codegen
@@ -394,7 +394,8 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
     agree(what, remember=False, **_fingerprint(graph))
     with refused_together(what, peers=w.world_size > 1):
         schedule = derive(graph.tasks, w.rank, w.world_size,
-                          local_world_size=w.local_world_size, is_symmetric=is_symmetric)
+                          local_world_size=w.local_world_size, is_symmetric=is_symmetric,
+                          heap_rank=heap_rank)
         # written and loaded here (cached for the Megakernel): a rank that cannot (its cache
         # folder a file, a disk full) tells its peers in the agreement below
         codegen.load(graph.tasks, outline)

@@ -335,3 +335,34 @@ def test_compile_refuses_on_every_rank(backend):
     for msg in ditron.launch(_refused_case, 2, backend=backend):
         assert msg.startswith("task 'write' tile 0 on rank 0 writes the float32 view of "
                               "shape (32,)"), msg
+
+
+def _peer_view_case() -> list[str]:
+    """A region naming the right neighbour's copy by its ``ditron.peer`` view (another
+    address on this process) instead of ``rank=``; then the same graph named by ``rank=``
+    compiles."""
+    w = ditron.world()
+    W = w.world_size
+    buf = ditron.zeros((W, 8))
+    ditron.barrier()
+    errors = []
+    for name_it in (lambda r: dt.region(ditron.peer(buf, (r + 1) % W), r),
+                    lambda r: dt.region(buf, r, rank=(r + 1) % W)):
+        g = dt.TaskGraph("peer_view")
+        g.add("push", _noop, buf, 1, 1, tiles=1, writes=lambda t, r, f=name_it: f(r))
+        g.add("read", _noop, buf, 1, 1, tiles=1,
+              reads=lambda t, r: dt.region(buf, (r - 1) % W))
+        try:
+            g.compile().free()
+        except ValueError as exc:
+            errors.append(str(exc))
+    return errors
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_regions_of_peer_views_are_refused(world_size, backend):
+    # before: a view of a peer's heap counted as memory of the rank running the tile, so the
+    # reader on the peer got no wait for the push into its row (a silent race)
+    for errors in ditron.launch(_peer_view_case, world_size, backend=backend):
+        assert len(errors) == 1, errors
+        assert "names a view of rank" in errors[0] and "(ditron.peer)" in errors[0], errors
