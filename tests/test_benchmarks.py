@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -215,3 +216,21 @@ def test_collectives_symm_mem_baseline_is_timed_on_every_rank_or_none(stage):
     cannot make it, no rank times it (rank 0 used to time it alone: its replays then
     waited for peers that never ran them)."""
     assert ditron.launch(_symm_mem_on_rank_0_only, 2, stage, backend="cpu") == [None, None]
+
+
+def _rotating_on_uneven_ranks() -> list[float]:
+    """``collectives._rotating`` of two stand-in implementations whose calls take longer on
+    rank 1 (10 ms, 20 ms there; 1 ms, 2 ms on rank 0)."""
+    from ditron.benchmarks import collectives
+
+    scale = 10.0 if ditron.world().rank == 1 else 1.0
+    fns = [lambda d=d: time.sleep(d * scale) for d in (0.001, 0.002)]
+    return collectives._rotating(fns, warmup=1, iters=4)
+
+
+def test_collectives_report_the_slowest_ranks_median():
+    # before: each rank returned its own medians, and rank 0 (the one that reports)
+    # printed and wrote its own, ~1 ms and ~2 ms here, not the collective's time
+    got = ditron.launch(_rotating_on_uneven_ranks, 2, backend="cpu")
+    assert got[0] == got[1]
+    assert got[0][0] >= 0.01 and got[0][1] >= 0.02, got

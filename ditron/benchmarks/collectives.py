@@ -4,8 +4,9 @@ Sizes are the full tensor of each op (all-gather output, reduce-scatter / all-re
 all-to-all input), as nccl-tests counts them; ``algbw = size / time`` and ``busbw`` scales it by
 ``(W-1)/W`` (``2(W-1)/W`` for all-reduce). Every rank runs the same fixed number of warm-up
 and timed iterations (never ``do_bench``: its adaptive loop deadlocks collectives), timed by
-CUDA events on GPU (wall clock on CPU), medians over iterations, with the ranks aligned by a
-host barrier before each measurement: an *isolated* call, whose time includes its host cost.
+CUDA events on GPU (wall clock on CPU), medians over iterations (the slowest rank's median is
+reported, as the other benchmarks do), with the ranks aligned by a host barrier before each
+measurement: an *isolated* call, whose time includes its host cost.
 The implementations of one op and size take turns in rounds whose order rotates (each runs
 at each position of a round once), eagerly and under graphs, so a drift of the GPU's speed
 within a round does not favour the ones timed first. ``--busy`` adds rows ``"<impl> busy"``:
@@ -205,7 +206,9 @@ def _rotating(fns: list, warmup: int, iters: int, busy: bool = False) -> list[fl
     an implementation's first round, one before each later one; ``iters`` samples in all,
     rounded up to a multiple of the rounds and to at least 2 per round. Each sample an
     isolated call (:func:`_samples`), or with ``busy`` a call of a round's calls issued back
-    to back (:func:`_busy_samples`)."""
+    to back (:func:`_busy_samples`). Collective: every rank gets the slowest rank's median
+    (a rank that finished early only waited less for the others)."""
+    from ..runtime.world import current
     from ..tune.tuner import rotations
 
     schedule = rotations(list(range(len(fns))), ROUNDS)
@@ -215,7 +218,9 @@ def _rotating(fns: list, warmup: int, iters: int, busy: bool = False) -> list[fl
     for r, order in enumerate(schedule):
         for i in order:
             samples[i] += sample(fns[i], warmup if r == 0 else 1, per_round)
-    return [statistics.median(t) for t in samples]
+    medians = torch.tensor([statistics.median(t) for t in samples], dtype=torch.float64)
+    dist.all_reduce(medians, op=dist.ReduceOp.MAX, group=current().host_group)
+    return medians.tolist()
 
 
 def _samples(fn, warmup: int, iters: int) -> list[float]:
