@@ -328,8 +328,10 @@ def _dense(g: torch.Tensor) -> torch.Tensor:
 
 
 def _in_groups(rows: int, offsets: torch.Tensor) -> torch.Tensor:
-    """``[rows, 1]`` bool: whether each row lies in a group (before ``offsets[-1]``)."""
-    return (torch.arange(rows, device=offsets.device) < offsets[-1])[:, None]
+    """``[rows, 1]`` bool: whether each row lies in a group (from ``offsets[0]``, before
+    ``offsets[-1]``)."""
+    r = torch.arange(rows, device=offsets.device)
+    return ((r >= offsets[0]) & (r < offsets[-1]))[:, None]
 
 
 def _save_routing(ctx, routing, sizes, world) -> None:

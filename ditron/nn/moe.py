@@ -222,7 +222,10 @@ class ExpertParallelMLP(torch.nn.Module):
         """The checks of ``forward``'s arguments that the dispatch does not make (before it,
         so that nothing runs: a wrong hidden size failed in the first grouped GEMM, wrong
         weights in the combine, after the experts ran)."""
-        if isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[1] != self.hidden:
+        if not isinstance(x, torch.Tensor):  # read below (an AttributeError before)
+            raise TypeError(f"ExpertParallelMLP: x must be a torch.Tensor [tokens, "
+                            f"{self.hidden}], got {type(x).__name__}")
+        if x.dim() == 2 and x.shape[1] != self.hidden:
             raise ValueError(f"ExpertParallelMLP: x must be [tokens, {self.hidden}], got "
                              f"{tuple(x.shape)}")
         if isinstance(topk_ids, torch.Tensor) and topk_ids.dim() == 2:
