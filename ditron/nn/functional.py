@@ -24,7 +24,9 @@ is all-reduced in the backward pass: every rank gets the whole gradient.
 Under ``torch.autocast`` the linear functions compute in its dtype, as
 ``torch.nn.functional.linear`` does; as there, float64 operands are not cast (and refused:
 the functions compute in float16, bfloat16 or float32). Every function is a collective:
-all ranks call it in the same order (forward and backward) with matching shapes. It runs in
+all ranks call it in the same order (forward and backward) with matching shapes (the
+linear functions check their inputs' whole shapes, not only rows x features: an input of
+``[2, 3, h]`` on one rank and ``[3, 2, h]`` on another raises on both). It runs in
 the world current at its forward call, backward included (``ditron.use``: the backward of a
 TP layer stays in the TP world when another world is current by then). ``method`` is
 passed to the op (``"auto"``, ``"overlap"``, ``"fallback"``). A rank that refuses its
@@ -45,49 +47,68 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from ..ops.tp_gemm import DTYPES
-from ..runtime.agreement import refused_together
+from ..runtime.agreement import agree, refused_together
 from ..runtime.world import world
 from . import library  # registers torch.ops.ditron.*
 
 _ditron = torch.ops.ditron
 
-#: the op whose agreement each checked function's forward enters first
+#: the op whose agreement each checked function's forward enters first (after its own,
+#: :func:`_agree`, for an input of more than 2 dims)
 _FIRST_OP = {"all_gather_linear": "ag_gemm", "linear_reduce_scatter": "gemm_rs",
              "linear_all_reduce": "gemm_ar", "reduce_scatter": "reduce_scatter"}
 
 
-def _refuse(name: str, problem: str) -> NoReturn:
-    """Raise ``ValueError`` for this rank's arguments to ``ditron.nn.<name>``, after telling
-    the peers, which wait in the agreement of the op it runs first: they raise it too
-    (``runtime.agreement.refused_together``) instead of waiting for this rank."""
+def _first_check(name: str, x: torch.Tensor) -> str:
+    """The agreement ``ditron.nn.<name>``'s forward with input ``x`` enters first."""
+    if name != "reduce_scatter" and x.dim() > 2:
+        return f"ditron.nn.{name}"
+    return f"ditron.ops.{_FIRST_OP[name]}"
+
+
+def _refuse(name: str, x: torch.Tensor, problem: str) -> NoReturn:
+    """Raise ``ValueError`` for this rank's arguments to ``ditron.nn.<name>`` (input ``x``),
+    after telling the peers, which wait in the agreement it enters first: they raise it
+    too (``runtime.agreement.refused_together``) instead of waiting for this rank."""
     exc = ValueError(f"ditron.nn.{name}: {problem}")
     if torch.compiler.is_compiling():  # refused while tracing: no host gather in a graph
         raise exc
-    with refused_together(f"ditron.ops.{_FIRST_OP[name]}"):
+    with refused_together(_first_check(name, x)):
         raise exc
+
+
+def _agree(name: str, x: torch.Tensor) -> None:
+    """Every rank calls ``ditron.nn.<name>`` with an input of the same shape. The op agrees
+    on the input's 2-D ``[rows, features]`` form only: ranks passing ``[2, 3, h]`` and
+    ``[3, 2, h]`` ran, each viewing the others' rows in its own shape. A 2-D input is the
+    op's own (no second check). Not while ``torch.compile`` traces (no gather in a graph)."""
+    if x.dim() > 2 and not torch.compiler.is_compiling():
+        agree(_first_check(name, x), shape=tuple(x.shape))
 
 
 def _rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
           name: str, min_dims: int = 1) -> torch.Tensor:
     """``x`` as a 2-D ``[rows, in_features]`` tensor, after the checks a layer can make."""
     if x.dim() < min_dims:
-        _refuse(name, f"input must have at least {min_dims} dims (rows first, features "
-                      f"last), got {tuple(x.shape)}")
+        _refuse(name, x, f"input must have at least {min_dims} dims (rows first, "
+                         f"features last), got {tuple(x.shape)}")
     if weight.dim() != 2:
-        _refuse(name, f"weight must be 2-D [out, in], got {tuple(weight.shape)}")
+        _refuse(name, x, f"weight must be 2-D [out, in], got {tuple(weight.shape)}")
     if x.shape[-1] != weight.shape[1]:
-        _refuse(name, f"input's last dim must match the {weight.shape[1]} input features of "
-                      f"this rank's weight {tuple(weight.shape)}, got input {tuple(x.shape)}")
+        _refuse(name, x, f"input's last dim must match the {weight.shape[1]} input features "
+                         f"of this rank's weight {tuple(weight.shape)}, got input "
+                         f"{tuple(x.shape)}")
     if bias is not None and bias.shape != (weight.shape[0],):
-        _refuse(name, f"bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+        _refuse(name, x, f"bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
     if x.dtype != weight.dtype:
-        _refuse(name, f"input dtype {x.dtype} != weight dtype {weight.dtype}")
+        _refuse(name, x, f"input dtype {x.dtype} != weight dtype {weight.dtype}")
     if weight.dtype not in DTYPES:  # torch.autocast leaves float64 operands as they are
-        _refuse(name, f"computes in {', '.join(str(t) for t in DTYPES)}, got {weight.dtype} "
-                      f"(torch.autocast does not cast float64, as for torch's own ops)")
+        _refuse(name, x, f"computes in {', '.join(str(t) for t in DTYPES)}, got "
+                         f"{weight.dtype} (torch.autocast does not cast float64, as for "
+                         f"torch's own ops)")
     if bias is not None and (bias.dtype, bias.device) != (weight.dtype, weight.device):
-        _refuse(name, f"bias ({bias.dtype} on {bias.device}) must have the weight's dtype "
-                      f"and device ({weight.dtype} on {weight.device})")
+        _refuse(name, x, f"bias ({bias.dtype} on {bias.device}) must have the weight's "
+                         f"dtype and device ({weight.dtype} on {weight.device})")
     return x.reshape(-1, x.shape[-1])
 
 
@@ -96,7 +117,7 @@ def _autocast(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
     would compute them; the casts are differentiable, so fp32 weights get fp32 gradients),
     and a context that turns autocast off around the op (it keeps its own dtypes)."""
     if x.device != weight.device:
-        _refuse(name, f"input on {x.device}, weight on {weight.device}")
+        _refuse(name, x, f"input on {x.device}, weight on {weight.device}")
     kind = x.device.type
     if kind not in ("cpu", "cuda") or not torch.is_autocast_enabled(kind):
         return x, weight, bias, contextlib.nullcontext()
@@ -118,7 +139,7 @@ def autocast_operand(t: torch.Tensor, kind: str, dtype: torch.dtype) -> torch.Te
 def _split_rows(x: torch.Tensor, name: str) -> None:
     W = world().world_size
     if x.dim() == 0 or x.shape[0] % W:
-        _refuse(name, f"dim 0 of {tuple(x.shape)} does not split over {W} ranks")
+        _refuse(name, x, f"dim 0 of {tuple(x.shape)} does not split over {W} ranks")
 
 
 # The Functions below take no bias: it is added outside them by plain autograd, as an
@@ -253,6 +274,7 @@ def all_gather_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     """
     x, weight, bias, plain = _autocast(x, weight, bias, "all_gather_linear")
     x2 = _rows(x, weight, bias, "all_gather_linear", 2)
+    _agree("all_gather_linear", x)
     key = library.world_key()
     keep = keep_gathered and torch.is_grad_enabled()  # no gathered copy without a backward
     with plain:
@@ -274,6 +296,7 @@ def linear_reduce_scatter(x: torch.Tensor, weight: torch.Tensor,
     x, weight, bias, plain = _autocast(x, weight, bias, "linear_reduce_scatter")
     x2 = _rows(x, weight, bias, "linear_reduce_scatter", 2)
     _split_rows(x, "linear_reduce_scatter")
+    _agree("linear_reduce_scatter", x)
     key = library.world_key()
     with plain:
         y = _LinearReduceScatter.apply(x2, weight, method, key)
@@ -291,6 +314,7 @@ def linear_all_reduce(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     """
     x, weight, bias, plain = _autocast(x, weight, bias, "linear_all_reduce")
     x2 = _rows(x, weight, bias, "linear_all_reduce")
+    _agree("linear_all_reduce", x)
     with plain:
         y = _LinearAllReduce.apply(x2, weight, method, library.world_key())
     if bias is not None:
