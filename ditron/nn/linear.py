@@ -9,7 +9,10 @@ are replicated and the row layer all-reduces (``gemm_ar``). Layers are built ins
 (``ditron.launch`` or after ``ditron.init``) and belong to the world current then
 (``layer.world``): they run in it whichever world is current (``ditron.use``), forward and
 backward, so that activation checkpointing's recomputation in the backward pass runs there
-too; a layer whose world this process no longer has raises ``RuntimeError``.
+too; a layer whose world this process no longer has raises ``RuntimeError``. Parameters
+go on ``device``, by default the world's device (inside ``with torch.device(...)`` too:
+pass ``device="meta"`` for a layer without storage, then ``to_empty`` and
+``reset_parameters``).
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ def shard_generator(device: torch.device, rank: int) -> torch.Generator:
     what is built next) plus ``rank``, the rank in the layer's world. A layer's shards
     differ even where every rank seeds torch alike (drawn from the default generator, they
     were equal: ``W`` equal blocks, which stay equal in training), and the same rank of two
-    worlds (data-parallel replicas of a tensor-parallel layer) draws the same shard."""
-    seed = int(torch.randint(0, 2 ** 62, ()))
+    worlds (data-parallel replicas of a tensor-parallel layer) draws the same shard. The draw
+    is torch's CPU generator's under any ``with torch.device(...)`` (under ``"meta"`` it
+    raised: a meta tensor has no value)."""
+    seed = int(torch.randint(0, 2 ** 62, (), device="cpu"))
     kind = "cuda" if device.type == "cuda" else "cpu"  # "meta": nothing is drawn
     return torch.Generator(device=device if kind == "cuda" else kind).manual_seed(seed + rank)
 

@@ -50,3 +50,32 @@ def test_shards_differ_when_every_rank_seeds_alike(backend):
     assert torch.equal(got[0]["replica"], got[2]["replica"])
     assert torch.equal(got[1]["replica"], got[3]["replica"])
     assert not torch.equal(got[0]["replica"], got[1]["replica"])
+
+
+def _device_context_case() -> bool:
+    """Layers built inside ``with torch.device("meta")`` (a deferred-init model's context)
+    or ``with torch.device("cpu")`` draw the shards and advance the default generator as
+    without it. The seed of the shard generator was drawn on the context's device: under
+    "meta" building a layer raised "Tensor.item() cannot be called on meta tensors"."""
+    from ditron import nn
+
+    W = ditron.world().world_size
+
+    def build() -> tuple[list[torch.Tensor], torch.Tensor]:
+        torch.manual_seed(3)
+        layers = (nn.ColumnParallelLinear(12, 4 * W), nn.RowParallelLinear(4 * W, 12),
+                  nn.ExpertParallelMLP(8, 4, W))
+        return [p.detach() for m in layers for p in m.parameters()], torch.rand(3, device="cpu")
+
+    want, after = build()
+    for dev in ("meta", "cpu"):
+        with torch.device(dev):
+            got, got_after = build()
+        assert torch.equal(got_after, after), dev
+        for a, b in zip(got, want, strict=True):
+            assert a.device == b.device and torch.equal(a, b), dev
+    return True
+
+
+def test_layers_built_under_a_device_context(backend):
+    assert ditron.launch(_device_context_case, 2, backend=backend) == [True, True]
