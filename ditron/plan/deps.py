@@ -84,12 +84,20 @@ def consumer_waits(plan: Plan, mapping: TileMapping, rank: int | None = None) ->
     order, ``-1`` for a block of no rows); with ``rank`` the owner of the chunks it reads
     that land last on ``rank`` (``plan.arrival_order(rank)``, its own chunks first; a tie,
     e.g. shards that never land there, goes to the last in row order), so a block
-    straddling two shards is computed once both are there."""
+    straddling two shards is computed once both are there. ``ValueError`` for arguments of
+    other types, a ``rank`` that is not an int rank of the plan, or a mapping of other rows."""
+    if not isinstance(plan, Plan) or not isinstance(mapping, TileMapping):
+        raise ValueError(f"consumer_waits takes a Plan and a TileMapping, got "
+                         f"{type(plan).__name__} and {type(mapping).__name__}")
     if mapping.M != plan.rows:
         raise ValueError(f"the tile mapping covers {mapping.M} rows, the plan {plan.name} "
                          f"{plan.rows}: they must tile the same tensor")
-    if rank is not None and not 0 <= rank < plan.world_size:
-        raise ValueError(f"rank {rank} is not a rank of the plan's {plan.world_size}")
+    if rank is not None:  # 1.5 or True would drop no chunk, or rank 1's, silently
+        number = as_int(rank)
+        if number is None or not 0 <= number < plan.world_size:
+            raise ValueError(f"rank {rank!r} is not a rank of the plan's {plan.world_size} "
+                             f"(an int in [0, {plan.world_size}))")
+        rank = number
     check_row_order(plan)
     landing = {} if rank is None else {rank: -1} | {
         q: i for i, q in enumerate(plan.arrival_order(rank))}

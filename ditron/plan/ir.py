@@ -193,10 +193,10 @@ class Plan:
                  f"{len(self.transfers)} transfers"]
         for c in self.chunks:
             lines.append(f"  chunk {c.id}: rows [{c.start}, {c.stop}) of rank {c.owner}")
-        for t in self.transfers:
-            arrow = "+=" if t.reduce else "->"
-            dep = f" after {list(t.after)}" if t.after else ""
-            lines.append(f"  t{t.id}: chunk {t.chunk} {t.src} {arrow} {t.dst} "
+        for t in self.transfers:  # "rank 0 -> rank 1": from 0 into 1, copied or summed
+            what = "summed" if t.reduce else "copied"
+            dep = f" after [{', '.join(f't{d}' for d in t.after)}]" if t.after else ""
+            lines.append(f"  t{t.id}: chunk {t.chunk}, rank {t.src} -> rank {t.dst} {what} "
                          f"({t.mode} by {t.issuer}, {t.kind}, {t.level}){dep}")
         return "\n".join(lines)
 

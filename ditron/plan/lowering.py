@@ -57,7 +57,7 @@ def publish(signals: torch.Tensor, chunk_ids: torch.Tensor, epoch: int, peers: r
     if chunk_ids.device != signals.device:
         raise ValueError(f"publish: chunk_ids are on {chunk_ids.device}, the signals on "
                          f"{signals.device}; the kernel reads both")
-    if peers.step != 1:  # the kernel notifies peers.start + p for p < len(peers)
+    if not isinstance(peers, range) or peers.step != 1:  # it notifies peers.start + p
         raise ValueError(f"publish: peers must be a contiguous range of ranks, got {peers}")
     if chunk_ids.numel() == 0 or len(peers) == 0:
         return

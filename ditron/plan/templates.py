@@ -6,18 +6,22 @@ Row layout: rank ``r`` owns rows ``[offsets[r], offsets[r+1])`` of the logical t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
 
 from ..runtime.integers import as_int, check_int
 from .ir import MODES, Chunk, Plan, Transfer, check
 
 
 def shard_offsets(rows_per_rank: int | Sequence[int], world_size: int) -> list[int]:
-    """Row offsets ``[0, ..., total]`` of the ranks' shards (``world_size + 1`` ints)."""
+    """Row offsets ``[0, ..., total]`` of the ranks' shards (``world_size + 1`` ints).
+    ``rows_per_rank``: an int, or the sizes in rank order (a list, a tuple, a NumPy array;
+    a mapping or a set, whose iteration gives keys or no order, is refused)."""
     world_size = check_int(world_size, "world_size", 1)
     equal = as_int(rows_per_rank)
     if equal is not None:
         sizes = [equal] * world_size
+    elif isinstance(rows_per_rank, (Mapping, Set, str, bytes, bytearray)):
+        sizes = []
     else:
         try:
             sizes = [as_int(s) for s in rows_per_rank]
