@@ -17,19 +17,25 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import sys
 
 import torch
 import torch.distributed as dist
 
 from ..runtime.agreement import agree, rank0_decides, refused_together
-from ..runtime.config import env_float
 from ..runtime.integers import check_int
 from ..runtime.symmetric import free
 from ..runtime.world import current
 from ..tune import cache
 from ..tune.decisions import key_for
-from ..tune.tuner import MARGIN, TUNED_LAYOUTS, StatusLine, agreed_median, all_ok, time_in_rounds
+from ..tune.tuner import (
+    TUNED_LAYOUTS,
+    StatusLine,
+    agreed_median,
+    all_ok,
+    say,
+    time_in_rounds,
+    tune_margin,
+)
 from .graph import DEFAULT_WARPS, TaskGraph
 from .megakernel import Megakernel
 from .tp_mlp import DTYPES, TUNED_OP, MlpBlocks, add_tp_mlp_stack, default_blocks, shared_memory
@@ -130,7 +136,7 @@ def _checked(tokens: int, hidden: int, ffn: int, dtype: torch.dtype, layers: int
     if programs is not None:
         programs = check_int(programs, "tune_mlp: programs", 1)
     return (tokens, hidden, ffn, layers, list(configs), warmup, iters, batch, programs,
-            env_float("DITRON_TUNE_MARGIN", MARGIN))
+            tune_margin())
 
 
 def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bfloat16, *,
@@ -215,7 +221,7 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
         for i, blocks in enumerate(configs):
             shown = f"{times[i]:10.1f} us" if i in times else f"    failed    ({errors[i]})"
             mark = "  <-" if i == best else ""
-            print(f"[ditron tune]   {shown}  {blocks.label()}{mark}", file=sys.stderr)
+            say(f"[ditron tune]   {shown}  {blocks.label()}{mark}")
     del runs
     _release(scratch)
     chosen = configs[best]

@@ -6,6 +6,7 @@
   the one every tuner uses (``task/tp_mlp_tuner.py`` too).
 - ``decisions``, ``cache``: the decisions the ops read (``method="auto"``), kept on disk
   keyed by op, shapes, dtype, world size, device, ``b``'s layout, the operands' alignment
-  class and the triton, torch and Ditron versions (Ditron's with a digest of its sources).
+  class, whether a GPU world checks its calls (debug mode) and the triton, torch and Ditron
+  versions (Ditron's with a digest of its sources).
 - ``cost_model``: a roofline estimate used where nothing is tuned yet.
 """

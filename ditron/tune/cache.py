@@ -5,10 +5,12 @@ umask's mode, as any file).
 Keys name everything a decision depends on: op, shapes, dtype, world size, device name, the
 layout of ``b`` where it is not the transposed weight the tuner assumes by default,
 ``scalar loads`` where the operands' loads cannot be vectorized (``kernels.gemm.
-scalar_loads``; aligned operands add nothing), and the versions of what was timed: triton's,
-torch's and Ditron's own, with a digest of the package's sources (:func:`versions`: a
-decision measured with other compilers, libraries or kernels, whose tiles may have meant
-something else, is tuned again rather than reused); e.g.
+scalar_loads``; aligned operands add nothing), ``checked calls`` where a GPU world times its
+ops in debug mode (a wait timeout, or ``DITRON_CHECK_CALLS``: a device synchronize after
+every overlapped launch, more host gathers per call than the fallback), and the versions
+of what was timed: triton's, torch's and Ditron's own, with a digest of the package's
+sources (:func:`versions`: a decision measured with other compilers, libraries or kernels,
+whose tiles may have meant something else, is tuned again rather than reused); e.g.
 ``gemm_rs|8192x4096x1376|bfloat16|w2|NVIDIA H200|b row-major, scalar loads|triton ...``
 (``decisions.key_for``). Entries of other versions stay in the file (another install may
 share the folder) and are never read.

@@ -1,6 +1,7 @@
 """Tuned decisions: what the tuner chose, keyed by op, shape, dtype, world size, device,
-``b``'s layout, whether the operands' loads vectorize and the triton, torch and Ditron
-versions (Ditron's with a digest of its sources: ``cache.versions``).
+``b``'s layout, whether the operands' loads vectorize, whether a GPU world checks its calls
+(debug mode) and the triton, torch and Ditron versions (Ditron's with a digest of its
+sources: ``cache.versions``).
 
 The ops read decisions here (``method="auto"``); ``tuner.py`` measures and writes them.
 """
@@ -137,6 +138,23 @@ def common_layout(*bs: torch.Tensor) -> str:
     return layouts.pop() if len(layouts) == 1 else "strided"
 
 
+def _checked_calls() -> bool:
+    """Whether this world's op calls run checked on a GPU: with a wait timeout (debug mode)
+    every overlapped launch is followed by a device synchronize (``check_waits``), and with
+    ``DITRON_CHECK_CALLS`` every call gathers its arguments over the host group, an
+    overlapped one once more per step it agrees on; the fallback (cuBLAS + NCCL) pays no
+    synchronize and one gather, so a decision timed so does not serve unchecked calls, nor
+    one timed unchecked checked ones.
+    The CPU backend checks every launch whatever the settings: its keys do not say so; nor
+    do keys made outside a world (no op runs there)."""
+    from ..runtime.world import current, is_initialized
+
+    if not is_initialized():
+        return False
+    rt = current()
+    return rt.world.device.type != "cpu" and (rt.wait_timeout > 0 or rt.settings.check_calls)
+
+
 def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int,
             layout: str = "t", scalar: bool = False) -> str:
     """The cache key of a decision; ``layout``: ``b``'s, one of :data:`B_LAYOUTS` (cuBLAS's
@@ -144,9 +162,12 @@ def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int
     ``scalar``: the operands' loads cannot be vectorized (``kernels.gemm.scalar_loads``:
     the persistent GEMM runs up to 2.6x slower, so a decision measured on aligned operands
     does not serve them, nor one measured on such operands aligned ones). Aligned operands
-    add nothing to the key. The key ends with the versions of triton, torch and Ditron
-    (``cache.versions``: with a digest of Ditron's sources)."""
-    variant = ", ".join(v for v in (_VARIANTS[layout], "scalar loads" if scalar else "") if v)
+    add nothing to the key; nor do unchecked calls, where a GPU world checks its calls
+    (debug mode: :func:`_checked_calls`) the key says ``checked calls``. The key ends with
+    the versions of triton, torch and Ditron (``cache.versions``: with a digest of Ditron's
+    sources)."""
+    variant = ", ".join(v for v in (_VARIANTS[layout], "scalar loads" if scalar else "",
+                                    "checked calls" if _checked_calls() else "") if v)
     return cache.make_key(op, (M, N, K), str(dtype).replace("torch.", ""), world_size,
                           _device_name(), variant)
 

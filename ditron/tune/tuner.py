@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import statistics
 import sys
 import time
@@ -63,14 +64,14 @@ from ..kernels.gemm import (
 )
 from ..runtime import bounded_cache
 from ..runtime.agreement import agree, refused_together
-from ..runtime.config import env_float
-from ..runtime.cuda_graphs import capture, collectives_capturable
+from ..runtime.config import SettingsError, env_float
+from ..runtime.cuda_graphs import capture, collectives_capturable, graph_mode
 from ..runtime.integers import check_int
 from . import cache
 from .decisions import ENGINES, Decision, b_layout, key_for, lookup
 
 __all__ = ["Decision", "Trial", "agreed_median", "all_ok", "early_rows_for", "key_for", "lookup",
-           "rotations", "split_rows_for", "time_calls", "tune"]
+           "rotations", "say", "split_rows_for", "time_calls", "tune", "tune_margin"]
 
 # measured on one H200 (docs/perf.md, bench/gemm_lab.py): the first is the default for
 # aligned 16-bit operands; the others win on some shapes; 256x128 never did. The tuner
@@ -97,6 +98,19 @@ FIRST_PASS_ROUNDS = 2
 #: benchmark's times of the same engine)
 CONFIRM_WITHIN = 0.08
 CONFIRM_MAX = 3
+
+
+def tune_margin() -> float:
+    """``DITRON_TUNE_MARGIN`` (default :data:`MARGIN`): a fraction below 1 (``0.05``: 5%
+    faster). ``SettingsError`` where it is not a number, or is 1 or more: no overlapped
+    candidate could then win (``DITRON_TUNE_MARGIN=2`` meant as 2% cached the fallback for
+    every shape). A negative margin takes overlap even where it is slower."""
+    margin = env_float("DITRON_TUNE_MARGIN", MARGIN)
+    if margin >= 1:
+        raise SettingsError(f"DITRON_TUNE_MARGIN must be a fraction below 1 (0.05 for 5%), "
+                            f"got {os.environ['DITRON_TUNE_MARGIN'].strip()!r}: no "
+                            f"overlapped candidate could win")
+    return margin
 
 
 def prefer_overlap(fallback_us: float, overlap_us: float, margin: float = MARGIN) -> bool:
@@ -217,36 +231,58 @@ def all_ok(ok: bool) -> bool:
     return flag.item() > 0
 
 
+def say(line: str, end: str = "\n") -> bool:
+    """Print ``line`` on stderr; ``False`` where stderr cannot take it (closed, a pipe whose
+    reader has gone, none at all): the tuners' output never raises, as rank 0 raising
+    there left its peers waiting in its next collective."""
+    if sys.stderr is None:  # print would take stdout
+        return False
+    try:
+        print(line, end=end, file=sys.stderr, flush=True)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return True
+
+
 class StatusLine:
     """The tuner's status line on stderr (where ``on``): on a terminal one line rewritten
-    in place, each rewrite padded over the last; elsewhere (a log) a line per step."""
+    in place, each rewrite padded over the last; elsewhere (a log) a line per step. Output
+    stops where stderr cannot take it (:func:`say`)."""
 
     def __init__(self, on: bool) -> None:
         self.on, self.width = on, 0
-        self.live = on and getattr(sys.stderr, "isatty", lambda: False)()
+        try:
+            self.live = on and bool(sys.stderr.isatty())
+        except (OSError, ValueError, AttributeError):  # closed, or no stderr
+            self.live = False
 
     def show(self, line: str) -> None:
         if self.live:
-            print(f"\r{line:<{self.width}}", end="", file=sys.stderr, flush=True)
+            self.live = self.on = say(f"\r{line:<{self.width}}", end="")
             self.width = max(self.width, len(line))
         elif self.on:
-            print(line, file=sys.stderr, flush=True)
+            self.on = say(line)
 
     def done(self) -> None:
         """End the rewritten line (the lines printed next start a line of their own)."""
         if self.live and self.width:
-            print(file=sys.stderr)
+            self.live = self.on = say("")
             self.width = 0
 
 
 def _checked(op: str, M: int, N: int, K: int, dtype: torch.dtype, warmup: int, iters: int,
              batch: int | None, candidates, layout: str, W: int, dev: torch.device) -> tuple:
     """:func:`tune`'s arguments checked on this rank (``ValueError`` naming the first bad
-    one): ``op, M, N, K, warmup, iters, batch`` as ints (``batch`` defaulted), the given
-    candidates that fit ``dev`` (``None`` where none were given: the operands pick them,
-    :func:`default_candidates`), and the margin (``DITRON_TUNE_MARGIN``)."""
+    one; ``RuntimeError`` in graph mode, ``cuda_graphs.graph_mode``): ``op, M, N, K,
+    warmup, iters, batch`` as ints (``batch`` defaulted), the given candidates that fit
+    ``dev`` (``None`` where none were given: the operands pick them,
+    :func:`default_candidates`), and the margin (:func:`tune_margin`)."""
     from ..ops.tp_gemm import DTYPES
 
+    if graph_mode():  # the trials would time the graph-safe variants as the eager decision
+        raise RuntimeError("tune: cannot time inside a CUDA graph capture or "
+                           "ditron.ops.graph_safe() (the ops run their graph-safe variants "
+                           "there, and a capture cannot synchronize); tune before capturing")
     if op not in TUNED_OPS:
         raise ValueError(f"tune: op must be one of {', '.join(TUNED_OPS)}, got {op!r}")
     M, N, K = (check_int(v, f"tune: {name}", 1) for name, v in (("M", M), ("N", N), ("K", K)))
@@ -276,8 +312,7 @@ def _checked(op: str, M: int, N: int, K: int, dtype: torch.dtype, warmup: int, i
         candidates = [c for c in candidates if fits(c, dev, dtype)]
         if not candidates:
             raise ValueError(f"tune: no candidate tile config fits shared memory for {dtype}")
-    return (op, M, N, K, warmup, iters, batch, candidates,
-            env_float("DITRON_TUNE_MARGIN", MARGIN))
+    return op, M, N, K, warmup, iters, batch, candidates, tune_margin()
 
 
 def default_candidates(op: str, a: torch.Tensor, b: torch.Tensor, dev: torch.device,
@@ -312,7 +347,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     load them; ``decisions.key_for``). Returns the agreed
     decision. Bad arguments (``DITRON_TUNE_MARGIN`` too) raise ``ValueError`` before anything
     is allocated or timed, on every rank (a rank refusing its own names itself to its peers),
-    and so do arguments or margins that differ between ranks. One rank has nothing to
+    and so do arguments or margins that differ between ranks; a call inside a CUDA graph
+    capture or ``ops.graph_safe()`` raises ``RuntimeError`` so (the decision for calls
+    captured in graphs comes from a pass of its own, on GPUs). One rank has nothing to
     overlap (the ops always fall back there): only the fallback is timed, and chosen. Where
     every candidate fails, the fallback too, nothing is cached and ``RuntimeError`` says why
     on every rank; so does a decision that rank 0 cannot write (``cache.CacheError``).
@@ -398,8 +435,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     if progress and rt.world.rank == 0:
         for i, (trial, t) in enumerate(zip(trials, results, strict=True)):
             shown = f"{t:10.1f} us" if t != float("inf") else "    failed   "
-            print(f"[ditron tune]   {shown}  {trial.label()}"
-                  + (f"  ({errors[i]})" if i in errors else ""), file=sys.stderr)
+            say(f"[ditron tune]   {shown}  {trial.label()}"
+                + (f"  ({errors[i]})" if i in errors else ""))
     best = min(range(len(trials)), key=lambda j: results[j])
     if results[best] == float("inf"):  # agreed: the same on every rank
         raise RuntimeError(f"tune: {op} M={M} N={N} K={K} {dtype}: every candidate failed, "
@@ -446,7 +483,7 @@ def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str,
     Returns ``(trial, us per call)``: the fastest overlapped trial if it beats the fallback
     by ``margin`` (default ``DITRON_TUNE_MARGIN``, else ``MARGIN``; or the fallback was not
     captured), else the fallback; ``None`` when nothing could be captured."""
-    margin = env_float("DITRON_TUNE_MARGIN", MARGIN) if margin is None else margin
+    margin = tune_margin() if margin is None else margin
     graphs = {}
     for j, trial in enumerate(trials):
         if results[j] == float("inf") or (trial.method == "fallback"
@@ -479,10 +516,9 @@ def _graph_pass(trials: list[Trial], results: list[float], fn_op, a, b, op: str,
     if show:
         for j in sorted(first, key=lambda j: first[j]):
             again = f" (again: {medians[j]:.1f})" if close and j in medians else ""
-            print(f"[ditron tune]   graph {first[j]:10.1f} us{again}  {trials[j].label()}",
-                  file=sys.stderr)
-        print(f"[ditron tune]   under CUDA graphs -> {trials[best].label()} "
-              f"(margin {margin:.0%})", file=sys.stderr)
+            say(f"[ditron tune]   graph {first[j]:10.1f} us{again}  {trials[j].label()}")
+        say(f"[ditron tune]   under CUDA graphs -> {trials[best].label()} "
+            f"(margin {margin:.0%})")
     return best, medians[best]
 
 
@@ -629,7 +665,7 @@ def _confirm(trials: list[Trial], close: list[int], fn_op, a, b, op: str, warmup
     return the fastest of ``close`` over those rounds if it beats the fallback by
     ``margin`` (default ``DITRON_TUNE_MARGIN``, else ``MARGIN``), else 0 (collective: every
     rank makes the same calls and gets the same agreed medians)."""
-    margin = env_float("DITRON_TUNE_MARGIN", MARGIN) if margin is None else margin
+    margin = tune_margin() if margin is None else margin
     samples: dict[int, list[float]] = {j: [] for j in (0, *close)}
     failed: set[int] = set()  # a trial failing now (on any rank) drops out on every rank
     for order in rotations(list(samples), CONFIRM_ROUNDS):
@@ -655,8 +691,8 @@ def _confirm(trials: list[Trial], close: list[int], fn_op, a, b, op: str, warmup
     wins = prefer_overlap(fallback_us, overlap_us, margin)
     if show:
         tried = ", ".join(f"{medians[j]:.1f}" for j in close)
-        print(f"[ditron tune]   confirmed over {len(rotations(list(samples), CONFIRM_ROUNDS))} "
-              f"rotating rounds: fallback "
-              f"{fallback_us:.1f} us, overlap {overlap_us:.1f} us (candidates: {tried}) -> "
-              f"{'overlap' if wins else 'fallback'} (margin {margin:.0%})", file=sys.stderr)
+        say(f"[ditron tune]   confirmed over {len(rotations(list(samples), CONFIRM_ROUNDS))} "
+            f"rotating rounds: fallback "
+            f"{fallback_us:.1f} us, overlap {overlap_us:.1f} us (candidates: {tried}) -> "
+            f"{'overlap' if wins else 'fallback'} (margin {margin:.0%})")
     return best if wins else 0
