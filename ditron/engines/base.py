@@ -81,14 +81,10 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
     if mapped and rt.heap.mapping.peers[other] is None:
         raise ValueError(f"{engine}: rank {other} is on another node (its heap is not mapped "
                          f"on rank {rank}); use the network engine")
-    for signal, what in ((t.signal, "signal"), (t.after, "after")):
-        if signal is None:
-            continue
-        if signal.pad.freed:
-            raise ValueError(f"{engine}: the {what} pad of a transfer from rank {src_rank} to "
-                             f"rank {dst_rank} must be a live symmetric buffer: it was freed "
-                             f"(drop_signal_pad or free_retired_pads); get the pad again")
-        _check_slot(signal, what, engine)
+    if t.signal is not None:
+        _check_slot(t, t.signal, "signal", engine)
+    if t.after is not None:
+        _check_slot(t, t.after, "after", engine)
     if t.src.shape != t.dst.shape or t.src.dtype != t.dst.dtype:
         raise ValueError(f"{engine}: src {tuple(t.src.shape)} {t.src.dtype} and dst "
                          f"{tuple(t.dst.shape)} {t.dst.dtype} differ")
@@ -218,7 +214,11 @@ def _overlap(src: torch.Tensor, dst: torch.Tensor) -> bool:
     return b - a == src.numel() * size and d - c == dst.numel() * size
 
 
-def _check_slot(signal: Signal, what: str, engine: str) -> None:
+def _check_slot(t: Transfer, signal: Signal, what: str, engine: str) -> None:
+    if signal.pad.freed:
+        raise ValueError(f"{engine}: the {what} pad of a transfer from rank {t.src_rank} to "
+                         f"rank {t.dst_rank} must be a live symmetric buffer: it was freed "
+                         f"(drop_signal_pad or free_retired_pads); get the pad again")
     slots = signal.pad.signals.shape[0]
     index = signal.index
     if not (type(index) is int or as_int(index) is not None) or not 0 <= index < slots:
