@@ -51,12 +51,14 @@ def publish(signals: torch.Tensor, chunk_ids: torch.Tensor, epoch: int, peers: r
             ctx) -> None:
     """Set ``signals[c] = epoch`` for every ``c`` in ``chunk_ids`` on every rank of ``peers``
     (a contiguous range of ranks of this rank's node), ordered after this rank's earlier
-    writes on the same stream (release at system scope). ``chunk_ids``: int32, on the
-    signals' device. A peer outside the node (whose heap is not mapped here) is refused
-    (``ValueError``) before the launch."""
+    writes on the same stream (release at system scope). ``chunk_ids``: a contiguous int32
+    vector of slots of ``signals``, on the signals' device (ids outside the pad are refused,
+    read back once per tensor and version). A peer outside the node (whose heap is not
+    mapped here) is refused (``ValueError``) before the launch."""
     if chunk_ids.device != signals.device:
         raise ValueError(f"publish: chunk_ids are on {chunk_ids.device}, the signals on "
                          f"{signals.device}; the kernel reads both")
+    _check_chunk_ids(chunk_ids, signals.numel())
     if not isinstance(peers, range) or peers.step != 1:  # it notifies peers.start + p
         raise ValueError(f"publish: peers must be a contiguous range of ranks, got {peers}")
     if chunk_ids.numel() == 0 or len(peers) == 0:
@@ -68,6 +70,25 @@ def publish(signals: torch.Tensor, chunk_ids: torch.Tensor, epoch: int, peers: r
                          f"mapped here)")
     _FAST_PUBLISH[(1,)](signals, chunk_ids, chunk_ids.numel(), epoch, peers.start,
                         len(peers), ctx)
+
+
+def _check_chunk_ids(chunk_ids: torch.Tensor, n_signals: int) -> None:
+    """``ValueError`` unless ``chunk_ids`` is a contiguous int32 vector of slots of a pad of
+    ``n_signals`` (an id past it would be raised in the memory after the pad on every peer).
+    Read back once per tensor and version (an in-place change reads it again): the tensor
+    remembers what passed in an attribute."""
+    if chunk_ids.dtype != torch.int32 or chunk_ids.dim() != 1 or not chunk_ids.is_contiguous():
+        raise ValueError(f"publish: chunk_ids must be a contiguous 1-D int32 tensor, got "
+                         f"{chunk_ids.dtype} of shape {list(chunk_ids.shape)} and strides "
+                         f"{list(chunk_ids.stride())}")
+    seen = (chunk_ids._version, n_signals)
+    if getattr(chunk_ids, "_ditron_ids_checked", None) == seen or chunk_ids.numel() == 0:
+        return
+    lo, hi = (int(v) for v in torch.aminmax(chunk_ids))
+    if lo < 0 or hi >= n_signals:
+        raise ValueError(f"publish: chunk ids must be slots of the pad, 0 to {n_signals - 1}; "
+                         f"got ids from {lo} to {hi}")
+    chunk_ids._ditron_ids_checked = seen
 
 
 def engine_transfers(plan: Plan, rank: int, src_view: Callable[[Chunk, int], torch.Tensor],

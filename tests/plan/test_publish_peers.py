@@ -44,3 +44,40 @@ def test_publish_refuses_peers_on_another_node(backend, monkeypatch):
 def test_publish_raises_the_chunks_on_every_peer_of_the_node(backend):
     results = ditron.launch(_publish, 3, range(0, 3), backend=backend)
     assert results == [("", [0, 7, 0, 7])] * 3
+
+
+def _publish_ids() -> tuple[list[str], list[int]]:
+    pad = ditron.signal_pad("test.plan.publish_ids", 4)
+    n = pad.signals.numel()
+    ditron.barrier()
+    w = ditron.world()
+    ctx, peers = ditron.context(), range(w.world_size)
+    ids = torch.tensor([1, 3], dtype=torch.int32, device=pad.signals.device)
+    errors = []
+    lowering.publish(pad.signals, ids, 5, peers, ctx)  # checked and remembered
+    for bad in ([1, n], [-1, 2]):
+        ids.copy_(torch.tensor(bad, dtype=torch.int32))  # in place: read again
+        try:
+            lowering.publish(pad.signals, ids, 6, peers, ctx)
+            errors.append("")
+        except ValueError as exc:
+            errors.append(str(exc))
+    for wrong in (ids.long(), torch.tensor([[1, 3]], dtype=torch.int32),
+                  torch.tensor([1, 2, 3], dtype=torch.int32)[::2]):
+        try:
+            lowering.publish(pad.signals, wrong, 6, peers, ctx)
+            errors.append("")
+        except ValueError as exc:
+            errors.append(str(exc))
+    ditron.barrier()
+    return errors, [int(s) for s in pad.signals[:4]]
+
+
+def test_publish_refuses_chunk_ids_outside_the_pad(backend):
+    """An id past the pad was raised in the heap memory after the pad on every peer."""
+    for world_size in (1, 2):
+        for errors, signals in ditron.launch(_publish_ids, world_size, backend=backend):
+            assert signals == [0, 5, 0, 5]
+            assert "chunk ids must be slots of the pad" in errors[0], errors
+            assert "got ids from 1 to" in errors[0] and "from -1 to 2" in errors[1], errors
+            assert all("must be a contiguous 1-D int32 tensor" in e for e in errors[2:]), errors
