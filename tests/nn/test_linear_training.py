@@ -19,7 +19,7 @@ TOL = {torch.float32: 1e-5, torch.float16: 4e-3}
 def _close(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
     assert got.shape == ref.shape, f"{name}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
     tol = TOL[got.dtype]
-    got, ref = got.detach().double(), ref.detach().double()
+    got, ref = got.detach().double().cpu(), ref.detach().double().cpu()
     assert torch.isfinite(got).all(), f"{name}: unwritten (NaN) or non-finite elements"
     err = (got - ref).abs().max().item()
     scale = max(ref.abs().max().item(), 1e-6)
