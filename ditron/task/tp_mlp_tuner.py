@@ -157,7 +157,8 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
     and every rank raises (the error, or ``RuntimeError`` where it was another rank's).
     ``programs`` goes to ``TaskGraph.compile``. Bad arguments (shapes the world size does
     not divide, a dtype the MLP does not compute in, counts, a ``layout`` other than
-    ``"t"`` or ``"n"``, ``DITRON_TUNE_MARGIN`` too) raise ``ValueError``
+    ``"t"`` or ``"n"``, ``DITRON_TUNE_MARGIN`` too, and with ``save``
+    ``DITRON_CACHE_VERSIONS``) raise ``ValueError``
     before anything is built or timed, on every rank (a rank refusing its own names itself
     to its peers), and so do arguments or margins that differ between ranks.
     ``progress``: rank 0 shows its progress on stderr as ``tune`` does (on a terminal one
@@ -173,6 +174,8 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
         tokens, hidden, ffn, layers, configs, warmup, iters, batch, programs, margin = (
             _checked(tokens, hidden, ffn, dtype, layers, configs, warmup, iters, batch,
                      programs, layout, W, dev))
+        if save:  # rank 0's write would refuse it after the timing
+            cache.versions_kept()
     agree("tune_mlp", remember=False, tokens=tokens, hidden=hidden, ffn=ffn, dtype=dtype,
           layers=layers, configs=tuple(configs), warmup=warmup, iters=iters, batch=batch,
           programs=programs, margin=margin, layout=layout)

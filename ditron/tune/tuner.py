@@ -346,7 +346,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     ``K``, or a row-major ``b``'s ``N``, is not a multiple of 16 elements and TMA does not
     load them; ``decisions.key_for``). Returns the agreed
     decision. Bad arguments (``DITRON_TUNE_MARGIN`` too) raise ``ValueError`` before anything
-    is allocated or timed, on every rank (a rank refusing its own names itself to its peers),
+    is allocated or timed, on every rank (a rank refusing its own names itself to its peers;
+    with ``save``, ``DITRON_CACHE_VERSIONS`` too),
     and so do arguments or margins that differ between ranks; a call inside a CUDA graph
     capture or ``ops.graph_safe()`` raises ``RuntimeError`` so (the decision for calls
     captured in graphs comes from a pass of its own, on GPUs). One rank has nothing to
@@ -367,6 +368,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     with refused_together("tune"):
         op, M, N, K, warmup, iters, batch, candidates, margin = _checked(
             op, M, N, K, dtype, warmup, iters, batch, candidates, layout, W, dev)
+        if save:  # rank 0's write would refuse it after the timing, alone
+            cache.versions_kept()
     agree("tune", remember=False, op=op, M=M, N=N, K=K, dtype=dtype, warmup=warmup,
           iters=iters, batch=batch, layout=layout,
           candidates=None if candidates is None else tuple(candidates), margin=margin)
