@@ -1,6 +1,7 @@
 """The fused collective kernels (``kernels/fused_collective.py``) as the ops run them: which
 variant a launch takes (push or pull, block, programs, warps), its cached symmetric
-workspace, and a call cut into launches of at most ``FUSED_MAX_ELEMENTS`` input elements.
+workspace, and a call cut into launches of at most ``FUSED_MAX_ELEMENTS`` input elements
+(``FUSED_RS_MAX_ELEMENTS`` for a reduce-scatter; half as many of 8 bytes).
 
 A fused launch keeps its epochs on the device, so :func:`run` is CUDA-graph safe once the
 workspace exists (the first call of a size allocates it, collectively).
