@@ -12,17 +12,20 @@ which tasks take descriptors, so graphs of the same tasks share one module (and 
 compiled kernel). Modules are written to ``<ditron cache dir>/megakernels/``
 (Triton reads a kernel's source from its file) and loaded from there, once per source and
 set of tile function objects (a tile function redefined or reloaded gets a module of its
-own, which calls it).
+own, which calls it); a module is let go of when the last megakernel holding it is freed
+(:func:`hold`), its file is kept for the next process.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import keyword
+import linecache
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -210,14 +213,21 @@ def source(tasks: Sequence[Task], outline: bool = True) -> tuple[str, dict[str, 
     return "\n".join(head) + "\n\n" + "".join(bodies) + body, inject
 
 
+@dataclasses.dataclass(eq=False)
+class _Loaded:
+    """A generated module, its file, and how many megakernels hold it."""
+
+    module: ModuleType
+    path: str
+    injected: tuple = ()  # the tile functions it cannot import (set after loading it)
+    holders: int = 0
+
+
 #: the modules loaded, by name (the source's digest) and tile function objects
-_MODULES: dict[tuple[str, tuple[int, ...]], ModuleType] = {}
+_MODULES: dict[tuple[str, tuple[int, ...]], _Loaded] = {}
 
 
-def load(tasks: Sequence[Task], outline: bool = True) -> ModuleType:
-    """The generated module for ``tasks`` (written once per distinct source, loaded once
-    per source and set of tile function objects, which it holds: the ids in the key stay
-    theirs)."""
+def _load(tasks: Sequence[Task], outline: bool) -> tuple[tuple[str, tuple[int, ...]], _Loaded]:
     text, inject = source(tasks, outline)
     digest = hashlib.sha256(text.encode()).hexdigest()[:20]
     name = f"ditron_megakernel_{digest}"
@@ -225,8 +235,8 @@ def load(tasks: Sequence[Task], outline: bool = True) -> ModuleType:
     # (a notebook cell run twice, a tile function made inside the function building the
     # graph) or a module was reloaded: each set of function objects gets its own module
     key = (name, tuple(id(task.fn) for task in tasks))
-    module = _MODULES.get(key)
-    if module is None:
+    loaded = _MODULES.get(key)
+    if loaded is None:
         folder = os.path.join(cache_dir(), "megakernels")
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"{name}.py")
@@ -240,6 +250,64 @@ def load(tasks: Sequence[Task], outline: bool = True) -> ModuleType:
         for alias, fn in inject.items():
             setattr(module, alias, fn)
         spec.loader.exec_module(module)
-        _MODULES[key] = module
+        loaded = _MODULES[key] = _Loaded(module, path, tuple(inject.values()))
         sys.modules.setdefault(name, module)
-    return module
+    return key, loaded
+
+
+def load(tasks: Sequence[Task], outline: bool = True) -> ModuleType:
+    """The generated module for ``tasks`` (written once per distinct source, loaded once
+    per source and set of tile function objects, which it holds: the ids in the key stay
+    theirs). Kept loaded until a megakernel that held it (:func:`hold`) lets go of it."""
+    return _load(tasks, outline)[1].module
+
+
+def hold(tasks: Sequence[Task], outline: bool = True
+         ) -> tuple[ModuleType, Callable[[], None]]:
+    """:func:`load`'s module, held until the returned function is called (once; later
+    calls do nothing): when no holder is left the process lets go of the module and what
+    it keeps (its ``sys.modules`` entry, its source lines in ``linecache``, the
+    interpreter's rewrites of its kernels, the tile functions it holds), so that a
+    process building and freeing megakernels does not grow. Its file stays: it is shared
+    by the processes (ranks) using the cache folder, and by later runs."""
+    key, loaded = _load(tasks, outline)
+    loaded.holders += 1
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            loaded.holders -= 1
+            if loaded.holders == 0:
+                _drop(key, loaded)
+
+    return loaded.module, release
+
+
+def _drop(key: tuple[str, tuple[int, ...]], loaded: _Loaded) -> None:
+    """Let go of a module no megakernel holds (see :func:`hold`)."""
+    if _MODULES.get(key) is loaded:
+        del _MODULES[key]
+    module, name = loaded.module, loaded.module.__name__
+    others = [m for m in _MODULES.values() if m.module.__name__ == name]
+    if sys.modules.get(name) is module:  # a module of the same source may stand in
+        if others:
+            sys.modules[name] = others[0].module
+        else:
+            del sys.modules[name]
+    if not others:  # its lines are read again from the file if they are needed
+        linecache.cache.pop(loaded.path, None)
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # pragma: no cover - the interpreter is part of triton
+        return
+    # its own kernels, and the tile functions it was given that no other module holds (a
+    # tile function made anew for each graph); not those it imports (a module's own)
+    held = {i for k in _MODULES for i in k[1]}
+    mine = [v for v in vars(module).values() if isinstance(v, InterpretedFunction)
+            and v.fn.__module__ == name]
+    mine += [f for f in loaded.injected if isinstance(f, InterpretedFunction)
+             and id(f) not in held]
+    for value in mine:
+        InterpretedFunction.rewritten_fn.pop(value.fn, None)

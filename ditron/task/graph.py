@@ -14,8 +14,10 @@ every rank (every rank runs the same graph, so each can work out the others' acc
   of its own: elements that meet in one rank's memory, at least one of them a write; less
   the waits that another of its waits implies (one level, ``_prune``). Boxes of one view
   are compared as boxes; boxes of two views of one buffer in the ``region.Frame`` common
-  to both (slices, rows, transposes of one tensor); two views that no frame places (a
-  reshape across rows, another dtype) are refused where their boxes' bytes meet.
+  to both (slices with or without steps, rows, transposes, ``x.view(-1)``, other dtypes),
+  else by their elements' addresses (``region.regions_meet``: a reshape across rows);
+  two boxes that neither compares (overlapping windows both) are refused where their
+  bytes meet.
   Conflicts between tiles of one task are an error.
 * **begin**: an item that touches another rank ``q``'s memory also waits until ``q`` has
   started this call (slot ``world_size * n_items + q``), i.e. finished the previous one.
@@ -42,7 +44,7 @@ import torch
 from ..kernels.tile_config import WARPS
 from ..runtime.integers import as_int, check_int
 from ..runtime.tensor_spans import byte_span, shares_memory
-from .region import Frame, Range, Region, boxes_meet
+from .region import RUNS_MAX, Frame, Range, Region, boxes_meet, regions_meet
 
 #: the megakernel's ``num_warps`` when no task asks for more (``TaskGraph.num_warps``)
 DEFAULT_WARPS = 4
@@ -308,8 +310,8 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
     Raises ``ValueError`` for tiles of one task that conflict, regions on ranks of another
     node, remote regions of tensors that are not symmetric, regions of a view of another
     rank's heap (``ditron.peer``: name that copy by ``rank=``), and boxes of two views of one
-    buffer that meet in memory, one of them written, where the views cannot be compared
-    (no ``Frame`` places both)."""
+    buffer that meet in memory, one of them written, where the boxes cannot be compared
+    (no ``Frame`` places both views, and ``regions_meet`` cannot tell)."""
     local = local_world_size or world_size
     offsets, n = [], 0
     for task in tasks:
@@ -370,12 +372,10 @@ def derive(tasks: Sequence[Task], rank: int, world_size: int, *,
                               (acc.rank, acc.item, holder, -1)))
     for holder, one, other in _aliasing_views(by_location):
         frame = Frame.common(one[0].region.tensor, other[0].region.tensor)
-        if frame is None:
-            _refuse_unframed(tasks, offsets, holder, one, other)
-            continue
         both = one + other
-        for i, j in _intersecting([frame.place(a.region) for a in both],
-                                  [a.write for a in both]):
+        pairs = (_unframed_conflicts(tasks, offsets, holder, one, other) if frame is None
+                 else _placed_conflicts(frame, both))
+        for i, j in pairs:
             if i < len(one) <= j:  # pairs within one view were found above
                 conflict(both[i], both[j], holder)
 
@@ -402,8 +402,9 @@ def _view_conflicts(accs: list[_Access]) -> list[tuple[int, int]]:
     """Index pairs ``(i, j)``, ``i < j``, of the accesses of one view on one rank that
     conflict: boxes whose elements meet, at least one of them a write. Sorted. Where the
     view's elements share memory (``expand``: disjoint boxes may hold the same elements)
-    the boxes are compared in the view's :class:`Frame`, or by the bytes they span where
-    it has none (``unfold``)."""
+    the boxes are compared in the view's :class:`Frame`, or where it has none (``unfold``)
+    by their elements' addresses (``regions_meet``), else by the bytes they span (a wait
+    too many at worst)."""
     writes = [a.write for a in accs]
     if not any(writes):
         return []
@@ -412,8 +413,22 @@ def _view_conflicts(accs: list[_Access]) -> list[tuple[int, int]]:
         return _conflicting_pairs(accs)
     frame = Frame.common(t, t)
     if frame is not None:
-        return _intersecting([frame.place(a.region) for a in accs], writes)
-    return sorted(_meeting_spans([a.region.span for a in accs], writes))
+        return _placed_conflicts(frame, accs)
+    return sorted((i, j) for i, j in _meeting_spans([a.region.span for a in accs], writes)
+                  if regions_meet(accs[i].region, accs[j].region) is not False)
+
+
+def _placed_conflicts(frame: Frame, accs: list[_Access]) -> list[tuple[int, int]]:
+    """Index pairs ``(i, j)``, ``i < j``, of the accesses (of views ``frame`` fits, on one
+    rank) whose elements meet, at least one of them a write, sorted: their boxes in the
+    frame intersect (a box may be placed as several)."""
+    boxes, owner = [], []
+    for i, a in enumerate(accs):
+        for box in frame.place(a.region):
+            boxes.append(box)
+            owner.append(i)
+    pairs = _intersecting(boxes, [accs[i].write for i in owner])
+    return sorted({(owner[i], owner[j]) for i, j in pairs if owner[i] != owner[j]})
 
 
 def _aliasing_views(by_location: dict) -> Iterator[tuple[int, list[_Access], list[_Access]]]:
@@ -438,26 +453,36 @@ def _view(t: torch.Tensor) -> str:
             f"strides {tuple(t.stride())}, offset {t.storage_offset()}")
 
 
-def _refuse_unframed(tasks: Sequence[Task], offsets: list[int], holder: int,
-                     one: list[_Access], other: list[_Access]) -> None:
-    """Raise ``ValueError`` if an access to view ``one`` and one to view ``other`` (no
-    :class:`Frame` places both) of different tiles meet in memory, one of them a write:
-    whether their elements meet is not worked out, so the wait might be missing."""
+def _unframed_conflicts(tasks: Sequence[Task], offsets: list[int], holder: int,
+                        one: list[_Access], other: list[_Access]) -> list[tuple[int, int]]:
+    """Index pairs ``(i, j)`` into ``one + other`` (views that no :class:`Frame` places
+    both) of an access to each view whose elements meet, one of them a write, told by
+    their addresses (``regions_meet``). Raises ``ValueError`` where two accesses of
+    different tiles meet in bytes spanned but cannot be compared so: whether their
+    elements meet is not worked out, so the wait might be missing."""
     both = one + other
+    pairs = []
     for i, j in _meeting_spans([a.region.span for a in both], [a.write for a in both]):
         a, b = both[i], both[j]
         if (i < len(one)) == (j < len(one)) or (a.item == b.item and a.rank == b.rank):
+            continue
+        meet = regions_meet(a.region, b.region)
+        if meet:
+            pairs.append((i, j))
+        if meet is not None:
             continue
         words = [f"task {tasks[x.task].name!r} tile {x.item - offsets[x.task]} on rank "
                  f"{x.rank} {'writes' if x.write else 'reads'} {_view(x.region.tensor)}"
                  for x in (a, b)]
         raise ValueError(
             f"{words[0]}, and {words[1]}: two views of one buffer on rank {holder} whose "
-            f"boxes meet in memory but cannot be compared (their strides, shapes or dtypes "
-            f"do not make them slices of one strided tensor, as a reshape or a view as "
-            f"another dtype does not), so the wait between them cannot be derived; name "
-            f"the buffer by one tensor in every region (or by views that are slices of one "
+            f"boxes meet in memory but cannot be compared (no strided frame places both, "
+            f"and neither box is made of few runs of bytes that the other's ordered "
+            f"elements can be searched for: overlapping windows, or boxes of more than "
+            f"{RUNS_MAX} runs), so the wait between them cannot be derived; name the "
+            f"buffer by one tensor in every region (or by views that are slices of one "
             f"another)")
+    return sorted(pairs)
 
 
 def _meeting_spans(spans: list[tuple[int, int]], writes: list[bool]
@@ -497,15 +522,17 @@ def _intersecting(boxes: list[tuple[Range, ...]], writes: list[bool]
         return []
     ndim = len(boxes[0])
     per_dim = max(1, int(_GRID_CELLS ** (1 / ndim))) if ndim else 1
-    cells = []
+    cells, starts = [], []  # coordinates may be negative (a frame's top digit)
     for d in range(ndim):
         shortest = min(hi - lo for lo, hi in (b[d] for b in boxes))
+        start = min(b[d][0] for b in boxes)
         end = max(b[d][1] for b in boxes)
-        cells.append(max(1, shortest, -(-end // per_dim)))
+        cells.append(max(1, shortest, -(-(end - start) // per_dim)))
+        starts.append(start)
     grid: dict[tuple[int, ...], list[int]] = {}
     for i, box in enumerate(boxes):
-        spans = [range(lo // c, (hi - 1) // c + 1) for (lo, hi), c in zip(box, cells,
-                                                                          strict=True)]
+        spans = [range((lo - s) // c, (hi - 1 - s) // c + 1)
+                 for (lo, hi), c, s in zip(box, cells, starts, strict=True)]
         for key in itertools.product(*spans):
             grid.setdefault(key, []).append(i)
     pairs: set[tuple[int, int]] = set()

@@ -33,6 +33,7 @@ import functools
 import hashlib
 import importlib
 import re
+import weakref
 
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -228,7 +229,11 @@ class Megakernel:
                  self._dep_slot, self._ntf_ptr, self._ntf_rank, self._begin,
                  len(s.begin_ranks), self._tail, len(s.tail_slots), self._pad.signals,
                  s.n_items, self._trace, rt.context())
-        kernel = FastKernel(codegen.load(self.tasks, outline).megakernel)
+        module, release = codegen.hold(self.tasks, outline)
+        #: lets go of the generated module (``free``, or this object's collection)
+        self._release = weakref.finalize(self, release)
+        self._release.atexit = False  # nothing to let go of once the process ends
+        kernel = FastKernel(module.megakernel)
         self._launch = kernel.bind((programs,), (*fixed, *args), constexprs)
 
     @property
@@ -303,6 +308,7 @@ class Megakernel:
                 self._rt.heap.free(self._pad.signals)
             self._pad = None
             self._launch = None  # its bound arguments hold the heap's mapping
+            self._release()  # the generated module, unless another megakernel holds it
 
     def _explain(self, exc: WaitTimeoutError) -> WaitTimeoutError:
         match = re.fullmatch(r"megakernel:.*\[(\d+)\]", exc.signal)
@@ -396,15 +402,18 @@ def compile_graph(graph: TaskGraph, *, programs: int | None = None,
         schedule = derive(graph.tasks, w.rank, w.world_size,
                           local_world_size=w.local_world_size, is_symmetric=is_symmetric,
                           heap_rank=heap_rank)
-        # written and loaded here (cached for the Megakernel): a rank that cannot (its cache
-        # folder a file, a disk full) tells its peers in the agreement below
-        codegen.load(graph.tasks, outline)
-    if w.world_size > 1:
-        _agree_on_schedules(what, graph, schedule)
-    mk = Megakernel(graph, schedule, programs or _default_programs(w.device,
-                                                                     w.local_world_size),
-                    {"num_warps": num_warps or graph.num_warps(), **launch_options},
-                    tracing.enabled() if trace is None else trace, outline)
+        # written and loaded here (held until the Megakernel holds it): a rank that cannot
+        # (its cache folder a file, a disk full) tells its peers in the agreement below
+        release = codegen.hold(graph.tasks, outline)[1]
+    try:
+        if w.world_size > 1:
+            _agree_on_schedules(what, graph, schedule)
+        mk = Megakernel(graph, schedule, programs or _default_programs(w.device,
+                                                                         w.local_world_size),
+                        {"num_warps": num_warps or graph.num_warps(), **launch_options},
+                        tracing.enabled() if trace is None else trace, outline)
+    finally:
+        release()  # dropped here if no Megakernel holds it (a refused compile)
     if w.world_size > 1:
         barrier()  # every scoreboard is zeroed before any rank's first call
     return mk

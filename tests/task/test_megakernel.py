@@ -748,12 +748,13 @@ def _odd_names_case() -> list[float]:
     from ditron.task import codegen
 
     x = torch.ones(16, device=ditron.world().device)
-    modules = []
+    modules, kernels = [], []  # a module is shared by the megakernels alive
     for name in ('say """hi"""', "C:\\Nodes\\x", "layer0.scale\n"):
         g = dt.TaskGraph("names")
         g.add(name, _scale_tile, x, x, 16, 2.0, 16, tiles=1,
               writes=lambda t, r: dt.region(x))
-        g.compile()()
+        kernels.append(g.compile())
+        kernels[-1]()
         modules.append(codegen.load(g.tasks))
     assert modules[0] is modules[1] is modules[2]  # one module (and kernel) for all three
     return x[:2].tolist()
