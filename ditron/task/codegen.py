@@ -13,11 +13,13 @@ compiled kernel). Modules are written to ``<ditron cache dir>/megakernels/``
 (Triton reads a kernel's source from its file) and loaded from there, once per source and
 set of tile function objects (a tile function redefined or reloaded gets a module of its
 own, which calls it); a module is let go of when the last megakernel holding it is freed
-(:func:`hold`), its file is kept for the next process.
+(:func:`hold`), its file is kept for the next process, and removed once no process has
+loaded it for :data:`UNUSED_FILE_SECONDS` (30 days: the next new file's writer prunes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -25,6 +27,7 @@ import keyword
 import linecache
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
@@ -240,19 +243,48 @@ def _load(tasks: Sequence[Task], outline: bool) -> tuple[tuple[str, tuple[int, .
         folder = os.path.join(cache_dir(), "megakernels")
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"{name}.py")
-        if not os.path.exists(path):
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)  # atomic: ranks may write the same module at once
+        try:
+            os.utime(path)  # in use: kept by the pruning below
+        except FileNotFoundError:
+            _write(path, text)
+            _prune(folder)
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         for alias, fn in inject.items():
             setattr(module, alias, fn)
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except FileNotFoundError:  # pruned by another process in between: write it again
+            _write(path, text)
+            spec.loader.exec_module(module)
         loaded = _MODULES[key] = _Loaded(module, path, tuple(inject.values()))
         sys.modules.setdefault(name, module)
     return key, loaded
+
+
+#: a generated module's file unused (not loaded) for this long is removed when another
+#: process writes a new one: the folder does not grow with every source ever built
+UNUSED_FILE_SECONDS = 30 * 24 * 3600
+
+
+def _write(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)  # atomic: ranks may write the same module at once
+
+
+def _prune(folder: str) -> None:
+    """Remove the generated modules of ``folder`` not loaded for
+    :data:`UNUSED_FILE_SECONDS` (a load renews a file's time). Files that cannot be
+    removed (another user's) stay."""
+    cutoff = time.time() - UNUSED_FILE_SECONDS
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.name.startswith("ditron_megakernel_") and entry.name.endswith(".py"):
+                with contextlib.suppress(OSError):
+                    if entry.stat().st_mtime < cutoff:
+                        os.unlink(entry.path)
 
 
 def load(tasks: Sequence[Task], outline: bool = True) -> ModuleType:

@@ -289,3 +289,44 @@ def test_a_rank_that_cannot_write_its_module_is_named_on_every_rank(backend, tmp
     got = ditron.launch(_unwritable_cache_case, 2, str(tmp_path), backend=backend)
     assert got[1].startswith("NotADirectoryError"), got
     assert "rank 1" in got[0] and "NotADirectoryError" in got[0], got
+
+
+def _pruned_case(folder: str) -> tuple[list[str], float, list[float]]:
+    """Old generated modules are removed when a new one is written; a load renews the time
+    of the file it loads."""
+    import os
+    import time
+
+    files = os.path.join(folder, "megakernels")
+    os.makedirs(files)
+    month = time.time() - 31 * 24 * 3600
+    for name, when in (("ditron_megakernel_old.py", month), ("notes.py", month),
+                       ("ditron_megakernel_recent.py", time.time() - 24 * 3600)):
+        with open(os.path.join(files, name), "w") as f:
+            f.write("# not a megakernel\n")
+        os.utime(os.path.join(files, name), (when, when))
+    x = torch.ones(40, device=ditron.world().device)
+    g = dt.TaskGraph("pruned")
+    g.add("s", _scale_tile, x, x, 40, 2.0, 16, tiles=3,
+          writes=lambda t, r: dt.region(x, (t * 16, t * 16 + 16)))
+    mk = g.compile()  # writes its module: the old one goes
+    mk()
+    left = sorted(os.listdir(files))
+    path = os.path.join(files, next(n for n in left if n not in
+                                    ("notes.py", "ditron_megakernel_recent.py")))
+    os.utime(path, (month, month))
+    mk.free()
+    del mk
+    mk = g.compile()  # loads the module again: its file is in use
+    mk()
+    mk.free()
+    return left, os.stat(path).st_mtime - month, x.unique().tolist()
+
+
+def test_unused_module_files_are_pruned(backend, tmp_path, monkeypatch):
+    monkeypatch.setenv("DITRON_CACHE_DIR", str(tmp_path))
+    left, renewed, values = ditron.launch(_pruned_case, 1, str(tmp_path), backend=backend)[0]
+    assert values == [4.0]
+    assert len(left) == 3 and "ditron_megakernel_old.py" not in left, left
+    assert {"notes.py", "ditron_megakernel_recent.py"} <= set(left), left
+    assert renewed > 30 * 24 * 3600 - 60, renewed
