@@ -26,7 +26,16 @@ Under ``torch.autocast`` the linear functions compute in its dtype, as
 the functions compute in float16, bfloat16 or float32). Every function is a collective:
 all ranks call it in the same order (forward and backward) with matching shapes (the
 linear functions check their inputs' whole shapes, not only rows x features: an input of
-``[2, 3, h]`` on one rank and ``[3, 2, h]`` on another raises on both). It runs in
+``[2, 3, h]`` on one rank and ``[3, 2, h]`` on another raises on both) and, where it decides
+the collectives of the backward pass, on which operands need a gradient (``requires_grad``
+with grad mode on): ``x`` and ``weight`` of ``all_gather_linear`` (and ``keep_gathered``
+where the weight needs one), ``x``, ``weight`` and ``bias`` of ``linear_reduce_scatter``,
+``x`` of ``all_gather``, ``reduce_scatter`` and ``copy_to_tensor_parallel``. Ranks that
+differ there (one under ``torch.no_grad()``, or a tensor that requires grad on one rank
+only) raise ``ValueError`` on every rank at the forward call, naming each rank's
+``needs_grad``: in the backward pass one rank made a collective that its peers did not,
+and waited for ever. ``linear_all_reduce`` and ``all_reduce`` have no collective in their
+backward pass: their ranks may differ there. It runs in
 the world current at its forward call, backward included (``ditron.use``: the backward of a
 TP layer stays in the TP world when another world is current by then). ``method`` is
 passed to the op (``"auto"``, ``"overlap"``, ``"fallback"``). A rank that refuses its
@@ -41,6 +50,7 @@ conventions above hold for a replicated first-order gradient only.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Hashable, Sequence
 from typing import NoReturn
 
 import torch
@@ -53,37 +63,67 @@ from . import library  # registers torch.ops.ditron.*
 
 _ditron = torch.ops.ditron
 
-#: the op whose agreement each checked function's forward enters first (after its own,
-#: :func:`_agree`, for an input of more than 2 dims)
-_FIRST_OP = {"all_gather_linear": "ag_gemm", "linear_reduce_scatter": "gemm_rs",
-             "linear_all_reduce": "gemm_ar", "reduce_scatter": "reduce_scatter"}
+#: the functions whose forward agrees (:func:`_agree`) on every call, not only on inputs of
+#: more than 2 dims: which of their operands need a gradient decides the collectives of
+#: their backward pass
+_GRADS_AGREED = frozenset({"all_gather_linear", "linear_reduce_scatter", "all_gather",
+                           "reduce_scatter", "copy_to_tensor_parallel"})
 
 
 def _first_check(name: str, x: torch.Tensor) -> str:
     """The agreement ``ditron.nn.<name>``'s forward with input ``x`` enters first."""
-    if name != "reduce_scatter" and x.dim() > 2:
+    if name in _GRADS_AGREED or isinstance(x, torch.Tensor) and x.dim() > 2:
         return f"ditron.nn.{name}"
-    return f"ditron.ops.{_FIRST_OP[name]}"
+    return "ditron.ops.gemm_ar"  # linear_all_reduce's op
 
 
 def _refuse(name: str, x: torch.Tensor, problem: str) -> NoReturn:
-    """Raise ``ValueError`` for this rank's arguments to ``ditron.nn.<name>`` (input ``x``),
-    after telling the peers, which wait in the agreement it enters first: they raise it
-    too (``runtime.agreement.refused_together``) instead of waiting for this rank."""
-    exc = ValueError(f"ditron.nn.{name}: {problem}")
+    """Raise ``ValueError`` for this rank's arguments to ``ditron.nn.<name>`` (input ``x``)."""
+    _refuse_with(name, x, ValueError(f"ditron.nn.{name}: {problem}"))
+
+
+def _refuse_with(name: str, x: torch.Tensor, exc: Exception) -> NoReturn:
+    """Raise ``exc``, this rank's refusal of its arguments to ``ditron.nn.<name>`` (input
+    ``x``), after telling the peers, which wait in the agreement it enters first: they
+    raise too (``runtime.agreement.refused_together``) instead of waiting for this rank."""
     if torch.compiler.is_compiling():  # refused while tracing: no host gather in a graph
         raise exc
     with refused_together(_first_check(name, x)):
         raise exc
 
 
-def _agree(name: str, x: torch.Tensor) -> None:
-    """Every rank calls ``ditron.nn.<name>`` with an input of the same shape. The op agrees
-    on the input's 2-D ``[rows, features]`` form only: ranks passing ``[2, 3, h]`` and
-    ``[3, 2, h]`` ran, each viewing the others' rows in its own shape. A 2-D input is the
-    op's own (no second check). Not while ``torch.compile`` traces (no gather in a graph)."""
-    if x.dim() > 2 and not torch.compiler.is_compiling():
-        agree(_first_check(name, x), shape=tuple(x.shape))
+def needs_grad(**operands: torch.Tensor | Sequence[torch.Tensor] | None) -> tuple[str, ...]:
+    """The names of ``operands`` that autograd differentiates in this call: a tensor that
+    requires grad (for a sequence: one of its tensors), grad mode on. Where these decide
+    the collectives of a backward pass, every rank must have the same (the functions agree
+    on them at the forward call): a rank differing made a collective its peers did not."""
+    if not torch.is_grad_enabled():
+        return ()
+    return tuple(name for name, t in operands.items()
+                 if any(isinstance(u, torch.Tensor) and u.requires_grad
+                        for u in (t if isinstance(t, (list, tuple)) else (t,))))
+
+
+def _agree(name: str, x: torch.Tensor, **fields: Hashable) -> None:
+    """Every rank calls ``ditron.nn.<name>`` with an input of the same shape and equal
+    ``fields`` (``needs_grad``: the operands whose gradients decide the backward pass's
+    collectives, given for the functions of ``_GRADS_AGREED`` only). The op agrees on the
+    input's 2-D ``[rows, features]`` form only: ranks passing ``[2, 3, h]`` and
+    ``[3, 2, h]`` ran, each viewing the others' rows in its own shape. Without ``fields``
+    a 2-D input is the op's own (no second check). A cached agreement (one lookup per call
+    once agreed, ``runtime.agreement.agree``); not while ``torch.compile`` traces."""
+    if (fields or x.dim() > 2) and not torch.compiler.is_compiling():
+        agree(f"ditron.nn.{name}", shape=tuple(x.shape), **fields)
+
+
+def _tensors(name: str, **operands: object) -> None:
+    """Refuse (on every rank) operands of ``ditron.nn.<name>`` that are not tensors (a
+    ``bias`` may be ``None``): reading them raised ``AttributeError`` on this rank alone,
+    its peers waiting for it in the agreement."""
+    for what, t in operands.items():
+        if not isinstance(t, torch.Tensor) and not (what == "bias" and t is None):
+            _refuse(name, operands["x"], f"{what} must be a torch.Tensor, got "
+                                         f"{type(t).__name__}")
 
 
 def _rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -272,11 +312,13 @@ def all_gather_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     from the forward pass for the weight's gradient (memory ``W*m x in``); otherwise the
     backward pass gathers it again.
     """
+    _tensors("all_gather_linear", x=x, weight=weight, bias=bias)
     x, weight, bias, plain = _autocast(x, weight, bias, "all_gather_linear")
     x2 = _rows(x, weight, bias, "all_gather_linear", 2)
-    _agree("all_gather_linear", x)
+    grads = needs_grad(x=x, weight=weight)  # backward: gemm_rs; all_gather unless kept
+    keep = bool(keep_gathered) and "weight" in grads  # no gathered copy without its use
+    _agree("all_gather_linear", x, needs_grad=grads, keep_gathered=keep)
     key = library.world_key()
-    keep = keep_gathered and torch.is_grad_enabled()  # no gathered copy without a backward
     with plain:
         y = _AllGatherLinear.apply(x2, weight, keep, method, key)
     if bias is not None:
@@ -293,15 +335,18 @@ def linear_reduce_scatter(x: torch.Tensor, weight: torch.Tensor,
     ``[out, in/W]``; ``bias``: ``[out]``, the same on every rank. Returns this rank's
     ``[M/W, ..., out]`` slice of the sum over ranks. ``M`` must divide by ``W``.
     """
+    _tensors("linear_reduce_scatter", x=x, weight=weight, bias=bias)
     x, weight, bias, plain = _autocast(x, weight, bias, "linear_reduce_scatter")
     x2 = _rows(x, weight, bias, "linear_reduce_scatter", 2)
     _split_rows(x, "linear_reduce_scatter")
-    _agree("linear_reduce_scatter", x)
+    # backward: ag_gemm(_gathered) or all_gather by the needs of x and weight; the bias's
+    # all_reduce
+    _agree("linear_reduce_scatter", x, needs_grad=needs_grad(x=x, weight=weight, bias=bias))
     key = library.world_key()
     with plain:
         y = _LinearReduceScatter.apply(x2, weight, method, key)
     if bias is not None:  # replicated, while the rows are split: its gradient is summed
-        y = y + copy_to_tensor_parallel(bias)
+        y = y + _CopyToTensorParallel.apply(bias, key)  # its need agreed above
     return y.view(x.shape[0] // library.world_size(key), *x.shape[1:-1], weight.shape[0])
 
 
@@ -312,6 +357,7 @@ def linear_all_reduce(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     ``x``: ``[..., in/W]``; ``weight``: ``[out, in/W]``; ``bias``: ``[out]``, the same on
     every rank. Returns ``[..., out]``, the sum over ranks, on every rank.
     """
+    _tensors("linear_all_reduce", x=x, weight=weight, bias=bias)
     x, weight, bias, plain = _autocast(x, weight, bias, "linear_all_reduce")
     x2 = _rows(x, weight, bias, "linear_all_reduce")
     _agree("linear_all_reduce", x)
@@ -324,12 +370,16 @@ def linear_all_reduce(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 def all_gather(x: torch.Tensor) -> torch.Tensor:
     """Every rank's ``x`` concatenated along dim 0; backward: reduce-scatter."""
+    _tensors("all_gather", x=x)
+    _agree("all_gather", x, needs_grad=needs_grad(x=x))
     return _AllGather.apply(x, library.world_key())
 
 
 def reduce_scatter(x: torch.Tensor) -> torch.Tensor:
     """This rank's slice (dim 0) of the sum over ranks; backward: all-gather."""
+    _tensors("reduce_scatter", x=x)
     _split_rows(x, "reduce_scatter")
+    _agree("reduce_scatter", x, needs_grad=needs_grad(x=x))
     return _ReduceScatter.apply(x, library.world_key())
 
 
@@ -341,4 +391,6 @@ def all_reduce(x: torch.Tensor) -> torch.Tensor:
 def copy_to_tensor_parallel(x: torch.Tensor) -> torch.Tensor:
     """``x`` itself; backward sums the gradient over ranks (a replicated input feeding
     sharded work)."""
+    _tensors("copy_to_tensor_parallel", x=x)
+    _agree("copy_to_tensor_parallel", x, needs_grad=needs_grad(x=x))
     return _CopyToTensorParallel.apply(x, library.world_key())

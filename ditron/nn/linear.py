@@ -136,12 +136,11 @@ class ColumnParallelLinear(_ParallelLinear):
                 return F.all_gather_linear(x, self.weight, self.bias,
                                            keep_gathered=self.keep_gathered,
                                            method=self.method)
-            # no collective before the backward pass: a local check, every rank's own
             if not isinstance(x, torch.Tensor) or x.dim() == 0 \
-                    or x.shape[-1] != self.in_features:
-                raise ValueError(f"ditron.nn: ColumnParallelLinear(sequence_parallel=False) "
-                                 f"takes [..., {self.in_features}] (replicated), got "
-                                 f"{tuple(getattr(x, 'shape', ()))}")
+                    or x.shape[-1] != self.in_features:  # the peers told, in the agreement
+                F._refuse_with("copy_to_tensor_parallel", x, ValueError(  # of x's need
+                    f"ditron.nn: ColumnParallelLinear(sequence_parallel=False) takes [..., "
+                    f"{self.in_features}] (replicated), got {tuple(getattr(x, 'shape', ()))}"))
             return torch.nn.functional.linear(F.copy_to_tensor_parallel(x), self.weight,
                                               self.bias)
 

@@ -18,6 +18,16 @@ does (fp32 weights, GEMMs in the autocast dtype, fp32 weight gradients). They ca
 custom ops ``torch.ops.ditron.moe_*`` and ``grouped_gemm*`` with their autograd formulas
 (``library.py``). ``torch.compile`` traces them, and ``ExpertParallelMLP``, into one graph
 (``fullgraph=True``), on the CPU backend and on CUDA.
+
+Ranks must agree on which operands need a gradient (``requires_grad`` with grad mode on),
+as that decides the collectives of the backward pass: ``x`` of ``moe_dispatch``, ``y`` and
+``topk_weights`` of ``moe_combine``, and for ``ExpertParallelMLP`` ``x``, ``topk_weights``
+and the experts' outputs (which need one where ``x``, ``w1``, ``w2`` or an ``activation``
+module's parameters do). Ranks that differ (one under ``torch.no_grad()``, a tensor that
+requires grad on one rank only, one rank's experts frozen where ``x`` needs no gradient)
+raise ``ValueError`` on every rank at the forward call, before any kernel, naming each
+rank's ``needs_grad`` (in the backward pass one rank made a collective its peers did not,
+and waited for ever).
 """
 
 from __future__ import annotations
@@ -36,27 +46,27 @@ from ..ops.moe import (
     check_topk_weights,
     mean_rows_per_expert,
 )
-from ..runtime.agreement import refused_together
+from ..runtime.agreement import agree, refused_together
 from ..runtime.integers import as_int, check_int
 from ..runtime.world import world
 from . import library
-from .functional import autocast_operand
+from .functional import autocast_operand, needs_grad
 from .linear import in_world, shard_generator
 
 _ditron = torch.ops.ditron
 
 
-def _before_dispatch(check: Callable[[], None]) -> None:
+def _before_dispatch(check: Callable[[], None], what: str) -> None:
     """Run ``check`` (this rank's checks of its arguments, made before the dispatch); where
-    it raises, the peers, which wait in the dispatch's agreement (or, in debug mode, in its
-    check of the expert ids), raise too (``runtime.agreement.refused_together``) instead of
-    waiting for this rank."""
+    it raises, the peers, which wait in the call's agreement ``what`` (or, in debug mode, in
+    the dispatch's check of the expert ids), raise too
+    (``runtime.agreement.refused_together``) instead of waiting for this rank."""
     try:
         check()
     except Exception:
         if torch.compiler.is_compiling():  # refused while tracing: no host gather in a graph
             raise
-        with refused_together("ditron.ops.moe_dispatch", checks_data=True):
+        with refused_together(what, checks_data=True):
             raise
 
 
@@ -67,13 +77,18 @@ def _is_int(value: object) -> bool:
 
 
 def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
-              max_tokens: int | None, max_recv_rows: int | None
-              ) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
+              max_tokens: int | None, max_recv_rows: int | None, what: str,
+              needs: tuple[str, ...]) -> tuple[torch.Tensor, list[torch.Tensor], list[int]]:
     """``(grouped x, routing, sizes)`` of the differentiable dispatch (``library``'s
-    lists)."""
+    lists), the call ``what`` (``ditron.nn.moe.moe_dispatch`` or the layer) agreed first on
+    ``needs`` (``needs_grad``: the operands whose gradients decide the backward pass's
+    collectives)."""
     key = library.world_key()
 
     def check() -> None:  # the op's own checks, before the defaults below read them
+        if not isinstance(x, torch.Tensor):  # before the agreement on its gradient's need
+            raise TypeError(f"moe_dispatch: x must be a torch.Tensor [tokens, hidden], got "
+                            f"{type(x).__name__}")
         if not isinstance(topk_ids, torch.Tensor) or topk_ids.dim() != 2:
             raise ValueError(f"moe_dispatch: topk_ids must be [tokens, k], got "
                              f"{getattr(topk_ids, 'shape', topk_ids)!r}")
@@ -85,7 +100,8 @@ def _dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int,
             if (value is not None or name == "num_experts") and not _is_int(value):
                 raise ValueError(f"moe_dispatch: {name} must be an int, got {value!r}")
 
-    _before_dispatch(check)
+    _before_dispatch(check, what)
+    agree(what, needs_grad=needs)
     T, k = topk_ids.shape
     max_tokens = T if max_tokens is None else max_tokens
     cap = library.world_size(key) * max_tokens * k if max_recv_rows is None else max_recv_rows
@@ -102,7 +118,8 @@ def moe_dispatch(x: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, *,
                  max_tokens: int | None = None,
                  max_recv_rows: int | None = None) -> MoEDispatch:
     """:func:`ditron.ops.moe_dispatch` whose ``x`` field is differentiable in ``x``."""
-    grouped, routing, sizes = _dispatch(x, topk_ids, num_experts, max_tokens, max_recv_rows)
+    grouped, routing, sizes = _dispatch(x, topk_ids, num_experts, max_tokens, max_recv_rows,
+                                        "ditron.nn.moe.moe_dispatch", needs_grad(x=x))
     return dataclasses.replace(library.dispatch_of(grouped, routing, sizes), x=grouped,
                                world=world())
 
@@ -119,6 +136,7 @@ def moe_combine(y: torch.Tensor, dispatch: MoEDispatch,
                 topk_weights: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`ditron.ops.moe_combine`, differentiable in ``y`` and ``topk_weights``."""
     check_combine(y, dispatch, topk_weights)
+    agree("ditron.nn.moe.moe_combine", needs_grad=needs_grad(y=y, topk_weights=topk_weights))
     return _combine(y, *library.routing_of(dispatch), topk_weights)
 
 
@@ -128,7 +146,10 @@ def _layer(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
            max_recv_rows: int | None) -> torch.Tensor:
     """``ExpertParallelMLP``'s computation (plain tensors and lists throughout: one graph
     under ``torch.compile``)."""
-    grouped, routing, sizes = _dispatch(x, topk_ids, num_experts, max_tokens, max_recv_rows)
+    params = list(activation.parameters()) if isinstance(activation, torch.nn.Module) else []
+    needs = needs_grad(x=x, topk_weights=topk_weights, expert_outputs=[x, w1, w2, *params])
+    grouped, routing, sizes = _dispatch(x, topk_ids, num_experts, max_tokens, max_recv_rows,
+                                        _LAYER, needs)
     size = dict(zip(library.SIZES, sizes, strict=True))
     rows = mean_rows_per_expert(library.world_size(library.world_key()), size["max_tokens"],
                                 size["topk"], num_experts)
@@ -140,6 +161,10 @@ def _layer(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
         h = activation(h)
     y = grouped_gemm(h, w2, routing[0], rows_per_group=rows)
     return _combine(y, routing, sizes, topk_weights)
+
+
+#: the name of ``ExpertParallelMLP``'s agreement (its calls' first)
+_LAYER = "ditron.nn.ExpertParallelMLP"
 
 
 class ExpertParallelMLP(torch.nn.Module):
@@ -212,7 +237,7 @@ class ExpertParallelMLP(torch.nn.Module):
                 dtype = torch.get_autocast_dtype(kind)
                 x, w1, w2 = (autocast_operand(t, kind, dtype) for t in (x, w1, w2))
                 mode = torch.autocast(kind, enabled=False)
-            _before_dispatch(lambda: self._check(x, topk_ids, topk_weights, w1.dtype))
+            _before_dispatch(lambda: self._check(x, topk_ids, topk_weights, w1.dtype), _LAYER)
             with mode:
                 return _layer(x, topk_ids, topk_weights, w1, w2, self.activation, self.gated,
                               self.num_experts, max_tokens, self.max_recv_rows)

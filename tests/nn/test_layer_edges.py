@@ -155,7 +155,7 @@ def test_reprs_show_the_settings(backend):
 def _replicated_column_case() -> int:
     """The non-sequence-parallel column layer ran its wrong input into torch's matmul
     ("mat1 and mat2 shapes cannot be multiplied"); it names the layer and the shape it
-    takes (a local check: nothing collective runs before its backward pass)."""
+    takes (before ``copy_to_tensor_parallel``'s agreement, whose peers it tells)."""
     from ditron import nn
 
     dev = ditron.world().device
@@ -175,6 +175,51 @@ def _replicated_column_case() -> int:
 
 def test_replicated_column_refuses_wrong_features(backend):
     assert ditron.launch(_replicated_column_case, 2, backend=backend) == [2, 2]
+
+
+def _one_rank_not_a_tensor_case() -> list[str]:
+    """Rank 1 alone passes a list for an operand, or a wrong input to the replicated
+    column layer: every rank raises ``ValueError`` naming rank 1 (a list raised
+    ``AttributeError`` on rank 1 alone, its peer waiting in the function's agreement), and
+    a good call works after."""
+    from ditron import nn
+    from ditron.nn import functional as F
+
+    me, dev = ditron.world().rank, ditron.world().device
+    bad = me == 1
+    x, wt = torch.randn(4, 8, device=dev), torch.randn(6, 8, device=dev)
+    col = nn.ColumnParallelLinear(8, 4, sequence_parallel=False)
+
+    def odd(t: torch.Tensor) -> object:
+        return t.tolist() if bad else t
+
+    calls = [lambda: F.all_gather_linear(odd(x), wt), lambda: F.linear_reduce_scatter(x, odd(wt)),
+             lambda: F.linear_all_reduce(x, wt, odd(torch.zeros(6, device=dev))),
+             lambda: F.all_gather(odd(x)), lambda: F.reduce_scatter(odd(x)),
+             lambda: F.copy_to_tensor_parallel(odd(x)),
+             lambda: col(x[:, :5] if bad else x)]
+    seen = []
+    for call in calls:
+        with pytest.raises(ValueError) as err:
+            call()
+        text = str(err.value)
+        assert bad or "rank 1: ValueError" in text, text
+        seen.append(text.split("must be a torch.Tensor, got ")[-1].split(" (")[0] if bad
+                    else text.split(":")[0])
+    y = F.all_gather_linear(x, wt)  # still in step
+    torch.testing.assert_close(y[me * 4:(me + 1) * 4], x @ wt.T)
+    return seen
+
+
+def test_one_rank_passing_no_tensor_raises_on_every_rank(monkeypatch, backend):
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")  # the old hang, short
+    names = [f"ditron.nn.{n}" for n in ("all_gather_linear", "linear_reduce_scatter",
+                                        "all_gather", "reduce_scatter",
+                                        "copy_to_tensor_parallel", "copy_to_tensor_parallel")]
+    names.insert(2, "ditron.ops.gemm_ar")  # a 2-D input's first agreement: the op's
+    got = ditron.launch(_one_rank_not_a_tensor_case, 2, backend=backend)
+    assert got[0] == names, got[0]
+    assert got[1][:6] == ["list"] * 6 and "ColumnParallelLinear" in got[1][6], got[1]
 
 
 def _world_gone_case() -> str:

@@ -334,7 +334,7 @@ def check_one_rank_refuses() -> list[str]:
 def test_one_rank_refusing_raises_on_every_rank(monkeypatch, backend):
     monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")  # the old hang, short
     assert ditron.launch(check_one_rank_refuses, 2, backend=backend) == \
-        ["ExpertParallelMLP", "ditron.ops.moe_dispatch"]
+        ["ExpertParallelMLP", "ditron.nn.ExpertParallelMLP"]  # the layer's agreement
 
 
 def check_non_int_sizes() -> list[str]:
