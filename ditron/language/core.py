@@ -46,6 +46,14 @@ def _check_order(sem: tl.constexpr, scope: tl.constexpr):
 
 
 @triton.jit
+def _peer_base(peer, ctx):
+    """``heap_bases[peer]`` (one rank or a block), 0 for a peer outside ``[0, world_size)``:
+    masked-off lanes may hold any peer (a table loaded without ``other``, rows past the
+    end), and reading their base would leave the ``world_size`` entries of the table."""
+    return tl.load(ctx.heap_bases + peer, mask=(peer >= 0) & (peer < ctx.world_size), other=0)
+
+
+@triton.jit
 def translate(ptr, peer, ctx):
     """Return ``ptr`` (local heap pointer or block of pointers) moved into ``peer``'s heap
     (``peer``: one rank, or a block of ranks broadcasting against ``ptr``).
@@ -54,10 +62,11 @@ def translate(ptr, peer, ctx):
     (heap bases are ``HEAP_BASE_ALIGN``-aligned), so a contiguous, aligned block keeps its
     contiguity and alignment and its remote loads and stores vectorize like local ones (a
     round trip through integers would leave them element by element). A block of peers
-    keeps the contiguity but not the alignment fact."""
+    keeps the contiguity but not the alignment fact. A peer outside ``[0, world_size)``
+    (e.g. in a masked-off lane) reads no base: its pointer is left outside every heap."""
     # bytes per element: bool (i1) elements take a byte each
     elem: tl.constexpr = (ptr.dtype.element_ty.primitive_bitwidth + 7) // 8
-    delta = (tl.load(ctx.heap_bases + peer) - tl.load(ctx.heap_bases + ctx.rank)) // elem
+    delta = (_peer_base(peer, ctx) - tl.load(ctx.heap_bases + ctx.rank)) // elem
     if delta.type.is_block():  # a block of peers works too, without the alignment fact
         offset = delta
     else:
@@ -70,7 +79,7 @@ def translate_each(ptr, peers, ctx):
     """:func:`translate` with one rank per pointer (``peers`` broadcasts against ``ptr``),
     e.g. rows of a tile owned by different ranks. Element-wise addresses: no vectorization."""
     local_base = tl.load(ctx.heap_bases + ctx.rank).to(tl.uint64)
-    peer_base = tl.load(ctx.heap_bases + peers).to(tl.uint64)
+    peer_base = _peer_base(peers, ctx).to(tl.uint64)
     offset = ptr.to(tl.uint64, bitcast=True) - local_base
     return (peer_base + offset).to(ptr.dtype, bitcast=True)
 
@@ -109,11 +118,16 @@ def atomic_cas(ptr, compare, value, peer, ctx, sem: tl.constexpr = ACQ_REL,
     """If ``peer``'s copy of ``ptr`` equals ``compare``, set it to ``value``; return the old.
 
     ``compare`` and ``value`` are converted to the pointee type first (CUDA's compare-and-swap
-    needs all three to agree; plain Python ints would otherwise be int32)."""
+    needs all three to agree; plain Python ints would otherwise be int32) and, for a block of
+    pointers, broadcast to its shape (every lane swaps its own element; there is no mask)."""
     _check_order(sem, scope)
     dtype = ptr.dtype.element_ty
-    return tl.atomic_cas(translate(ptr, peer, ctx), tl.cast(compare, dtype),
-                         tl.cast(value, dtype), sem=sem, scope=scope)
+    compare = tl.cast(compare, dtype)
+    value = tl.cast(value, dtype)
+    if ptr.type.is_block():  # Triton's compare-and-swap does not broadcast them itself
+        compare = tl.broadcast_to(compare, ptr.shape)
+        value = tl.broadcast_to(value, ptr.shape)
+    return tl.atomic_cas(translate(ptr, peer, ctx), compare, value, sem=sem, scope=scope)
 
 
 @triton.jit
