@@ -14,33 +14,123 @@ a subgroup.
 from __future__ import annotations
 
 import dataclasses
+import json
+import time
+import weakref
 from collections.abc import Sequence
 
 import torch.distributed as dist
 
 from .integers import as_int
 
-#: the groups made for worlds, by the job's default group, the ranks and the backend
+#: the groups made for worlds, by the job's default group, then the ranks and the backend
 #: (``None``: the default's): kept past their world's shutdown while that default group
 #: lives, and reused by the next world over the same ranks. torch names a group made with
 #: local synchronization by its ranks, so one made again after the last was destroyed met
-#: the stale keys of its store (gloo: "Connection refused").
-_KEPT: dict[tuple[object, tuple[int, ...], str | None], dist.ProcessGroup] = {}
+#: the stale keys of its store (gloo: "Connection refused"). Held weakly (torch's own
+#: registry keeps them until ``destroy_process_group``): a group held past it kept its gloo
+#: threads into the interpreter's exit, where one releasing a collective's tensors took
+#: the GIL and aborted the process ("terminate called without an active exception").
+_KEPT: weakref.WeakKeyDictionary[
+    dist.ProcessGroup, weakref.WeakValueDictionary[tuple[tuple[int, ...], str | None],
+                                                   dist.ProcessGroup]
+] = weakref.WeakKeyDictionary()
 
 
 def _group(ranks: tuple[int, ...], backend: str | None, whole: bool) -> dist.ProcessGroup:
     """A process group of the global ``ranks`` (``backend``: ``None`` for the default
     one's), the one an earlier world of this default group used if any (:data:`_KEPT`).
     ``whole``: the ranks are the job's, whose group every rank makes."""
-    default = dist.group.WORLD
-    for key in [k for k in _KEPT if k[0] is not default]:  # of a default group destroyed
-        del _KEPT[key]
-    key = (default, ranks, backend)
-    if key not in _KEPT:
-        _KEPT[key] = (dist.new_group(backend=backend) if whole else
-                      dist.new_group(list(ranks), backend=backend,
-                                     use_local_synchronization=True))
-    return _KEPT[key]
+    kept = _KEPT.setdefault(dist.group.WORLD, weakref.WeakValueDictionary())
+    group = kept.get((ranks, backend))
+    if group is None:
+        group = kept[(ranks, backend)] = (
+            dist.new_group(backend=backend) if whole else
+            dist.new_group(list(ranks), backend=backend, use_local_synchronization=True))
+    return group
+
+
+#: worlds of more than one rank this process has started making with each other global
+#: rank, by the job's default group (held weakly, as in :data:`_KEPT`), then that rank:
+#: the number of the next one, which keys the store entries of :func:`meet_members` (ranks
+#: sharing several worlds make them in the same order, so a pair counts alike)
+_MADE_WITH: weakref.WeakKeyDictionary[dist.ProcessGroup, dict[int, int]] = \
+    weakref.WeakKeyDictionary()
+#: the largest world whose members :func:`meet_members` checks (each pair of members meets
+#: through the store: ~5 W^2 store operations, about 0.5 s in all at 64 ranks)
+CHECKED_MEMBERS = 64
+
+
+def meet_members(ranks: tuple[int, ...]) -> None:
+    """Before any group of a new world over the global ``ranks`` is made: meet its other
+    members through the job's store and check that each is making this very world as its
+    next one with this rank. ``ValueError`` on every rank that meets a member making
+    another (one called ``init`` with another group, or ranks sharing several worlds make
+    them in different orders), and on the members it tells: each would otherwise wait in a
+    different group for ever, or until gloo's timeout. The ranks of every world named then
+    count it as made, so that they can make worlds again. ``RuntimeError`` naming the
+    members that did not come within the store's timeout (the process group's). Worlds of
+    more than :data:`CHECKED_MEMBERS` ranks are not checked."""
+    me = dist.get_rank()
+    peers = [p for p in ranks if p != me]
+    if not peers or len(ranks) > CHECKED_MEMBERS:
+        return
+    try:  # torch's own store of the default group (no public accessor)
+        store = dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError, ValueError):
+        return  # a torch without it: the members are not checked
+    made = _MADE_WITH.setdefault(dist.group.WORLD, {})
+    number = {p: made.get(p, 0) for p in peers}
+    for p in peers:
+        made[p] = number[p] + 1
+        store.set(f"ditron/world/{me}-{p}/{number[p]}", json.dumps(ranks))
+    pending, worlds = set(peers), {me: list(ranks)}
+    deadline, pause = time.monotonic() + store.timeout.total_seconds(), 0.001
+    while pending:
+        told = next((p for p in peers
+                     if store.check([f"ditron/refused/{p}-{me}/{number[p]}"])), None)
+        if told is not None:  # passed on: members only this rank tells wait for it
+            key = f"ditron/refused/{told}-{me}/{number[told]}"
+            named, message = json.loads(store.get(key))
+            store.delete_key(key)  # read once, here: left, a later process group's would meet it
+            _refuse(store, me, number, named, message, ranks)
+        for p in sorted(pending):
+            key = f"ditron/world/{p}-{me}/{number[p]}"
+            if store.check([key]):
+                pending.discard(p)
+                worlds[p] = json.loads(store.get(key))
+                store.delete_key(key)  # keys left would meet a later process group's
+        if any(w != list(ranks) for w in worlds.values()):
+            makes = "\n".join(f"  global rank {p} makes the world of ranks {w}"
+                              for p, w in sorted(worlds.items()))
+            message = (f"ditron.init: members of a new world are making different worlds "
+                       f"(each member must call ditron.init with the same group, and ranks "
+                       f"that share several worlds must make them in the same order):\n"
+                       f"{makes}")
+            _refuse(store, me, number, sorted({r for w in worlds.values() for r in w}),
+                    message, ranks)
+        if pending and time.monotonic() > deadline:
+            raise RuntimeError(f"ditron.init: global ranks {sorted(pending)} did not start "
+                               f"making the world of ranks {list(ranks)} within "
+                               f"{store.timeout.total_seconds():.0f} s (the process group's "
+                               f"timeout): only the group's members call ditron.init, all "
+                               f"with the group")
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
+
+
+def _refuse(store, me: int, number: dict[int, int], named: list[int], message: str,
+            ranks: tuple[int, ...]) -> None:
+    """Raise ``ValueError(message)`` after telling the other members of this world (their
+    entries ``number``) through ``store``; then count a world made with each rank of the
+    worlds ``named`` that :func:`meet_members` did not count yet (those of ``ranks``)."""
+    for p, n in number.items():
+        store.set(f"ditron/refused/{me}-{p}/{n}", json.dumps([named, message]))
+    made = _MADE_WITH.setdefault(dist.group.WORLD, {})
+    for p in named:
+        if p != me and p not in ranks:
+            made[p] = made.get(p, 0) + 1
+    raise ValueError(message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +190,7 @@ def world_groups(group) -> Groups:
     if me not in ranks:
         raise ValueError(f"ditron.init: this process (global rank {me}) is not in the group "
                          f"{list(ranks)}")
+    meet_members(ranks)
     default_gloo = dist.get_backend() == "gloo"
     if ranks == tuple(range(dist.get_world_size())):
         world = dist.group.WORLD
