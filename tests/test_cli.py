@@ -188,6 +188,9 @@ def test_bench_tp_gemm_shape_subset():
     (("trace", "--calls", "0"), "argument --calls: must be a positive integer, got 0"),
     (("trace", "--world-size", "1"), "--world-size 1: one rank runs a plain GEMM"),
     (("bench", "tp-gemm", "--world-size", "1"), "--world-size 1: one rank has nothing to overlap"),
+    # ran before, its "speed-up" the fallback against itself (one rank overlaps nothing)
+    (("bench", "tp-mlp", "--smoke", "--world-size", "1"),
+     "--world-size 1: one rank has nothing to overlap"),
     (("trace", "--m", "65"), "--m 65 (global rows) does not split over --world-size 2 ranks"),
     (("bench", "moe", "--out", "{tmp}"), "argument --out: '{tmp}' is a folder; give a file"),
     (("bench", "collectives", "--out", "{tmp}/file"), "argument --out: '{tmp}/file' is a file,"),

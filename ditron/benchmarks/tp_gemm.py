@@ -1,8 +1,9 @@
 """``ditron bench tp-gemm``: overlapped TP GEMMs vs torch.matmul + torch.distributed.
 
 Shapes: REFERENCES.md (M = 8192 global tokens; AG-GEMM ``C[M, N/W] = AG(A[M/W, K]) @
-B[K, N/W]``, GEMM-RS ``C[M/W, N] = RS(A[M, K/W] @ B[K/W, N])``), multiplied by ``--scale``
-(rounded to multiples of 64) for fewer GPUs or less memory; ``--shapes NxK,...`` keeps a
+B[K, N/W]``, GEMM-RS ``C[M/W, N] = RS(A[M, K/W] @ B[K/W, N])``), as published where the
+split dimensions divide by W, multiplied by ``--scale`` (rounded to multiples of 64, 64 W
+for the split ones) for fewer GPUs or less memory; ``--shapes NxK,...`` keeps a
 subset (unscaled ``N x K``, as in ``AG_SHAPES`` / ``RS_SHAPES``); ``--smoke`` uses tiny
 shapes (CPU). Per shape, in the same run and with the same fixed warm-up / timed call counts
 on every rank (CUDA events on GPU, host clock on CPU; each sample times ``--batch`` calls
@@ -10,7 +11,8 @@ back to back, as a busy stream runs them; the candidates take turns over at leas
 rounds and as many as there are candidates, in an order that rotates, so each runs at each
 position of a round; the slowest rank's median of all samples):
 
-* ``T_gemm``: the rank's local GEMM with ``torch.matmul``; ``T_comm``: the collective alone;
+* ``T_gemm``: the rank's local GEMM with ``torch.matmul`` (AG-GEMM: of the gathered rows);
+  ``T_comm``: the collective alone;
 * ``baseline``: ``method="fallback"`` (torch.matmul + NCCL, not overlapped);
 * ``ditron``: ``method="overlap"``; ``auto``: what users get by default;
 * ``torch_fused``: ``torch.ops.symm_mem.fused_all_gather_matmul`` /
@@ -76,6 +78,14 @@ def _round(x: float, q: int = 64) -> int:
     return max(q, int(round(x / q)) * q)
 
 
+def _dim(x: int, scale: float, q: int = 64) -> int:
+    """A REFERENCES.md dimension ``x`` times ``scale``: ``x`` itself at scale 1 where it
+    divides by ``q // 64`` (the ranks it is split over), else rounded to a multiple of ``q``
+    (at 8 ranks, rounding every shape made LLaMA-7B's N = 11008 into 11264, and at 4 and 8
+    Qwen2-72B's 29568 into 29696: not the published shapes the results are compared with)."""
+    return x if scale == 1 and x % (q // 64) == 0 else _round(x * scale, q)
+
+
 def shapes(ops: list[str], scale: float, smoke: bool, W: int,
            only: str = "") -> list[tuple[str, int, int, int]]:
     """(op, M global, N global, K global) rows. ``only``: ``"NxK,..."``, a subset of the
@@ -105,12 +115,12 @@ def shapes(ops: list[str], scale: float, smoke: bool, W: int,
             rows.append(("gemm_rs", 24 * W, 40, 24 * W))
         return rows
     out = []
-    M = _round(8192 * scale, 64 * W)
+    M = _dim(8192, scale, 64 * W)
     if "ag" in ops:
-        out += [("ag_gemm", M, _round(n * scale, 64 * W), _round(k * scale))
+        out += [("ag_gemm", M, _dim(n, scale, 64 * W), _dim(k, scale))
                 for n, k in AG_SHAPES if keep((n, k))]
     if "rs" in ops:
-        out += [("gemm_rs", M, _round(n * scale), _round(k * scale, 64 * W))
+        out += [("gemm_rs", M, _dim(n, scale), _dim(k, scale, 64 * W))
                 for n, k in RS_SHAPES if keep((n, k))]
     return out
 
@@ -179,6 +189,9 @@ def _measure_one(op: str, M: int, N: int, K: int, dtype, warmup: int, iters: int
         full_a = torch.empty(M, K, device=dev, dtype=dtype)
         gemm = lambda: torch.matmul(full_a, b)  # noqa: E731
         comm = lambda: all_gather_single(full_a, a, group=group)  # noqa: E731
+        # T_gemm multiplies the gathered rows: it is timed first, and timed the buffer's
+        # uninitialized memory there (zeros, on a fresh allocation, run faster: METHOD.md)
+        comm()
     else:
         a = torch.randn(M, K // W, device=dev).to(dtype)
         b = torch.randn(N, K // W, device=dev).to(dtype).t()

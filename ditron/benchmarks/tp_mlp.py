@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="ditron bench tp-mlp",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--world-size", type=positive_int, default=2,
-                   help="ranks to launch (default %(default)s)")
+                   help="ranks to launch, at least 2 (default %(default)s)")
     p.add_argument("--shape", default="8192,4096,11008", type=int_list(("tokens", "hidden", "ffn")),
                    help="tokens,hidden,ffn (global; default %(default)s)")
     add_timing_options(p, 3, 20, rounds=4)
@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         smoke_defaults(p, argv, args, {"shape": [16 * args.world_size, 32, 16 * args.world_size]},
                        {"warmup": 1, "iters": 2, "batch": 1, "rounds": 1})
+    if args.world_size == 1:  # every op falls back: the speed-ups would compare it with itself
+        p.error("--world-size 1: one rank has nothing to overlap (both variants run the "
+                "fallback); give --world-size 2 or more")
     tokens, hidden, ffn = args.shape
     if tokens % args.world_size or ffn % args.world_size:
         p.error(f"tokens and ffn must divide by the world size {args.world_size}")
