@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
+from .torchrun_job import run_under_torchrun
 
 SCRIPT = """
 import torch
@@ -35,22 +32,10 @@ ditron.shutdown()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_init_under_torchrun(tmp_path):
     script = tmp_path / "ring.py"
     script.write_text(SCRIPT)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRITON_INTERPRET", "DITRON_RECORD_LAUNCHES")}
-    env["DITRON_BACKEND"] = "cpu"
-    out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
-         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(script)],
-        capture_output=True, text=True, env=env, timeout=240)
+    out = run_under_torchrun(script, 3)
     assert out.returncode == 0, out.stdout + out.stderr
     for rank in range(3):
         left = (rank - 1) % 3

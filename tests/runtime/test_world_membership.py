@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import datetime
 import gc
-import os
-import subprocess
-import sys
 import weakref
 
 import pytest
@@ -19,7 +16,7 @@ import torch.distributed as dist
 
 import ditron
 
-from .test_torchrun import _free_port
+from .torchrun_job import run_under_torchrun
 
 _DIFFERENT = r"members of a new world are making different worlds"
 
@@ -161,13 +158,7 @@ def test_disagreement_and_group_worlds_under_torchrun(tmp_path):
     no abort at exit)."""
     script = tmp_path / "members.py"
     script.write_text(SCRIPT)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TRITON_INTERPRET", "DITRON_RECORD_LAUNCHES")}
-    env["DITRON_BACKEND"] = "cpu"
-    out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
-         "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), str(script)],
-        capture_output=True, text=True, env=env, timeout=240)
+    out = run_under_torchrun(script, 3)
     assert out.returncode == 0, out.stdout + out.stderr
     for rank in range(3):
         assert f"rank {rank} refused: ditron.init: {_DIFFERENT}" in out.stdout, out.stdout
