@@ -73,7 +73,7 @@ from ..runtime.signals import signal_pad
 from ..runtime.symmetric import context
 from ..runtime.torch_dist import reduce_scatter_single
 from ..runtime.world import current
-from ..tune.decisions import b_layout, lookup
+from ..tune.decisions import b_layout, conditions, lookup
 from . import rs_copy_engine
 from .exchange import engine_instance
 from .graphs import capturing, graph_mode, not_warmed, require_warm
@@ -189,12 +189,17 @@ def _choose(op: str, method: str, M: int, a: torch.Tensor, b: torch.Tensor,
     # below, and a hit would then serve a decision made for rank 0's layout): operands laid
     # out differently on different ranks must not split them.
     layout = b_layout(b) if method == "auto" else None
+    with refused_together(f"ditron.ops.{op} tiles"):  # a bad DITRON_GEMM_TMA: told to peers
+        # what else keys the decision and may change between calls (debug mode, the
+        # GEMMs' load path): the memo below follows it, as rank 0's cache key does
+        when = conditions() if layout is not None else ()
     agree(f"ditron.ops.{op} tiles", config=cfg, unvectorized_loads=scalar, b_layout=layout)
     if layout is None:  # method="overlap"
         return Choice(True, cfg)
-    # Ranks must take the same path (their caches on disk may differ): rank 0 decides.
+    # Ranks must take the same path (their caches on disk may differ): rank 0 decides, once
+    # per signature and conditions in this world (tune() in this process drops the memo)
     choice = bounded_cache.named("tp_gemm").get_or_make(
-        ("choice", op, M, N, K, dtype, config, cfg, scalar, layout),
+        ("choice", op, M, N, K, dtype, config, cfg, scalar, layout, when),
         lambda: rank0_decides(f"ditron.ops.{op} method='auto'",
                               lambda: _auto_choice(op, M, N, K, dtype, config, cfg, scalar,
                                                    layout)))

@@ -7,7 +7,9 @@ layout of ``b`` where it is not the transposed weight the tuner assumes by defau
 ``scalar loads`` where the operands' loads cannot be vectorized (``kernels.gemm.
 scalar_loads``; aligned operands add nothing), ``checked calls`` where a GPU world times its
 ops in debug mode (a wait timeout, or ``DITRON_CHECK_CALLS``: a device synchronize after
-every overlapped launch, more host gathers per call than the fallback), and the versions
+every overlapped launch, more host gathers per call than the fallback), ``pointer loads``
+or ``TMA loads`` where ``DITRON_GEMM_TMA`` changes the GEMMs' load path from the device's
+default (``decisions.conditions``), and the versions
 of what was timed: triton's, torch's and Ditron's own, with a digest of the package's
 sources (:func:`versions`: a decision measured with other compilers, libraries or kernels,
 whose tiles may have meant something else, is tuned again rather than reused); e.g.

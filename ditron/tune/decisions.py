@@ -1,7 +1,8 @@
 """Tuned decisions: what the tuner chose, keyed by op, shape, dtype, world size, device,
 ``b``'s layout, whether the operands' loads vectorize, whether a GPU world checks its calls
-(debug mode) and the triton, torch and Ditron versions (Ditron's with a digest of its
-sources: ``cache.versions``).
+(debug mode), the GEMMs' load path where ``DITRON_GEMM_TMA`` departs from the device's
+default, and the triton, torch and Ditron versions (Ditron's with a digest of its sources:
+``cache.versions``).
 
 The ops read decisions here (``method="auto"``); ``tuner.py`` measures and writes them.
 """
@@ -9,10 +10,13 @@ The ops read decisions here (``method="auto"``); ``tuner.py`` measures and write
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 
+from ..kernels.descriptors import tma_wanted
 from ..kernels.gemm import GemmConfig
+from ..runtime import world
 from . import cache
 
 #: the transfer engines each op's decisions may name: those ``tuner.tune`` tries (ops not
@@ -138,21 +142,44 @@ def common_layout(*bs: torch.Tensor) -> str:
     return layouts.pop() if len(layouts) == 1 else "strided"
 
 
-def _checked_calls() -> bool:
-    """Whether this world's op calls run checked on a GPU: with a wait timeout (debug mode)
-    every overlapped launch is followed by a device synchronize (``check_waits``), and with
-    ``DITRON_CHECK_CALLS`` every call gathers its arguments over the host group, an
-    overlapped one once more per step it agrees on; the fallback (cuBLAS + NCCL) pays no
-    synchronize and one gather, so a decision timed so does not serve unchecked calls, nor
-    one timed unchecked checked ones.
-    The CPU backend checks every launch whatever the settings: its keys do not say so; nor
-    do keys made outside a world (no op runs there)."""
-    from ..runtime.world import current, is_initialized
-
-    if not is_initialized():
-        return False
-    rt = current()
+def _checked_calls(rt: world.Runtime) -> bool:
+    """Whether the op calls of the world ``rt`` run checked on a GPU: with a wait timeout
+    (debug mode) every overlapped launch is followed by a device synchronize
+    (``check_waits``), and with ``DITRON_CHECK_CALLS`` every call gathers its arguments
+    over the host group, an overlapped one once more per step it agrees on; the fallback
+    (cuBLAS + NCCL) pays no synchronize and one gather, so a decision timed so does not
+    serve unchecked calls, nor one timed unchecked checked ones.
+    The CPU backend checks every launch whatever the settings: its keys do not say so."""
     return rt.world.device.type != "cpu" and (rt.wait_timeout > 0 or rt.settings.check_calls)
+
+
+def _load_path(device: torch.device) -> str:
+    """``"TMA loads"`` or ``"pointer loads"`` where ``DITRON_GEMM_TMA`` makes the GEMMs on
+    ``device`` load their operands otherwise than they do by default
+    (``kernels.descriptors.tma_wanted``: through TMA on CUDA capability >= 9, through
+    pointers elsewhere; ``1`` has the CPU backend's interpreter emulate TMA), else ``""``:
+    the kernels timed differ, and so may the decision."""
+    if not os.environ.get("DITRON_GEMM_TMA"):  # the default: the common case, cheaply
+        return ""
+    wanted = tma_wanted(device)
+    if wanted == (device.type == "cuda" and tma_wanted(device, True)):
+        return ""
+    return "TMA loads" if wanted else "pointer loads"
+
+
+def conditions() -> tuple[str, str]:
+    """The parts of a decision's key (:func:`key_for`) that may change while a world runs:
+    ``"checked calls"`` where a GPU world checks its calls (:func:`_checked_calls`;
+    ``ditron.set_wait_timeout`` turns it on or off) and the GEMMs' load path where
+    ``DITRON_GEMM_TMA`` departs from the device's default (:func:`_load_path`; read at
+    every call), each ``""`` otherwise (both outside a world). ``method="auto"`` keys its
+    in-process memo of a decision on them too, so that a change of either is decided
+    again (on every rank where it is made on every rank, as every setting read at each
+    call must be)."""
+    if not world.is_initialized():  # no op runs there
+        return ("", "")
+    rt = world.current()
+    return "checked calls" if _checked_calls(rt) else "", _load_path(rt.world.device)
 
 
 def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int,
@@ -163,11 +190,13 @@ def key_for(op: str, M: int, N: int, K: int, dtype: torch.dtype, world_size: int
     the persistent GEMM runs up to 2.6x slower, so a decision measured on aligned operands
     does not serve them, nor one measured on such operands aligned ones). Aligned operands
     add nothing to the key; nor do unchecked calls, where a GPU world checks its calls
-    (debug mode: :func:`_checked_calls`) the key says ``checked calls``. The key ends with
-    the versions of triton, torch and Ditron (``cache.versions``: with a digest of Ditron's
-    sources)."""
+    (debug mode: :func:`_checked_calls`) the key says ``checked calls``; nor does the
+    device's own load path, where ``DITRON_GEMM_TMA`` turns TMA off on a GPU that has it
+    the key says ``pointer loads``, where it turns it on for the CPU backend ``TMA loads``
+    (:func:`conditions`). The key ends with the versions of triton, torch and Ditron
+    (``cache.versions``: with a digest of Ditron's sources)."""
     variant = ", ".join(v for v in (_VARIANTS[layout], "scalar loads" if scalar else "",
-                                    "checked calls" if _checked_calls() else "") if v)
+                                    *conditions()) if v)
     return cache.make_key(op, (M, N, K), str(dtype).replace("torch.", ""), world_size,
                           _device_name(), variant)
 

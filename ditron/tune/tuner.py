@@ -68,7 +68,7 @@ from ..runtime.config import SettingsError, env_float
 from ..runtime.cuda_graphs import capture, collectives_capturable, graph_mode
 from ..runtime.integers import check_int
 from . import cache
-from .decisions import ENGINES, Decision, b_layout, key_for, lookup
+from .decisions import ENGINES, Decision, b_layout, conditions, key_for, lookup
 
 __all__ = ["Decision", "Trial", "agreed_median", "all_ok", "early_rows_for", "key_for", "lookup",
            "rotations", "say", "split_rows_for", "time_calls", "tune", "tune_margin"]
@@ -347,7 +347,8 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     load them; ``decisions.key_for``). Returns the agreed
     decision. Bad arguments (``DITRON_TUNE_MARGIN`` too) raise ``ValueError`` before anything
     is allocated or timed, on every rank (a rank refusing its own names itself to its peers;
-    with ``save``, ``DITRON_CACHE_VERSIONS`` too),
+    with ``save``, ``DITRON_CACHE_VERSIONS`` and ``DITRON_GEMM_TMA`` too, which the write
+    reads),
     and so do arguments or margins that differ between ranks; a call inside a CUDA graph
     capture or ``ops.graph_safe()`` raises ``RuntimeError`` so (the decision for calls
     captured in graphs comes from a pass of its own, on GPUs). One rank has nothing to
@@ -368,8 +369,9 @@ def tune(op: str, M: int, N: int, K: int, dtype: torch.dtype = torch.bfloat16, *
     with refused_together("tune"):
         op, M, N, K, warmup, iters, batch, candidates, margin = _checked(
             op, M, N, K, dtype, warmup, iters, batch, candidates, layout, W, dev)
-        if save:  # rank 0's write would refuse it after the timing, alone
+        if save:  # rank 0's write would refuse them after the timing, alone
             cache.versions_kept()
+            conditions()  # DITRON_GEMM_TMA, read again for the key
     agree("tune", remember=False, op=op, M=M, N=N, K=K, dtype=dtype, warmup=warmup,
           iters=iters, batch=batch, layout=layout,
           candidates=None if candidates is None else tuple(candidates), margin=margin)
