@@ -76,8 +76,11 @@ _FAST_WAIT_RANGE = FastKernel(wait_range)
 
 def bump(pad: SignalPad) -> DeviceValue:
     """Advance ``pad``'s device epoch by one, in stream order; returns it (the value of
-    this use, as later kernels of the stream and of streams that wait for it read it)."""
+    this use, as later kernels of the stream and of streams that wait for it read it). A
+    use on another stream than the pad's previous one first waits for that one (eagerly;
+    ``runtime/stream_order.py``)."""
     value = pad.device_epoch()
+    pad.order.follow()
     _FAST_BUMP[(1,)](value.cell)
     return value
 

@@ -34,7 +34,7 @@ import torch
 
 from ..engines.base import Engine, Signal, Transfer, get_engine
 from ..engines.copy_engine import side_stream
-from ..engines.streams import follow, join, mark_current, start_after
+from ..engines.streams import join, mark_current, start_after
 from ..engines.sync import (
     bump,
     bump_and_notify,
@@ -50,6 +50,7 @@ from ..runtime.config import env_flag, env_int
 from ..runtime.dtypes import accumulator
 from ..runtime.heap import ALIGNMENT
 from ..runtime.signals import DeviceValue, SignalPad, signal_pad
+from ..runtime.stream_order import StreamOrder
 from ..runtime.world import current
 from .graphs import capture_id, capturing, not_warmed, require_warm
 from .workspaces import alloc_buffers, allocate, cached, drop
@@ -210,8 +211,8 @@ def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
     reads of its previous call were done, in its stream order: then my call ``e - 1``
     waited for what each peer sent after it had read its share of call ``e - 2``, the half
     call ``e`` writes. It takes the calls on ``key`` to follow each other in one stream
-    order per rank, so a call on another stream than the previous one first waits for
-    that one (CUDA).
+    order per rank: a call on another stream than the previous one first waits for that
+    one (CUDA; the pad's ``next_epoch`` sees to it).
     """
     refuse_capture(key)
     rt = current()
@@ -225,8 +226,6 @@ def open_exchange(key: str, dtype: torch.dtype, inbox_numel: int,
     node = rt.topo.node_ranks()
     shm = range(0, 0) if engine == "network" else node
     acks = not (implied and ACK_BY_DATA)
-    if not acks and rt.world.backend == "cuda":
-        _follow_last_call(key)
     # with ``implied`` (one setting per key), ``ACK_BY_DATA`` may differ from call to call
     sent = _acknowledged(key, pad, epoch, acks) if implied else True
     if epoch > 2 and acks and sent:
@@ -246,19 +245,6 @@ def _acknowledged(key: str, pad: SignalPad, epoch: int, acks: bool) -> bool:
     sent = last[1]
     sent[epoch] = acks
     return sent.pop(epoch - 2, True)
-
-
-def _follow_last_call(key: str) -> None:
-    """Order this call of the exchange ``key`` after its previous one on this rank: the
-    current stream waits for the previous call's stream if that was another."""
-    rt = current()
-    device = rt.world.device.index
-    stream = torch._C._cuda_getCurrentRawStream(device)
-    last = rt.cache.get(("exchange_stream", key))  # a Stream: kept alive for the wait
-    if last is None or last.cuda_stream != stream:
-        if last is not None:
-            follow(stream, last)
-        rt.cache[("exchange_stream", key)] = torch.cuda.current_stream(device)
 
 
 def exchange(key: str, dtype: torch.dtype, inbox_numel: int, parts: list[Part],
@@ -491,14 +477,15 @@ def next_turn(key: str, nbytes: int) -> Turn:
     inbox_key = f"{key}:graph2:{_inbox_cap(nbytes)}"
     ws = rt.cache.get(("workspace", "inbox", inbox_key))
     inbox = ws.tensors[0].data_ptr() if ws is not None else None
-    # calls so far, the last one's stream and inbox address
-    turns = rt.cache.setdefault(("replay_turns", inbox_key), [0, None, None])
-    stream = torch.cuda.current_stream()
-    if turns[1] is not None and turns[1] != stream:
-        stream.wait_stream(turns[1])
+    # calls so far, the order of their streams and the last one's inbox address
+    turns = rt.cache.get(("replay_turns", inbox_key))
+    if turns is None:
+        turns = rt.cache[("replay_turns", inbox_key)] = [0, StreamOrder(rt.world.device), None]
+    turns[1].follow()
     implied = ACK_BY_DATA and turns[0] > 0 and inbox is not None and inbox == turns[2]
     turn = Turn(turns[0] % 2, implied)
-    turns[:] = [turns[0] + 1, stream, inbox]
+    turns[0] += 1
+    turns[2] = inbox
     return turn
 
 

@@ -16,6 +16,7 @@ import torch
 from ..kernels import fused_collective as kfc
 from ..runtime.config import SettingsError, env_int, env_switch
 from ..runtime.diagnostics import check_waits
+from ..runtime.stream_order import StreamOrder
 from ..runtime.world import current
 from .graphs import capturing
 from .workspaces import cached
@@ -160,7 +161,8 @@ def run(flat: torch.Tensor, mode: int, out: torch.Tensor, op: str = "sum") -> to
     """Run the fused collective ``mode`` (reducing with ``op``) on ``flat`` into ``out``
     (see ``kernels/fused_collective.py``), in pieces of at most ``FUSED_MAX_ELEMENTS`` input
     elements (``FUSED_RS_MAX_ELEMENTS`` for a reduce-scatter). No host state per call:
-    CUDA-graph safe."""
+    CUDA-graph safe. Eager calls sharing a workspace follow each other in stream order
+    (``runtime/stream_order.py``)."""
     rt = current()
     n = flat.numel()
     cpu = rt.world.backend == "cpu"
@@ -169,6 +171,11 @@ def run(flat: torch.Tensor, mode: int, out: torch.Tensor, op: str = "sum") -> to
                             rt.backend.shares_devices(rt.world.local_world_size),
                             0 if cpu else sm_count(flat.device), flat.element_size())
     ws = workspace(flat.dtype, mode, n, variant)
+    if not cpu:  # the calls on one workspace (its device epochs) follow in stream order
+        order = rt.cache.get(("stream_order", ws.name))
+        if order is None:
+            order = rt.cache[("stream_order", ws.name)] = StreamOrder(flat.device)
+        order.follow()
     ctx = rt.context()
     block, warps = variant.block, variant.num_warps
     if n <= ws.cap:  # one piece (for segmented modes too: W divides n): no views to cut

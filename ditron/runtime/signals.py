@@ -25,6 +25,7 @@ import torch
 from .cuda_graphs import capturing
 from .heap import HeapExhausted
 from .integers import check_int
+from .stream_order import StreamOrder
 from .world import current
 
 
@@ -74,6 +75,8 @@ class SignalPad:
     #: set when :func:`drop_signal_pad` or :func:`free_retired_pads` frees the pad: engines
     #: and ``engines.sync`` then refuse it (its memory may already hold another buffer)
     freed: bool = dataclasses.field(default=False, init=False, repr=False)
+    #: the stream of the pad's previous use (``stream_order.py``)
+    order: StreamOrder = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         t = self.signals
@@ -90,6 +93,7 @@ class SignalPad:
                              "ditron.zeros((slots,), torch.int64), or use ditron.signal_pad")
         self.epoch = check_int(self.epoch, "ditron.SignalPad: epoch", 0, _EPOCH_END)
         self.slots = t.shape[0]
+        self.order = StreamOrder(t.device)
 
     def address(self, rank: int) -> int:
         """Device address of slot 0 in ``rank``'s heap, as this process maps it (the
@@ -131,7 +135,11 @@ class SignalPad:
         """Advance the epoch by ``steps`` (a positive int; 1 when left out) and return it (the
         value this use's signals must reach). Epochs only grow: a step < 1 is refused, and
         so is an epoch past ``2**63 - 1`` (``RuntimeError``; an int64 signal cannot hold it:
-        its notify wrapped to a negative value and the waits after it passed at once)."""
+        its notify wrapped to a negative value and the waits after it passed at once).
+
+        On CUDA, a use issued on another stream than the pad's previous use first makes the
+        current stream wait for that one (``order``): a pad's uses follow each other in one
+        stream order per rank."""
         if steps is None:  # the hot path: one comparison
             epoch = self.epoch + 1
         else:
@@ -139,6 +147,7 @@ class SignalPad:
         if epoch >= _EPOCH_END:
             raise RuntimeError(f"SignalPad.next_epoch: epoch {epoch} does not fit the pad's "
                                f"int64 signals; make a fresh pad (drop_signal_pad)")
+        self.order.follow()
         self.epoch = epoch
         return epoch
 
@@ -180,6 +189,7 @@ def signal_pad(key: str, slots: int) -> SignalPad:
             raise
         pad = SignalPad.allocate(slots, name)
     if old is not None:
+        pad.order.inherit(old.order)  # its uses follow the old pad's last one
         rt.cache.setdefault(_RETIRED, []).append((key, old))
     rt.cache[("signal_pad", key)] = pad
     from .barrier import barrier

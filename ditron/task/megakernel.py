@@ -271,6 +271,7 @@ class Megakernel:
             raise RuntimeError("ditron.task: a traced megakernel cannot be captured in a CUDA "
                                "graph (it synchronises after each call)")
         self._calls += 1
+        self._pad.order.follow()  # after the previous call, on whichever stream it ran
         if self.traced:
             self._trace.zero_()
             rt.backend.synchronize(rt.world.device)
