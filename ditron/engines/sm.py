@@ -1,7 +1,8 @@
 """SM engine: a Triton load/store kernel on a configurable number of programs.
 
 One launch moves a batch of transfers: program ``(p, t)`` copies blocks ``p, p + P, ...``
-of transfer ``t`` (``P`` = ``programs``), reading and writing through
+of transfer ``t`` (``P`` = ``programs``; more than 65535 transfers, CUDA's largest
+``grid.y``, launch in pieces of that many), reading and writing through
 ``ditron.language.translate`` so either side may be a peer's heap. With ``reduce`` it adds
 the source into the destination (in fp32 for 16- and 32-bit floats, rounded once to the
 nearest, ties to even, on the CPU backend too: ``runtime/interpret.py``; else in the
@@ -28,6 +29,7 @@ import triton.language as tl
 
 from .. import language as dl
 from ..runtime.dtypes import carried, carrier, check_moved, check_summed, tl_accumulator
+from ..runtime.grid_math import GRID_YZ_MAX
 from ..runtime.integers import check_int
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
@@ -132,10 +134,15 @@ class SmEngine(Engine):
 
     def _launch(self, tables: list, ctx) -> None:
         for (dtype, reduce, value), batch, (desc, counters, sig_typed) in tables:
-            grid = (self.programs, len(batch))
-            _FAST_MOVE[grid](desc, carried(batch[0].src), sig_typed, counters, value, ctx,
-                             BLOCK=self.block, REDUCE=reduce, VEC=_vector(batch),
-                             ACC=tl_accumulator(carrier(dtype)), num_warps=8)
+            vec, acc = _vector(batch), tl_accumulator(carrier(dtype))
+            # transfers are grid.y, at most GRID_YZ_MAX a launch (a larger grid fails)
+            for first in range(0, len(batch), GRID_YZ_MAX):
+                grid = (self.programs, min(GRID_YZ_MAX, len(batch) - first))
+                _FAST_MOVE[grid](desc[first * _FIELDS:] if first else desc,
+                                 carried(batch[0].src), sig_typed,
+                                 counters[first:] if first else counters, value, ctx,
+                                 BLOCK=self.block, REDUCE=reduce, VEC=vec, ACC=acc,
+                                 num_warps=8)
 
     @torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
     def _table(self, batch: list[Transfer]):

@@ -57,12 +57,14 @@ def _tma_copy_kernel(src_desc, dst_desc, src, dst, rows, n, counter, sig_ptr, va
         for box in tl.range(pid, tl.cdiv(rows, BLOCK_R), nprog, num_stages=STAGES):
             tile = src_desc.load([box * BLOCK_R, 0])
             dst_desc.store([box * BLOCK_R, 0], tile)
-        if pid == 0:  # the tail
-            for off in range(rows * C, n, TAIL_BLOCK):
+        if pid == 0:  # the tail, in int64: rows * C wrapped in int32 from 2**31 elements
+            for off in range(tl.cast(rows, tl.int64) * C, n, TAIL_BLOCK):
                 offs = off + tl.arange(0, TAIL_BLOCK)
                 tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
     else:
-        for off in range(pid * TAIL_BLOCK, n, nprog * TAIL_BLOCK):
+        # int64 offsets: the last step of a program passed 2**31 - 1 where ``n`` is just
+        # below it, and wrapped to a negative offset that ``offs < n`` let through
+        for off in range(pid.to(tl.int64) * TAIL_BLOCK, n, nprog * TAIL_BLOCK):
             offs = off + tl.arange(0, TAIL_BLOCK)
             tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
     if SIGNAL:

@@ -44,7 +44,8 @@ Store path (``C_TMA``, with ``GemmConfig.tma_store``): plain-store tiles of a TM
 are stored through a descriptor on ``C`` when tiles never cross a segment end.
 
 Load paths (``USE_TMA``): by default A and B tiles are loaded through pointers (masked). With
-``USE_TMA`` (CUDA capability >= 9 when A is local and the operands meet the TMA rules, or
+``USE_TMA`` (CUDA capability >= 9 when A is local, ``M``, ``seg_rows`` and ``K`` are below
+2**31 (TMA coordinates are int32) and the operands meet the TMA rules, or
 ``DITRON_GEMM_TMA=1`` on the CPU backend, whose interpreter emulates descriptors) ``a_ptr``
 and ``b_ptr`` are host-side tensor descriptors (``triton.tools.tensor_descriptor``): A's on
 ``[rows, K]``, B's on ``[K, N]`` or, with ``B_NK``, on the contiguous ``[N, K]`` weight whose
@@ -409,9 +410,9 @@ def persistent_gemm(
                              input_precision=DOT_PRECISION)
             else:
                 acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-            if not USE_TMA:
-                a_ptrs += BLOCK_K * stride_ak
-                b_ptrs += BLOCK_K * stride_bk
+            if not USE_TMA:  # WIDE: a K stride past 2**31 / BLOCK_K wraps the step in int32
+                a_ptrs += BLOCK_K * _wide(stride_ak, WIDE)
+                b_ptrs += BLOCK_K * _wide(stride_bk, WIDE)
         if TRACE:  # the main loop is done (its last MMAs may still be in flight)
             tl.store(trace_ptr + 4 + i * 5, dl.timestamp(trace_ptr, GPU_TIMER))
         tile_mask = m_mask[:, None] & n_mask[None, :]
@@ -696,7 +697,9 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide=Fa
     K, N = b.shape
     tma_b = None
     c_tma = False
-    if not hooks.a_remote and K > 0 and tma_wanted(c.device, use_tma):
+    # TMA coordinates are int32: rows or K from 2**31 on (int64 there) do not compile
+    if (not hooks.a_remote and 0 < K and max(M, seg_rows, K) < offsets.INT32_SPAN
+            and tma_wanted(c.device, use_tma)):
         tma = tma_operands(a, b, cfg)
         if tma is not None:
             tma_b = "nk" if tma[2] else "kn"

@@ -48,6 +48,7 @@ from ..runtime.tensor_spans import elements_meet, shares_memory
 from ..runtime.triton_launch import FastKernel
 from .alignment import vector_loads
 from .descriptors import describe, tma_wanted, transposable
+from .offsets import INT32_SPAN
 from .tile_config import check_tile_config
 
 #: the dtypes the kernels compute in (``x`` and ``w`` share one)
@@ -172,7 +173,8 @@ def _grouped_gemm_kernel(x, w, out, offsets, G, N, K, slots,
         row_ok = rows < row_end
         col_ok = cols < N
         if not USE_TMA:
-            x_ptrs = x + rows.to(tl.int64)[:, None] * sx_m + ks[None, :] * sx_k
+            x_ptrs = (x + rows.to(tl.int64)[:, None] * sx_m
+                      + ks[None, :].to(tl.int64) * sx_k)
             w_ptrs = (w + group.to(tl.int64) * sw_g + ks[:, None].to(tl.int64) * sw_k
                       + cols[None, :].to(tl.int64) * sw_n)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -187,8 +189,10 @@ def _grouped_gemm_kernel(x, w, out, offsets, G, N, K, slots,
                 k_ok = ks < K - k0
                 a = tl.load(x_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
                 b = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-                x_ptrs += BLOCK_K * sx_k
-                w_ptrs += BLOCK_K * sw_k
+                # int64 steps: a K stride past 2**31 / BLOCK_K (a column-major x of over
+                # 2**31 / BLOCK_K rows) wrapped the int32 product
+                x_ptrs += BLOCK_K * tl.cast(sx_k, tl.int64)
+                w_ptrs += BLOCK_K * tl.cast(sw_k, tl.int64)
             if UPCAST:
                 acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc,
                              input_precision=DOT_PRECISION)
@@ -285,6 +289,18 @@ def check_grouped(op: str, x: torch.Tensor, w: torch.Tensor, offsets: torch.Tens
                              f"(the rows of x), got {o if len(o) <= 9 else o[:9] + ['...']}")
 
 
+def check_rows(op: str, rows: int, block: int) -> None:
+    """Raise ``ValueError`` unless ``rows`` rows of ``x`` can be numbered in int32 by the
+    kernels, whose row blocks of ``block`` rows start below ``rows`` and end at most
+    ``block - 1`` rows past them (a block's row ``rows + block - 2`` wrapped to a negative
+    one: a read and a store before ``x`` and ``out``; the weight gradient's row loop did not
+    end)."""
+    if rows + block > INT32_SPAN:
+        raise ValueError(f"{op}: x has {rows} rows; the kernels number rows in int32 and "
+                         f"take blocks of {block}, so at most {INT32_SPAN - block}: split "
+                         f"the rows")
+
+
 def _check_apart(op: str, out: torch.Tensor, **operands: torch.Tensor) -> None:
     """``ValueError`` unless ``out``'s elements are distinct and apart from every operand's
     (interleaved with them is fine): tiles are written while other tiles still read the
@@ -321,6 +337,10 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
     offsets = offsets.contiguous()  # the kernel reads them as one vector
     R, K = x.shape
     G, _, N = w.shape
+    cfg = config or default_config(x.device, x.dtype,
+                                   R / max(G, 1) if rows_per_group is None else rows_per_group,
+                                   (x, w))
+    check_rows("grouped_gemm", R, cfg.block_m)
     if out is None:
         out = torch.empty((R, N), dtype=x.dtype, device=x.device)
     elif out.shape != (R, N) or out.dtype != x.dtype or out.device != x.device:
@@ -330,9 +350,6 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
         _check_apart("grouped_gemm", out, x=x, w=w, offsets=offsets)
     if R == 0 or N == 0 or G == 0:
         return out
-    cfg = config or default_config(x.device, x.dtype,
-                                   R / G if rows_per_group is None else rows_per_group,
-                                   (x, w))
     slots = cdiv(R, cfg.block_m) + G
     grid = (slots * cdiv(N, cfg.block_n),)
     descs = _descriptors(x, w, cfg) if cfg.tma and K > 0 and tma_wanted(x.device) else None
@@ -350,16 +367,20 @@ def grouped_gemm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor, *,
 
 def _descriptors(x: torch.Tensor, w: torch.Tensor, cfg: GroupedGemmConfig):
     """``(x's descriptor, w's, whether w's is on [G * N, K])``, or ``None`` where the
-    operands break the TMA rules (module docstring)."""
+    operands break the TMA rules (module docstring), or the stacked weight's rows (``G *
+    K``, ``G * N``) pass 2**31: the kernel's coordinates ``group * K + k`` are int32 (TMA
+    takes no others), and wrapped there."""
     G, K, N = w.shape
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     xd = describe(x, (bm, bk))
     if xd is None or xd[1]:
         return None
-    if w.stride(2) == 1 and w.stride(0) == K * w.stride(1) and K % bk == 0:
+    if w.stride(2) == 1 and w.stride(0) == K * w.stride(1) and K % bk == 0 \
+            and G * K <= INT32_SPAN:
         wd = describe(w.as_strided((G * K, N), (w.stride(1), 1)), (bk, bn))
         return None if wd is None or wd[1] else (xd[0], wd[0], False)
-    if w.stride(1) == 1 and w.stride(0) == N * w.stride(2) and transposable(w.dtype):
+    if w.stride(1) == 1 and w.stride(0) == N * w.stride(2) and transposable(w.dtype) \
+            and G * N <= INT32_SPAN:
         wd = describe(w.as_strided((G * N, K), (w.stride(2), 1)), (bn, bk))
         return None if wd is None or wd[1] else (xd[0], wd[0], True)
     return None
@@ -385,6 +406,8 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
                          f"{dy.dtype} on {dy.device}")
     offsets = offsets.contiguous()  # the kernel reads o[g], o[g + 1] side by side
     K = x.shape[1]
+    cfg = config or default_wgrad_config(x.device, x.dtype)
+    check_rows("grouped_gemm_wgrad", x.shape[0], cfg.block_k)  # its row steps: block_k
     if out is None:
         out = torch.empty((G, K, N), dtype=x.dtype, device=x.device)
     elif out.shape != (G, K, N) or out.dtype != x.dtype or out.device != x.device:
@@ -394,7 +417,6 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
         _check_apart("grouped_gemm_wgrad", out, x=x, dy=dy, offsets=offsets)
     if out.numel() == 0:
         return out
-    cfg = config or default_wgrad_config(x.device, x.dtype)
     grid = (G * cdiv(K, cfg.block_m) * cdiv(N, cfg.block_n),)
     descs = (_wgrad_descriptors(x, dy, cfg) if cfg.tma and x.shape[0] > 0
              and tma_wanted(x.device) and transposable(x.dtype) else None)

@@ -2,9 +2,10 @@
 arithmetic) while every tensor spans at most 2**31 elements, int64 past that.
 
 The persistent GEMM and the fused collectives switch to int64 offsets by themselves (their
-``WIDE`` constexpr, set from :func:`wide`); the grouped GEMMs always use int64 where a
-product can pass 2**31; the task tiles (``tiles.py``) use int32, so the tasks built on them
-refuse larger tensors (:func:`check_int32_offsets`).
+``WIDE`` constexpr, set from :func:`wide`: K steps ``BLOCK_K * stride`` included); the
+grouped GEMMs always use int64 where a product can pass 2**31 (their row numbers are int32:
+they refuse ``x`` of more rows, ``grouped_gemm.check_rows``); the task tiles (``tiles.py``)
+use int32, so the tasks built on them refuse larger tensors (:func:`check_int32_offsets`).
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ functions in plain Python.
 
 from __future__ import annotations
 
+#: CUDA's largest ``grid.y`` and ``grid.z`` (``grid.x``: 2**31 - 1); a larger launch fails
+#: with "invalid argument", while the CPU backend's interpreter takes any grid, so code
+#: that splits launches at it must test that with the limit patched
+GRID_YZ_MAX = 65535
+
 
 def cdiv(a: int, b: int) -> int:
     """``ceil(a / b)`` for integers, ``b > 0``."""
@@ -19,4 +24,4 @@ def next_power_of_2(n: int) -> int:
     return 0 if n <= 0 else 1 << (n - 1).bit_length()
 
 
-__all__ = ["cdiv", "next_power_of_2"]
+__all__ = ["GRID_YZ_MAX", "cdiv", "next_power_of_2"]
