@@ -48,12 +48,12 @@ from ..runtime.grid_math import cdiv, next_power_of_2
 from ..runtime.integers import check_int
 from ..runtime.signals import signal_pad
 from ..runtime.triton_launch import FastKernel
-from ..runtime.world import current
+from ..runtime.world import Runtime, current, is_initialized, use
 from . import a2a_nodes
 from .fused_launch import sm_count
 from .graphs import capturing
 from .modes import public_op
-from .workspaces import alloc_buffers, cached
+from .workspaces import alloc_buffers, cached, follow_previous_use
 
 #: programs per destination in ``_data_kernel`` on a GPU: ``GPU_SENDERS // W``, at least
 #: ``MIN_SENDERS`` (a function of the world size only: every rank must count the same, as the
@@ -314,11 +314,16 @@ class _Workspace:
     pad: torch.Tensor  # symmetric int64: ready, (data ready,) ack slots, W each
     epoch: torch.Tensor  # local int64 [1]: the device epoch
     pad_key: str  # the signal pad's name
-    #: an :class:`Inbox` of this workspace not yet closed (its call's ack not yet sent)
-    inbox_open: bool = False
+    #: the call of this workspace's :class:`Inbox` not yet closed (its ack not yet sent)
+    open_call: _Call | None = None
     #: symmetric [2, cap_rows * extra_row]: the companion rows' inbox
     #: (:func:`all_to_all_device_pair`'s ``extra``)
     extra_inbox: torch.Tensor | None = None
+
+    @property
+    def in_use(self) -> bool:
+        """Whether an :class:`Inbox` of it is open: ``release_workspaces`` keeps it then."""
+        return self.open_call is not None
 
     def release(self, heap) -> None:
         """Free the heap buffers (collective; the caller drops the signal pad)."""
@@ -340,7 +345,8 @@ def _workspace(op: str, tag: str, cols: int, slots: int,
                extra_inbox: tuple[int, torch.dtype] | None = None) -> _Workspace:
     """The workspace named ``tag`` (``mat`` of ``cols`` columns, a pad of ``slots`` W
     slots, an inbox of ``(elements, dtype)`` per half, and one for companion rows), built
-    collectively the first time; refused while capturing a CUDA graph."""
+    collectively the first time; refused while capturing a CUDA graph. Calls on it follow
+    each other in stream order (``workspaces.follow_previous_use``)."""
     rt = current()
     key = ("a2a_device", tag)
     ws = rt.cache.get(("workspace", *key))
@@ -351,6 +357,8 @@ def _workspace(op: str, tag: str, cols: int, slots: int,
                                f"allocated collectively)")
         ws = cached(key, lambda: _new_workspace(f"a2a_device:{tag}", cols, slots, inbox,
                                                 extra_inbox))
+    if rt.world.backend == "cuda":  # its calls (their device epoch) follow in stream order
+        follow_previous_use(ws.pad_key, rt.world.device)
     return ws
 
 
@@ -445,6 +453,7 @@ class _Call:
     max_out_rows: int
     row: int  # elements of a row, in x's moved dtype
     ws: _Workspace
+    rt: Runtime  # the world's, which its launches ran in (an Inbox closes there)
     ctx: object
     senders: int
     tile: tuple[int, int]
@@ -519,6 +528,28 @@ def _moved(x: torch.Tensor) -> tuple[torch.Tensor, int, str]:
     return x, row, f"{str(x.dtype).removeprefix('torch.')}:{row}"
 
 
+def _rows_tag(tag: str, max_out_rows: int) -> str:
+    """The name of the workspace of rows tagged ``tag`` (:func:`_moved`) and a capacity."""
+    return f"{tag}:{max_out_rows}"
+
+
+#: the runtime cache's set of the workspaces (their ``pad_key``) whose :class:`Inbox` is open
+_OPEN_INBOXES = "a2a_device:open_inboxes"
+
+
+def _refuse_open_inbox(op: str, x: torch.Tensor, max_out_rows: int) -> None:
+    """``RuntimeError`` while an :class:`Inbox` of this row shape, dtype and
+    ``max_out_rows`` is open on this rank: the call would reuse its workspace and, acking,
+    free its half of the inbox for the peers' next writes. Checked in :func:`_refused`, so
+    that in debug mode (or with ``DITRON_CHECK_CALLS``) a peer without such an inbox
+    raises too, naming this rank, instead of waiting for it in the exchange."""
+    opened = current().cache.get(_OPEN_INBOXES)
+    if opened and f"a2a_device:{_rows_tag(_moved(x)[2], max_out_rows)}" in opened:
+        raise RuntimeError(f"ditron.ops.{op}: the Inbox of an earlier all_to_all_inbox call "
+                           f"with these rows and max_out_rows is still open; close it (or "
+                           f"leave its with block) once the kernels reading it are enqueued")
+
+
 def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
           send_index: torch.Tensor | None, send_scale: torch.Tensor | None = None,
           extra: torch.Tensor | None = None) -> _Call:
@@ -536,12 +567,8 @@ def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
         extra_dtype, (extra, extra_row, extra_tag) = extra.dtype, _moved(extra)
         tag = f"{tag}+{extra_tag}"
         extra_inbox = (max_out_rows * extra_row, extra.dtype)
-    ws = _workspace("all_to_all_device", f"{tag}:{max_out_rows}", w, 3,
+    ws = _workspace("all_to_all_device", _rows_tag(tag, max_out_rows), w, 3,
                     inbox=(max_out_rows * row, x.dtype), extra_inbox=extra_inbox)
-    if ws.inbox_open:
-        raise RuntimeError("all_to_all_device: the Inbox of an earlier all_to_all_inbox call "
-                           "with these rows and max_out_rows is still open; close it (or "
-                           "leave its with block) once the kernels reading it are enqueued")
     cpu = rt.world.backend == "cpu"
     tile = _tile_shape(rt.world.backend, row, x.element_size())
     extra_tile = (1, 1)
@@ -553,7 +580,7 @@ def _send(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int,
         r2, bc2 = _tile_shape(rt.world.backend, extra_row, extra.element_size())
         extra_tile = (max(1, min(r2, tile[0] * tile[1] // (2 * bc2))), bc2)
     c = _Call(x.contiguous(), dtype, splits.to(torch.int64).contiguous(), send_index,
-              send_scale, max_out_rows, row, ws, rt.context(),
+              send_scale, max_out_rows, row, ws, rt, rt.context(),
               SENDERS_CPU if cpu else max(MIN_SENDERS, GPU_SENDERS // w), tile,
               4 if cpu else COPY_WARPS, None if extra is None else extra.contiguous(),
               extra_dtype, extra_row, extra_tile)
@@ -607,8 +634,9 @@ def _finish(c: _Call, out: torch.Tensor, out_splits: torch.Tensor, first_row: to
 
 
 def _ack(c: _Call) -> None:
-    """Step 4: tell the peers this rank is done reading the call's half of its inbox."""
-    node = current().topo.node_ranks()
+    """Step 4: tell the peers this rank is done reading the call's half of its inbox (in
+    the call's world, which is current)."""
+    node = c.rt.topo.node_ranks()
     _FAST_ACK[(1,)](c.ws.pad, c.ws.epoch, node.start, len(node), c.ctx)
     _check_waits()
 
@@ -650,6 +678,7 @@ def all_to_all_device(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, 
         max_out_rows, send_index = _check_call(op, x, splits, max_out_rows, send_index)
         recv_index = _index(op, "recv_index", recv_index, x.device, max_out_rows)
         send_scale = _scale(op, send_scale, x, send_index)
+        _refuse_open_inbox(op, x, max_out_rows)
     _check_send_index(op, x, send_index)
     out, out_splits, _ = _exchange(x, None, splits, max_out_rows, send_index, recv_index,
                                    send_scale, zero_missing)
@@ -723,9 +752,13 @@ class Inbox:
     there (they never leave ``x``); their place is left free. ``close()`` (or leaving a
     ``with`` block) tells the peers the inbox may be reused: call it once every kernel
     reading ``rows`` is enqueued; a call of the same signature (row shape, dtype,
-    ``max_out_rows``) before it raises ``RuntimeError``. Across nodes (``a2a_nodes.py``)
-    ``rows [max_out_rows, *row]`` is a tensor of its own holding every received row, this
-    rank's own too, from ``first[0] = 0`` on, and closing it releases nothing.
+    ``max_out_rows``) before it raises ``RuntimeError`` (on every rank in debug mode,
+    ``_refuse_open_inbox``). Until then ``release_workspaces`` keeps its workspace (on
+    every rank). It closes in the world it was opened in, whichever is current; a second
+    close, or one after that world's ``ditron.shutdown()``, does nothing. Across nodes
+    (``a2a_nodes.py``) ``rows [max_out_rows, *row]`` is a tensor of its own holding every
+    received row, this rank's own too, from ``first[0] = 0`` on, and closing it releases
+    nothing.
     """
 
     rows: torch.Tensor
@@ -734,10 +767,20 @@ class Inbox:
     _call: _Call | None = None  # None across nodes: the rows are a tensor of their own
 
     def close(self) -> None:
-        """Send the call's ack (once; later calls do nothing)."""
-        if self._call is not None and self._call.ws.inbox_open:
-            self._call.ws.inbox_open = False
-            _ack(self._call)
+        """Send the call's ack in its world (once; later calls, and calls once its world
+        is shut down, do nothing)."""
+        c = self._call
+        if c is None or c.ws.open_call is not c:  # closed (a newer Inbox may be open)
+            return
+        c.ws.open_call = None
+        c.rt.cache.get(_OPEN_INBOXES, set()).discard(c.ws.pad_key)
+        if c.rt.closed:  # shut down: its heap, peers and signals are no world's any more
+            return
+        if is_initialized() and current() is c.rt:
+            _ack(c)
+            return
+        with use(c.rt.world):
+            _ack(c)
 
     def __enter__(self) -> Inbox:
         return self
@@ -758,6 +801,7 @@ def all_to_all_inbox(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, *
     with _refused():
         max_out_rows, send_index = _check_call("all_to_all_inbox", x, splits, max_out_rows,
                                                send_index)
+        _refuse_open_inbox("all_to_all_inbox", x, max_out_rows)
     _check_send_index("all_to_all_inbox", x, send_index)
     if current().topo.num_nodes > 1:
         return Inbox(*a2a_nodes.inbox_rows(x, splits, max_out_rows, send_index))
@@ -768,7 +812,8 @@ def all_to_all_inbox(x: torch.Tensor, splits: torch.Tensor, max_out_rows: int, *
     _check_waits()
     elems = 2 * max_out_rows * c.row
     rows = c.ws.inbox.reshape(-1)[:elems].view(c.dtype).view(2 * max_out_rows, *x.shape[1:])
-    c.ws.inbox_open = True
+    c.ws.open_call = c
+    c.rt.cache.setdefault(_OPEN_INBOXES, set()).add(c.ws.pad_key)
     return Inbox(rows, out_splits, first, c)
 
 

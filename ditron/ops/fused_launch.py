@@ -16,10 +16,9 @@ import torch
 from ..kernels import fused_collective as kfc
 from ..runtime.config import SettingsError, env_int, env_switch
 from ..runtime.diagnostics import check_waits
-from ..runtime.stream_order import StreamOrder
 from ..runtime.world import current
 from .graphs import capturing
-from .workspaces import cached
+from .workspaces import cached, follow_previous_use
 
 #: a fused launch moves at most this many input elements of up to 4 bytes (8-byte
 #: elements: half as many); larger inputs run as pieces, one launch each
@@ -172,10 +171,7 @@ def run(flat: torch.Tensor, mode: int, out: torch.Tensor, op: str = "sum") -> to
                             0 if cpu else sm_count(flat.device), flat.element_size())
     ws = workspace(flat.dtype, mode, n, variant)
     if not cpu:  # the calls on one workspace (its device epochs) follow in stream order
-        order = rt.cache.get(("stream_order", ws.name))
-        if order is None:
-            order = rt.cache[("stream_order", ws.name)] = StreamOrder(flat.device)
-        order.follow()
+        follow_previous_use(ws.name, flat.device)
     ctx = rt.context()
     block, warps = variant.block, variant.num_warps
     if n <= ws.cap:  # one piece (for segmented modes too: W divides n): no views to cut

@@ -3,12 +3,14 @@
 Every op keeps the symmetric buffers it reuses across calls in ``current().cache`` under a
 ``("workspace", ...)`` key, through :func:`cached`. A workspace is any object with
 ``release(heap)`` (frees its buffers) and ``pad_key`` (the name of a signal pad to drop with
-it, or ``None``); :class:`Buffers` is the plain one. Host-side metadata (plans, tile orders)
+it, or ``None``), and optionally ``in_use`` (true while the caller still holds its buffers
+or signals between calls: an open ``all_to_all_inbox`` ``Inbox``; such a workspace is not
+freed); :class:`Buffers` is the plain one. Host-side metadata (plans, tile orders)
 is cached elsewhere and never holds heap tensors, so it outlives an eviction.
 
 Allocation is collective and every rank allocates the same buffers in the same order, so a
 heap that is full is full on every rank at the same call (:class:`HeapExhausted` is raised on
-all of them). :func:`allocate` then frees every cached workspace (collective:
+all of them). :func:`allocate` then frees every cached workspace not in use (collective:
 :func:`release_workspaces`) and tries once more, so a long run over many shapes (a
 benchmark, a tuner) keeps working with a bounded heap; only the op that needs more than the
 whole heap fails, with the heap's message.
@@ -30,6 +32,7 @@ from typing import TypeVar
 import torch
 
 from ..runtime.heap import HeapExhausted
+from ..runtime.stream_order import StreamOrder
 from ..runtime.world import current
 
 T = TypeVar("T")
@@ -56,7 +59,13 @@ def release_workspaces() -> None:
     ``signal_pad`` replaced (collective: a barrier first, so no peer still uses them; then
     the replayed graphs go, which point into both; the next call of an op allocates afresh,
     its device epochs restarting with fresh pads). CUDA graphs that a user captured on the
-    ops point into the same buffers and pads: they must not be replayed afterwards."""
+    ops point into the same buffers and pads: they must not be replayed afterwards.
+
+    A workspace ``in_use`` on any rank (an open ``Inbox`` of ``all_to_all_inbox``, whose
+    rows the caller still reads and whose ``close()`` signals into its pad) is kept, with
+    its pad, on every rank (the ranks share which in one host gather), so the heap stays
+    symmetric and the inbox valid; its ops go on with it."""
+    from ..runtime.agreement import gather
     from ..runtime.barrier import barrier
     from ..runtime.signals import drop_signal_pad, free_retired_pads
     from .replays import release as release_replays
@@ -64,7 +73,11 @@ def release_workspaces() -> None:
     rt = current()
     barrier()
     release_replays()  # their graphs point into the workspaces
-    for key in [k for k in rt.cache if _is_workspace(k)]:
+    keys = [k for k in rt.cache if _is_workspace(k)]
+    busy = tuple(k for k in keys if getattr(rt.cache[k], "in_use", False))
+    kept = {k for (every,) in gather("ditron.ops.release_workspaces", in_use=busy)
+            for k in every}
+    for key in [k for k in keys if k not in kept]:
         ws = rt.cache.pop(key)
         ws.release(rt.heap)
         if ws.pad_key is not None:
@@ -74,8 +87,8 @@ def release_workspaces() -> None:
 
 def allocate(build: Callable[[], T]) -> T:
     """``build()`` (collective heap allocations); if the heap is exhausted, free every cached
-    workspace and every retired signal pad (:func:`release_workspaces`) and build once more
-    (collective either way)."""
+    workspace not in use and every retired signal pad (:func:`release_workspaces`) and
+    build once more (collective either way)."""
     from ..runtime.signals import retired_pads
 
     try:
@@ -104,6 +117,19 @@ def cached(key: tuple, build: Callable[[], T]) -> T:
         ws = allocate(build)
         rt.cache[full] = ws
     return ws
+
+
+def follow_previous_use(name: str, device: torch.device) -> None:
+    """Order this call's use of the workspace ``name`` (its device epochs, its buffers)
+    after the previous one on this rank (``runtime/stream_order.py``: a call on another
+    CUDA stream first waits for that one; nothing on the CPU backend or while capturing).
+    The order outlives the workspace, so a workspace built again after
+    :func:`release_workspaces` follows the last use of the one it replaces."""
+    rt = current()
+    order = rt.cache.get(("stream_order", name))
+    if order is None:
+        order = rt.cache[("stream_order", name)] = StreamOrder(device)
+    order.follow()
 
 
 def drop(key: tuple) -> None:

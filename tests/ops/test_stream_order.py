@@ -33,12 +33,25 @@ def _summed(x: torch.Tensor) -> torch.Tensor:
     return torch.stack(parts).sum(0)
 
 
+def _exchanged(x: torch.Tensor) -> torch.Tensor:
+    """What an even all-to-all gives this rank: block ``me`` of every rank's ``x``."""
+    w, me = dist.get_world_size(), ditron.world().rank
+    return _gathered(x).view(w, w, -1, *x.shape[1:])[:, me].reshape(x.shape)
+
+
+def _a2a_device(x: torch.Tensor) -> torch.Tensor:
+    w = ditron.world().world_size
+    splits = torch.full((w,), x.shape[0] // w, dtype=torch.int64, device=x.device)
+    return ditron.ops.all_to_all_device(x, splits, x.shape[0])[0]
+
+
 def _cases(w: int, me: int):
     """(name, the shapes of a call's inputs, the call, the fp32 reference of its inputs,
     the error allowed relative to the reference's largest magnitude)."""
     return [
         ("all_reduce sm", [(5000,)],
          lambda x: ditron.ops.all_reduce(x, "one_shot", engine="sm"), _summed, 0.02),
+        ("all_to_all_device", [(8 * w, 64)], _a2a_device, _exchanged, 0.0),
         ("all_gather copy_engine", [(6, 333)],
          lambda x: ditron.ops.all_gather(x, engine="copy_engine"), _gathered, 0.0),
         ("ag_gemm colocated", [(70, 96), (96, 80)],
@@ -81,4 +94,4 @@ def _rank_two_streams() -> int:
 @pytest.mark.gpu
 def test_calls_from_two_streams_follow_in_issue_order(monkeypatch):
     monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "150")  # unordered, a call may hang
-    assert ditron.launch(_rank_two_streams, 2, backend="cuda") == [24, 24]
+    assert ditron.launch(_rank_two_streams, 2, backend="cuda") == [30, 30]
