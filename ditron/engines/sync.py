@@ -74,13 +74,16 @@ _FAST_NOTIFY_RANGE = FastKernel(notify_range)
 _FAST_WAIT_RANGE = FastKernel(wait_range)
 
 
-def bump(pad: SignalPad) -> DeviceValue:
+def bump(pad: SignalPad, follow: bool = True) -> DeviceValue:
     """Advance ``pad``'s device epoch by one, in stream order; returns it (the value of
-    this use, as later kernels of the stream and of streams that wait for it read it). A
-    use on another stream than the pad's previous one first waits for that one (eagerly;
-    ``runtime/stream_order.py``)."""
+    this use, as later kernels of the stream and of streams that wait for it read it).
+    ``follow``: a use on another stream than the pad's previous one first waits for that
+    one (eagerly; ``runtime/stream_order.py``); an op that bumps on a side stream of its
+    own passes ``False``, having ordered the use on its issuing stream
+    (``pad.order.follow()``)."""
     value = pad.device_epoch()
-    pad.order.follow()
+    if follow:
+        pad.order.follow()
     _FAST_BUMP[(1,)](value.cell)
     return value
 
@@ -146,14 +149,17 @@ def _check_target(pad: SignalPad, first: int, stop: int, rank: int | None, what:
         check_int(rank, f"{what}: rank", 0, current().world.world_size)
 
 
-def bump_and_notify(pad: SignalPad, slot: int, peers: range, skip: int = -1) -> DeviceValue:
-    """:func:`bump`, and set slot ``slot`` to the epoch before it (``E - 1``) on every rank
-    in ``peers`` (a range of step 1) but ``skip`` (release), in one kernel; returns the new
-    epoch ``E``."""
+def bump_and_notify(pad: SignalPad, slot: int, peers: range, skip: int = -1,
+                    follow: bool = True) -> DeviceValue:
+    """:func:`bump` (``follow`` as there), and set slot ``slot`` to the epoch before it
+    (``E - 1``) on every rank in ``peers`` (a range of step 1) but ``skip`` (release), in
+    one kernel; returns the new epoch ``E``."""
     _check_range(peers, "bump_and_notify")
     slot, skip = _plain(slot), _skip(skip, "bump_and_notify")
     _check_target(pad, slot, slot + 1, None, "bump_and_notify")
     value = pad.device_epoch()
+    if follow:
+        pad.order.follow()
     _FAST_BUMP_NOTIFY[(1,)](pad.signals, slot, value.cell, peers.start, len(peers), skip,
                             current().context())
     return value

@@ -567,8 +567,9 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
                                f"still be raised; this process cannot run it with flags again "
                                f"(DITRON_PULL_FLAGS=0 uses the device epochs)")
     side = _signal_lane() if lane and rt.world.backend == "cuda" else None
+    pad.order.follow()  # on the issuing stream: the signal lane below only follows it
     if side is None:
-        epoch = bump_and_notify(pad, ack + me, rt.topo.node_ranks(), skip=me)
+        epoch = bump_and_notify(pad, ack + me, rt.topo.node_ranks(), skip=me, follow=False)
     else:
         start_after(side, None)
         with torch.cuda.stream(side):
@@ -576,9 +577,10 @@ def graph_pad(key: str, dtype: torch.dtype, numel: int,
                 for q in rt.topo.node_ranks():
                     if q != me:
                         copy_value(pad, ack + me, pad.device_epoch(), q)
-                epoch = bump(pad)
+                epoch = bump(pad, follow=False)
             else:
-                epoch = bump_and_notify(pad, ack + me, rt.topo.node_ranks(), skip=me)
+                epoch = bump_and_notify(pad, ack + me, rt.topo.node_ranks(), skip=me,
+                                        follow=False)
 
     def share(half: int, implied: bool) -> GraphPad:
         first = (flag_pad, half * PULL_MAX_CHUNKS * w) if flag_pad is not None else None
