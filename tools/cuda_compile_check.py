@@ -11,7 +11,9 @@ mismatched atomic types, non-constexpr globals, str defaults of constexpr parame
 Distinct launches compile in parallel, one process per CPU (``DITRON_COMPILE_JOBS=n``).
 ``--registers N`` also lists, for the ``N`` kernels with the most spilled bytes, then the
 most registers per thread (``ptxas -v`` for sm_90a), the launch that spills most and how
-many of the kernel's launches spill: register pressure found without a GPU. The constexprs
+many of the kernel's launches spill: register pressure found without a GPU (``ptxas -v``'s
+reports are kept in Triton's cache by the PTX: a kernel unchanged since the last check runs
+no ptxas again, as its binary comes from that cache too). The constexprs
 are the recorded ones, so a kernel whose tiles or warps differ on the CPU backend (the
 GEMMs, the fused collectives' one warp) shows its CPU choice, except where a test runs it
 with the GPU's (``tests/kernels/test_gpu_tiles.py``: the GEMMs' default configs, which it
@@ -28,6 +30,7 @@ import argparse
 import dataclasses
 import functools
 import glob
+import hashlib
 import importlib
 import importlib.util
 import json
@@ -176,13 +179,32 @@ class Usage:
     shared: int  # bytes of shared memory
 
 
-def _usage(rec, compiled) -> Usage:
+def _ptxas_report(ptx: str) -> str:
+    """``ptxas -v``'s report (stderr) for ``ptx`` on sm_90a, kept in Triton's cache by the
+    PTX and the ptxas binary: the same PTX gets the same report, and a kernel whose binary
+    came from that cache would otherwise run ptxas again (most of a warm check's time)."""
+    from triton.runtime.cache import get_cache_manager
+
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    stat = os.stat(ptxas)
+    key = hashlib.sha256(f"ptxas -arch=sm_90a -v {ptxas} {stat.st_size} {stat.st_mtime_ns}\n"
+                         f"{ptx}".encode()).hexdigest()
+    cache = get_cache_manager(key)
+    path = cache.get_file("ptxas-v.log")
+    if path is not None:
+        with open(path) as f:
+            return f.read()
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(compiled.asm["ptx"])
+        f.write(ptx)
         f.flush()
         log = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull],
                              capture_output=True, text=True, check=True).stderr
+    cache.put(log, "ptxas-v.log", binary=False)
+    return log
+
+
+def _usage(rec, compiled) -> Usage:
+    log = _ptxas_report(compiled.asm["ptx"])
     regs = max(map(int, re.findall(r"Used (\d+) registers", log)), default=0)
     spilled = max(map(int, re.findall(r"(\d+) bytes spill stores", log)), default=0)
     consts = ", ".join(f"{k}={d['value'] if _on_gpu(k) is None else _on_gpu(k)}"

@@ -17,6 +17,7 @@ def arrange(backend: str) -> None:
     if backend == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
         _patch_scalar_index()
+        _patch_lang_once_per_launch()
         _patch_bf16_rounding()
         _interpret_loaded_stdlib()
         if os.environ.get("DITRON_RECORD_LAUNCHES"):
@@ -70,6 +71,59 @@ def _patch_scalar_index() -> None:
 
     interpreter._patch_lang_tensor = patch_lang_tensor
     _PATCHED = True
+
+
+def _patch_lang_once_per_launch() -> None:
+    """Call the interpreter's ``_patch_lang`` only where it has something to patch.
+
+    A launch patches ``triton.language`` (every builtin of the modules its kernel sees, and
+    of ``tl.tensor``) with interpreted versions, and undoes that when it ends; a
+    ``@triton.jit`` helper called inside it (``translate``, ``notify``, ``wait``...) runs
+    the same patching again, each call, though the modules it sees are patched already
+    (``inspect.getmembers`` of each module: about a millisecond a call, a fifth of the CPU
+    time of a collective). A helper call now skips that when every language module it sees
+    was patched by the running launch (or by a helper call within it); anything else goes
+    through Triton's own, as before. A helper's patches are never undone (Triton's own
+    behaviour), and a launch's are undone when it ends, when it forgets what it had patched.
+    """
+    import sys
+
+    from triton import language as tl
+    from triton.runtime import interpreter
+
+    if getattr(interpreter, "_ditron_patch_once", False):
+        return
+    original = interpreter._patch_lang
+    launch_code = interpreter.GridExecutor.__call__.__code__
+    helper_code = interpreter.InterpretedFunction.__call__.__code__
+    patched: set[int] = set()  # ids of the language modules the running launch patched
+
+    def langs(fn) -> set[int]:
+        return {id(v) for v in fn.__globals__.values() if v is tl or v is tl.core}
+
+    def patch_lang(fn):
+        seen = langs(fn)
+        caller = sys._getframe(1).f_code
+        if caller is launch_code:  # a launch: undone when it ends
+            scope = original(fn)
+            patched.clear()
+            patched.update(seen)
+            undo = scope.restore
+
+            def restore() -> None:
+                patched.clear()
+                undo()
+
+            scope.restore = restore
+            return scope
+        if caller is helper_code and patched and seen <= patched:  # nothing left to patch
+            return interpreter._LangPatchScope()
+        scope = original(fn)
+        patched.update(seen)
+        return scope
+
+    interpreter._patch_lang = patch_lang
+    interpreter._ditron_patch_once = True
 
 
 def _round_to_bf16(data):

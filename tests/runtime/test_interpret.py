@@ -79,3 +79,48 @@ def test_casts_to_bf16_round_as_torch_and_the_gpu_do():
         same = (got.view(torch.int16) == ref.view(torch.int16)) | (got.isnan() & ref.isnan())
         assert bool(same.all()), (int((~same).sum()), x[~same][:5], got[~same][:5],
                                   ref[~same][:5])
+
+
+@triton.jit
+def _plus_one(v):
+    return v + 1
+
+
+@triton.jit
+def _helpers_in_a_loop(x, n, BLOCK: tl.constexpr):
+    """Eight calls of a @jit helper of this module, and one of Triton's stdlib (its module
+    sees ``triton.language.core``, not ``triton.language``)."""
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(x + offs, mask=offs < n)
+    for _ in range(0, 8):
+        v = _plus_one(v)
+    tl.store(x + offs, v + tl.cdiv(n, 4), mask=offs < n)
+
+
+@pytest.mark.skipif(not interpret.active(), reason="the CPU backend's interpreter")
+def test_jit_helpers_do_not_patch_the_language_again(monkeypatch):
+    """A launch patches ``triton.language`` for the interpreter and undoes it at its end; a
+    @jit helper called inside it patched it all over again on every call (Triton's
+    ``_patch_lang``: about a millisecond each, a fifth of a collective's CPU time). Now
+    only a helper seeing a module the launch did not patch (the stdlib's) does; results
+    are the same, and the launch's patches are still undone."""
+    from triton.runtime import interpreter
+
+    patched = []
+    original = interpreter._patch_builtin
+
+    def counted(pkg, *args):
+        patched.append(pkg)
+        return original(pkg, *args)
+
+    monkeypatch.setattr(interpreter, "_patch_builtin", counted)
+    x = torch.arange(10, dtype=torch.int32)
+    for call in range(1, 3):
+        patched.clear()
+        _helpers_in_a_loop[(1,)](x, 10, BLOCK=16)
+        assert x.tolist() == [i + call * (8 + 3) for i in range(10)]
+        # the launch's four (tl, tl.tensor, tl.math, descriptors) and the stdlib helper's
+        # (tl.core, and the modules it sees too once Triton has rewritten it): at most six;
+        # before, four more for each of the eight calls of the helper (39 in all)
+        assert len(patched) <= 10, [getattr(p, "__name__", p) for p in patched]
+    assert tl.core.is_builtin(tl.load) and tl.core.is_builtin(tl.tensor.__add__)
