@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import datetime
 import importlib
 import json
 import os
@@ -16,30 +17,55 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+def _main(*args: str, env: dict[str, str] | None = None,
+          clear: bool = False) -> subprocess.CompletedProcess:
+    """``python -m ditron ARGS`` run in this process (``ditron.cli.main``, which
+    ``ditron/__main__.py`` exits with): its exit status, stdout and stderr, with ``env``
+    added to the environment (``clear``: in place of every ``DITRON_*`` variable). For
+    commands that stop before any rank starts (usage errors, help, ``info``), where a new
+    process would cost only another import of torch and triton (seconds each). An
+    exception other than ``SystemExit`` escapes, failing the test: the command would have
+    ended with a traceback."""
+    import contextlib
+    import io
+    from unittest import mock
+
+    from ditron.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    environ = {k: v for k, v in os.environ.items() if not (clear and k.startswith("DITRON_"))}
+    with mock.patch.dict(os.environ, {**environ, **(env or {})}, clear=True), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code
+    if not isinstance(code, int):  # None: success; a message: printed, status 1
+        code = 0 if code is None else 1
+    return subprocess.CompletedProcess(["ditron", *args], code, out.getvalue(), err.getvalue())
+
+
 def test_info_reports_versions_and_backend():
     out = _run("info", "--backend", "cpu")
     assert out.returncode == 0, out.stderr
     assert "triton   3." in out.stdout and "backend  cpu" in out.stdout
     assert "agree    every call checked across ranks" in out.stdout  # cpu: a wait timeout
     assert "tuned    " in out.stdout and "tune.json (DITRON_CACHE_DIR)" in out.stdout
+    # the other settings in this process: the same command, without another start-up
     for env, line in (({"DITRON_CHECK_CALLS": "0"}, "first call of each shape checked"),
                       ({"DITRON_WAIT_TIMEOUT": "0"}, "first call of each shape checked"),
                       ({"DITRON_WAIT_TIMEOUT": "0", "DITRON_CHECK_CALLS": "1"},
                        "every call checked")):
-        out = subprocess.run([sys.executable, "-m", "ditron", "info", "--backend", "cpu"],
-                             capture_output=True, text=True, timeout=300,
-                             env={**os.environ, **env})
+        out = _main("info", "--backend", "cpu", env=env)
+        assert out.returncode == 0, out.stderr
         assert f"agree    {line} across ranks" in out.stdout, (env, out.stdout, out.stderr)
     # the DITRON_* variables of the environment, for bug reports
-    quiet = {k: v for k, v in os.environ.items() if not k.startswith("DITRON_")}
     for extra, line in (({}, "env      no DITRON_* variable set"),
                         ({"DITRON_CHECK_CALLS": "1", "DITRON_ENGINE": "sm"},
                          "env      DITRON_CHECK_CALLS=1, DITRON_ENGINE=sm (every setting: "
                          "docs/settings.md)")):
-        out = subprocess.run([sys.executable, "-m", "ditron", "info", "--backend", "cpu"],
-                             capture_output=True, text=True, timeout=300,
-                             env={**quiet, **extra})
-        assert line in out.stdout, out.stderr
+        out = _main("info", "--backend", "cpu", env=extra, clear=True)
+        assert out.returncode == 0 and line in out.stdout, out.stderr
 
 
 @pytest.mark.parametrize("backend, env, line", [
@@ -87,15 +113,15 @@ def test_demo_that_cannot_run_is_a_usage_error(env, args, words):
 
 
 def test_unknown_benchmark_is_an_error():
-    out = _run("bench", "no-such-bench")
+    out = _main("bench", "no-such-bench")
     assert out.returncode == 2 and "unknown benchmark 'no-such-bench'" in out.stderr
     assert "choose one of collectives, megakernel, moe, tp-gemm, tp-mlp" in out.stderr
     # the package's own module is no benchmark (it was imported and had no main: a traceback)
-    out = _run("bench", "__init__")
+    out = _main("bench", "__init__")
     assert out.returncode == 2 and "unknown benchmark '__init__'" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
     # an option before the name: its value was taken for the name, with no word of why
-    out = _run("bench", "--world-size", "2", "tp-gemm", "--smoke")
+    out = _main("bench", "--world-size", "2", "tp-gemm", "--smoke")
     assert out.returncode == 2 and "unknown benchmark '2' (the name comes before its " \
         "options: ditron bench tp-gemm [options])" in out.stderr, out.stderr
 
@@ -103,21 +129,36 @@ def test_unknown_benchmark_is_an_error():
 def test_bench_help_lists_the_benchmarks():
     """``ditron bench --help`` lists every benchmark with what it times (it used to be a
     usage error); ``ditron bench`` alone prints the same list as an error."""
-    out = _run("bench", "--help")
+    out = _main("bench", "--help")
     assert out.returncode == 0, out.stderr
     lines = {line.split()[0]: line for line in out.stdout.splitlines()
              if line.startswith("  ")}
     assert sorted(lines) == ["collectives", "megakernel", "moe", "tp-gemm", "tp-mlp"]
     assert "Overlapped TP GEMMs vs torch.matmul" in lines["tp-gemm"]
-    bare = _run("bench")
+    bare = _main("bench")
     assert bare.returncode == 2 and "tp-mlp" in bare.stderr and not bare.stdout
 
 
 @pytest.mark.parametrize("name", ["collectives", "tp-gemm", "tp-mlp", "megakernel", "moe"])
 def test_every_benchmark_answers_help(name):
-    out = _run("bench", name, "--help")
+    out = _main("bench", name, "--help")
     assert out.returncode == 0, out.stderr
     assert f"usage: ditron bench {name}" in out.stdout
+
+
+def _check_provenance(meta: dict, bench: str, **settings) -> None:
+    """A benchmark's JSON names its command, date, device, versions and settings."""
+    import triton
+
+    import ditron
+
+    assert meta["command"].startswith(f"python -m ditron bench {bench} "), meta
+    assert meta["device"] == "cpu" and meta["backend"] == "cpu", meta
+    assert (meta["torch"], meta["triton"], meta["ditron"]) == (
+        torch.__version__, triton.__version__, ditron.__version__), meta
+    age = datetime.datetime.now(datetime.UTC) - datetime.datetime.fromisoformat(meta["date"])
+    assert datetime.timedelta(0) <= age < datetime.timedelta(hours=1), meta
+    assert {k: meta.get(k) for k in settings} == settings, meta
 
 
 def test_bench_collectives_smoke(tmp_path):
@@ -128,7 +169,10 @@ def test_bench_collectives_smoke(tmp_path):
     assert "deprecated" not in out.stderr, out.stderr  # torch 2.13 renamed NCCL's baselines
     assert "all_gather" in out.stdout and (tmp_path / "collectives.json").exists()
     assert "CUDA graphs need the cuda backend" in out.stdout
-    records = json.loads((tmp_path / "collectives.json").read_text())["records"]
+    saved = json.loads((tmp_path / "collectives.json").read_text())
+    records = saved["records"]
+    _check_provenance(saved["meta"], "collectives", warmup=1, iters=2, world_size=2)
+    assert "--graphs" in saved["meta"]["command"]
     impls = {r["impl"] for r in records if r["op"] == "all_gather"}
     assert {"copy_engine", "copy_engine busy", "sm busy", "copy_engine/symmetric-out",
             "copy_engine/symmetric-out busy", "copy_engine/out", "sm/out busy"} <= impls
@@ -153,7 +197,11 @@ def test_bench_tp_gemm_smoke(tmp_path, monkeypatch):
                str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "--graphs: CUDA graphs need the cuda backend; timing eagerly only" in out.stderr
-    results = json.loads((tmp_path / "tp_gemm.json").read_text())["results"]
+    saved = json.loads((tmp_path / "tp_gemm.json").read_text())
+    results = saved["results"]
+    # --smoke's timing defaults, as run (the file named neither warm-up nor timed calls)
+    _check_provenance(saved["meta"], "tp-gemm", warmup=1, iters=3, tune=True)
+    assert saved["meta"]["command"].endswith("--graphs --out " + str(tmp_path))
     assert results and all(r["tuned_method"] in ("overlap", "fallback") for r in results)
     assert all(r["auto"] > 0 and r["eff_auto"] > 0 for r in results)
     assert "eff_auto" in out.stdout.splitlines()[0]
@@ -231,7 +279,7 @@ def test_bad_option_values_are_usage_errors(args, words, tmp_path):
     (tmp_path / "file").write_text("")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     words = words.replace("{tmp}", str(tmp_path))
-    out = _run(*args)
+    out = _main(*args)
     assert out.returncode == 2, out.stderr
     assert words in out.stderr and "Traceback" not in out.stderr, out.stderr
 
@@ -262,8 +310,7 @@ def test_smoke_keeps_the_timing_options_given():
 ])
 def test_bad_setting_is_a_usage_error(var, value, args):
     """A malformed ``DITRON_*`` variable: one line naming it, exit code 2, no traceback."""
-    out = subprocess.run([sys.executable, "-m", "ditron", *args], capture_output=True,
-                         text=True, timeout=300, env={**os.environ, var: value})
+    out = _main(*args, env={var: value})
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith(f"ditron: {var}") and "Traceback" not in out.stderr, out.stderr
 
@@ -273,6 +320,7 @@ def test_bench_tp_mlp_smoke(tmp_path):
                str(tmp_path / "mlp.json"))
     assert out.returncode == 0, out.stderr
     row = json.loads((tmp_path / "mlp.json").read_text())
+    _check_provenance(row["meta"], "tp-mlp", warmup=1, iters=2, world_size=2)
     for kind in ("forward", "step"):
         assert row[f"fallback_{kind}"] > 0 and row[f"overlap_{kind}"] > 0
         assert row[f"speedup_{kind}"] == row[f"fallback_{kind}"] / row[f"overlap_{kind}"]
@@ -382,7 +430,7 @@ def test_gpu_benchmarks_without_a_gpu_are_usage_errors(name, capsys):
 def test_cuda_backend_without_a_gpu_is_a_usage_error(command):
     """``--backend cuda`` with no GPU stops before any rank starts, in one line (the ranks
     each raised with a traceback; bench tp-gemm divided by zero GPUs)."""
-    out = _run(*command, "--backend", "cuda")
+    out = _main(*command, "--backend", "cuda")
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "no CUDA device is visible" in out.stderr and "Traceback" not in out.stderr, \
         out.stderr

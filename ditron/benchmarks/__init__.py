@@ -58,6 +58,31 @@ def inside_world(parser: argparse.ArgumentParser, world_size: int | None,
     return world.world_size, world.backend
 
 
+def provenance(bench: str, argv: list[str] | None, backend: str, **settings: Any) -> dict:
+    """What a benchmark's JSON keeps beside its numbers so that they can be re-run and
+    compared: the command (``ditron bench <bench>`` and its arguments), when (UTC), the
+    device, the versions of torch, triton and ditron, and ``settings`` (warm-up and
+    timed calls, world size, dtype, ...)."""
+    import datetime
+    import shlex
+    import sys
+
+    import torch
+    import triton
+
+    from .. import __version__
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    if argv is None and args[:2] == ["bench", bench]:  # run as ``python -m ditron bench``
+        args = args[2:]
+    device = (torch.cuda.get_device_name() if backend == "cuda" and torch.cuda.is_available()
+              else "cpu")
+    return dict(command=shlex.join(["python", "-m", "ditron", "bench", bench, *args]),
+                date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                device=device, backend=backend, torch=torch.__version__,
+                triton=triton.__version__, ditron=__version__, **settings)
+
+
 def write_json(path: str, value: Any) -> None:
     """Write a benchmark's results to ``path`` as strict JSON (:func:`strict`)."""
     with open(path, "w") as f:

@@ -54,7 +54,7 @@ from ..runtime.arguments import (
     positive_int,
 )
 from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
-from . import inside_world, write_json
+from . import inside_world, provenance, write_json
 
 _SMALL = ["4K", "64K"]
 _DEFAULT_GPU = ["4K", "8K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G"]
@@ -114,6 +114,7 @@ def main(argv: list[str]) -> int:
     from ..runtime.config import default_backend
 
     args = _parse(argv)
+    args.argv = list(argv)  # for the results' provenance
     given = inside_world(_parser(), args.world_size, args.backend)
     backend = given[1] if given else args.backend or default_backend()
     sizes = _sizes(args.sizes, backend)
@@ -426,10 +427,10 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> None:
             if cuda:
                 torch.cuda.empty_cache()
     if rt.world.rank == 0:
-        meta = dict(world_size=w, backend=rt.world.backend, dtype=args.dtype, warmup=warmup,
-                    iters=iters, baseline=base_note, cuda_graphs=graphs, busy=args.busy,
-                    graph_calls=args.graph_calls if graphs else 0,
-                    device=torch.cuda.get_device_name() if cuda else "cpu")
+        meta = provenance("collectives", getattr(args, "argv", None), rt.world.backend,
+                          world_size=w, dtype=args.dtype, warmup=warmup, iters=iters,
+                          baseline=base_note, cuda_graphs=graphs, busy=args.busy,
+                          graph_calls=args.graph_calls if graphs else 0)
         _report(records, meta, args.out)
 
 

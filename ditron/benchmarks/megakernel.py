@@ -17,9 +17,9 @@ for calls back to back (``batch 8``: the host runs ahead), and the GPU's own tim
 checked against ``torch``'s on every rank (``max_rel_error``: the worst rank's, NaN where
 any rank's is); a configuration whose build fails (say, more shared memory
 than the GPU has) is reported and left out on every rank. ``--tune`` first runs
-``ditron.task.tp_mlp_tuner.tune_mlp`` for the shape and times its choice too. ``--smoke``
-runs tiny shapes (by default in ``16x16x16x32x2`` tiles) on the CPU backend to check the
-script; its times mean nothing.
+``ditron.task.tp_mlp_tuner.tune_mlp`` for the shape (with ``--warmup`` and ``--iters``) and
+times its choice too. ``--smoke`` runs tiny shapes (by default in ``16x16x16x32x2`` tiles) on
+the CPU backend to check the script; its times mean nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 import ditron
 from ditron import trace
-from ditron.benchmarks import worst, write_json
+from ditron.benchmarks import provenance, worst, write_json
 from ditron.kernels.tile_config import WARPS
 from ditron.runtime.arguments import (
     add_timing_options,
@@ -61,8 +61,9 @@ def _measure(tokens: int, hidden: int, ffn: int, layers: int, blocks: list[str],
     tuned = {}
     if tune:
         start = time.perf_counter()
-        chosen = tune_mlp(tokens, hidden, ffn, dtype, programs=programs,
-                          progress=w.rank == 0, layout="t" if layout == "linear" else "n").label()
+        chosen = tune_mlp(tokens, hidden, ffn, dtype, programs=programs, warmup=warmup,
+                          iters=iters, progress=w.rank == 0,
+                          layout="t" if layout == "linear" else "n").label()
         tuned = {"blocks": chosen, "tune_s": time.perf_counter() - start}
         blocks = blocks + [chosen] * (chosen not in blocks)
     F = ffn // W
@@ -187,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="how the weights are stored: 'linear' as nn.Linear keeps them "
                         "([out, in], used transposed), 'kn' as [in, out] (default %(default)s)")
     p.add_argument("--tune", action="store_true",
-                   help="run the MLP tuner first (tune_mlp) and time its choice too")
+                   help="run the MLP tuner first (tune_mlp, with --warmup and --iters) and time "
+                        "its choice too")
     add_timing_options(p, 5, 40, rounds=4)
     p.add_argument("--smoke", action="store_true",
                    help="CPU backend, tiny shapes, timed with --warmup 1 --iters 2 --rounds 1 "
@@ -243,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{t['last_end_us']:8.1f}   waits {t['wait_us_total']:9.1f}   tile mean "
                   f"{t['tile_us_mean']:7.2f}")
     if args.out:
-        write_json(args.out, row)
+        meta = provenance("megakernel", argv, backend, **vars(args))
+        write_json(args.out, dict(row, meta=meta))
     return 0
 

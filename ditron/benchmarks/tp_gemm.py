@@ -57,7 +57,7 @@ from ..runtime.arguments import (
 )
 from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
 from ..runtime.world import current
-from . import inside_world, write_json
+from . import inside_world, provenance, write_json
 
 AG_SHAPES = [(11008, 4096), (14336, 4096), (28672, 8192), (53248, 16384), (29568, 8192),
              (49152, 12288)]
@@ -443,8 +443,10 @@ def main(argv: list[str] | None = None) -> int:
                                 batch, args.graphs, args.alt_rs, backend=backend)[0]
     print(_table(results))
     os.makedirs(args.out, exist_ok=True)
-    write_json(os.path.join(args.out, "tp_gemm.json"),
-               {"results": results, "argv": argv or sys.argv[1:]})
+    meta = provenance("tp-gemm", argv, backend, world_size=W, dtype=args.dtype,
+                      warmup=args.warmup, iters=args.iters, batch=batch, tune=args.tune,
+                      cuda_graphs=args.graphs, scale=scale)
+    write_json(os.path.join(args.out, "tp_gemm.json"), {"meta": meta, "results": results})
     _plot(results, os.path.join(args.out, "tp_gemm.png"))
     print(f"wrote {args.out}/tp_gemm.json", file=sys.stderr)
     return 0

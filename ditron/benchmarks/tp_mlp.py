@@ -22,7 +22,7 @@ import argparse
 import torch
 
 import ditron
-from ditron.benchmarks import write_json
+from ditron.benchmarks import provenance, write_json
 from ditron.runtime.arguments import (
     add_timing_options,
     int_list,
@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {kind:8s} fallback {row[f'fallback_{kind}']:10.1f}   overlap "
               f"{row[f'overlap_{kind}']:10.1f}   speed-up {row[f'speedup_{kind}']:.3f}x")
     if args.out:
-        write_json(args.out, row)
+        meta = provenance("tp-mlp", argv, backend, **vars(args))
+        write_json(args.out, dict(row, meta=meta))
     return 0
 
