@@ -8,10 +8,6 @@ count in int64.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import torch
@@ -21,7 +17,7 @@ from ditron.engines import Signal, Transfer, get_engine, sm
 from ditron.engines.sync import wait_one
 from ditron.runtime.grid_math import GRID_YZ_MAX
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ..cuda_script import run_as_cuda
 
 
 class _Grids:
@@ -130,13 +126,5 @@ def test_tma_engine_element_loops_are_64_bit(tmp_path):
     interpreter, so the kernel is compiled for sm_90 (``tools/cuda_compile_check.py``'s
     stand-in driver) with an ``n`` that fits int32, and its loops' counters read from the
     Triton IR: the boxes' loop is int32 (TMA coordinates), the element loops int64."""
-    script = tmp_path / "tma_loops.py"  # @jit needs a source file
-    script.write_text(_TMA_LOOPS)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["DITRON_BACKEND"] = "cuda"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, str(script), ROOT], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    loops = json.loads(proc.stdout.strip().splitlines()[-1])
+    loops = run_as_cuda(_TMA_LOOPS, file=tmp_path / "tma_loops.py")
     assert loops == {"True": ["i32", "i64"], "False": ["i64"]}

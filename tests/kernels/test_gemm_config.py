@@ -1,9 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -12,8 +9,9 @@ import torch
 from ditron.kernels.gemm import GemmConfig, default_config, smem_bytes
 from ditron.tune.tuner import GPU_CANDIDATES
 
+from ..cuda_script import run_as_cuda
+
 H100_SMEM = 227 * 1024  # shared memory per block (opt-in) on H100/H200
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -69,12 +67,7 @@ def test_smem_estimate_bounds_what_the_compiler_allocates():
         (default_config(torch.device("cuda"), torch.float32), "float32"),
     ]
     payload = json.dumps([{"cfg": vars(c), "dtype": d} for c, d in specs])
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["DITRON_BACKEND"] = "cuda"
-    proc = subprocess.run([sys.executable, "-c", _COMPILE, ROOT, payload], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    shared = json.loads(proc.stdout.strip().splitlines()[-1])
+    shared = run_as_cuda(_COMPILE, payload)
     for (cfg, dtype), got in zip(specs, shared, strict=True):
         est = smem_bytes(cfg, torch.empty((), dtype=getattr(torch, dtype)).element_size())
         assert got <= est + 1024, f"{cfg.label()} {dtype}: compiler {got} B > estimate {est} B"

@@ -10,13 +10,9 @@ GEMM-RS epilogue and the SM engine (with 16-byte aligned transfers) are checked 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ..cuda_script import run_as_cuda
 
 _COMPILE = textwrap.dedent("""
     import collections, json, re, sys
@@ -86,15 +82,7 @@ _COMPILE = textwrap.dedent("""
 
 
 def test_remote_accesses_compile_to_16_byte_vectors(tmp_path):
-    script = tmp_path / "compile_remote_access.py"  # @jit needs a source file
-    script.write_text(_COMPILE)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["DITRON_BACKEND"] = "cuda"
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, str(script), ROOT], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    found = run_as_cuda(_COMPILE, file=tmp_path / "compile_remote_access.py")
     for kernel, counts in found.items():
         narrow = {op: k for op, k in counts.items() if op.endswith(".b16")}
         assert not narrow, f"{kernel}: 2-byte global accesses {narrow} (all: {counts})"

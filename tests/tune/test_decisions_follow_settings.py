@@ -16,6 +16,8 @@ import ditron
 from ditron.kernels import descriptors
 from ditron.tune import cache, decisions
 
+from .counted_tuning import tune_counting
+
 M, N, K = 8, 12, 16
 
 
@@ -125,26 +127,11 @@ def test_keys_name_a_load_path_other_than_the_devices_own(device, capability, ex
         assert key == f"gemm_rs|64x32x16|bfloat16|w2|{name}|{variant}{cache.versions()}"
 
 
-def _tune_with_bad_switch(directory: str) -> tuple[str, int]:
-    from ditron.tune import tuner
-
-    os.environ["DITRON_CACHE_DIR"] = directory
-    os.environ["DITRON_GEMM_TMA"] = "2"
-    timed = []
-    time_calls = tuner.time_calls
-    tuner.time_calls = lambda *a, **k: timed.append(1) or time_calls(*a, **k)
-    try:
-        decision = tuner.tune("gemm_rs", 8, 8, 8, torch.float32, warmup=0, iters=1,
-                              progress=False)
-    except Exception as exc:  # noqa: BLE001 - the test compares what each rank saw
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}", len(timed)
-    return decision.method, len(timed)
-
-
 def test_a_malformed_load_switch_is_refused_before_tuning(tmp_path):
     """``DITRON_GEMM_TMA`` names the decision's key, which rank 0 makes after the timing:
     a value it cannot read is refused on every rank before anything is timed (rank 0
     raising alone at its write left its peers waiting)."""
-    got = ditron.launch(_tune_with_bad_switch, 2, str(tmp_path), backend="cpu")
+    got = ditron.launch(tune_counting, 2, str(tmp_path), {"DITRON_GEMM_TMA": "2"},
+                        backend="cpu")
     assert got == [("SettingsError: DITRON_GEMM_TMA must be 0 or 1 (or off / on), got '2'",
                     0)] * 2

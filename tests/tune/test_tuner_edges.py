@@ -13,6 +13,8 @@ import torch
 import ditron
 from ditron.tune import cache, decisions
 
+from .counted_tuning import tune_counting
+
 
 def _runtime(device: str, wait_timeout: float, check_calls: bool) -> types.SimpleNamespace:
     """What ``key_for`` asks of the runtime: one GPU (or the CPU) per rank on one node."""
@@ -54,32 +56,13 @@ def test_decisions_timed_with_checked_calls_are_kept_apart(device, monkeypatch):
     assert keys[30.0, False] == keys[0.0, True] == keys[30.0, True] == checked
 
 
-def _tune_with_margin(cache_dir: str, margin: str) -> tuple[str, int]:
-    """``tune`` with ``DITRON_TUNE_MARGIN=margin``: the error (type, first line) or the
-    method chosen, and how many timings ran."""
-    import os
-
-    from ditron.tune import tuner
-
-    os.environ["DITRON_CACHE_DIR"] = cache_dir
-    os.environ["DITRON_TUNE_MARGIN"] = margin
-    timed = []
-    time_calls = tuner.time_calls
-    tuner.time_calls = lambda *a, **k: timed.append(1) or time_calls(*a, **k)
-    try:
-        decision = tuner.tune("gemm_rs", 8, 8, 8, torch.float32, warmup=0, iters=1,
-                              progress=False)
-    except Exception as exc:  # noqa: BLE001 - the test compares what each rank saw
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}", len(timed)
-    return decision.method, len(timed)
-
-
 @pytest.mark.parametrize("margin", ["1", "2", "5"])
 def test_a_margin_no_candidate_could_beat_is_refused(tmp_path, margin):
     """``DITRON_TUNE_MARGIN=2`` (meant as 2%) asks overlap to take at most ``1 - 2`` times
     the fallback's time: the tuner timed every candidate, chose the fallback for every
     shape and cached it, with no word of why."""
-    got = ditron.launch(_tune_with_margin, 2, str(tmp_path), margin, backend="cpu")
+    got = ditron.launch(tune_counting, 2, str(tmp_path), {"DITRON_TUNE_MARGIN": margin},
+                        backend="cpu")
     assert got == [(f"SettingsError: DITRON_TUNE_MARGIN must be a fraction below 1 (0.05 "
                     f"for 5%), got '{margin}': no overlapped candidate could win", 0)] * 2
     assert not list(tmp_path.iterdir()), "a decision was cached"
