@@ -334,7 +334,9 @@ def test_bench_moe_smoke(tmp_path):
     # --profile profiles the layer on every rank (its dispatch is collective: rank 0 alone
     # ran it, on GPUs only, and waited for rank 1 forever), rank 0 prints it
     assert out.stdout.count("ditron layer, 6 tokens: CPU time by operator") == 1, out.stdout
-    rows = {row["part"]: row for row in json.loads((tmp_path / "moe.json").read_text())}
+    saved = json.loads((tmp_path / "moe.json").read_text())
+    _check_provenance(saved["meta"], "moe", warmup=1, iters=2, profile=True)
+    rows = {row["part"]: row for row in saved["rows"]}
     assert set(rows) == {"gemm", "wgrad", "a2a", "dispatch", "layer"}
     for part, names in (("gemm", ("ditron", "ditron_triton", "torch_loop", "dense")),
                         ("wgrad", ("ditron", "torch_loop")),
@@ -354,7 +356,7 @@ def test_bench_moe_gated_layer_smoke(tmp_path):
     out = _run("bench", "moe", "--smoke", "--parts", "layer", "--gated", "--out",
                str(tmp_path / "moe.json"))
     assert out.returncode == 0, out.stderr
-    (row,) = json.loads((tmp_path / "moe.json").read_text())
+    (row,) = json.loads((tmp_path / "moe.json").read_text())["rows"]
     assert row["gated"] is True and row["ditron"] > 0 and row["torch"] > 0
     # bf16 rounds h, silu(gate) and the product on both sides (fp32: equal, 0.0)
     assert row["max_rel_err"] < 5e-2, row["max_rel_err"]
@@ -464,7 +466,7 @@ def test_benchmark_json_is_strict(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
-    (row,) = json.loads((tmp_path / "w.json").read_text(), parse_constant=_not_json)
+    (row,) = json.loads((tmp_path / "w.json").read_text(), parse_constant=_not_json)["rows"]
     assert row["max_rel_err"] == "nan"
     assert row["ditron"] > 0
 

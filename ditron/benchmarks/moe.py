@@ -50,7 +50,7 @@ import torch
 import torch.distributed as dist
 
 import ditron
-from ditron.benchmarks import worst, write_json
+from ditron.benchmarks import provenance, worst, write_json
 from ditron.kernels.grouped_gemm import (
     GroupedGemmConfig,
     grouped_gemm,
@@ -529,5 +529,6 @@ def main(argv: list[str] | None = None) -> int:
                             ("ditron_gemm_triton", "ditron_gemm_torch") if name in row)
                   + f"  (err {row['max_rel_err']:.1e})")
     if args.out:
-        write_json(args.out, rows)
+        meta = provenance("moe", argv, backend, **vars(args))
+        write_json(args.out, {"meta": meta, "rows": rows})
     return 0
