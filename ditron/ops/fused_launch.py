@@ -171,7 +171,7 @@ def run(flat: torch.Tensor, mode: int, out: torch.Tensor, op: str = "sum") -> to
                             0 if cpu else sm_count(flat.device), flat.element_size())
     ws = workspace(flat.dtype, mode, n, variant)
     if not cpu:  # the calls on one workspace (its device epochs) follow in stream order
-        follow_previous_use(ws.name, flat.device)
+        follow_previous_use(ws.pad_key, flat.device)
     ctx = rt.context()
     block, warps = variant.block, variant.num_warps
     if n <= ws.cap:  # one piece (for segmented modes too: W divides n): no views to cut

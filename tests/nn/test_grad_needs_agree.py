@@ -33,8 +33,8 @@ def _moe_cases() -> list[str]:
 
     w, me, dev = ditron.world().world_size, ditron.world().rank, ditron.world().device
     torch.manual_seed(3)  # the same experts on every rank
-    experts = [(torch.nn.Linear(H, F, bias=False), torch.nn.Linear(F, H, bias=False))
-               for _ in range(2 * w)]
+    experts = [(torch.nn.Linear(H, F, bias=False, device=dev),
+                torch.nn.Linear(F, H, bias=False, device=dev)) for _ in range(2 * w)]
     layer = ditron.nn.ExpertParallelMLP.from_experts(experts)
     g = torch.Generator().manual_seed(100 + me)
     x = torch.randn(T, H, generator=g).to(dev)

@@ -62,8 +62,9 @@ def _publish_ids() -> tuple[list[str], list[int]]:
             errors.append("")
         except ValueError as exc:
             errors.append(str(exc))
-    for wrong in (ids.long(), torch.tensor([[1, 3]], dtype=torch.int32),
-                  torch.tensor([1, 2, 3], dtype=torch.int32)[::2]):
+    on = pad.signals.device  # the refusals of shape and strides, not of the device
+    for wrong in (ids.long(), torch.tensor([[1, 3]], dtype=torch.int32, device=on),
+                  torch.tensor([1, 2, 3], dtype=torch.int32, device=on)[::2]):
         try:
             lowering.publish(pad.signals, wrong, 6, peers, ctx)
             errors.append("")
