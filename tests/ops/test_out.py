@@ -296,12 +296,17 @@ def check_turns() -> list:
     stream waits for the previous one's, and a new inbox (the workspaces released) starts
     over."""
     from ditron.ops import exchange
+    from ditron.runtime import stream_order
     from ditron.runtime.world import current
 
     waits: list = []
     streams = {name: _Stream(name, waits) for name in ("a", "b")}
     use = ["a"]
-    torch.cuda.current_stream = lambda: streams[use[0]]
+    # the order of a GPU rank's streams (``runtime/stream_order.py``), queried here
+    torch.cuda.current_stream = lambda device=None: streams[use[0]]
+    torch._C._cuda_getCurrentRawStream = lambda device: hash(use[0])
+    stream_order.capturing = lambda: False
+    exchange.StreamOrder = lambda device: stream_order.StreamOrder(torch.device("cuda", 0))
     key, nbytes = "test.turns", 1000
     inbox_key = ("workspace", "inbox", f"{key}:graph2:{exchange._inbox_cap(nbytes)}")
     cache = current().cache
