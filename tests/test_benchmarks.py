@@ -193,16 +193,17 @@ def test_smoke_help_names_the_timing_it_sets(name, tmp_path, monkeypatch, capsys
 
 def _symm_mem_on_rank_0_only(stage: str):
     """PyTorch's symmetric memory made to work on rank 0 alone, failing on rank 1 at
-    ``stage`` (``"empty"`` or ``"rendezvous"``): what ``_symm_mem_input`` returns there."""
+    ``stage`` (``"empty"`` or ``"rendezvous"``; ``"none"``: on both ranks): what
+    ``_symm_mem_input`` returns there."""
     import torch.distributed._symmetric_memory as symm_mem
 
     from ditron.benchmarks import collectives
 
-    if ditron.world().rank == 0 or stage == "rendezvous":
+    if ditron.world().rank == 0 or stage in ("rendezvous", "none"):
         symm_mem.empty = lambda n, dtype, device: torch.empty(n, dtype=dtype, device=device)
     else:
         symm_mem.empty = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no symm_mem"))
-    if ditron.world().rank == 0:
+    if ditron.world().rank == 0 or stage == "none":
         symm_mem.rendezvous = lambda t, name: None
     else:
         symm_mem.rendezvous = lambda *a: (_ for _ in ()).throw(RuntimeError("no rendezvous"))
@@ -216,6 +217,12 @@ def test_collectives_symm_mem_baseline_is_timed_on_every_rank_or_none(stage):
     cannot make it, no rank times it (rank 0 used to time it alone: its replays then
     waited for peers that never ran them)."""
     assert ditron.launch(_symm_mem_on_rank_0_only, 2, stage, backend="cpu") == [None, None]
+
+
+def test_collectives_symm_mem_baseline_starts_from_zeros():
+    """The symmetric-memory buffer two_shot_all_reduce_ sums into in place starts from zeros
+    (it held the input: each replay multiplied it by the world size, bf16 reached inf)."""
+    assert ditron.launch(_symm_mem_on_rank_0_only, 2, "none", backend="cpu") == [[0.0] * 4] * 2
 
 
 def _rotating_on_uneven_ranks() -> list[float]:
