@@ -18,11 +18,14 @@ differ (one reuses its ``out``, another does not) stay in step: the fused kernel
 live on the device; the exchange's calls take turns over the two halves of its inbox by a
 count on the host that every rank advances alike (``exchange.next_turn``, part of the key),
 with the readers' acknowledgement implied by the previous call's data, so a replay starts
-pushing without a handshake. A replay reads and
+pushing without a handshake. As eager calls, replays follow the other calls on the state
+they share in stream order (``runtime/stream_order.py``): a replay issued on another
+stream than the previous use of its workspaces and pads first waits for that stream, and
+later uses on other streams wait for it. A replay reads and
 writes the addresses it was captured with; the key holds them, so a replay only runs for
 tensors at those addresses with that shape, dtype and strides.
 
-Graphs are kept per process, the ``MAX_GRAPHS`` most recently used (env
+Graphs are kept per world of the process, the ``MAX_GRAPHS`` most recently used (env
 ``DITRON_REPLAY_GRAPHS``); ``release()`` drops them (as
 ``ditron.ops.collectives.release_workspaces`` does). A key whose graph was dropped to make
 room, or whose capture raised, is not captured again: it runs uncaptured from then on. So
@@ -37,6 +40,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..runtime import stream_order
 from ..runtime.config import env_flag, env_int
 from ..runtime.world import current
 from .graphs import graph_safe
@@ -48,8 +52,9 @@ _CACHE = "ops:replays"
 
 
 class _Cache:
-    """Keys seen once (no graph yet), the captured graphs (least recently used first) and
-    the keys whose graphs were dropped; :meth:`step` is the policy of :func:`run`."""
+    """Keys seen once (no graph yet), the captured graphs (least recently used first, each
+    with the stream orders its capture used) and the keys whose graphs were dropped;
+    :meth:`step` is the policy of :func:`run`."""
 
     def __init__(self, max_graphs: int) -> None:
         self.max_graphs = max_graphs
@@ -110,7 +115,9 @@ def run(key: tuple, fn: Callable[[], object]) -> str:
     cache = _cache()
     what = cache.step(key)
     if what == "replay":
-        cache.graphs[key].replay()
+        graph, orders = cache.graphs[key]
+        _follow(orders)
+        graph.replay()
         return "replayed"
     if what == "eager":
         with graph_safe():
@@ -119,7 +126,7 @@ def run(key: tuple, fn: Callable[[], object]) -> str:
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
+    with torch.cuda.stream(stream), stream_order.recording() as followed:
         graph.capture_begin(capture_error_mode="thread_local")
         try:
             fn()
@@ -132,9 +139,18 @@ def run(key: tuple, fn: Callable[[], object]) -> str:
             raise
         graph.capture_end()
     torch.cuda.current_stream().wait_stream(stream)
-    cache.add(key, graph)
+    orders = tuple(dict.fromkeys(followed))  # each once, in order
+    cache.add(key, (graph, orders))
+    _follow(orders)
     graph.replay()
     return "captured"
+
+
+def _follow(orders: tuple[stream_order.StreamOrder, ...]) -> None:
+    """Order a replay on the current stream after the previous uses of the state its
+    graph uses (what the captured call followed, uncaptured), and later uses after it."""
+    for order in orders:
+        order.follow()
 
 
 def release() -> None:

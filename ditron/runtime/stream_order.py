@@ -10,14 +10,36 @@ previous use's first wait, in stream order, for everything queued on that stream
 
 Uses captured into a CUDA graph are not ordered here (a capture may not wait for work
 outside it); a graph's replays follow each other and eager calls in the order the user's
-streams give them, as for NCCL calls in graphs.
+streams give them, as for NCCL calls in graphs. An eager call that ``ops/replays.py`` runs
+as a replay is an eager call all the same: :func:`recording` collects the orders its
+capture used, and each replay follows them on its stream first.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from .cuda_graphs import capturing
+
+#: the orders followed inside :func:`recording` (``None``: not recording)
+_followed: list[StreamOrder] | None = None
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[StreamOrder]]:
+    """Collect, in a list, the orders that uses inside the block follow (captured ones
+    too, which do not wait): what a replay of a graph captured there must follow."""
+    global _followed
+    outer, _followed = _followed, []
+    try:
+        yield _followed
+    finally:
+        if outer is not None:
+            outer.extend(_followed)
+        _followed = outer
 
 
 class StreamOrder:
@@ -35,6 +57,8 @@ class StreamOrder:
         """Order this use after the previous one: if that was issued on another stream,
         the current stream waits for everything queued there so far. The hot path (the
         same stream again) is one query of the current stream's handle."""
+        if _followed is not None:
+            _followed.append(self)
         if self._device is None:
             return
         raw = torch._C._cuda_getCurrentRawStream(self._device)
