@@ -6,9 +6,11 @@ Two-sided: **both** ends issue the same :class:`~ditron.engines.base.Transfer`. 
 shape). :meth:`drain` completes the posted operations and then raises, on the receiver, the
 transfer's signal in its local pad (a reducing transfer first adds what it received into
 ``dst`` with torch's ``add_``: the dtypes of ``base.ADDED``, refused before anything is
-posted otherwise). Ops go through ``torch.distributed``: NCCL on GPUs when
-the world's device group is NCCL, otherwise its gloo host group (CUDA tensors are staged
-through host memory then); peers are named by their world rank in that group. This is the
+posted otherwise). Ops go through ``torch.distributed``: NCCL when the world's device
+group is NCCL (a tensor in host memory is staged through the rank's GPU), otherwise its
+gloo host group (CUDA tensors are staged through host memory then): the group follows
+from the world alone, since each end sees only its own side's tensor. Peers are named by
+their world rank in that group. This is the
 engine that carries a plan past one node; it also works between ranks of one node, which is
 how it is tested on a single machine.
 """
@@ -34,11 +36,15 @@ class NetworkEngine(Engine):
         self._landing: list[tuple[torch.Tensor, torch.Tensor, bool]] = []
         self._signals: list = []
 
-    def _group(self, tensor: torch.Tensor):
-        groups = current().groups
-        if tensor.is_cuda and groups.device_backend == "nccl":
-            return groups.device, False
-        return groups.host, tensor.is_cuda
+    def _group(self, tensor: torch.Tensor) -> tuple[object, torch.device | None]:
+        """The group a side moves through and the device it is staged on (``None``: moved
+        as it is). Both ends must pick the same group whatever their tensors' devices (a
+        send over NCCL and its receive over gloo never meet)."""
+        rt = current()
+        groups = rt.groups
+        if groups.device_backend == "nccl":
+            return groups.device, None if tensor.is_cuda else rt.world.device
+        return groups.host, torch.device("cpu") if tensor.is_cuda else None
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rank = current().world.rank
@@ -56,14 +62,15 @@ class NetworkEngine(Engine):
             if rank == t.src_rank and t.src.numel():
                 group, staged = self._group(t.src)
                 buf = t.src.contiguous()
-                buf = buf.cpu() if staged else buf
+                buf = buf.to(staged) if staged is not None else buf
                 ops.append(dist.P2POp(dist.isend, buf, group=group, group_peer=t.dst_rank))
             elif rank == t.dst_rank:
                 if t.dst.numel():
                     group, staged = self._group(t.dst)
-                    direct = t.dst.is_contiguous() and not staged and not t.reduce
+                    direct = t.dst.is_contiguous() and staged is None and not t.reduce
                     buf = t.dst if direct else torch.empty(
-                        t.dst.shape, dtype=t.dst.dtype, device="cpu" if staged else t.dst.device)
+                        t.dst.shape, dtype=t.dst.dtype,
+                        device=t.dst.device if staged is None else staged)
                     ops.append(dist.P2POp(dist.irecv, buf, group=group, group_peer=t.src_rank))
                     if not direct:
                         self._landing.append((buf, t.dst, t.reduce))
