@@ -150,11 +150,11 @@ class RawExchange:
                 stream_memops.memcpy(side, dst, peer_inbox[q] + offset, nbytes)
 
     def finish(self, reads_on_side: bool = False) -> None:
-        """Acknowledge on every node peer (``ack[me] = epoch``: I am done reading their
-        halves of this call) and make the current stream wait for the side stream.
-        ``reads_on_side``: the reads of the peers' halves were the side stream's pulls, so
-        the acknowledgements follow them there; else they follow the current stream's
-        reads of my own half."""
+        """Acknowledge on every node peer (``ack[me] = epoch``: I am done reading this
+        call's halves, my own that they pushed into, or theirs that I pulled from) and make
+        the current stream wait for the side stream. ``reads_on_side``: the reads were the
+        side stream's pulls of the peers' halves, so the acknowledgements follow them
+        there; else they follow the current stream's reads of my own half."""
         side = self.site.side
         stream = side.cuda_stream if reads_on_side else self.stream
         for addr in self.site.ack_at.values():

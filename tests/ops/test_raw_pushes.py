@@ -8,8 +8,9 @@ raw path computes: a copy is a ``memmove`` between those addresses, a signal wri
 what the streams would run). So the address arithmetic and the protocol (epochs, inbox
 halves, acknowledgements) are checked against torch on every rank, for several world
 sizes and dtypes, chunk counts that change from call to call, all-gathers by pushes and by
-pulls, all-gathers straight into a symmetric ``out`` (no inbox), and calls that alternate
-with the generic path on the same pads and inboxes.
+pulls, all-gathers straight into a symmetric ``out`` (no inbox), reduce-scatters of every
+reduction into a given or an in-place ``out``, and calls that alternate with the generic
+path on the same pads and inboxes.
 """
 
 from __future__ import annotations
@@ -128,3 +129,42 @@ def test_raw_pushes_emulated(monkeypatch, world_size):
 
 def test_direct_all_gather_needs_every_rank():
     assert ditron.launch(check_direct_disagreement, 3, backend="cpu") == [1, 1, 1]
+
+
+def check_raw_reduce_forms() -> int:
+    """The raw reduce-scatter's other forms against torch: every reduction, into a given
+    ``out``, in place (``out`` this rank's rows of ``x``: its own row is read from ``x``
+    where the reduction writes), ``bool`` max / min (moved as bytes) and zero-sized rows;
+    each call on the raw path."""
+    poison_empty()
+    driver, _ = _emulate()
+    w, me = ditron.world().world_size, ditron.world().rank
+    checks = 0
+    for it, (op, dtype, rows, cols) in enumerate([
+            ("sum", torch.bfloat16, 3, 7), ("avg", torch.float32, 2, 5),
+            ("max", torch.float32, 3, 4), ("min", torch.bfloat16, 1, 9),
+            ("max", torch.bool, 2, 6), ("min", torch.bool, 3, 3), ("sum", torch.float32, 2, 0)]):
+        xs = [torch.randn(w * rows, cols, generator=_gen(q, it, 93)) for q in range(w)]
+        xs = [x > 0 for x in xs] if dtype == torch.bool else [x.to(dtype) for x in xs]
+        stacked = torch.stack([x.float() for x in xs])
+        ref = {"sum": stacked.sum(0), "avg": stacked.mean(0), "max": stacked.amax(0),
+               "min": stacked.amin(0)}[op].to(dtype)[me * rows:(me + 1) * rows]
+        check = _same if dtype == torch.bool or op in ("max", "min") else _close
+        before = driver.calls
+        x = xs[me].clone()
+        check(ditron.ops.reduce_scatter(x, op=op, engine="copy_engine"), ref, f"{op} {dtype}")
+        out = torch.empty(rows, cols, dtype=dtype)
+        got = ditron.ops.reduce_scatter(x, op=op, engine="copy_engine", out=out)
+        assert got is out
+        check(out, ref, f"{op} {dtype} into out")
+        mine = x[me * rows:(me + 1) * rows]
+        ditron.ops.reduce_scatter(x, op=op, engine="copy_engine", out=mine)
+        check(mine, ref, f"{op} {dtype} in place")
+        assert driver.calls > before, f"{op} {dtype}: the raw path was not taken"
+        checks += 3
+    return checks
+
+
+def test_raw_reduce_scatter_forms(monkeypatch):
+    monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "16")  # several chunks per row
+    assert ditron.launch(check_raw_reduce_forms, 3, backend="cpu") == [21] * 3
