@@ -18,6 +18,7 @@ import pickle
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
+import numpy as np
 import torch
 
 from . import bounded_cache, host_rows
@@ -38,7 +39,8 @@ T = TypeVar("T")
 
 def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     """Raise ``ValueError`` on every rank unless every rank passes equal ``fields`` (picklable
-    values) for ``what`` (the call's name, e.g. ``"ditron.ops.all_gather"``).
+    values; tensors and NumPy arrays equal in dtype, shape and every element's bytes) for
+    ``what`` (the call's name, e.g. ``"ditron.ops.all_gather"``).
 
     One small all-gather over the host group (``host_rows``; the fields themselves
     travel only where ranks differ; values written alike agree, a NaN too). ``remember``:
@@ -99,12 +101,16 @@ def disagreement(what: str, names: Sequence[str], every: Sequence[Sequence]) -> 
 
 def _same(a: object, b: object) -> bool:
     """Whether two ranks' values of a field agree: equal, or written alike (``host_rows.
-    digest``: a NaN, which equals nothing, and a tuple against a list of equal items)."""
-    try:
-        if a == b:
-            return True
-    except Exception:  # noqa: BLE001 - an ``==`` that does not give a bool (tensors)
-        pass
+    digest``: a NaN, which equals nothing, and a tuple against a list of equal items).
+    Tensors and NumPy arrays agree only written alike, dtype, shape and bytes: their
+    ``==`` broadcasts (``tensor([1.])`` equalled ``tensor(1.)``)."""
+    if not isinstance(a, (torch.Tensor, np.ndarray)) and not isinstance(
+            b, (torch.Tensor, np.ndarray)):
+        try:
+            if a == b:
+                return True
+        except Exception:  # noqa: BLE001 - an ``==`` that does not give a bool
+            pass
     return host_rows.digest(a) == host_rows.digest(b)
 
 

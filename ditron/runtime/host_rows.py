@@ -23,6 +23,7 @@ import hashlib
 import pickle
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -42,7 +43,10 @@ def payload_width(world_size: int) -> int:
 def digest(value: object) -> int:
     """A 64-bit digest of ``value`` that is the same in every process for equal values of
     the kinds checks pass (ints, floats, strings, None, bools, dtypes, enums, dataclasses,
-    and tuples / lists / sets / dicts of them): their ``repr``, sets and dicts sorted."""
+    and tuples / lists / sets / dicts of them): their ``repr``, sets and dicts sorted; a
+    tensor or NumPy array by its dtype, shape and every element's bytes (their ``repr``
+    rounds and elides elements: arrays that differed past it digested alike, and so
+    agreed)."""
     text = _canonical(value).encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little", signed=True)
 
@@ -50,12 +54,33 @@ def digest(value: object) -> int:
 def _canonical(value: object) -> str:
     if isinstance(value, (tuple, list)):  # torch.Size too
         return "(" + ",".join(_canonical(v) for v in value) + ")"
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return _elements(value)
     if isinstance(value, (set, frozenset)):
         return "{" + ",".join(sorted(_canonical(v) for v in value)) + "}"
     if isinstance(value, dict):
         return "{" + ",".join(sorted(f"{_canonical(k)}:{_canonical(v)}"
                                      for k, v in value.items())) + "}"
     return f"{type(value).__name__}:{value!r}"
+
+
+def _elements(array: torch.Tensor | np.ndarray) -> str:
+    """A tensor or array as its type, dtype, shape and a hash of its elements' bytes (a
+    tensor without readable bytes, meta or sparse: its ``repr``; an array of objects: its
+    elements, each as :func:`_canonical` writes it)."""
+    name = type(array).__name__
+    if isinstance(array, np.ndarray):
+        if array.dtype.hasobject:
+            return f"{name}:{array.shape}:{_canonical(array.tolist())}"
+        data = np.ascontiguousarray(array).tobytes()
+    else:
+        try:
+            flat = array.detach().resolve_conj().resolve_neg().reshape(-1)
+            data = flat.cpu().contiguous().view(torch.uint8).numpy().tobytes()
+        except (RuntimeError, NotImplementedError, TypeError):  # no bytes to read
+            return f"{name}:{array!r}"
+    return (f"{name}:{array.dtype}:{tuple(array.shape)}:"
+            f"{hashlib.blake2b(data, digest_size=16).hexdigest()}")
 
 
 @dataclasses.dataclass(frozen=True)
