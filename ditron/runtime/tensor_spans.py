@@ -62,10 +62,10 @@ def elements_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.numel() + b.numel() > SHARED_CHECK_MAX:
         return True
     starts, ends, mine = [], [], []
-    for i, t in enumerate((a, b)):
-        offsets = torch.zeros((), dtype=torch.int64)
+    for i, t in enumerate((a, b)):  # host tensors, whatever the caller's default device
+        offsets = torch.zeros((), dtype=torch.int64, device="cpu")
         for st, n in zip(t.stride(), t.shape, strict=True):
-            offsets = offsets[..., None] + torch.arange(n) * st
+            offsets = offsets[..., None] + torch.arange(n, device="cpu") * st
         first = t.data_ptr() + offsets.reshape(-1) * t.element_size()
         starts.append(first)
         ends.append(first + t.element_size())
