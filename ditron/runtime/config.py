@@ -42,12 +42,16 @@ MAX_SECONDS = 1e6
 
 
 def parse_bytes(text: str | int) -> int:
-    """``"512M"`` -> 536870912; plain integers are bytes."""
+    """``"512M"`` -> 536870912; plain integers are bytes. A unit (``K``, ``M``, ``G``,
+    ``T``, powers of 1024) may be followed by ``B``, ``I`` or ``IB`` (``512MiB``); a number
+    by ``B``; nothing else (``"12i"`` was read as 12 bytes)."""
     value = as_int(text)
     if value is None:
         if not isinstance(text, str):
             raise ValueError(f"a byte count is an int or a string like '512M', got {text!r}")
-        s = text.strip().upper().removesuffix("B").removesuffix("I")
+        s = text.strip().upper().removesuffix("B")
+        if s[-2:-1] in _UNITS:
+            s = s.removesuffix("I")
         scale = _UNITS.get(s[-1:], 1)
         number = s[:-1] if s[-1:] in _UNITS else s
         try:
