@@ -58,8 +58,10 @@ class RankError(RuntimeError):
 _IN_RANK = False  # set in a rank's process: a launch there is refused
 
 
-def _rank_main(conn, asks, fn, args, kw, env: dict[str, str], backend: str,
+def _rank_main(conn, asks, call: bytes, env: dict[str, str], backend: str,
                group: list[int] | None) -> None:
+    """A rank's process: ``call`` is ``(fn, args, kw)`` pickled by value
+    (:func:`_check_picklable`), so that the rank works on its own copies."""
     global _IN_RANK
     _IN_RANK = True
     # A fork-server child starts with the server's environment: take the caller's instead.
@@ -72,6 +74,7 @@ def _rank_main(conn, asks, fn, args, kw, env: dict[str, str], backend: str,
 
     try:
         world_mod.init(backend, group=group)
+        fn, args, kw = pickle.loads(call)
         out.send(("ready",))
         result = fn(*args, **kw)
         if world_mod.is_initialized():  # fn may have shut down itself
@@ -313,7 +316,9 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     lists of ranks, each process running ``ditron.init(backend, group=its list)``
     (``torch.distributed``'s default group still spans the job). ``backend`` and ``groups``
     are the launch's own keywords, never passed on to ``fn``. ``fn`` and its
-    arguments must be picklable (a module-level function). Results are pickled back. As
+    arguments must be picklable (a module-level function); each rank gets its own copy of
+    the arguments (tensors included: a rank writing into one changes neither the caller's
+    nor another rank's). Results are pickled back. As
     with ``multiprocessing``, a script that calls ``launch`` guards it with
     ``if __name__ == "__main__":`` (CUDA ranks are spawned and re-import the script). A
     rank cannot launch ranks of its own.
@@ -344,7 +349,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     if not callable(fn):
         raise TypeError(f"ditron.launch: fn must be callable, got {fn!r}")
     group_of = _group_of(groups, world_size)
-    _check_picklable(fn, args, kw)
+    call = _check_picklable(fn, args, kw)
     backend = check_backend(backend) if backend else default_backend()
     settings = Settings.from_env(backend)
     if backend == "cuda" and not _cuda_visible():  # before any rank starts
@@ -376,8 +381,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
                 parent, child = ctx.Pipe(duplex=False)
                 ask_in, ask_out = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_rank_main,
-                                args=(child, ask_in, fn, args, kw, env, backend,
-                                      group_of[rank]),
+                                args=(child, ask_in, call, env, backend, group_of[rank]),
                                 name=f"ditron-rank{rank}", daemon=True)
                 with _environment(**start):
                     p.start()
@@ -395,22 +399,26 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
             _stop(procs, conns + asks, workdir, job)
 
 
-def _check_picklable(fn, args, kw) -> None:
-    """``TypeError`` unless the ranks can unpickle ``fn`` and its arguments: pickled, and
-    no function or class of ``__main__`` where the ranks cannot import ``__main__`` (the
-    caller's is ``python -c``, standard input or a notebook: the ranks would fail as they
-    start, each with its own traceback, instead)."""
+def _check_picklable(fn, args, kw) -> bytes:
+    """``(fn, args, kw)`` pickled by value (tensors as copies, :class:`_ByValuePickler`),
+    for every rank to unpickle its own copy: the processes' own arguments shared a tensor's
+    memory with the caller and every rank (an in-place update on one rank showed on the
+    others and in the caller), unlike torchrun's ranks. ``TypeError`` unless the ranks can
+    unpickle it: pickled, and no function or class of ``__main__`` where the ranks cannot
+    import ``__main__`` (the caller's is ``python -c``, standard input or a notebook: the
+    ranks would fail as they start, each with its own traceback, instead)."""
     from_main: list[str] = []
 
-    class Pickler(pickle.Pickler):
+    class Pickler(_ByValuePickler):
         def reducer_override(self, obj):
             if (isinstance(obj, (type, types.FunctionType))
                     and getattr(obj, "__module__", None) == "__main__"):
                 from_main.append(obj.__qualname__)
-            return NotImplemented
+            return super().reducer_override(obj)
 
+    buf = io.BytesIO()
     try:
-        Pickler(io.BytesIO(), pickle.HIGHEST_PROTOCOL).dump((fn, args, kw))
+        Pickler(buf, pickle.HIGHEST_PROTOCOL).dump((fn, args, kw))
     except Exception as exc:  # noqa: BLE001 - any pickling failure means the same thing
         raise TypeError(f"ditron.launch: fn and its arguments must be picklable (define fn at "
                         f"module level): {exc}") from exc
@@ -419,6 +427,7 @@ def _check_picklable(fn, args, kw) -> None:
                         f"__main__, which the rank processes cannot import (python -c, "
                         f"standard input, an interactive session or a notebook); define it "
                         f"in a module or a script file")
+    return buf.getvalue()
 
 
 def _main_importable() -> bool:
