@@ -60,8 +60,9 @@ def check_waits() -> None:
 
 def set_wait_timeout(seconds: float) -> None:
     """Set how long device waits spin before giving up (0: forever; a count of polls, at
-    most ``world.MAX_POLLS``: about 1070 s on CUDA); takes effect for contexts built
-    afterwards (``ditron.context()``)."""
+    most ``world.MAX_POLLS``: about 1070 s on CUDA) in the current world; takes effect for
+    its contexts built afterwards (``ditron.context()``); other worlds of the process keep
+    their own."""
     if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) \
             or not 0 <= seconds <= MAX_SECONDS:  # also refuses nan and inf
         raise ValueError(f"wait timeout must be a number of seconds in [0, {MAX_SECONDS:g}], "
