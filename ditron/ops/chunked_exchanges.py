@@ -23,7 +23,7 @@ import torch
 
 from ..engines.base import Engine, Transfer
 from ..engines.sync import notify_peers, use_stream_memops
-from ..runtime.config import env_flag, env_int
+from ..runtime.config import env_bytes, env_flag, env_int
 from ..runtime.world import current
 from .exchange import PULL_MAX_CHUNKS, Chunked, Turn, engine_instance, open_chunked, reduce_slots
 from .raw_pushes import open_raw, usable
@@ -98,8 +98,7 @@ def chunk_bounds(n: int, itemsize: int, taper: bool = False, head: bool = False,
     ``docs/perf.md``, session 16.) ``head``: the same sizes in reverse order, the small
     chunks first (for an all-gather by pulls, whose first chunk is published before
     anything moves)."""
-    big = max(1, (env_int("DITRON_PULL_CHUNK_BYTES", 0) or PULL_CHUNK_BYTES)
-              // itemsize)
+    big = max(1, env_bytes("DITRON_PULL_CHUNK_BYTES", PULL_CHUNK_BYTES) // itemsize)
     growth = env_int("DITRON_CHUNK_TAPER", TAPER_GROWTH)  # 0 or 1: chunks of one size
     min_bytes = TAPER_MIN_BYTES if min_bytes is None else min_bytes
     if not taper or n * itemsize < min(min_bytes, big * itemsize):

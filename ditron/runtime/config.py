@@ -105,6 +105,19 @@ def env_int(name: str, default: int, minimum: int = 0) -> int:
     return number
 
 
+def env_bytes(name: str, default: int) -> int:
+    """The byte-count environment variable ``name`` (``"64M"``, ``"1048576"``: as
+    :func:`parse_bytes` reads it); ``default`` when unset or empty; ``SettingsError``
+    naming it otherwise."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return parse_bytes(value)
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+
+
 def env_float(name: str, default: float) -> float:
     """The number environment variable ``name`` (``default`` when unset or empty);
     ``SettingsError`` naming it when it is not a finite number."""

@@ -1,5 +1,6 @@
-"""Byte counts (``DITRON_HEAP_SIZE``, the command line's sizes): a binary suffix ``i`` belongs
-to a unit (``512MiB``); after a bare number it was dropped, so ``12i`` read as 12 bytes."""
+"""Byte counts (``DITRON_HEAP_SIZE``, ``DITRON_PULL_CHUNK_BYTES``, the command line's sizes):
+a binary suffix ``i`` belongs to a unit (``512MiB``); after a bare number it was dropped, so
+``12i`` read as 12 bytes."""
 
 from __future__ import annotations
 
@@ -26,3 +27,21 @@ def test_heap_size_with_a_stray_suffix_is_named(monkeypatch):
     monkeypatch.setenv("DITRON_HEAP_SIZE", "512i")
     with pytest.raises(SettingsError, match="DITRON_HEAP_SIZE: cannot read a byte count"):
         Settings.from_env("cpu")
+
+
+@pytest.mark.parametrize(("text", "chunks"), [("1M", 4), ("1048576", 4), ("", 1)])
+def test_pull_chunk_bytes_take_units(monkeypatch, text, chunks):
+    """``DITRON_PULL_CHUNK_BYTES`` reads sizes as ``DITRON_HEAP_SIZE`` does (``1M`` was
+    refused as not an integer)."""
+    from ditron.ops.chunked_exchanges import chunk_bounds
+
+    monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", text)
+    assert len(chunk_bounds(1 << 20, 4)) == chunks  # 4 MiB of fp32
+
+
+def test_pull_chunk_bytes_malformed_is_named(monkeypatch):
+    from ditron.ops.chunked_exchanges import chunk_bounds
+
+    monkeypatch.setenv("DITRON_PULL_CHUNK_BYTES", "12i")
+    with pytest.raises(SettingsError, match="DITRON_PULL_CHUNK_BYTES: cannot read"):
+        chunk_bounds(1 << 20, 4)

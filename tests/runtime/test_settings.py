@@ -118,7 +118,7 @@ def test_every_call_is_checked_in_debug_mode_unless_told(value, timeout, checks,
 
 @pytest.mark.parametrize("var, value, words", [
     ("DITRON_FUSED_BLOCK", "4k", "DITRON_FUSED_BLOCK must be an integer >= 0, got '4k'"),
-    ("DITRON_PULL_CHUNK_BYTES", "-1", "DITRON_PULL_CHUNK_BYTES must be an integer >= 0"),
+    ("DITRON_PULL_CHUNK_BYTES", "-1", "DITRON_PULL_CHUNK_BYTES: byte count must be positive"),
     ("DITRON_TUNE_MARGIN", "5%", "DITRON_TUNE_MARGIN must be a number, got '5%'"),
     ("DITRON_GEMM_BLOCKS", "64x128", "DITRON_GEMM_BLOCKS must be BMxBNxBK"),
     ("DITRON_GEMM_BLOCKS", "64x100x32", "block_n must be a power of two"),
