@@ -232,7 +232,14 @@ def _check_slot(t: Transfer, signal: Signal, what: str, engine: str) -> None:
 
 
 class Engine(abc.ABC):
-    """Moves batches of transfers issued by this rank."""
+    """Moves batches of transfers issued by this rank.
+
+    The copy engine and ``tma`` move a batch's transfers in order; ``sm`` moves those of
+    one launch at once and refuses a batch in which they would race. One engine may be
+    issued to from several CUDA streams of a rank: a batch starts after its issuing
+    stream's queue (or mark), and where batches share device state (the ``sm`` and ``tma``
+    engines' counters, when they launch on the issuing stream) an issue on another stream
+    than the previous one first waits for it (``runtime/stream_order.py``)."""
 
     name: str
     #: whether the engine can sum into the destination (``Transfer.reduce``; the ``sm``
@@ -257,10 +264,12 @@ class Engine(abc.ABC):
         return None
 
     def drain(self) -> None:  # noqa: B027 - engines that finish in issue() need nothing
-        """Order what follows after every issued transfer has landed and raised its
-        signal: on CUDA the current stream waits for the engine's streams (the host does
-        not block), on the CPU backend the host waits. An engine holds the transfers' local
-        tensors until then, so the caller may drop them once they are issued."""
+        """Order what follows after every transfer issued since the previous drain has
+        landed and raised its signal: on CUDA the current stream waits for the engine's
+        streams (the host does not block; only that stream: drain on the stream that reads
+        the results, since a second drain orders nothing more), on the CPU backend the
+        host waits. An engine holds the transfers' local tensors until then, so the caller
+        may drop them once they are issued."""
 
 
 _ENGINES: dict[str, type[Engine]] = {}

@@ -10,13 +10,19 @@ type itself; ``runtime/dtypes.py``) instead of overwriting. The last program to 
 transfer (a per-transfer counter, reset by that program) raises the transfer's signal
 with ``notify`` (release, system scope), so the consumer sees every block.
 
-Transfers of one batch are grouped by (dtype, reduce, signal value); tensors must be
-contiguous, and a moved dtype outside ``runtime/dtypes.py``'s native ones (``bool``, fp8,
-``int16``, ``complex64``, ...) moves bit for bit as its carrier. Every transfer of a batch
-is checked (ranks, the remote side inside its peer's heap) before any launch. With
-``concurrent=True`` (CUDA) the kernels run on a side stream, beside later work of the
-issuing stream, until :meth:`drain`. Descriptor tables are cached by their
-contents, so repeated calls on the same buffers launch without host-to-device copies.
+Transfers of one batch are grouped by (dtype, reduce, signal value), one launch per group
+(in that order), whose transfers move at once: transfers of a group that write memory
+another of them reads or writes (two sums into one buffer, a copy out of a buffer that
+another fills) are refused, since on a GPU their programs race (the copy engine moves a
+batch in order). Tensors must be contiguous, and a moved dtype outside
+``runtime/dtypes.py``'s native ones (``bool``, fp8, ``int16``, ``complex64``, ...) moves bit
+for bit as its carrier. Every transfer of a batch is checked (ranks, the remote side inside
+its peer's heap) before any launch. With ``concurrent=True`` (CUDA) the kernels run on a
+side stream, beside later work of the issuing stream, until :meth:`drain`; without it on
+the issuing stream, and an issue on another stream than the engine's previous one first
+waits for that one (the launches share the tables' counters: ``runtime/stream_order.py``).
+Descriptor tables are cached by their contents, so repeated calls on the same buffers
+launch without host-to-device copies.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from .. import language as dl
 from ..runtime.dtypes import carried, carrier, check_moved, check_summed, tl_accumulator
 from ..runtime.grid_math import GRID_YZ_MAX
 from ..runtime.integers import check_int
+from ..runtime.stream_order import StreamOrder
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, endpoints, named, register_engine, signal_slot
@@ -109,7 +116,11 @@ class SmEngine(Engine):
         cpu = current().world.backend == "cpu"
         self.block = int(block) if block is not None else (4096 if cpu else 2048)
         self._tables: OrderedDict = OrderedDict()
-        self._lane = SideLane(current().world.device, concurrent)
+        device = current().world.device
+        self._lane = SideLane(device, concurrent)
+        # launches on the issuing stream share the tables' counters: an issue on another
+        # stream than the previous one first waits for it (a side stream orders its own)
+        self._order = StreamOrder(device) if self._lane.side is None else None
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         rt = current()
@@ -122,7 +133,9 @@ class SmEngine(Engine):
             # an int for the kernel (the check takes any integer: a NumPy one failed there)
             value = int(t.signal.value) if t.signal is not None else 0
             groups.setdefault((t.src.dtype, t.reduce, value), []).append(t)
-        tables = [(key, batch, self._table(batch)) for key, batch in groups.items()]
+        tables = [(key, batch, self._table(batch, transfers)) for key, batch in groups.items()]
+        if self._order is not None:
+            self._order.follow()
         with self._lane.launching(transfers, since):
             self._launch(tables, rt.context())
 
@@ -145,12 +158,13 @@ class SmEngine(Engine):
                                  num_warps=8)
 
     @torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
-    def _table(self, batch: list[Transfer]):
-        """The batch's descriptor table, counters and a tensor typed as its signals; on a
-        new table, first check that every remote side lies in a live buffer of its peer's
-        heap (a table's addresses, ranks and sizes key it, and the heap, with its count of
-        frees, so a cached one was checked in this world's heap when it was made and
-        nothing was freed since)."""
+    def _table(self, batch: list[Transfer], transfers: list[Transfer]):
+        """The descriptor table, counters and a tensor typed as its signals of ``batch``
+        (one launch group of ``transfers``); on a new table, first check that every remote
+        side lies in a live buffer of its peer's heap and that the group's transfers do not
+        race (:func:`_check_disjoint`) (a table's addresses, ranks and sizes key it, and the
+        heap, with its count of frees, so a cached one was checked in this world's heap
+        when it was made and nothing was freed since)."""
         rows = []
         sig_typed = None
         for t in batch:
@@ -165,11 +179,14 @@ class SmEngine(Engine):
         key = (batch[0].src.element_size(), tuple(rows), id(heap), heap.frees)
         entry = self._tables.get(key)
         if entry is None:
-            _check_remote(batch)
-            device = current().world.device
-            desc = torch.tensor([v for r in rows for v in r], dtype=torch.int64, device=device)
-            counters = torch.zeros(len(rows), dtype=torch.int64, device=device)
-            entry = (desc, counters)
+            _check_remote(batch, transfers)
+            _check_disjoint(rows, batch[0].src.element_size(), batch, transfers)
+            # the rows and the zeroed counters in one synchronous copy: a fill kernel queued
+            # on the issuing stream ran after a side stream's launch started at an earlier
+            # mark (``since``), which then counted from whatever the memory held
+            table = torch.tensor([v for r in rows for v in r] + [0] * len(rows),
+                                 dtype=torch.int64, device=current().world.device)
+            entry = (table[: len(rows) * _FIELDS], table[len(rows) * _FIELDS:])
             self._tables[key] = entry
             if len(self._tables) > _CACHE_LIMIT:
                 self._tables.popitem(last=False)
@@ -196,14 +213,62 @@ def _check(t: Transfer, rank: int) -> None:
         check_moved("sm engine", t.src.dtype)
 
 
-def _check_remote(batch: list[Transfer]) -> None:
-    """Raise ``ValueError`` unless the remote side of every non-empty transfer of ``batch``
-    and the signal pad of every signalled one lie inside live symmetric buffers (the kernel
+def _check_remote(batch: list[Transfer], transfers: list[Transfer]) -> None:
+    """Raise ``ValueError`` (naming the transfer's place in ``transfers``) unless the remote
+    side of every non-empty transfer of ``batch`` (a launch group of ``transfers``) and the
+    signal pad of every signalled one lie inside live symmetric buffers (the kernel
     translates them without a check)."""
     rt = current()
     me = rt.world.rank
-    for t in batch:
-        if t.signal is not None:
-            signal_slot(t, "sm engine")
-        if t.src.numel():
-            endpoints(t, me, "sm engine")
+    for k, t in enumerate(batch):
+        try:
+            if t.signal is not None:
+                signal_slot(t, "sm engine")
+            if t.src.numel():
+                endpoints(t, me, "sm engine")
+        except ValueError as exc:
+            raise named(exc, transfers, _places(batch, transfers)[k]) from None
+
+
+def _places(batch: list[Transfer], transfers: list[Transfer]) -> list[int]:
+    """Where each transfer of ``batch`` (a launch group: a subsequence of ``transfers``)
+    stands in ``transfers`` (by identity: a transfer given twice has two places)."""
+    places = []
+    for i, u in enumerate(transfers):
+        if len(places) < len(batch) and u is batch[len(places)]:
+            places.append(i)
+    return places
+
+
+def _check_disjoint(rows: list[tuple], size: int, batch: list[Transfer],
+                    transfers: list[Transfer]) -> None:
+    """Raise ``ValueError`` where a transfer of ``batch`` (one launch: its ``rows``, elements
+    of ``size`` bytes) writes memory that another one reads or writes: their programs run
+    at once. A side is its rank's bytes as this process addresses them (a remote side by
+    its view in the own heap, as the kernel translates it); one transfer's ``src`` and
+    ``dst`` may be the same tensor (``check_transfer`` refused other overlaps of them)."""
+    spans = []  # (rank, lo, hi, writes, transfer)
+    for j, (src, dst, n, src_rank, dst_rank, _, _) in enumerate(rows):
+        if n:
+            spans.append((dst_rank, dst, dst + n * size, True, j))
+            if (src_rank, src) != (dst_rank, dst):
+                spans.append((src_rank, src, src + n * size, False, j))
+    spans.sort()
+    rank = None
+    for r, lo, hi, writes, j in spans:  # sweep: the furthest end so far, of any, of writes
+        if r != rank:
+            rank, reach, reach_w = r, (lo, j), (lo, j)
+        other = reach[1] if writes and reach[0] > lo else (
+            reach_w[1] if reach_w[0] > lo else None)
+        if other is not None:
+            places = _places(batch, transfers)
+            first, second = sorted((places[other], places[j]))
+            raise ValueError(
+                f"sm engine: transfers {first} and {second} of a batch of {len(transfers)} "
+                f"overlap in memory on rank {r} (one writes what the other reads or writes); "
+                f"the sm engine moves them at once, in any order: issue them in separate "
+                f"batches (or use copy_engine, which moves a batch in order)")
+        if hi > reach[0]:
+            reach = (hi, j)
+        if writes and hi > reach_w[0]:
+            reach_w = (hi, j)

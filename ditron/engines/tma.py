@@ -33,6 +33,7 @@ from .. import language as dl
 from ..runtime.dtypes import carried, check_moved
 from ..runtime.grid_math import next_power_of_2
 from ..runtime.integers import check_int
+from ..runtime.stream_order import StreamOrder
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, endpoints, named, register_engine, signal_slot
 from .streams import SideLane
@@ -94,7 +95,8 @@ class TmaEngine(Engine):
     """Bulk tensor copies on ``programs`` programs per transfer (``block_rows`` x 512-byte
     boxes), each program keeping up to ``stages`` boxes in flight (fewer where the GPU's
     shared memory per block cannot hold them). ``concurrent`` (CUDA): on a side stream, as
-    the ``sm`` engine."""
+    the ``sm`` engine; without it on the issuing stream, an issue on another stream than
+    the previous one first waiting for that one (the launches share one counter)."""
 
     name = "tma"
     can_reduce = False
@@ -119,9 +121,13 @@ class TmaEngine(Engine):
             stages = max(1, min(stages, (smem - _SMEM_SPARE) // (block_rows * _BOX_BYTES)))
         self.stages = stages
         self._lane = SideLane(rt.world.device, concurrent)
-        # programs count themselves out here; the last one resets it, and launches of one
-        # process are stream-ordered, so one counter serves every transfer
-        self._counter = torch.zeros(1, dtype=torch.int64, device=rt.world.device)
+        # programs count themselves out here; the last one resets it, and the launches of
+        # one engine follow one stream order (its side stream, or ``_order``), so one
+        # counter serves every transfer. Zeroed by a synchronous copy, not a fill kernel
+        # on this stream, which a launch on another stream could overtake
+        self._counter = torch.tensor([0], dtype=torch.int64, device=rt.world.device)
+        # an issue on another stream than the previous one first waits for it
+        self._order = StreamOrder(rt.world.device) if self._lane.side is None else None
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         me = current().world.rank
@@ -130,7 +136,14 @@ class TmaEngine(Engine):
                 _check(t, me)
             except ValueError as exc:
                 raise named(exc, transfers, i) from None
-        moves = [_endpoints(t, me) for t in transfers]  # every peer view before any launch
+        moves = []  # every peer view before any launch
+        for i, t in enumerate(transfers):
+            try:
+                moves.append(_endpoints(t, me))
+            except ValueError as exc:
+                raise named(exc, transfers, i) from None
+        if self._order is not None:
+            self._order.follow()
         with self._lane.launching(transfers, since):
             for t, (src, dst) in zip(transfers, moves, strict=True):
                 self._launch(t, src, dst)
