@@ -120,9 +120,12 @@ class CopyEngine(Engine):
                 raise named(exc, transfers, i) from None
         if rt.world.backend == "cpu":
             jobs = []
-            for t in transfers:
-                src, dst = _endpoints(t, rank)
-                sig = signal_slot(t, "copy_engine") if t.signal is not None else None
+            for i, t in enumerate(transfers):
+                try:
+                    src, dst = _endpoints(t, rank)
+                    sig = signal_slot(t, "copy_engine") if t.signal is not None else None
+                except ValueError as exc:
+                    raise named(exc, transfers, i) from None
                 after = _poll_args(t.after) if t.after is not None else None
                 value = host_value(t.signal.value) if t.signal else 0
                 jobs.append((src, dst, t.reduce, sig, value, after, t.clear_after))
@@ -138,10 +141,12 @@ class CopyEngine(Engine):
         rt = current()
         # every remote side translated (and so checked) before anything is queued
         raw = use_stream_memops() and all(_raw_ok(t) for t in transfers)
-        if raw:
-            spans = [_span(t, rank) for t in transfers]
-        else:
-            ends = [_endpoints(t, rank) for t in transfers]
+        ends: list = []  # driver copies' spans (raw), else the tensors to move
+        for i, t in enumerate(transfers):
+            try:
+                ends.append(_span(t, rank) if raw else _endpoints(t, rank))
+            except ValueError as exc:
+                raise named(exc, transfers, i) from None
         side = side_stream(rt.world.device, self._turn % self._lanes)
         self._turn += 1
         start_after(side, since)
@@ -149,7 +154,7 @@ class CopyEngine(Engine):
             self._streams.append(side)
         self._held += allocator_tensors(transfers)
         if raw:
-            _issue_raw(transfers, spans, rank, side)
+            _issue_raw(transfers, ends, rank, side)
             return
         signals = side_stream(rt.world.device, "signals") if self._signal_lane else side
         if signals is not side:

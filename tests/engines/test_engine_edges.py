@@ -397,3 +397,37 @@ def test_refusals_name_the_transfer():
     got = ditron.launch(check_refusal_names_the_transfer, 2, backend="cpu")
     for rank, errors in enumerate(got):
         assert errors == [f" (transfer 2 of a batch of 4: rank {rank} to rank {1 - rank})"] * 4
+
+
+
+@on_rank_device
+def check_remote_refusals_name_the_transfer() -> list:
+    """A batch whose third push lands in an ordinary tensor (not symmetric: no peer has
+    it): each heap engine's error names that transfer, and the good pushes before it have
+    not moved or raised their signal."""
+    w = ditron.world()
+    me, peer = w.rank, 1 - w.rank
+    box = ditron.zeros((16,), torch.float32)
+    pad = ditron.signal_pad("test_remote_refusal", 1)
+    ditron.barrier()
+    goods = [Transfer(torch.full((8,), 3.0), box[k: k + 8], me, peer, Signal(pad, 0, 1))
+             for k in (0, 8)]
+    bad = Transfer(torch.ones(8), torch.zeros(8), me, peer)
+    got = []
+    for name, options in HEAP_ENGINES:
+        with pytest.raises(ValueError, match="must be a symmetric tensor") as info:
+            get_engine(name, **options).issue([*goods, bad])
+        got.append(str(info.value).rsplit(" (", 1)[1])
+    ditron.barrier()
+    got.append((float(box.sum()), int(pad.signals[0])))
+    return got
+
+
+def test_remote_refusals_name_the_transfer():
+    # before: "sm engine: the remote side of a transfer from rank 0 to rank 1 must be a
+    # symmetric tensor: ..." without its place in the batch (docs/collectives.md says
+    # every refusal names it)
+    got = ditron.launch(check_remote_refusals_name_the_transfer, 2, backend="cpu")
+    for rank, out in enumerate(got):
+        assert out == [f"transfer 2 of a batch of 3: rank {rank} to rank {1 - rank})"] * 3 + [
+            (0.0, 0)]
