@@ -86,6 +86,8 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 EPI_STORE = 0
 EPI_REDUCE_SCATTER = 1
 EPI_ALL_REDUCE = 2
+#: dtypes of the tile order and the wait table the kernel reads
+_TILE_IDS = (torch.int32, torch.int64)
 #: int64 slots per tile in the trace buffer (``GemmHooks.trace``; the kernel writes 5)
 TRACE_FIELDS = 5
 
@@ -581,15 +583,24 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
 
     ``a``: ``[M, K]`` (or the local symmetric shard buffer when ``hooks.a_remote``), ``b``:
     ``[K, N]`` with any strides, ``c``: output (``[M, N]``, or ``[seg_rows, N]`` for the
-    reduce-scatter epilogue). ``order`` (int32 tile ids) and the hooks' tensors: on ``c``'s
+    reduce-scatter epilogue), ``a`` and ``b`` on ``c``'s device. ``order`` (int32 or int64
+    tile ids, contiguous, as is ``hooks.waits``) and the hooks' tensors: on ``c``'s
     device. ``use_tma``: see :func:`tma_wanted`; the TMA path is taken only for a local A
     whose operands meet the TMA rules (:func:`tma_operands`), else the pointer path.
     Shapes, dtypes or hooks that do not fit this raise ``ValueError`` before the launch.
     """
     hooks = hooks or _NO_HOOKS
+    device = c.device
+    for name, t in (("a", a), ("b", b), ("order", order), ("hooks.waits", hooks.waits)):
+        if t is not None and t.device != device:  # the kernel reads them
+            raise ValueError(f"launch_gemm: {name} is on {t.device}, c on {device}")
     for name, t in (("order", order), ("hooks.waits", hooks.waits)):
-        if t is not None and t.device != c.device:  # the kernel reads them
-            raise ValueError(f"launch_gemm: {name} is on {t.device}, c on {c.device}")
+        # the kernel reads slot i at element i: a strided view's values are not there
+        if t is not None and (t.dtype not in _TILE_IDS or t.dim() != 1
+                              or not t.is_contiguous()):
+            raise ValueError(f"launch_gemm: {name} must be a contiguous 1-D int32 or int64 "
+                             f"tensor, got {t.dtype} {tuple(t.shape)} with strides "
+                             f"{t.stride()}")
     if (hooks.waits is None) != (hooks.wait_sig is None):
         raise ValueError("launch_gemm: hooks.waits and hooks.wait_sig go together")
     if hooks.epilogue != EPI_STORE:
@@ -697,8 +708,9 @@ def _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma, wide=Fa
     K, N = b.shape
     tma_b = None
     c_tma = False
-    # TMA coordinates are int32: rows or K from 2**31 on (int64 there) do not compile
-    if (not hooks.a_remote and 0 < K and max(M, seg_rows, K) < offsets.INT32_SPAN
+    # TMA coordinates are int32: rows or K from 2**31 on (int64 there) do not compile;
+    # no descriptor of zero rows (Triton's asserts on an empty shape: C's is [M, N])
+    if (not hooks.a_remote and 0 < min(M, K) and max(M, seg_rows, K) < offsets.INT32_SPAN
             and tma_wanted(c.device, use_tma)):
         tma = tma_operands(a, b, cfg)
         if tma is not None:
@@ -809,8 +821,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig | None = None,
            order: torch.Tensor | None = None, use_tma: bool | None = None) -> torch.Tensor:
     """Local ``a @ b`` with the persistent GEMM (``torch.matmul`` equivalent, fp32 accum):
     2-D ``a`` and ``b`` of one dtype (float16, bfloat16 or float32) on one device.
-    ``order``: the tile order (int32 tile ids on ``a``'s device, a permutation of every
-    tile of ``cfg``'s tiling; default the grouped order)."""
+    ``order``: the tile order (int32 or int64 tile ids on ``a``'s device, a permutation
+    of every tile of ``cfg``'s tiling, checked where it is on the CPU: on a GPU that would
+    read it on the host; default the grouped order)."""
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: cannot multiply {tuple(a.shape)} by {tuple(b.shape)}")
     if a.dtype != b.dtype or a.dtype not in DTYPES or a.device != b.device:
@@ -825,9 +838,20 @@ def matmul(a: torch.Tensor, b: torch.Tensor, cfg: GemmConfig | None = None,
         return c
     if order is None:
         order = cached_linear_order(M, N, cfg, a.device)
-    elif order.numel() != cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n):
-        raise ValueError(f"matmul: order must list each of the "
-                         f"{cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n)} tiles of "
-                         f"{cfg.block_m} x {cfg.block_n} once, got {order.numel()} ids")
+    else:
+        _check_order(order, cdiv(M, cfg.block_m) * cdiv(N, cfg.block_n), cfg)
+        order = order.contiguous()  # the kernel reads slot i at element i
     launch_gemm(a, b, c, M, order=order, seg_rows=M, cfg=cfg, use_tma=use_tma)
     return c
+
+
+def _check_order(order: torch.Tensor, tiles: int, cfg: GemmConfig) -> None:
+    """``ValueError`` unless ``order`` holds ``tiles`` ids, each tile once where it is on the
+    CPU (a repeated id leaves another tile unwritten, an id outside ``[0, tiles)`` stores
+    outside ``c``: a negative one before it)."""
+    ids = order.tolist() if order.device.type == "cpu" and order.dim() == 1 else None
+    if order.numel() != tiles or ids is not None and sorted(ids) != list(range(tiles)):
+        shown = "" if ids is None else f": {ids if len(ids) <= 9 else ids[:9] + ['...']}"
+        raise ValueError(f"matmul: order must list each of the {tiles} tiles of "
+                         f"{cfg.block_m} x {cfg.block_n} once, got {order.numel()} "
+                         f"ids{shown}")
