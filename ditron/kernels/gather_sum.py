@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from ..runtime.grid_math import cdiv, next_power_of_2
+from ..runtime.integers import check_int
 from ..runtime.triton_launch import FastKernel
 
 
@@ -283,10 +284,12 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
     """``out[t, j] = <g[t], row(t, j)>`` in fp32, ``[T, k]``, rows as in
     :func:`weighted_gather_sum` (zero where a copy has none): the gradient of its weights,
     with ``g [T, N]`` the gradient of its output, read without materialising the rows.
-    ``slices``: column slices summed apart (default: enough to fill a GPU, one on the
-    CPU); the result does not depend on the launch, only on ``slices``."""
+    ``slices``: column slices summed apart, an int >= 1 (default: enough to fill a GPU,
+    one on the CPU); the result does not depend on the launch, only on ``slices``."""
     two = src2 is not None
     idx, src2, idx2 = _sources("gather_dot", src, idx, src2, idx2)
+    if slices is not None:  # a float made the partial sums' shape and the grid floats
+        slices = check_int(slices, "gather_dot: slices", 1)
     T, k = idx.shape
     N = src.shape[1]
     if g.shape != (T, N) or not _unit_rows(g) or not g.dtype.is_floating_point:

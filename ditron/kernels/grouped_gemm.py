@@ -400,10 +400,13 @@ def grouped_gemm_wgrad(x: torch.Tensor, dy: torch.Tensor, offsets: torch.Tensor,
         raise ValueError(f"grouped_gemm_wgrad: need dy [R, N] with x's {x.shape[0]} rows, got "
                          f"{tuple(dy.shape)}")
     N = dy.shape[1]
-    check_grouped("grouped_gemm_wgrad", x, dy.new_empty((max(G, 0), x.shape[1], N)), offsets)
     if dy.dtype != x.dtype or dy.device != x.device:
         raise ValueError(f"grouped_gemm_wgrad: dy must be {x.dtype} on {x.device}, got "
                          f"{dy.dtype} on {dy.device}")
+    # the weight check_grouped sees: dw's shape, dy's dtype and device, no memory (an
+    # allocated one took dw's size again, beside a given out)
+    check_grouped("grouped_gemm_wgrad", x,
+                  dy.new_empty((1, 1, 1)).expand(max(G, 0), x.shape[-1], N), offsets)
     offsets = offsets.contiguous()  # the kernel reads o[g], o[g + 1] side by side
     K = x.shape[1]
     cfg = config or default_wgrad_config(x.device, x.dtype)
