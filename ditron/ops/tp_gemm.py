@@ -317,6 +317,12 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     if choice.overlap and W % rt.world.local_world_size != 0:
         choice = dataclasses.replace(choice, overlap=False)
     graph = choice.overlap and graph_mode()
+    rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
+    if graph and rt.topo.num_nodes == 1 and forced in ("colocated", *AG_SM_ENGINES):
+        # the engine asked for takes the call off its overlapped path here: agreed first,
+        # as that path agrees on it, so ranks asking for different engines raise together
+        # (one used to fall back or raise alone, its peers waiting for it)
+        agree("ditron.ops.ag_gemm transfers", engine=forced, chunk_rows=rows, graph=graph)
     if graph and (rt.topo.num_nodes > 1 or forced in ("colocated", *AG_SM_ENGINES)):
         why = ("ranks span nodes" if rt.topo.num_nodes > 1
                else f"the {forced} engine keeps its epochs on the host; use one of "
@@ -337,7 +343,6 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
         if engine == "tma":
             tma.check_supported(a.device)
         _refuse_pull_chunks("ag_gemm", chunk_rows, engine)
-    rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
     # the engines push and signal differently, and the chunks number the signals
     agree("ditron.ops.ag_gemm transfers", engine=engine, chunk_rows=rows, graph=graph)
     if engine != "colocated" and rt.topo.num_nodes == 1:
@@ -424,7 +429,9 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     ``"copy_engine_matmul"`` (DMA pushes, ``torch.matmul`` per chunk:
     :func:`_ag_by_chunks`). Pushes read the shard from ``a``; so does the persistent GEMM
     for my own rows where ``m`` is a whole number of tile rows (``GemmHooks.own_a``), else
-    it reads a copy of them in the buffer.
+    it reads a copy of them in the buffer. The sm engine's pushes read that copy always
+    (made for them): its descriptor tables are keyed by address, and a new ``a`` each call
+    made a new table, by a synchronous host-to-device copy, each call.
 
     Reuse: the engine's side stream first waits for this rank's stream, so the push of call
     ``e`` starts after this rank's GEMM of call ``e - 1``, which waited for every peer's
@@ -467,8 +474,14 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
     # the persistent GEMM reads my own rows from a in place where whole row blocks allow it
     # (no tile then waits for an own chunk), else from a copy in the buffer
     in_place = not matmul and own_rows_ok(a, buf, cfg)
-    if not (matmul or in_place):
+    # the sm engine keys its descriptor tables on the transfers' addresses, and makes a new
+    # one by a synchronous host-to-device copy (the host waits for the stream): its pushes
+    # read my rows from my copy in the buffer, whose address stays from call to call, not
+    # from a (a fresh activation each step would make a table per call)
+    staged = engine_name == "sm"
+    if not (matmul or in_place) or staged:
         buf[mine].copy_(a)
+    if not (matmul or in_place):
         if graph or (use_stream_memops() and len(ws["own_ids"]) <= 4):
             for chunk in ws["own_ids"]:  # my own chunks are ready once copied
                 notify_one(pad, first + chunk, epoch, rank)
@@ -483,7 +496,8 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
                                  concurrent=True)
     else:
         engine = engine_instance("copy_engine")
-    src = lambda chunk, _rank: a[chunk.start - rank * m:chunk.stop - rank * m]  # noqa: E731
+    shard, lo = (buf, 0) if staged else (a, rank * m)  # what the pushes read, its first row
+    src = lambda chunk, _rank: shard[chunk.start - lo:chunk.stop - lo]  # noqa: E731
     dst = lambda chunk, _rank: buf[chunk.start:chunk.stop]  # noqa: E731
     transfers = lowering.engine_transfers(ws["plan"], rank, src, dst, pad, epoch)
     if graph:  # chunk signals shifted past the acks; wait for the peer's ack of call E - 1
@@ -503,7 +517,7 @@ def _ag_pushed(a, b, cfg: GemmConfig, return_gathered: bool, chunk_rows: int | N
             _traced_launch("ag_gemm", buf, b, c, M, order=ws["order"], seg_rows=M, cfg=cfg,
                            hooks=hooks, n_blocks=ws["n_blocks"])
         gathered = buf.clone() if return_gathered else None
-        if return_gathered and (matmul or in_place):
+        if return_gathered and (matmul or in_place) and not staged:
             gathered[mine].copy_(a)
     finally:
         if graph:  # done reading the peers' rows of this call (after the GEMM and the
