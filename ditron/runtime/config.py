@@ -107,10 +107,10 @@ def env_int(name: str, default: int, minimum: int = 0) -> int:
 
 def env_bytes(name: str, default: int) -> int:
     """The byte-count environment variable ``name`` (``"64M"``, ``"1048576"``: as
-    :func:`parse_bytes` reads it); ``default`` when unset or empty; ``SettingsError``
-    naming it otherwise."""
+    :func:`parse_bytes` reads it); ``default`` when unset, empty or ``0``;
+    ``SettingsError`` naming it otherwise."""
     value = os.environ.get(name, "").strip()
-    if not value:
+    if not value or value == "0":
         return default
     try:
         return parse_bytes(value)

@@ -29,7 +29,7 @@ def test_heap_size_with_a_stray_suffix_is_named(monkeypatch):
         Settings.from_env("cpu")
 
 
-@pytest.mark.parametrize(("text", "chunks"), [("1M", 4), ("1048576", 4), ("", 1)])
+@pytest.mark.parametrize(("text", "chunks"), [("1M", 4), ("1048576", 4), ("", 1), ("0", 1)])
 def test_pull_chunk_bytes_take_units(monkeypatch, text, chunks):
     """``DITRON_PULL_CHUNK_BYTES`` reads sizes as ``DITRON_HEAP_SIZE`` does (``1M`` was
     refused as not an integer)."""
