@@ -195,6 +195,23 @@ def _check_blocks(blocks: MlpBlocks) -> MlpBlocks:
     return dataclasses.replace(blocks, **ints)
 
 
+def split_chunks(F: int, blocks: MlpBlocks) -> tuple[int, int]:
+    """``(chunk, S)`` for ``F`` ffn columns on this rank: the ``down`` tiles' K range (whole
+    ``block_k`` blocks) and how many of the ``split_k`` chunks have columns (one when ``F``
+    is 0: its tiles then push zeros, and ``out = all_reduce(0) + residual``)."""
+    chunk = max(1, -(-F // blocks.split_k // blocks.block_k)) * blocks.block_k
+    return chunk, max(1, -(-F // chunk))
+
+
+def inbox_shape(M: int, H: int, F: int, world_size: int,
+                blocks: MlpBlocks) -> tuple[int, int]:
+    """The shape of the symmetric ``inbox`` that :func:`add_tp_mlp` takes for an ``[M, H]``
+    input, ``F`` ffn columns per rank and these tiles: ``world_size`` x ``S`` split-K slots
+    (:func:`split_chunks`) x ``M`` rows, ``H`` columns. ``ValueError`` for tiles
+    ``add_tp_mlp`` refuses."""
+    return world_size * split_chunks(F, _check_blocks(blocks))[1] * M, H
+
+
 #: the dtypes the MLP's tiles compute in (fp32 accumulation; others would be cast to fp32
 #: on the CPU backend, or fail to compile on a GPU)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -279,10 +296,7 @@ def add_tp_mlp(graph: TaskGraph, x: torch.Tensor, w_gate: torch.Tensor, w_up: to
     if h is None:
         h = torch.empty((M, F), dtype=x.dtype, device=x.device)
     bm, bn, bk, rn = blocks.block_m, blocks.block_n, blocks.block_k, blocks.reduce_n
-    # the down tiles' K range, whole K blocks; split_k less chunks that would be empty (one
-    # when F is 0: its tiles then push zeros, and out = all_reduce(0) + residual)
-    chunk = max(1, -(-F // blocks.split_k // bk)) * bk
-    S = max(1, -(-F // chunk))
+    chunk, S = split_chunks(F, blocks)
     if inbox is None:
         inbox = empty((W * S * M, H), x.dtype, name=f"{graph.name}.{name}.inbox")
     elif tuple(inbox.shape) != (W * S * M, H):  # agreed: every rank raises
@@ -371,16 +385,36 @@ class MlpStack:
 
 def add_tp_mlp_stack(graph: TaskGraph, x: torch.Tensor,
                      weights: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], *,
-                     blocks: MlpBlocks | None = None, name: str = "layer") -> MlpStack:
+                     blocks: MlpBlocks | None = None, name: str = "layer",
+                     inbox: torch.Tensor | None = None) -> MlpStack:
     """Add ``len(weights)`` (>= 1) chained MLPs (:func:`add_tp_mlp`; ``weights[i]``: this
     rank's ``(w_gate, w_up, w_down)`` of layer ``i``). Layer ``i`` takes the previous
     layer's output (``x`` for the first) as its input and its residual, ``x_{i+1} = x_i +
     all_reduce(silu(x_i Wg) * (x_i Wu) Wd)``; its outputs are new tensors like ``x``, its
-    tasks are named ``{name}{i}.up`` ..."""
+    tasks are named ``{name}{i}.up`` ... ``inbox``: the symmetric scratch the layers share
+    (:func:`inbox_shape`), made when not given; megakernels called one after another may
+    share one (a call's peers write into it only once its rank has started that call).
+    Every layer's operands are checked (``ValueError``; the layers must have as many ffn
+    columns: they share ``h``) before the first layer is added, on every rank where that
+    first call is collective (see :func:`add_tp_mlp`)."""
     if not weights:
         raise ValueError("add_tp_mlp_stack: no layers")
+    # every layer's operands checked before the first layer's agreement (where that call is
+    # collective: rank 0's tiles, an inbox to allocate): a rank refusing a later layer's
+    # raised alone, its peers going on to allocate and compile without it
+    collective = current().world.world_size > 1 and (blocks is None or inbox is None)
+    with refused_together(WHAT, peers=collective):
+        for i, layer in enumerate(weights):
+            if not isinstance(layer, (tuple, list)) or len(layer) != 3:
+                raise ValueError(f"add_tp_mlp_stack: layer {i} must be (w_gate, w_up, "
+                                 f"w_down), got {type(layer).__name__}")
+            _check(x, *layer, x, x, None, None)
+            if layer[0].shape[1] != weights[0][0].shape[1]:  # one h for every layer
+                raise ValueError(f"add_tp_mlp_stack: layer {i} has {layer[0].shape[1]} ffn "
+                                 f"columns, layer 0 {weights[0][0].shape[1]}: the layers "
+                                 f"share one h")
     outs: list[torch.Tensor] = []
-    h = inbox = None
+    h = None
     # the layers share one inbox, so they take the tuned tiles of one layout: the one all
     # their weights share (a mix takes the default); bad weights: add_tp_mlp refuses them
     flat = [w for ws in weights for w in ws]

@@ -22,8 +22,9 @@ import torch
 import torch.distributed as dist
 
 from ..runtime.agreement import agree, rank0_decides, refused_together
+from ..runtime.heap import HeapExhausted
 from ..runtime.integers import check_int
-from ..runtime.symmetric import free
+from ..runtime.symmetric import empty, free
 from ..runtime.world import current
 from ..tune import cache
 from ..tune.decisions import key_for
@@ -38,7 +39,15 @@ from ..tune.tuner import (
 )
 from .graph import DEFAULT_WARPS, TaskGraph
 from .megakernel import Megakernel
-from .tp_mlp import DTYPES, TUNED_OP, MlpBlocks, add_tp_mlp_stack, default_blocks, shared_memory
+from .tp_mlp import (
+    DTYPES,
+    TUNED_OP,
+    MlpBlocks,
+    add_tp_mlp_stack,
+    default_blocks,
+    inbox_shape,
+    shared_memory,
+)
 
 #: (block_n, block_k) tried on GPUs, the default's first: wide tiles read long contiguous
 #: runs of the weights (docs/perf.md, session 31); 64 x 256 keeps their bytes per pipeline
@@ -191,11 +200,21 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
     show = progress and w.rank == 0
     status = StatusLine(show)
     runs, scratch, errors = {}, [], {}
+    # one inbox for the candidates, as large as the largest needs where the heap holds it
+    # (each holding its own, those built after the heap filled dropped out): their calls
+    # follow each other, and a call's peers write into a rank's inbox only once it has
+    # started that call
+    rows = [_inbox_rows(tokens, hidden, F, W, blocks) for blocks in configs]
+    inbox = _shared_inbox(rows, hidden, dtype)
+    if inbox is not None:
+        scratch.append(inbox)
     for i, blocks in enumerate(configs):
         status.show(f"[ditron tune] tp_mlp tokens={tokens} hidden={hidden} ffn={ffn}: build "
                     f"{i + 1}/{len(configs)} {blocks.label()}")
         try:
-            run = _build(x, weights, blocks, programs, scratch)
+            shared = inbox is not None and 0 < rows[i] <= inbox.shape[0]
+            run = _build(x, weights, blocks, programs, scratch,
+                         inbox[:rows[i]] if shared else None)
             run()  # compiles
         except Exception as exc:  # noqa: BLE001 - a config that does not compile loses
             errors[i] = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
@@ -243,7 +262,7 @@ def tune_mlp(tokens: int, hidden: int, ffn: int, dtype: torch.dtype = torch.bflo
 
 
 def _release(scratch: list) -> None:
-    """Free the candidates' inboxes and megakernels (their scoreboards), in the order they
+    """Free the candidates' inbox and megakernels (their scoreboards), in the order they
     were allocated, once every rank's calls have ended (collective)."""
     rt = current()
     dev = rt.world.device
@@ -258,13 +277,36 @@ def _release(scratch: list) -> None:
             held.free()
 
 
+def _inbox_rows(tokens: int, hidden: int, F: int, W: int, blocks: MlpBlocks) -> int:
+    """The inbox rows the candidate ``blocks`` needs (``tp_mlp.inbox_shape``); 0 for tiles
+    ``add_tp_mlp`` refuses (the candidate drops out when built)."""
+    try:
+        return inbox_shape(tokens, hidden, F, W, blocks)[0]
+    except (TypeError, ValueError):
+        return 0
+
+
+def _shared_inbox(rows: list[int], hidden: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """The candidates' inbox: of the most ``rows`` the symmetric heap holds (candidate ``i``
+    takes its first ``rows[i]``; one needing more makes its own, and drops out if the heap
+    refuses it), ``None`` where none fits (collective: the heap's refusal is agreed)."""
+    for n in sorted({r for r in rows if r}, reverse=True):
+        try:
+            return empty((n, hidden), dtype, name="tune_mlp.inbox")
+        except HeapExhausted:
+            continue
+    return None
+
+
 def _build(x: torch.Tensor, weights: list[tuple[torch.Tensor, ...]], blocks: MlpBlocks,
-           programs: int | None, scratch: list) -> Megakernel:
-    """The compiled megakernel of the chained MLPs with these tiles; its inbox and then
-    itself go to ``scratch`` as they are allocated (to be freed, even if compiling fails)."""
+           programs: int | None, scratch: list, inbox: torch.Tensor | None) -> Megakernel:
+    """The compiled megakernel of the chained MLPs with these tiles on ``inbox`` (the
+    candidates' shared one; made when ``None``); an inbox it made and then itself go to
+    ``scratch`` as they are allocated (to be freed, even if compiling fails)."""
     graph = TaskGraph(f"tune_mlp_{blocks.label()}")
-    stack = add_tp_mlp_stack(graph, x, weights, blocks=blocks)
-    scratch.append(stack.inbox)
+    stack = add_tp_mlp_stack(graph, x, weights, blocks=blocks, inbox=inbox)
+    if inbox is None:
+        scratch.append(stack.inbox)
     mk = graph.compile(programs=programs)
     scratch.append(mk)
     return mk

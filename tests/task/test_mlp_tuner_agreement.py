@@ -135,7 +135,7 @@ def _printed(tty: bool) -> str:
 
     from ditron.task import tp_mlp_tuner
 
-    tp_mlp_tuner._build = lambda x, weights, blocks, programs, scratch: (lambda: None)
+    tp_mlp_tuner._build = lambda x, weights, blocks, programs, scratch, inbox: (lambda: None)
     tp_mlp_tuner.time_in_rounds = lambda fns, rounds, iters, warmup, dev, batch=1: {
         name: [10.0 + name] * iters for name in fns}
     configs = [MlpBlocks(16, 16, 16, 16, 1), MlpBlocks(128, 128, 64, 256, 4, 4, 8, True, 256),
