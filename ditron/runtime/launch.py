@@ -318,7 +318,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     are the launch's own keywords, never passed on to ``fn``. ``fn`` and its
     arguments must be picklable (a module-level function); each rank gets its own copy of
     the arguments (tensors included: a rank writing into one changes neither the caller's
-    nor another rank's). Results are pickled back. As
+    nor another rank's; a CUDA tensor's copy is on the rank's own GPU). Results are pickled
+    back. As
     with ``multiprocessing``, a script that calls ``launch`` guards it with
     ``if __name__ == "__main__":`` (CUDA ranks are spawned and re-import the script). A
     rank cannot launch ranks of its own.
@@ -411,9 +412,13 @@ def _check_picklable(fn, args, kw) -> bytes:
 
     class Pickler(_ByValuePickler):
         def reducer_override(self, obj):
+            import torch
+
             if (isinstance(obj, (type, types.FunctionType))
                     and getattr(obj, "__module__", None) == "__main__"):
                 from_main.append(obj.__qualname__)
+            if type(obj) is torch.Tensor and obj.is_cuda:  # parameters' data come here too
+                return _on_rank_device, (obj.detach().cpu(), obj.requires_grad, obj.device)
             return super().reducer_override(obj)
 
     buf = io.BytesIO()
@@ -428,6 +433,19 @@ def _check_picklable(fn, args, kw) -> bytes:
                         f"standard input, an interactive session or a notebook); define it "
                         f"in a module or a script file")
     return buf.getvalue()
+
+
+def _on_rank_device(host: Any, requires_grad: bool, device: Any) -> Any:
+    """A CUDA tensor argument of :func:`launch` as a rank unpickles it (after ``init``): a
+    copy on the rank's own GPU where the rank runs on CUDA, as torchrun's ranks make their
+    own (pickled as is, every rank's copy went to the caller's GPU: one copy per rank
+    there), else on the caller's ``device``."""
+    from . import world as world_mod
+
+    rt = world_mod.current() if world_mod.is_initialized() else None
+    if rt is not None and rt.world.device.type == "cuda":
+        device = rt.world.device
+    return host.to(device).requires_grad_(requires_grad)
 
 
 def _main_importable() -> bool:

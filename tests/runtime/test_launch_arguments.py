@@ -5,6 +5,7 @@ in-place update showed on its peers and in the caller."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import ditron
@@ -43,3 +44,22 @@ def test_each_rank_gets_its_own_copy_of_the_arguments(backend):
         assert torch.equal(after_b, want_shared * (rank + 2))
     assert torch.equal(x, want_x) and torch.equal(base, want_base)
     assert torch.equal(shared, want_shared)
+
+
+def _device_of(x: torch.Tensor, p: torch.nn.Parameter) -> tuple:
+    """Where this rank's copies of ``x`` and ``p`` are, against its own device; their values
+    (on the host)."""
+    me = ditron.world().device
+    return x.device == me, p.device == me, p.requires_grad, x.cpu(), p.detach().cpu()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_arguments_arrive_on_each_ranks_own_gpu():
+    """A CUDA tensor argument is copied onto each rank's own GPU (pickled as it was, every
+    rank's copy went to the caller's GPU: a copy per rank there)."""
+    x = torch.randn(4, 5, device="cuda")
+    p = torch.nn.Parameter(torch.randn(3, device="cuda"))
+    for on_x, on_p, grad, got_x, got_p in ditron.launch(_device_of, 2, x, p, backend="cuda"):
+        assert on_x and on_p and grad
+        assert torch.equal(got_x, x.cpu()) and torch.equal(got_p, p.detach().cpu())
