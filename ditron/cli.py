@@ -1,4 +1,9 @@
-"""``ditron`` command line: ``info``, ``demo``, ``bench NAME``, ``trace``."""
+"""``ditron`` command line: ``info``, ``demo``, ``bench NAME``, ``trace``.
+
+Exit status (:data:`EXIT_STATUS`): 0 done; 1 failed (a rank raised, died or timed out: its
+traceback is printed once, without the launching process's; or a demo's result differed
+from torch's); 2 a usage error (an option or a ``DITRON_*`` variable that cannot be used, told in
+one line before any rank starts); 130 interrupted (Ctrl-C: the ranks are stopped)."""
 
 from __future__ import annotations
 
@@ -137,16 +142,21 @@ def _trace(args: argparse.Namespace, rest: list[str]) -> int:
     return module.main(rest)
 
 
+#: what ``--help`` says of the exit statuses (the module's docstring says more)
+EXIT_STATUS = ("exit status: 0 done, 1 failed (a rank's error; the demo: a result unlike "
+               "torch's), 2 usage error, 130 interrupted")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="ditron", description="Ditron: compute-communication-overlapped multi-GPU "
         "kernels in stock Triton. Settings are DITRON_* environment variables "
-        "(docs/settings.md).")
+        "(docs/settings.md).", epilog=EXIT_STATUS)
     sub = parser.add_subparsers(dest="command", required=True)
     backend_help = "default: DITRON_BACKEND, else cuda when a GPU is visible, else cpu"
-    p = sub.add_parser("info", help="versions, backend, devices, heap size")
+    p = info = sub.add_parser("info", help="versions, backend, devices, heap size")
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None, help=backend_help)
-    p = sub.add_parser("demo", help="ring exchange and all-gather with the primitives")
+    p = demo = sub.add_parser("demo", help="ring exchange and all-gather with the primitives")
     p.add_argument("--world-size", type=positive_int, default=None,
                    help="ranks to launch (default: 4 on cpu, the number of GPUs (at least 2) "
                         "on cuda)")
@@ -162,15 +172,64 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("trace", help="overlap trace of an operator (Chrome trace + PNG)",
                    add_help=False)
     args, rest = parser.parse_known_args(argv)
-    if args.command not in ("bench", "trace") and rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command not in ("bench", "trace") and rest:  # the usage of the command given
+        {"info": info, "demo": demo}[args.command].error(
+            f"unrecognized arguments: {' '.join(rest)}")
     run = {"info": lambda: _info(args), "demo": lambda: _demo(args),
            "bench": lambda: _bench(args, rest), "trace": lambda: _trace(args, rest)}
+    command = " ".join(["ditron", args.command, *([args.name] if args.command == "bench" and
+                                                  args.name else [])])
     try:
-        return run[args.command]()
+        code = run[args.command]()
+        sys.stdout.flush()  # here, where a reader gone is caught, not at exit
+        return code
     except SettingsError as e:  # a DITRON_* variable: a usage error, not a traceback
         print(f"ditron: {e} (docs/settings.md)", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the launch has stopped its ranks on the way out
+        print(f"{command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        failure = _launch_failure(e)
+        if failure is not None:
+            print(f"{command}: {failure}", file=sys.stderr)
+            return 1
+        if isinstance(e, BrokenPipeError):  # ``ditron info | head -1``: the reader left
+            _drop_stdout()
+            return 1
+        raise  # a bug of the command itself: its traceback
+
+
+def _launch_failure(exc: Exception) -> str | None:
+    """What to print of ``exc`` where ``ditron.launch`` raised it because its ranks failed
+    (a rank raised, died, or the launch timed out): the rank's own traceback, once, without
+    the launching process's frames (they only lead to ``launch``); ``None`` otherwise."""
+    from .runtime.launch import RankError
+
+    if isinstance(exc, RankError) or (isinstance(exc, TimeoutError)
+                                      and str(exc).startswith("ditron.launch: ")):
+        return str(exc)  # names the ranks; a rank's traceback where one came back
+    rank = getattr(exc, "rank", None)
+    notes = [n for n in getattr(exc, "__notes__", ()) if n.startswith(_RANK_NOTE)]
+    if not isinstance(rank, int) or not notes:
+        return None
+    # the note is "[ditron] raised on rank R; remote traceback:\n<traceback ending in exc>"
+    return f"rank {rank} failed:\n" + notes[-1].split("\n", 1)[-1].rstrip()
+
+
+#: how ``ditron.launch`` begins the note it adds to a rank's exception
+_RANK_NOTE = "[ditron] raised on rank "
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit does not raise again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

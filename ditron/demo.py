@@ -81,7 +81,9 @@ def setup(world_size: int | None = None, n: int = 200,
     """The demo's ``(world_size, backend)``, defaults filled in; ``ValueError`` before any
     rank starts where it cannot run: ranks on several (simulated, ``DITRON_LOCAL_WORLD_SIZE``)
     nodes, whose heaps the primitives cannot reach (a peer store there crashed a rank with
-    SIGSEGV), or buffers larger than the symmetric heap (``DITRON_HEAP_SIZE``)."""
+    SIGSEGV), buffers larger than the symmetric heap (``DITRON_HEAP_SIZE``), or an
+    all-gather of ``2**31`` elements or more (the kernel's ``rank * n`` is an int32: it
+    wrapped to a negative offset, a push outside the peers' buffer)."""
     from .runtime.config import Settings
     from .runtime.heap import ALIGNMENT
 
@@ -94,6 +96,10 @@ def setup(world_size: int | None = None, n: int = 200,
         raise ValueError(f"DITRON_LOCAL_WORLD_SIZE={node} puts the {world_size} ranks on "
                          f"several nodes; the demo's kernels store into every peer's heap, "
                          f"which needs one node: unset it or use --world-size {node}")
+    if world_size * n > _MAX_ELEMENTS:
+        raise ValueError(f"--n {n} on {world_size} ranks: the all-gather's {world_size * n} "
+                         f"elements pass the kernels' int32 offsets (at most {_MAX_ELEMENTS}); "
+                         f"lower --n")
     # ring.send, ring.recv, ag.chunk, ag.out (fp32), the two signal pads and the barrier's
     # (int64), each in whole blocks of the heap's alignment
     need = sum(-(-nbytes // ALIGNMENT) * ALIGNMENT
@@ -106,13 +112,17 @@ def setup(world_size: int | None = None, n: int = 200,
     return world_size, backend
 
 
+#: the most elements of the all-gather's output (its offsets are int32 in the kernel)
+_MAX_ELEMENTS = 2**31 - 1
+
+
 def run(world_size: int | None = None, n: int = 200, repeats: int = 3,
         backend: str | None = None) -> bool:
     """Run the demo on ``world_size`` local ranks (:func:`setup` says what is refused);
     print a row per rank; return whether every result matched torch."""
     world_size, backend = setup(world_size, n, backend)
-    print(f"ditron demo: {world_size} ranks on the {backend} backend, {n} fp32 per rank, "
-          f"{repeats} rounds")
+    print(f"ditron demo: {_count(world_size, 'rank')} on the {backend} backend, {n} fp32 "
+          f"per rank, {_count(repeats, 'round')}", flush=True)  # before the ranks' output
     rows = ditron.launch(_rank_demo, world_size, n, repeats, backend=backend)
     print(f"{'rank':>4}  {'device':<8}  {'ring exchange':<13}  {'all-gather':<10}  ms/round")
     for r in rows:
@@ -121,6 +131,11 @@ def run(world_size: int | None = None, n: int = 200, repeats: int = 3,
     ok = all(r["ring"] and r["all_gather"] for r in rows)
     print("all results match torch" if ok else "MISMATCH against torch")
     return ok
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 rank``, ``3 ranks``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _verdict(ok: bool) -> str:

@@ -96,6 +96,137 @@ def test_demo_verifies_against_torch():
     assert out.stdout.count(" ok ") >= 3
 
 
+def test_demo_on_one_rank():
+    """The demo on a world of one (a ring to itself, an all-gather of one chunk), in the
+    singular: "2 ranks" and "3 rounds" read "1 ranks", "1 rounds" there."""
+    out = _main("demo", "--world-size", "1", "--n", "65", "--repeats", "1", "--backend", "cpu")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ditron demo: 1 rank on the cpu backend, 65 fp32 per rank, "
+                                 "1 round\n"), out.stdout
+    assert "all results match torch" in out.stdout
+
+
+def test_demo_past_int32_offsets_is_a_usage_error():
+    """An all-gather of 2**31 elements or more (a heap made large enough for it) is refused
+    before any rank starts: the kernel's ``rank * n`` is an int32 and wrapped to a negative
+    offset, so the pushes wrote outside the peers' buffer."""
+    from unittest import mock
+
+    with mock.patch("ditron.launch", side_effect=AssertionError("the ranks were started")):
+        out = _main("demo", "--world-size", "2", "--n", str(2**30), "--backend", "cpu",
+                    env={"DITRON_HEAP_SIZE": "64G"})
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == (f"ditron demo: --n {2**30} on 2 ranks: the all-gather's {2**31} "
+                          f"elements pass the kernels' int32 offsets (at most {2**31 - 1}); "
+                          f"lower --n\n")
+    assert out.stdout == ""
+
+
+def _rank_one_raises(n: int, repeats: int) -> dict:
+    """In place of the demo's ranks: rank 1 raises, the others wait for it in a barrier."""
+    import ditron
+
+    if ditron.world().rank == 1:
+        raise ValueError("rank one's own error")
+    ditron.barrier()
+    return {}
+
+
+def test_failed_rank_is_reported_once():
+    """A rank that raises ends the command with exit status 1 and the rank's traceback,
+    its error once; it printed the launching process's traceback (cli, demo, launch) and
+    the rank's error twice."""
+    from unittest import mock
+
+    with mock.patch("ditron.demo._rank_demo", _rank_one_raises):
+        out = _main("demo", "--world-size", "3", "--repeats", "1", "--backend", "cpu")
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith("ditron demo: rank 1 failed:\nTraceback"), out.stderr
+    assert out.stderr.count("ValueError: rank one's own error") == 1, out.stderr
+    assert out.stderr.endswith("ValueError: rank one's own error\n"), out.stderr
+    assert "_rank_one_raises" in out.stderr and "ditron/cli.py" not in out.stderr, out.stderr
+
+
+def test_launch_timeout_is_reported_without_the_launcher_frames():
+    """A launch that times out (``DITRON_LAUNCH_TIMEOUT``) says where each rank was, after
+    the command's name, not under the launching process's traceback."""
+    from unittest import mock
+
+    error = TimeoutError("ditron.launch: ranks [0] had not returned 1 s after every rank "
+                         "started (DITRON_LAUNCH_TIMEOUT); they were killed.")
+    with mock.patch("ditron.launch", side_effect=error):
+        out = _main("demo", "--world-size", "2", "--backend", "cpu")
+    assert out.returncode == 1, out.stderr
+    assert out.stderr == f"ditron demo: {error}\n"
+
+
+@pytest.mark.parametrize("command", [["demo", "--backend", "cpu"], ["trace"],
+                                     ["bench", "tp-gemm", "--smoke"]])
+def test_interrupt_is_one_line(command):
+    """Ctrl-C during a command: one line and exit status 130 (a KeyboardInterrupt
+    traceback through the launch before)."""
+    from unittest import mock
+
+    with mock.patch("ditron.launch", side_effect=KeyboardInterrupt):
+        try:
+            out = _main(*command)
+        except KeyboardInterrupt:  # escaped: a traceback (and pytest would stop here)
+            pytest.fail("the KeyboardInterrupt escaped the command")
+    assert out.returncode == 130, out.stderr
+    name = " ".join(command[:2] if command[0] == "bench" else command[:1])
+    assert out.stderr == f"ditron {name}: interrupted\n"
+
+
+def test_ctrl_c_stops_the_ranks():
+    """Ctrl-C (SIGINT to the terminal's process group: the command, its fork server and its
+    ranks) while the ranks run: one line, exit status 130, no process left."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ditron", "demo", "--world-size", "2", "--n", "8", "--repeats",
+         "1000000", "--backend", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True)  # a group of its own, as a shell's job
+    try:
+        assert proc.stdout.readline().startswith("ditron demo: 2 ranks")  # ranks start now
+        time.sleep(3)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130 and err == "ditron demo: interrupted\n", err
+    deadline = time.monotonic() + 20  # the fork server ends once it sees its caller gone
+    while (left := _running_in_group(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, left
+
+
+def _running_in_group(pgid: int) -> list[str]:
+    """The processes of group ``pgid`` still running (not zombies): ``pid state``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (command)"
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+                found.append(f"{stat.parent.name} {fields[0]} {command[:120].decode()}")
+        except OSError:  # ended meanwhile
+            continue
+    return found
+
+
+def test_closed_stdout_is_no_traceback():
+    """``ditron info | head -1``: the reader gone, the command ends with exit status 1 and
+    says nothing (a BrokenPipeError traceback before)."""
+    proc = subprocess.Popen([sys.executable, "-m", "ditron", "info", "--backend", "cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before ditron has written anything
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1 and err == "", err
+
+
 @pytest.mark.parametrize("env, args, words", [
     ({"DITRON_LOCAL_WORLD_SIZE": "2"}, ("--world-size", "4"),
      "DITRON_LOCAL_WORLD_SIZE=2 puts the 4 ranks on several nodes"),
@@ -227,6 +358,9 @@ def test_bench_tp_gemm_shape_subset():
 @pytest.mark.parametrize("args, words", [
     (("demo", "--world-size", "0"), "argument --world-size: must be a positive integer, got 0"),
     (("demo", "--n", "x"), "argument --n: not an integer: 'x'"),
+    # under the top-level usage, "ditron: error: ..." before
+    (("info", "--backend", "cpu", "extra"), "ditron info: error: unrecognized arguments: extra"),
+    (("demo", "--n", "3", "4"), "usage: ditron demo [-h]"),
     (("bench", "collectives", "--sizes", "4K,4Q"),
      "argument --sizes: cannot read a byte count from '4Q'"),
     (("bench", "tp-gemm", "--warmup", "-1"), "argument --warmup: must be an integer >= 0, got -1"),
