@@ -64,9 +64,10 @@ def check_transfer(t: Transfer, rank: int, engine: str, *, contiguous: bool = Fa
     :class:`DeviceValue`, ``src`` and ``dst`` differing in shape or dtype, (``contiguous``)
     a side not contiguous, a side that is a conjugate or negative view, a ``dst`` whose
     elements share memory, ``src`` and ``dst`` of a rank-local transfer partly overlapping,
-    or ``after`` or a device-read signal value where the engine cannot wait (``can_wait``),
-    or (``on_device``: engines whose kernels take raw addresses) a side not on this rank's
-    device. Engines check every transfer of a batch before moving any."""
+    a non-empty side on the meta device (no data), or ``after`` or a device-read signal
+    value where the engine cannot wait (``can_wait``), or (``on_device``: engines whose
+    kernels take raw addresses) a side not on this rank's device. Engines check every
+    transfer of a batch before moving any."""
     rt = current()
     size = rt.world.world_size
     src_rank, dst_rank = t.src_rank, t.dst_rank
@@ -168,13 +169,20 @@ def _check_memory(t: Transfer, engine: str, rank: int | None) -> None:
     a ``dst`` whose elements share memory (a stride of 0, as from ``expand``: torch refused
     it only at the copy, after the batch was issued, leaving its signal unraised), and
     ``src`` and ``dst`` of a rank-local transfer that overlap other than as the same tensor
-    (the programs of a kernel, or torch's copy, read what another one already wrote)."""
+    (the programs of a kernel, or torch's copy, read what another one already wrote), and
+    a non-empty side on the meta device (no memory: the copy engine's worker failed on it
+    only after the batch's earlier transfers had moved and raised their signals)."""
     src, dst = t.src, t.dst
     if rank is None:  # both sides (one chain of calls: a loop took 0.3 us more)
         other_bits = src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg()
+        no_data = src.is_meta or dst.is_meta
     else:
         mine = src if rank == t.src_rank else dst
         other_bits = mine.is_conj() or mine.is_neg()
+        no_data = mine.is_meta
+    if no_data and src.numel():
+        raise ValueError(f"{engine}: src and dst must hold data; got tensors on {src.device} "
+                         f"and {dst.device} (a meta tensor has no memory to move)")
     if other_bits:
         raise ValueError(f"{engine}: src and dst must not be conjugate or negative views "
                          f"(an engine moves their memory as it lies); resolve them first "
@@ -269,7 +277,9 @@ class Engine(abc.ABC):
         streams (the host does not block; only that stream: drain on the stream that reads
         the results, since a second drain orders nothing more), on the CPU backend the
         host waits. An engine holds the transfers' local tensors until then, so the caller
-        may drop them once they are issued."""
+        may drop them once they are issued; an engine dropped undrained lets them go only
+        once its side streams have passed the moves (``streams.release_undrained``), but
+        orders nothing: its signals are the only word that the transfers landed."""
 
 
 _ENGINES: dict[str, type[Engine]] = {}

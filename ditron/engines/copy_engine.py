@@ -41,7 +41,14 @@ from .base import (
     register_engine,
     signal_slot,
 )
-from .streams import allocator_tensors, follow, join, mark_current, start_after
+from .streams import (
+    allocator_tensors,
+    follow,
+    join,
+    mark_current,
+    release_undrained,
+    start_after,
+)
 from .sync import notify_one, slot_address, use_stream_memops, wait_one
 
 _EXECUTOR: cf.ThreadPoolExecutor | None = None
@@ -87,7 +94,9 @@ class CopyEngine(Engine):
     """Peer copies issued from the host (DMA engines on GPU, a worker thread on CPU).
 
     A reducing transfer sums with torch's ``add_``, in the dtype itself, and takes the
-    dtypes of :data:`~.base.ADDED` (refused before anything moves: ``bool``, fp8, ...).
+    dtypes of :data:`~.base.ADDED` with ``src`` and ``dst`` on one device (refused before
+    anything moves: ``bool``, fp8, ..., a host ``src`` into a GPU's ``dst``). A plain copy
+    may move between host memory and the GPU.
     ``lanes``: side streams that successive :meth:`issue` calls take turns on (CUDA). Only
     transfers within one call are ordered among themselves; :meth:`drain` waits for all.
     ``signal_lane`` (CUDA, signals that are kernels: device-counted values or a wait
@@ -115,7 +124,7 @@ class CopyEngine(Engine):
             try:
                 check_transfer(t, rank, "copy_engine", can_wait=True)
                 if t.reduce:
-                    check_added("copy_engine", t.src.dtype)
+                    _check_sum(t)
             except ValueError as exc:
                 raise named(exc, transfers, i) from None
         if rt.world.backend == "cpu":
@@ -189,6 +198,26 @@ class CopyEngine(Engine):
         cf.wait(pending)  # every batch, also those after one that failed, before raising
         for fut in pending:
             fut.result()
+
+    def __del__(self) -> None:
+        # dropped undrained: the tensors it holds stay from reuse until its side streams
+        # have passed the moves queued there (on CPU the worker's jobs hold their own)
+        held = getattr(self, "_held", None)  # None: __init__ refused its arguments
+        if held:
+            release_undrained(held, self._streams)
+
+
+def _check_sum(t: Transfer) -> None:
+    """Raise ``ValueError`` unless the reducing transfer ``t`` can sum with torch's ``add_``
+    where it lands: a dtype of :data:`~.base.ADDED`, and ``src`` and ``dst`` (a remote side
+    lies on this rank's device, in its heap) on one device when it moves anything. (A
+    ``src`` in host memory summed into a GPU's ``dst``, or the reverse, failed in ``add_``
+    after the batch's earlier transfers had been issued and their signals raised.)"""
+    check_added("copy_engine", t.src.dtype)
+    if t.src.device != t.dst.device and t.src.numel():
+        raise ValueError(f"copy_engine: a reducing transfer sums src into dst with torch's "
+                         f"add_, which needs them on one device; got {t.src.device} and "
+                         f"{t.dst.device} (copy src to dst's device first)")
 
 
 def _raw_ok(t: Transfer) -> bool:

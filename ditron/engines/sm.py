@@ -21,8 +21,10 @@ its peer's heap) before any launch. With ``concurrent=True`` (CUDA) the kernels 
 side stream, beside later work of the issuing stream, until :meth:`drain`; without it on
 the issuing stream, and an issue on another stream than the engine's previous one first
 waits for that one (the launches share the tables' counters: ``runtime/stream_order.py``).
-Descriptor tables are cached by their contents, so repeated calls on the same buffers
-launch without host-to-device copies.
+Descriptor tables are cached by their contents (the last ``_CACHE_LIMIT`` of them, and
+every one a CUDA graph captured), so repeated calls on the same buffers launch without
+host-to-device copies. A table the cache lets go keeps its memory from reuse until the
+launches that read it, on whatever stream, have passed (``streams.Kept``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.cuda_graphs import capturing
 from ..runtime.dtypes import carried, carrier, check_moved, check_summed, tl_accumulator
 from ..runtime.grid_math import GRID_YZ_MAX
 from ..runtime.integers import check_int
@@ -41,7 +44,7 @@ from ..runtime.stream_order import StreamOrder
 from ..runtime.triton_launch import FastKernel
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, endpoints, named, register_engine, signal_slot
-from .streams import SideLane
+from .streams import Kept, SideLane, launch_stream
 
 # Descriptor row: src address, dst address, numel, src rank, dst rank, signal address
 # (0: none), signal rank.
@@ -116,7 +119,9 @@ class SmEngine(Engine):
         cpu = current().world.backend == "cpu"
         self.block = int(block) if block is not None else (4096 if cpu else 2048)
         self._tables: OrderedDict = OrderedDict()
-        device = current().world.device
+        #: the tables a CUDA graph captured (read at each replay), by id: never let go
+        self._pinned: dict[int, Kept] = {}
+        device = self._device = current().world.device
         self._lane = SideLane(device, concurrent)
         # launches on the issuing stream share the tables' counters: an issue on another
         # stream than the previous one first waits for it (a side stream orders its own)
@@ -136,17 +141,30 @@ class SmEngine(Engine):
         tables = [(key, batch, self._table(batch, transfers)) for key, batch in groups.items()]
         if self._order is not None:
             self._order.follow()
+        raw = launch_stream(self._lane, self._device)
+        if raw is not None:
+            self._keep([kept for _, _, (_, _, _, kept) in tables], raw)
         with self._lane.launching(transfers, since):
             self._launch(tables, rt.context())
 
     def mark(self) -> object | None:
         return self._lane.mark()
 
+    def _keep(self, kept: list[Kept], raw: int) -> None:
+        """Note the stream of raw handle ``raw`` that this issue launches on as a reader of
+        its tables (``kept``), for when the cache lets them go; while a CUDA graph is
+        captured, pin them: a replay reads them, however long after."""
+        for k in kept:
+            k.used_on(raw, self._lane.side)
+        if capturing():
+            for k in kept:
+                self._pinned[id(k)] = k
+
     def drain(self) -> None:
         self._lane.drain()
 
     def _launch(self, tables: list, ctx) -> None:
-        for (dtype, reduce, value), batch, (desc, counters, sig_typed) in tables:
+        for (dtype, reduce, value), batch, (desc, counters, sig_typed, _) in tables:
             vec, acc = _vector(batch), tl_accumulator(carrier(dtype))
             # transfers are grid.y, at most GRID_YZ_MAX a launch (a larger grid fails)
             for first in range(0, len(batch), GRID_YZ_MAX):
@@ -159,12 +177,13 @@ class SmEngine(Engine):
 
     @torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
     def _table(self, batch: list[Transfer], transfers: list[Transfer]):
-        """The descriptor table, counters and a tensor typed as its signals of ``batch``
-        (one launch group of ``transfers``); on a new table, first check that every remote
-        side lies in a live buffer of its peer's heap and that the group's transfers do not
-        race (:func:`_check_disjoint`) (a table's addresses, ranks and sizes key it, and the
-        heap, with its count of frees, so a cached one was checked in this world's heap
-        when it was made and nothing was freed since)."""
+        """The descriptor table, counters, a tensor typed as its signals and the
+        :class:`~.streams.Kept` holding the first two, of ``batch`` (one launch group of
+        ``transfers``); on a new table, first check that every remote side lies in a live
+        buffer of its peer's heap and that the group's transfers do not race
+        (:func:`_check_disjoint`) (a table's addresses, ranks and sizes key it, and the heap,
+        with its count of frees, so a cached one was checked in this world's heap when it
+        was made and nothing was freed since)."""
         rows = []
         sig_typed = None
         for t in batch:
@@ -186,13 +205,15 @@ class SmEngine(Engine):
             # mark (``since``), which then counted from whatever the memory held
             table = torch.tensor([v for r in rows for v in r] + [0] * len(rows),
                                  dtype=torch.int64, device=current().world.device)
-            entry = (table[: len(rows) * _FIELDS], table[len(rows) * _FIELDS:])
+            entry = (table[: len(rows) * _FIELDS], table[len(rows) * _FIELDS:], Kept(table))
             self._tables[key] = entry
             if len(self._tables) > _CACHE_LIMIT:
+                # dropped here; its Kept holds the memory until the launches reading it
+                # on other streams than its allocation stream have passed
                 self._tables.popitem(last=False)
         else:
             self._tables.move_to_end(key)
-        return entry[0], entry[1], sig_typed if sig_typed is not None else entry[1]
+        return entry[0], entry[1], sig_typed if sig_typed is not None else entry[1], entry[2]
 
 
 def _vector(batch: list[Transfer]) -> int:

@@ -21,6 +21,12 @@ keeps the memory from reuse until the side stream's event has completed, so that
 dropped at once (as a benchmark or a training step drops it) is not reused by the next
 call, which then allocates anew and can block the host in the allocator (``docs/perf.md``,
 session 17).
+
+State an engine keeps on the device across issues (the ``sm`` engine's descriptor tables,
+the ``tma`` engine's counter) is a :class:`Kept`: it notes the streams other than its
+allocation stream that kernels using it were launched on, and when the engine lets it go
+(evicted from a cache, the engine dropped) it first records them on its memory
+(``Tensor.record_stream``), so that the memory is reused only once those kernels have passed.
 """
 
 from __future__ import annotations
@@ -105,6 +111,70 @@ def follow(waiter: int, side: torch.cuda.Stream) -> None:
     stream_memops.wait_event(waiter, event)
 
 
+class Kept:
+    """A device tensor an engine keeps across issues (a descriptor table, a counter) and the
+    streams, other than the one it was allocated on, that kernels reading or writing it
+    were launched on (:meth:`used_on`). When its last reference goes (evicted from a cache,
+    the engine dropped), it first records each of those streams on its memory
+    (``Tensor.record_stream``), so that the caching allocator reuses the memory only once
+    the work queued there by then, the kernels that use it included, has passed. (Without,
+    the block went back at once to the pool of its allocation stream, whose next allocation
+    took it while a launch on another stream, e.g. a concurrent engine's side stream, still
+    read it or counted in it.) The allocation stream needs no record: the allocator orders
+    reuse there itself."""
+
+    __slots__ = ("tensor", "_made_on", "_readers")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+        cuda = tensor.device.type == "cuda"
+        #: the raw handle of the stream it was allocated on (the current one now)
+        self._made_on = _current(tensor.device.index) if cuda else None
+        self._readers: dict[int, torch.cuda.Stream] = {}
+
+    def used_on(self, raw: int | None, stream=None) -> None:
+        """Note that a kernel using the tensor is launched on the stream of raw handle
+        ``raw`` (``None``: the CPU backend, nothing to note): ``stream`` (that stream's
+        object; default the current stream, which must be it)."""
+        if raw is None or raw == self._made_on or raw in self._readers:
+            return
+        if stream is None:
+            stream = torch.cuda.current_stream(self.tensor.device)
+        self._readers[raw] = stream
+
+    def readers(self) -> list:
+        """The streams noted by :meth:`used_on` (other than the allocation stream)."""
+        return list(self._readers.values())
+
+    def __del__(self) -> None:
+        for stream in self._readers.values():
+            try:
+                self.tensor.record_stream(stream)
+            except Exception:  # noqa: BLE001, S110 - interpreter shutdown: CUDA may be gone
+                pass
+
+
+def release_undrained(held: list[torch.Tensor], streams) -> None:
+    """Record ``streams`` (side streams with work not yet joined) on each tensor of ``held``
+    (``Tensor.record_stream``): for an engine dropped before :meth:`~.base.Engine.drain`,
+    whose held tensors would otherwise go back to the allocator under the moves still
+    queued there. Errors are ignored (interpreter shutdown: CUDA may be gone)."""
+    for x in held:
+        for stream in streams:
+            try:
+                x.record_stream(stream)
+            except Exception:  # noqa: BLE001, S110
+                pass
+
+
+def launch_stream(lane: SideLane, device: torch.device) -> int | None:
+    """The raw handle of the stream ``lane``'s launches take now (its side stream, or the
+    current stream of ``device``); ``None`` on the CPU backend."""
+    if device.type != "cuda":
+        return None
+    return lane.side_raw if lane.side is not None else _current(device.index)
+
+
 class SideLane:
     """Where an SM-based engine (``sm``, ``tma``) launches: inline on the issuing stream,
     or (``concurrent``, CUDA) on a side stream that first waits for the issuing stream (or
@@ -114,6 +184,8 @@ class SideLane:
     def __init__(self, device: torch.device, concurrent: bool) -> None:
         self.side = torch.cuda.Stream(device) if concurrent and device.type == "cuda" \
             else None
+        #: the side stream's raw handle (``None`` without one)
+        self.side_raw = self.side.cuda_stream if self.side is not None else None
         self._pending = False
         self._held: list[torch.Tensor] = []
 
@@ -140,3 +212,7 @@ class SideLane:
             join(self.side)
             self._pending = False
             self._held = []
+
+    def __del__(self) -> None:
+        if getattr(self, "_pending", False) and self._held:  # dropped undrained
+            release_undrained(self._held, (self.side,))

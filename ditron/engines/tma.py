@@ -25,18 +25,21 @@ the indexing and the protocol, not the speed.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
 
 from .. import language as dl
+from ..runtime.cuda_graphs import capturing
 from ..runtime.dtypes import carried, check_moved
 from ..runtime.grid_math import next_power_of_2
 from ..runtime.integers import check_int
 from ..runtime.stream_order import StreamOrder
 from ..runtime.world import current
 from .base import Engine, Transfer, check_transfer, endpoints, named, register_engine, signal_slot
-from .streams import SideLane
+from .streams import Kept, SideLane, launch_stream
 
 _BOX_BYTES = 512  # one box row: C elements
 _BOX_DIM_MAX = 256  # elements per box dimension (a TMA rule)
@@ -120,14 +123,17 @@ class TmaEngine(Engine):
             smem = torch.cuda.get_device_properties(rt.world.device).shared_memory_per_block_optin
             stages = max(1, min(stages, (smem - _SMEM_SPARE) // (block_rows * _BOX_BYTES)))
         self.stages = stages
+        self._device = rt.world.device
         self._lane = SideLane(rt.world.device, concurrent)
         # programs count themselves out here; the last one resets it, and the launches of
         # one engine follow one stream order (its side stream, or ``_order``), so one
-        # counter serves every transfer. Zeroed by a synchronous copy, not a fill kernel
-        # on this stream, which a launch on another stream could overtake
-        self._counter = torch.tensor([0], dtype=torch.int64, device=rt.world.device)
-        # an issue on another stream than the previous one first waits for it
+        # counter serves every transfer (:func:`_zeroed_counter`)
+        self._counter = _zeroed_counter(rt.world.device, self._lane.side)
+        # an issue on another stream than the previous one first waits for it; the first
+        # one for the stream that zeroed the counter
         self._order = StreamOrder(rt.world.device) if self._lane.side is None else None
+        if self._order is not None:
+            self._order.follow()
 
     def issue(self, transfers: list[Transfer], since: object | None = None) -> None:
         me = current().world.rank
@@ -144,6 +150,8 @@ class TmaEngine(Engine):
                 raise named(exc, transfers, i) from None
         if self._order is not None:
             self._order.follow()
+        # the streams the counter is used on, for when the engine is dropped
+        self._counter.used_on(launch_stream(self._lane, self._device), self._lane.side)
         with self._lane.launching(transfers, since):
             for t, (src, dst) in zip(transfers, moves, strict=True):
                 self._launch(t, src, dst)
@@ -174,7 +182,7 @@ class TmaEngine(Engine):
             block_r = box[0]
         else:
             src_desc, dst_desc, block_r = src, dst, 1
-        counter = self._counter
+        counter = self._counter.tensor
         sig_ptr, value, sig_rank = counter, 0, me
         if t.signal is not None:
             sig_ptr = t.signal.pad.signals[t.signal.index:]
@@ -185,6 +193,25 @@ class TmaEngine(Engine):
             rt.context(), C=C, BLOCK_R=block_r, STAGES=self.stages, TAIL_BLOCK=1024,
             USE_TMA=use_tma, SIGNAL=t.signal is not None, GPU=rt.world.device.type == "cuda",
             num_warps=4)
+
+
+@torch.inference_mode(False)  # state kept across calls (runtime/heap.py)
+def _zeroed_counter(device: torch.device, side: torch.cuda.Stream | None) -> Kept:
+    """The engine's counter, 0, zeroed in the order of the launches that use it, without
+    blocking the host: on CUDA by a fill on the side stream ``side`` (a concurrent engine:
+    a fill on the issuing stream could run after a launch on the side stream that started at
+    a mark taken earlier, ``issue(..., since=)``, and count from whatever the memory held),
+    else on the current stream, which the engine's first issue follows (its
+    ``StreamOrder``). (A synchronous copy, as before, blocked the host until all the work
+    queued on the current stream had finished, once per new engine.) ``RuntimeError``
+    while a CUDA graph is captured: the fill would run only at its replays."""
+    if device.type != "cuda":
+        return Kept(torch.tensor([0], dtype=torch.int64))
+    if capturing():
+        raise RuntimeError("tma engine: make the engine before capturing a CUDA graph (its "
+                           "counter is zeroed on the device when it is made)")
+    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+        return Kept(torch.zeros(1, dtype=torch.int64, device=device))
 
 
 def _check(t: Transfer, rank: int) -> None:

@@ -61,7 +61,7 @@ def check_pieces(seed: int) -> list[bool]:
     w = ditron.world()
     me, right = w.rank, (w.rank + 1) % w.world_size
     g = torch.Generator().manual_seed(seed + me)
-    data = torch.randn(7, 300, generator=g)
+    data = torch.randn(7, 300, generator=g).to(w.device)  # the sm engine reads raw addresses
     inbox = ditron.zeros((7, 300), torch.float32)
     pad = ditron.signal_pad("test_sm_pieces", 7)
     epoch = pad.next_epoch()
@@ -77,7 +77,7 @@ def check_pieces(seed: int) -> list[bool]:
     for i in range(7):  # every transfer's signal rose
         wait_one(pad, i, epoch)
     left = (me - 1) % w.world_size
-    want = torch.randn(7, 300, generator=torch.Generator().manual_seed(seed + left))
+    want = torch.randn(7, 300, generator=torch.Generator().manual_seed(seed + left)).to(w.device)
     got = [torch.equal(inbox[i], want[i]) for i in range(7)]
     ditron.barrier()
     return got
