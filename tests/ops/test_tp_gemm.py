@@ -1352,10 +1352,12 @@ def _no_context():
 @pytest.mark.parametrize("tma", ["0", "1"])
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_ag_gemm_reads_own_rows_in_place(backend, world_size, tma, monkeypatch):
-    # 32 rows per rank: two 16-row tiles (CPU_CONFIG), so no tile mixes own and peer rows;
-    # with DITRON_GEMM_TMA=1 the interpreter emulates the descriptors (own rows: a second one)
+    # two tiles of rows per rank (16-row tiles of CPU_CONFIG, 128 of the GPU default), so no
+    # tile mixes own and peer rows; with DITRON_GEMM_TMA=1 the interpreter emulates the
+    # descriptors (own rows: a second one)
     monkeypatch.setenv("DITRON_GEMM_TMA", tma)
-    launched = ditron.launch(_own_rows_case, world_size, 32, 24, 40, 2, backend=backend)
+    m = 32 if backend == "cpu" else 256
+    launched = ditron.launch(_own_rows_case, world_size, m, 24, 40, 2, backend=backend)
     assert launched == [[True] * 16] * world_size
 
 
