@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     p = demo = sub.add_parser("demo", help="ring exchange and all-gather with the primitives")
     p.add_argument("--world-size", type=positive_int, default=None,
                    help="ranks to launch (default: 4 on cpu, the number of GPUs (at least 2) "
-                        "on cuda)")
+                        "on cuda; at most 64 on cpu, or one per CPU core where there are "
+                        "more, and 8 per GPU on cuda)")
     p.add_argument("--backend", choices=["cpu", "cuda"], default=None, help=backend_help)
     p.add_argument("--n", type=positive_int, default=200,
                    help="fp32 elements per rank (default %(default)s)")
@@ -203,22 +204,17 @@ def main(argv: list[str] | None = None) -> int:
 def _launch_failure(exc: Exception) -> str | None:
     """What to print of ``exc`` where ``ditron.launch`` raised it because its ranks failed
     (a rank raised, died, or the launch timed out): the rank's own traceback, once, without
-    the launching process's frames (they only lead to ``launch``); ``None`` otherwise."""
-    from .runtime.launch import RankError
+    the launching process's frames (they only lead to ``launch``); ``None`` otherwise. The
+    launch marks what it raises (``rank_failure``, ``LaunchTimeoutError``), so an error of
+    the command itself is never taken for a rank's, whatever its text."""
+    from .runtime.launch import LaunchTimeoutError, rank_failure
 
-    if isinstance(exc, RankError) or (isinstance(exc, TimeoutError)
-                                      and str(exc).startswith("ditron.launch: ")):
-        return str(exc)  # names the ranks; a rank's traceback where one came back
-    rank = getattr(exc, "rank", None)
-    notes = [n for n in getattr(exc, "__notes__", ()) if n.startswith(_RANK_NOTE)]
-    if not isinstance(rank, int) or not notes:
+    if isinstance(exc, LaunchTimeoutError):
+        return str(exc)  # names the ranks and where each was
+    failure = rank_failure(exc)
+    if failure is None:
         return None
-    # the note is "[ditron] raised on rank R; remote traceback:\n<traceback ending in exc>"
-    return f"rank {rank} failed:\n" + notes[-1].split("\n", 1)[-1].rstrip()
-
-
-#: how ``ditron.launch`` begins the note it adds to a rank's exception
-_RANK_NOTE = "[ditron] raised on rank "
+    return "\n".join(filter(None, (failure.headline, failure.traceback)))
 
 
 def _drop_stdout() -> None:

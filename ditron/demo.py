@@ -6,6 +6,7 @@ torch on the same data and prints one row per rank.
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -79,18 +80,29 @@ def _rank_demo(n: int, repeats: int) -> dict:
 def setup(world_size: int | None = None, n: int = 200,
           backend: str | None = None) -> tuple[int, str]:
     """The demo's ``(world_size, backend)``, defaults filled in; ``ValueError`` before any
-    rank starts where it cannot run: ranks on several (simulated, ``DITRON_LOCAL_WORLD_SIZE``)
-    nodes, whose heaps the primitives cannot reach (a peer store there crashed a rank with
-    SIGSEGV), buffers larger than the symmetric heap (``DITRON_HEAP_SIZE``), or an
-    all-gather of ``2**31`` elements or more (the kernel's ``rank * n`` is an int32: it
-    wrapped to a negative offset, a push outside the peers' buffer)."""
+    rank starts where it cannot run: the cuda backend without a GPU (the launch refused it
+    after the demo's first line), more ranks than :func:`max_ranks` (each is a process:
+    ``--world-size 10000`` started ten thousand), heaps that do not fit in ``/dev/shm``
+    on the CPU backend (each rank raised it after start-up), ranks on several (simulated,
+    ``DITRON_LOCAL_WORLD_SIZE``) nodes, whose heaps the primitives cannot reach (a peer
+    store there crashed a rank with SIGSEGV), buffers larger than the symmetric heap
+    (``DITRON_HEAP_SIZE``), or an all-gather of ``2**31`` elements or more (the kernel's
+    ``rank * n`` is an int32: it wrapped to a negative offset, a push outside the peers'
+    buffer)."""
     from .runtime.config import Settings
     from .runtime.heap import ALIGNMENT
+    from .runtime.integers import check_int
 
     settings = Settings.from_env(backend)
     backend = settings.backend
+    if backend == "cuda" and torch.cuda.device_count() == 0:  # the launch would refuse it
+        raise ValueError(f"the cuda backend, but no CUDA device is visible "
+                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}"
+                         f"); use --backend cpu (or DITRON_BACKEND=cpu)")
     if world_size is None:
         world_size = 4 if backend == "cpu" else max(torch.cuda.device_count(), 2)
+    world_size = check_int(world_size, "--world-size", 1)
+    _check_rank_count(world_size, backend)
     node = settings.local_world_size
     if node is not None and node < world_size:
         raise ValueError(f"DITRON_LOCAL_WORLD_SIZE={node} puts the {world_size} ranks on "
@@ -109,11 +121,62 @@ def setup(world_size: int | None = None, n: int = 200,
         raise ValueError(f"--n {n} on {world_size} ranks needs {need} bytes of symmetric heap "
                          f"per rank, more than DITRON_HEAP_SIZE ({settings.heap_size} bytes); "
                          f"lower --n or raise DITRON_HEAP_SIZE")
+    if backend == "cpu":
+        _check_shared_memory(world_size, settings.heap_size, need)
     return world_size, backend
 
 
 #: the most elements of the all-gather's output (its offsets are int32 in the kernel)
 _MAX_ELEMENTS = 2**31 - 1
+#: the most ranks on the cpu backend, where a machine has fewer cores (every rank is a
+#: process; 48 ranks on 2 cores ran the demo in 43 s)
+_CPU_RANKS = 64
+#: the most ranks sharing one GPU on the cuda backend (each holds a CUDA context and its
+#: heap, DITRON_HEAP_SIZE, on the GPU)
+_RANKS_PER_GPU = 8
+
+
+def max_ranks(backend: str) -> int | None:
+    """The most ranks the demo starts on ``backend``: on the cpu backend ``_CPU_RANKS`` or
+    one per CPU core where there are more; on the cuda backend ``_RANKS_PER_GPU`` per
+    visible GPU (ranks beyond the GPUs share them round-robin, as multi-rank code is tested
+    on few GPUs); ``None`` without a GPU (the launch refuses the cuda backend there)."""
+    if backend == "cpu":
+        return max(_CPU_RANKS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                   else os.cpu_count() or 1)
+    gpus = torch.cuda.device_count()
+    return gpus * _RANKS_PER_GPU if gpus else None
+
+
+def _check_rank_count(world_size: int, backend: str) -> None:
+    """``ValueError`` where ``world_size`` passes :func:`max_ranks`."""
+    most = max_ranks(backend)
+    if most is None or world_size <= most:
+        return
+    why = (f"every rank is a process on this machine: {_CPU_RANKS}, or one per CPU core "
+           f"where there are more" if backend == "cpu" else
+           f"{_RANKS_PER_GPU} per GPU on the {most // _RANKS_PER_GPU} visible: ranks beyond "
+           f"the GPUs share them")
+    raise ValueError(f"--world-size {world_size}: the demo runs at most {most} ranks on the "
+                     f"{backend} backend here ({why}); lower --world-size")
+
+
+def _check_shared_memory(world_size: int, heap_size: int, need: int) -> None:
+    """``ValueError`` where the ranks' heaps (``heap_size`` bytes each, ``need`` of them
+    used) do not fit in the shared-memory folder, as each CPU rank would find after
+    start-up (``backends/cpu.py``)."""
+    from .runtime.backends.cpu import SHM_DIR
+
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:  # no such folder: the ranks say so
+        return
+    free = st.f_bavail * st.f_frsize
+    if world_size * heap_size > free:
+        raise ValueError(f"the symmetric heaps of {world_size} ranks ({world_size} x "
+                         f"{heap_size} bytes, DITRON_HEAP_SIZE) do not fit in {SHM_DIR}, "
+                         f"which has {free} bytes free; set DITRON_HEAP_SIZE lower (the demo "
+                         f"uses {need} bytes of it) or lower --world-size")
 
 
 def run(world_size: int | None = None, n: int = 200, repeats: int = 3,

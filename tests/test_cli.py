@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,47 @@ def test_demo_past_int32_offsets_is_a_usage_error():
     assert out.stdout == ""
 
 
+@pytest.mark.parametrize("backend, args, gpus, free, words", [
+    # each rank a process: 10000 started ten thousand of them
+    ("cpu", ("--world-size", "10000"), 0, None, "--world-size 10000: the demo runs at most "),
+    ("cpu", ("--world-size", "3"), 0, 2 << 30,
+     "the symmetric heaps of 3 ranks (3 x 1073741824 bytes, DITRON_HEAP_SIZE) do not fit in "
+     "/dev/shm, which has 2147483648 bytes free; set DITRON_HEAP_SIZE lower (the demo uses"),
+    ("cuda", ("--world-size", "9"), 1, None,
+     "--world-size 9: the demo runs at most 8 ranks on the cuda backend here (8 per GPU on "
+     "the 1 visible: ranks beyond the GPUs share them); lower --world-size"),
+    ("cuda", (), 2, None, None),  # the default: one rank per GPU, at least 2
+    ("cuda", ("--world-size", "16"), 2, None, None),
+])
+def test_demo_world_size_is_bounded(backend, args, gpus, free, words, monkeypatch):
+    """More ranks than the backend can hold are a usage error before any rank starts: on
+    the cpu backend (a process each) at most 64 or one per core, and heaps that fit in
+    /dev/shm (each rank raised after start-up); on the cuda backend 8 per GPU."""
+    from unittest import mock
+
+    import ditron.demo
+
+    real_statvfs = os.statvfs
+
+    def statvfs(path):
+        st = real_statvfs(path)
+        return mock.Mock(f_bavail=free // st.f_frsize, f_frsize=st.f_frsize)
+
+    if free is not None:
+        monkeypatch.setattr(os, "statvfs", statvfs)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    started = []
+    monkeypatch.setattr(ditron.demo.ditron, "launch",
+                        lambda fn, world_size, *a, **k: started.append(world_size) or [])
+    out = _main("demo", "--backend", backend, *args, env={"DITRON_HEAP_SIZE": "1G"})
+    if words is None:
+        assert out.returncode == 0 and started == [int(args[1]) if args else 2], out.stderr
+        return
+    assert out.returncode == 2 and not started, (out.stdout, out.stderr)
+    assert out.stderr.startswith("ditron demo: " + words), out.stderr
+    assert out.stdout == ""
+
+
 def _rank_one_raises(n: int, repeats: int) -> dict:
     """In place of the demo's ranks: rank 1 raises, the others wait for it in a barrier."""
     import ditron
@@ -147,13 +189,116 @@ def test_failed_rank_is_reported_once():
     assert "_rank_one_raises" in out.stderr and "ditron/cli.py" not in out.stderr, out.stderr
 
 
+class _Unpicklable(ValueError):
+    """An error that cannot be pickled back to the launching process (it holds a lock)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+def _rank_one_unpicklable(n: int, repeats: int) -> dict:
+    """In place of the demo's ranks: rank 1 raises an error that cannot be pickled."""
+    import ditron
+
+    if ditron.world().rank == 1:
+        raise _Unpicklable("rank one's own error")
+    ditron.barrier()
+    return {}
+
+
+def _rank_one_exits(n: int, repeats: int) -> dict:
+    import ditron
+
+    if ditron.world().rank == 1:
+        sys.exit("rank one exits")
+    ditron.barrier()
+    return {}
+
+
+def _rank_one_dies(n: int, repeats: int) -> dict:
+    import ditron
+
+    if ditron.world().rank == 1:
+        os._exit(3)
+    ditron.barrier()
+    return {}
+
+
+@pytest.mark.parametrize("fn, head, last", [
+    # its error was printed twice: RankError's message holds the error and its traceback
+    (_rank_one_unpicklable, "rank 1 failed:\nTraceback", "_Unpicklable: rank one's own error"),
+    (_rank_one_exits, "rank 1: process exited with code 1 (SystemExit('rank one exits'), e.g. "
+                      "sys.exit) without returning a result:\nTraceback",
+     "SystemExit: rank one exits"),
+    (_rank_one_dies, "rank 1: process exited with code 3 before returning",
+     "(its output above says why)"),
+])
+def test_every_kind_of_rank_failure_is_reported_once(fn, head, last):
+    """However a rank fails, the command ends with exit status 1, the rank's error once and
+    its traceback where one came back, and no frame of the launching process."""
+    from unittest import mock
+
+    with mock.patch("ditron.demo._rank_demo", fn):
+        out = _main("demo", "--world-size", "2", "--repeats", "1", "--backend", "cpu")
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith(f"ditron demo: {head}"), out.stderr
+    assert out.stderr.count(last) == 1 and out.stderr.endswith(last + "\n"), out.stderr
+    assert "ditron/cli.py" not in out.stderr, out.stderr
+
+
+def ditron_launch(*args, **kw):
+    """``ditron.launch``."""
+    import ditron
+
+    return ditron.launch(*args, **kw)
+
+
+def test_an_error_that_only_looks_like_a_ranks_is_the_commands():
+    """An error of the command itself is not taken for a rank's failure by its text: the
+    CLI recognised a rank's error by the note ``ditron.launch`` adds and a ``rank``
+    attribute, so an error carrying such a note was printed as rank 1's (exit 1) and its
+    own traceback was lost."""
+    from unittest import mock
+
+    error = RuntimeError("the demo's own bug")
+    error.rank = 1
+    error.add_note("[ditron] raised on rank 1; remote traceback:\nTraceback: elsewhere")
+    with mock.patch("ditron.demo.run", side_effect=error):
+        with pytest.raises(RuntimeError, match="the demo's own bug"):
+            _main("demo", "--world-size", "2", "--backend", "cpu")
+    # nor a TimeoutError whose text begins as the launch's
+    timeout = TimeoutError("ditron.launch: a timeout of the command's own")
+    with mock.patch("ditron.demo.run", side_effect=timeout):
+        with pytest.raises(TimeoutError, match="of the command's own"):
+            _main("demo", "--world-size", "2", "--backend", "cpu")
+
+
+def test_launch_marks_the_failure_it_raises():
+    """``ditron.launch`` attaches the rank, a headline and the rank's traceback to the
+    exception it raises (``rank_failure``); the note for people stays."""
+    from ditron.runtime.launch import rank_failure
+
+    with pytest.raises(ValueError) as info:
+        ditron_launch(_rank_one_raises, 2, 1, 1, backend="cpu")
+    failure = rank_failure(info.value)
+    assert (failure.rank, failure.headline, info.value.rank) == (1, "rank 1 failed:", 1)
+    assert failure.traceback.startswith("Traceback (most recent call last):"), failure
+    assert failure.traceback.endswith("ValueError: rank one's own error"), failure
+    assert "_rank_one_raises" in failure.traceback
+    assert info.value.__notes__[-1].startswith("[ditron] raised on rank 1; remote traceback:")
+    assert rank_failure(ValueError("not from a launch")) is None
+
+
 def test_launch_timeout_is_reported_without_the_launcher_frames():
     """A launch that times out (``DITRON_LAUNCH_TIMEOUT``) says where each rank was, after
     the command's name, not under the launching process's traceback."""
     from unittest import mock
 
-    error = TimeoutError("ditron.launch: ranks [0] had not returned 1 s after every rank "
-                         "started (DITRON_LAUNCH_TIMEOUT); they were killed.")
+    from ditron.runtime.launch import LaunchTimeoutError
+
+    error = LaunchTimeoutError("ditron.launch: ranks [0] had not returned 1 s after every "
+                               "rank started (DITRON_LAUNCH_TIMEOUT); they were killed.")
     with mock.patch("ditron.launch", side_effect=error):
         out = _main("demo", "--world-size", "2", "--backend", "cpu")
     assert out.returncode == 1, out.stderr
@@ -319,6 +464,34 @@ def test_bench_collectives_smoke(tmp_path):
             {"all_gather", "reduce_scatter", "all_reduce"}]
     assert rows and all(line[:end].rstrip().endswith(line[:end].split()[-1]) and
                         line[end - 1].isdigit() for line in rows), lines[head:head + 4]
+
+
+@pytest.mark.parametrize("given", [None, "3G"])
+def test_bench_collectives_leaves_the_callers_environment(given, monkeypatch, tmp_path):
+    """``ditron bench collectives`` gives its ranks a heap for its largest size, without
+    changing the environment of the process that calls it (``DITRON_HEAP_SIZE`` stayed
+    set there, for every launch and ``ditron.init`` it made later); a heap size the caller
+    set is the ranks' too."""
+    from unittest import mock
+
+    from ditron.benchmarks import collectives
+
+    if given is None:
+        monkeypatch.delenv("DITRON_HEAP_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("DITRON_HEAP_SIZE", given)
+    seen = []
+    with mock.patch("ditron.launch",
+                    side_effect=lambda *a, **k: seen.append(os.environ.get("DITRON_HEAP_SIZE"))):
+        assert collectives.main(["--backend", "cpu", "--world-size", "3", "--sizes", "64M",
+                                 "--out", str(tmp_path)]) == 0
+    assert seen == [str(6 * 3 * (64 << 20) + (1 << 30)) if given is None else given]
+    assert os.environ.get("DITRON_HEAP_SIZE") == given
+    # restored when the launch fails too
+    with mock.patch("ditron.launch", side_effect=RuntimeError("a rank failed")):
+        with pytest.raises(RuntimeError, match="a rank failed"):
+            collectives.main(["--backend", "cpu", "--out", str(tmp_path)])
+    assert os.environ.get("DITRON_HEAP_SIZE") == given
 
 
 def test_bench_tp_gemm_smoke(tmp_path, monkeypatch):
@@ -570,6 +743,7 @@ def test_cuda_backend_without_a_gpu_is_a_usage_error(command):
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "no CUDA device is visible" in out.stderr and "Traceback" not in out.stderr, \
         out.stderr
+    assert out.stdout == "", out.stdout  # the demo printed its first line before
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")

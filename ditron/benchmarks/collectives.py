@@ -36,6 +36,7 @@ PyTorch's symmetric-memory kernels (``torch.ops.symm_mem.one_shot_all_reduce`` /
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
@@ -122,12 +123,35 @@ def main(argv: list[str]) -> int:
         _run(args, sizes)
         return 0
     world = args.world_size or (max(torch.cuda.device_count(), 1) if backend == "cuda" else 2)
-    if "DITRON_HEAP_SIZE" not in os.environ:
-        need = 6 * world * max(sizes) + (1 << 30)
-        os.environ["DITRON_HEAP_SIZE"] = str(need if backend == "cuda" else
-                                             max(need, 256 << 20))
-    ditron.launch(_run, world, args, sizes, backend=backend)
+    with _ranks_environment(_heap_setting(world, sizes, backend)):
+        ditron.launch(_run, world, args, sizes, backend=backend)
     return 0
+
+
+def _heap_setting(world: int, sizes: list[int], backend: str) -> dict[str, str]:
+    """``DITRON_HEAP_SIZE`` for ranks timing ``sizes`` on ``world`` ranks, unless the
+    caller set it: room for the ops' workspaces at the largest size."""
+    if "DITRON_HEAP_SIZE" in os.environ:
+        return {}
+    need = 6 * world * max(sizes) + (1 << 30)
+    return {"DITRON_HEAP_SIZE": str(need if backend == "cuda" else max(need, 256 << 20))}
+
+
+@contextlib.contextmanager
+def _ranks_environment(values: dict[str, str]):
+    """``values`` in ``os.environ`` while the block runs (the ranks a launch starts take the
+    launching process's environment), restored afterwards: a caller of :func:`main` from
+    Python (a test, a script) kept the benchmark's heap size for everything it ran later."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _baseline_ok() -> tuple[bool, str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Hashable, Sequence
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import numpy as np
 import torch
@@ -52,7 +52,9 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     unless ``DITRON_CHECK_CALLS`` (debug mode's default) gathers on every call; if the
     first then reaches another call's gather, both ranks raise, naming the calls each
     was in. Nothing is checked while ``torch.compile`` traces (a trace cannot gather; the
-    compiled code runs without host checks).
+    compiled code runs without host checks). With ``remember``, fields that cannot be
+    hashed are a ``TypeError`` on the rank passing them, told to its peers in the call's
+    gather (:class:`refused_together`): they raise ``ValueError`` naming it.
     """
     rt = current()
     if rt.world.world_size == 1 or torch.compiler.is_compiling():
@@ -65,13 +67,24 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
         try:
             known = agreed.get(key, False)
         except TypeError as exc:  # unhashable: named here, not as a bare TypeError
-            raise TypeError(f"{what}: the fields of an agreed call must be hashable "
-                            f"(remember=False gathers them on every call): {exc}") from None
+            _refuse_unhashable(what, exc)
         if known and not checks_every_call():
             return
     _agreed_rows(what, tuple(fields), values)
     if remember and not known and _comes_back_equal(key):
         agreed.put(key, True)
+
+
+def _refuse_unhashable(what: str, exc: TypeError) -> NoReturn:
+    """Raise ``TypeError`` for the unhashable fields (``exc``) of an agreed call ``what``,
+    having told the peers in the call's gather (:class:`refused_together`), where they
+    raise ``ValueError`` naming this rank's error: a rank whose value alone could not be
+    hashed (a list where its peers passed a tuple) raised alone, and its peers waited in
+    the gather for it (for ever outside debug mode)."""
+    error = TypeError(f"{what}: the fields of an agreed call must be hashable "
+                      f"(remember=False gathers them on every call): {exc}")
+    with refused_together(what):
+        raise error from None
 
 
 def _comes_back_equal(key: tuple) -> bool:

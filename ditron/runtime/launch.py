@@ -55,6 +55,34 @@ class RankError(RuntimeError):
         super().__init__(f"rank {rank}: {message}")
 
 
+class LaunchTimeoutError(TimeoutError):
+    """A launch whose ranks ran past ``DITRON_LAUNCH_TIMEOUT`` (or did not finish starting,
+    or shutting down, in time); its message says where each rank was."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RankFailure:
+    """What :func:`launch` attaches to every exception it raises for a failed rank (read it
+    with :func:`rank_failure`): the rank, ``headline`` (one line: which rank failed and
+    how) and ``traceback``, the rank's own traceback ending in its error (``""`` where
+    none came back: a process that died)."""
+
+    rank: int
+    headline: str
+    traceback: str
+
+
+#: the attribute of an exception raised by :func:`launch` for a failed rank
+_FAILURE = "_ditron_rank_failure"
+
+
+def rank_failure(exc: BaseException) -> RankFailure | None:
+    """How ``exc`` failed on a rank where :func:`launch` raised it for a failed rank (its
+    own exception re-raised, or a :class:`RankError`); ``None`` for any other exception."""
+    failure = getattr(exc, _FAILURE, None)
+    return failure if isinstance(failure, RankFailure) else None
+
+
 _IN_RANK = False  # set in a rank's process: a launch there is refused
 
 
@@ -325,13 +353,15 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     rank cannot launch ranks of its own.
 
     The first rank that raises (or dies) ends the launch: the others are killed and its
-    exception is raised here with ``.rank`` and the remote traceback as a note (an error
-    raised in ``torch.distributed``, as a peer's failure causes, waits up to 2 s for
-    another rank's root cause first). A rank's result counts once the rank has also shut
-    its worlds down: an error there (a device error its last synchronisation surfaces,
-    say), a process that ends there, or a shutdown still running 30 s after the last rank
-    returned fails the launch too. With ``DITRON_LAUNCH_TIMEOUT`` set, ranks that have not
-    returned that long after start-up are killed with a ``TimeoutError`` naming them and
+    exception is raised here with ``.rank`` and the remote traceback as a note, both also
+    read by :func:`rank_failure` (a rank that died, or whose error cannot be pickled,
+    raises :class:`RankError`; an error raised in ``torch.distributed``, as a peer's
+    failure causes, waits up to 2 s for another rank's root cause first). A rank's result
+    counts once the rank has also shut its worlds down: an error there (a device error its
+    last synchronisation surfaces, say), a process that ends there, or a shutdown still
+    running 30 s after the last rank returned fails the launch too. With
+    ``DITRON_LAUNCH_TIMEOUT`` set, ranks that have not returned that long after start-up
+    are killed with a :class:`LaunchTimeoutError` (a ``TimeoutError``) naming them and
     showing where each was (its stack; first the ranks handling an exception, the likely
     cause) and the ranks that had returned; without it such a launch waits for ever.
 
@@ -591,8 +621,8 @@ def _collect(procs, conns, asks, timeout: float) -> list[Any]:
                 late = sorted(set(pending.values()) - returned)
                 head = (f"ranks {late} had not returned {timeout:g} s after every rank "
                         f"started (DITRON_LAUNCH_TIMEOUT)")
-            raise TimeoutError(_timed_out(f"ditron.launch: {head}; they were killed", late,
-                                          wheres, sorted(returned - set(late))))
+            raise LaunchTimeoutError(_timed_out(f"ditron.launch: {head}; they were killed",
+                                                late, wheres, sorted(returned - set(late))))
         for obj in ready:
             if obj in sentinels:
                 conn = conns[sentinels.pop(obj)]
@@ -711,13 +741,15 @@ def _exit_reason(code: int, in_shutdown: bool = False) -> str:
 
 def _raise_failure(failure: _Failure, returned: Sequence[int] = ()):
     """Raise ``failure`` in the launching process, naming the ranks that had ``returned``
-    from ``fn`` by then (a rank waiting for one of them in a collective fails too)."""
+    from ``fn`` by then (a rank waiting for one of them in a collective fails too). The
+    exception raised carries a :class:`RankFailure` (:func:`rank_failure`)."""
+    rank = failure.rank
     if failure.exitcode is not None:
-        raise RankError(failure.rank, _exit_reason(failure.exitcode, failure.in_shutdown))
+        raise _marked(RankError(rank, _exit_reason(failure.exitcode, failure.in_shutdown)))
     if failure.unpickling_error is not None:
         error = failure.unpickling_error
-        raise RankError(failure.rank, f"its result could not be unpickled in the launching "
-                                      f"process ({type(error).__name__}: {error})") from error
+        raise _marked(RankError(rank, f"its result could not be unpickled in the launching "
+                                      f"process ({type(error).__name__}: {error})")) from error
     if returned:
         failure.traceback += (f"\n[ditron] ranks {list(returned)} had already returned from "
                               f"fn (if this rank failed waiting in a collective, the ranks "
@@ -728,20 +760,34 @@ def _raise_failure(failure: _Failure, returned: Sequence[int] = ()):
             exc = pickle.loads(failure.payload)
         except Exception:  # noqa: BLE001
             exc = None
-    if not isinstance(exc, BaseException):
-        raise RankError(failure.rank, f"{failure.summary}\n{failure.traceback}")
-    note = f"[ditron] raised on rank {failure.rank}; remote traceback:\n{failure.traceback}"
+    failed = f"rank {rank} failed:"
+    if not isinstance(exc, BaseException):  # its error could not come back: its text did
+        raise _marked(RankError(rank, f"{failure.summary}\n{failure.traceback}"),
+                      failed, failure.traceback)
     if isinstance(exc, SystemExit):  # sys.exit in fn: raised here, it would end the caller
         code = exc.code
         status = 0 if code is None else int(code) if isinstance(code, int) else 1
-        exc = RankError(failure.rank, f"process exited with code {status} (SystemExit"
-                                      f"({code!r}), e.g. sys.exit) without returning a result")
-    exc.rank = failure.rank
+        exc = RankError(rank, f"process exited with code {status} (SystemExit({code!r}), "
+                              f"e.g. sys.exit) without returning a result")
+        failed = f"{exc}:"
+    try:
+        exc.rank = rank
+    except (AttributeError, TypeError):  # an exception that takes no attributes
+        exc = RankError(rank, f"{failure.summary}\n{failure.traceback}")
+    note = f"[ditron] raised on rank {rank}; remote traceback:\n{failure.traceback}"
     if hasattr(exc, "add_note"):  # Python >= 3.11
         exc.add_note(note)
     else:
         exc.__notes__ = [*getattr(exc, "__notes__", []), note]
-    raise exc
+    raise _marked(exc, failed, failure.traceback)
+
+
+def _marked(exc: BaseException, headline: str | None = None,
+            traceback: str = "") -> BaseException:
+    """``exc``, failed on the rank it names (``exc.rank``), with its :class:`RankFailure`:
+    ``headline`` (default: ``exc``'s message) and the rank's ``traceback``."""
+    setattr(exc, _FAILURE, RankFailure(exc.rank, headline or str(exc), traceback.rstrip()))
+    return exc
 
 
 def _remove_segments(job: str) -> None:

@@ -116,3 +116,35 @@ def test_messages_name_each_ranks_call(backend, monkeypatch):
                                "  rank 0: (in a) ValueError: bad a")
         assert unhashable.startswith("c: the fields of an agreed call must be hashable"), \
             unhashable
+
+
+def _unhashable_on_one_rank() -> list[str]:
+    """Rank 0 passes a list (unhashable) where the others pass a tuple, in two calls; then
+    every rank agrees normally (the gathers stay paired)."""
+    me = ditron.world().rank
+    errors = []
+    for what in ("op", "other"):
+        with pytest.raises((TypeError, ValueError)) as info:
+            agree(what, splits=[1, 2] if me == 0 else (1, 2), n=3)
+        errors.append(f"{type(info.value).__name__}: {info.value}")
+    agree("op", splits=(1, 2), n=3)
+    return errors
+
+
+@pytest.mark.parametrize("world_size, debug", [(2, True), (3, True), (3, False)])
+def test_a_field_unhashable_on_one_rank_raises_on_every_rank(world_size, debug, backend,
+                                                             monkeypatch):
+    """A field that one rank alone cannot hash: that rank raised ``TypeError`` alone and
+    its peers waited in the call's gather (for ever outside debug mode); now it tells
+    them there, and they raise ``ValueError`` naming it."""
+    monkeypatch.setenv("DITRON_LAUNCH_TIMEOUT", "60")
+    if not debug:  # no wait timeout, no check of every call: only a first call gathers
+        monkeypatch.setenv("DITRON_WAIT_TIMEOUT", "0")
+        monkeypatch.setenv("DITRON_CHECK_CALLS", "0")
+    res = ditron.launch(_unhashable_on_one_rank, world_size, backend=backend)
+    for rank, errors in enumerate(res):
+        for what, error in zip(("op", "other"), errors, strict=True):
+            own = (f"TypeError: {what}: the fields of an agreed call must be hashable "
+                   f"(remember=False gathers them on every call): unhashable type: 'list'")
+            told = f"ValueError: {what}: a rank refused the call's arguments:\n  rank 0: {own}"
+            assert error == (own if rank == 0 else told), (rank, error)
