@@ -84,13 +84,14 @@ def rank_failure(exc: BaseException) -> RankFailure | None:
 
 
 _IN_RANK = False  # set in a rank's process: a launch there is refused
+_RUNNING_FN = False  # set in a rank's process once it calls ``fn``
 
 
 def _rank_main(conn, asks, call: bytes, env: dict[str, str], backend: str,
                group: list[int] | None) -> None:
     """A rank's process: ``call`` is ``(fn, args, kw)`` pickled by value
     (:func:`_check_picklable`), so that the rank works on its own copies."""
-    global _IN_RANK
+    global _IN_RANK, _RUNNING_FN
     _IN_RANK = True
     # A fork-server child starts with the server's environment: take the caller's instead.
     os.environ.clear()
@@ -104,6 +105,7 @@ def _rank_main(conn, asks, call: bytes, env: dict[str, str], backend: str,
         world_mod.init(backend, group=group)
         fn, args, kw = pickle.loads(call)
         out.send(("ready",))
+        _RUNNING_FN = True
         result = fn(*args, **kw)
         if world_mod.is_initialized():  # fn may have shut down itself
             from .diagnostics import check_waits
@@ -257,8 +259,9 @@ def _exit_with_launcher(conn) -> None:
         while not any(events & (select.POLLERR | select.POLLHUP | select.POLLNVAL)
                       for _, events in poller.poll()):
             pass
-        os.write(2, f"ditron rank {os.environ.get('RANK', '?')}: the process that launched "
-                    f"it is gone; exiting\n".encode())
+        if _RUNNING_FN:  # before, nothing of it ran: no one to tell (a Ctrl-C at start-up)
+            os.write(2, f"ditron rank {os.environ.get('RANK', '?')}: the process that "
+                        f"launched it is gone; exiting\n".encode())
         os._exit(1)
 
     threading.Thread(target=watch, name="ditron-launcher-watch", daemon=True).start()
@@ -286,12 +289,29 @@ def _cpu_context():
         ctx.set_forkserver_preload(["ditron"])
         # DITRON_BACKEND: the server's ``import ditron`` must not probe for GPUs, which
         # initialises CUDA in the process every rank is forked from
-        with _environment(TRITON_INTERPRET="1", DITRON_BACKEND="cpu"):
+        with _environment(TRITON_INTERPRET="1", DITRON_BACKEND="cpu"), _sigint_ignored():
             from multiprocessing import forkserver
 
             forkserver.ensure_running()
         _CPU_CONTEXT = ctx
     return _CPU_CONTEXT
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored (main thread only) while the block starts a process, which inherits
+    it: the fork server imports ditron (torch: seconds) before it ignores SIGINT itself, and
+    a Ctrl-C then printed the import's ``KeyboardInterrupt`` traceback. Its children, the
+    CPU ranks, inherit the ignoring: Ctrl-C reaches the launching process, which stops
+    them (:func:`launch`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _rank_interpreter(backend: str) -> tuple[str, dict[str, str | None]]:
@@ -364,6 +384,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
     are killed with a :class:`LaunchTimeoutError` (a ``TimeoutError``) naming them and
     showing where each was (its stack; first the ranks handling an exception, the likely
     cause) and the ranks that had returned; without it such a launch waits for ever.
+    Ctrl-C (``KeyboardInterrupt`` in the launching process) kills the ranks on its way out;
+    CPU ranks ignore SIGINT themselves (a terminal's Ctrl-C reaches the whole group).
 
     Equivalent, without Ditron, to running ``fn`` under ``torchrun --nproc-per-node``.
     """
