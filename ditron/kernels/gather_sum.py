@@ -4,10 +4,10 @@ and its weights' gradient, the gather-dot ``dw[t, j] = <g[t], src[idx[t, j]]>``.
 ``src [R, N]`` floating, ``idx [T, k]`` integer row indices into ``src`` (``-1``: no row,
 counts zero; below ``R``, which is not checked: that would read them on the host), ``w [T,
 k]`` floating or ``None`` (weight 1), all on one device (``ValueError`` otherwise); fp32
-accumulation, ``out [T, N]`` in ``src``'s dtype. A second source ``src2`` with its own
-index ``idx2`` may supply the rows ``idx`` leaves out (``src2[idx2[t, j]]`` where ``idx[t,
-j] < 0 <= idx2[t, j]``): the combine reads peers' rows from an inbox and its own from its
-experts' output.
+accumulation (float64 for float64 rows: :func:`acc_type`), ``out [T, N]`` in ``src``'s
+dtype. A second source ``src2`` with its own index ``idx2`` may supply the rows ``idx``
+leaves out (``src2[idx2[t, j]]`` where ``idx[t, j] < 0 <= idx2[t, j]``): the combine reads
+peers' rows from an inbox and its own from its experts' output.
 
 One pass: each program gathers the ``k`` rows of a block of tokens and sums them in
 registers, where a torch formulation writes and rereads ``[T, k, N]`` fp32 intermediates.
@@ -31,18 +31,19 @@ from ..runtime.triton_launch import FastKernel
 
 @triton.jit
 def _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2,
-              K: tl.constexpr, TWO: tl.constexpr):
-    """``(rows, ok)``: the ``[BLOCK_T, BLOCK_N]`` fp32 tile of copy ``j``'s rows of tokens
-    ``ts`` (``src[idx]``, else ``src2[idx2]``, else zero), and which tokens have one."""
+              K: tl.constexpr, TWO: tl.constexpr, ACC: tl.constexpr):
+    """``(rows, ok)``: the ``[BLOCK_T, BLOCK_N]`` tile (in ``ACC``, fp32 or fp64) of copy
+    ``j``'s rows of tokens ``ts`` (``src[idx]``, else ``src2[idx2]``, else zero), and which
+    tokens have one."""
     rows = tl.load(idx + ts.to(tl.int64) * K + j, mask=t_ok, other=-1)
     ok = rows >= 0
     v = tl.load(src + rows.to(tl.int64)[:, None] * s_src + cols[None, :],
-                mask=ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+                mask=ok[:, None] & col_ok[None, :], other=0.0).to(ACC)
     if TWO:
         rows2 = tl.load(idx2 + ts.to(tl.int64) * K + j, mask=t_ok & ~ok, other=-1)
         ok2 = rows2 >= 0
         v += tl.load(src2 + rows2.to(tl.int64)[:, None] * s_src2 + cols[None, :],
-                     mask=ok2[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+                     mask=ok2[:, None] & col_ok[None, :], other=0.0).to(ACC)
         ok = ok | ok2
     return v, ok
 
@@ -50,18 +51,19 @@ def _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2,
 @triton.jit
 def _gather_sum_kernel(src, idx, src2, idx2, weights, out, T, N, s_src, s_src2, s_out,
                        K: tl.constexpr, HAS_W: tl.constexpr, TWO: tl.constexpr,
-                       BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
+                       BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
+                       ACC: tl.constexpr = tl.float32):
     ts = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     t_ok = ts < T
     col_ok = cols < N
-    acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=ACC)
     for j in tl.static_range(K):
         v, ok = _gathered(src, idx, src2, idx2, ts, t_ok, cols, col_ok, j, s_src, s_src2, K,
-                          TWO)
+                          TWO, ACC)
         if HAS_W:
             wj = tl.load(weights + ts.to(tl.int64) * K + j, mask=t_ok & ok, other=0.0)
-            v = v * wj.to(tl.float32)[:, None]
+            v = v * wj.to(ACC)[:, None]
         acc += v
     o_ptrs = out + ts.to(tl.int64)[:, None] * s_out + cols[None, :]
     tl.store(o_ptrs, acc.to(out.dtype.element_ty), mask=t_ok[:, None] & col_ok[None, :])
@@ -81,41 +83,44 @@ def _copy_rows(idx, idx2, ts, t_ok, ks, K: tl.constexpr, TWO: tl.constexpr):
 
 
 @triton.jit
-def _copies(src, src2, rows, rows2, cols, col_ok, s_src, s_src2, TWO: tl.constexpr):
-    """``[BLOCK_T, KB, BLOCK_N]`` fp32: columns ``cols`` of every copy's row (zero where
-    a copy has none); all of a token block's copies are loaded at once."""
+def _copies(src, src2, rows, rows2, cols, col_ok, s_src, s_src2, TWO: tl.constexpr,
+            ACC: tl.constexpr):
+    """``[BLOCK_T, KB, BLOCK_N]`` in ``ACC`` (fp32 or fp64): columns ``cols`` of every
+    copy's row (zero where a copy has none); all of a token block's copies are loaded at
+    once."""
     c = cols[None, None, :]
     v = tl.load(src + rows[:, :, None] * s_src + c,
                 mask=(rows >= 0)[:, :, None] & col_ok[None, None, :], other=0.0)
-    v = v.to(tl.float32)
+    v = v.to(ACC)
     if TWO:
         v += tl.load(src2 + rows2[:, :, None] * s_src2 + c,
                      mask=(rows2 >= 0)[:, :, None] & col_ok[None, None, :],
-                     other=0.0).to(tl.float32)
+                     other=0.0).to(ACC)
     return v
 
 
 @triton.jit
 def _gather_dot_kernel(src, idx, src2, idx2, g, out, T, N, s_src, s_src2, s_g, per_slice,
                        K: tl.constexpr, KB: tl.constexpr, TWO: tl.constexpr,
-                       BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr):
+                       BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr,
+                       ACC: tl.constexpr = tl.float32):
     """Program ``(p, s)``: the dot products of tokens block ``p`` over column slice ``s``
     (``per_slice`` blocks of ``BLOCK_N``), written to ``out[s]`` (``[slices, T, K]``)."""
     ts = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     t_ok = ts < T
     ks = tl.arange(0, KB)
     rows, rows2 = _copy_rows(idx, idx2, ts, t_ok, ks, K, TWO)
-    acc = tl.zeros((BLOCK_T, KB), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_T, KB), dtype=ACC)
     first = tl.program_id(1) * per_slice
     for c in range(first, tl.minimum(first + per_slice, tl.cdiv(N, BLOCK_N))):
         cols = c * BLOCK_N + tl.arange(0, BLOCK_N)
         col_ok = cols < N
         gt = tl.load(g + ts.to(tl.int64)[:, None] * s_g + cols[None, :],
-                     mask=t_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        v = _copies(src, src2, rows, rows2, cols, col_ok, s_src, s_src2, TWO)
+                     mask=t_ok[:, None] & col_ok[None, :], other=0.0).to(ACC)
+        v = _copies(src, src2, rows, rows2, cols, col_ok, s_src, s_src2, TWO, ACC)
         acc += tl.sum(v * gt[:, None, :], axis=2)
     out += tl.program_id(1).to(tl.int64) * T * K
-    tl.store(out + ts.to(tl.int64)[:, None] * K + ks[None, :], acc,
+    tl.store(out + ts.to(tl.int64)[:, None] * K + ks[None, :], acc.to(out.dtype.element_ty),
              mask=t_ok[:, None] & (ks < K)[None, :])
 
 
@@ -220,6 +225,13 @@ def _dot_blocks(N: int, k: int, itemsize: int, aligned: bool) -> tuple[int, int]
     return _blocks(tile, N, k, 128)
 
 
+def acc_type(dtype: torch.dtype) -> tl.dtype:
+    """What both kernels multiply and sum rows of ``dtype`` in: float64 rows in float64
+    (in fp32 they lost all but 24 bits of each row, silently), every other floating type
+    in fp32."""
+    return tl.float64 if dtype == torch.float64 else tl.float32
+
+
 def _vectorizes(*rows: tuple[torch.Tensor, int]) -> bool:
     """Whether loads of rows ``(tensor, row stride)`` are 16-byte aligned vectors (Triton
     specializes addresses and integers by divisibility by 16)."""
@@ -262,7 +274,8 @@ def weighted_gather_sum(src: torch.Tensor, idx: torch.Tensor,
     grid = (cdiv(T, block_t), cdiv(N, block_n))
     _GATHER_SUM[grid](src, idx, src2, idx2, w, sums, T, N, src.stride(0), src2.stride(0),
                       sums.stride(0), K=k, HAS_W=weights is not None, TWO=two,
-                      BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
+                      BLOCK_T=block_t, BLOCK_N=block_n, ACC=acc_type(src.dtype),
+                      num_warps=4)
     return out if sums is out else out.copy_(sums)
 
 
@@ -281,7 +294,8 @@ def _column_slices(device: torch.device, token_blocks: int, col_blocks: int) -> 
 def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
                src2: torch.Tensor | None = None, idx2: torch.Tensor | None = None,
                slices: int | None = None) -> torch.Tensor:
-    """``out[t, j] = <g[t], row(t, j)>`` in fp32, ``[T, k]``, rows as in
+    """``out[t, j] = <g[t], row(t, j)>`` in fp32, ``[T, k]`` (multiplied and summed in
+    fp32, or in float64 for float64 ``src`` rows, rounded to fp32 once), rows as in
     :func:`weighted_gather_sum` (zero where a copy has none): the gradient of its weights,
     with ``g [T, N]`` the gradient of its output, read without materialising the rows.
     ``slices``: column slices summed apart, an int >= 1 (default: enough to fill a GPU,
@@ -308,9 +322,15 @@ def gather_dot(src: torch.Tensor, idx: torch.Tensor, g: torch.Tensor, *,
         slices = _column_slices(src.device, cdiv(T, block_t), col_blocks)
     per_slice = cdiv(col_blocks, max(1, min(slices, col_blocks)))
     slices = cdiv(col_blocks, per_slice)
-    part = out if slices == 1 else out.new_empty((slices, T, k))
+    acc = acc_type(src.dtype)
+    wide = acc == tl.float64  # the slices' sums kept in float64 until the one rounding
+    part = out if slices == 1 and not wide else out.new_empty(
+        (slices, T, k), dtype=torch.float64 if wide else torch.float32)
     _GATHER_DOT[(cdiv(T, block_t), slices)](src, idx, src2, idx2, g, part, T, N,
                                             src.stride(0), src2.stride(0), g.stride(0),
                                             per_slice, K=k, KB=next_power_of_2(k), TWO=two,
-                                            BLOCK_T=block_t, BLOCK_N=block_n, num_warps=4)
-    return out if slices == 1 else torch.sum(part, 0, out=out)
+                                            BLOCK_T=block_t, BLOCK_N=block_n, ACC=acc,
+                                            num_warps=4)
+    if part is out:
+        return out
+    return torch.sum(part, 0, out=out) if not wide else out.copy_(part.sum(0))

@@ -75,6 +75,7 @@ from .. import language as dl
 from ..runtime.bounded_cache import BoundedCache
 from ..runtime.config import SettingsError
 from ..runtime.grid_math import cdiv
+from ..runtime.tensor_spans import elements_meet, shares_memory
 from ..runtime.triton_launch import FastKernel
 from . import descriptors, offsets
 from .alignment import DIVISOR, vector_loads
@@ -587,7 +588,13 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
     tile ids, contiguous, as is ``hooks.waits``) and the hooks' tensors: on ``c``'s
     device. ``use_tma``: see :func:`tma_wanted`; the TMA path is taken only for a local A
     whose operands meet the TMA rules (:func:`tma_operands`), else the pointer path.
-    Shapes, dtypes or hooks that do not fit this raise ``ValueError`` before the launch.
+    Shapes, dtypes or hooks that do not fit this raise ``ValueError`` before the launch,
+    as do a ``c`` (or ``hooks.gathered``) whose elements share memory or meet ``a``'s,
+    ``b``'s or ``hooks.own_a``'s (the GEMM would read what it wrote), and, where the
+    tables are on the CPU (on a GPU reading them would stall the host: they are trusted
+    there), an ``order`` id outside the tiling's ``[0, tiles)`` or a wait range outside
+    ``hooks.wait_sig``. The order need not be a permutation (the ops' orders skip empty
+    tiles); a tile it repeats is computed again.
     """
     hooks = hooks or _NO_HOOKS
     device = c.device
@@ -614,6 +621,7 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
     num_tiles = order.numel()
     if num_tiles == 0:
         return None
+    _check_apart(a, b, c, hooks)
     dummy = order  # any tensor: unused pointer arguments
     if ctx is None:
         from ..runtime.symmetric import context
@@ -627,6 +635,8 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
     static = _static_launch(a, b, c, M, seg_rows, num_tiles, cfg, hooks, use_tma,
                             offsets.wide(ga, recv, hooks.bc, hooks.own_a))
     grid, n_blocks, blocks_per_seg, tma_b, c_tma, kwargs = static
+    if order.device.type == "cpu":  # on a GPU, reading the tables would stall the host
+        _check_tables(order, hooks, _tiles_of(M, seg_rows, blocks_per_seg, n_blocks))
     a_arg, b_arg, c_arg = a, b, c
     own = hooks.own_a
     own_arg = own if own is not None else dummy
@@ -670,6 +680,62 @@ def gemm_launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, M: int, *,
         ctx,
     )
     return grid, args, kwargs
+
+
+def _check_apart(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, hooks: GemmHooks) -> None:
+    """Raise ``ValueError`` where the GEMM would read what it writes: ``c`` (or the
+    gathered A, ``hooks.gathered``) with two elements at one address (an expanded view:
+    tiles race), or with an element in ``a``, ``b`` or ``hooks.own_a`` (``c`` as ``a``: a
+    later tile reads rows an earlier one overwrote). Told by storage first (a fresh ``c``
+    costs one comparison per operand, ~0.7 us), then by the elements' addresses."""
+    ins = [("a", a), ("b", b)] + ([("hooks.own_a", hooks.own_a)]
+                                  if hooks.own_a is not None else [])
+    outs = [("c", c)] + ([("hooks.gathered", hooks.gathered)]
+                         if hooks.gathered is not None else [])
+    for out_name, out in outs:
+        if shares_memory(out):
+            raise ValueError(f"launch_gemm: {out_name} {tuple(out.shape)} with strides "
+                             f"{out.stride()} has elements that share memory (an expanded "
+                             f"view?): tiles would overwrite each other")
+        home = out.untyped_storage().data_ptr()  # 0: no memory (a meta tensor)
+        for in_name, t in ins:
+            if (home and t.untyped_storage().data_ptr() == home and t.numel() and out.numel()
+                    and elements_meet(out, t)):
+                raise ValueError(f"launch_gemm: {out_name} overlaps {in_name} in memory: "
+                                 f"the GEMM would read elements it has already written "
+                                 f"(write into a separate tensor)")
+
+
+def _tiles_of(M: int, seg_rows: int, blocks_per_seg: int, n_blocks: int) -> int:
+    """The tile ids of the segmented tiling of ``M`` rows: ``[0, tiles)``."""
+    segments = max(1, cdiv(M, seg_rows)) if 0 < seg_rows < M else 1
+    return segments * blocks_per_seg * n_blocks
+
+
+def _check_tables(order: torch.Tensor, hooks: GemmHooks, tiles: int) -> None:
+    """Raise ``ValueError`` unless every id of ``order`` names a tile (``[0, tiles)``: a
+    negative one stored before ``c``, with an epilogue a segment past the last pushed to a
+    rank that is not there) and every wait range of ``hooks.waits`` (``lo | hi << 32``,
+    ``hi < lo``: none) lies within ``hooks.wait_sig`` (a chunk past it polled memory after
+    the signals). Host tables only (the caller's check)."""
+    lo_id, hi_id = int(order.min()), int(order.max())
+    if lo_id < 0 or hi_id >= tiles:
+        raise ValueError(f"launch_gemm: order holds tile ids in [{lo_id}, {hi_id}]; this "
+                         f"tiling has {tiles} tiles, ids [0, {tiles})")
+    waits = hooks.waits
+    if waits is None or waits.device.type != "cpu":
+        return
+    low = waits & 0xFFFFFFFF
+    low = torch.where(low >= 1 << 31, low - (1 << 32), low)  # the kernel's int32 halves
+    high = waits >> 32
+    live = low <= high
+    if not bool(live.any()):
+        return
+    count = hooks.wait_sig.numel()
+    first, last = int(low[live].min()), int(high[live].max())
+    if first < 0 or last >= count:
+        raise ValueError(f"launch_gemm: hooks.waits names chunks [{first}, {last}]; "
+                         f"hooks.wait_sig holds {count} signals, chunks [0, {count})")
 
 
 def _check_epilogue(hooks: GemmHooks) -> None:

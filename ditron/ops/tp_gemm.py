@@ -116,10 +116,37 @@ def _validate(op: str, a: torch.Tensor, b: torch.Tensor, method: str,
             return None if options is None else options()
         _check_operands(op, a, b, method)
         got = None if options is None else options()
-    agree(f"ditron.ops.{op}", a_shape=tuple(a.shape), b_shape=tuple(b.shape), dtype=a.dtype,
-          method=method)
+    try:
+        agree(f"ditron.ops.{op}", a_shape=tuple(a.shape), b_shape=tuple(b.shape),
+              dtype=a.dtype, method=method)
+    except ValueError as exc:  # raised on every rank alike: the same hint on each
+        raise _shape_hint(op, exc) from None
     shapes.put(("valid", seen), True)
     return got
+
+
+#: what each op needs of the ranks' shapes, told where they differ
+_SHAPES_WANTED = {
+    "ag_gemm": "a [m, K] and b [K, N] with the same m, K and N on every rank (it gathers "
+               "equal shards of m rows)",
+    "gemm_rs": "a [M, k] and b [k, N] with the same M, k and N on every rank (k = K / W: "
+               "uneven K shards, such as an FFN dimension that W does not divide, are not "
+               "supported; pad them to equal k)",
+    "gemm_ar": "a [M, k] and b [k, N] with the same M, k and N on every rank (k = K / W: "
+               "uneven K shards, such as an FFN dimension that W does not divide, are not "
+               "supported; pad them to equal k)",
+}
+
+
+def _shape_hint(op: str, exc: ValueError) -> ValueError:
+    """``exc`` (the ranks' disagreement on ``op``'s call), its message completed with the
+    shapes ``op`` takes where the ranks' shapes differ. The same exception object, so it
+    stays marked as raised on every rank (``runtime.agreement``)."""
+    msg = str(exc)
+    first = msg.split("\n", 1)[0]
+    if "ranks disagree" in first and ("a_shape" in first or "b_shape" in first):
+        exc.args = (f"{msg}\n  ditron.ops.{op} takes {_SHAPES_WANTED[op]}",)
+    return exc
 
 
 def _check_operands(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> None:
@@ -146,8 +173,9 @@ def _check_operands(op: str, a: torch.Tensor, b: torch.Tensor, method: str) -> N
                          f"multiply (a.shape[1] != b.shape[0])")
     W = rt.world.world_size
     if op == "gemm_rs" and a.shape[0] % W != 0:
-        raise ValueError(f"ditron.ops.{op}: M = {a.shape[0]} rows is not divisible by the world "
-                         f"size {W} (reduce_scatter splits rows evenly)")
+        raise ValueError(f"ditron.ops.{op}: a {tuple(a.shape)}: M = {a.shape[0]} rows is not "
+                         f"divisible by the world size {W} (reduce_scatter splits rows "
+                         f"evenly: a must be [M, k] with M a multiple of {W})")
 
 
 # -- CUDA graphs -----------------------------------------------------------------------------
@@ -291,7 +319,11 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     hierarchical path is used. ``chunk_rows`` (pushes only; default: the tuned value, else
     one chunk per shard) splits each shard into chunks of that many rows, each with its own
     signal, so tiles (or ``copy_engine_matmul``'s GEMMs) can start before a whole shard has
-    landed; with ``"colocated"`` it raises.
+    landed; with ``"colocated"`` it raises, on every path. With ranks on several nodes
+    ``engine`` and ``chunk_rows`` have no effect: the hierarchical plan moves whole shards
+    over the network (one all-gather, not split: the GEMM on the same stream could not
+    start on its first pieces anyway) and its GEMM pulls tiles in the node. Where the
+    call falls back, ``engine``, ``chunk_rows`` and ``config`` have no effect either.
     """
     def options() -> tuple[str | None, int | None]:
         forced = engine or os.environ.get("DITRON_AG_ENGINE") or None  # empty: unset
@@ -601,7 +633,11 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
       while the next one is computed; own rows last; then the partials are summed per
       chunk as each chunk lands. ``early_rows`` (default: the tuned value, else 0) of the
       own rows join the last peer's GEMM, where two uneven GEMMs run in fewer waves (one
-      chunk per segment; given with another engine or chunking, it raises on every path).
+      chunk per segment). A nonzero ``early_rows`` needs ``engine="copy_engine"`` named (the
+      argument or ``DITRON_RS_ENGINE``): given without it, with another engine or with more
+      chunks, it raises on every path; where the call falls back (``method="fallback"``,
+      one rank, empty shapes, ranks on several nodes, or ``"auto"``'s choice) it has no
+      effect, as ``engine``, ``chunk_rows`` and ``config`` have none.
     * ``"copy_engine_pull"``: the same partials, computed into this rank's own inbox and
       published; each rank pulls its rows' partials with the copy engine straight into
       the result, and its own rows' GEMM accumulates onto them (``addmm``) chunk by chunk
@@ -634,10 +670,14 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
                              f"{seg}), got {early_rows!r}")
         rows = _rs_chunk_rows(chunk_rows, seg)
         _refuse_pull_chunks("gemm_rs", rows, forced)
-        # refused whatever path the call takes (they used to pass where it fell back)
-        if early and forced is not None and forced != "copy_engine":
+        # refused whatever path the call takes (they used to pass where it fell back, and
+        # without an engine they raised or not as method="auto" chose)
+        if early and forced != "copy_engine":
+            given = (f"not {forced!r}" if forced else
+                     "and needs it named (engine=, or DITRON_RS_ENGINE), not left to "
+                     "method='auto'")
             raise ValueError(f"ditron.ops.gemm_rs: early_rows applies to engine='copy_engine' "
-                             f"only, not {forced!r}")
+                             f"only, {given}")
         chunks = (1 if rows is None or not seg else len(rows) if isinstance(rows, tuple)
                   else -(-seg // rows))
         if early and chunks > 1:
