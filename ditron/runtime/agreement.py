@@ -54,11 +54,17 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     was in. Nothing is checked while ``torch.compile`` traces (a trace cannot gather; the
     compiled code runs without host checks). With ``remember``, fields that cannot be
     hashed are a ``TypeError`` on the rank passing them, told to its peers in the call's
-    gather (:class:`refused_together`): they raise ``ValueError`` naming it.
+    gather (:class:`refused_together`): they raise ``ValueError`` naming it. A world of one
+    rank gathers nothing but raises that ``TypeError`` too (a ``hash`` of the fields), so
+    code run at one rank fails as it would at several.
     """
-    rt = current()
-    if rt.world.world_size == 1 or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
         return  # a trace cannot gather: the compiled code runs without host checks
+    rt = current()
+    if rt.world.world_size == 1:
+        if remember:
+            _check_hashable(what, fields)
+        return
     values = tuple(fields.values())
     key = (what, tuple(fields), values)
     agreed = bounded_cache.named(_AGREED)
@@ -73,6 +79,15 @@ def agree(what: str, *, remember: bool = True, **fields: Hashable) -> None:
     _agreed_rows(what, tuple(fields), values)
     if remember and not known and _comes_back_equal(key):
         agreed.put(key, True)
+
+
+def _check_hashable(what: str, fields: dict) -> None:
+    """Raise the ``TypeError`` :func:`agree` raises at several ranks where ``fields`` cannot
+    be hashed (a world of one rank, which gathers nothing, refuses them alike)."""
+    try:
+        hash(tuple(fields.values()))
+    except TypeError as exc:
+        _refuse_unhashable(what, exc)
 
 
 def _refuse_unhashable(what: str, exc: TypeError) -> NoReturn:

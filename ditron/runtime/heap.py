@@ -5,8 +5,12 @@ same arguments in the same order. The allocator is deterministic over a sorted f
 buffers are placed first-fit from the bottom, or (``from_top=True``, for small long-lived
 buffers such as signal pads) last-fit from the top, at the high end of the highest free block
 that fits, so long-lived buffers do not sit between the workspaces and split the free space.
-Equal call sequences give equal offsets; each allocation's shape, dtype and offset are
-compared across ranks and a mismatch raises before anyone uses the buffer. Every offset is a
+Equal call sequences give equal offsets; each allocation's shape, dtype, offset and name
+(as given: ``None`` for an unnamed one) are compared across ranks and a mismatch raises on
+every rank before anyone uses the buffer. The name is part of the check because named
+buffers are found by their names (``signal_pad(key)``, the ops' workspaces): ranks that
+allocate under different names at the same point are out of step even where the shapes
+match (a peer's writes into its ``"a"`` would land in this rank's ``"b"``). Every offset is a
 multiple of :data:`ALIGNMENT`: the heap uses its mapping's bytes up to the last multiple
 (a ``DITRON_HEAP_SIZE`` of ``100001`` gives a heap of 99840 bytes).
 """
@@ -109,11 +113,15 @@ class SymmetricHeap:
         """A new symmetric buffer (collective). ``from_top``: place it at the high end of the
         highest free block large enough (for small buffers that live long, e.g. signal pads,
         so they stay clear of the bottom-up workspaces); otherwise at the low end of the
-        lowest one."""
+        lowest one. ``name`` (a str, or ``None``) labels the buffer in diagnostics and must
+        be the same on every rank, as shape and dtype must (``ValueError`` on every rank
+        otherwise: a name holding a rank number is a caller's bug)."""
         try:
             dims = normalize_shape(shape)
             if not isinstance(dtype, torch.dtype):
                 raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+            if name is not None and not isinstance(name, str):
+                raise TypeError(f"name must be a str or None, got {name!r}")
         except (TypeError, ValueError) as exc:
             self._refuse(exc)  # the peers are in the allocation's gather: they raise too
             raise
@@ -127,7 +135,7 @@ class SymmetricHeap:
             # buffer, and a later fill would overwrite what it wrote
             self._fill_poison(offset, nbytes)
         try:
-            self._check_symmetric((dims, str(dtype), offset), problem)
+            self._check_symmetric((dims, str(dtype), offset, name), problem)
         except BaseException:
             if offset is not None:
                 self._give_back(offset, padded)
@@ -193,8 +201,8 @@ class SymmetricHeap:
             else:
                 i += 1
 
-    _WHAT = ("ditron.empty (every rank must allocate the same shapes in the same order, "
-             "and free the same buffers)")
+    _WHAT = ("ditron.empty (every rank must allocate the same shapes under the same names "
+             "in the same order, and free the same buffers)")
 
     def _world_size(self) -> int:
         return dist.get_world_size(self._group) if self._group is not None else 1
@@ -232,7 +240,7 @@ class SymmetricHeap:
             raise HeapExhausted(failed[0][1] + f" (exhausted on ranks {[r for r, _ in failed]})")
         from .agreement import disagreement  # agreement -> world -> heap
 
-        raise ValueError(disagreement(what, ("shape", "dtype", "heap_offset"),
+        raise ValueError(disagreement(what, ("shape", "dtype", "heap_offset", "name"),
                                       [m for m, _ in metas]))
 
     def _give_back(self, offset: int, nbytes: int) -> None:

@@ -18,9 +18,9 @@ def empty(shape: int | Sequence[int], dtype: torch.dtype | None = None, *,
     buffer then sits at the same heap offset on every rank, so kernels reach a peer's copy
     with ``ditron.language`` primitives and the host with :func:`peer`. ``dtype`` defaults,
     as ``torch.empty``'s, to ``torch.get_default_dtype()`` (each rank's own: ranks whose
-    defaults differ disagree). ``name`` labels the buffer in diagnostics. Raises
-    ``ValueError`` if ranks disagree and ``RuntimeError`` if the heap is exhausted on any
-    rank.
+    defaults differ disagree). ``name`` labels the buffer in diagnostics and must be the
+    same on every rank too. Raises ``ValueError`` if ranks disagree and ``RuntimeError`` if
+    the heap is exhausted on any rank.
     """
     if dtype is None:
         dtype = torch.get_default_dtype()
