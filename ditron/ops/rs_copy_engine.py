@@ -135,17 +135,31 @@ def _open_segments(key: str, a: torch.Tensor, b: torch.Tensor,
     return W, me, seg, N, bounds, x, x.inbox.view(W, seg, N), engine_instance("copy_engine")
 
 
+def max_chunks(graph: bool) -> int:
+    """The most chunks a segment may have: as many as the exchange has signals for
+    (``PULL_MAX_CHUNKS`` with device epochs, the graph-safe variants)."""
+    return PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
+
+
+def check_chunk_count(chunk_rows: tuple[int, ...], graph: bool) -> None:
+    """Refuse chunk sizes ``chunk_rows`` (a tuple) listing more chunks than
+    :func:`max_chunks` (``ValueError``). ``gemm_rs`` checks it before choosing a path, so
+    the call raises on every path, not only where it takes a copy engine."""
+    most = max_chunks(graph)
+    if len(chunk_rows) > most:
+        raise ValueError(f"ditron.ops.gemm_rs: at most {most} chunks per segment here"
+                         f"{' (graph-safe)' if graph else ''}, got chunk_rows={chunk_rows}")
+
+
 def segment_bounds(seg: int, chunk_rows: int | tuple[int, ...] | None, default_chunks: int,
                     graph: bool) -> list[tuple[int, int]]:
     """A segment of ``seg`` rows cut into chunks ``[(lo, hi), ...]``: equal ones of at most
     ``chunk_rows`` rows (default: ``default_chunks`` chunks; at most as many as the exchange
     has signals for, ``PULL_MAX_CHUNKS`` with device epochs), or the sizes ``chunk_rows``
     lists."""
-    most = PULL_MAX_CHUNKS if graph else CHUNK_SLOTS - 1
+    most = max_chunks(graph)
     if isinstance(chunk_rows, tuple):
-        if len(chunk_rows) > most:
-            raise ValueError(f"ditron.ops.gemm_rs: at most {most} chunks per segment here"
-                             f"{' (graph-safe)' if graph else ''}, got chunk_rows={chunk_rows}")
+        check_chunk_count(chunk_rows, graph)
         ends = list(itertools.accumulate(chunk_rows))
         return list(zip([0, *ends[:-1]], ends, strict=True))
     rows = chunk_rows or -(-seg // default_chunks)

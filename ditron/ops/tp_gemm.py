@@ -316,14 +316,18 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     ``torch.matmul`` (cuBLAS) per chunk instead of the persistent GEMM: the own rows
     straight from ``a`` at once, each peer's chunk after a stream-ordered wait for its
     signal; ``"colocated"`` is the pull path above. Across nodes the colocated
-    hierarchical path is used. ``chunk_rows`` (pushes only; default: the tuned value, else
-    one chunk per shard) splits each shard into chunks of that many rows, each with its own
-    signal, so tiles (or ``copy_engine_matmul``'s GEMMs) can start before a whole shard has
-    landed; with ``"colocated"`` it raises, on every path. With ranks on several nodes
-    ``engine`` and ``chunk_rows`` have no effect: the hierarchical plan moves whole shards
-    over the network (one all-gather, not split: the GEMM on the same stream could not
-    start on its first pieces anyway) and its GEMM pulls tiles in the node. Where the
-    call falls back, ``engine``, ``chunk_rows`` and ``config`` have no effect either.
+    hierarchical path is used. ``chunk_rows`` (pushes only; default: the tuned value where
+    the engine is the tuned one, else one chunk per shard) splits each shard into chunks of
+    that many rows, each with its own signal, so tiles (or ``copy_engine_matmul``'s GEMMs)
+    can start before a whole shard has landed; with ``"colocated"`` named (the argument or
+    ``DITRON_AG_ENGINE``) it raises, on every path. Without an engine named it applies to
+    the engine chosen (the tuned one, else ``"copy_engine"``) and has no effect where that
+    is ``"colocated"`` (a tuned choice): never raising there, as where the call falls back.
+    With ranks on several nodes ``engine`` and ``chunk_rows`` have no effect: the
+    hierarchical plan moves whole shards over the network (one all-gather, not split: the
+    GEMM on the same stream could not start on its first pieces anyway) and its GEMM pulls
+    tiles in the node. Where the call falls back, ``engine``, ``chunk_rows`` and ``config``
+    have no effect either.
     """
     def options() -> tuple[str | None, int | None]:
         forced = engine or os.environ.get("DITRON_AG_ENGINE") or None  # empty: unset
@@ -349,7 +353,9 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     if choice.overlap and W % rt.world.local_world_size != 0:
         choice = dataclasses.replace(choice, overlap=False)
     graph = choice.overlap and graph_mode()
-    rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
+    # a tuned chunking goes with the tuned engine only
+    rows = (chunk_rows if chunk_rows is not None
+            else choice.chunk_rows if forced in (None, choice.engine) else None)
     if graph and rt.topo.num_nodes == 1 and forced in ("colocated", *AG_SM_ENGINES):
         # the engine asked for takes the call off its overlapped path here: agreed first,
         # as that path agrees on it, so ranks asking for different engines raise together
@@ -371,6 +377,10 @@ def ag_gemm(a: torch.Tensor, b: torch.Tensor, *, return_gathered: bool = False,
     engine = forced or (choice.engine if choice.engine in AG_ENGINES else "copy_engine")
     if graph and engine not in AG_GRAPH_ENGINES:  # the graph-safe variants push by DMA
         engine = "copy_engine"
+    if forced is None and engine == "colocated":
+        # a tuned colocated choice moves tiles: a chunking given without an engine has no
+        # effect there, as where the call falls back (it used to raise on this path only)
+        chunk_rows = rows = None
     with refused_together("ditron.ops.ag_gemm transfers"):
         if engine == "tma":
             tma.check_supported(a.device)
@@ -648,8 +658,14 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
     signals for (``rs_copy_engine.segment_bounds``: 63 eagerly, 8 graph-safe; past that the
     chunks are larger); a tuple gives the chunks' rows in order
     (positive, summing to ``M / W``), e.g. ``(2304, 1792)``: the tuner picks such a split
-    for the pulled engine where two uneven GEMMs run in fewer waves than halves. With
-    ``"colocated"`` it raises.
+    for the pulled engine where two uneven GEMMs run in fewer waves than halves. Like a
+    nonzero ``early_rows`` it needs its engine named (``engine=`` or ``DITRON_RS_ENGINE``,
+    one of the copy engines): with ``"colocated"``, without an engine (the untuned default
+    is ``"colocated"``), or as a tuple of more chunks than the exchange has signals for, it
+    raises on every path, whatever ``method="auto"`` or the tuning cache choose; where
+    the call falls back a valid one has no effect. A tuned chunking and ``early_rows``
+    serve only the tuned engine, and only as a pair: a call naming another engine, a
+    nonzero ``early_rows`` or ``chunk_rows`` takes the engine's defaults for the other knob.
 
     Partials travel in the input dtype; sums accumulate in fp32 (``"copy_engine_pull"``
     adds the peers' partials to the own rows' fp32 accumulator; the other engines sum in
@@ -670,6 +686,15 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
                              f"{seg}), got {early_rows!r}")
         rows = _rs_chunk_rows(chunk_rows, seg)
         _refuse_pull_chunks("gemm_rs", rows, forced)
+        # refused whatever path the call takes, as early_rows below: the engine left to
+        # method="auto" (untuned: "colocated", which moves tiles) used to raise on the
+        # overlapped path and let it pass where the call fell back
+        if rows is not None and forced is None:
+            raise ValueError("ditron.ops.gemm_rs: chunk_rows applies to engine='copy_engine' "
+                             "or 'copy_engine_pull' only, and needs it named (engine=, or "
+                             "DITRON_RS_ENGINE), not left to method='auto'")
+        if isinstance(rows, tuple):  # more chunks than signals: refused on every path too
+            rs_copy_engine.check_chunk_count(rows, graph_mode())
         # refused whatever path the call takes (they used to pass where it fell back, and
         # without an engine they raised or not as method="auto" chose)
         if early and forced != "copy_engine":
@@ -700,15 +725,19 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, *, method: str = "auto",
         reduce_scatter_single(out, partial.contiguous(), group=rt.groups.device)
         return out
     rs_engine = forced or choice.engine
-    rows = chunk_rows if chunk_rows is not None else choice.chunk_rows
+    # the tuned chunking and early_rows go with the tuned engine, and with each other, only:
+    # applied to another engine, or beside a nonzero early_rows given, a tuned chunking
+    # raised on this path alone (early_rows needs one chunk per segment)
+    tuned = forced is None or forced == choice.engine
+    rows = (chunk_rows if chunk_rows is not None
+            else choice.chunk_rows if tuned and not early_rows else None)
     with refused_together("ditron.ops.gemm_rs transfers"):
         if early_rows and rs_engine != "copy_engine":
             raise ValueError(f"ditron.ops.gemm_rs: early_rows applies to engine='copy_engine' "
                              f"only, not {rs_engine or 'colocated'!r}")
         _refuse_pull_chunks("gemm_rs", chunk_rows, rs_engine or "colocated")
-    # the tuned early_rows goes with the tuned chunking only
     early = (early_rows if early_rows is not None
-             else choice.early_rows if chunk_rows is None else 0)
+             else choice.early_rows if tuned and chunk_rows is None else 0)
     # the engines push or pull and signal differently, and the chunks number the signals
     agree("ditron.ops.gemm_rs transfers", engine=rs_engine, chunk_rows=rows,
           early_rows=early, graph=graph)

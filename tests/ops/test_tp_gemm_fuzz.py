@@ -9,7 +9,10 @@ engine, ``chunk_rows``, ``early_rows``, ``return_gathered`` and random tile conf
 calls eagerly inside ``ditron.ops.graph_safe()`` (the graph-safe variants). Shapes change
 from call to call (workspace and signal reuse across shapes); outputs are poisoned, the
 inputs must come back unchanged, and the results of earlier calls must stay as they were
-(no result aliases a workspace)."""
+(no result aliases a workspace). Now and then a call with options that no path takes
+(``_REFUSALS``: a chunking with the colocated engine or, for ``gemm_rs``, left to
+``method="auto"``, ``early_rows`` without the pushed engine, bad chunk sizes) must raise on
+every rank, whatever its method, shapes and mode."""
 
 from __future__ import annotations
 
@@ -51,7 +54,9 @@ def _options(rng: random.Random, op: str, m: int, graph: bool) -> dict:
         kw["engine"] = rng.choice([None, "copy_engine", "colocated", "sm", "tma",
                                    "copy_engine_matmul"])
         if rng.random() < 0.3 and m > 1:
-            kw["chunk_rows"] = rng.randint(1, m)
+            chunk = rng.randint(1, m)  # drawn anyway: the seeds' later draws stay as they were
+            if kw["engine"] != "colocated":  # it moves tiles: a chunking raises (_refusal)
+                kw["chunk_rows"] = chunk
         kw["return_gathered"] = rng.random() < 0.5
     elif op == "gemm_rs":
         kw["engine"] = rng.choice([None, "colocated", "copy_engine", "copy_engine_pull"])
@@ -70,12 +75,46 @@ def _options(rng: random.Random, op: str, m: int, graph: bool) -> dict:
     return {k: v for k, v in kw.items() if v is not None}
 
 
+#: option combinations every path refuses, whatever the method, the tuner or the shapes:
+#: (op, keyword arguments given m rows per rank, the start of the error every rank raises)
+_CHUNKS_MOVED = r"^ditron\.ops\.{op}: chunk_rows applies to the engines that move chunks"
+_REFUSALS = (
+    ("ag_gemm", lambda m: {"engine": "colocated", "chunk_rows": max(m, 1)},
+     _CHUNKS_MOVED.format(op="ag_gemm")),
+    ("gemm_rs", lambda m: {"engine": "colocated", "chunk_rows": max(m, 1)},
+     _CHUNKS_MOVED.format(op="gemm_rs")),
+    ("gemm_rs", lambda m: {"chunk_rows": max(m // 2, 1)},
+     r"^ditron\.ops\.gemm_rs: chunk_rows applies to engine='copy_engine' or "
+     r"'copy_engine_pull' only, and needs it named"),
+    ("gemm_rs", lambda m: {"early_rows": m - 1} if m > 1 else None,
+     r"^ditron\.ops\.gemm_rs: early_rows applies to engine='copy_engine' only, and needs "
+     r"it named"),
+    ("gemm_rs", lambda m: {"engine": "copy_engine_pull", "early_rows": m - 1} if m > 1 else None,
+     r"^ditron\.ops\.gemm_rs: early_rows applies to engine='copy_engine' only, not "
+     r"'copy_engine_pull'"),
+    ("gemm_rs", lambda m: {"engine": "copy_engine", "chunk_rows": (m, 1)},
+     r"^ditron\.ops\.gemm_rs: chunk_rows as a sequence gives the rows of each chunk"),
+)
+
+
+def _refusal(bad: random.Random, op: str, m: int) -> tuple[dict, str] | None:
+    """Now and then (drawn from ``bad``, not the seed's generator, so the valid calls stay
+    those the seed always made) an invalid option combination for ``op`` with ``m`` rows
+    per rank, and the error it must raise on every rank and path; else ``None``."""
+    kinds = [(kw(m), match) for name, kw, match in _REFUSALS if name == op]
+    kinds = [(kw, match) for kw, match in kinds if kw is not None]
+    if not kinds or bad.random() >= 0.3:
+        return None
+    return bad.choice(kinds)
+
+
 def _fuzz_case(seed: int, calls: int, graphs: bool) -> list[str]:
     """``calls`` random calls; returns their descriptions (the same on every rank)."""
     poison_empty()
     w = ditron.world()
     W, rank, dev = w.world_size, w.rank, w.device
     rng = random.Random(seed)  # the same choices on every rank
+    bad = random.Random(f"refusals:{seed}")  # the invalid calls, also the same on every rank
     seen, earlier = [], []
     for i in range(calls):
         op = rng.choice(["ag_gemm", "gemm_rs", "gemm_ar"])
@@ -95,6 +134,13 @@ def _fuzz_case(seed: int, calls: int, graphs: bool) -> list[str]:
         what = (f"#{i} {op} {dtype} m={m} rows={rows} K={K} N={N} a={a_kind} b={b_kind} "
                 f"method={method} graph_safe={graph} {kw}")
         seen.append(what)
+        refused = _refusal(bad, op, m)
+        if refused is not None:  # raises on every rank, whatever path the call would take
+            bad_kw, match = refused
+            with ditron.ops.graph_safe() if graph else contextlib.nullcontext(), \
+                    pytest.raises(ValueError, match=match):
+                getattr(ditron.ops, op)(a, b, method=method, **bad_kw)
+            seen.append(f"#{i} refused {op} method={method} graph_safe={graph} {bad_kw}")
         a0, b0 = a.clone(), b.clone()
         a64, b64 = a.double().cpu(), b.double().cpu()
         if op == "ag_gemm":
@@ -126,7 +172,8 @@ def _fuzz_case(seed: int, calls: int, graphs: bool) -> list[str]:
 @pytest.mark.parametrize("world_size, seed", [(1, 1), (2, 2), (3, 3), (4, 4)])
 def test_tp_gemm_fuzz(world_size, seed, backend):
     res = ditron.launch(_fuzz_case, world_size, seed, 24, True, backend=backend)
-    assert all(r == res[0] for r in res) and len(res[0]) == 24
+    assert all(r == res[0] for r in res)
+    assert sum(" refused " not in what for what in res[0]) == 24
 
 
 @pytest.mark.parametrize("world_size", [4, 3])
@@ -135,4 +182,5 @@ def test_tp_gemm_fuzz_two_simulated_nodes(world_size, backend, monkeypatch):
     # (3: nodes of unequal size); GEMM-RS / GEMM-AR fall back across nodes
     monkeypatch.setenv("DITRON_LOCAL_WORLD_SIZE", "2")
     res = ditron.launch(_fuzz_case, world_size, 10 + world_size, 16, False, backend=backend)
-    assert all(r == res[0] for r in res) and len(res[0]) == 16
+    assert all(r == res[0] for r in res)
+    assert sum(" refused " not in what for what in res[0]) == 16
