@@ -36,7 +36,6 @@ PyTorch's symmetric-memory kernels (``torch.ops.symm_mem.one_shot_all_reduce`` /
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import time
@@ -54,6 +53,7 @@ from ..runtime.arguments import (
     output_dir,
     positive_int,
 )
+from ..runtime.launch import environment
 from ..runtime.torch_dist import all_gather_single, reduce_scatter_single
 from . import inside_world, provenance, write_json
 
@@ -123,7 +123,9 @@ def main(argv: list[str]) -> int:
         _run(args, sizes)
         return 0
     world = args.world_size or (max(torch.cuda.device_count(), 1) if backend == "cuda" else 2)
-    with _ranks_environment(_heap_setting(world, sizes, backend)):
+    # set for the ranks (they take the launching process's environment), then restored: a
+    # caller of main from Python kept the benchmark's heap size for what it ran later
+    with environment(**_heap_setting(world, sizes, backend)):
         ditron.launch(_run, world, args, sizes, backend=backend)
     return 0
 
@@ -135,23 +137,6 @@ def _heap_setting(world: int, sizes: list[int], backend: str) -> dict[str, str]:
         return {}
     need = 6 * world * max(sizes) + (1 << 30)
     return {"DITRON_HEAP_SIZE": str(need if backend == "cuda" else max(need, 256 << 20))}
-
-
-@contextlib.contextmanager
-def _ranks_environment(values: dict[str, str]):
-    """``values`` in ``os.environ`` while the block runs (the ranks a launch starts take the
-    launching process's environment), restored afterwards: a caller of :func:`main` from
-    Python (a test, a script) kept the benchmark's heap size for everything it ran later."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _baseline_ok() -> tuple[bool, str]:

@@ -289,7 +289,7 @@ def _cpu_context():
         ctx.set_forkserver_preload(["ditron"])
         # DITRON_BACKEND: the server's ``import ditron`` must not probe for GPUs, which
         # initialises CUDA in the process every rank is forked from
-        with _environment(TRITON_INTERPRET="1", DITRON_BACKEND="cpu"), _sigint_ignored():
+        with environment(TRITON_INTERPRET="1", DITRON_BACKEND="cpu"), _sigint_ignored():
             from multiprocessing import forkserver
 
             forkserver.ensure_running()
@@ -316,7 +316,7 @@ def _sigint_ignored():
 
 def _rank_interpreter(backend: str) -> tuple[str, dict[str, str | None]]:
     """``TRITON_INTERPRET`` for ranks of ``backend``, and the environment changes their
-    processes start with (:func:`_environment`; CPU ranks fork from the server and need
+    processes start with (:func:`environment`; CPU ranks fork from the server and need
     none). CUDA ranks start without the interpreter, as the CUDA backend: a caller whose
     default is the CPU backend has it on for itself (the test suite on a GPU host); a
     caller whose default is CUDA and who set ``TRITON_INTERPRET`` asked for what the cuda
@@ -329,7 +329,7 @@ def _rank_interpreter(backend: str) -> tuple[str, dict[str, str | None]]:
 
 
 @contextlib.contextmanager
-def _environment(**values: str | None):
+def environment(**values: str | None):
     """Environment variables set (``None``: removed) for the processes started inside: a
     new process imports ditron, and so decides about the interpreter, with the environment
     it starts with."""
@@ -436,7 +436,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, backend: str | None =
                 p = ctx.Process(target=_rank_main,
                                 args=(child, ask_in, call, env, backend, group_of[rank]),
                                 name=f"ditron-rank{rank}", daemon=True)
-                with _environment(**start):
+                with environment(**start):
                     p.start()
                 child.close()
                 ask_in.close()

@@ -241,7 +241,7 @@ def test_cuda_ranks_do_not_inherit_a_cpu_callers_interpreter(monkeypatch):
         "", {"DITRON_BACKEND": "cuda", "TRITON_INTERPRET": None})
     # what the processes started inside see, and nothing changed afterwards
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    with launch_mod._environment(DITRON_BACKEND="cuda", TRITON_INTERPRET=None):
+    with launch_mod.environment(DITRON_BACKEND="cuda", TRITON_INTERPRET=None):
         assert os.environ["DITRON_BACKEND"] == "cuda" and "TRITON_INTERPRET" not in os.environ
     assert os.environ["DITRON_BACKEND"] == "cpu" and os.environ["TRITON_INTERPRET"] == "1"
 
