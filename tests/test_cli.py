@@ -334,7 +334,8 @@ def test_ctrl_c_stops_the_ranks(after):
     proc = subprocess.Popen(
         [sys.executable, "-m", "ditron", "demo", "--world-size", "2", "--n", "8", "--repeats",
          "1000000", "--backend", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True)  # a group of its own, as a shell's job
+        text=True, start_new_session=True,  # a group of its own, as a shell's job
+        preexec_fn=_sigint_default)
     try:
         assert proc.stdout.readline().startswith("ditron demo: 2 ranks")  # ranks start now
         time.sleep(after)
@@ -349,6 +350,14 @@ def test_ctrl_c_stops_the_ranks(after):
     while (left := _running_in_group(proc.pid)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, left
+
+
+def _sigint_default() -> None:
+    """Ctrl-C's default action in the command, as a shell gives it: a pytest-xdist worker
+    ignores SIGINT, which a child would inherit (and Python then installs no handler)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _running_in_group(pgid: int) -> list[str]:
