@@ -214,32 +214,44 @@ def test_tma_engine_counter_follows_its_zeroing_and_outlives_its_launches():
 # -- on a GPU ---------------------------------------------------------------------------------
 
 
-def check_evicted_table_memory(n: int) -> tuple[bool, bool]:
+def check_evicted_table_memory(n: int) -> tuple[bool, bool, bool]:
     """A concurrent sm engine (cache of one table) whose side stream is busy: a push into
     row 0 (table A, read on the side stream once it is free), then one into row 1 (table
     B evicts A). Returns whether an allocation of A's size on the issuing stream took A's
-    memory before the side stream had read it, and whether both pushes landed."""
+    memory, whether the side stream was still busy then (so it had yet to read A), and
+    whether both pushes landed."""
     sm = importlib.import_module("ditron.engines.sm")
     sm._CACHE_LIMIT = 1
     w = ditron.world()
     me = w.rank
     engine = get_engine("sm", concurrent=True)
-    box = ditron.empty((2, n), torch.float32)
+    box = ditron.empty((3, n), torch.float32)
     box.fill_(float("nan"))
-    src = [torch.randn(n, device=w.device) for _ in range(2)]
+    src = [torch.randn(n, device=w.device) for _ in range(3)]
+    engine.issue([Transfer(src[2], box[2], me, me)])  # compiles the kernel before the sleep
+    engine.drain()
     torch.cuda.synchronize()
     with torch.cuda.stream(engine._lane.side):
-        torch.cuda._sleep(1_000_000_000)  # the side stream busy for about half a second
+        torch.cuda._sleep(4_000_000_000)  # the side stream busy for about two seconds
     engine.issue([Transfer(src[0], box[0], me, me)])
     desc = next(iter(engine._tables.values()))[0]
     ptr, nbytes = desc.data_ptr(), desc.numel() * 8 * 8 // 7
     del desc
     engine.issue([Transfer(src[1], box[1], me, me)])  # evicts table A
     grabbed = torch.empty(nbytes // 8, dtype=torch.int64, device=w.device)
+    busy = not engine._lane.side.query()
     reused = grabbed.data_ptr() == ptr
     engine.drain()
     torch.cuda.synchronize()
-    return reused, torch.equal(box[0], src[0]) and torch.equal(box[1], src[1])
+    return reused, busy, all(torch.equal(box[i], src[i]) for i in range(3))
+
+
+def check_evicted_table_memory_unrecorded(n: int) -> tuple[bool, bool, bool]:
+    """:func:`check_evicted_table_memory` with ``Kept`` recording no stream (the code
+    before): shows the check can see a reuse."""
+    streams = importlib.import_module("ditron.engines.streams")
+    streams.Kept.__del__ = lambda self: None
+    return check_evicted_table_memory(n)
 
 
 @pytest.mark.gpu
@@ -248,7 +260,10 @@ def test_sm_engine_evicted_table_waits_for_its_side_stream_cuda():
     # before: table A went back to the issuing stream's pool at its eviction, and the next
     # allocation there took it while the side stream's launch had yet to read it
     assert ditron.launch(check_evicted_table_memory, 1, 4096, backend="cuda") == [
-        (False, True)]
+        (False, True, True)]
+    # the same check on the old behaviour sees the reuse
+    assert ditron.launch(check_evicted_table_memory_unrecorded, 1, 4096,
+                         backend="cuda") == [(True, True, True)]
 
 
 def check_tma_made_without_blocking(concurrent: bool, n: int) -> tuple[float, bool]:
