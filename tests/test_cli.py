@@ -353,8 +353,10 @@ def test_ctrl_c_stops_the_ranks(after):
 
 
 def _sigint_default() -> None:
-    """Ctrl-C's default action in the command, as a shell gives it: a pytest-xdist worker
-    ignores SIGINT, which a child would inherit (and Python then installs no handler)."""
+    """Ctrl-C's default action in the command, as an interactive shell gives it: pytest
+    started as a background job (``cmd &`` in a script or CI step, with or without
+    pytest-xdist) ignores SIGINT, which a child inherits (and Python then installs no
+    handler)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)

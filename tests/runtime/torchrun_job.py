@@ -4,16 +4,9 @@ this machine, on the CPU backend, as a user's training job starts them."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_under_torchrun(script: Path, ranks: int) -> subprocess.CompletedProcess:
@@ -23,6 +16,10 @@ def run_under_torchrun(script: Path, ranks: int) -> subprocess.CompletedProcess:
            if k not in ("TRITON_INTERPRET", "DITRON_RECORD_LAUNCHES")}
     env["DITRON_BACKEND"] = "cpu"
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-         "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script)],
+        # --standalone: torchrun binds its store to a port of the system's choosing and
+        # hands it to the ranks. A port picked here beforehand (bound, released, passed as
+        # --master-port) could be taken meanwhile by any process binding port 0, such as
+        # the gloo groups of a test running beside this one: EADDRINUSE
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+         str(ranks), str(script)],
         capture_output=True, text=True, env=env, timeout=240)
